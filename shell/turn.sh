@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# spexsup turn wrapper (DESIGN §2.4): run one headless turn of a harness in
+# the session's pane and record how it ended in the outcome marker.
+#
+#   bash turn.sh TURN_DIR
+#
+# TURN_DIR holds `argv` (NUL-separated; the prompt is one element, never
+# parsed by a shell), `env` (NUL-separated KEY=VALUE), `reporter` (the argv of
+# `spex internal turn-exit SESSION TURN`, NUL-separated), `prompt`, and
+# `stdin` when the prompt goes on the harness's stdin.
+#
+# Marker states, each written atomically (tmp + mv -f):
+#   running:<pid>  ->  reporting:<pid>:<rc>  ->  exit:<rc>:cas:<cas>
+# then the pane becomes a shell again.
+set -u
+
+dir=${1:?usage: turn.sh TURN_DIR}
+pid=$$
+
+mark() {
+    printf '%s' "$1" >"$dir/outcome.tmp" && mv -f "$dir/outcome.tmp" "$dir/outcome"
+}
+
+if ! mark "running:$pid"; then
+    echo "spex: cannot write the outcome marker in $dir" >&2
+    exit 125
+fi
+
+argv=()
+mapfile -d '' -t argv <"$dir/argv"
+while IFS= read -r -d '' kv; do
+    export "${kv?}"
+done <"$dir/env"
+
+input=/dev/null
+[ -e "$dir/stdin" ] && input=$dir/prompt
+
+# Output goes live to the pane and to output.log. PIPESTATUS keeps the
+# harness's own status; bash reports a signal death as 128+signal.
+if [ ${#argv[@]} -eq 0 ]; then
+    echo "spex: empty harness argv in $dir" | tee -a "$dir/output.log"
+    rc=127
+else
+    "${argv[@]}" <"$input" 2>&1 | tee -a "$dir/output.log"
+    rc=${PIPESTATUS[0]}
+fi
+
+mark "reporting:$pid:$rc"
+
+reporter=()
+mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
+if [ ${#reporter[@]} -gt 0 ]; then
+    "${reporter[@]}" "$rc" </dev/null
+    cas=$?
+else
+    echo "spex: the exit reporter is missing from $dir" >&2
+    cas=127
+fi
+
+mark "exit:$rc:cas:$cas"
+
+unset SPEXSUP_TURN SPEXSUP_TURN_DIR SPEXSUP_PROMPT_FILE
+exec "${SHELL:-/bin/bash}"

@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from spexsup.cli import main
+
+main()

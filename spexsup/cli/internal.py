@@ -1,0 +1,47 @@
+"""`spex internal turn-exit SESSION TURN RC`: the wrapper's exit reporter.
+
+Parsed by hand, before typer is imported: it runs on every turn end, so its
+start-up time is part of every verdict. Exit code (the marker's `cas`):
+0 recorded, 3 stale or duplicate (no-op), 2 bad arguments, 1 not recorded.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+
+def fast_path(argv: list[str]) -> int | None:
+    """Handle `[--home DIR] internal turn-exit S T RC`; None for any other command."""
+    home = None
+    rest = argv
+    if len(rest) >= 2 and rest[0] == "--home":
+        home, rest = rest[1], rest[2:]
+    if rest[:2] != ["internal", "turn-exit"]:
+        return None
+    args = rest[2:]
+    if (
+        len(args) != 3
+        or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", args[0])
+        or not re.fullmatch(r"[0-9A-Za-z_-]{1,64}", args[1])
+        or not re.fullmatch(r"[0-9]{1,3}", args[2])
+        or int(args[2]) > 255
+    ):
+        print("spex: usage: spex internal turn-exit SESSION TURN RC", file=sys.stderr)
+        return 2
+    from spexsup.errors import SpexError
+    from spexsup.paths import resolve_home
+    from spexsup.report import record_exit
+    from spexsup.store import Store
+
+    session, turn, rc = args[0], args[1], int(args[2])
+    try:
+        path = resolve_home(home)
+        store = Store(path)
+        return record_exit(store, session, turn, rc, path / "turns" / session / turn)
+    except SpexError as e:
+        print(f"spex: turn-exit: {e.line()}", file=sys.stderr)
+        return 1
+    except Exception as e:  # the end must be reported as not recorded, never crash silently
+        print(f"spex: turn-exit: could not record the end of {turn}: {e}", file=sys.stderr)
+        return 1

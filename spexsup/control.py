@@ -1,0 +1,209 @@
+"""Controlling turns after they start: stop, resume, wait, log."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spexsup import marker
+from spexsup.errors import Invalid, Refused, TimedOut
+from spexsup.marker import Stage
+from spexsup.procs import Liveness, terminate_tree, turn_processes
+from spexsup.sessions import get
+from spexsup.spex import Spex
+from spexsup.tickets import ticket
+from spexsup.turns import reconcile, turn_dir, wrapper_liveness
+from spexsup.watch import DirWatch
+
+DEFAULT_GRACE = 5.0
+# How long a stopped turn's wrapper gets to write its final marker before
+# the pane is forced back to a shell.
+WRAPPER_EXIT_WAIT = 3.0
+
+
+def stop(spex: Spex, name: str, *, grace: float = DEFAULT_GRACE) -> str | None:
+    """Abort the running turn (recorded first, so abort wins), then kill its tree.
+
+    SIGTERM to every process of the turn, SIGKILL after `grace`; psutil
+    checks each process's identity before each signal. The session becomes
+    `stopped` whether or not a turn was running. Returns the aborted turn id.
+    """
+    if not 0 <= grace <= 3600:
+        raise Invalid(f"invalid grace {grace}", hint="between 0 and 3600 seconds")
+    get(spex, name)
+    with ticket(spex, name, "stop"):
+        reconcile(spex, [name])
+        with spex.store.tx() as db:
+            session = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+            aborted = None
+            turn = session["current_turn"]
+            if turn is not None:
+                cur = db.execute(
+                    "UPDATE turns SET state = 'aborted', ended_at = ?,"
+                    " error = coalesce(error, 'stopped by spex stop')"
+                    " WHERE id = ? AND state IN ('starting', 'running')",
+                    (time.time(), turn),
+                )
+                aborted = turn if cur.rowcount else None
+            db.execute("UPDATE sessions SET state = 'stopped' WHERE name = ?", (name,))
+        if aborted is not None:
+            _kill_turn(spex, name, session["cwd"], aborted, grace)
+    return aborted
+
+
+def _kill_turn(spex: Spex, name: str, cwd: str, turn: str, grace: float) -> None:
+    directory = turn_dir(spex, name, turn)
+    m = marker.read(directory)
+    if m.stage is Stage.NONE:
+        # The wrapper may be about to start: replace the pane's process first.
+        spex.tmux.respawn(name, cwd, {}, [])
+    terminate_tree(turn_processes(turn, m.pid), grace)
+    with DirWatch([directory]) as watch:
+        deadline = time.monotonic() + WRAPPER_EXIT_WAIT
+        while time.monotonic() < deadline:
+            m = marker.read(directory)
+            if m.stage is Stage.EXIT or m.pid is None:
+                break
+            if wrapper_liveness(m.pid, directory) is Liveness.DEAD:
+                break
+            watch.wait(deadline - time.monotonic())
+    pane = spex.tmux.pane(name)
+    if pane is not None and (pane.pane_dead or m.stage is not Stage.EXIT):
+        spex.tmux.respawn(name, cwd, {}, [])
+
+
+def resume(spex: Spex, name: str, *, force: bool = False) -> None:
+    """Leave `stopped`. Refused while any process of the old turn may still live."""
+    get(spex, name)
+    with ticket(spex, name, "resume"):
+        reconcile(spex, [name])
+        session = get(spex, name)
+        if session.state != "stopped":
+            raise Refused(f"session {name!r} is not stopped (it is {session.state})")
+        if session.current_turn and not force:
+            directory = turn_dir(spex, name, session.current_turn)
+            m = marker.read(directory)
+            survivors = turn_processes(session.current_turn, m.pid)
+            wrapper = (
+                wrapper_liveness(m.pid, directory)
+                if m.pid is not None and m.stage is not Stage.EXIT
+                else Liveness.DEAD
+            )
+            if survivors or wrapper is not Liveness.DEAD:
+                pids = ", ".join(str(p.pid) for p in survivors) or str(m.pid)
+                raise Refused(
+                    f"turn {session.current_turn} of {name!r} may still be running (pid {pids})",
+                    hint=f"spex stop {name} again, or spex resume {name} --force",
+                )
+        with spex.store.tx() as db:
+            db.execute(
+                "UPDATE sessions SET state = 'idle' WHERE name = ? AND state = 'stopped'", (name,)
+            )
+
+
+@dataclass
+class Ended:
+    session: str
+    turn: str | None
+    state: str | None
+    rc: int | None
+    error: str | None
+
+    @property
+    def exit_code(self) -> int:
+        if self.state == "complete":
+            return 0
+        return self.rc if self.state == "error" and self.rc else 1
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "turn": self.turn,
+            "state": self.state,
+            "rc": self.rc,
+            "error": self.error,
+        }
+
+
+def _current(spex: Spex, name: str) -> tuple[str | None, Any]:
+    row = spex.store.db.execute(
+        "SELECT t.* FROM sessions s JOIN turns t ON t.id = s.current_turn WHERE s.name = ?",
+        (name,),
+    ).fetchone()
+    return (row["id"] if row else None), row
+
+
+def wait(spex: Spex, names: Sequence[str], *, timeout: float | None = None) -> list[Ended]:
+    """Block until each session's current turn has ended (event-driven).
+
+    Raises TimedOut (124) when `timeout` passes first. A session with no turn
+    at all is refused.
+    """
+    for name in names:
+        get(spex, name)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    ended: dict[str, Ended] = {}
+    with DirWatch([]) as watch:
+        watched: set[str] = set()
+        while True:
+            reconcile(spex, [n for n in names if n not in ended])
+            for name in names:
+                if name in ended:
+                    continue
+                turn, row = _current(spex, name)
+                if turn is None:
+                    raise Refused(f"session {name!r} has no turn to wait for")
+                if row["state"] not in ("starting", "running"):
+                    ended[name] = Ended(name, turn, row["state"], row["rc"], row["error"])
+                elif turn not in watched:
+                    watch.add(turn_dir(spex, name, turn))
+                    watched.add(turn)
+            if len(ended) == len(names):
+                return [ended[n] for n in names]
+            if deadline is not None and time.monotonic() >= deadline:
+                pending = ", ".join(n for n in names if n not in ended)
+                raise TimedOut(f"timed out waiting for {pending}")
+            remaining = 3600.0 if deadline is None else deadline - time.monotonic()
+            watch.wait(remaining)
+
+
+def log(spex: Spex, name: str, *, turn: str | None = None, follow: bool = False) -> Iterator[bytes]:
+    """A turn's output (default: the current or last turn); `follow` until it ends."""
+    session = get(spex, name)
+    turn = turn or session.current_turn
+    if turn is None:
+        raise Refused(f"session {name!r} has no turn yet")
+    row = spex.store.db.execute(
+        "SELECT state FROM turns WHERE id = ? AND session = ?", (turn, name)
+    ).fetchone()
+    if row is None:
+        raise Refused(f"session {name!r} has no turn {turn!r}", hint=f"spex show {name}")
+    directory = turn_dir(spex, name, turn)
+    path = directory / "output.log"
+    offset = 0
+
+    def drain() -> Iterator[bytes]:
+        nonlocal offset
+        try:
+            with path.open("rb") as f:
+                f.seek(offset)
+                while chunk := f.read(65536):
+                    offset += len(chunk)
+                    yield chunk
+        except FileNotFoundError:
+            return
+
+    yield from drain()
+    if not follow:
+        return
+    with DirWatch([directory]) as watch:
+        while True:
+            reconcile(spex, [name])
+            state = spex.store.db.execute("SELECT state FROM turns WHERE id = ?", (turn,))
+            done = state.fetchone()["state"] not in ("starting", "running")
+            yield from drain()
+            if done:
+                return
+            watch.wait(1.0)

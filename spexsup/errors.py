@@ -1,0 +1,46 @@
+"""One root exception; each subclass carries its exit code (DESIGN §3).
+
+Nothing in the package prints or exits: the CLI turns a `SpexError` into one
+line on stderr (`spex: <message> (<hint>)`) and its exit code.
+"""
+
+from __future__ import annotations
+
+
+class SpexError(Exception):
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class Failed(SpexError):
+    """Attempted and failed."""
+
+    exit_code = 1
+
+
+class Invalid(SpexError):
+    """Usage error or invalid input; nothing was changed."""
+
+    exit_code = 2
+
+
+class Refused(SpexError):
+    """Refused by a precondition (unknown, busy, stopped, maintenance, exists)."""
+
+    exit_code = 3
+
+
+class TimedOut(SpexError):
+    exit_code = 124
+
+
+class UnknownSession(Refused):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no session named {name!r}", hint="see spex ls")

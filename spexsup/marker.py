@@ -1,0 +1,63 @@
+"""The outcome marker a turn's wrapper writes (DESIGN §2.4).
+
+Grammar, one line, optionally newline-terminated:
+`running:<pid>`, `reporting:<pid>:<rc>`, `exit:<rc>:cas:<cas>`.
+No file yet is `NONE`; anything else is `INVALID`.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_GRAMMAR = re.compile(
+    rb"running:(?P<rpid>[0-9]{1,10})"
+    rb"|reporting:(?P<ppid>[0-9]{1,10}):(?P<prc>[0-9]{1,3})"
+    rb"|exit:(?P<rc>[0-9]{1,3}):cas:(?P<cas>[0-9]{1,3})"
+)
+MAX_MARKER_BYTES = 64
+
+
+class Stage(enum.Enum):
+    NONE = "none"
+    RUNNING = "running"
+    REPORTING = "reporting"
+    EXIT = "exit"
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True)
+class Marker:
+    stage: Stage
+    pid: int | None = None
+    rc: int | None = None
+    cas: int | None = None
+    text: str = ""
+
+
+def parse(raw: bytes) -> Marker:
+    body = raw[:-1] if raw.endswith(b"\n") else raw
+    m = _GRAMMAR.fullmatch(body)
+    text = raw[:MAX_MARKER_BYTES].decode("utf-8", "replace")
+    if m is None:
+        return Marker(Stage.INVALID, text=text)
+    if m["rpid"] is not None:
+        return Marker(Stage.RUNNING, pid=int(m["rpid"]), text=text)
+    if m["ppid"] is not None:
+        return Marker(Stage.REPORTING, pid=int(m["ppid"]), rc=int(m["prc"]), text=text)
+    return Marker(Stage.EXIT, rc=int(m["rc"]), cas=int(m["cas"]), text=text)
+
+
+def read(turn_dir: Path) -> Marker:
+    try:
+        with (turn_dir / "outcome").open("rb") as f:
+            raw = f.read(MAX_MARKER_BYTES + 1)
+    except FileNotFoundError:
+        return Marker(Stage.NONE)
+    except OSError as e:
+        return Marker(Stage.INVALID, text=f"unreadable: {e}")
+    if len(raw) > MAX_MARKER_BYTES:
+        return Marker(Stage.INVALID, text=raw[:MAX_MARKER_BYTES].decode("utf-8", "replace"))
+    return parse(raw)

@@ -1,0 +1,105 @@
+"""Process identity and liveness.
+
+A process is named by `(pid, start token)`, the start token being field 22 of
+`/proc/<pid>/stat` (start time in clock ticks since boot), so a reused pid is
+never mistaken for ours. Liveness is tri-state: a pid that exists is not
+proof that *our* process is alive (zombies, reuse), and a probe we could not
+make proves nothing either way.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import signal
+from collections.abc import Iterable
+from pathlib import Path
+
+import psutil
+
+
+class Liveness(enum.Enum):
+    ALIVE = "alive"
+    DEAD = "dead"
+    UNPROVEN = "unproven"
+
+
+def start_token(pid: int) -> str | None:
+    """Field 22 of /proc/<pid>/stat, or None when the process does not exist."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return fields[19].decode()
+
+
+def own_identity() -> tuple[int, str]:
+    pid = os.getpid()
+    token = start_token(pid)
+    assert token is not None
+    return pid, token
+
+
+def identity_liveness(pid: int, token: str | None) -> Liveness:
+    """Is the process named by (pid, token) alive? A zombie counts as dead."""
+    try:
+        proc = psutil.Process(pid)
+        status = proc.status()
+    except psutil.NoSuchProcess:
+        return Liveness.DEAD
+    except psutil.AccessDenied:
+        return Liveness.UNPROVEN
+    if status == psutil.STATUS_ZOMBIE:
+        return Liveness.DEAD
+    if token is not None and start_token(pid) != token:
+        return Liveness.DEAD
+    return Liveness.ALIVE
+
+
+def turn_processes(turn_id: str, root_pid: int | None) -> list[psutil.Process]:
+    """Every process of a turn: the tree under the wrapper, plus any process that
+    left the tree (setsid, double fork) but still carries `SPEXSUP_TURN=<turn>`.
+
+    The wrapper itself is excluded: it must outlive the harness to write the
+    final marker and hand the pane back to a shell.
+    """
+    found: dict[int, psutil.Process] = {}
+    if root_pid is not None:
+        try:
+            for child in psutil.Process(root_pid).children(recursive=True):
+                found[child.pid] = child
+        except psutil.Error:
+            pass
+    me = os.getpid()
+    for proc in psutil.process_iter():
+        if proc.pid in found or proc.pid in (me, root_pid):
+            continue
+        try:
+            if proc.environ().get("SPEXSUP_TURN") == turn_id:
+                found[proc.pid] = proc
+        except psutil.Error:
+            continue
+    return list(found.values())
+
+
+def signal_all(procs: Iterable[psutil.Process], sig: signal.Signals) -> None:
+    """Signal each process; psutil refuses a pid that was reused since we saw it."""
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+        except psutil.Error:
+            continue
+
+
+def terminate_tree(procs: list[psutil.Process], grace: float) -> list[psutil.Process]:
+    """SIGTERM, wait up to `grace`, SIGKILL the survivors; return those killed hard."""
+    if not procs:
+        return []
+    signal_all(procs, signal.SIGTERM)
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    if alive:
+        signal_all(alive, signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=2)
+    return alive

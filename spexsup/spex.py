@@ -1,0 +1,28 @@
+"""The handle every operation takes: the state home, its store, the tmux home."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spexsup.home import TmuxHome
+from spexsup.paths import ensure_private_dir, resolve_home
+from spexsup.store import Store
+
+
+@dataclass
+class Spex:
+    home: Path
+    store: Store
+    tmux: TmuxHome = field(default_factory=TmuxHome)
+
+    @classmethod
+    def open(cls, home: str | Path | None = None, tmux: TmuxHome | None = None) -> Spex:
+        path = resolve_home(home)
+        return cls(path, Store(path), tmux or TmuxHome())
+
+    def turns_dir(self, session: str) -> Path:
+        return ensure_private_dir(self.home / "turns" / session)
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,111 @@
+"""The SQLite state: WAL, a busy timeout, every change in `BEGIN IMMEDIATE`.
+
+Schema changes are numbered migrations keyed on `PRAGMA user_version`, applied
+in order inside one immediate transaction, so two processes opening a new home
+at once cannot both migrate it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from spexsup.errors import Failed
+from spexsup.paths import ensure_private_dir
+
+BUSY_TIMEOUT_MS = 30_000
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: sessions, turns, tickets.
+    """
+    CREATE TABLE sessions (
+        name TEXT PRIMARY KEY,
+        harness TEXT NOT NULL,
+        command TEXT,
+        cwd TEXT NOT NULL,
+        env TEXT NOT NULL DEFAULT '{}',
+        window REAL,
+        state TEXT NOT NULL DEFAULT 'idle',
+        harness_session_id TEXT,
+        current_turn TEXT,
+        created_at REAL NOT NULL
+    );
+    CREATE TABLE turns (
+        id TEXT PRIMARY KEY,
+        session TEXT NOT NULL,
+        state TEXT NOT NULL,
+        verdict TEXT,
+        rc INTEGER,
+        pid INTEGER,
+        error TEXT,
+        attempts INTEGER NOT NULL DEFAULT 1,
+        resumed TEXT,
+        launcher_pid INTEGER,
+        launcher_token TEXT,
+        started_at REAL NOT NULL,
+        ended_at REAL
+    );
+    CREATE INDEX turns_by_session ON turns (session, started_at);
+    CREATE TABLE tickets (
+        id INTEGER PRIMARY KEY,
+        session TEXT NOT NULL,
+        op TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        start_token TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
+)
+
+
+class Store:
+    """One connection to `<home>/state.db`; use `tx()` for every change."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = ensure_private_dir(home)
+        self.path = home / "state.db"
+        try:
+            self.db = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
+            )
+            self.path.chmod(0o600)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            self._migrate()
+        except sqlite3.DatabaseError as e:
+            raise Failed(f"cannot open state database {self.path}: {e}") from None
+
+    def _migrate(self) -> None:
+        if self.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):
+            return
+        with self.tx():
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if version > len(MIGRATIONS):
+                raise Failed(
+                    f"state database {self.path} has schema {version}, newer than this spex",
+                    hint="upgrade spexsup",
+                )
+            for number in range(version, len(MIGRATIONS)):
+                for statement in MIGRATIONS[number].split(";"):
+                    if statement.strip():
+                        self.db.execute(statement)
+            self.db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """An immediate (write-locked) transaction: commit on success, else roll back."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.close()

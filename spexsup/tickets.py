@@ -1,0 +1,38 @@
+"""Tickets: a row naming the process that is mutating a session right now.
+
+Every mutating operation (wake from admission through confirmation, stop,
+resume, rm) holds one for its duration, so a maintenance lease can wait for
+older operations to drain, and can tell a dead holder (pid + start token)
+from a slow one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from spexsup.procs import own_identity
+from spexsup.spex import Spex
+
+
+@contextmanager
+def ticket(spex: Spex, session: str, op: str) -> Iterator[int]:
+    """Hold a ticket on `session`; lease admission checks happen in the caller's tx."""
+    from spexsup import lease
+
+    pid, token = own_identity()
+    with spex.store.tx() as db:
+        lease.check_admission(db, session, op)
+        cur = db.execute(
+            "INSERT INTO tickets (session, op, pid, start_token, created_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (session, op, pid, token, time.time()),
+        )
+        ticket_id = cur.lastrowid
+    assert ticket_id is not None
+    try:
+        yield ticket_id
+    finally:
+        with spex.store.tx() as db:
+            db.execute("DELETE FROM tickets WHERE id = ?", (ticket_id,))
