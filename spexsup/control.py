@@ -58,7 +58,7 @@ def _kill_turn(spex: Spex, name: str, cwd: str, turn: str, grace: float) -> None
     m = marker.read(directory)
     if m.stage is Stage.NONE:
         # The wrapper may be about to start: replace the pane's process first.
-        spex.tmux.respawn(name, cwd, {}, [])
+        spex.tmux.respawn_shell(name, cwd)
     terminate_tree(turn_processes(turn, m.pid), grace)
     with DirWatch([directory]) as watch:
         deadline = time.monotonic() + WRAPPER_EXIT_WAIT
@@ -71,7 +71,7 @@ def _kill_turn(spex: Spex, name: str, cwd: str, turn: str, grace: float) -> None
             watch.wait(deadline - time.monotonic())
     pane = spex.tmux.pane(name)
     if pane is not None and (pane.pane_dead or m.stage is not Stage.EXIT):
-        spex.tmux.respawn(name, cwd, {}, [])
+        spex.tmux.respawn_shell(name, cwd)
 
 
 def resume(spex: Spex, name: str, *, force: bool = False) -> None:

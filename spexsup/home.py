@@ -152,5 +152,15 @@ class TmuxHome:
             return False
         raise Failed(f"tmux could not start the turn in {name!r}: {err}")
 
+    def respawn_shell(self, name: str, cwd: str) -> bool:
+        """Hand the pane back to a fresh shell, killing whatever runs in it.
+
+        `respawn-pane` with no command would rerun the pane's last command
+        (the wrapper), so the shell is named explicitly.
+        """
+        rc, out, _ = self._run("show-options", "-gv", "default-shell")
+        shell = out[0] if rc == 0 and out else os.environ.get("SHELL", "/bin/sh")
+        return self.respawn(name, cwd, {}, [shell])
+
     def kill(self, name: str) -> None:
         self._run("kill-session", "-t", f"={name}")

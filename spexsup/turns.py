@@ -294,12 +294,13 @@ def wake(
             attempts += 1
             with DirWatch([directory]) as watch:
                 launch(spex, session, turn, directory)
-                result = confirm_startup(spex, name, directory, span, started, watch)
+                # The window measures the harness's startup, not our own
+                # admission (which may queue behind other writers).
+                result = confirm_startup(spex, name, directory, span, time.monotonic(), watch)
             if not _retryable(adapter, directory, result, attempts):
                 break
             _rotate_attempt(spex, turn, directory, attempts)
             time.sleep(RETRY_BACKOFF[attempts - 1])
-            started = time.monotonic()
         verdict = _settle(spex, session, turn, directory, adapter, result)
     verdict.attempts = attempts
     verdict.elapsed_ms = int((time.monotonic() - started) * 1000)
@@ -376,7 +377,7 @@ def _abandon(
 
     report.record_exit(spex.store, session.name, turn, None, directory, state="error", error=error)
     terminate_tree(turn_processes(turn, m.pid), grace=0.5)
-    spex.tmux.respawn(session.name, session.cwd, {}, [])
+    spex.tmux.respawn_shell(session.name, session.cwd)
 
 
 # --- reading and reconciliation --------------------------------------------

@@ -1,0 +1,140 @@
+"""Every test gets its own tmux server, HOME, SPEXSUP_HOME and process cleanup.
+
+The private server is named per test and lives under a per-test TMUX_TMPDIR,
+so the user's default server is never touched. Every process started under
+the test's environment (found by its TMUX_TMPDIR, which panes inherit from
+the tmux server) is killed with its process group in teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from spexsup.spex import Spex
+
+HERE = Path(__file__).resolve().parent
+HARNESSES = HERE / "harnesses"
+WRAPPERS = HERE / "wrappers"
+SPEX = str(Path(sys.executable).parent / "spex")
+
+
+@dataclass
+class Env:
+    root: Path
+    home: Path
+    tmux_tmpdir: Path
+    socket: str
+    vars: dict[str, str]
+
+    def spex(self) -> Spex:
+        return Spex.open(self.home)
+
+    def run(
+        self,
+        *args: str,
+        input: bytes | None = None,
+        timeout: float = 60,
+        extra: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the installed `spex` command the way a user does."""
+        env = {**self.vars, **(extra or {})}
+        return subprocess.run(
+            [SPEX, *args],
+            input=input.decode("utf-8", "surrogateescape") if input is not None else None,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["tmux", "-L", self.socket, *args],
+            capture_output=True,
+            text=True,
+            env=self.vars,
+            check=False,
+        )
+
+    def pane_pid(self, name: str) -> int:
+        out = self.tmux("display-message", "-p", "-t", f"={name}:0.0", "#{pane_pid}")
+        return int(out.stdout.strip())
+
+
+def _ours(proc: psutil.Process, tmux_tmpdir: str) -> bool:
+    try:
+        return proc.environ().get("TMUX_TMPDIR") == tmux_tmpdir
+    except psutil.Error:
+        return False
+
+
+def kill_everything(tmux_tmpdir: str) -> None:
+    me = os.getpid()
+    for proc in psutil.process_iter():
+        if proc.pid == me or not _ours(proc, tmux_tmpdir):
+            continue
+        try:
+            pgid = os.getpgid(proc.pid)
+            if pgid != os.getpgid(me):
+                os.killpg(pgid, signal.SIGKILL)
+            proc.kill()
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
+    # tmux sockets need a short path: keep TMUX_TMPDIR out of pytest's deep tmp.
+    tmux_tmpdir = Path(tempfile.mkdtemp(prefix="spx"))
+    home = tmp_path / "state"
+    user_home = tmp_path / "home"
+    user_home.mkdir()
+    socket = f"t{os.getpid()}-{tmux_tmpdir.name}"
+    values = {
+        "HOME": str(user_home),
+        "TMUX_TMPDIR": str(tmux_tmpdir),
+        "SPEXSUP_TMUX": socket,
+        "SPEXSUP_HOME": str(home),
+        "SPEXSUP_DEMO_DELAY": "0.2",
+        "SHELL": "/bin/bash",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+    }
+    for key in ("TMUX", "TMUX_PANE", "SPEXSUP_TMUX_SOCKET", "SPEXSUP_WRAPPER", "XDG_STATE_HOME"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    vars_ = dict(os.environ.items())
+    e = Env(tmp_path, home, tmux_tmpdir, socket, vars_)
+    try:
+        yield e
+    finally:
+        e.tmux("kill-server")
+        kill_everything(str(tmux_tmpdir))
+        shutil.rmtree(tmux_tmpdir, ignore_errors=True)
+
+
+def harness(name: str) -> str:
+    return str(HARNESSES / name)
+
+
+def retry_until(check: Callable[[], bool], seconds: float = 10, interval: float = 0.05) -> bool:
+    """Poll `check` until true or the deadline (libtmux's retry_until, for tests)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(interval)
+    return check()

@@ -1,0 +1,229 @@
+"""Sessions through the installed `spex` command: create, list, show, rm, attach."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+
+import pexpect
+import pytest
+from conftest import SPEX, Env, retry_until
+
+
+def test_round_trip(env: Env) -> None:
+    r = env.run("new", "alpha", "--cwd", str(env.root), "--env", "FOO=bar baz")
+    assert r.returncode == 0, r.stderr
+    assert "created alpha" in r.stdout
+    rows = json.loads(env.run("ls", "--json").stdout)
+    assert len(rows) == 1
+    row = rows[0]
+    assert {"name", "harness", "state", "cwd", "harness_session_id", "turn"} <= row.keys()
+    assert row["name"] == "alpha"
+    assert row["harness"] == "demo"
+    assert row["state"] == "idle"
+    assert row["cwd"] == str(env.root)
+    assert row["turn"] is None
+    assert row["home"] == "ok"
+    # One tmux session, one window, one pane, in the cwd, with the env.
+    panes = env.tmux("list-panes", "-s", "-t", "=alpha", "-F", "#{pane_current_path}")
+    assert panes.stdout.split() == [str(env.root)]
+    shown = json.loads(env.run("show", "alpha", "--json").stdout)
+    assert shown["name"] == "alpha"
+    assert shown["turns"] == []
+    assert "session   alpha" in env.run("show", "alpha").stdout
+    assert env.run("rm", "alpha").returncode == 0
+    assert json.loads(env.run("ls", "--json").stdout) == []
+    assert env.tmux("has-session", "-t", "=alpha").returncode != 0
+
+
+@pytest.mark.parametrize("bad", [".", "a.b", "a:b", "a b", "", "x" * 65, "-lead", "ü"])
+def test_invalid_names_are_refused_before_tmux(env: Env, bad: str) -> None:
+    r = env.run("new", bad)
+    assert r.returncode == 2
+    assert r.stderr.startswith("spex: ")
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in r.stderr
+    assert json.loads(env.run("ls", "--json").stdout) == []
+    # Nothing touched tmux: our private server was never even started.
+    assert env.tmux("list-sessions").returncode != 0
+    for cmd in ("show", "rm", "wake", "stop", "resume", "attach"):
+        r = env.run(cmd, bad, "hi") if cmd == "wake" else env.run(cmd, bad)
+        assert r.returncode == 2, (cmd, r.stderr)
+
+
+def test_64_chars_is_fine(env: Env) -> None:
+    assert env.run("new", "x" * 64).returncode == 0
+
+
+def test_duplicate_and_unknown(env: Env) -> None:
+    assert env.run("new", "a").returncode == 0
+    r = env.run("new", "a")
+    assert r.returncode == 3
+    assert "already exists" in r.stderr
+    for args in (["show", "nope"], ["rm", "nope"], ["wake", "nope", "hi"], ["stop", "nope"]):
+        r = env.run(*args)
+        assert r.returncode == 3, args
+        assert r.stderr == "spex: no session named 'nope' (see spex ls)\n"
+
+
+def test_bad_input_is_one_line_and_changes_nothing(env: Env) -> None:
+    cases = [
+        ["new", "a", "--harness", "gpt"],
+        ["new", "a", "--env", "NOEQUALS"],
+        ["new", "a", "--env", "1X=2"],
+        ["new", "a", "--window", "-1"],
+        ["new", "a", "--window", "abc"],
+        ["new", "a", "--cwd", str(env.root / "missing")],
+        ["new", "a", "--harness", "command"],
+        ["new", "a", "--harness", "claude", "--", "echo"],
+        ["new"],
+        ["ls", "--bogus"],
+        ["nosuchcommand"],
+    ]
+    for args in cases:
+        r = env.run(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("spex: "), (args, r.stderr)
+    assert json.loads(env.run("ls", "--json").stdout) == []
+
+
+def test_command_harness(env: Env) -> None:
+    assert env.run("new", "c", "--", "echo", "-n", "said:").returncode == 0
+    row = json.loads(env.run("show", "c", "--json").stdout)
+    assert row["harness"] == "command"
+    assert row["command"] == ["echo", "-n", "said:"]
+
+
+def test_state_dir_and_file_modes(env: Env) -> None:
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    assert env.run("wake", "a", "hello", "--window", "0.3").returncode == 0
+    assert stat.S_IMODE(env.home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((env.home / "state.db").stat().st_mode) == 0o600
+    turn_dirs = list((env.home / "turns" / "a").iterdir())
+    assert turn_dirs
+    for d in turn_dirs:
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700
+        for f in ("prompt", "argv", "env", "reporter", "meta.json"):
+            assert stat.S_IMODE((d / f).stat().st_mode) == 0o600, f
+
+
+def test_home_killed_behind_our_back(env: Env) -> None:
+    assert env.run("new", "a").returncode == 0
+    assert env.run("new", "b").returncode == 0
+    env.tmux("kill-session", "-t", "=a")
+    rows = {r["name"]: r for r in json.loads(env.run("ls", "--json").stdout)}
+    assert rows["a"]["home"] == "missing"
+    assert rows["b"]["home"] == "ok"
+    assert "missing" in env.run("ls").stdout
+    # The next operation that needs the home recreates it.
+    r = env.run("wake", "a", "hi", "--window", "0.3")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(env.run("show", "a", "--json").stdout)["home"] == "ok"
+    env.tmux("kill-server")
+    rows = {r["name"]: r for r in json.loads(env.run("ls", "--json").stdout)}
+    assert rows["a"]["home"] == rows["b"]["home"] == "missing"
+    r = env.run("wake", "b", "hi", "--window", "0.3")
+    assert r.returncode == 0, r.stderr
+    assert env.tmux("has-session", "-t", "=b").returncode == 0
+
+
+def test_rm_when_home_already_gone(env: Env) -> None:
+    assert env.run("new", "a").returncode == 0
+    env.tmux("kill-server")
+    r = env.run("rm", "a")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(env.run("ls", "--json").stdout) == []
+    # The name is free again.
+    assert env.run("new", "a").returncode == 0
+
+
+def test_racing_creates_exactly_one_wins(env: Env) -> None:
+    for i in range(4):
+        name = f"race{i}"
+        procs = [
+            subprocess.Popen(
+                [SPEX, "new", name],
+                env=env.vars,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            for _ in range(3)
+        ]
+        codes = sorted(p.wait(timeout=30) for p in procs)
+        assert codes == [0, 3, 3], name
+    rows = json.loads(env.run("ls", "--json").stdout)
+    assert sorted(r["name"] for r in rows) == [f"race{i}" for i in range(4)]
+    listed = env.tmux("list-sessions", "-F", "#{session_name}").stdout.split()
+    assert sorted(listed) == [f"race{i}" for i in range(4)]
+
+
+def test_attach_shows_the_pane_and_detach_returns(env: Env) -> None:
+    assert env.run("new", "a").returncode == 0
+    env.tmux("send-keys", "-t", "=a:0.0", "echo HELLO-FROM-PANE", "Enter")
+    assert retry_until(
+        lambda: "HELLO-FROM-PANE" in env.tmux("capture-pane", "-p", "-t", "=a:0.0").stdout
+    )
+    child = pexpect.spawn(
+        SPEX, ["attach", "a"], env=env.vars, dimensions=(40, 120), timeout=15, encoding="utf-8"
+    )
+    try:
+        child.expect("HELLO-FROM-PANE")
+        env.tmux("detach-client", "-s", "=a")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert env.tmux("has-session", "-t", "=a").returncode == 0
+
+
+def test_attach_unknown_is_refused(env: Env) -> None:
+    r = env.run("attach", "ghost")
+    assert r.returncode == 3
+
+
+def test_doctor(env: Env) -> None:
+    env.run("new", "a")
+    r = env.run("doctor")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok    tmux: tmux 3." in r.stdout or "ok    tmux:" in r.stdout
+    assert "state:" in r.stdout and "mode 700" in r.stdout
+    assert "harness claude" in r.stdout
+
+
+def test_ls_on_empty_home_and_help(env: Env) -> None:
+    r = env.run("ls")
+    assert r.returncode == 0
+    assert "no sessions" in r.stdout
+    assert env.run("--help").returncode == 0
+    assert env.run("wake", "-h").returncode == 0
+
+
+def test_default_home_follows_xdg(env: Env, tmp_path: os.PathLike[str]) -> None:
+    vars_ = {k: v for k, v in env.vars.items() if k != "SPEXSUP_HOME"}
+    vars_["XDG_STATE_HOME"] = str(env.root / "xdg")
+    r = subprocess.run([SPEX, "new", "x"], env=vars_, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert (env.root / "xdg" / "spexsup" / "state.db").exists()
+
+
+def test_ls_is_one_tmux_call(env: Env) -> None:
+    """`ls` reads tmux with one `list-panes -a`, however many sessions there are."""
+    for i in range(5):
+        assert env.run("new", f"s{i}").returncode == 0
+    shim_dir = env.root / "shim"
+    shim_dir.mkdir()
+    log = env.root / "tmux-calls"
+    real = shutil.which("tmux")
+    shim = shim_dir / "tmux"
+    shim.write_text(f'#!/bin/sh\necho "$*" >>{log}\nexec {real} "$@"\n')
+    shim.chmod(0o755)
+    r = env.run("ls", "--json", extra={"PATH": f"{shim_dir}:{env.vars['PATH']}"})
+    assert r.returncode == 0
+    assert len(json.loads(r.stdout)) == 5
+    calls = log.read_text().splitlines()
+    assert len(calls) == 1
+    assert "list-panes -a" in calls[0]

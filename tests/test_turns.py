@@ -1,0 +1,473 @@
+"""Turns with real wrappers in real panes: every verdict of DESIGN §2.5, provoked."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from conftest import SPEX, WRAPPERS, Env, harness, retry_until
+
+from spexsup import marker, report
+from spexsup.marker import Stage
+
+
+def wake_json(env: Env, *args: str, extra: dict[str, str] | None = None) -> tuple[int, dict]:  # type: ignore[type-arg]
+    r = env.run("wake", *args, "--json", extra=extra)
+    assert r.stdout, r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+def turn_processes_alive(turn: str) -> list[int]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("SPEXSUP_TURN") == turn and proc.status() != "zombie":
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def show(env: Env, name: str) -> dict:  # type: ignore[type-arg]
+    return json.loads(env.run("show", name, "--json").stdout)  # type: ignore[no-any-return]
+
+
+def test_exit0_is_completed(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    code, v = wake_json(env, "a", "do it", "--window", "10")
+    assert code == 0
+    assert v["verdict"] == "completed"
+    assert v["rc"] == 0
+    assert v["error"] is None
+    assert set(v) >= {"session", "turn", "verdict", "rc", "pid", "error", "elapsed_ms"}
+    # Completed without waiting out the window.
+    assert v["elapsed_ms"] < 5000
+    turn = show(env, "a")["turn"]
+    assert turn["state"] == "complete" and turn["rc"] == 0
+    m = marker.read(env.home / "turns" / "a" / v["turn"])
+    assert (m.stage, m.rc, m.cas) == (Stage.EXIT, 0, 0)
+    assert "all good" in env.run("log", "a").stdout
+
+
+def test_exit7_is_failed_with_rc_and_output(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit7.sh"))
+    code, v = wake_json(env, "a", "do it", "--window", "10")
+    assert code == 1
+    assert v["verdict"] == "failed"
+    assert v["rc"] == 7
+    assert "exited rc=7" in v["error"]
+    assert "boom: something broke" in v["error"]
+    assert "exit reporter" not in v["error"]
+    s = show(env, "a")
+    assert s["state"] == "error"
+    assert s["turn"]["state"] == "error"
+    # A failed last turn still allows the next wake.
+    code, v = wake_json(env, "a", "again", "--window", "10")
+    assert v["verdict"] == "failed"
+    r = env.run("wake", "a", "plain", "--window", "10")
+    assert r.returncode == 1
+    assert r.stderr.startswith("spex: a: exited rc=7")
+
+
+def test_outliving_the_window_is_confirmed(env: Env) -> None:
+    env.run("new", "a", "--window", "0.5", "--", harness("sleeper.sh"))
+    started = time.monotonic()
+    code, v = wake_json(env, "a", "long job")
+    assert code == 0
+    assert v["verdict"] == "confirmed"
+    assert time.monotonic() - started >= 0.5
+    assert v["pid"] == env.pane_pid("a")
+    s = show(env, "a")
+    assert s["state"] == "running"
+    assert s["turn"]["state"] == "running"
+    # Busy: refused, and nothing changed.
+    r = env.run("wake", "a", "second")
+    assert r.returncode == 3
+    assert "busy" in r.stderr
+    after = show(env, "a")
+    assert [(t["id"], t["state"]) for t in after["turns"]] == [(v["turn"], "running")]
+    assert after["state"] == "running"
+    assert len(list((env.home / "turns" / "a").iterdir())) == 1
+    assert env.run("stop", "a", "--grace", "1").returncode == 0
+    assert turn_processes_alive(v["turn"]) == []
+
+
+def test_window_per_call_overrides_session(env: Env) -> None:
+    env.run("new", "a", "--window", "5", "--", harness("sleeper.sh"))
+    started = time.monotonic()
+    code, v = wake_json(env, "a", "x", "--window", "0.3")
+    assert code == 0 and v["verdict"] == "confirmed"
+    assert time.monotonic() - started < 4
+
+
+def test_wrapper_that_cannot_start_never_confirms(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    missing = str(env.root / "no" / "such" / "turn.sh")
+    code, v = wake_json(env, "a", "x", "--window", "0.4", extra={"SPEXSUP_WRAPPER": missing})
+    assert code == 1
+    assert v["verdict"] == "failed"
+    assert "never confirmed startup" in v["error"]
+    s = show(env, "a")
+    assert s["turn"]["state"] == "error"
+    assert s["state"] == "error"
+    # The pane is a shell again and the next wake works.
+    code, v = wake_json(env, "a", "x", "--window", "10")
+    assert v["verdict"] == "completed"
+
+
+def test_invalid_marker_fails_at_once(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    started = time.monotonic()
+    code, v = wake_json(
+        env, "a", "x", "--window", "5", extra={"SPEXSUP_WRAPPER": str(WRAPPERS / "invalid.sh")}
+    )
+    assert code == 1
+    assert "invalid outcome marker 'started-ish'" in v["error"]
+    assert time.monotonic() - started < 4
+    # Nothing of the failed startup is left running.
+    assert retry_until(lambda: "sleep" not in _pane_command(env, "a"))
+
+
+def _pane_command(env: Env, name: str) -> str:
+    return env.tmux("display-message", "-p", "-t", f"={name}:0.0", "#{pane_current_command}").stdout
+
+
+def test_zombie_wrapper_is_not_trusted(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    code, v = wake_json(
+        env, "a", "x", "--window", "1", extra={"SPEXSUP_WRAPPER": str(WRAPPERS / "zombie.sh")}
+    )
+    assert code == 1
+    assert "is a zombie" in v["error"]
+
+
+def test_marker_pid_must_be_the_panes(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    code, v = wake_json(
+        env, "a", "x", "--window", "0.5", extra={"SPEXSUP_WRAPPER": str(WRAPPERS / "other_pid.sh")}
+    )
+    assert code == 1
+    assert "is not the pane's process" in v["error"]
+
+
+def test_reporter_that_never_finishes(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    stuck = str(WRAPPERS / "stuck_reporting.sh")
+    code, v = wake_json(env, "a", "x", "--window", "0.3", extra={"SPEXSUP_WRAPPER": stuck})
+    assert code == 1
+    assert "exited rc=0 but its exit reporter did not finish" in v["error"]
+
+
+def test_wrapper_sigkilled_inside_the_window(env: Env) -> None:
+    env.run("new", "a", "--", harness("kill_wrapper.sh"))
+    code, v = wake_json(env, "a", "x", "--window", "1")
+    assert code == 1
+    assert "is dead" in v["error"] or "vanished" in v["error"]
+    assert show(env, "a")["turn"]["state"] in ("error", "lost")
+    assert turn_processes_alive(v["turn"]) == []
+
+
+def test_wrapper_sigkilled_after_the_window_is_lost(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    _, v = wake_json(env, "a", "x", "--window", "0.3")
+    assert v["verdict"] == "confirmed"
+    os.kill(v["pid"], signal.SIGKILL)
+    assert retry_until(lambda: not psutil.pid_exists(v["pid"]) or _zombie(v["pid"]))
+    s = show(env, "a")
+    assert s["turn"]["state"] == "lost"
+    assert "without a final marker" in s["turn"]["error"]
+    assert s["state"] == "error"
+    # The lost turn's harness is an orphan still tagged with the turn.
+    for pid in turn_processes_alive(v["turn"]):
+        os.kill(pid, signal.SIGKILL)
+    _code, v = wake_json(env, "a", "again", "--window", "0.3")
+    assert v["verdict"] == "confirmed"
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_reporter_failure_is_named_and_the_end_still_recorded(env: Env) -> None:
+    env.run("new", "a", "--", harness("sabotage_reporter.sh"))
+    code, v = wake_json(env, "a", "x", "--window", "10")
+    assert code == 1
+    assert "exited rc=7, exit reporter rc=127" in v["error"]
+    turn = show(env, "a")["turn"]
+    assert turn["state"] == "error"
+    assert turn["rc"] == 7
+
+
+def test_tmux_server_killed_mid_turn(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    _, v = wake_json(env, "a", "x", "--window", "0.3")
+    assert v["verdict"] == "confirmed"
+    env.tmux("kill-server")
+    assert retry_until(lambda: show(env, "a")["turn"]["state"] == "lost")
+    s = show(env, "a")
+    assert s["home"] == "missing"
+    _code, v = wake_json(env, "a", "back", "--window", "0.3")
+    assert v["verdict"] == "confirmed"
+    assert show(env, "a")["home"] == "ok"
+
+
+def test_wait_returns_the_rc_and_times_out(env: Env) -> None:
+    env.run("new", "a", "--", "bash", "-c", 'sleep 1; echo "$0"; exit 5')
+    _code, v = wake_json(env, "a", "x", "--window", "0.3")
+    assert v["verdict"] == "confirmed"
+    r = env.run("wait", "a", "--timeout", "0.2")
+    assert r.returncode == 124
+    assert r.stderr.startswith("spex: timed out")
+    r = env.run("wait", "a", "--json")
+    assert r.returncode == 5
+    (ended,) = json.loads(r.stdout)
+    assert ended["state"] == "error" and ended["rc"] == 5
+    # Waiting on a turn that already ended answers at once.
+    assert env.run("wait", "a").returncode == 5
+
+
+def test_wait_on_several_sessions(env: Env) -> None:
+    env.run("new", "ok", "--", "bash", "-c", "sleep 0.6")
+    env.run("new", "bad", "--", "bash", "-c", "sleep 0.8; exit 3")
+    assert wake_json(env, "ok", "x", "--window", "0.2")[1]["verdict"] == "confirmed"
+    assert wake_json(env, "bad", "x", "--window", "0.2")[1]["verdict"] == "confirmed"
+    r = env.run("wait", "ok", "bad", "--json")
+    assert r.returncode == 1
+    states = {e["session"]: e["state"] for e in json.loads(r.stdout)}
+    assert states == {"ok": "complete", "bad": "error"}
+    env.run("new", "never")
+    assert env.run("wait", "never").returncode == 3
+
+
+def test_stop_resume_cycle(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    _, v = wake_json(env, "a", "x", "--window", "0.3")
+    r = env.run("stop", "a", "--grace", "2")
+    assert r.returncode == 0, r.stderr
+    s = show(env, "a")
+    assert s["state"] == "stopped"
+    assert s["turn"]["state"] == "aborted"
+    assert turn_processes_alive(v["turn"]) == []
+    # The pane is back at a shell, and the turn's final marker was written.
+    assert retry_until(lambda: marker.read(env.home / "turns/a" / v["turn"]).stage is Stage.EXIT)
+    assert retry_until(lambda: _pane_command(env, "a").strip() == "bash")
+    r = env.run("wake", "a", "x")
+    assert r.returncode == 3 and "stopped" in r.stderr
+    assert env.run("resume", "a").returncode == 0
+    assert show(env, "a")["state"] == "idle"
+    assert env.run("resume", "a").returncode == 3
+    _code, v2 = wake_json(env, "a", "y", "--window", "0.3")
+    assert v2["verdict"] == "confirmed"
+    # Abort wins over the late exit report: the old turn stays aborted.
+    assert env.run("rm", "a").returncode == 3
+    assert env.run("rm", "a", "--force").returncode == 0
+    assert turn_processes_alive(v2["turn"]) == []
+
+
+def test_stop_escalates_to_sigkill_and_leaves_no_orphan(env: Env) -> None:
+    env.run("new", "a", "--", harness("ignore_term.sh"))
+    _code, v = wake_json(env, "a", "x", "--window", "0.5")
+    assert v["verdict"] == "confirmed"
+    assert len(turn_processes_alive(v["turn"])) >= 3  # harness, child, setsid escapee
+    started = time.monotonic()
+    assert env.run("stop", "a", "--grace", "0.5").returncode == 0
+    assert time.monotonic() - started >= 0.5
+    assert turn_processes_alive(v["turn"]) == []
+
+
+def test_resume_refuses_while_old_turn_may_live(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    _code, v = wake_json(env, "a", "x", "--window", "0.3")
+    assert env.run("stop", "a", "--grace", "1").returncode == 0
+    # A process of the old turn shows up again (tagged with its id).
+    straggler = subprocess.Popen(
+        ["sleep", "60"], env={**env.vars, "SPEXSUP_TURN": v["turn"]}, start_new_session=True
+    )
+    try:
+        r = env.run("resume", "a")
+        assert r.returncode == 3
+        assert f"pid {straggler.pid}" in r.stderr
+        assert show(env, "a")["state"] == "stopped"
+        assert env.run("resume", "a", "--force").returncode == 0
+    finally:
+        straggler.kill()
+        straggler.wait()
+
+
+def test_stop_of_idle_session_and_bad_grace(env: Env) -> None:
+    env.run("new", "a")
+    assert env.run("stop", "a", "--grace", "-1").returncode == 2
+    assert show(env, "a")["state"] == "idle"
+    r = env.run("stop", "a")
+    assert r.returncode == 0 and "aborted" not in r.stdout
+    assert show(env, "a")["state"] == "stopped"
+
+
+def test_demo_resumes_its_conversation(env: Env) -> None:
+    env.run("new", "d", "--harness", "demo")
+    _, v = wake_json(env, "d", "first", "--window", "0.3")
+    assert v["verdict"] == "confirmed"
+    assert env.run("wait", "d").returncode == 0
+    conversation = show(env, "d")["harness_session_id"]
+    assert conversation and conversation.startswith("demo-")
+    _, v = wake_json(env, "d", "second", "--window", "0.3")
+    assert env.run("wait", "d").returncode == 0
+    out = env.run("log", "d").stdout
+    assert f"conversation: {conversation} (turn 2)" in out
+    assert show(env, "d")["turn"]["resumed"] == conversation
+    _, v = wake_json(env, "d", "third", "--fresh", "--window", "0.3")
+    assert env.run("wait", "d").returncode == 0
+    assert "(turn 1)" in env.run("log", "d").stdout
+    assert show(env, "d")["harness_session_id"] != conversation
+    _code, v = wake_json(env, "d", "please fail now", "--window", "10")
+    assert v["verdict"] == "failed" and v["rc"] == 1
+    assert "asked me to fail" in v["error"]
+
+
+def test_command_harness_gets_prompt_and_env(env: Env) -> None:
+    out = env.root / "got"
+    env.run("new", "c", "--env", f"RECORD_TO={out}", "--", sys.executable, harness("record.py"))
+    _code, v = wake_json(env, "c", "hello world", "--window", "30")
+    assert v["verdict"] == "completed", v
+    assert out.read_bytes() == b"hello world"
+    seen = dict(line.split("=", 1) for line in (out.parent / "got.env").read_text().splitlines())
+    turn_dir = env.home / "turns" / "c" / v["turn"]
+    assert seen["SPEXSUP_SESSION"] == "c"
+    assert seen["SPEXSUP_TURN"] == v["turn"]
+    assert seen["SPEXSUP_TURN_DIR"] == str(turn_dir)
+    assert seen["SPEXSUP_PROMPT_FILE"] == str(turn_dir / "prompt")
+    assert seen["via"] == "argv"
+
+
+def test_big_prompts_via_file_and_stdin(env: Env) -> None:
+    out = env.root / "got"
+    env.run("new", "c", "--env", f"RECORD_TO={out}", "--", sys.executable, harness("record.py"))
+    big = (b"x$(rm -rf /)`id`'\"\n-\xc3\xa9" * 80000)[: 1 << 20]
+    (env.root / "p").write_bytes(big)
+    _code, v = wake_json(env, "c", "-f", str(env.root / "p"), "--window", "30")
+    assert v["verdict"] == "completed", v
+    assert out.read_bytes() == big
+    assert "via=stdin" in (out.parent / "got.env").read_text()
+    r = env.run("wake", "c", "-f", "-", "--json", "--window", "30", input=big[:200000])
+    assert json.loads(r.stdout)["verdict"] == "completed"
+    assert out.read_bytes() == big[:200000]
+    # Over 1 MiB: refused as invalid input, nothing started.
+    turns_before = len(show(env, "c")["turns"])
+    (env.root / "p").write_bytes(big + b"more")
+    r = env.run("wake", "c", "-f", str(env.root / "p"))
+    assert r.returncode == 2
+    assert len(show(env, "c")["turns"]) == turns_before
+    assert env.run("wake", "c").returncode == 2
+    assert env.run("wake", "c", "x", "-f", "-").returncode == 2
+    assert env.run("wake", "c", "-f", str(env.root / "nope")).returncode == 2
+
+
+def test_turn_exit_is_a_compare_and_swap(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    _code, v = wake_json(env, "a", "x", "--window", "0.3")
+    turn = v["turn"]
+    spex = env.spex()
+    # A report for some other turn is stale: nothing changes.
+    assert report.record_exit(spex.store, "a", "20200101T000000-000000", 0) == report.STALE
+    assert show(env, "a")["turn"]["state"] == "running"
+    assert env.run("stop", "a", "--grace", "1").returncode == 0
+    # Abort wins over a later (or repeated) exit report.
+    r = subprocess.run([SPEX, "internal", "turn-exit", "a", turn, "0"], env=env.vars, check=False)
+    assert r.returncode == report.STALE
+    assert show(env, "a")["turn"]["state"] == "aborted"
+    for bad in (["a", turn, "256"], ["a", turn, "x"], ["a.b", turn, "0"], ["a", turn]):
+        r = subprocess.run(
+            [SPEX, "internal", "turn-exit", *bad], env=env.vars, capture_output=True, check=False
+        )
+        assert r.returncode == 2, bad
+
+
+def test_twenty_wakes_at_once(env: Env) -> None:
+    for i in range(20):
+        assert env.run("new", f"s{i}", "--", harness("sleeper.sh")).returncode == 0
+    procs = [
+        subprocess.Popen(
+            [SPEX, "wake", f"s{i}", "go", "--json", "--window", "1"],
+            env=env.vars,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(20)
+    ]
+    results = [p.communicate(timeout=60) for p in procs]
+    for p, (out, err) in zip(procs, results, strict=True):
+        assert p.returncode == 0, (out, err)
+        assert b"database is locked" not in err
+        assert json.loads(out)["verdict"] == "confirmed"
+    rows = json.loads(env.run("ls", "--json").stdout)
+    assert len(rows) == 20
+    assert all(r["turn"]["state"] == "running" for r in rows)
+
+
+def test_log_follow_streams_until_the_end(env: Env) -> None:
+    env.run("new", "a", "--", "bash", "-c", "for i in 1 2 3; do echo line$i; sleep 0.3; done")
+    _code, v = wake_json(env, "a", "x", "--window", "0.2")
+    assert v["verdict"] == "confirmed"
+    r = env.run("log", "a", "-f", timeout=20)
+    assert r.returncode == 0
+    assert [ln for ln in r.stdout.splitlines() if ln.startswith("line")] == [
+        "line1",
+        "line2",
+        "line3",
+    ]
+    assert env.run("log", "a", "--turn", v["turn"]).stdout == r.stdout
+    assert env.run("log", "a", "--turn", "nope").returncode == 3
+
+
+def test_wrapper_ships_in_the_wheel(tmp_path: Path) -> None:
+    """The wrapper is found from an installed wheel exactly as from the repo."""
+    repo = Path(__file__).resolve().parent.parent
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(repo),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if r.returncode != 0:  # no hatchling in this venv: build isolated
+        r = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(repo)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    assert r.returncode == 0, r.stderr
+    (wheel,) = tmp_path.glob("spexsup-*.whl")
+    import zipfile
+
+    target = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as z:
+        assert "spexsup/shell/turn.sh" in z.namelist()
+        z.extractall(target)
+    found = subprocess.run(
+        [sys.executable, "-c", "from spexsup.paths import wrapper_path; print(wrapper_path())"],
+        env={**os.environ, "PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    assert found.stdout.strip() == str(target / "spexsup" / "shell" / "turn.sh")

@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# The harness "exited" but the reporter never finishes.
+printf 'reporting:%s:0' "$$" >"$1/outcome"
+exec sleep 300
