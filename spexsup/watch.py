@@ -7,6 +7,7 @@ callers re-read state after each wake-up and never busy-poll.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,6 +17,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from watchdog.events import FileSystemEventHandler
     from watchdog.observers.api import BaseObserver
+
+# watchdog logs a benign race when an observer stops mid-read; with no handler
+# configured, Python would print it on the user's terminal.
+logging.getLogger("watchdog").addHandler(logging.NullHandler())
 
 # Fallback re-read interval when no event arrives.
 COARSE_POLL = 0.5
