@@ -198,7 +198,7 @@ def log(spex: Spex, name: str, *, turn: str | None = None, follow: bool = False)
     yield from drain()
     if not follow:
         return
-    with DirWatch([directory]) as watch:
+    with DirWatch([directory], names=frozenset({"outcome", "output.log"})) as watch:
         while True:
             reconcile(spex, [name])
             state = spex.store.db.execute("SELECT state FROM turns WHERE id = ?", (turn,))

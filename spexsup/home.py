@@ -140,19 +140,29 @@ class TmuxHome:
         if self.pane(name) is None:
             self.create(name, cwd, env)
 
-    def respawn(self, name: str, cwd: str, env: Mapping[str, str], argv: Sequence[str]) -> bool:
-        """`respawn-pane -k` the home's pane with `argv`; False if the home is missing."""
-        args = ["respawn-pane", "-k", "-t", f"={name}:0.0", "-c", cwd]
+    def respawn(
+        self, name: str, cwd: str, env: Mapping[str, str], argv: Sequence[str]
+    ) -> int | None:
+        """`respawn-pane -k` the home's pane with `argv`; its new pane_pid, or None
+        if the home is missing.
+
+        The pane_pid is read in the same tmux call (tmux forks the pane's
+        process before it runs the next command), so confirming a turn's
+        startup needs no further tmux round trip.
+        """
+        target = f"={name}:0.0"
+        args = ["respawn-pane", "-k", "-t", target, "-c", cwd]
         for key, value in env.items():
             args += ["-e", f"{key}={value}"]
-        rc, _, err = self._run(*args, *argv)
-        if rc == 0:
-            return True
+        args += [*argv, ";", "display-message", "-p", "-t", target, "#{pane_pid}"]
+        rc, out, err = self._run(*args)
+        if rc == 0 and out and out[-1].isdigit():
+            return int(out[-1])
         if "can't find" in err or any(s in err for s in _NO_SERVER):
-            return False
-        raise Failed(f"tmux could not start the turn in {name!r}: {err}")
+            return None
+        raise Failed(f"tmux could not start the turn in {name!r}: {err or out}")
 
-    def respawn_shell(self, name: str, cwd: str) -> bool:
+    def respawn_shell(self, name: str, cwd: str) -> int | None:
         """Hand the pane back to a fresh shell, killing whatever runs in it.
 
         `respawn-pane` with no command would rerun the pane's last command

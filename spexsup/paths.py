@@ -32,15 +32,21 @@ def ensure_private_dir(path: Path) -> Path:
     return path
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` with mode 0600 so readers see old or new, never half."""
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write `data` to `path` with mode 0600 so readers see old or new, never half.
+
+    `durable` also fsyncs before the rename, so a crash cannot leave an empty
+    file behind; files that die with the turn they prepare skip it (it costs
+    milliseconds on every wake).
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)

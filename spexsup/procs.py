@@ -24,15 +24,20 @@ class Liveness(enum.Enum):
     UNPROVEN = "unproven"
 
 
-def start_token(pid: int) -> str | None:
-    """Field 22 of /proc/<pid>/stat, or None when the process does not exist."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """Fields 3.. of /proc/<pid>/stat (state first), or None if there is no such process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except (FileNotFoundError, ProcessLookupError):
         return None
     # comm (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return fields[19].decode()
+    return stat[stat.rindex(b")") + 2 :].split()
+
+
+def start_token(pid: int) -> str | None:
+    """Field 22 of /proc/<pid>/stat, or None when the process does not exist."""
+    fields = _stat_fields(pid)
+    return fields[19].decode() if fields else None
 
 
 def own_identity() -> tuple[int, str]:
@@ -43,19 +48,25 @@ def own_identity() -> tuple[int, str]:
 
 
 def identity_liveness(pid: int, token: str | None) -> Liveness:
-    """Is the process named by (pid, token) alive? A zombie counts as dead."""
+    """Is the process named by (pid, token) alive? A zombie counts as dead.
+
+    One read of /proc/<pid>/stat gives both the state and the start token:
+    this runs inside every confirmation window, so it stays that cheap.
+    """
     try:
-        proc = psutil.Process(pid)
-        status = proc.status()
-    except psutil.NoSuchProcess:
-        return Liveness.DEAD
-    except psutil.AccessDenied:
+        fields = _stat_fields(pid)
+    except OSError:
         return Liveness.UNPROVEN
-    if status == psutil.STATUS_ZOMBIE:
+    if fields is None or fields[0] in (b"Z", b"X"):
         return Liveness.DEAD
-    if token is not None and start_token(pid) != token:
+    if token is not None and fields[19].decode() != token:
         return Liveness.DEAD
     return Liveness.ALIVE
+
+
+def is_zombie(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] == b"Z"
 
 
 def turn_processes(turn_id: str, root_pid: int | None) -> list[psutil.Process]:

@@ -24,7 +24,7 @@ from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.harness import Harness
 from spexsup.marker import Marker, Stage
 from spexsup.paths import ensure_private_dir, wrapper_path, write_atomic
-from spexsup.procs import Liveness, identity_liveness, own_identity, start_token
+from spexsup.procs import Liveness, identity_liveness, is_zombie, own_identity, start_token
 from spexsup.sessions import Session, get, validate_window
 from spexsup.spex import Spex
 from spexsup.tickets import ticket
@@ -150,12 +150,13 @@ def _prepare(
     adapter: Harness,
 ) -> None:
     """The turn dir: exact prompt bytes, NUL-separated argv/env/reporter, metadata."""
-    write_atomic(directory / "prompt", prompt)
-    write_atomic(directory / "argv", b"\0".join(argv) + b"\0")
-    env = b"".join(f"{k}={v}".encode() + b"\0" for k, v in session.env.items())
-    write_atomic(directory / "env", env)
+    files = {
+        "prompt": prompt,
+        "argv": b"\0".join(argv) + b"\0",
+        "env": b"".join(f"{k}={v}".encode() + b"\0" for k, v in session.env.items()),
+    }
     if on_stdin:
-        write_atomic(directory / "stdin", b"")
+        files["stdin"] = b""
     reporter = [
         sys.executable,
         "-m",
@@ -167,14 +168,20 @@ def _prepare(
         session.name,
         turn,
     ]
-    write_atomic(directory / "reporter", "\0".join(reporter).encode() + b"\0")
+    files["reporter"] = "\0".join(reporter).encode() + b"\0"
     meta = {"session": session.name, "turn": turn, "harness": adapter.name}
     meta["id_pattern"] = adapter.id_pattern or ""
-    write_atomic(directory / "meta.json", json.dumps(meta).encode())
+    files["meta.json"] = json.dumps(meta).encode()
+    # Not fsync'd: after a crash the turn is lost anyway, and these die with it.
+    for name, data in files.items():
+        write_atomic(directory / name, data, durable=False)
 
 
-def launch(spex: Spex, session: Session, turn: str, directory: Path) -> None:
-    """`respawn-pane -k` the wrapper into the home, recreating a vanished home first."""
+def launch(spex: Spex, session: Session, turn: str, directory: Path) -> int:
+    """`respawn-pane -k` the wrapper into the home, recreating a vanished home first.
+
+    Returns tmux's pane_pid for the new wrapper.
+    """
     env = {
         "SPEXSUP_SESSION": session.name,
         "SPEXSUP_TURN": turn,
@@ -184,34 +191,27 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path) -> None:
     }
     wrapper = os.environ.get("SPEXSUP_WRAPPER") or str(wrapper_path())
     argv = ["bash", wrapper, str(directory)]
-    if spex.tmux.respawn(session.name, session.cwd, env, argv):
-        return
-    spex.tmux.create(session.name, session.cwd, session.env)
-    if not spex.tmux.respawn(session.name, session.cwd, env, argv):
+    pane_pid = spex.tmux.respawn(session.name, session.cwd, env, argv)
+    if pane_pid is None:
+        spex.tmux.create(session.name, session.cwd, session.env)
+        pane_pid = spex.tmux.respawn(session.name, session.cwd, env, argv)
+    if pane_pid is None:
         raise Failed(f"the tmux home of {session.name!r} vanished while starting the turn")
+    return pane_pid
 
 
 # --- confirmation ---------------------------------------------------------
 
 
-def _pid_problem(spex: Spex, name: str, pid: int) -> str | None:
+def _pid_problem(pid: int, pane_pid: int) -> str | None:
     """Why `running:<pid>` can't be trusted, or None: alive, not a zombie, the pane's pid."""
     liveness = identity_liveness(pid, None)
     if liveness is Liveness.DEAD:
-        import psutil
-
-        try:
-            zombie = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            zombie = False
-        return f"wrapper pid {pid} is {'a zombie' if zombie else 'dead'}"
+        return f"wrapper pid {pid} is {'a zombie' if is_zombie(pid) else 'dead'}"
     if liveness is Liveness.UNPROVEN:
         return f"cannot inspect wrapper pid {pid}"
-    pane = spex.tmux.pane(name)
-    if pane is None:
-        return "the tmux home vanished during startup"
-    if pane.pane_pid != pid:
-        return f"marker pid {pid} is not the pane's process (pane_pid {pane.pane_pid})"
+    if pid != pane_pid:
+        return f"marker pid {pid} is not the pane's process (pane_pid {pane_pid})"
     return None
 
 
@@ -224,12 +224,13 @@ class Startup:
 
 
 def confirm_startup(
-    spex: Spex, name: str, directory: Path, window: float, started: float, watch: DirWatch
+    directory: Path, window: float, started: float, watch: DirWatch, pane_pid: int
 ) -> Startup:
     """Wait (event-driven) for the marker to prove the turn's startup, per DESIGN §2.5.
 
-    The pid checks run `settle` before the window ends and the re-read at its
-    end, so a confirmed verdict costs no time beyond the window.
+    `pane_pid` is tmux's pane_pid for the pane, read at launch. The pid checks
+    run `settle` before the window ends and the re-read at its end, so a
+    confirmed verdict costs no time beyond the window.
     """
     deadline = started + window
     settle = min(0.1, window / 4)
@@ -253,7 +254,7 @@ def confirm_startup(
             if m.stage is Stage.NONE:
                 return Startup("failed", m, "never confirmed startup (no outcome marker)")
             assert m.pid is not None
-            problem = _pid_problem(spex, name, m.pid)
+            problem = _pid_problem(m.pid, pane_pid)
             if problem:
                 return Startup("failed", m, problem, m.pid)
             first, token = m, start_token(m.pid)
@@ -293,10 +294,11 @@ def wake(
         while True:
             attempts += 1
             with DirWatch([directory]) as watch:
-                launch(spex, session, turn, directory)
+                pane_pid = launch(spex, session, turn, directory)
                 # The window measures the harness's startup, not our own
                 # admission (which may queue behind other writers).
-                result = confirm_startup(spex, name, directory, span, time.monotonic(), watch)
+                launched = time.monotonic()
+                result = confirm_startup(directory, span, launched, watch, pane_pid)
             if not _retryable(adapter, directory, result, attempts):
                 break
             _rotate_attempt(spex, turn, directory, attempts)

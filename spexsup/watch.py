@@ -1,12 +1,19 @@
 """Event-driven waiting on turn directories (watchdog/inotify).
 
-A `DirWatch` wakes its waiter on any filesystem event in the watched
-directories; a coarse timeout on every wait guards against a missed event, so
-callers re-read state after each wake-up and never busy-poll.
+A `DirWatch` wakes its waiter on writes to the named files (by default the
+outcome marker) in the watched directories, so a chatty harness appending
+to its log does not wake a waiter that only needs the marker; a
+coarse timeout on every wait guards against a missed event, so callers
+re-read state after each wake-up and never busy-poll.
+
+One watchdog observer serves the whole process (started on first use): its
+threads are started once, not per wake, and a fan-out of many legs shares
+them. Several waiters on one directory share one inotify watch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterable
@@ -15,46 +22,115 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from watchdog.events import FileSystemEventHandler
-    from watchdog.observers.api import BaseObserver
+    from watchdog.events import FileSystemEvent
+    from watchdog.observers.api import BaseObserver, ObservedWatch
 
-# watchdog logs a benign race when an observer stops mid-read; with no handler
+# watchdog logs a benign race when a watch goes away mid-read; with no handler
 # configured, Python would print it on the user's terminal.
 logging.getLogger("watchdog").addHandler(logging.NullHandler())
 
+Names = frozenset[str] | None
+
 # Fallback re-read interval when no event arrives.
-COARSE_POLL = 0.5
+COARSE_POLL = 2.0
+
+
+class _Hub:
+    """The process's observer and, per directory, the waiters to wake."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.observer: BaseObserver | None = None
+        self.watches: dict[str, tuple[ObservedWatch, dict[threading.Event, Names]]] = {}
+
+    def _start(self) -> BaseObserver:
+        from watchdog.observers import Observer
+
+        if self.observer is None:
+            # Never stopped (daemon), so a long dispatch timeout costs nothing
+            # and spares the thread a wake-up every second.
+            self.observer = Observer(timeout=30)
+            self.observer.daemon = True
+            self.observer.start()
+        return self.observer
+
+    def add(self, directory: str, waiter: threading.Event, names: Names) -> None:
+        from watchdog.events import (
+            FileClosedEvent,
+            FileCreatedEvent,
+            FileDeletedEvent,
+            FileModifiedEvent,
+            FileMovedEvent,
+            FileSystemEventHandler,
+        )
+
+        with self.lock:
+            if directory in self.watches:
+                self.watches[directory][1][waiter] = names
+                return
+            waiters = {waiter: names}
+
+            class Wake(FileSystemEventHandler):
+                def on_any_event(self, event: FileSystemEvent) -> None:
+                    touched = {_basename(event.src_path), _basename(event.dest_path)}
+                    for w, wanted in list(waiters.items()):
+                        if wanted is None or touched & wanted:
+                            w.set()
+
+            # Writes only: watching opens/reads would wake us on our own
+            # reads of the marker, turning the wait into a busy loop.
+            writes: list[type[FileSystemEvent]] = [
+                FileMovedEvent,
+                FileCreatedEvent,
+                FileModifiedEvent,
+                FileClosedEvent,
+                FileDeletedEvent,
+            ]
+            watch = self._start().schedule(Wake(), directory, event_filter=writes)
+            self.watches[directory] = (watch, waiters)
+
+    def remove(self, directory: str, waiter: threading.Event) -> None:
+        with self.lock:
+            entry = self.watches.get(directory)
+            if entry is None:
+                return
+            watch, waiters = entry
+            waiters.pop(waiter, None)
+            if not waiters:
+                del self.watches[directory]
+                assert self.observer is not None
+                # The directory may have been removed under us, its watch gone.
+                with contextlib.suppress(KeyError, OSError):
+                    self.observer.unschedule(watch)
+
+
+def _basename(path: str | bytes) -> str:
+    name = path.decode(errors="replace") if isinstance(path, bytes) else path
+    return name.rsplit("/", 1)[-1]
+
+
+_hub = _Hub()
+
+MARKER_ONLY: Names = frozenset({"outcome"})
 
 
 class DirWatch:
-    def __init__(self, dirs: Iterable[Path]) -> None:
-        self.dirs = [Path(d) for d in dirs]
+    def __init__(self, dirs: Iterable[Path], names: Names = MARKER_ONLY) -> None:
+        """Watch `dirs` for writes to files called `names` (None: any file)."""
+        self.dirs: list[str] = []
+        self.names = names
         self.changed = threading.Event()
-        self._observer: BaseObserver | None = None
-        self._handler: FileSystemEventHandler | None = None
+        self._initial = [str(d) for d in dirs]
 
     def __enter__(self) -> DirWatch:
-        from watchdog.events import FileSystemEvent, FileSystemEventHandler
-        from watchdog.observers import Observer
-
-        changed = self.changed
-
-        class Wake(FileSystemEventHandler):
-            def on_any_event(self, event: FileSystemEvent) -> None:
-                changed.set()
-
-        self._handler = Wake()
-        self._observer = Observer()
-        self._observer.daemon = True
-        for d in self.dirs:
-            self.add(d)
-        self._observer.start()
+        for d in self._initial:
+            self.add(Path(d))
         return self
 
     def add(self, d: Path) -> None:
         """Watch one more directory (e.g. a turn dir created after entering)."""
-        assert self._observer is not None and self._handler is not None
-        self._observer.schedule(self._handler, str(d), recursive=False)
+        _hub.add(str(d), self.changed, self.names)
+        self.dirs.append(str(d))
 
     def wait(self, timeout: float) -> bool:
         """Block until an event or `timeout` (capped at the coarse poll); clears the flag."""
@@ -68,6 +144,6 @@ class DirWatch:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout=2)
+        for d in self.dirs:
+            _hub.remove(d, self.changed)
+        self.dirs.clear()

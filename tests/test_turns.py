@@ -150,10 +150,10 @@ def test_zombie_wrapper_is_not_trusted(env: Env) -> None:
 def test_marker_pid_must_be_the_panes(env: Env) -> None:
     env.run("new", "a", "--", harness("exit0.sh"))
     code, v = wake_json(
-        env, "a", "x", "--window", "0.5", extra={"SPEXSUP_WRAPPER": str(WRAPPERS / "other_pid.sh")}
+        env, "a", "x", "--window", "1", extra={"SPEXSUP_WRAPPER": str(WRAPPERS / "other_pid.sh")}
     )
     assert code == 1
-    assert "is not the pane's process" in v["error"]
+    assert "is not the pane's process" in v["error"], v
 
 
 def test_reporter_that_never_finishes(env: Env) -> None:
