@@ -471,3 +471,26 @@ def test_wrapper_ships_in_the_wheel(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert found.stdout.strip() == str(target / "spexsup" / "shell" / "turn.sh")
+
+
+def test_signal_death_reports_128_plus_signal(env: Env) -> None:
+    env.run("new", "a", "--", "bash", "-c", "kill -KILL $$")
+    _, v = wake_json(env, "a", "x", "--window", "10")
+    assert v["verdict"] == "failed"
+    assert v["rc"] == 128 + signal.SIGKILL
+    assert show(env, "a")["turn"]["rc"] == 137
+
+
+def test_wake_killed_mid_confirmation_leaves_a_durable_turn(env: Env) -> None:
+    """SIGKILL the `spex wake` itself: the turn runs on and its end is recorded."""
+    env.run("new", "a", "--", "bash", "-c", "sleep 1; exit 4")
+    proc = subprocess.Popen([SPEX, "wake", "a", "x", "--window", "30"], env=env.vars)
+    turn_dir = env.home / "turns" / "a"
+    assert retry_until(lambda: turn_dir.exists() and any(turn_dir.iterdir()))
+    (directory,) = turn_dir.iterdir()
+    assert retry_until(lambda: marker.read(directory).stage is Stage.RUNNING)
+    proc.kill()
+    proc.wait()
+    r = env.run("wait", "a", "--timeout", "20")
+    assert r.returncode == 4
+    assert show(env, "a")["turn"]["state"] == "error"
