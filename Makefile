@@ -27,8 +27,17 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
-test-real: $(STAMP)
-	$(BIN)/python -m pytest -q -m real tests/test_real_harnesses.py
+# The real agent CLIs from npm (about 1.2 GB), installed once into a cache dir.
+REAL_CLIS ?= $(HOME)/.cache/spexsup/real-clis
+REAL_PKGS := @anthropic-ai/claude-code @openai/codex opencode-ai @mariozechner/pi-coding-agent
+
+$(REAL_CLIS)/node_modules/.bin/pi:
+	mkdir -p $(REAL_CLIS)
+	cd $(REAL_CLIS) && npm install --no-audit --no-fund $(REAL_PKGS)
+
+test-real: $(STAMP) $(REAL_CLIS)/node_modules/.bin/pi
+	SPEXSUP_REAL_CLI_BIN=$(REAL_CLIS)/node_modules/.bin \
+	  $(BIN)/python -m pytest -q -s -m real tests/test_real_harnesses.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -54,7 +54,10 @@ def run_checks(spex: Spex) -> list[Check]:
     checks.append(Check("server", census.liveness is not Liveness.UNPROVEN, server))
     mode = stat.S_IMODE(spex.home.stat().st_mode)
     checks.append(Check("state", mode == 0o700, f"{spex.home} mode {mode:o}"))
-    for name, h in harness.BUILTIN.items():
+    registry = harness.load_registry(spex.home)
+    for name, error in registry.errors.items():
+        checks.append(Check(f"harness {name}", False, error.line(), required=False))
+    for name, h in registry.harnesses.items():
         if h.binary is None:
             checks.append(Check(f"harness {name}", True, h.notes or "built in", required=False))
             continue

@@ -8,10 +8,12 @@ fatal with a cause to name. Built-ins can be overridden or extended in TOML.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from spexsup.errors import Invalid
 
@@ -77,6 +79,8 @@ def command_harness(command: Sequence[str]) -> Harness:
 
 
 _DEMO = (sys.executable, "-m", "spexsup.demo_agent")
+# Conversation-store and lock errors that mean nothing ran: safe to retry.
+_LOCKED = (r"database is locked", r"SQLITE_BUSY")
 
 BUILTIN: dict[str, Harness] = {
     "demo": Harness(
@@ -86,12 +90,19 @@ BUILTIN: dict[str, Harness] = {
         stdin_fallback=True,
         window=1.0,
         id_pattern=r"conversation: (demo-[0-9a-f]+)",
-        fatal=(Fatal(r"Please run /login", "the demo agent is not logged in"),),
+        fatal=(
+            Fatal(
+                r"no conversation found with id",
+                "the demo agent does not know this conversation (wake with --fresh)",
+            ),
+        ),
         notes="bundled agent simulator",
     ),
+    # `--` ends the options, so a prompt that starts with `-` stays a prompt.
+    # With no prompt argument, claude -p reads the prompt from stdin.
     "claude": Harness(
         name="claude",
-        fresh=("claude", "-p", "--output-format", "stream-json", "--verbose", PROMPT),
+        fresh=("claude", "-p", "--output-format", "stream-json", "--verbose", "--", PROMPT),
         resume=(
             "claude",
             "-p",
@@ -100,16 +111,17 @@ BUILTIN: dict[str, Harness] = {
             "--verbose",
             "--resume",
             SESSION_ID,
+            "--",
             PROMPT,
         ),
         stdin_fallback=True,
         id_pattern=r'"session_id"\s*:\s*"([0-9a-fA-F-]{8,})"',
-        retryable=(r"database is locked", r"SQLITE_BUSY"),
+        retryable=_LOCKED,
         fatal=(
             Fatal(
                 r"Please run /login|Not logged in", "claude is not logged in (run claude /login)"
             ),
-            Fatal(r"Invalid API key", "claude has an invalid API key"),
+            Fatal(r"Invalid API key", "claude has an invalid API key (run claude /login)"),
             Fatal(
                 r"No conversation found with session ID",
                 "claude does not know this conversation id (wake with --fresh)",
@@ -117,67 +129,215 @@ BUILTIN: dict[str, Harness] = {
         ),
         binary="claude",
     ),
+    # codex refuses to run outside a trusted (git) directory; spex keeps that
+    # safety check and names it when it fires. Add --skip-git-repo-check in
+    # harnesses.toml to lift it. With no prompt argument codex reads stdin.
     "codex": Harness(
         name="codex",
-        fresh=("codex", "exec", "--json", "--skip-git-repo-check", PROMPT),
-        resume=("codex", "exec", "--json", "--skip-git-repo-check", "resume", SESSION_ID, PROMPT),
+        fresh=("codex", "exec", "--json", "--", PROMPT),
+        resume=("codex", "exec", "resume", "--json", "--", SESSION_ID, PROMPT),
         stdin_fallback=True,
-        id_pattern=r'"(?:thread_id|session_id|conversation_id)"\s*:\s*"([0-9a-fA-F-]{8,})"',
-        retryable=(r"database is locked", r"SQLITE_BUSY"),
+        window=3.0,
+        id_pattern=r'"thread_id"\s*:\s*"([0-9a-fA-F-]{8,})"',
+        retryable=_LOCKED,
         fatal=(
-            Fatal(r"Not inside a trusted directory", "codex refuses an untrusted directory"),
-            Fatal(r"Not logged in|Please run .?codex login", "codex is not logged in"),
+            Fatal(
+                r"Not inside a trusted directory",
+                "codex refuses to run outside a trusted git directory"
+                " (run it in a git repository, or add --skip-git-repo-check in harnesses.toml)",
+            ),
+            Fatal(r"Not logged in|codex login", "codex is not logged in (run codex login)"),
             Fatal(r"Invalid API key|invalid_api_key", "codex has an invalid API key"),
+            Fatal(
+                r"no rollout found|session .* not found",
+                "codex does not know this session id (wake with --fresh)",
+            ),
         ),
         binary="codex",
     ),
     "opencode": Harness(
         name="opencode",
-        fresh=("opencode", "run", "--format", "json", PROMPT),
-        resume=("opencode", "run", "--format", "json", "--session", SESSION_ID, PROMPT),
+        fresh=("opencode", "run", "--format", "json", "--", PROMPT),
+        resume=("opencode", "run", "--format", "json", "--session", SESSION_ID, "--", PROMPT),
+        window=3.0,
         id_pattern=r'"sessionID"\s*:\s*"(ses_[A-Za-z0-9]+)"',
-        retryable=(r"database is locked", r"SQLITE_BUSY"),
-        fatal=(Fatal(r"No provider|ProviderModelNotFound", "opencode has no model provider"),),
+        retryable=_LOCKED,
+        fatal=(
+            Fatal(
+                r"ProviderModelNotFound|No provider", "opencode has no model provider configured"
+            ),
+            Fatal(
+                r"Session not found", "opencode does not know this session id (wake with --fresh)"
+            ),
+        ),
         binary="opencode",
     ),
+    # pi's parser has no `--`, so the prompt always goes on stdin.
     "pi": Harness(
         name="pi",
-        fresh=("pi", "-p", PROMPT),
-        resume=("pi", "-p", "--session", SESSION_ID, PROMPT),
-        id_pattern=r'"(?:sessionId|session_id)"\s*:\s*"([^"]+)"',
-        retryable=(r"database is locked",),
+        fresh=("pi", "-p", "--mode", "json"),
+        resume=("pi", "-p", "--mode", "json", "--session", SESSION_ID),
+        prompt_via="stdin",
+        window=3.0,
+        id_pattern=r'"type"\s*:\s*"session"[^\n]*?"id"\s*:\s*"([^"]+)"',
+        retryable=_LOCKED,
         fatal=(
             Fatal(r"No API key found", "pi has no API key (run pi, then /login)"),
             Fatal(r"Use /login", "pi is not logged in (run pi, then /login)"),
+            Fatal(
+                r"No session found|Session not found",
+                "pi does not know this session (wake with --fresh)",
+            ),
         ),
         binary="pi",
     ),
 }
 
-NAMES = (*BUILTIN, "command")
+FIELDS = {
+    "fresh": list,
+    "resume": list,
+    "prompt_via": str,
+    "stdin_fallback": bool,
+    "window": float,
+    "id_pattern": str,
+    "retryable": list,
+    "fatal": list,
+    "binary": str,
+    "version_args": list,
+    "notes": str,
+}
 
 
-def validate_name(name: str) -> str:
-    if name not in NAMES:
-        raise Invalid(f"unknown harness {name!r}", hint=f"one of: {', '.join(NAMES)}")
-    return name
+def config_files(home: Path) -> list[Path]:
+    """Harness files, later ones overriding earlier: user config, then the state home."""
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    config = Path(xdg) if xdg else Path.home() / ".config"
+    return [config / "spexsup" / "harnesses.toml", home / "harnesses.toml"]
 
 
-def resolve(name: str, command: Sequence[str] | None) -> Harness:
+@dataclass
+class Registry:
+    """Built-ins plus user harnesses; a bad entry is kept as its error, so a
+    mistake in one harness never breaks commands that use another."""
+
+    harnesses: dict[str, Harness]
+    errors: dict[str, Invalid]
+
+    def names(self) -> list[str]:
+        return sorted({*self.harnesses, *self.errors, "command"} - {"*"})
+
+    def get(self, name: str) -> Harness:
+        if name in self.errors:
+            raise self.errors[name]
+        if name not in self.harnesses:
+            if "*" in self.errors:
+                raise self.errors["*"]
+            raise Invalid(f"unknown harness {name!r}", hint=f"one of: {', '.join(self.names())}")
+        return self.harnesses[name]
+
+
+def _bad(path: Path, name: str, field_: str, why: str) -> Invalid:
+    return Invalid(f"{path}: harness {name!r}, field {field_!r}: {why}")
+
+
+def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> Harness:
+    if not isinstance(table, dict):
+        raise _bad(path, name, "-", "must be a table ([harness.NAME])")
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) or name == "command":
+        raise _bad(path, name, "-", "invalid harness name")
+    values: dict[str, object] = {}
+    for key, value in table.items():
+        kind = FIELDS.get(key)
+        if kind is None:
+            raise _bad(path, name, key, f"unknown field (known: {', '.join(FIELDS)})")
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise _bad(path, name, key, f"must be a {kind.__name__}")
+        values[key] = value
+    for key in ("fresh", "resume", "retryable", "version_args"):
+        items = values.get(key)
+        if items is not None and not all(isinstance(x, str) and x for x in items):  # type: ignore[attr-defined]
+            raise _bad(path, name, key, "must be a list of non-empty strings")
+    fatal: list[Fatal] = []
+    for item in values.get("fatal", []):  # type: ignore[attr-defined]
+        if (
+            not isinstance(item, dict)
+            or set(item) != {"pattern", "cause"}
+            or not all(isinstance(v, str) for v in item.values())
+        ):
+            raise _bad(path, name, "fatal", "each entry needs a string pattern and cause")
+        fatal.append(Fatal(item["pattern"], item["cause"]))
+    for key, patterns in (
+        ("id_pattern", [values["id_pattern"]] if "id_pattern" in values else []),
+        ("retryable", values.get("retryable", [])),
+        ("fatal", [f.pattern for f in fatal]),
+    ):
+        for pattern in patterns:  # type: ignore[attr-defined]
+            try:
+                compiled = re.compile(pattern)
+            except re.error as e:
+                raise _bad(path, name, key, f"bad regular expression {pattern!r}: {e}") from None
+            if key == "id_pattern" and compiled.groups != 1:
+                raise _bad(path, name, key, "needs exactly one (group) around the id")
+    if "prompt_via" in values and values["prompt_via"] not in ("arg", "stdin"):
+        raise _bad(path, name, "prompt_via", 'must be "arg" or "stdin"')
+    window = values.get("window")
+    if window is not None and not 0.05 <= window <= 3600:  # type: ignore[operator]
+        raise _bad(path, name, "window", "must be between 0.05 and 3600 seconds")
+    if base is None and "fresh" not in values:
+        raise _bad(path, name, "fresh", "required for a new harness")
+    merged = base or Harness(name=name, fresh=())
+    changes: dict[str, object] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k != "fatal"
+    }
+    if "fatal" in values:
+        changes["fatal"] = tuple(fatal)
+    harness = replace(merged, name=name, **changes)  # type: ignore[arg-type]
+    if not harness.fresh:
+        raise _bad(path, name, "fresh", "must not be empty")
+    for key, template in (("fresh", harness.fresh), ("resume", harness.resume)):
+        if template is not None and harness.prompt_via == "arg" and PROMPT not in template:
+            raise _bad(path, name, key, f'needs a "{PROMPT}" element (or prompt_via = "stdin")')
+    if harness.resume is not None and SESSION_ID not in harness.resume:
+        raise _bad(path, name, "resume", f'needs a "{SESSION_ID}" element')
+    return harness
+
+
+def load_registry(home: Path) -> Registry:
+    """Built-ins overlaid with the user's harness files (tomllib; no daemon, read per use)."""
+    import tomllib
+
+    harnesses = dict(BUILTIN)
+    errors: dict[str, Invalid] = {}
+    for path in config_files(home):
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            errors["*"] = Invalid(f"{path}: cannot read harness file: {e}")
+            continue
+        tables = data.get("harness", {})
+        unknown = set(data) - {"harness"}
+        if unknown or not isinstance(tables, dict):
+            errors["*"] = Invalid(
+                f"{path}: expected only [harness.NAME] tables, found {sorted(unknown)}"
+            )
+            continue
+        for name, table in tables.items():
+            try:
+                harnesses[name] = _parse_entry(path, name, table, harnesses.get(name))
+                errors.pop(name, None)
+            except Invalid as e:
+                errors[name] = e
+    return Registry(harnesses, errors)
+
+
+def resolve(name: str, command: Sequence[str] | None, home: Path) -> Harness:
     """The adapter a session uses for its next turn."""
     if name == "command":
         if not command:
             raise Invalid("the command harness needs a command", hint="spex new NAME -- CMD ARGS…")
         return command_harness(command)
-    if name in BUILTIN:
-        return BUILTIN[name]
-    raise Invalid(f"unknown harness {name!r}", hint=f"one of: {', '.join(NAMES)}")
-
-
-def find_session_id(harness: Harness, output: bytes) -> str | None:
-    """The conversation id in a turn's output: the last match wins."""
-    if not harness.id_pattern:
-        return None
-    text = output.decode("utf-8", "replace")
-    matches = re.findall(harness.id_pattern, text)
-    return str(matches[-1]) if matches else None
+    return load_registry(home).get(name)

@@ -46,6 +46,16 @@ def find_conversation_id(turn_dir: Path) -> str | None:
     return str(found[-1]) if found else None
 
 
+def remember_conversation(store: Store, session: str, turn_dir: Path) -> None:
+    """Store the conversation id a running turn has printed so far, if any."""
+    conversation = find_conversation_id(turn_dir)
+    if conversation:
+        with store.tx() as db:
+            db.execute(
+                "UPDATE sessions SET harness_session_id = ? WHERE name = ?", (conversation, session)
+            )
+
+
 def end_state(rc: int) -> str:
     return "complete" if rc == 0 else "error"
 
@@ -70,6 +80,12 @@ def record_exit(
             (session, turn),
         ).fetchone()
         if row is None or row["state"] not in ACTIVE:
+            if row is not None and conversation:
+                # An aborted turn's conversation still exists: keep its id.
+                db.execute(
+                    "UPDATE sessions SET harness_session_id = ? WHERE name = ?",
+                    (conversation, session),
+                )
             return STALE
         db.execute(
             "UPDATE turns SET state = ?, rc = ?, ended_at = ?, error = coalesce(?, error)"

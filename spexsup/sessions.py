@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from spexsup import harness as harnesses
-from spexsup.errors import Failed, Invalid, Refused, UnknownSession
+from spexsup.errors import Invalid, Refused, UnknownSession
 from spexsup.procs import Liveness
 from spexsup.spex import Spex
 
@@ -53,8 +53,8 @@ class Session:
             created_at=row["created_at"],
         )
 
-    def adapter(self) -> harnesses.Harness:
-        return harnesses.resolve(self.harness, self.command)
+    def adapter(self, home: Path) -> harnesses.Harness:
+        return harnesses.resolve(self.harness, self.command, home)
 
 
 def validate_name(name: str) -> str:
@@ -101,7 +101,9 @@ def create(
     validate_window(window)
     if command and harness is None:
         harness = "command"
-    harness = harnesses.validate_name(harness or "demo")
+    harness = harness or "demo"
+    if harness != "command":
+        harnesses.load_registry(spex.home).get(harness)
     if harness == "command" and not command:
         raise Invalid("the command harness needs a command", hint="spex new NAME -- CMD ARGS…")
     if command and harness != "command":
@@ -219,10 +221,3 @@ def describe(
             entry["turns"] = history
         out.append(entry)
     return out
-
-
-def require_exists(spex: Spex, name: str) -> None:
-    get(spex, name)
-
-
-__all__ = ["Failed", "Session", "create", "describe", "get", "remove", "validate_name"]

@@ -123,7 +123,7 @@ def admit(spex: Spex, name: str, prompt: bytes, *, fresh: bool) -> tuple[Session
                 f"session {name!r} is busy with turn {session.current_turn}",
                 hint=f"spex wait {name}, or spex stop {name}",
             )
-        adapter = session.adapter()
+        adapter = session.adapter(spex.home)
         resume_id = None if fresh else session.harness_session_id
         argv, on_stdin = adapter.argv(prompt, resume_id)
         db.execute(
@@ -271,8 +271,13 @@ def confirm_startup(
 # --- wake -----------------------------------------------------------------
 
 
-def resolve_window(session: Session, window: float | None) -> float:
-    return validate_window(window) or session.window or session.adapter().window or DEFAULT_WINDOW
+def resolve_window(spex: Spex, session: Session, window: float | None) -> float:
+    return (
+        validate_window(window)
+        or session.window
+        or session.adapter(spex.home).window
+        or DEFAULT_WINDOW
+    )
 
 
 def wake(
@@ -288,8 +293,8 @@ def wake(
     validate_window(window)
     with ticket(spex, name, "wake"):
         session, turn, directory = admit(spex, name, prompt, fresh=fresh)
-        adapter = session.adapter()
-        span = resolve_window(session, window)
+        adapter = session.adapter(spex.home)
+        span = resolve_window(spex, session, window)
         attempts = 0
         while True:
             attempts += 1
@@ -358,6 +363,8 @@ def _settle(
             error = failure_message(adapter, directory, rc, m.cas)
     elif result.verdict == "failed":
         _abandon(spex, session, turn, directory, m, error or "failed")
+    else:
+        report.remember_conversation(spex.store, name, directory)
     with spex.store.tx() as db:
         db.execute(
             "UPDATE turns SET verdict = ?, error = coalesce(?, error),"

@@ -26,6 +26,8 @@ from spexsup.spex import Spex
 
 HERE = Path(__file__).resolve().parent
 HARNESSES = HERE / "harnesses"
+# Fakes of the real agent CLIs (claude, codex, opencode, pi), first on PATH.
+FAKES = HERE / "fakes"
 WRAPPERS = HERE / "wrappers"
 SPEX = str(Path(sys.executable).parent / "spex")
 
@@ -110,7 +112,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
         "SPEXSUP_HOME": str(home),
         "SPEXSUP_DEMO_DELAY": "0.2",
         "SHELL": "/bin/bash",
-        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "PATH": f"{Path(sys.executable).parent}:{FAKES}:{os.environ.get('PATH', '/usr/bin:/bin')}",
     }
     for key in ("TMUX", "TMUX_PANE", "SPEXSUP_TMUX_SOCKET", "SPEXSUP_WRAPPER", "XDG_STATE_HOME"):
         monkeypatch.delenv(key, raising=False)

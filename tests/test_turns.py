@@ -18,7 +18,13 @@ from spexsup.marker import Stage
 
 
 def wake_json(env: Env, *args: str, extra: dict[str, str] | None = None) -> tuple[int, dict]:  # type: ignore[type-arg]
-    r = env.run("wake", *args, "--json", extra=extra)
+    # Options first: a prompt after `--` may itself start with a dash.
+    if "--" in args:
+        cut = args.index("--")
+        args = (*args[:cut], "--json", *args[cut:])
+    else:
+        args = (*args, "--json")
+    r = env.run("wake", *args, extra=extra)
     assert r.stdout, r.stderr
     return r.returncode, json.loads(r.stdout)
 
@@ -76,7 +82,7 @@ def test_exit7_is_failed_with_rc_and_output(env: Env) -> None:
 
 
 def test_outliving_the_window_is_confirmed(env: Env) -> None:
-    env.run("new", "a", "--window", "0.5", "--", harness("sleeper.sh"))
+    env.run("new", "a", "--window", "1", "--", harness("sleeper.sh"))
     started = time.monotonic()
     code, v = wake_json(env, "a", "long job")
     assert code == 0
@@ -159,7 +165,7 @@ def test_marker_pid_must_be_the_panes(env: Env) -> None:
 def test_reporter_that_never_finishes(env: Env) -> None:
     env.run("new", "a", "--", harness("exit0.sh"))
     stuck = str(WRAPPERS / "stuck_reporting.sh")
-    code, v = wake_json(env, "a", "x", "--window", "0.3", extra={"SPEXSUP_WRAPPER": stuck})
+    code, v = wake_json(env, "a", "x", "--window", "1.5", extra={"SPEXSUP_WRAPPER": stuck})
     assert code == 1
     assert "exited rc=0 but its exit reporter did not finish" in v["error"]
 
@@ -175,7 +181,7 @@ def test_wrapper_sigkilled_inside_the_window(env: Env) -> None:
 
 def test_wrapper_sigkilled_after_the_window_is_lost(env: Env) -> None:
     env.run("new", "a", "--", harness("sleeper.sh"))
-    _, v = wake_json(env, "a", "x", "--window", "0.3")
+    _, v = wake_json(env, "a", "x", "--window", "1")
     assert v["verdict"] == "confirmed"
     os.kill(v["pid"], signal.SIGKILL)
     assert retry_until(lambda: not psutil.pid_exists(v["pid"]) or _zombie(v["pid"]))
@@ -186,7 +192,7 @@ def test_wrapper_sigkilled_after_the_window_is_lost(env: Env) -> None:
     # The lost turn's harness is an orphan still tagged with the turn.
     for pid in turn_processes_alive(v["turn"]):
         os.kill(pid, signal.SIGKILL)
-    _code, v = wake_json(env, "a", "again", "--window", "0.3")
+    _code, v = wake_json(env, "a", "again", "--window", "1")
     assert v["verdict"] == "confirmed"
 
 
@@ -209,20 +215,20 @@ def test_reporter_failure_is_named_and_the_end_still_recorded(env: Env) -> None:
 
 def test_tmux_server_killed_mid_turn(env: Env) -> None:
     env.run("new", "a", "--", harness("sleeper.sh"))
-    _, v = wake_json(env, "a", "x", "--window", "0.3")
+    _, v = wake_json(env, "a", "x", "--window", "1")
     assert v["verdict"] == "confirmed"
     env.tmux("kill-server")
     assert retry_until(lambda: show(env, "a")["turn"]["state"] == "lost")
     s = show(env, "a")
     assert s["home"] == "missing"
-    _code, v = wake_json(env, "a", "back", "--window", "0.3")
+    _code, v = wake_json(env, "a", "back", "--window", "1")
     assert v["verdict"] == "confirmed"
     assert show(env, "a")["home"] == "ok"
 
 
 def test_wait_returns_the_rc_and_times_out(env: Env) -> None:
-    env.run("new", "a", "--", "bash", "-c", 'sleep 1; echo "$0"; exit 5')
-    _code, v = wake_json(env, "a", "x", "--window", "0.3")
+    env.run("new", "a", "--", "bash", "-c", 'sleep 2.5; echo "$0"; exit 5')
+    _code, v = wake_json(env, "a", "x", "--window", "1")
     assert v["verdict"] == "confirmed"
     r = env.run("wait", "a", "--timeout", "0.2")
     assert r.returncode == 124
@@ -236,10 +242,10 @@ def test_wait_returns_the_rc_and_times_out(env: Env) -> None:
 
 
 def test_wait_on_several_sessions(env: Env) -> None:
-    env.run("new", "ok", "--", "bash", "-c", "sleep 0.6")
-    env.run("new", "bad", "--", "bash", "-c", "sleep 0.8; exit 3")
-    assert wake_json(env, "ok", "x", "--window", "0.2")[1]["verdict"] == "confirmed"
-    assert wake_json(env, "bad", "x", "--window", "0.2")[1]["verdict"] == "confirmed"
+    env.run("new", "ok", "--", "bash", "-c", "sleep 2")
+    env.run("new", "bad", "--", "bash", "-c", "sleep 2; exit 3")
+    assert wake_json(env, "ok", "x", "--window", "1")[1]["verdict"] == "confirmed"
+    assert wake_json(env, "bad", "x", "--window", "1")[1]["verdict"] == "confirmed"
     r = env.run("wait", "ok", "bad", "--json")
     assert r.returncode == 1
     states = {e["session"]: e["state"] for e in json.loads(r.stdout)}
@@ -250,7 +256,7 @@ def test_wait_on_several_sessions(env: Env) -> None:
 
 def test_stop_resume_cycle(env: Env) -> None:
     env.run("new", "a", "--", harness("sleeper.sh"))
-    _, v = wake_json(env, "a", "x", "--window", "0.3")
+    _, v = wake_json(env, "a", "x", "--window", "1")
     r = env.run("stop", "a", "--grace", "2")
     assert r.returncode == 0, r.stderr
     s = show(env, "a")
@@ -265,7 +271,7 @@ def test_stop_resume_cycle(env: Env) -> None:
     assert env.run("resume", "a").returncode == 0
     assert show(env, "a")["state"] == "idle"
     assert env.run("resume", "a").returncode == 3
-    _code, v2 = wake_json(env, "a", "y", "--window", "0.3")
+    _code, v2 = wake_json(env, "a", "y", "--window", "1")
     assert v2["verdict"] == "confirmed"
     # Abort wins over the late exit report: the old turn stays aborted.
     assert env.run("rm", "a").returncode == 3
@@ -275,7 +281,7 @@ def test_stop_resume_cycle(env: Env) -> None:
 
 def test_stop_escalates_to_sigkill_and_leaves_no_orphan(env: Env) -> None:
     env.run("new", "a", "--", harness("ignore_term.sh"))
-    _code, v = wake_json(env, "a", "x", "--window", "0.5")
+    _code, v = wake_json(env, "a", "x", "--window", "1")
     assert v["verdict"] == "confirmed"
     assert len(turn_processes_alive(v["turn"])) >= 3  # harness, child, setsid escapee
     started = time.monotonic()
@@ -286,7 +292,7 @@ def test_stop_escalates_to_sigkill_and_leaves_no_orphan(env: Env) -> None:
 
 def test_resume_refuses_while_old_turn_may_live(env: Env) -> None:
     env.run("new", "a", "--", harness("sleeper.sh"))
-    _code, v = wake_json(env, "a", "x", "--window", "0.3")
+    _code, v = wake_json(env, "a", "x", "--window", "1")
     assert env.run("stop", "a", "--grace", "1").returncode == 0
     # A process of the old turn shows up again (tagged with its id).
     straggler = subprocess.Popen(
@@ -314,17 +320,17 @@ def test_stop_of_idle_session_and_bad_grace(env: Env) -> None:
 
 def test_demo_resumes_its_conversation(env: Env) -> None:
     env.run("new", "d", "--harness", "demo")
-    _, v = wake_json(env, "d", "first", "--window", "0.3")
-    assert v["verdict"] == "confirmed"
+    _, v = wake_json(env, "d", "first", "--window", "1")
+    assert v["verdict"] in ("confirmed", "completed")
     assert env.run("wait", "d").returncode == 0
     conversation = show(env, "d")["harness_session_id"]
     assert conversation and conversation.startswith("demo-")
-    _, v = wake_json(env, "d", "second", "--window", "0.3")
+    _, v = wake_json(env, "d", "second", "--window", "1")
     assert env.run("wait", "d").returncode == 0
     out = env.run("log", "d").stdout
     assert f"conversation: {conversation} (turn 2)" in out
     assert show(env, "d")["turn"]["resumed"] == conversation
-    _, v = wake_json(env, "d", "third", "--fresh", "--window", "0.3")
+    _, v = wake_json(env, "d", "third", "--fresh", "--window", "1")
     assert env.run("wait", "d").returncode == 0
     assert "(turn 1)" in env.run("log", "d").stdout
     assert show(env, "d")["harness_session_id"] != conversation
@@ -373,7 +379,7 @@ def test_big_prompts_via_file_and_stdin(env: Env) -> None:
 
 def test_turn_exit_is_a_compare_and_swap(env: Env) -> None:
     env.run("new", "a", "--", harness("sleeper.sh"))
-    _code, v = wake_json(env, "a", "x", "--window", "0.3")
+    _code, v = wake_json(env, "a", "x", "--window", "1")
     turn = v["turn"]
     spex = env.spex()
     # A report for some other turn is stale: nothing changes.
@@ -414,8 +420,8 @@ def test_twenty_wakes_at_once(env: Env) -> None:
 
 
 def test_log_follow_streams_until_the_end(env: Env) -> None:
-    env.run("new", "a", "--", "bash", "-c", "for i in 1 2 3; do echo line$i; sleep 0.3; done")
-    _code, v = wake_json(env, "a", "x", "--window", "0.2")
+    env.run("new", "a", "--", "bash", "-c", "for i in 1 2 3; do echo line$i; sleep 0.7; done")
+    _code, v = wake_json(env, "a", "x", "--window", "1")
     assert v["verdict"] == "confirmed"
     r = env.run("log", "a", "-f", timeout=20)
     assert r.returncode == 0

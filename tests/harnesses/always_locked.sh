@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+echo "Error: SQLITE_BUSY: database is locked"
+exit 1
