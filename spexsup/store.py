@@ -57,6 +57,16 @@ MIGRATIONS: tuple[str, ...] = (
         created_at REAL NOT NULL
     );
     """,
+    # 2: fan-out waves; the document is the record, mirrored here for listing.
+    """
+    CREATE TABLE waves (
+        id TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        ended_at REAL,
+        doc TEXT NOT NULL
+    );
+    """,
 )
 
 

@@ -15,6 +15,7 @@ import secrets
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -281,25 +282,36 @@ def resolve_window(spex: Spex, session: Session, window: float | None) -> float:
 
 
 def wake(
-    spex: Spex, name: str, prompt: bytes, *, window: float | None = None, fresh: bool = False
+    spex: Spex,
+    name: str,
+    prompt: bytes,
+    *,
+    window: float | None = None,
+    fresh: bool = False,
+    gate: AbstractContextManager[object] | None = None,
 ) -> Verdict:
     """Start a turn and report what is true about it within the window.
 
     Refusals raise `Refused` (exit 3) and change nothing. A failed startup
     leaves no process of the turn behind and the pane back at a shell.
+    `gate` (a fan-out's concurrency limit) is held around admission and
+    launch only, so many turns can confirm at once.
     """
     started = time.monotonic()
     get(spex, name)
     validate_window(window)
+    gate = gate or nullcontext()
     with ticket(spex, name, "wake"):
-        session, turn, directory = admit(spex, name, prompt, fresh=fresh)
+        with gate:
+            session, turn, directory = admit(spex, name, prompt, fresh=fresh)
         adapter = session.adapter(spex.home)
         span = resolve_window(spex, session, window)
         attempts = 0
         while True:
             attempts += 1
             with DirWatch([directory]) as watch:
-                pane_pid = launch(spex, session, turn, directory)
+                with gate:
+                    pane_pid = launch(spex, session, turn, directory)
                 # The window measures the harness's startup, not our own
                 # admission (which may queue behind other writers).
                 launched = time.monotonic()

@@ -59,6 +59,8 @@ def run(argv: list[str]) -> int:
         return fail(f"{first} (see {where})", getattr(e, "exit_code", 2))
     except BrokenPipeError:
         return 1
+    except Exception as e:  # a bug of ours: still one line, never a traceback
+        return fail(f"internal error: {type(e).__name__}: {e} (please report this)", 1)
     return code if isinstance(code, int) else 0
 
 

@@ -1,0 +1,283 @@
+"""Fan-out waves through the installed `spex`: verdicts per leg, concurrency,
+signals, a killed launcher, retry-failed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from conftest import SPEX, Env, harness, retry_until
+
+
+def fan(env: Env, *args: str, extra: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    r = env.run("fanout", *args, "--json", extra=extra, timeout=120)
+    assert r.stdout, r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+def verdicts(doc: dict[str, Any]) -> dict[str, str]:
+    return {leg["session"]: leg["verdict"] for leg in doc["legs"]}
+
+
+def slow_tmux(env: Env, delay: float) -> dict[str, str]:
+    """A `tmux` first on PATH that logs each respawn-pane and holds it `delay` s."""
+    shim_dir = env.root / "shim"
+    shim_dir.mkdir(exist_ok=True)
+    log = env.root / "respawns"
+    real = shutil.which("tmux")
+    (shim_dir / "tmux").write_text(
+        "#!/bin/bash\n"
+        'case " $* " in *" respawn-pane "*)\n'
+        f'  echo "start $EPOCHREALTIME" >>{log}; sleep {delay}\n'
+        f'  echo "end $EPOCHREALTIME" >>{log};;\n'
+        "esac\n"
+        f'exec {real} "$@"\n'
+    )
+    (shim_dir / "tmux").chmod(0o755)
+    return {"PATH": f"{shim_dir}:{env.vars['PATH']}"}
+
+
+def max_overlap(log: Path) -> int:
+    events = []
+    for line in log.read_text().splitlines():
+        kind, stamp = line.split()
+        events.append((float(stamp), 1 if kind == "start" else -1))
+    now = peak = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def test_all_legs_confirmed(env: Env) -> None:
+    for n in ("a", "b", "c"):
+        env.run("new", n, "--", harness("sleeper.sh"))
+    code, doc = fan(env, "a", "b", "c", "-m", "go", "--window", "1")
+    assert code == 0
+    assert doc["state"] == "complete"
+    assert verdicts(doc) == {"a": "confirmed", "b": "confirmed", "c": "confirmed"}
+    assert all(leg["turn"] for leg in doc["legs"])
+    on_disk = json.loads((env.home / "waves" / f"{doc['id']}.json").read_text())
+    assert on_disk == doc
+    assert Path(doc["prompt_file"]).read_bytes() == b"go"
+    listed = json.loads(env.run("waves", "--json").stdout)
+    assert [w["id"] for w in listed] == [doc["id"]]
+    shown = env.run("wave", doc["id"])
+    assert "complete (3/3 legs ok)" in shown.stdout
+
+
+def test_mixed_verdicts_busy_and_stopped(env: Env) -> None:
+    env.run("new", "ok", "--", harness("exit0.sh"))
+    env.run("new", "bad", "--", harness("exit7.sh"))
+    env.run("new", "busy", "--", harness("sleeper.sh"))
+    env.run("new", "halted", "--", harness("sleeper.sh"))
+    assert env.run("wake", "busy", "first", "--window", "1").returncode == 0
+    env.run("stop", "halted")
+    code, doc = fan(env, "--all", "-m", "go", "--window", "10")
+    assert code == 1
+    assert doc["state"] == "partial"
+    assert verdicts(doc) == {
+        "ok": "completed",
+        "bad": "failed",
+        "busy": "refused",
+        "halted": "refused",
+    }
+    legs = {leg["session"]: leg for leg in doc["legs"]}
+    assert legs["bad"]["rc"] == 7 and "exited rc=7" in legs["bad"]["error"]
+    assert "busy" in legs["busy"]["error"]
+    assert "stopped" in legs["halted"]["error"]
+
+
+def test_match_and_unknown_names(env: Env) -> None:
+    for n in ("web-1", "web-2", "db-1"):
+        env.run("new", n, "--", harness("exit0.sh"))
+    code, doc = fan(env, "--match", "web-*", "-m", "go", "--window", "10")
+    assert code == 0
+    assert sorted(verdicts(doc)) == ["web-1", "web-2"]
+    code, doc = fan(env, "web-1", "ghost", "-m", "go", "--window", "10")
+    assert code == 1
+    assert verdicts(doc) == {"web-1": "completed", "ghost": "refused"}
+
+
+def test_bad_input(env: Env) -> None:
+    env.run("new", "a")
+    for args in (
+        ["a"],
+        ["a", "-m", "x", "-f", "-"],
+        ["a", "--all", "-m", "x"],
+        ["--match", "zz*", "-m", "x"],
+        ["a", "-m", "x", "--max-concurrent", "0"],
+        ["a.b", "-m", "x"],
+        ["--retry-failed", "bad/id"],
+        ["a", "-m", "x", "--window", "-2"],
+    ):
+        r = env.run("fanout", *args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("spex: ")
+    assert json.loads(env.run("waves", "--json").stdout) == []
+    assert env.run("wave", "w20200101T000000-000000").returncode == 3
+    assert env.run("fanout", "--retry-failed", "w20200101T000000-000000").returncode == 3
+
+
+def test_max_concurrent_limits_launches(env: Env) -> None:
+    names = [f"s{i}" for i in range(6)]
+    for n in names:
+        env.run("new", n, "--", harness("sleeper.sh"))
+    extra = slow_tmux(env, 0.3)
+    code, doc = fan(env, *names, "-m", "go", "--window", "1", "--max-concurrent", "2", extra=extra)
+    assert code == 0, doc
+    assert max_overlap(env.root / "respawns") == 2
+    # And without the limit they really do overlap (the measure can see it).
+    for n in names:
+        env.run("stop", n, "--grace", "1")
+        env.run("resume", n)
+    (env.root / "respawns").unlink()
+    code, doc = fan(env, *names, "-m", "go", "--window", "1", extra=extra)
+    assert code == 0
+    assert max_overlap(env.root / "respawns") > 2
+
+
+def wave_on_disk(env: Env) -> dict[str, Any] | None:
+    files = list((env.home / "waves").glob("*.json")) if (env.home / "waves").exists() else []
+    return json.loads(files[0].read_text()) if files else None
+
+
+def start_slow_wave(env: Env, legs: int, delay: float) -> subprocess.Popen[str]:
+    for i in range(legs):
+        env.run("new", f"s{i}", "--", harness("sleeper.sh"))
+    extra = slow_tmux(env, delay)
+    return subprocess.Popen(
+        [SPEX, "fanout", "--all", "-m", "go", "--window", "1", "--max-concurrent", "1", "--json"],
+        env={**env.vars, **extra},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_sigint_mid_wave_aborts_unstarted_legs(env: Env) -> None:
+    proc = start_slow_wave(env, 5, 0.4)
+    assert retry_until(
+        lambda: (
+            (d := wave_on_disk(env)) is not None
+            and any(leg["status"] == "done" for leg in d["legs"])
+        ),
+        seconds=20,
+    )
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    doc = json.loads(out)
+    assert doc["state"] == "aborted"
+    statuses = [leg["status"] for leg in doc["legs"]]
+    assert "aborted" in statuses and "done" in statuses
+    assert all(leg["verdict"] == "confirmed" for leg in doc["legs"] if leg["status"] == "done")
+    assert wave_on_disk(env) == doc
+    # Started turns keep running: they are durable.
+    done = [leg["session"] for leg in doc["legs"] if leg["status"] == "done"]
+    shown = json.loads(env.run("show", done[0], "--json").stdout)
+    assert shown["turn"]["state"] == "running"
+
+
+def test_sigterm_exits_143_and_second_signal_exits_at_once(env: Env) -> None:
+    proc = start_slow_wave(env, 3, 4.0)
+    assert retry_until(lambda: (env.root / "respawns").exists(), seconds=20)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 143
+    assert time.monotonic() - started < 3  # did not wait for the 4 s launch in flight
+    doc = wave_on_disk(env)
+    assert doc is not None and doc["state"] == "aborted"
+
+
+def test_killed_launcher_leaves_a_parseable_aborted_wave(env: Env) -> None:
+    proc = start_slow_wave(env, 4, 0.5)
+    assert retry_until(
+        lambda: (
+            (d := wave_on_disk(env)) is not None
+            and any(leg["status"] == "done" for leg in d["legs"])
+        ),
+        seconds=20,
+    )
+    proc.kill()
+    proc.communicate()
+    doc = wave_on_disk(env)
+    assert doc is not None and doc["state"] == "launching"  # as it was when killed
+    shown = json.loads(env.run("wave", doc["id"], "--json").stdout)
+    assert shown["state"] == "aborted"
+    assert wave_on_disk(env)["state"] == "aborted"  # type: ignore[index]
+    assert "aborted" in env.run("waves").stdout
+
+
+def test_retry_failed_links_both_ways(env: Env) -> None:
+    env.run("new", "ok", "--", harness("sleeper.sh"))
+    env.run("new", "flaky", "--", "bash", "-c", '[ -e "$FLAG" ] && exec sleep 300; exit 3')
+    flag = env.root / "flag"
+    code, first = fan(env, "ok", "flaky", "-m", "go", "--window", "1")
+    assert code == 1 and verdicts(first) == {"ok": "confirmed", "flaky": "failed"}
+    # Whatever made it fail is fixed.
+    env.run("rm", "flaky")
+    env.run(
+        "new",
+        "flaky",
+        "--env",
+        f"FLAG={flag}",
+        "--",
+        "bash",
+        "-c",
+        '[ -e "$FLAG" ] && exec sleep 300; exit 3',
+    )
+    flag.touch()
+    code, second = fan(env, "--retry-failed", first["id"], "--window", "1")
+    assert code == 0, second
+    assert verdicts(second) == {"flaky": "confirmed"}
+    assert second["retry_of"] == first["id"]
+    first_now = json.loads(env.run("wave", first["id"], "--json").stdout)
+    assert first_now["retried_by"] == [second["id"]]
+    r = env.run("fanout", "--retry-failed", second["id"])
+    assert r.returncode == 0 and "nothing to retry" in r.stdout
+
+
+def test_retry_refused_while_launching(env: Env) -> None:
+    proc = start_slow_wave(env, 3, 1.0)
+    try:
+        assert retry_until(lambda: wave_on_disk(env) is not None, seconds=20)
+        doc = wave_on_disk(env)
+        assert doc is not None
+        r = env.run("fanout", "--retry-failed", doc["id"])
+        assert r.returncode == 3
+        assert "still launching" in r.stderr
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def test_wait_records_each_rc(env: Env) -> None:
+    env.run("new", "a", "--", "bash", "-c", "sleep 1.5; exit 0")
+    env.run("new", "b", "--", "bash", "-c", "sleep 1.5; exit 4")
+    code, doc = fan(env, "a", "b", "-m", "go", "--window", "0.5", "--wait")
+    assert code == 1
+    legs = {leg["session"]: leg for leg in doc["legs"]}
+    assert legs["a"]["turn_state"] == "complete" and legs["a"]["rc"] == 0
+    assert legs["b"]["turn_state"] == "error" and legs["b"]["rc"] == 4
+    assert doc["state"] == "partial"
+
+
+def test_fifty_legs_at_once(env: Env) -> None:
+    for i in range(50):
+        assert env.run("new", f"s{i}", "--", harness("sleeper.sh")).returncode == 0
+    r = env.run("fanout", "--all", "-m", "go", "--window", "2", "--json", timeout=120)
+    assert "database is locked" not in r.stderr
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0, [leg for leg in doc["legs"] if leg["verdict"] != "confirmed"]
+    assert len(doc["legs"]) == 50
+    rows = json.loads(env.run("ls", "--json").stdout)
+    assert all(row["turn"]["state"] == "running" for row in rows)
