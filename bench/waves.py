@@ -62,7 +62,7 @@ def run(n: int = 30) -> None:
                         str(WINDOW),
                         "--max-concurrent",
                         str(limit),
-                    ],  # noqa: E501
+                    ],
                     env=env,
                     capture_output=True,
                     text=True,
