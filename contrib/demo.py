@@ -2,8 +2,8 @@
 """`make demo`: real turns on the bundled demo agent, no agent CLI needed.
 
 Creates three demo sessions on spex's private tmux server, wakes them (one is
-asked to fail, to show an honest `failed` verdict), waits, prints a log, and
-resumes a conversation. Every step is a real `spex` command, printed first.
+asked to fail, to show an honest `failed` verdict), waits, prints a log,
+resumes a conversation, and fans one prompt out to all three as a wave. Every step is a real `spex` command, printed first.
 Attach to any session afterwards with `spex attach demo-1`.
 """
 
@@ -56,6 +56,8 @@ def main() -> int:
     spex("wait", "demo-1")
     spex("log", "demo-1")
     spex("show", "demo-1")
+    spex("fanout", "--match", "demo-*", "-m", "summarise what you did", "--wait")
+    spex("waves")
     print("\nAttach to a session with: spex attach demo-1   (detach: C-b d)")
     return 0
 
