@@ -3,7 +3,8 @@
 
 Creates three demo sessions on spex's private tmux server, wakes them (one is
 asked to fail, to show an honest `failed` verdict), waits, prints a log,
-resumes a conversation, and fans one prompt out to all three as a wave. Every step is a real `spex` command, printed first.
+resumes a conversation, and fans one prompt out to all three as a wave.
+Every step is a real `spex` command, printed first.
 Attach to any session afterwards with `spex attach demo-1`.
 """
 

@@ -23,7 +23,9 @@ DEFAULT_GRACE = 5.0
 WRAPPER_EXIT_WAIT = 3.0
 
 
-def stop(spex: Spex, name: str, *, grace: float = DEFAULT_GRACE) -> str | None:
+def stop(
+    spex: Spex, name: str, *, grace: float = DEFAULT_GRACE, bearer: int | None = None
+) -> str | None:
     """Abort the running turn (recorded first, so abort wins), then kill its tree.
 
     SIGTERM to every process of the turn, SIGKILL after `grace`; psutil
@@ -33,7 +35,7 @@ def stop(spex: Spex, name: str, *, grace: float = DEFAULT_GRACE) -> str | None:
     if not 0 <= grace <= 3600:
         raise Invalid(f"invalid grace {grace}", hint="between 0 and 3600 seconds")
     get(spex, name)
-    with ticket(spex, name, "stop"):
+    with ticket(spex, name, "stop", bearer):
         reconcile(spex, [name])
         with spex.store.tx() as db:
             session = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
@@ -74,10 +76,10 @@ def _kill_turn(spex: Spex, name: str, cwd: str, turn: str, grace: float) -> None
         spex.tmux.respawn_shell(name, cwd)
 
 
-def resume(spex: Spex, name: str, *, force: bool = False) -> None:
+def resume(spex: Spex, name: str, *, force: bool = False, bearer: int | None = None) -> None:
     """Leave `stopped`. Refused while any process of the old turn may still live."""
     get(spex, name)
-    with ticket(spex, name, "resume"):
+    with ticket(spex, name, "resume", bearer):
         reconcile(spex, [name])
         session = get(spex, name)
         if session.state != "stopped":

@@ -1,11 +1,160 @@
-"""Maintenance leases (DESIGN §5). Placeholder until the lease issue lands:
-no lease exists, so admission is never barred."""
+"""Maintenance leases (DESIGN §5): one per SPEXSUP_HOME, kept in SQLite.
+
+State `open → draining → active → open`. `acquire` moves to `draining` at
+once (epoch + 1, never reused) and to `active` when every ticket older than
+the lease on sessions in scope has finished or its holder is dead. While not
+`open`, ordinary operations on sessions in scope are refused; the bearer's
+own operations (`bearer=epoch`) are admitted while it is `active`.
+
+Every transaction that reads the lease first recovers it: a dead holder or a
+passed deadline revokes the bearer, marks inflight capabilities
+`indeterminate`, and leaves `draining` until the tickets drain, then `open`.
+Only the token's sha256 is stored; the token never leaves the wrapper.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from spexsup.errors import Invalid, Refused
+from spexsup.procs import Liveness, identity_liveness
 
 
-def check_admission(db: sqlite3.Connection, session: str, op: str) -> None:
-    """Raise Refused when a maintenance lease bars `op` on `session`."""
-    return None
+@dataclass(frozen=True)
+class Capability:
+    op: str  # stop | resume
+    session: str
+    force: bool = False
+
+
+def parse_plan(stops: list[str], resumes: list[str]) -> list[Capability]:
+    """`--stop NAME`… and `--resume NAME[:force]`… as the exact capability plan."""
+    from spexsup.sessions import validate_name
+
+    plan = [Capability("stop", validate_name(n)) for n in stops]
+    for spec in resumes:
+        name, sep, flag = spec.partition(":")
+        if sep and flag != "force":
+            raise Invalid(f"invalid --resume {spec!r}", hint="NAME or NAME:force")
+        plan.append(Capability("resume", validate_name(name), bool(sep)))
+    keys = [(c.op, c.session) for c in plan]
+    if len(set(keys)) != len(keys):
+        raise Invalid("the plan names the same operation on a session twice")
+    return plan
+
+
+def hash_token(token: bytes) -> str:
+    return hashlib.sha256(token).hexdigest()
+
+
+def token_matches(token: bytes, stored: str | None) -> bool:
+    return stored is not None and hmac.compare_digest(hash_token(token), stored)
+
+
+def _row(db: sqlite3.Connection) -> sqlite3.Row:
+    row: sqlite3.Row = db.execute("SELECT * FROM lease WHERE id = 1").fetchone()
+    return row
+
+
+def in_scope(row: sqlite3.Row, session: str) -> bool:
+    if row["all_sessions"]:
+        return True
+    return session in json.loads(row["scope"] or "[]")
+
+
+def _older_live_tickets(db: sqlite3.Connection, row: sqlite3.Row) -> int:
+    """Tickets older than the lease on sessions in scope whose holder still lives.
+    Tickets of dead holders are deleted on the way."""
+    live = 0
+    for t in db.execute(
+        "SELECT id, session, pid, start_token FROM tickets WHERE created_at < ?",
+        (row["acquired_at"],),
+    ).fetchall():
+        if not in_scope(row, t["session"]):
+            continue
+        if identity_liveness(t["pid"], t["start_token"]) is Liveness.DEAD:
+            db.execute("DELETE FROM tickets WHERE id = ?", (t["id"],))
+        else:
+            live += 1
+    return live
+
+
+def recover(db: sqlite3.Connection, now: float | None = None) -> sqlite3.Row:
+    """Settle the lease inside the caller's transaction; return its row."""
+    now = time.time() if now is None else now
+    row = _row(db)
+    if row["state"] == "open":
+        return row
+    holder_dead = (
+        row["holder_pid"] is None
+        or identity_liveness(row["holder_pid"], row["holder_token"]) is Liveness.DEAD
+    )
+    if not row["revoked"] and (holder_dead or now > row["deadline"]):
+        db.execute(
+            "UPDATE lease SET revoked = 1, state = 'draining', token_hash = NULL WHERE id = 1"
+        )
+        db.execute(
+            "UPDATE capabilities SET state = 'indeterminate'"
+            " WHERE epoch = ? AND state = 'inflight'",
+            (row["epoch"],),
+        )
+        row = _row(db)
+    if row["revoked"] and _older_live_tickets(db, row) == 0:
+        db.execute(
+            "UPDATE lease SET state = 'open', holder_pid = NULL, holder_token = NULL,"
+            " deadline = NULL, scope = NULL, all_sessions = 0, revoked = 0 WHERE id = 1"
+        )
+        row = _row(db)
+    elif not row["revoked"] and row["state"] == "draining" and _older_live_tickets(db, row) == 0:
+        db.execute("UPDATE lease SET state = 'active' WHERE id = 1")
+        row = _row(db)
+    return row
+
+
+def check_admission(
+    db: sqlite3.Connection, session: str, op: str, bearer: int | None = None
+) -> None:
+    """Raise Refused when the lease bars `op` on `session` (inside the caller's tx)."""
+    row = recover(db)
+    if row["state"] == "open" or not in_scope(row, session):
+        return
+    if bearer == row["epoch"] and row["state"] == "active" and not row["revoked"]:
+        return
+    raise Refused(
+        f"session {session!r} is under a maintenance lease"
+        f" (epoch {row['epoch']}, {row['state']}, holder pid {row['holder_pid']})",
+        hint="spex maint --status",
+    )
+
+
+def status(db: sqlite3.Connection) -> dict[str, Any]:
+    """The lease's public view: never the token or its hash."""
+    row = recover(db)
+    caps = db.execute(
+        "SELECT op, session, force, state FROM capabilities WHERE epoch = ? ORDER BY idx",
+        (row["epoch"],),
+    ).fetchall()
+    return {
+        "state": row["state"],
+        "epoch": row["epoch"],
+        "revoked": bool(row["revoked"]),
+        "holder": (
+            {"pid": row["holder_pid"], "start_token": row["holder_token"]}
+            if row["holder_pid"]
+            else None
+        ),
+        "deadline": row["deadline"],
+        "scope": "all" if row["all_sessions"] else json.loads(row["scope"] or "[]"),
+        "plan": [
+            {"op": c["op"], "session": c["session"], "force": bool(c["force"]), "state": c["state"]}
+            for c in caps
+        ]
+        if row["state"] != "open"
+        else [],
+    }

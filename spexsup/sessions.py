@@ -155,20 +155,22 @@ def ensure_home(spex: Spex, session: Session) -> None:
 def remove(spex: Spex, name: str, *, force: bool = False) -> None:
     """Delete the session, its turns and its home; refused while a turn runs."""
     from spexsup import control, turns
+    from spexsup.tickets import ticket
 
-    session = get(spex, name)
-    turns.reconcile(spex, [name])
-    session = get(spex, name)
-    if session.state == "running":
-        if not force:
-            raise Refused(
-                f"session {name!r} has a running turn {session.current_turn}",
-                hint="spex stop it first, or spex rm --force",
-            )
-        control.stop(spex, name)
-    with spex.store.tx() as db:
-        db.execute("DELETE FROM sessions WHERE name = ?", (name,))
-        db.execute("DELETE FROM turns WHERE session = ?", (name,))
+    get(spex, name)
+    with ticket(spex, name, "rm"):
+        turns.reconcile(spex, [name])
+        session = get(spex, name)
+        if session.state == "running":
+            if not force:
+                raise Refused(
+                    f"session {name!r} has a running turn {session.current_turn}",
+                    hint="spex stop it first, or spex rm --force",
+                )
+            control.stop(spex, name)
+        with spex.store.tx() as db:
+            db.execute("DELETE FROM sessions WHERE name = ?", (name,))
+            db.execute("DELETE FROM turns WHERE session = ?", (name,))
     spex.tmux.kill(name)
     shutil.rmtree(spex.home / "turns" / name, ignore_errors=True)
 

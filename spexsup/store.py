@@ -67,6 +67,32 @@ MIGRATIONS: tuple[str, ...] = (
         doc TEXT NOT NULL
     );
     """,
+    # 3: the maintenance lease (one row) and its capability plans.
+    """
+    CREATE TABLE lease (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        state TEXT NOT NULL,
+        epoch INTEGER NOT NULL,
+        token_hash TEXT,
+        holder_pid INTEGER,
+        holder_token TEXT,
+        deadline REAL,
+        scope TEXT,
+        all_sessions INTEGER NOT NULL DEFAULT 0,
+        acquired_at REAL,
+        revoked INTEGER NOT NULL DEFAULT 0
+    );
+    INSERT INTO lease (id, state, epoch) VALUES (1, 'open', 0);
+    CREATE TABLE capabilities (
+        epoch INTEGER NOT NULL,
+        idx INTEGER NOT NULL,
+        op TEXT NOT NULL,
+        session TEXT NOT NULL,
+        force INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        PRIMARY KEY (epoch, idx)
+    );
+    """,
 )
 
 

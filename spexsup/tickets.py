@@ -17,13 +17,17 @@ from spexsup.spex import Spex
 
 
 @contextmanager
-def ticket(spex: Spex, session: str, op: str) -> Iterator[int]:
-    """Hold a ticket on `session`; lease admission checks happen in the caller's tx."""
+def ticket(spex: Spex, session: str, op: str, bearer: int | None = None) -> Iterator[int]:
+    """Hold a ticket on `session`, admitted by the lease in the same transaction.
+
+    `bearer` is the epoch of the maintenance lease this operation runs under
+    (the broker's own operations); None for ordinary ones.
+    """
     from spexsup import lease
 
     pid, token = own_identity()
     with spex.store.tx() as db:
-        lease.check_admission(db, session, op)
+        lease.check_admission(db, session, op, bearer)
         cur = db.execute(
             "INSERT INTO tickets (session, op, pid, start_token, created_at)"
             " VALUES (?, ?, ?, ?, ?)",

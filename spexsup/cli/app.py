@@ -40,7 +40,8 @@ def open_spex(ctx: typer.Context) -> Spex:
 
 # Register the commands (import for their side effect on `app`).
 from spexsup.cli import fanout as _fanout  # noqa: E402
+from spexsup.cli import maint as _maint  # noqa: E402
 from spexsup.cli import sessions as _sessions  # noqa: E402
 from spexsup.cli import turns as _turns  # noqa: E402
 
-__all__ = ["_fanout", "_sessions", "_turns", "app", "open_spex"]
+__all__ = ["_fanout", "_maint", "_sessions", "_turns", "app", "open_spex"]
