@@ -301,6 +301,7 @@ class Broker:
         self.resp_w = resp_w
         self.sock = sock
         self.buffer = b""
+        self.discarding = False  # dropping the rest of an oversize frame
         self.token_out = False  # a response was sent and its token not yet returned
         self.pidfd = os.pidfd_open(pid)
 
@@ -321,9 +322,9 @@ class Broker:
                 # together with the command's exit.
                 ended = self.pidfd in ready
                 if self.sock.fileno() in ready and not self._token_returned() and not ended:
-                    raise AuthorityLost("the command closed the turn-token channel (fd 5)")
-                if self.req_r in ready and not ended:
-                    self._read_requests()
+                    ended = self._exiting("the command closed the turn-token channel (fd 5)")
+                if self.req_r in ready and not ended and not self._read_requests():
+                    ended = self._exiting("the command closed the broker request pipe (fd 3)")
                 if ended:
                     return self._command_ended()
         except AuthorityLost as e:
@@ -351,19 +352,37 @@ class Broker:
             self.sock.sendall(TOKEN)
         return True
 
-    def _read_requests(self) -> None:
+    def _exiting(self, what: str) -> bool:
+        """A broker channel closed: the command is exiting (True), or authority is lost.
+
+        An exiting process closes its fds a moment before it can be reaped,
+        so give its exit a moment to show before calling it a loss.
+        """
+        ready, _, _ = select.select([self.pidfd], [], [], 0.5)
+        if not ready:
+            raise AuthorityLost(what)
+        return True
+
+    def _read_requests(self) -> bool:
+        """Read and answer complete request lines; False at end of file."""
         data = os.read(self.req_r, MAX_FRAME + 1)
         if data == b"":
-            raise AuthorityLost("the command closed the broker request pipe (fd 3)")
+            return False
         self.buffer += data
         while b"\n" in self.buffer:
             line, self.buffer = self.buffer.split(b"\n", 1)
+            if self.discarding:  # the tail of an oversize frame, already answered
+                self.discarding = False
+                continue
             self._answer(self.handle(line))
-        if len(self.buffer) > MAX_FRAME:
-            self.buffer = b""
+        if len(self.buffer) > MAX_FRAME and not self.discarding:
+            self.discarding = True
             self._answer(
                 response(None, "refused", "maintenance_invalid", "frame longer than 4096 bytes")
             )
+        if self.discarding:
+            self.buffer = b""
+        return True
 
     def _answer(self, reply: dict[str, Any]) -> None:
         os.write(self.resp_w, json.dumps(reply).encode() + b"\n")

@@ -1,0 +1,333 @@
+"""Maintenance leases with real processes and real fds (DESIGN §5)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from conftest import HERE, SPEX, Env, harness, retry_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spexsup.broker import FrameError, parse_frame
+from spexsup.procs import own_identity
+
+MAINT = HERE / "maint"
+
+
+def status(env: Env) -> dict[str, Any]:
+    return json.loads(env.run("maint", "--status", "--json").stdout)  # type: ignore[no-any-return]
+
+
+def script(env: Env, body: str) -> str:
+    path = env.root / f"op-{time.monotonic_ns()}.sh"
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def sleepers(env: Env, *names: str) -> None:
+    for n in names:
+        assert env.run("new", n, "--", harness("sleeper.sh")).returncode == 0
+
+
+def background_maint(env: Env, *args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([SPEX, "maint", *args], env=env.vars, stderr=subprocess.PIPE, text=True)
+    assert retry_until(lambda: status(env)["state"] == "active", seconds=20)
+    return proc
+
+
+def test_granted_operations_commit_once_and_exit_code_passes_through(env: Env) -> None:
+    sleepers(env, "a", "b")
+    assert env.run("wake", "a", "go", "--window", "1").returncode == 0
+    out = env.root / "rcs"
+    op = script(
+        env,
+        f"""
+spex maint-op stop a; echo "stop=$?" >>{out}
+spex maint-op stop a; echo "again=$?" >>{out}
+spex maint-op stop b; echo "missing=$?" >>{out}
+spex maint-op resume a --force; echo "force=$?" >>{out}
+spex maint --status --json >{out}.status
+spex maint-op resume a; echo "resume=$?" >>{out}
+exit 42
+""",
+    )
+    r = env.run("maint", "--stop", "a", "--resume", "a", "--", op)
+    assert r.returncode == 42, r.stderr
+    assert out.read_text().split() == ["stop=0", "again=3", "missing=3", "force=3", "resume=0"]
+    assert "maintenance_capability_used" in r.stderr
+    assert "maintenance_capability_missing" in r.stderr
+    mid = json.loads(Path(f"{out}.status").read_text())
+    assert mid["state"] == "active" and mid["scope"] == ["a"]
+    assert [(c["op"], c["state"]) for c in mid["plan"]] == [
+        ("stop", "committed"),
+        ("resume", "unused"),
+    ]
+    assert "token" not in json.dumps(mid).replace("start_token", "")
+    after = status(env)
+    assert after["state"] == "open" and after["epoch"] == 1
+    shown = json.loads(env.run("show", "a", "--json").stdout)
+    assert shown["state"] == "idle" and shown["turn"]["state"] == "aborted"
+
+
+def test_leased_sessions_refuse_ordinary_operations(env: Env) -> None:
+    sleepers(env, "leased", "free")
+    out = env.root / "rcs"
+    op = script(
+        env,
+        f"""
+spex wake leased hi --window 1; echo "leased=$?" >>{out}
+spex stop leased; echo "stop=$?" >>{out}
+spex rm leased; echo "rm=$?" >>{out}
+spex wake free hi --window 1; echo "free=$?" >>{out}
+""",
+    )
+    r = env.run("maint", "--stop", "leased", "--", op)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text().split() == ["leased=3", "stop=3", "rm=3", "free=0"]
+    assert "under a maintenance lease" in r.stderr
+    # After release, everything works again.
+    assert env.run("wake", "leased", "hi", "--window", "1").returncode == 0
+
+
+def test_all_scope_bars_every_session(env: Env) -> None:
+    sleepers(env, "x", "y")
+    out = env.root / "rcs"
+    op = script(env, f'spex wake y hi --window 1; echo "y=$?" >>{out}\n')
+    assert env.run("maint", "--all", "--", op).returncode == 0
+    assert out.read_text().split() == ["y=3"]
+
+
+def test_malformed_frames_change_nothing(env: Env) -> None:
+    sleepers(env, "a")
+    pid, token = own_identity()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    good: dict[str, Any] = {
+        "v": 1,
+        "id": "x",
+        "op": "stop",
+        "session": "a",
+        "force": False,
+        "client": {"pid": pid, "start_token": token},
+    }
+
+    def frame(**change: Any) -> str:
+        data = {**good, **change}
+        return json.dumps({k: v for k, v in data.items() if v is not ...}) + "\n"
+
+    frames = [
+        "not json\n",
+        "[1, 2]\n",
+        frame(v=2, id="ver"),
+        frame(v=True, id="bool-ver"),
+        frame(op=..., id="missing"),
+        frame(extra=1, id="extra"),
+        frame(op="delete", id="op"),
+        frame(session="a.b", id="name"),
+        frame(force="yes", id="force"),
+        frame(id=""),
+        frame(client={"pid": dead.pid, "start_token": "1"}, id="dead"),
+        frame(client={"pid": pid, "start_token": "1"}, id="token"),
+        frame(client={"pid": pid}, id="client"),
+        "{" + " " * 5000 + "}\n",
+        "\xff\xfe\n",
+    ]
+    frames_file = env.root / "frames.json"
+    frames_file.write_text(json.dumps(frames))
+    results = env.root / "results.json"
+    r = env.run(
+        "maint",
+        "--stop",
+        "a",
+        "--",
+        sys.executable,
+        str(MAINT / "send_frames.py"),
+        extra={"FRAMES": str(frames_file), "RESULTS": str(results)},
+    )
+    assert r.returncode == 0, r.stderr
+    replies = json.loads(results.read_text())
+    assert len(replies) == len(frames)
+    for reply in replies:
+        assert reply["code"] == "maintenance_invalid", reply
+        assert reply["ok"] is False and reply["outcome"] == "refused"
+    assert [r["id"] for r in replies][2:4] == ["ver", "bool-ver"]
+    assert replies[10]["id"] == "dead" and "start token" in replies[10]["error"]
+    assert json.loads(env.run("show", "a", "--json").stdout)["state"] == "idle"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+            lambda inner: (
+                st.lists(inner, max_size=4)
+                | st.dictionaries(
+                    st.sampled_from(["v", "id", "op", "session", "force", "client", "pid", "x"]),
+                    inner,
+                    max_size=7,
+                )
+            ),
+            max_leaves=12,
+        ).map(lambda d: json.dumps(d).encode()),
+    )
+)
+def test_frame_parser_never_crashes(data: bytes) -> None:
+    try:
+        frame = parse_frame(data)
+    except FrameError:
+        return
+    assert frame.op in ("stop", "resume")
+
+
+def test_four_concurrent_clients_each_get_their_answer(env: Env) -> None:
+    names = ["c1", "c2", "c3", "c4"]
+    sleepers(env, *names)
+    out = env.root / "out"
+    body = "".join(f"spex maint-op stop {n} >{out}.{n} 2>&1 &\n" for n in names) + "wait\n"
+    plan = [arg for n in names for arg in ("--stop", n)]
+    r = env.run("maint", *plan, "--", script(env, body))
+    assert r.returncode == 0, r.stderr
+    for n in names:
+        assert Path(f"{out}.{n}").read_text() == f"{n}: stopped (committed)\n"
+        assert json.loads(env.run("show", n, "--json").stdout)["state"] == "stopped"
+
+
+def test_python_api(env: Env) -> None:
+    sleepers(env, "a")
+    results = env.root / "results.json"
+    r = env.run(
+        "maint",
+        "--stop",
+        "a",
+        "--resume",
+        "a",
+        "--",
+        sys.executable,
+        str(MAINT / "api_ops.py"),
+        extra={"SESSION": "a", "RESULTS": str(results)},
+    )
+    assert r.returncode == 0, r.stderr
+    assert [x["outcome"] for x in json.loads(results.read_text())] == ["committed", "committed"]
+
+
+def test_maint_op_outside_maint(env: Env) -> None:
+    env.run("new", "a")
+    r = env.run("maint-op", "stop", "a")
+    assert r.returncode == 2
+    assert "not inside spex maint" in r.stderr
+
+
+def test_bad_maint_input(env: Env) -> None:
+    env.run("new", "a")
+    for args in (
+        ["--stop", "a"],
+        ["--resume", "a:bogus", "--", "true"],
+        ["--stop", "a", "--ttl", "0", "--", "true"],
+        ["--", "true"],
+        ["--status", "--stop", "a"],
+        ["--stop", "a.b", "--", "true"],
+        ["--stop", "a", "--stop", "a", "--", "true"],
+    ):
+        r = env.run("maint", *args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1
+    assert status(env)["state"] == "open" and status(env)["epoch"] == 0
+
+
+def test_no_lease_within_wait_and_the_command_never_runs(env: Env) -> None:
+    sleepers(env, "a")
+    holder = background_maint(env, "--stop", "a", "--", "sleep", "60")
+    try:
+        ran = env.root / "ran"
+        r = env.run("maint", "--stop", "a", "--wait", "0.3", "--", "touch", str(ran))
+        assert r.returncode == 3
+        assert "no maintenance lease within" in r.stderr
+        assert not ran.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_dead_holder_is_recovered_on_the_next_read(env: Env) -> None:
+    sleepers(env, "a")
+    holder = background_maint(env, "--stop", "a", "--", "sleep", "60")
+    assert env.run("wake", "a", "hi").returncode == 3
+    holder.kill()
+    holder.wait()
+    # No daemon: the next operation that reads the lease recovers it.
+    assert env.run("wake", "a", "hi", "--window", "1").returncode == 0
+    view = status(env)
+    assert view["state"] == "open" and view["epoch"] == 1
+
+
+def test_frozen_holder_past_ttl_kills_its_command_and_does_not_release(env: Env) -> None:
+    sleepers(env, "a")
+    holder = background_maint(env, "--stop", "a", "--ttl", "1", "--", "sleep", "60")
+    command = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "60"]]
+    assert len(command) == 1
+    holder.send_signal(signal.SIGSTOP)
+    time.sleep(1.5)
+    # Meanwhile another process reads the lease: the deadline passed.
+    assert status(env)["state"] == "open"
+    assert env.run("wake", "a", "hi", "--window", "1").returncode == 0
+    holder.send_signal(signal.SIGCONT)
+    _, err = holder.communicate(timeout=20)
+    assert holder.returncode == 1
+    assert "authority lost" in err and "lease left for recovery" in err
+    assert retry_until(lambda: not command[0].is_running() or command[0].status() == "zombie")
+    assert status(env)["epoch"] == 1
+
+
+def test_closing_the_request_pipe_loses_authority(env: Env) -> None:
+    sleepers(env, "a")
+    r = env.run("maint", "--stop", "a", "--", "bash", "-c", "exec 3>&-; exec sleep 30", timeout=20)
+    assert r.returncode == 1
+    assert "closed the broker request pipe" in r.stderr
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "30"]]
+
+
+def test_corrupted_token_loses_authority(env: Env) -> None:
+    sleepers(env, "a")
+    body = 'head -c1 <&5 >/dev/null; printf "\\x02" >&5; exec sleep 31\n'
+    r = env.run("maint", "--stop", "a", "--", script(env, body), timeout=20)
+    assert r.returncode == 1
+    assert "turn token corrupted" in r.stderr
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "31"]]
+
+
+def test_exit_with_a_request_pending(env: Env) -> None:
+    sleepers(env, "a")
+    r = env.run("maint", "--stop", "a", "--", sys.executable, str(MAINT / "pending.py"))
+    assert r.returncode == 1
+    assert "request pending" in r.stderr
+    # Not released by the wrapper; the next reader's recovery opens it.
+    assert status(env)["state"] == "open" and status(env)["epoch"] == 1
+
+
+def test_draining_waits_for_an_in_flight_wake(env: Env) -> None:
+    sleepers(env, "a")
+    wake = subprocess.Popen(
+        [SPEX, "wake", "a", "go", "--window", "2", "--json"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    turns = env.home / "turns" / "a"
+    assert retry_until(lambda: turns.exists() and any(turns.iterdir()))
+    seen = env.root / "seen.json"
+    r = env.run("maint", "--stop", "a", "--", "bash", "-c", f"spex show a --json >{seen}")
+    assert r.returncode == 0, r.stderr
+    out, _ = wake.communicate(timeout=20)
+    assert json.loads(out)["verdict"] == "confirmed"
+    # The command only ran once the wake had its verdict.
+    assert json.loads(seen.read_text())["turn"]["verdict"] == "confirmed"
