@@ -21,6 +21,19 @@ from spexsup.procs import own_identity
 MAINT = HERE / "maint"
 
 
+def procs(env: Env, cmdline: list[str]) -> list[psutil.Process]:
+    """This test's live processes running `cmdline` (other tests run in parallel)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            ours = p.environ().get("TMUX_TMPDIR") == str(env.tmux_tmpdir)
+            if ours and p.info["cmdline"] == cmdline and p.status() != "zombie":
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
 def status(env: Env) -> dict[str, Any]:
     return json.loads(env.run("maint", "--status", "--json").stdout)  # type: ignore[no-any-return]
 
@@ -273,7 +286,7 @@ def test_dead_holder_is_recovered_on_the_next_read(env: Env) -> None:
 def test_frozen_holder_past_ttl_kills_its_command_and_does_not_release(env: Env) -> None:
     sleepers(env, "a")
     holder = background_maint(env, "--stop", "a", "--ttl", "1", "--", "sleep", "60")
-    command = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "60"]]
+    command = procs(env, ["sleep", "60"])
     assert len(command) == 1
     holder.send_signal(signal.SIGSTOP)
     time.sleep(1.5)
@@ -284,7 +297,7 @@ def test_frozen_holder_past_ttl_kills_its_command_and_does_not_release(env: Env)
     _, err = holder.communicate(timeout=20)
     assert holder.returncode == 1
     assert "authority lost" in err and "lease left for recovery" in err
-    assert retry_until(lambda: not command[0].is_running() or command[0].status() == "zombie")
+    assert retry_until(lambda: not procs(env, ["sleep", "60"]))
     assert status(env)["epoch"] == 1
 
 
@@ -293,7 +306,7 @@ def test_closing_the_request_pipe_loses_authority(env: Env) -> None:
     r = env.run("maint", "--stop", "a", "--", "bash", "-c", "exec 3>&-; exec sleep 30", timeout=20)
     assert r.returncode == 1
     assert "closed the broker request pipe" in r.stderr
-    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "30"]]
+    assert not procs(env, ["sleep", "30"])
 
 
 def test_corrupted_token_loses_authority(env: Env) -> None:
@@ -302,7 +315,7 @@ def test_corrupted_token_loses_authority(env: Env) -> None:
     r = env.run("maint", "--stop", "a", "--", script(env, body), timeout=20)
     assert r.returncode == 1
     assert "turn token corrupted" in r.stderr
-    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "31"]]
+    assert not procs(env, ["sleep", "31"])
 
 
 def test_exit_with_a_request_pending(env: Env) -> None:
@@ -331,3 +344,31 @@ def test_draining_waits_for_an_in_flight_wake(env: Env) -> None:
     assert json.loads(out)["verdict"] == "confirmed"
     # The command only ran once the wake had its verdict.
     assert json.loads(seen.read_text())["turn"]["verdict"] == "confirmed"
+
+
+def test_contrib_upgrade_script(env: Env) -> None:
+    sleepers(env, "api", "web")
+    for n in ("api", "web"):
+        assert env.run("wake", n, "go", "--window", "1").returncode == 0
+    upgraded = env.root / "upgraded"
+    r = env.run(
+        "maint",
+        "--stop",
+        "api",
+        "--stop",
+        "web",
+        "--resume",
+        "api",
+        "--resume",
+        "web",
+        "--",
+        str(HERE.parent / "contrib" / "maint-upgrade.sh"),
+        "api",
+        "web",
+        extra={"UPGRADE_COMMAND": f"touch {upgraded}"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert upgraded.exists()
+    for n in ("api", "web"):
+        shown = json.loads(env.run("show", n, "--json").stdout)
+        assert shown["state"] == "idle" and shown["turn"]["state"] == "aborted"
