@@ -14,8 +14,10 @@ import os
 import signal
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
 
 
 class Liveness(enum.Enum):
@@ -76,6 +78,8 @@ def turn_processes(turn_id: str, root_pid: int | None) -> list[psutil.Process]:
     The wrapper itself is excluded: it must outlive the harness to write the
     final marker and hand the pane back to a shell.
     """
+    import psutil
+
     found: dict[int, psutil.Process] = {}
     if root_pid is not None:
         try:
@@ -97,6 +101,8 @@ def turn_processes(turn_id: str, root_pid: int | None) -> list[psutil.Process]:
 
 def signal_all(procs: Iterable[psutil.Process], sig: signal.Signals) -> None:
     """Signal each process; psutil refuses a pid that was reused since we saw it."""
+    import psutil
+
     for proc in procs:
         try:
             proc.send_signal(sig)
@@ -106,6 +112,8 @@ def signal_all(procs: Iterable[psutil.Process], sig: signal.Signals) -> None:
 
 def terminate_tree(procs: list[psutil.Process], grace: float) -> list[psutil.Process]:
     """SIGTERM, wait up to `grace`, SIGKILL the survivors; return those killed hard."""
+    import psutil
+
     if not procs:
         return []
     signal_all(procs, signal.SIGTERM)

@@ -8,16 +8,19 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from spexsup import waves
 from spexsup.cli.app import app, open_spex
 from spexsup.cli.render import print_json, table
 from spexsup.cli.turns import read_prompt
 from spexsup.errors import Invalid
 
+if TYPE_CHECKING:
+    from spexsup.waves import Wave
+
+SUCCESS = ("confirmed", "completed")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
@@ -35,7 +38,7 @@ def leg_line(leg: dict[str, Any]) -> str:
 
 
 def summary(doc: dict[str, Any]) -> str:
-    ok = sum(1 for leg in doc["legs"] if leg["verdict"] in waves.SUCCESS)
+    ok = sum(1 for leg in doc["legs"] if leg["verdict"] in SUCCESS)
     return f"wave {doc['id']}: {doc['state']} ({ok}/{len(doc['legs'])} legs ok)"
 
 
@@ -71,9 +74,7 @@ def fanout(
     file: Annotated[
         str | None, typer.Option("-f", "--file", help="Read the prompt from FILE, or - (stdin).")
     ] = None,
-    max_concurrent: Annotated[
-        int, typer.Option("--max-concurrent", help="Launches at once.")
-    ] = waves.DEFAULT_MAX_CONCURRENT,
+    max_concurrent: Annotated[int, typer.Option("--max-concurrent", help="Launches at once.")] = 16,
     window: Annotated[
         float | None, typer.Option("--window", help="Confirmation window in seconds.")
     ] = None,
@@ -84,6 +85,8 @@ def fanout(
     as_json: JsonOpt = False,
 ) -> None:
     """Wake many sessions with one prompt, as one wave with a verdict per session."""
+    from spexsup import waves
+
     spex = open_spex(ctx)
     if retry_failed is not None:
         if names or all_ or match or message is not None or file is not None:
@@ -107,7 +110,7 @@ def fanout(
                 printed.add(leg["session"])
                 typer.echo(("  " if live else "") + leg_line(leg))
 
-    def on_create(wave: waves.Wave) -> None:
+    def on_create(wave: Wave) -> None:
         holder["wave"] = wave
         wave.listeners.append(on_change)
         if not as_json:
@@ -146,6 +149,8 @@ def fanout(
 @app.command("waves")
 def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List fan-out waves, newest first."""
+    from spexsup import waves
+
     docs = waves.list_waves(open_spex(ctx))
     if as_json:
         print_json(docs)
@@ -160,7 +165,7 @@ def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
                 d["id"],
                 d["state"],
                 str(len(d["legs"])),
-                str(sum(1 for leg in d["legs"] if leg["verdict"] in waves.SUCCESS)),
+                str(sum(1 for leg in d["legs"] if leg["verdict"] in SUCCESS)),
                 d["retry_of"] or "-",
             ]
             for d in docs
@@ -171,6 +176,8 @@ def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 @app.command("wave")
 def show_wave(ctx: typer.Context, wave: str, as_json: JsonOpt = False) -> None:
     """Show one wave and its legs."""
+    from spexsup import waves
+
     doc = waves.load(open_spex(ctx), wave)
     if as_json:
         print_json(doc)

@@ -6,8 +6,6 @@ from typing import Annotated
 
 import typer
 
-from spexsup import lease, maint_client
-from spexsup.broker import Maintenance
 from spexsup.cli.app import app, open_spex
 from spexsup.cli.render import print_json
 from spexsup.errors import Invalid
@@ -30,6 +28,9 @@ def maint(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (with --status).")] = False,
 ) -> None:
     """Run CMD under a maintenance lease that grants exactly the listed operations."""
+    from spexsup import lease
+    from spexsup.broker import Maintenance
+
     spex = open_spex(ctx)
     if status:
         if command or stop or resume or all_:
@@ -58,6 +59,8 @@ app.add_typer(maint_op, name="maint-op")
 @maint_op.command("stop")
 def op_stop(name: str) -> None:
     """Stop NAME (granted by --stop NAME)."""
+    from spexsup import maint_client
+
     maint_client.run("stop", name)
     typer.echo(f"{name}: stopped (committed)")
 
@@ -68,5 +71,7 @@ def op_resume(
     force: Annotated[bool, typer.Option("--force", help="Needs --resume NAME:force.")] = False,
 ) -> None:
     """Resume NAME (granted by --resume NAME)."""
+    from spexsup import maint_client
+
     maint_client.run("resume", name, force)
     typer.echo(f"{name}: resumed (committed)")

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from spexsup import control, sessions, turns
+from spexsup import sessions, turns
 from spexsup.cli.app import app, open_spex
 from spexsup.cli.render import print_json
 from spexsup.errors import Invalid
@@ -93,6 +93,8 @@ def wait(
         sessions.validate_name(n)
     if timeout is not None and timeout < 0:
         raise Invalid(f"invalid timeout {timeout}")
+    from spexsup import control
+
     ended = control.wait(open_spex(ctx), names, timeout=timeout)
     if as_json:
         print_json([e.as_json() for e in ended])
@@ -110,10 +112,12 @@ def stop(
     name: str,
     grace: Annotated[
         float, typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL.")
-    ] = control.DEFAULT_GRACE,
+    ] = 5.0,
 ) -> None:
     """Stop the running turn and mark the session stopped."""
     sessions.validate_name(name)
+    from spexsup import control
+
     aborted = control.stop(open_spex(ctx), name, grace=grace)
     typer.echo(f"{name}: stopped" + (f" (turn {aborted} aborted)" if aborted else ""))
 
@@ -128,6 +132,8 @@ def resume(
 ) -> None:
     """Leave the stopped state."""
     sessions.validate_name(name)
+    from spexsup import control
+
     control.resume(open_spex(ctx), name, force=force)
     typer.echo(f"{name}: resumed")
 
@@ -141,6 +147,8 @@ def log(
 ) -> None:
     """Print a turn's output."""
     sessions.validate_name(name)
+    from spexsup import control
+
     out = sys.stdout.buffer
     for chunk in control.log(open_spex(ctx), name, turn=turn, follow=follow):
         out.write(chunk)
