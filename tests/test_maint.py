@@ -372,3 +372,17 @@ def test_contrib_upgrade_script(env: Env) -> None:
     for n in ("api", "web"):
         shown = json.loads(env.run("show", n, "--json").stdout)
         assert shown["state"] == "idle" and shown["turn"]["state"] == "aborted"
+
+
+def test_a_plan_changed_behind_the_holder_loses_authority(env: Env) -> None:
+    sleepers(env, "a")
+    holder = background_maint(env, "--stop", "a", "--", "sleep", "62")
+    spex = env.spex()
+    with spex.store.tx() as db:  # someone rewrites the granted plan in the database
+        db.execute("UPDATE capabilities SET session = 'other' WHERE op = 'stop'")
+    _, err = holder.communicate(timeout=20)
+    assert holder.returncode == 1
+    assert "authority lost" in err
+    assert retry_until(lambda: not procs(env, ["sleep", "62"]))
+    view = status(env)
+    assert "token_hash" not in view and view["epoch"] == 1
