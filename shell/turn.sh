@@ -17,6 +17,11 @@ set -u
 dir=${1:?usage: turn.sh TURN_DIR}
 pid=$$
 
+# Our files (marker, output.log) are private, 0600; the harness and the shell
+# that follows get the user's own umask back.
+user_umask=$(umask)
+umask 077
+
 mark() {
     printf '%s' "$1" >"$dir/outcome.tmp" && mv -f "$dir/outcome.tmp" "$dir/outcome"
 }
@@ -41,7 +46,7 @@ if [ ${#argv[@]} -eq 0 ]; then
     echo "spex: empty harness argv in $dir" | tee -a "$dir/output.log"
     rc=127
 else
-    "${argv[@]}" <"$input" 2>&1 | tee -a "$dir/output.log"
+    (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 | tee -a "$dir/output.log"
     rc=${PIPESTATUS[0]}
 fi
 
@@ -60,4 +65,5 @@ fi
 mark "exit:$rc:cas:$cas"
 
 unset SPEXSUP_TURN SPEXSUP_TURN_DIR SPEXSUP_PROMPT_FILE
+umask "$user_umask"
 exec "${SHELL:-/bin/bash}"

@@ -99,16 +99,24 @@ def test_command_harness(env: Env) -> None:
 
 
 def test_state_dir_and_file_modes(env: Env) -> None:
-    assert env.run("new", "a", "--harness", "demo").returncode == 0
-    assert env.run("wake", "a", "hello", "--window", "0.3").returncode == 0
+    assert env.run("new", "a", "--", "bash", "-c", "umask").returncode == 0
+    assert env.run("wake", "a", "hello", "--window", "10").returncode == 0
     assert stat.S_IMODE(env.home.stat().st_mode) == 0o700
     assert stat.S_IMODE((env.home / "state.db").stat().st_mode) == 0o600
     turn_dirs = list((env.home / "turns" / "a").iterdir())
     assert turn_dirs
     for d in turn_dirs:
         assert stat.S_IMODE(d.stat().st_mode) == 0o700
-        for f in ("prompt", "argv", "env", "reporter", "meta.json"):
+        for f in ("prompt", "argv", "env", "reporter", "meta.json", "outcome", "output.log"):
             assert stat.S_IMODE((d / f).stat().st_mode) == 0o600, f
+    # The harness itself runs with the user's umask, not ours.
+    assert env.run("log", "a").stdout.strip() == f"{_umask():04o}"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_home_killed_behind_our_back(env: Env) -> None:

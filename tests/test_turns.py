@@ -501,3 +501,51 @@ def test_wake_killed_mid_confirmation_leaves_a_durable_turn(env: Env) -> None:
     r = env.run("wait", "a", "--timeout", "20")
     assert r.returncode == 4
     assert show(env, "a")["turn"]["state"] == "error"
+
+
+def _confirm_with_a_change(env: Env, change: str) -> str:
+    """Run confirm_startup on a real process and change things as the window ends."""
+    import threading
+
+    from spexsup.turns import confirm_startup
+    from spexsup.watch import DirWatch
+
+    directory = env.root / "turn"
+    directory.mkdir()
+    wrapper = subprocess.Popen(["sleep", "30"])
+    other = subprocess.Popen(["sleep", "30"])
+    (directory / "outcome").write_text(f"running:{wrapper.pid}")
+    window = 2.0
+
+    def late() -> None:
+        time.sleep(window - 0.05)  # after the checks (window - 0.1), before the re-read
+        if change == "kill":
+            wrapper.kill()
+        else:
+            tmp = directory / "outcome.tmp"
+            tmp.write_text(f"running:{other.pid}")
+            tmp.replace(directory / "outcome")
+
+    try:
+        with DirWatch([directory]) as watch:
+            threading.Thread(target=late, daemon=True).start()
+            result = confirm_startup(directory, window, time.monotonic(), watch, wrapper.pid)
+    finally:
+        for p in (wrapper, other):
+            p.kill()
+            p.wait()
+    assert result.verdict == "failed"
+    assert result.error is not None
+    return result.error
+
+
+def test_marker_changing_while_settling_fails(env: Env) -> None:
+    error = _confirm_with_a_change(env, "rewrite")
+    # Normally caught by the settle re-read; on a very loaded machine the
+    # change may land before the checks, which then refuse the new pid.
+    assert "marker changed while settling" in error or "is not the pane's process" in error
+
+
+def test_wrapper_dying_while_settling_fails(env: Env) -> None:
+    error = _confirm_with_a_change(env, "kill")
+    assert "died while settling" in error or "is a zombie" in error or "is dead" in error
