@@ -41,7 +41,8 @@ class _Hub:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.observer: BaseObserver | None = None
-        self.watches: dict[str, tuple[ObservedWatch, dict[threading.Event, Names]]] = {}
+        self.watches: dict[tuple[str, bool], tuple[ObservedWatch, dict[threading.Event, Names]]]
+        self.watches = {}
 
     def _start(self) -> BaseObserver:
         from watchdog.observers import Observer
@@ -54,7 +55,13 @@ class _Hub:
             self.observer.start()
         return self.observer
 
-    def add(self, directory: str, waiter: threading.Event, names: Names) -> None:
+    def add(self, directory: str, waiter: threading.Event, names: Names) -> tuple[str, bool]:
+        """Wake `waiter` on writes to `names` in `directory`; returns the watch's key.
+
+        A waiter for the marker alone asks the kernel for renames only: the
+        wrapper always renames the marker into place, and the harness's
+        output appending to output.log then costs the watcher nothing.
+        """
         from watchdog.events import (
             FileClosedEvent,
             FileCreatedEvent,
@@ -64,10 +71,11 @@ class _Hub:
             FileSystemEventHandler,
         )
 
+        key = (directory, names == MARKER_ONLY)
         with self.lock:
-            if directory in self.watches:
-                self.watches[directory][1][waiter] = names
-                return
+            if key in self.watches:
+                self.watches[key][1][waiter] = names
+                return key
             waiters = {waiter: names}
 
             class Wake(FileSystemEventHandler):
@@ -79,25 +87,22 @@ class _Hub:
 
             # Writes only: watching opens/reads would wake us on our own
             # reads of the marker, turning the wait into a busy loop.
-            writes: list[type[FileSystemEvent]] = [
-                FileMovedEvent,
-                FileCreatedEvent,
-                FileModifiedEvent,
-                FileClosedEvent,
-                FileDeletedEvent,
-            ]
+            writes: list[type[FileSystemEvent]] = [FileMovedEvent]
+            if not key[1]:
+                writes += [FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileDeletedEvent]
             watch = self._start().schedule(Wake(), directory, event_filter=writes)
-            self.watches[directory] = (watch, waiters)
+            self.watches[key] = (watch, waiters)
+            return key
 
-    def remove(self, directory: str, waiter: threading.Event) -> None:
+    def remove(self, key: tuple[str, bool], waiter: threading.Event) -> None:
         with self.lock:
-            entry = self.watches.get(directory)
+            entry = self.watches.get(key)
             if entry is None:
                 return
             watch, waiters = entry
             waiters.pop(waiter, None)
             if not waiters:
-                del self.watches[directory]
+                del self.watches[key]
                 assert self.observer is not None
                 # The directory may have been removed under us, its watch gone.
                 with contextlib.suppress(KeyError, OSError):
@@ -117,7 +122,7 @@ MARKER_ONLY: Names = frozenset({"outcome"})
 class DirWatch:
     def __init__(self, dirs: Iterable[Path], names: Names = MARKER_ONLY) -> None:
         """Watch `dirs` for writes to files called `names` (None: any file)."""
-        self.dirs: list[str] = []
+        self.keys: list[tuple[str, bool]] = []
         self.names = names
         self.changed = threading.Event()
         self._initial = [str(d) for d in dirs]
@@ -129,8 +134,7 @@ class DirWatch:
 
     def add(self, d: Path) -> None:
         """Watch one more directory (e.g. a turn dir created after entering)."""
-        _hub.add(str(d), self.changed, self.names)
-        self.dirs.append(str(d))
+        self.keys.append(_hub.add(str(d), self.changed, self.names))
 
     def wait(self, timeout: float) -> bool:
         """Block until an event or `timeout` (capped at the coarse poll); clears the flag."""
@@ -144,6 +148,6 @@ class DirWatch:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        for d in self.dirs:
-            _hub.remove(d, self.changed)
-        self.dirs.clear()
+        for key in self.keys:
+            _hub.remove(key, self.changed)
+        self.keys.clear()
