@@ -60,7 +60,7 @@ def reference_confirm(directory: Path, window: float) -> str:
 
 
 def reference_wake(spex: Spex, name: str, window: float) -> str:
-    session, turn, directory = turns.admit(spex, name, b"bench", fresh=True)
+    session, turn, directory, _ = turns.admit(spex, name, b"bench", fresh=True)
     turns.launch(spex, session, turn, directory)
     return reference_confirm(directory, window)
 
@@ -117,7 +117,7 @@ class Bench:
             assert v.verdict == "failed" and v.turn
             written = (turns.turn_dir(self.spex, a, v.turn) / "outcome").stat().st_ctime_ns
             ours.append((known - written) / 1e6)
-            session, turn, directory = turns.admit(self.spex, b, b"bench", fresh=True)
+            session, turn, directory, _ = turns.admit(self.spex, b, b"bench", fresh=True)
             turns.launch(self.spex, session, turn, directory)
             assert reference_confirm(directory, 5) == "failed"
             known = time.time_ns()
@@ -129,7 +129,7 @@ class Bench:
         ours, ref = [], []
         for _ in range(self.n):
             name = self.session(SLEEPER)
-            session, turn, directory = turns.admit(self.spex, name, b"bench", fresh=True)
+            session, turn, directory, _ = turns.admit(self.spex, name, b"bench", fresh=True)
             with DirWatch([directory]) as watch:
                 pane_pid = turns.launch(self.spex, session, turn, directory)
                 c0 = cpu()
@@ -137,7 +137,7 @@ class Bench:
                 ours.append((cpu() - c0) * 1000)
             assert r.verdict == "confirmed", r
             name = self.session(SLEEPER)
-            session, turn, directory = turns.admit(self.spex, name, b"bench", fresh=True)
+            session, turn, directory, _ = turns.admit(self.spex, name, b"bench", fresh=True)
             turns.launch(self.spex, session, turn, directory)
             c0 = cpu()
             assert reference_confirm(directory, window) == "confirmed"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from spexsup.errors import Invalid
@@ -47,7 +47,6 @@ class Harness:
     binary: str | None = None
     version_args: tuple[str, ...] = ("--version",)
     notes: str = ""
-    extra: Mapping[str, str] = field(default_factory=dict)
 
     def argv(self, prompt: bytes, session_id: str | None) -> tuple[list[bytes], bool]:
         """The turn's argv and whether the prompt goes on stdin.

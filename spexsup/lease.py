@@ -117,10 +117,8 @@ def recover(db: sqlite3.Connection, now: float | None = None) -> sqlite3.Row:
     return row
 
 
-def check_admission(
-    db: sqlite3.Connection, session: str, op: str, bearer: int | None = None
-) -> None:
-    """Raise Refused when the lease bars `op` on `session` (inside the caller's tx)."""
+def check_admission(db: sqlite3.Connection, session: str, bearer: int | None = None) -> None:
+    """Raise Refused when the lease bars operations on `session` (inside the caller's tx)."""
     row = recover(db)
     if row["state"] == "open" or not in_scope(row, session):
         return

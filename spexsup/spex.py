@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spexsup.home import TmuxHome
-from spexsup.paths import ensure_private_dir, resolve_home
+from spexsup.paths import resolve_home
 from spexsup.store import Store
 
 
@@ -20,9 +20,6 @@ class Spex:
     def open(cls, home: str | Path | None = None, tmux: TmuxHome | None = None) -> Spex:
         path = resolve_home(home)
         return cls(path, Store(path), tmux or TmuxHome())
-
-    def turns_dir(self, session: str) -> Path:
-        return ensure_private_dir(self.home / "turns" / session)
 
     def close(self) -> None:
         self.store.close()

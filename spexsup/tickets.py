@@ -27,7 +27,7 @@ def ticket(spex: Spex, session: str, op: str, bearer: int | None = None) -> Iter
 
     pid, token = own_identity()
     with spex.store.tx() as db:
-        lease.check_admission(db, session, op, bearer)
+        lease.check_admission(db, session, bearer)
         cur = db.execute(
             "INSERT INTO tickets (session, op, pid, start_token, created_at)"
             " VALUES (?, ?, ?, ?, ?)",

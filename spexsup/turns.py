@@ -69,15 +69,24 @@ def turn_dir(spex: Spex, session: str, turn: str) -> Path:
     return spex.home / "turns" / session / turn
 
 
-def output_tail(directory: Path, lines: int = TAIL_LINES) -> str:
-    """The last non-empty lines of a turn's output, joined for a one-line message."""
+def output_end(directory: Path, size: int = 65536) -> str:
+    """The last `size` bytes of a turn's output, decoded; "" if there is none.
+
+    Causes and retryable patterns show at the end of the output, and a
+    harness may have written megabytes before it: never read it all.
+    """
     try:
         with (directory / "output.log").open("rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 8192))
-            data = f.read().decode("utf-8", "replace")
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def output_tail(directory: Path, lines: int = TAIL_LINES) -> str:
+    """The last non-empty lines of a turn's output, joined for a one-line message."""
+    data = output_end(directory, 8192)
     kept = [ln.strip()[:200] for ln in data.splitlines() if ln.strip()][-lines:]
     return " | ".join(kept)
 
@@ -88,8 +97,7 @@ def _matches(patterns: Sequence[str], text: str) -> bool:
 
 def failure_message(harness: Harness, directory: Path, rc: int, cas: int | None) -> str:
     """`exited rc=N`, the reporter's rc when non-zero, a named cause, the last output lines."""
-    text = (directory / "output.log").read_bytes() if (directory / "output.log").exists() else b""
-    decoded = text[-65536:].decode("utf-8", "replace")
+    decoded = output_end(directory)
     parts = [f"exited rc={rc}"]
     if cas:
         parts.append(f"exit reporter rc={cas}")
@@ -105,8 +113,14 @@ def failure_message(harness: Harness, directory: Path, rc: int, cas: int | None)
 # --- admission and launch -------------------------------------------------
 
 
-def admit(spex: Spex, name: str, prompt: bytes, *, fresh: bool) -> tuple[Session, str, Path]:
-    """One transaction: check the session can take a turn, insert it (`starting`)."""
+def admit(
+    spex: Spex, name: str, prompt: bytes, *, fresh: bool
+) -> tuple[Session, str, Path, Harness]:
+    """One transaction: check the session can take a turn, insert it (`starting`).
+
+    Returns the session, the turn id, its prepared directory and the adapter
+    that built its argv (loaded once per wake: it reads the harness files).
+    """
     if b"\0" in prompt:
         raise Invalid("the prompt contains a NUL byte", hint="prompts are NUL-free text")
     reconcile(spex, [name])
@@ -137,7 +151,7 @@ def admit(spex: Spex, name: str, prompt: bytes, *, fresh: bool) -> tuple[Session
         )
     directory = ensure_private_dir(turn_dir(spex, name, turn))
     _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter)
-    return session, turn, directory
+    return session, turn, directory, adapter
 
 
 def _prepare(
@@ -272,13 +286,9 @@ def confirm_startup(
 # --- wake -----------------------------------------------------------------
 
 
-def resolve_window(spex: Spex, session: Session, window: float | None) -> float:
-    return (
-        validate_window(window)
-        or session.window
-        or session.adapter(spex.home).window
-        or DEFAULT_WINDOW
-    )
+def resolve_window(session: Session, adapter: Harness, window: float | None) -> float:
+    """The call's window, else the session's, else the harness's, else 2 s."""
+    return validate_window(window) or session.window or adapter.window or DEFAULT_WINDOW
 
 
 def wake(
@@ -303,9 +313,8 @@ def wake(
     gate = gate or nullcontext()
     with ticket(spex, name, "wake"):
         with gate:
-            session, turn, directory = admit(spex, name, prompt, fresh=fresh)
-        adapter = session.adapter(spex.home)
-        span = resolve_window(spex, session, window)
+            session, turn, directory, adapter = admit(spex, name, prompt, fresh=fresh)
+        span = resolve_window(session, adapter, window)
         attempts = 0
         while True:
             attempts += 1
@@ -332,11 +341,7 @@ def _retryable(adapter: Harness, directory: Path, result: Startup, attempts: int
         return False
     if not adapter.retryable or attempts > len(RETRY_BACKOFF):
         return False
-    try:
-        text = (directory / "output.log").read_bytes()[-65536:].decode("utf-8", "replace")
-    except OSError:
-        return False
-    return _matches(adapter.retryable, text)
+    return _matches(adapter.retryable, output_end(directory))
 
 
 def _rotate_attempt(spex: Spex, turn: str, directory: Path, attempt: int) -> None:

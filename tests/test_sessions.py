@@ -210,7 +210,7 @@ def test_ls_on_empty_home_and_help(env: Env) -> None:
     assert env.run("wake", "-h").returncode == 0
 
 
-def test_default_home_follows_xdg(env: Env, tmp_path: os.PathLike[str]) -> None:
+def test_default_home_follows_xdg(env: Env) -> None:
     vars_ = {k: v for k, v in env.vars.items() if k != "SPEXSUP_HOME"}
     vars_["XDG_STATE_HOME"] = str(env.root / "xdg")
     r = subprocess.run([SPEX, "new", "x"], env=vars_, capture_output=True, text=True, check=False)
