@@ -1,0 +1,89 @@
+"""shell/turn.sh on its own: marker states, argv from NUL-separated bytes, the
+reporter's argv and rc, signal deaths, and a marker it cannot write."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from spexsup.marker import Stage, read
+from spexsup.paths import wrapper_path
+
+REPORTER = """#!/bin/bash
+# Records its argv and the marker it sees while it runs, exits $REPORTER_RC.
+printf '%s\\n' "$@" >"$(dirname "$0")/reporter-args"
+cat "$(dirname "$0")/outcome" >"$(dirname "$0")/marker-seen-by-reporter"
+exit "${REPORTER_RC:-0}"
+"""
+
+
+def turn_dir(tmp_path: Path, argv: list[bytes], env: dict[str, str] | None = None) -> Path:
+    d = tmp_path / "turn"
+    d.mkdir()
+    (d / "argv").write_bytes(b"".join(a + b"\0" for a in argv))
+    (d / "env").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in (env or {}).items()))
+    (d / "prompt").write_bytes(b"unused")
+    reporter = d / "report.sh"
+    reporter.write_text(REPORTER)
+    reporter.chmod(0o755)
+    (d / "reporter").write_bytes(str(reporter).encode() + b"\0" + b"s1\0" + b"t1\0")
+    return d
+
+
+def run(d: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    # SHELL=/bin/true: the shell the wrapper execs at the end returns at once.
+    return subprocess.run(
+        ["bash", str(wrapper_path()), str(d)],
+        env={**os.environ, "SHELL": "/bin/true", **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_runs_the_exact_argv_and_records_every_stage(tmp_path: Path) -> None:
+    odd = "line one\nline 'two' \"$(date)\" `id` -rf é"
+    got = tmp_path / "got"
+    script = 'printf "%s\\0" "$@" >"$GOT"; echo "hello from the harness"; exit 3'
+    d = turn_dir(
+        tmp_path,
+        [b"bash", b"-c", script.encode(), b"harness", odd.encode(), b"--"],
+        {"GOT": str(got)},
+    )
+    r = run(d, REPORTER_RC="0")
+    assert r.returncode == 0  # the exec'd shell's status
+    assert got.read_bytes() == odd.encode() + b"\0--\0"
+    assert "hello from the harness" in (d / "output.log").read_text()
+    assert "hello from the harness" in r.stdout  # shown live in the pane too
+    wrapper_pid = (d / "marker-seen-by-reporter").read_text().split(":")[1]
+    assert (d / "marker-seen-by-reporter").read_text() == f"reporting:{wrapper_pid}:3"
+    assert (d / "reporter-args").read_text().split() == ["s1", "t1", "3"]
+    m = read(d)
+    assert (m.stage, m.rc, m.cas) == (Stage.EXIT, 3, 0)
+    assert not (d / "outcome.tmp").exists()
+
+
+def test_signal_death_and_reporter_rc(tmp_path: Path) -> None:
+    d = turn_dir(tmp_path, [b"bash", b"-c", b"kill -TERM $$"])
+    run(d, REPORTER_RC="3")
+    assert (d / "outcome").read_text() == "exit:143:cas:3"
+
+
+def test_unwritable_marker_exits_125_before_the_harness(tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    d = turn_dir(tmp_path, [b"touch", str(ran).encode()])
+    (d / "outcome.tmp").mkdir()  # printf cannot write over a directory
+    r = run(d)
+    assert r.returncode == 125
+    assert "cannot write the outcome marker" in r.stderr
+    assert not ran.exists()
+    assert not (d / "outcome").exists()
+
+
+def test_empty_argv_is_reported_not_run(tmp_path: Path) -> None:
+    d = turn_dir(tmp_path, [])
+    run(d)
+    assert (d / "outcome").read_text() == "exit:127:cas:0"
+    assert "empty harness argv" in (d / "output.log").read_text()
