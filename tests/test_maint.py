@@ -386,3 +386,21 @@ def test_a_plan_changed_behind_the_holder_loses_authority(env: Env) -> None:
     assert retry_until(lambda: not procs(env, ["sleep", "62"]))
     view = status(env)
     assert "token_hash" not in view and view["epoch"] == 1
+
+
+def test_a_refused_operation_returns_its_capability_to_unused(env: Env) -> None:
+    sleepers(env, "a")
+    out = env.root / "out"
+    op = script(
+        env,
+        f"""
+spex maint-op resume a; echo "resume=$?" >>{out}
+spex maint --status --json >{out}.status
+""",
+    )
+    r = env.run("maint", "--resume", "a", "--", op)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text().split() == ["resume=3"]  # a is not stopped
+    assert "is not stopped" in r.stderr
+    (cap,) = json.loads(Path(f"{out}.status").read_text())["plan"]
+    assert (cap["op"], cap["state"]) == ("resume", "unused")
