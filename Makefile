@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench test-real clean
+.PHONY: demo test lint bench stress test-real clean
 
 $(STAMP): pyproject.toml
 	@command -v tmux >/dev/null || { echo "tmux is required (apt-get install tmux)"; exit 1; }
@@ -26,6 +26,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# Random wake/stop/resume/rm/wait/ls by 8 workers on 10 sessions for 60 s,
+# then invariants checked (not part of make test).
+stress: $(STAMP)
+	$(BIN)/python tests/stress.py --seconds 60 --workers 8 --sessions 10 --seed 1
 
 # The real agent CLIs from npm (about 1.2 GB), installed once into a cache dir.
 REAL_CLIS ?= $(HOME)/.cache/spexsup/real-clis

@@ -8,29 +8,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from spexsup import marker
-from spexsup.errors import Invalid, Refused, TimedOut
+from spexsup.errors import Failed, Invalid, Refused, TimedOut, UnknownSession
 from spexsup.marker import Stage
-from spexsup.procs import Liveness, terminate_tree, turn_processes
-from spexsup.sessions import get
+from spexsup.procs import Liveness, turn_processes
+from spexsup.sessions import Session, get
 from spexsup.spex import Spex
 from spexsup.tickets import ticket
-from spexsup.turns import reconcile, turn_dir, wrapper_liveness
+from spexsup.turns import kill_turn, reconcile, turn_dir, wrapper_liveness
 from spexsup.watch import DirWatch
 
 DEFAULT_GRACE = 5.0
-# How long a stopped turn's wrapper gets to write its final marker before
-# the pane is forced back to a shell.
-WRAPPER_EXIT_WAIT = 3.0
 
 
 def stop(
     spex: Spex, name: str, *, grace: float = DEFAULT_GRACE, bearer: int | None = None
 ) -> str | None:
-    """Abort the running turn (recorded first, so abort wins), then kill its tree.
+    """Abort the running turn (recorded first, so abort wins), then kill what it left.
 
-    SIGTERM to every process of the turn, SIGKILL after `grace`; psutil
-    checks each process's identity before each signal. The session becomes
-    `stopped` whether or not a turn was running. Returns the aborted turn id.
+    The current turn's processes are hunted down whatever its recorded state
+    (aborted, lost, ended with survivors): SIGTERM, rescans, SIGKILL after
+    `grace`. The session becomes `stopped` whether or not a turn was running.
+    Returns the aborted turn id; raises Failed naming the survivors if any
+    process outlived SIGKILL.
     """
     if not 0 <= grace <= 3600:
         raise Invalid(f"invalid grace {grace}", hint="between 0 and 3600 seconds")
@@ -38,9 +37,14 @@ def stop(
     with ticket(spex, name, "stop", bearer):
         reconcile(spex, [name])
         with spex.store.tx() as db:
-            session = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+            row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise UnknownSession(name)
+            session = Session.from_row(row)
+            if session.state == "removing":
+                raise Refused(f"session {name!r} is being removed")
             aborted = None
-            turn = session["current_turn"]
+            turn = session.current_turn
             if turn is not None:
                 cur = db.execute(
                     "UPDATE turns SET state = 'aborted', ended_at = ?,"
@@ -50,30 +54,15 @@ def stop(
                 )
                 aborted = turn if cur.rowcount else None
             db.execute("UPDATE sessions SET state = 'stopped' WHERE name = ?", (name,))
-        if aborted is not None:
-            _kill_turn(spex, name, session["cwd"], aborted, grace)
+        if turn is not None:
+            survivors = kill_turn(spex, session, turn, grace)
+            if survivors:
+                pids = ", ".join(map(str, survivors))
+                raise Failed(
+                    f"{name}: stopped, but process(es) {pids} of turn {turn} survived SIGKILL",
+                    hint="see ps; they may be stuck in the kernel",
+                )
     return aborted
-
-
-def _kill_turn(spex: Spex, name: str, cwd: str, turn: str, grace: float) -> None:
-    directory = turn_dir(spex, name, turn)
-    m = marker.read(directory)
-    if m.stage is Stage.NONE:
-        # The wrapper may be about to start: replace the pane's process first.
-        spex.tmux.respawn_shell(name, cwd)
-    terminate_tree(turn_processes(turn, m.pid), grace)
-    with DirWatch([directory]) as watch:
-        deadline = time.monotonic() + WRAPPER_EXIT_WAIT
-        while time.monotonic() < deadline:
-            m = marker.read(directory)
-            if m.stage is Stage.EXIT or m.pid is None:
-                break
-            if wrapper_liveness(m.pid, directory) is Liveness.DEAD:
-                break
-            watch.wait(deadline - time.monotonic())
-    pane = spex.tmux.pane(name)
-    if pane is not None and (pane.pane_dead or m.stage is not Stage.EXIT):
-        spex.tmux.respawn_shell(name, cwd)
 
 
 def resume(spex: Spex, name: str, *, force: bool = False, bearer: int | None = None) -> None:
@@ -87,7 +76,12 @@ def resume(spex: Spex, name: str, *, force: bool = False, bearer: int | None = N
         if session.current_turn and not force:
             directory = turn_dir(spex, name, session.current_turn)
             m = marker.read(directory)
-            survivors = turn_processes(session.current_turn, m.pid)
+            row = spex.store.db.execute(
+                "SELECT started_at, ended_at FROM turns WHERE id = ?", (session.current_turn,)
+            ).fetchone()
+            survivors = turn_processes(
+                session.current_turn, m.pid, since=row["started_at"], until=row["ended_at"]
+            )
             wrapper = (
                 wrapper_liveness(m.pid, directory)
                 if m.pid is not None and m.stage is not Stage.EXIT
@@ -115,9 +109,9 @@ class Ended:
 
     @property
     def exit_code(self) -> int:
-        if self.state == "complete":
-            return 0
-        return self.rc if self.state == "error" and self.rc else 1
+        """0 for `complete`, 1 for any other end; the turn's own rc is in `rc`
+        (an agent's rc must not collide with spex's own exit codes)."""
+        return 0 if self.state == "complete" else 1
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -143,6 +137,7 @@ def wait(spex: Spex, names: Sequence[str], *, timeout: float | None = None) -> l
     Raises TimedOut (124) when `timeout` passes first. A session with no turn
     at all is refused.
     """
+    names = list(dict.fromkeys(names))
     for name in names:
         get(spex, name)
     deadline = None if timeout is None else time.monotonic() + timeout

@@ -36,8 +36,9 @@ class Harness:
     fresh: tuple[str, ...]
     resume: tuple[str, ...] | None = None
     # "arg": the prompt is the argv element spelled {prompt}; "stdin": it is
-    # fed on stdin. A prompt too big for argv falls back to stdin when
-    # `stdin_fallback`, else the wake is refused.
+    # fed on stdin; "append" (the command harness only): one last argument.
+    # A prompt too big for argv falls back to stdin when `stdin_fallback`
+    # ("append" always does), else the wake is refused.
     prompt_via: str = "arg"
     stdin_fallback: bool = False
     window: float | None = None
@@ -54,6 +55,11 @@ class Harness:
         Raises Invalid when the prompt fits neither argv nor stdin.
         """
         template = self.resume if session_id and self.resume else self.fresh
+        if self.prompt_via == "append":
+            # The command harness: the user's argv verbatim (a literal
+            # `{prompt}` in it stays as typed), the prompt one last argument.
+            fits = len(prompt) <= MAX_ARG_BYTES
+            return [os.fsencode(a) for a in template] + ([prompt] if fits else []), not fits
         on_stdin = self.prompt_via == "stdin"
         if not on_stdin and len(prompt) > MAX_ARG_BYTES:
             if not self.stdin_fallback:
@@ -74,7 +80,7 @@ class Harness:
 
 def command_harness(command: Sequence[str]) -> Harness:
     """`spex new NAME -- CMD…`: CMD with the prompt appended as one last argument."""
-    return Harness(name="command", fresh=(*command, PROMPT), stdin_fallback=True)
+    return Harness(name="command", fresh=tuple(command), prompt_via="append")
 
 
 _DEMO = (sys.executable, "-m", "spexsup.demo_agent")

@@ -8,13 +8,15 @@ commands which never touch tmux stay fast.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spexsup.errors import Failed
+from spexsup.errors import Failed, Refused
 from spexsup.paths import PACKAGE_DIR
 from spexsup.procs import Liveness
 
@@ -30,6 +32,10 @@ class PaneInfo:
     pane_id: str
     pane_pid: int
     pane_dead: bool
+    # Our tags (empty when unset): the session's owner (home + incarnation),
+    # the turn that last claimed the pane, and its launch fence.
+    owner: str = ""
+    turn: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,10 @@ class TmuxHome:
             )
         return self._server
 
+    def where(self) -> str:
+        """The server as tmux's own flags spell it (`-L NAME` or `-S PATH`)."""
+        return f"-S {self.socket_path}" if self.socket_path else f"-L {self.socket_name}"
+
     def tmux_argv(self) -> list[str]:
         """argv prefix that reaches our server (for exec'ing `tmux attach`)."""
         tmux = shutil.which("tmux") or "tmux"
@@ -96,7 +106,8 @@ class TmuxHome:
             "list-panes",
             "-a",
             "-F",
-            "#{session_name}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{window_index}.#{pane_index}",
+            "#{session_name}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{window_index}.#{pane_index}"
+            "\t#{@spex_owner}\t#{@spex_turn}",
         )
         if rc != 0:
             if any(s in err for s in _NO_SERVER):
@@ -105,72 +116,191 @@ class TmuxHome:
         panes: dict[str, PaneInfo] = {}
         for line in out:
             parts = line.split("\t")
-            if len(parts) != 5:
+            if len(parts) != 7:
                 continue
-            name, pane_id, pid, dead, where = parts
+            name, pane_id, pid, dead, where, owner, turn = parts
             # The home's pane is the first pane of the first window.
             if name not in panes or where == "0.0":
-                panes[name] = PaneInfo(name, pane_id, int(pid or 0), dead == "1")
+                panes[name] = PaneInfo(name, pane_id, int(pid or 0), dead == "1", owner, turn)
         return Census(Liveness.ALIVE, panes)
 
     def pane(self, name: str) -> PaneInfo | None:
-        """The home's pane now, or None when the home is missing."""
+        """The home's pane now, or None when the home is missing.
+
+        tmux 3.3 answers `display-message -t =MISSING:0.0` with exit 0 and
+        empty fields, so the session's own name is read back as the proof.
+        """
         rc, out, _ = self._run(
             "display-message",
             "-p",
             "-t",
             f"={name}:0.0",
-            "#{pane_id}\t#{pane_pid}\t#{pane_dead}",
+            "#{session_name}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{@spex_owner}\t#{@spex_turn}",
         )
         if rc != 0 or not out:
             return None
-        pane_id, pid, dead = out[0].split("\t")
-        return PaneInfo(name, pane_id, int(pid or 0), dead == "1")
+        parts = out[0].split("\t")
+        if len(parts) != 6 or parts[0] != name:
+            return None
+        _, pane_id, pid, dead, owner, turn = parts
+        return PaneInfo(name, pane_id, int(pid or 0), dead == "1", owner, turn)
 
-    def create(self, name: str, cwd: str, env: Mapping[str, str]) -> None:
-        """Create the home: a detached tmux session with a shell in `cwd`."""
+    def create(self, name: str, cwd: str, env: Mapping[str, str], owner: str) -> None:
+        """Create the home, a detached tmux session with a shell in `cwd`, tagged `owner`.
+
+        The tag is set in the same tmux call, so no reader ever sees the home
+        untagged. A session of that name that is not ours is refused.
+        """
         args = ["new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50"]
         for key, value in env.items():
             args += ["-e", f"{key}={value}"]
+        args += [";", "set-option", "-t", f"={name}:", "@spex_owner", owner]
         rc, _, err = self._run(*args)
-        if rc != 0 and "duplicate session" not in err:
-            raise Failed(f"cannot create the tmux home of {name!r}: {err or rc}")
+        if rc == 0:
+            return
+        if "duplicate session" in err:
+            pane = self.pane(name)
+            if pane is not None and pane.owner == owner:
+                return
+            raise Refused(
+                f"tmux session {name!r} on this server belongs to "
+                + (
+                    f"another spex home or incarnation ({pane.owner})"
+                    if pane and pane.owner
+                    else "someone else (it is not tagged by spex)"
+                ),
+                hint=f"rename or kill it: tmux {self.where()} kill-session -t ={name}",
+            )
+        raise Failed(f"cannot create the tmux home of {name!r}: {err or rc}")
 
-    def ensure(self, name: str, cwd: str, env: Mapping[str, str]) -> None:
-        if self.pane(name) is None:
-            self.create(name, cwd, env)
+    def launch(
+        self,
+        name: str,
+        owner: str,
+        fence: int,
+        turn: str,
+        cwd: str,
+        env: Mapping[str, str],
+        argv: Sequence[str],
+    ) -> Launch:
+        """Respawn the home's pane with `argv`, only if the home is `owner`'s and
+        no launch or stop with a fence >= `fence` has claimed the pane.
 
-    def respawn(
-        self, name: str, cwd: str, env: Mapping[str, str], argv: Sequence[str]
-    ) -> int | None:
-        """`respawn-pane -k` the home's pane with `argv`; its new pane_pid, or None
-        if the home is missing.
-
-        The pane_pid is read in the same tmux call (tmux forks the pane's
-        process before it runs the next command), so confirming a turn's
-        startup needs no further tmux round trip.
+        The test and the respawn run as one `if-shell -F` inside the tmux
+        server, which executes a client's command list without interleaving
+        another client's, so a stop that fenced the pane first always wins.
+        The pane is tagged with its turn and the new pane_pid read back in
+        the same call (tmux forks the pane's process before the next command).
         """
         target = f"={name}:0.0"
-        args = ["respawn-pane", "-k", "-t", target, "-c", cwd]
+        respawn = ["respawn-pane", "-k", "-t", target, "-c", cwd]
         for key, value in env.items():
-            args += ["-e", f"{key}={value}"]
-        args += [*argv, ";", "display-message", "-p", "-t", target, "#{pane_pid}"]
-        rc, out, err = self._run(*args)
-        if rc == 0 and out and out[-1].isdigit():
-            return int(out[-1])
-        if "can't find" in err or any(s in err for s in _NO_SERVER):
-            return None
+            respawn += ["-e", f"{key}={value}"]
+        respawn += ["--", *argv]
+        taken = " ; ".join(
+            [
+                _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
+                _quote_cmd(["set-option", "-p", "-t", target, "@spex_turn", turn]),
+                _quote_cmd(respawn),
+                _quote_cmd(["display-message", "-p", "-t", target, "launched #{pane_pid}"]),
+            ]
+        )
+        refused = _quote_cmd(
+            ["display-message", "-p", "-t", target, "fenced #{session_name}\t#{@spex_turn}"]
+        )
+        rc, out, err = self._run(
+            "if-shell", "-F", "-t", target, _owned_and_below(owner, fence), taken, refused
+        )
+        last = out[-1] if out else ""
+        if rc == 0 and last.startswith("launched ") and last[9:].isdigit():
+            return Launch("launched", int(last[9:]))
+        if rc == 0 and last.startswith("fenced "):
+            session_name, _, holder = last[7:].partition("\t")
+            if session_name != name:
+                return Launch("missing")
+            return Launch("fenced", holder=holder)
+        if any(s in err for s in _NO_SERVER) or "can't find" in err:
+            return Launch("missing")
         raise Failed(f"tmux could not start the turn in {name!r}: {err or out}")
 
-    def respawn_shell(self, name: str, cwd: str) -> int | None:
-        """Hand the pane back to a fresh shell, killing whatever runs in it.
+    def fence(self, name: str, owner: str, fence: int) -> None:
+        """Bar every launch with a fence <= `fence` from the home's pane (idempotent)."""
+        target = f"={name}:0.0"
+        self._run(
+            "if-shell",
+            "-F",
+            "-t",
+            target,
+            _owned_and_below(owner, fence),
+            _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
+        )
+
+    def respawn_shell(self, name: str, owner: str, turn: str, cwd: str) -> bool:
+        """Hand the pane back to a fresh shell, killing whatever runs in it, but
+        only while the pane still belongs to `turn` (never to a newer turn).
 
         `respawn-pane` with no command would rerun the pane's last command
-        (the wrapper), so the shell is named explicitly.
+        (the wrapper), so the shell is named explicitly. True if respawned.
         """
         rc, out, _ = self._run("show-options", "-gv", "default-shell")
         shell = out[0] if rc == 0 and out else os.environ.get("SHELL", "/bin/sh")
-        return self.respawn(name, cwd, {}, [shell])
+        target = f"={name}:0.0"
+        cond = f"#{{&&:#{{==:#{{@spex_owner}},{owner}}},#{{==:#{{@spex_turn}},{turn}}}}}"
+        taken = " ; ".join(
+            [
+                _quote_cmd(["respawn-pane", "-k", "-t", target, "-c", cwd, "--", shell]),
+                _quote_cmd(["display-message", "-p", "-t", target, "respawned"]),
+            ]
+        )
+        rc, out, _ = self._run("if-shell", "-F", "-t", target, cond, taken)
+        return rc == 0 and bool(out) and out[-1] == "respawned"
 
-    def kill(self, name: str) -> None:
-        self._run("kill-session", "-t", f"={name}")
+    def kill(self, name: str, owner: str) -> None:
+        """Kill the home, only if it is `owner`'s (never a newer incarnation's)."""
+        self._run(
+            "if-shell",
+            "-F",
+            "-t",
+            f"={name}:",
+            f"#{{==:#{{@spex_owner}},{owner}}}",
+            _quote_cmd(["kill-session", "-t", f"={name}:"]),
+        )
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a fenced launch did: `launched` (with the wrapper's pane_pid),
+    `fenced` (a stop or a newer launch claimed the pane; `holder` is the
+    turn tagged on it), or `missing` (no such home, or no server)."""
+
+    outcome: str
+    pane_pid: int | None = None
+    holder: str = ""
+
+
+FENCE_DIGITS = 15
+
+
+def _fence(value: int) -> str:
+    # Zero-padded, so tmux's string comparison orders fences numerically.
+    return f"{value:0{FENCE_DIGITS}d}"
+
+
+def _owned_and_below(owner: str, fence: int) -> str:
+    return f"#{{&&:#{{==:#{{@spex_owner}},{owner}}},#{{<:#{{@spex_fence}},{_fence(fence)}}}}}"
+
+
+def _quote_cmd(argv: Sequence[str]) -> str:
+    """One tmux command as a string tmux parses back into exactly `argv`.
+
+    Single quotes take everything literally (no `$`, `~` or `#{}` expansion);
+    a single quote itself is closed, escaped and reopened.
+    """
+    return " ".join("'" + a.replace("'", "'\\''") + "'" for a in argv)
+
+
+def owner_tag(home: Path, incarnation: str) -> str:
+    """The tag of a session's home: which state home and which incarnation of
+    the name made it (hex only, so it is safe inside a tmux format)."""
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(home))).hexdigest()[:12]
+    return f"{digest}-{incarnation}"

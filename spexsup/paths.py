@@ -7,8 +7,12 @@ directory, fsync'd, then renamed over the target.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from pathlib import Path
+
+from spexsup.errors import Failed
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -25,11 +29,53 @@ def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
     return (base / "spexsup").absolute()
 
 
-def ensure_private_dir(path: Path) -> Path:
-    """Create `path` (and parents) and force it to 0700."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.chmod(0o700)
+def ensure_private_dir(path: Path, under: Path | None = None) -> Path:
+    """Create `path` 0700 whatever the umask, and return it.
+
+    With `under` (the state home), every directory from `under` down to
+    `path` is made or checked the same way; else missing parents are made
+    0700. Each must be a real directory of ours: a symlink in its place
+    (spex never makes one), a file, or another user's directory is refused
+    with the path named, never followed or written through.
+    """
+    if under is None:
+        chain = []
+        at = path
+        while not at.exists() and not at.is_symlink() and at != at.parent:
+            chain.append(at)
+            at = at.parent
+        chain.reverse()
+        if path not in chain:
+            chain.append(path)
+    else:
+        chain = [
+            under / Path(*path.relative_to(under).parts[: i + 1])
+            for i in range(len(path.relative_to(under).parts))
+        ]
+    for directory in chain:
+        _private_dir(directory)
     return path
+
+
+def _private_dir(path: Path) -> None:
+    # Already there, or made by a concurrent spex: checked below either way.
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        raise Failed(f"cannot create directory {path}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise Failed(f"{path} is a symlink; spex does not follow it", hint="remove it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise Failed(f"{path} is not a directory", hint="point SPEXSUP_HOME at a directory")
+    if st.st_uid != os.geteuid():
+        raise Failed(
+            f"{path} belongs to uid {st.st_uid}, not to you",
+            hint="use a state home of your own (SPEXSUP_HOME or --home)",
+        )
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        path.chmod(0o700)
 
 
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
@@ -40,7 +86,8 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     milliseconds on every wake).
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import enum
 import os
 import signal
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,32 +72,60 @@ def is_zombie(pid: int) -> bool:
     return fields is not None and fields[0] == b"Z"
 
 
-def turn_processes(turn_id: str, root_pid: int | None) -> list[psutil.Process]:
-    """Every process of a turn: the tree under the wrapper, plus any process that
-    left the tree (setsid, double fork) but still carries `SPEXSUP_TURN=<turn>`.
+def turn_processes(
+    turn_id: str, wrapper_pid: int | None, *, since: float = 0.0, until: float | None = None
+) -> list[psutil.Process]:
+    """Every live process of a turn, except its wrapper. Found four ways:
 
-    The wrapper itself is excluded: it must outlive the harness to write the
-    final marker and hand the pane back to a shell.
+    - the tree under the wrapper (while it lives);
+    - its process group and session: the wrapper leads the pane's session,
+      so the harness and whatever it forked stay there unless they `setsid`;
+    - `SPEXSUP_TURN=<turn>` in the environment, which survives setsid and
+      double forks (orphans of a SIGKILLed wrapper or of a killed server).
+
+    A child or a group or session member counts only if it started within
+    the turn's life (`since`..`until`), and a group or session member only
+    if it carries no other turn's marker: after the turn the wrapper execs
+    the pane's shell, whose children are the user's, not the turn's. The
+    wrapper must outlive the harness to write the final marker, so it is
+    never included.
     """
     import psutil
 
     found: dict[int, psutil.Process] = {}
-    if root_pid is not None:
+    limit = (until if until is not None else float("inf")) + 1.0
+    if wrapper_pid is not None:
         try:
-            for child in psutil.Process(root_pid).children(recursive=True):
-                found[child.pid] = child
+            for child in psutil.Process(wrapper_pid).children(recursive=True):
+                if child.create_time() <= limit:
+                    found[child.pid] = child
         except psutil.Error:
             pass
-    me = os.getpid()
+    skip = {os.getpid(), wrapper_pid}
     for proc in psutil.process_iter():
-        if proc.pid in found or proc.pid in (me, root_pid):
+        if proc.pid in found or proc.pid in skip:
             continue
         try:
-            if proc.environ().get("SPEXSUP_TURN") == turn_id:
+            tag = proc.environ().get("SPEXSUP_TURN")
+            if tag == turn_id or (
+                tag is None
+                and wrapper_pid is not None
+                and wrapper_pid in (os.getsid(proc.pid), os.getpgid(proc.pid))
+                and since - 1.0 <= proc.create_time() <= limit
+            ):
                 found[proc.pid] = proc
-        except psutil.Error:
+        except (psutil.Error, OSError):
             continue
-    return list(found.values())
+    return [p for p in found.values() if _living(p)]
+
+
+def _living(proc: psutil.Process) -> bool:
+    import psutil
+
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def signal_all(procs: Iterable[psutil.Process], sig: signal.Signals) -> None:
@@ -110,15 +139,28 @@ def signal_all(procs: Iterable[psutil.Process], sig: signal.Signals) -> None:
             continue
 
 
-def terminate_tree(procs: list[psutil.Process], grace: float) -> list[psutil.Process]:
-    """SIGTERM, wait up to `grace`, SIGKILL the survivors; return those killed hard."""
+RESCAN = 0.1
+
+
+def reap(find: Callable[[], list[psutil.Process]], grace: float) -> list[psutil.Process]:
+    """SIGTERM everything `find` returns, rescanning until none is left or `grace`
+    ends (a TERM trap may spawn a child), then SIGKILL and rescan the same way.
+
+    Returns the processes still alive after SIGKILL: survivors to report.
+    """
     import psutil
 
-    if not procs:
-        return []
-    signal_all(procs, signal.SIGTERM)
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    if alive:
-        signal_all(alive, signal.SIGKILL)
-        psutil.wait_procs(alive, timeout=2)
-    return alive
+    deadline = time.monotonic() + grace
+    for sig, until in ((signal.SIGTERM, deadline), (signal.SIGKILL, None)):
+        hard_deadline = time.monotonic() + 2.0
+        while True:
+            procs = find()
+            if not procs:
+                return []
+            signal_all(procs, sig)
+            now = time.monotonic()
+            end = until if until is not None else hard_deadline
+            if now >= end:
+                break
+            psutil.wait_procs(procs, timeout=min(RESCAN, end - now))
+    return [p for p in find() if _living(p)]

@@ -1,54 +1,125 @@
 """The exit reporter: record a turn's end as a compare-and-swap.
 
 Runs inside the pane on every turn end (`spex internal turn-exit`), so it
-imports only the standard library and the store: no psutil, no tmux, no CLI.
-The end is recorded only if the turn is still its session's current,
-unfinished turn; an abort (`spex stop`) wins, and a stale or repeated report
-changes nothing.
+imports only the standard library, the store and the harness table: no
+psutil, no tmux, no CLI. The end is recorded only if the turn is still its
+session's current, unfinished turn; an abort (`spex stop`) wins, and a stale
+or repeated report changes nothing.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spexsup.store import Store
 
+if TYPE_CHECKING:
+    from spexsup.harness import Harness
+
 RECORDED = 0
 STALE = 3
+# The reporter's failure report was left to the live `spex wake` that is
+# still confirming the turn: it may retry the attempt, so the failure must
+# not be published first.
+DEFERRED = 4
 
 ACTIVE = ("starting", "running")
 
-# Conversation ids show early (claude's init event) or late; scan both ends.
+# Conversation ids show early (claude's init event) or late: scan both ends,
+# line by line, each line cut to a bounded length, with a time limit on the
+# user-supplied pattern.
 _SCAN_BYTES = 1 << 20
+_LINE_BYTES = 1 << 16
+PATTERN_TIMEOUT = 0.25
 
 
-def find_conversation_id(turn_dir: Path) -> str | None:
-    """The harness's conversation id in the turn's output, per the pattern saved at prepare."""
-    try:
-        meta = json.loads((turn_dir / "meta.json").read_text())
-        pattern = meta.get("id_pattern")
-        if not pattern:
-            return None
-        with (turn_dir / "output.log").open("rb") as f:
-            head = f.read(_SCAN_BYTES)
-            f.seek(0, 2)
-            size = f.tell()
-            tail = b""
-            if size > _SCAN_BYTES:
-                f.seek(max(_SCAN_BYTES, size - _SCAN_BYTES))
-                tail = f.read()
-    except (OSError, ValueError):
+def _scan_text(turn_dir: Path) -> str:
+    with (turn_dir / "output.log").open("rb") as f:
+        head = f.read(_SCAN_BYTES)
+        f.seek(0, 2)
+        size = f.tell()
+        tail = b""
+        if size > _SCAN_BYTES:
+            f.seek(max(_SCAN_BYTES, size - _SCAN_BYTES))
+            tail = f.read()
+    lines = (head + b"\n" + tail).split(b"\n")
+    return "\n".join(ln[:_LINE_BYTES].decode("utf-8", "replace") for ln in lines)
+
+
+class PatternTimeout(Exception):
+    pass
+
+
+def find_conversation_id(turn_dir: Path, pattern: str | None) -> str | None:
+    """The harness's conversation id in the turn's output (the last match), or None.
+
+    Raises PatternTimeout when the pattern takes longer than PATTERN_TIMEOUT.
+    """
+    if not pattern:
         return None
-    found = re.findall(pattern, (head + tail).decode("utf-8", "replace"))
+    try:
+        text = _scan_text(turn_dir)
+    except OSError:
+        return None
+    import regex
+
+    try:
+        found = regex.findall(pattern, text, timeout=PATTERN_TIMEOUT)
+    except TimeoutError:
+        raise PatternTimeout(pattern) from None
+    except regex.error:
+        return None
     return str(found[-1]) if found else None
 
 
-def remember_conversation(store: Store, session: str, turn_dir: Path) -> None:
+def id_pattern(home: Path, turn_dir: Path) -> tuple[str, str | None]:
+    """The harness a turn ran and its id pattern, read from harnesses.toml now
+    (not copied at prepare time, so fixing the file fixes every later read)."""
+    from spexsup import harness
+
+    try:
+        name = json.loads((turn_dir / "meta.json").read_text()).get("harness", "")
+    except (OSError, ValueError):
+        return "", None
+    if not name or name == "command":
+        return name, None
+    try:
+        return name, harness.load_registry(home).get(name).id_pattern
+    except Exception:  # a broken harnesses.toml: spex doctor names it
+        return name, None
+
+
+def conversation_of(store: Store, turn_dir: Path, adapter: Harness | None = None) -> str | None:
+    """The conversation id a turn printed; a pattern that times out is noted
+    once for `spex doctor`, and the turn just has no id."""
+    if adapter is not None:
+        name, pattern = adapter.name, adapter.id_pattern
+    else:
+        name, pattern = id_pattern(store.home, turn_dir)
+    try:
+        return find_conversation_id(turn_dir, pattern)
+    except PatternTimeout:
+        with store.tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO notices (key, message, at) VALUES (?, ?, ?)",
+                (
+                    f"id_pattern:{name}",
+                    f"harness {name}: id_pattern {pattern!r} took over"
+                    f" {PATTERN_TIMEOUT}s on a turn's output and was abandoned",
+                    time.time(),
+                ),
+            )
+        return None
+
+
+def remember_conversation(
+    store: Store, session: str, turn_dir: Path, adapter: Harness | None = None
+) -> None:
     """Store the conversation id a running turn has printed so far, if any."""
-    conversation = find_conversation_id(turn_dir)
+    conversation = conversation_of(store, turn_dir, adapter)
     if conversation:
         with store.tx() as db:
             db.execute(
@@ -60,6 +131,12 @@ def end_state(rc: int) -> str:
     return "complete" if rc == 0 else "error"
 
 
+def _launcher_alive(pid: int | None, token: str | None) -> bool:
+    from spexsup.procs import Liveness, identity_liveness
+
+    return pid is not None and identity_liveness(pid, token) is Liveness.ALIVE
+
+
 def record_exit(
     store: Store,
     session: str,
@@ -69,14 +146,21 @@ def record_exit(
     *,
     state: str | None = None,
     error: str | None = None,
+    adapter: Harness | None = None,
+    reporter: bool = False,
 ) -> int:
-    """CAS the turn's end; RECORDED if this call recorded it, STALE if it was a no-op."""
-    conversation = find_conversation_id(turn_dir) if turn_dir else None
+    """CAS the turn's end; RECORDED if this call recorded it, STALE if it was a no-op.
+
+    From the wrapper's `reporter`, a failure of a turn still `starting` under
+    a live launcher is DEFERRED to that launcher (which decides whether the
+    attempt is retried, and records it otherwise).
+    """
+    conversation = conversation_of(store, turn_dir, adapter) if turn_dir else None
     state = state or end_state(rc if rc is not None else 1)
     with store.tx() as db:
         row = db.execute(
-            "SELECT t.state FROM sessions s JOIN turns t ON t.id = s.current_turn"
-            " WHERE s.name = ? AND t.id = ?",
+            "SELECT t.state, t.launcher_pid, t.launcher_token FROM sessions s"
+            " JOIN turns t ON t.id = s.current_turn WHERE s.name = ? AND t.id = ?",
             (session, turn),
         ).fetchone()
         if row is None or row["state"] not in ACTIVE:
@@ -87,14 +171,21 @@ def record_exit(
                     (conversation, session),
                 )
             return STALE
+        if (
+            reporter
+            and rc != 0
+            and row["state"] == "starting"
+            and _launcher_alive(row["launcher_pid"], row["launcher_token"])
+        ):
+            return DEFERRED
         db.execute(
             "UPDATE turns SET state = ?, rc = ?, ended_at = ?, error = coalesce(?, error)"
             " WHERE id = ?",
             (state, rc, time.time(), error, turn),
         )
         db.execute(
-            "UPDATE sessions SET state = CASE WHEN state = 'stopped' THEN state ELSE ? END,"
-            " harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",
+            "UPDATE sessions SET state = CASE WHEN state IN ('stopped', 'removing') THEN state"
+            " ELSE ? END, harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",
             ("idle" if state == "complete" else "error", conversation, session),
         )
     return RECORDED

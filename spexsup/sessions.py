@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import shutil
 import sqlite3
 import time
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from spexsup import harness as harnesses
-from spexsup.errors import Invalid, Refused, UnknownSession
+from spexsup.errors import Failed, Invalid, Refused, UnknownSession
+from spexsup.home import owner_tag
 from spexsup.procs import Liveness
 from spexsup.spex import Spex
 
@@ -37,6 +39,8 @@ class Session:
     harness_session_id: str | None
     current_turn: str | None
     created_at: float
+    incarnation: str
+    launch_fence: int
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Session:
@@ -51,10 +55,16 @@ class Session:
             harness_session_id=row["harness_session_id"],
             current_turn=row["current_turn"],
             created_at=row["created_at"],
+            incarnation=row["incarnation"],
+            launch_fence=row["launch_fence"],
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
         return harnesses.resolve(self.harness, self.command, home)
+
+    def owner(self, home: Path) -> str:
+        """The tag on this session's tmux home (see `home.owner_tag`)."""
+        return owner_tag(home, self.incarnation)
 
 
 def validate_name(name: str) -> str:
@@ -73,6 +83,9 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not ENV_KEY_RE.fullmatch(key) or "\0" in value:
             raise Invalid(f"invalid --env {pair!r}", hint="use KEY=VALUE")
+        if key.startswith("SPEXSUP_"):
+            # The wrapper and the reaper rely on these naming the turn.
+            raise Invalid(f"invalid --env {pair!r}: SPEXSUP_* names are reserved for spex")
         env[key] = value
     return env
 
@@ -108,15 +121,21 @@ def create(
         raise Invalid("the command harness needs a command", hint="spex new NAME -- CMD ARGS…")
     if command and harness != "command":
         raise Invalid(f"a command after -- needs --harness command, not {harness!r}")
-    directory = Path(cwd or ".").expanduser().absolute()
+    try:
+        directory = Path(cwd or ".").expanduser().absolute()
+    except FileNotFoundError:
+        raise Invalid(
+            "the current directory no longer exists", hint="cd somewhere, or pass --cwd DIR"
+        ) from None
     if not directory.is_dir():
         raise Invalid(f"no such directory {str(directory)!r}", hint="--cwd DIR")
-    env = dict(env or {})
+    env = parse_env([f"{k}={v}" for k, v in (env or {}).items()])
+    incarnation = secrets.token_hex(6)
     try:
         with spex.store.tx() as db:
             db.execute(
-                "INSERT INTO sessions (name, harness, command, cwd, env, window, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO sessions (name, harness, command, cwd, env, window, created_at,"
+                " incarnation) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     harness,
@@ -125,18 +144,33 @@ def create(
                     json.dumps(env),
                     window,
                     time.time(),
+                    incarnation,
                 ),
             )
     except sqlite3.IntegrityError:
         raise Refused(f"session {name!r} already exists", hint="see spex ls") from None
     try:
-        spex.tmux.kill(name)  # a stale home of a removed session must not be reused
-        spex.tmux.create(name, str(directory), env)
+        session = get(spex, name)
+        _clear_stale_home(spex, session)
+        spex.tmux.create(name, str(directory), env, session.owner(spex.home))
     except BaseException:
         with spex.store.tx() as db:
             db.execute("DELETE FROM sessions WHERE name = ?", (name,))
         raise
-    return get(spex, name)
+    return session
+
+
+def _clear_stale_home(spex: Spex, session: Session) -> None:
+    """Kill a home left by an earlier incarnation of this name in this state home.
+
+    Only a home tagged with this state home's digest is ours to kill; a
+    foreign or untagged one makes `create` refuse instead.
+    """
+    pane = spex.tmux.pane(session.name)
+    ours = session.owner(spex.home)
+    home_digest = ours.split("-", 1)[0]
+    if pane is not None and pane.owner != ours and pane.owner.startswith(home_digest + "-"):
+        spex.tmux.kill(session.name, pane.owner)
 
 
 def get(spex: Spex, name: str) -> Session:
@@ -149,30 +183,87 @@ def get(spex: Spex, name: str) -> Session:
 
 def ensure_home(spex: Spex, session: Session) -> None:
     """Recreate the tmux home if it vanished; the record survives in SQLite."""
-    spex.tmux.ensure(session.name, session.cwd, session.env)
+    spex.tmux.create(session.name, session.cwd, session.env, session.owner(spex.home))
 
 
-def remove(spex: Spex, name: str, *, force: bool = False) -> None:
-    """Delete the session, its turns and its home; refused while a turn runs."""
-    from spexsup import control, turns
+def remove(spex: Spex, name: str, *, force: bool = False, grace: float = 5.0) -> None:
+    """Delete the session, its turns and its home; refused while a turn runs
+    (unless `force`, which aborts it and kills what it left) or while a
+    `spex stop` of it is in progress.
+
+    All destruction happens while the session is `removing`, before its
+    name is free again, so a `spex new` of the same name right after can
+    never lose its home or turn directories to this removal. A removal cut
+    short leaves the session `removing`; `spex rm` again finishes it.
+    """
+    from spexsup import turns
+    from spexsup.procs import identity_liveness
     from spexsup.tickets import ticket
 
     get(spex, name)
-    with ticket(spex, name, "rm"):
+    with ticket(spex, name, "rm") as mine:
         turns.reconcile(spex, [name])
-        session = get(spex, name)
-        if session.state == "running":
-            if not force:
+        with spex.store.tx() as db:
+            row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise UnknownSession(name)
+            session = Session.from_row(row)
+            if session.state == "running" and not force:
                 raise Refused(
                     f"session {name!r} has a running turn {session.current_turn}",
                     hint="spex stop it first, or spex rm --force",
                 )
-            control.stop(spex, name)
+            stops = db.execute(
+                "SELECT pid, start_token FROM tickets WHERE session = ? AND op = 'stop'"
+                " AND id != ?",
+                (name, mine),
+            ).fetchall()
+            if any(identity_liveness(t["pid"], t["start_token"]) is Liveness.ALIVE for t in stops):
+                raise Refused(f"a spex stop of {name!r} is in progress", hint="try again after it")
+            db.execute(
+                "UPDATE turns SET state = 'aborted', ended_at = ?,"
+                " error = coalesce(error, 'removed by spex rm')"
+                " WHERE session = ? AND state IN ('starting', 'running')",
+                (time.time(), name),
+            )
+            db.execute("UPDATE sessions SET state = 'removing' WHERE name = ?", (name,))
+        if session.current_turn is not None:
+            survivors = turns.kill_turn(spex, session, session.current_turn, grace)
+            if survivors:
+                raise Failed(
+                    f"{name}: process(es) {', '.join(map(str, survivors))} of turn"
+                    f" {session.current_turn} survived SIGKILL; the session is left removing",
+                    hint=f"spex rm {name} again once they are gone",
+                )
+        spex.tmux.kill(name, session.owner(spex.home))
+        problems = _remove_tree(spex.home / "turns" / name)
+        if problems:
+            raise Failed(
+                f"{name}: could not remove {problems[0]}"
+                + (f" and {len(problems) - 1} more" if len(problems) > 1 else "")
+                + "; the session is left removing",
+                hint=f"fix the permissions, then spex rm {name} again",
+            )
         with spex.store.tx() as db:
-            db.execute("DELETE FROM sessions WHERE name = ?", (name,))
             db.execute("DELETE FROM turns WHERE session = ?", (name,))
-    spex.tmux.kill(name)
-    shutil.rmtree(spex.home / "turns" / name, ignore_errors=True)
+            db.execute(
+                "DELETE FROM sessions WHERE name = ? AND incarnation = ?",
+                (name, session.incarnation),
+            )
+
+
+def _remove_tree(path: Path) -> list[str]:
+    """Remove `path` without following symlinks; the paths that could not be removed."""
+    problems: list[str] = []
+
+    def failed(func: object, where: str, exc: object) -> None:
+        problems.append(where)
+
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path, onerror=failed)
+    return problems
 
 
 def home_status(liveness: Liveness) -> str:

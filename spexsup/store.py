@@ -93,6 +93,21 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (epoch, idx)
     );
     """,
+    # 4: launch fencing and incarnations. A session's `launch_fence` grows with
+    # every launch attempt and is mirrored on its pane; a turn remembers the
+    # fence of its latest attempt. `incarnation` tells a name's successive
+    # sessions apart in tmux. `notices` keeps problems for `spex doctor`.
+    """
+    ALTER TABLE sessions ADD COLUMN incarnation TEXT;
+    ALTER TABLE sessions ADD COLUMN launch_fence INTEGER NOT NULL DEFAULT 0;
+    UPDATE sessions SET incarnation = lower(hex(randomblob(6))) WHERE incarnation IS NULL;
+    ALTER TABLE turns ADD COLUMN fence INTEGER;
+    CREATE TABLE notices (
+        key TEXT PRIMARY KEY,
+        message TEXT NOT NULL,
+        at REAL NOT NULL
+    );
+    """,
 )
 
 

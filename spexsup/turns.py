@@ -99,7 +99,7 @@ def failure_message(harness: Harness, directory: Path, rc: int, cas: int | None)
     """`exited rc=N`, the reporter's rc when non-zero, a named cause, the last output lines."""
     decoded = output_end(directory)
     parts = [f"exited rc={rc}"]
-    if cas:
+    if cas not in (None, report.RECORDED, report.STALE, report.DEFERRED):
         parts.append(f"exit reporter rc={cas}")
     message = ", ".join(parts)
     for fatal in harness.fatal:
@@ -133,10 +133,18 @@ def admit(
         session = Session.from_row(row)
         if session.state == "stopped":
             raise Refused(f"session {name!r} is stopped", hint=f"spex resume {name}")
+        if session.state == "removing":
+            raise Refused(f"session {name!r} is being removed")
         if session.state == "running":
             raise Refused(
                 f"session {name!r} is busy with turn {session.current_turn}",
                 hint=f"spex wait {name}, or spex stop {name}",
+            )
+        if not Path(session.cwd).is_dir():
+            # tmux would silently start the turn somewhere else.
+            raise Failed(
+                f"{name}: working directory {session.cwd} no longer exists",
+                hint=f"restore it, or spex rm {name} and create the session again",
             )
         adapter = session.adapter(spex.home)
         resume_id = None if fresh else session.harness_session_id
@@ -149,7 +157,7 @@ def admit(
         db.execute(
             "UPDATE sessions SET current_turn = ?, state = 'running' WHERE name = ?", (turn, name)
         )
-    directory = ensure_private_dir(turn_dir(spex, name, turn))
+    directory = ensure_private_dir(turn_dir(spex, name, turn), under=spex.home)
     _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter)
     return session, turn, directory, adapter
 
@@ -184,21 +192,55 @@ def _prepare(
         turn,
     ]
     files["reporter"] = "\0".join(reporter).encode() + b"\0"
+    # The harness is named, not its id pattern: fixing harnesses.toml fixes
+    # every later read of this turn.
     meta = {"session": session.name, "turn": turn, "harness": adapter.name}
-    meta["id_pattern"] = adapter.id_pattern or ""
     files["meta.json"] = json.dumps(meta).encode()
     # Not fsync'd: after a crash the turn is lost anyway, and these die with it.
     for name, data in files.items():
         write_atomic(directory / name, data, durable=False)
 
 
-def launch(spex: Spex, session: Session, turn: str, directory: Path) -> int:
-    """`respawn-pane -k` the wrapper into the home, recreating a vanished home first.
+def _stopped(name: str, turn: str) -> Refused:
+    return Refused(
+        f"turn {turn} of {name!r} was stopped (spex stop or rm) before it started",
+        hint=f"spex show {name}",
+    )
 
-    Returns tmux's pane_pid for the new wrapper.
+
+def _claim_fence(spex: Spex, name: str, turn: str) -> int:
+    """The pre-launch check, in one transaction: the turn must still be its
+    session's current `starting` turn; allocates the attempt's launch fence.
+
+    A stop reads the session's fence in its own transaction and then fences
+    the pane with it, so an attempt either sees the abort here or is barred
+    inside tmux (`TmuxHome.launch`): it can never launch after a stop.
     """
+    with spex.store.tx() as db:
+        row = db.execute(
+            "SELECT t.state, s.launch_fence FROM turns t JOIN sessions s"
+            " ON s.name = t.session AND s.current_turn = t.id WHERE t.id = ?",
+            (turn,),
+        ).fetchone()
+        if row is None or row["state"] != "starting":
+            raise _stopped(name, turn)
+        fence = int(row["launch_fence"]) + 1
+        db.execute("UPDATE sessions SET launch_fence = ? WHERE name = ?", (fence, name))
+        db.execute("UPDATE turns SET fence = ? WHERE id = ?", (fence, turn))
+    return fence
+
+
+def launch(spex: Spex, session: Session, turn: str, directory: Path) -> int:
+    """Start the wrapper in the home with a fenced `respawn-pane -k`, recreating a
+    vanished home first. Returns tmux's pane_pid for the new wrapper.
+
+    Raises Refused when a stop (or rm) got there first: the pane was fenced,
+    or the turn is no longer `starting`.
+    """
+    name = session.name
+    fence = _claim_fence(spex, name, turn)
     env = {
-        "SPEXSUP_SESSION": session.name,
+        "SPEXSUP_SESSION": name,
         "SPEXSUP_TURN": turn,
         "SPEXSUP_TURN_DIR": str(directory),
         "SPEXSUP_PROMPT_FILE": str(directory / "prompt"),
@@ -206,13 +248,76 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path) -> int:
     }
     wrapper = os.environ.get("SPEXSUP_WRAPPER") or str(wrapper_path())
     argv = ["bash", wrapper, str(directory)]
-    pane_pid = spex.tmux.respawn(session.name, session.cwd, env, argv)
-    if pane_pid is None:
-        spex.tmux.create(session.name, session.cwd, session.env)
-        pane_pid = spex.tmux.respawn(session.name, session.cwd, env, argv)
-    if pane_pid is None:
-        raise Failed(f"the tmux home of {session.name!r} vanished while starting the turn")
-    return pane_pid
+    owner = session.owner(spex.home)
+    result = spex.tmux.launch(name, owner, fence, turn, session.cwd, env, argv)
+    if result.outcome == "missing":
+        spex.tmux.create(name, session.cwd, session.env, owner)
+        result = spex.tmux.launch(name, owner, fence, turn, session.cwd, env, argv)
+    if result.outcome == "fenced":
+        raise _stopped(name, turn)
+    if result.outcome != "launched" or result.pane_pid is None:
+        raise Failed(f"the tmux home of {name!r} vanished while starting the turn")
+    # A home recreated above died with any fence a stop put on the old one:
+    # re-read the store, and undo our own launch if the turn lost meanwhile.
+    if _turn_state(spex, turn) != "starting":
+        kill_turn(spex, session, turn, grace=0.5)
+        raise _stopped(name, turn)
+    return result.pane_pid
+
+
+def _turn_state(spex: Spex, turn: str) -> str | None:
+    row = spex.store.db.execute("SELECT state FROM turns WHERE id = ?", (turn,)).fetchone()
+    return None if row is None else str(row["state"])
+
+
+def kill_turn(spex: Spex, session: Session, turn: str, grace: float) -> list[int]:
+    """Fence the pane against the turn, kill every process it left, and hand the
+    pane back to a shell if it still belongs to the turn. Whatever the
+    turn's recorded state: a second call finishes what an interrupted one
+    started. Returns the pids that survived SIGKILL.
+    """
+    from spexsup.procs import reap, turn_processes
+
+    name = session.name
+    owner = session.owner(spex.home)
+    row = spex.store.db.execute(
+        "SELECT t.fence, t.started_at, t.ended_at, s.launch_fence FROM turns t"
+        " JOIN sessions s ON s.name = t.session WHERE t.id = ?",
+        (turn,),
+    ).fetchone()
+    if row is not None:
+        spex.tmux.fence(name, owner, max(int(row["launch_fence"]), int(row["fence"] or 0)))
+    directory = turn_dir(spex, name, turn)
+    m = marker.read(directory)
+    pane = spex.tmux.pane(name)
+    ours = pane is not None and pane.owner == owner and pane.turn == turn
+    if m.stage is Stage.NONE and ours:
+        # The wrapper may be about to start: replace the pane's process first.
+        spex.tmux.respawn_shell(name, owner, turn, session.cwd)
+    wrapper = m.pid if m.pid is not None else (pane.pane_pid if pane and ours else None)
+    since = float(row["started_at"]) if row else 0.0
+    until = row["ended_at"] if row else None
+    survivors = reap(lambda: turn_processes(turn, wrapper, since=since, until=until), grace)
+    if not directory.is_dir():
+        return [p.pid for p in survivors]  # removed with its session: nothing to wait for
+    with DirWatch([directory]) as watch:
+        deadline = time.monotonic() + WRAPPER_EXIT_WAIT
+        while time.monotonic() < deadline:
+            m = marker.read(directory)
+            if m.stage is Stage.EXIT or m.pid is None:
+                break
+            if wrapper_liveness(m.pid, directory) is Liveness.DEAD:
+                break
+            watch.wait(deadline - time.monotonic())
+    pane = spex.tmux.pane(name)
+    if pane is not None and pane.turn == turn and (pane.pane_dead or m.stage is not Stage.EXIT):
+        spex.tmux.respawn_shell(name, owner, turn, session.cwd)
+    return [p.pid for p in survivors]
+
+
+# How long a stopped turn's wrapper gets to write its final marker before
+# the pane is forced back to a shell.
+WRAPPER_EXIT_WAIT = 3.0
 
 
 # --- confirmation ---------------------------------------------------------
@@ -232,10 +337,17 @@ def _pid_problem(pid: int, pane_pid: int) -> str | None:
 
 @dataclass
 class Startup:
+    """What the window showed. `verdict` is confirmed, completed or failed;
+    `rc` is the harness's exit status when it is known (exit or reporting)."""
+
     verdict: str
     marker: Marker
     error: str | None = None
     pid: int | None = None
+
+    @property
+    def rc(self) -> int | None:
+        return self.marker.rc if self.marker.stage in (Stage.EXIT, Stage.REPORTING) else None
 
 
 def confirm_startup(
@@ -245,7 +357,9 @@ def confirm_startup(
 
     `pane_pid` is tmux's pane_pid for the pane, read at launch. The pid checks
     run `settle` before the window ends and the re-read at its end, so a
-    confirmed verdict costs no time beyond the window.
+    confirmed verdict costs nothing beyond the window. A marker still at
+    `reporting:` when the window ends is an exit with a known rc, never a
+    failure: its reporter gets a grace period and is never killed.
     """
     deadline = started + window
     settle = min(0.1, window / 4)
@@ -262,9 +376,7 @@ def confirm_startup(
             if now < deadline + REPORTER_GRACE:
                 watch.wait(deadline + REPORTER_GRACE - now)
                 continue
-            return Startup(
-                "failed", m, f"exited rc={m.rc} but its exit reporter did not finish", m.pid
-            )
+            return Startup("completed" if m.rc == 0 else "failed", m, None, m.pid)
         if first is None and now >= deadline - settle and m.stage is not Stage.REPORTING:
             if m.stage is Stage.NONE:
                 return Startup("failed", m, "never confirmed startup (no outcome marker)")
@@ -274,6 +386,8 @@ def confirm_startup(
                 return Startup("failed", m, problem, m.pid)
             first, token = m, start_token(m.pid)
         if first is not None and now >= deadline:
+            if m.stage is Stage.REPORTING:
+                continue  # it exited while settling: wait for its exit like any other
             if m != first or first.pid is None:
                 return Startup("failed", m, f"marker changed while settling: {m.text!r}")
             if identity_liveness(first.pid, token) is not Liveness.ALIVE:
@@ -302,10 +416,15 @@ def wake(
 ) -> Verdict:
     """Start a turn and report what is true about it within the window.
 
-    Refusals raise `Refused` (exit 3) and change nothing. A failed startup
-    leaves no process of the turn behind and the pane back at a shell.
-    `gate` (a fan-out's concurrency limit) is held around admission and
-    launch only, so many turns can confirm at once.
+    Refusals raise `Refused` (exit 3) and change nothing; so does a wake that
+    loses to a stop between admission and launch. A failed startup leaves no
+    process of the turn behind and the pane back at a shell. `gate` (a
+    fan-out's concurrency limit) is held around admission and launch only,
+    so many turns can confirm at once.
+
+    Interrupted (SIGINT, SIGTERM) before the launch, the turn is aborted and
+    fenced; after it, the turn keeps running and the exception carries a
+    note saying so (its end is still recorded by its wrapper).
     """
     started = time.monotonic()
     get(spex, name)
@@ -316,72 +435,125 @@ def wake(
             session, turn, directory, adapter = admit(spex, name, prompt, fresh=fresh)
         span = resolve_window(session, adapter, window)
         attempts = 0
-        while True:
-            attempts += 1
-            with DirWatch([directory]) as watch:
-                with gate:
-                    pane_pid = launch(spex, session, turn, directory)
-                # The window measures the harness's startup, not our own
-                # admission (which may queue behind other writers).
-                launched = time.monotonic()
-                result = confirm_startup(directory, span, launched, watch, pane_pid)
-            if not _retryable(adapter, directory, result, attempts):
-                break
-            _rotate_attempt(spex, turn, directory, attempts)
-            time.sleep(RETRY_BACKOFF[attempts - 1])
-        verdict = _settle(spex, session, turn, directory, adapter, result)
+        launched_once = False
+        try:
+            while True:
+                attempts += 1
+                with DirWatch([directory]) as watch:
+                    with gate:
+                        pane_pid = launch(spex, session, turn, directory)
+                    launched_once = True
+                    # The window measures the harness's startup, not our own
+                    # admission (which may queue behind other writers).
+                    launched = time.monotonic()
+                    result = confirm_startup(directory, span, launched, watch, pane_pid)
+                if not _retryable(adapter, directory, result, attempts):
+                    break
+                _rotate_attempt(spex, name, turn, directory, attempts)
+                time.sleep(RETRY_BACKOFF[attempts - 1])
+            verdict = _settle(spex, session, turn, directory, adapter, result)
+        except Exception:
+            if not launched_once:
+                _abort_unlaunched(spex, session, turn, "spex wake failed before the launch")
+            raise
+        except BaseException as interrupt:
+            if launched_once:
+                interrupt.add_note(f"{name}: turn {turn} keeps running (spex wait {name})")
+            else:
+                _abort_unlaunched(spex, session, turn, "spex wake was interrupted before launch")
+                interrupt.add_note(f"{name}: turn {turn} aborted before it started")
+            raise
     verdict.attempts = attempts
     verdict.elapsed_ms = int((time.monotonic() - started) * 1000)
     return verdict
 
 
+def _abort_unlaunched(spex: Spex, session: Session, turn: str, why: str) -> None:
+    """End a turn that never (provably) launched: abort it, then fence and kill,
+    in case the tmux call was already on its way when we were interrupted."""
+    with spex.store.tx() as db:
+        cur = db.execute(
+            "UPDATE turns SET state = 'aborted', ended_at = ?, error = coalesce(error, ?)"
+            " WHERE id = ? AND state = 'starting'",
+            (time.time(), why, turn),
+        )
+        if cur.rowcount:
+            db.execute(
+                "UPDATE sessions SET state = 'error' WHERE name = ? AND current_turn = ?"
+                " AND state = 'running'",
+                (session.name, turn),
+            )
+    kill_turn(spex, session, turn, grace=0.5)
+
+
 def _retryable(adapter: Harness, directory: Path, result: Startup, attempts: int) -> bool:
-    """A lock-class startup failure (nothing ran) is retried up to 4 times."""
-    if result.verdict != "failed" or result.marker.stage is not Stage.EXIT:
+    """A lock-class startup failure is retried up to 4 times, but only when
+    nothing ran: no conversation id, and every line of output is a retryable
+    message (a harness that edited files and then hit a lock must not run
+    the same prompt again)."""
+    if result.verdict != "failed" or result.rc is None or result.rc == 0:
         return False
     if not adapter.retryable or attempts > len(RETRY_BACKOFF):
         return False
-    return _matches(adapter.retryable, output_end(directory))
+    if (directory / "output.log").stat().st_size > RETRYABLE_OUTPUT_MAX:
+        return False
+    lines = [ln for ln in output_end(directory, RETRYABLE_OUTPUT_MAX).splitlines() if ln.strip()]
+    if not lines or not all(_matches(adapter.retryable, ln) for ln in lines):
+        return False
+    return report.find_conversation_id(directory, adapter.id_pattern) is None
 
 
-def _rotate_attempt(spex: Spex, turn: str, directory: Path, attempt: int) -> None:
-    """Keep attempt N's marker and output beside the turn, and reopen the turn."""
-    for name in ("outcome", "output.log"):
-        src = directory / name
-        if src.exists():
-            src.rename(directory / f"attempt-{attempt}.{name}")
+# The output of an attempt worth retrying is a lock message, nothing more.
+RETRYABLE_OUTPUT_MAX = 4096
+
+
+def _rotate_attempt(spex: Spex, name: str, turn: str, directory: Path, attempt: int) -> None:
+    """Keep attempt N's marker and output beside the turn for the next attempt.
+
+    The failed attempt was never published (its reporter deferred to us), so
+    the turn is still `starting`; if it is not, a stop won: Refused.
+    """
     with spex.store.tx() as db:
-        db.execute(
-            "UPDATE turns SET state = 'starting', rc = NULL, ended_at = NULL, attempts = ?"
-            " WHERE id = ?",
+        cur = db.execute(
+            "UPDATE turns SET attempts = ? WHERE id = ? AND state = 'starting'",
             (attempt + 1, turn),
         )
-        db.execute(
-            "UPDATE sessions SET state = 'running' WHERE current_turn = ? AND state != 'stopped'",
-            (turn,),
-        )
+        if not cur.rowcount:
+            raise _stopped(name, turn)
+    for file in ("outcome", "output.log"):
+        src = directory / file
+        if src.exists():
+            src.rename(directory / f"attempt-{attempt}.{file}")
 
 
 def _settle(
     spex: Spex, session: Session, turn: str, directory: Path, adapter: Harness, result: Startup
 ) -> Verdict:
-    """Record the verdict; make sure a failed startup leaves nothing running."""
+    """Record the verdict; make sure a failed startup leaves nothing running.
+
+    A turn a stop aborted while we confirmed it is the stop's: refused.
+    """
     m = result.marker
     name = session.name
     error = result.error
-    rc: int | None = None
-    if m.stage is Stage.EXIT:
-        rc = m.rc
-        assert rc is not None
-        if m.cas:
-            # The wrapper's reporter could not record the end; we can.
-            report.record_exit(spex.store, name, turn, rc, directory)
+    rc = result.rc
+    if _turn_state(spex, turn) == "aborted":
+        if result.verdict == "failed" and rc is None:
+            kill_turn(spex, session, turn, grace=0.5)
+        report.remember_conversation(spex.store, name, directory, adapter)
+        raise Refused(
+            f"turn {turn} of {name!r} was stopped while it started", hint=f"spex show {name}"
+        )
+    if rc is not None:
+        # The wrapper's reporter may have deferred to us (a failure we might
+        # have retried), failed, or be slow: the CAS makes recording twice safe.
+        report.record_exit(spex.store, name, turn, rc, directory, adapter=adapter)
         if rc != 0:
             error = failure_message(adapter, directory, rc, m.cas)
     elif result.verdict == "failed":
-        _abandon(spex, session, turn, directory, m, error or "failed")
+        _abandon(spex, session, turn, directory, error or "failed")
     else:
-        report.remember_conversation(spex.store, name, directory)
+        report.remember_conversation(spex.store, name, directory, adapter)
     with spex.store.tx() as db:
         db.execute(
             "UPDATE turns SET verdict = ?, error = coalesce(?, error),"
@@ -395,15 +567,10 @@ def _settle(
     return Verdict(name, turn, result.verdict, rc, result.pid, error)
 
 
-def _abandon(
-    spex: Spex, session: Session, turn: str, directory: Path, m: Marker, error: str
-) -> None:
+def _abandon(spex: Spex, session: Session, turn: str, directory: Path, error: str) -> None:
     """End a turn whose startup failed without an exit: record first, then kill."""
-    from spexsup.procs import terminate_tree, turn_processes
-
     report.record_exit(spex.store, session.name, turn, None, directory, state="error", error=error)
-    terminate_tree(turn_processes(turn, m.pid), grace=0.5)
-    spex.tmux.respawn_shell(session.name, session.cwd)
+    kill_turn(spex, session, turn, grace=0.5)
 
 
 # --- reading and reconciliation --------------------------------------------
@@ -424,30 +591,65 @@ def wrapper_liveness(pid: int, directory: Path) -> Liveness:
         return Liveness.UNPROVEN
 
 
+def _unlaunched(spex: Spex, row: Any, directory: Path) -> Liveness:
+    """Did a turn with no marker (and no launcher left) start a wrapper?
+
+    ALIVE: the pane is tagged with the turn and runs its wrapper (about to
+    write its marker). DEAD: provably never will, because the pane is fenced
+    against the turn's attempt first, so a tmux call of the dead launcher
+    still in flight can no longer land. UNPROVEN: tmux could not tell.
+    """
+    session = get(spex, row["session"])
+    owner = session.owner(spex.home)
+    if row["fence"] is not None:
+        spex.tmux.fence(session.name, owner, int(row["fence"]))
+    census = spex.tmux.census()
+    if census.liveness is Liveness.UNPROVEN:
+        return Liveness.UNPROVEN
+    pane = census.panes.get(session.name)
+    if pane is None or pane.owner != owner or pane.turn != row["id"] or pane.pane_dead:
+        return Liveness.DEAD
+    return wrapper_liveness(pane.pane_pid, directory)
+
+
 def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
     """Settle current unfinished turns from their markers and process liveness.
 
-    A wrapper that is provably gone without a final marker makes the turn
-    `lost`; an exit the reporter failed to record is recorded; a probe that
+    A turn still `starting` under a live launcher is the launcher's to settle
+    (it may retry a failed attempt), so it is left alone. Otherwise: a
+    wrapper that is provably gone without a final marker makes the turn
+    `lost`; an exit the reporter did not record is recorded; a turn whose
+    launcher died after a good start moves on to `running`; a probe that
     proves nothing leaves the turn alone.
     """
     query = (
-        "SELECT t.id, t.session, t.state, t.launcher_pid, t.launcher_token FROM sessions s"
-        " JOIN turns t ON t.id = s.current_turn WHERE t.state IN ('starting', 'running')"
+        "SELECT t.id, t.session, t.state, t.launcher_pid, t.launcher_token, t.fence"
+        " FROM sessions s JOIN turns t ON t.id = s.current_turn"
+        " WHERE t.state IN ('starting', 'running')"
     )
     rows = spex.store.db.execute(query).fetchall()
     for row in rows:
         name, turn = row["session"], row["id"]
         if names is not None and name not in names:
             continue
+        launcher = identity_liveness(row["launcher_pid"], row["launcher_token"])
+        if row["state"] == "starting" and launcher is not Liveness.DEAD:
+            continue
         directory = turn_dir(spex, name, turn)
         m = marker.read(directory)
-        launcher = identity_liveness(row["launcher_pid"], row["launcher_token"])
         if m.stage is Stage.EXIT:
             report.record_exit(spex.store, name, turn, m.rc, directory)
         elif m.stage in (Stage.RUNNING, Stage.REPORTING):
             assert m.pid is not None
-            if wrapper_liveness(m.pid, directory) is not Liveness.DEAD:
+            alive = wrapper_liveness(m.pid, directory)
+            if alive is Liveness.ALIVE and m.stage is Stage.RUNNING:
+                with spex.store.tx() as db:
+                    db.execute(
+                        "UPDATE turns SET state = 'running', pid = coalesce(pid, ?)"
+                        " WHERE id = ? AND state = 'starting'",
+                        (m.pid, turn),
+                    )
+            if alive is not Liveness.DEAD:
                 continue
             if m.stage is Stage.REPORTING:
                 why = f"wrapper pid {m.pid} died while reporting rc={m.rc}"
@@ -455,14 +657,11 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
             else:
                 why = f"wrapper pid {m.pid} vanished without a final marker"
                 report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
-        elif launcher is Liveness.DEAD:
-            # Only the launcher (a live `spex wake`) may still be confirming
-            # a turn without a marker; with it gone, nothing will.
-            why = (
-                f"invalid outcome marker {m.text!r}"
-                if m.stage is Stage.INVALID
-                else "its launcher died before the turn confirmed startup"
-            )
+        elif m.stage is Stage.INVALID:
+            why = f"invalid outcome marker {m.text!r}"
+            report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+        elif _unlaunched(spex, row, directory) is Liveness.DEAD:
+            why = "its launcher died before the turn confirmed startup"
             report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
 
 

@@ -48,7 +48,7 @@ def validate_wave_id(wave: str) -> str:
 
 
 def waves_dir(spex: Spex) -> Path:
-    return ensure_private_dir(spex.home / "waves")
+    return ensure_private_dir(spex.home / "waves", under=spex.home)
 
 
 def select_sessions(

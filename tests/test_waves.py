@@ -32,7 +32,8 @@ def slow_tmux(env: Env, delay: float) -> dict[str, str]:
     real = shutil.which("tmux")
     (shim_dir / "tmux").write_text(
         "#!/bin/bash\n"
-        'case " $* " in *" respawn-pane "*)\n'
+        # The launch's respawn-pane travels inside an if-shell argument.
+        'case " $* " in *"respawn-pane"*)\n'
         f'  echo "start $EPOCHREALTIME" >>{log}; sleep {delay}\n'
         f'  echo "end $EPOCHREALTIME" >>{log};;\n'
         "esac\n"

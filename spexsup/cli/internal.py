@@ -2,7 +2,9 @@
 
 Parsed by hand, before typer is imported: it runs on every turn end, so its
 start-up time is part of every verdict. Exit code (the marker's `cas`):
-0 recorded, 3 stale or duplicate (no-op), 2 bad arguments, 1 not recorded.
+0 recorded, 3 stale or duplicate (no-op), 4 deferred to the live `spex wake` still
+confirming the turn (it may retry a lock-class failure), 2 bad arguments, 1 not
+recorded.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def fast_path(argv: list[str]) -> int | None:
     try:
         path = resolve_home(home)
         store = Store(path)
-        return record_exit(store, session, turn, rc, path / "turns" / session / turn)
+        directory = path / "turns" / session / turn
+        return record_exit(store, session, turn, rc, directory, reporter=True)
     except SpexError as e:
         print(f"spex: turn-exit: {e.line()}", file=sys.stderr)
         return 1

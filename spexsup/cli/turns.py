@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -16,6 +17,34 @@ from spexsup.errors import Invalid
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 MAX_PROMPT = 1 << 20
+
+
+# `wake`'s options as a user may spell them before `--`.
+WAKE_OPTIONS = ("-f", "--file", "--window", "--fresh", "--json", "-h", "--help", "--home")
+
+
+def check_dashed_prompt(argv: list[str]) -> None:
+    """Refuse `spex wake NAME "-fix the test"`: click would read it as `-f ix`
+    and send the file `ix` as the prompt. A prompt that starts with `-` goes
+    after `--`; only the options themselves may start with a dash before it."""
+    rest = iter(argv)
+    for arg in rest:
+        if arg == "--home":
+            next(rest, None)
+        elif not arg.startswith("-"):
+            if arg != "wake":
+                return
+            break
+    else:
+        return
+    for arg in rest:
+        if arg == "--":
+            return
+        if arg.startswith("-") and arg != "-" and arg.split("=", 1)[0] not in WAKE_OPTIONS:
+            raise Invalid(
+                f"wake: {arg!r} is not an option",
+                hint="a prompt that starts with - goes after --: spex wake NAME -- '-…'",
+            )
 
 
 def read_prompt(text: str | None, file: str | None) -> bytes:
@@ -91,8 +120,8 @@ def wait(
     """Block until each session's current turn ends."""
     for n in names:
         sessions.validate_name(n)
-    if timeout is not None and timeout < 0:
-        raise Invalid(f"invalid timeout {timeout}")
+    if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
+        raise Invalid(f"invalid timeout {timeout}", hint="a number of seconds, 0 or more")
     from spexsup import control
 
     ended = control.wait(open_spex(ctx), names, timeout=timeout)
@@ -102,8 +131,7 @@ def wait(
         for e in ended:
             rc = "" if e.rc is None else f" rc={e.rc}"
             typer.echo(f"{e.session}: turn {e.turn} {e.state}{rc}")
-    code = ended[0].exit_code if len(ended) == 1 else int(any(e.exit_code for e in ended))
-    raise typer.Exit(code)
+    raise typer.Exit(int(any(e.exit_code for e in ended)))
 
 
 @app.command()

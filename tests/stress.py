@@ -1,0 +1,211 @@
+"""`make stress`: random wake/stop/resume/rm/wait/ls on 10 sessions by 8
+concurrent workers for a fixed time, then invariants checked in SQLite and
+in the process table.
+
+Runs the installed `spex` the way users do, on a private tmux server and a
+throwaway state home. Prints what it checked and what it found; exits 1 on
+any wrong verdict, stuck turn, surviving process or traceback.
+
+    python tests/stress.py [--seconds 60] [--workers 8] [--sessions 10] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+AGENT = str(HERE / "harnesses" / "stress_agent.sh")
+SPEX = str(Path(sys.executable).parent / "spex")
+# The exit codes each operation may honestly end with.
+ALLOWED = {
+    "wake": {0, 1, 3},
+    "stop": {0, 3},
+    "resume": {0, 3},
+    "rm": {0, 3},
+    "new": {0, 3},
+    "wait": {0, 1, 3, 124},
+    "ls": {0},
+}
+
+
+@dataclass
+class Run:
+    env: dict[str, str]
+    home: Path
+    ops: Counter[str] = field(default_factory=Counter)
+    codes: Counter[str] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    verdicts: list[dict[str, object]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def spex(self, op: str, *args: str) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run(
+            [SPEX, *args], env=self.env, capture_output=True, text=True, timeout=120, check=False
+        )
+        with self.lock:
+            self.ops[op] += 1
+            self.codes[f"{op}:{r.returncode}"] += 1
+            if "Traceback" in r.stderr or "internal error" in r.stderr:
+                self.problems.append(f"traceback from spex {' '.join(args)}: {r.stderr.strip()}")
+            elif op in ALLOWED and r.returncode not in ALLOWED[op]:
+                self.problems.append(f"spex {' '.join(args)} exited {r.returncode}: {r.stderr}")
+        return r
+
+
+def worker(run: Run, rng: random.Random, names: list[str], deadline: float) -> None:
+    while time.monotonic() < deadline:
+        name = rng.choice(names)
+        op = rng.choices(
+            ["wake", "stop", "resume", "rm", "wait", "ls"], weights=[8, 3, 3, 1, 2, 1]
+        )[0]
+        if op == "wake":
+            prompt = f"{rng.choice(['0', '0.2', '0.8', '2'])} {rng.choice([0, 0, 0, 3])}"
+            window = rng.choice(["0.3", "0.5", "1"])
+            r = run.spex("wake", "wake", name, "--window", window, "--json", "--", prompt)
+            if r.returncode in (0, 1) and r.stdout:
+                v = json.loads(r.stdout)
+                v["expected_rc"] = int(prompt.split()[1])
+                with run.lock:
+                    run.verdicts.append(v)
+        elif op == "stop":
+            run.spex("stop", "stop", name, "--grace", "0.5")
+        elif op == "resume":
+            run.spex("resume", "resume", name)
+        elif op == "rm":
+            if run.spex("rm", "rm", name, "--force").returncode == 0:
+                run.spex("new", "new", name, "--", AGENT)
+        elif op == "wait":
+            run.spex("wait", "wait", name, "--timeout", "2")
+        else:
+            run.spex("ls", "ls", "--json")
+
+
+def check(run: Run, names: list[str]) -> dict[str, int]:
+    """End every turn, then check the invariants; returns the counts found."""
+    for name in names:
+        run.spex("stop", "stop", name, "--grace", "1")
+    db = sqlite3.connect(run.home / "state.db")
+    db.row_factory = sqlite3.Row
+    turns = {r["id"]: r for r in db.execute("SELECT * FROM turns")}
+    stuck = [t for t in turns.values() if t["state"] in ("starting", "running")]
+    for t in stuck:
+        run.problems.append(f"turn {t['id']} of {t['session']} stuck {t['state']}")
+    lost = [t for t in turns.values() if t["state"] == "lost"]
+    for t in lost:
+        run.problems.append(f"turn {t['id']} of {t['session']} lost: {t['error']}")
+    wrong = 0
+    for v in run.verdicts:
+        row = turns.get(str(v["turn"]))
+        if row is None:
+            continue  # its session was removed since
+        why = None
+        if row["verdict"] != v["verdict"]:
+            why = f"printed {v['verdict']}, recorded {row['verdict']}"
+        elif v["verdict"] == "completed" and (row["state"], row["rc"]) != ("complete", 0):
+            why = f"completed, but the turn ended {row['state']} rc={row['rc']}"
+        elif v["verdict"] == "failed" and v["rc"] is not None and v["rc"] != v["expected_rc"]:
+            why = f"failed rc={v['rc']}, but the agent exits {v['expected_rc']}"
+        elif v["verdict"] == "completed" and v["expected_rc"] != 0:
+            why = "completed, but the agent exits non-zero"
+        if why:
+            wrong += 1
+            run.problems.append(f"wrong verdict for turn {v['turn']}: {why}")
+    survivors = []
+    for proc in psutil.process_iter():
+        try:
+            environ = proc.environ()
+            ours = environ.get("SPEXSUP_HOME") == str(run.home) and environ.get("SPEXSUP_TURN")
+            if ours and proc.status() != psutil.STATUS_ZOMBIE:
+                survivors.append(proc.pid)
+        except psutil.Error:
+            continue
+    for pid in survivors:
+        run.problems.append(f"process {pid} of an ended turn survived")
+    tracebacks = sum(1 for p in run.problems if p.startswith("traceback"))
+    return {
+        "turns": len(turns),
+        "wrong verdicts": wrong,
+        "stuck turns": len(stuck),
+        "lost turns": len(lost),
+        "survivors": len(survivors),
+        "tracebacks": tracebacks,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--sessions", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="spex-stress-"))
+    tmux_tmpdir = Path(tempfile.mkdtemp(prefix="sst"))
+    home = root / "state"
+    env = {
+        **os.environ,
+        "SPEXSUP_HOME": str(home),
+        "SPEXSUP_TMUX": f"stress-{os.getpid()}",
+        "TMUX_TMPDIR": str(tmux_tmpdir),
+        "HOME": str(root),
+        "SHELL": "/bin/bash",
+    }
+    for key in ("TMUX", "TMUX_PANE", "SPEXSUP_TMUX_SOCKET", "SPEXSUP_WRAPPER"):
+        env.pop(key, None)
+    run = Run(env, home)
+    names = [f"s{i}" for i in range(args.sessions)]
+    for name in names:
+        run.spex("new", "new", name, "--", AGENT)
+    deadline = time.monotonic() + args.seconds
+    rng = random.Random(args.seed)
+    threads = [
+        threading.Thread(target=worker, args=(run, random.Random(rng.random()), names, deadline))
+        for _ in range(args.workers)
+    ]
+    started = time.monotonic()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        found = check(run, names)
+    finally:
+        subprocess.run(
+            ["tmux", "-L", env["SPEXSUP_TMUX"], "kill-server"], env=env, capture_output=True
+        )
+        shutil.rmtree(tmux_tmpdir, ignore_errors=True)
+    took = time.monotonic() - started
+    print(
+        f"stress: {sum(run.ops.values())} operations in {took:.0f} s by {args.workers} workers"
+        f" on {args.sessions} sessions (seed {args.seed})"
+    )
+    print("  operations: " + ", ".join(f"{k} {v}" for k, v in sorted(run.ops.items())))
+    print("  exit codes: " + ", ".join(f"{k} {v}" for k, v in sorted(run.codes.items())))
+    print("  checked: " + ", ".join(f"{k} {v}" for k, v in found.items()))
+    for problem in run.problems[:20]:
+        print(f"  PROBLEM: {problem}")
+    if run.problems:
+        print(f"  {len(run.problems)} problem(s); state kept in {root}")
+        return 1
+    shutil.rmtree(root, ignore_errors=True)
+    print("  ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

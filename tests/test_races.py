@@ -1,0 +1,543 @@
+"""Turns under races and faults, each provoked for real.
+
+A spex process is frozen inside one exact tmux call by the `tmux` shim in
+`tests/shims` (it waits for a go file), or at a file it writes (SIGSTOP);
+the racing operation runs; then the frozen one goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+from conftest import HERE, SPEX, WRAPPERS, Env, harness, retry_until
+from test_turns import show, turn_processes_alive, wake_json
+
+from spexsup import marker
+from spexsup.marker import Stage
+
+SHIMS = HERE / "shims"
+REAL_TMUX = shutil.which("tmux") or "tmux"
+
+
+class Held:
+    """A spex command frozen inside its first tmux call that mentions `word`."""
+
+    def __init__(self, env: Env, word: str, *args: str, extra: dict[str, str] | None = None):
+        self.flag = env.root / f"held-{word}-{time.monotonic_ns()}"
+        shim = {
+            "PATH": f"{SHIMS}:{env.vars['PATH']}",
+            "SLOW_TMUX": word,
+            "SLOW_TMUX_FLAG": str(self.flag),
+            "REAL_TMUX": REAL_TMUX,
+        }
+        self.proc = subprocess.Popen(
+            [SPEX, *args],
+            env={**env.vars, **shim, **(extra or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert retry_until(self.flag.exists, 30), "never reached the held tmux call"
+
+    def release(self) -> None:
+        Path(f"{self.flag}.go").touch()
+
+    def finish(self, timeout: float = 60) -> tuple[int, str, str]:
+        self.release()
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+
+def pane_option(env: Env, name: str, option: str) -> str:
+    return env.tmux("display-message", "-p", "-t", f"={name}:0.0", f"#{{{option}}}").stdout.strip()
+
+
+def pane_command(env: Env, name: str) -> str:
+    return env.tmux(
+        "display-message", "-p", "-t", f"={name}:0.0", "#{pane_current_command}"
+    ).stdout.strip()
+
+
+# --- 1. a stop between admission and launch wins ---------------------------
+
+
+def test_stop_before_the_launch_wins(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    wake = Held(env, "respawn-pane", "wake", "a", "x", "--window", "1")
+    assert env.run("stop", "a", "--grace", "1").returncode == 0
+    code, out, err = wake.finish()
+    assert code == 3, (out, err)
+    assert "was stopped" in err and "spex stop" in err
+    assert "confirmed" not in out
+    s = show(env, "a")
+    assert s["state"] == "stopped"
+    assert s["turn"]["state"] == "aborted"
+    assert turn_processes_alive(s["turn"]["id"]) == []
+    assert not (env.home / "turns" / "a" / s["turn"]["id"] / "outcome").exists()
+
+
+def test_a_late_launch_never_replaces_a_newer_turn(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    old = Held(env, "respawn-pane", "wake", "a", "old", "--window", "1")
+    assert env.run("stop", "a", "--grace", "1").returncode == 0
+    assert env.run("resume", "a").returncode == 0
+    code, new = wake_json(env, "a", "new", "--window", "1")
+    assert new["verdict"] == "confirmed", new
+    code, out, err = old.finish()
+    assert code == 3, (out, err)
+    # The newer turn still runs in the pane, untouched.
+    assert env.pane_pid("a") == new["pid"]
+    assert psutil.pid_exists(new["pid"])
+    time.sleep(0.3)  # a late respawn would have killed it by now
+    s = show(env, "a")
+    assert (s["turn"]["id"], s["turn"]["state"]) == (new["turn"], "running")
+    assert pane_option(env, "a", "@spex_turn") == new["turn"]
+    env.run("stop", "a", "--grace", "1")
+
+
+def test_rm_and_new_between_admission_and_launch(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    old = Held(env, "respawn-pane", "wake", "a", "old", "--window", "1")
+    assert env.run("rm", "a", "--force").returncode == 0
+    assert env.run("new", "a", "--", harness("exit0.sh")).returncode == 0
+    pane_before = env.pane_pid("a")
+    code, out, err = old.finish()
+    assert code == 3, (out, err)
+    # The new incarnation's home was neither replaced nor killed.
+    assert env.pane_pid("a") == pane_before
+    assert show(env, "a")["turn"] is None
+    code, v = wake_json(env, "a", "x", "--window", "5")
+    assert v["verdict"] == "completed"
+
+
+# --- 2, 3. lock-class retries ------------------------------------------------
+
+
+def _locky(env: Env, script: str) -> None:
+    (env.home / "harnesses.toml").write_text(
+        f"""
+[harness.locky]
+fresh = ["{harness(script)}", "{{prompt}}"]
+retryable = ["database is locked"]
+id_pattern = 'conversation: (demo-[0-9a-f]+)'
+"""
+    )
+
+
+def test_stop_during_retry_backoff_wins(env: Env) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    _locky(env, "always_locked.sh")
+    env.run("new", "l", "--harness", "locky")
+    wake = subprocess.Popen(
+        [SPEX, "wake", "l", "go", "--window", "5"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    turns = env.home / "turns" / "l"
+    assert retry_until(lambda: any(turns.glob("*/attempt-1.outcome")), 30)
+    os.kill(wake.pid, signal.SIGSTOP)
+    try:
+        assert env.run("stop", "l", "--grace", "1").returncode == 0
+    finally:
+        os.kill(wake.pid, signal.SIGCONT)
+    out, err = wake.communicate(timeout=30)
+    assert wake.returncode == 3, (out, err)
+    turn = show(env, "l")["turn"]
+    assert turn["state"] == "aborted", turn
+    (directory,) = turns.iterdir()
+    # No relaunch after the stop: at most the attempt that was already out.
+    assert not (directory / "attempt-2.outcome").exists() or turn["attempts"] <= 2
+
+
+def test_an_attempt_that_did_work_is_never_retried(env: Env) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    _locky(env, "did_work_then_locked.sh")
+    runs = env.root / "runs"
+    env.run("new", "l", "--harness", "locky", "--env", f"RUN_LOG={runs}")
+    code, v = wake_json(env, "l", "edit things", "--window", "5")
+    assert code == 1
+    assert v["verdict"] == "failed" and v["attempts"] == 1
+    assert runs.read_text().splitlines() == ["edit things"]
+
+
+def test_a_retried_attempt_is_never_published(env: Env) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "harnesses.toml").write_text(
+        f"""
+[harness.locky]
+fresh = ["{harness("locked_twice.sh")}", "{{prompt}}"]
+retryable = ["database is locked"]
+"""
+    )
+    env.run("new", "l", "--harness", "locky", "--env", f"COUNT_FILE={env.root / 'count'}")
+    wake = subprocess.Popen(
+        [SPEX, "wake", "l", "go", "--window", "5", "--json"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    turns = env.home / "turns" / "l"
+    assert retry_until(lambda: turns.exists() and any(turns.iterdir()), 30)
+    # A waiter running through every attempt sees only the turn's real end.
+    r = env.run("wait", "l", "--timeout", "60", "--json")
+    out, _ = wake.communicate(timeout=60)
+    assert json.loads(out)["attempts"] == 3
+    assert r.returncode == 0, r.stdout
+    assert json.loads(r.stdout)[0]["state"] == "complete"
+
+
+# --- 4, 5. a launcher that dies ---------------------------------------------
+
+
+def test_launcher_killed_while_tmux_starts_the_wrapper(env: Env) -> None:
+    env.run("new", "a", "--", "bash", "-c", "sleep 1; exit 0")
+    go = env.home / "go"
+    extra = {"SPEXSUP_WRAPPER": str(WRAPPERS / "slow_start.sh")}
+    wake = subprocess.Popen([SPEX, "wake", "a", "x", "--window", "30"], env={**env.vars, **extra})
+    assert retry_until(Path(f"{go}.waiting").exists, 30)
+    wake.kill()
+    wake.wait()
+    # The wrapper is about to run: not lost.
+    s = show(env, "a")
+    assert s["turn"]["state"] == "starting", s["turn"]
+    go.touch()
+    # It runs, and with its launcher gone, a reader moves it on, and its
+    # reporter records its end.
+    assert retry_until(lambda: show(env, "a")["turn"]["state"] in ("running", "complete"), 30)
+    r = env.run("wait", "a", "--timeout", "30")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert show(env, "a")["turn"]["state"] == "complete"
+
+
+def test_launcher_killed_before_its_tmux_call_lands(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    wake = Held(env, "respawn-pane", "wake", "a", "x", "--window", "30")
+    wake.proc.kill()
+    wake.proc.wait()
+    # The tmux call is still on its way (the shim outlives its launcher).
+    s = show(env, "a")
+    assert s["turn"]["state"] == "lost", s["turn"]
+    wake.release()
+    time.sleep(1.0)  # the orphaned tmux call lands now, or never
+    assert marker.read(env.home / "turns" / "a" / s["turn"]["id"]).stage is Stage.NONE
+    assert turn_processes_alive(s["turn"]["id"]) == []
+    assert pane_option(env, "a", "@spex_turn") != s["turn"]["id"]
+
+
+def test_ctrl_c_after_launch_leaves_a_durable_turn(env: Env) -> None:
+    env.run("new", "a", "--", "bash", "-c", "sleep 2; exit 0")
+    wake = subprocess.Popen(
+        [SPEX, "wake", "a", "x", "--window", "30"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    turns = env.home / "turns" / "a"
+    assert retry_until(lambda: turns.exists() and any(turns.iterdir()), 30)
+    (directory,) = turns.iterdir()
+    assert retry_until(lambda: marker.read(directory).stage is Stage.RUNNING, 30)
+    wake.send_signal(signal.SIGINT)
+    _, err = wake.communicate(timeout=10)
+    assert wake.returncode == 130
+    assert f"turn {directory.name} keeps running (spex wait a)" in err
+    assert show(env, "a")["turn"]["state"] == "running"
+    assert env.run("wait", "a", "--timeout", "30").returncode == 0
+    assert show(env, "a")["turn"]["state"] == "complete"
+
+
+def test_ctrl_c_before_launch_aborts_the_turn(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    wake = Held(env, "respawn-pane", "wake", "a", "x", "--window", "30")
+    wake.proc.send_signal(signal.SIGINT)
+    _, err = wake.proc.communicate(timeout=30)
+    assert wake.proc.returncode == 130, err
+    assert "aborted before it started" in err
+    wake.release()
+    s = show(env, "a")
+    assert s["turn"]["state"] == "aborted"
+    assert s["state"] != "running"
+    time.sleep(0.5)
+    assert turn_processes_alive(s["turn"]["id"]) == []
+    # Nothing is left in the way of the next turn.
+    assert wake_json(env, "a", "y", "--window", "0.5")[1]["verdict"] == "confirmed"
+    env.run("stop", "a", "--grace", "1")
+
+
+# --- 6, 7. stop finds everything a turn left --------------------------------
+
+
+def test_stop_reaps_a_lost_turns_survivors(env: Env) -> None:
+    env.run("new", "a", "--", harness("ignore_hup.sh"))
+    _, v = wake_json(env, "a", "x", "--window", "1")
+    assert v["verdict"] == "confirmed"
+    os.kill(v["pid"], signal.SIGKILL)
+    assert retry_until(lambda: show(env, "a")["turn"]["state"] == "lost")
+    assert turn_processes_alive(v["turn"]), "the harness should have outlived its wrapper"
+    r = env.run("stop", "a", "--grace", "1")
+    assert r.returncode == 0, r.stderr
+    assert turn_processes_alive(v["turn"]) == []
+
+
+def test_stop_reaps_survivors_of_a_killed_server(env: Env) -> None:
+    env.run("new", "a", "--", harness("ignore_hup.sh"))
+    _, v = wake_json(env, "a", "x", "--window", "1")
+    env.tmux("kill-server")
+    assert retry_until(lambda: show(env, "a")["turn"]["state"] == "lost")
+    assert turn_processes_alive(v["turn"])
+    assert env.run("stop", "a", "--grace", "1").returncode == 0
+    assert turn_processes_alive(v["turn"]) == []
+    # A second stop is harmless, and the advice of resume holds.
+    assert env.run("stop", "a", "--grace", "1").returncode == 0
+    assert env.run("resume", "a").returncode == 0
+
+
+def test_stop_rescans_after_sigterm(env: Env) -> None:
+    env.run("new", "a", "--", harness("term_spawns.sh"))
+    _, v = wake_json(env, "a", "x", "--window", "1")
+    assert v["verdict"] == "confirmed"
+    assert env.run("stop", "a", "--grace", "2").returncode == 0
+    assert turn_processes_alive(v["turn"]) == []
+    spawned = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "304"]]
+    assert spawned == []
+
+
+# --- 8, 9. reserved env, rm fenced ------------------------------------------
+
+
+def test_reserved_env_names_are_refused(env: Env) -> None:
+    r = env.run("new", "a", "--env", "SPEXSUP_TURN=x", "--", harness("exit0.sh"))
+    assert r.returncode == 2
+    assert "reserved" in r.stderr
+    assert env.run("ls", "--json").stdout.strip() == "[]"
+
+
+def test_rm_refuses_during_a_stop(env: Env) -> None:
+    env.run("new", "a", "--", harness("ignore_term.sh"))
+    _, _v = wake_json(env, "a", "x", "--window", "1")
+    stop = subprocess.Popen(
+        [SPEX, "stop", "a", "--grace", "3"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert retry_until(lambda: show(env, "a")["state"] == "stopped")
+    r = env.run("rm", "a")
+    assert r.returncode == 3, r.stderr
+    assert "stop" in r.stderr and "in progress" in r.stderr
+    _out, err = stop.communicate(timeout=30)
+    assert stop.returncode == 0, err
+    assert "internal error" not in err
+    assert env.run("rm", "a").returncode == 0
+
+
+def test_new_right_after_rm_keeps_its_home(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    wake_json(env, "a", "x", "--window", "5")
+    rm = Held(env, "kill-session", "rm", "a")
+    # While the removal runs, the name is not free.
+    r = env.run("new", "a", "--", harness("exit0.sh"))
+    assert r.returncode == 3, r.stderr
+    code, _, err = rm.finish()
+    assert code == 0, err
+    assert env.run("new", "a", "--", harness("exit0.sh")).returncode == 0
+    assert show(env, "a")["home"] == "ok"
+    _, v = wake_json(env, "a", "x", "--window", "5")
+    assert v["verdict"] == "completed"
+    assert (env.home / "turns" / "a" / v["turn"] / "outcome").exists()
+
+
+def test_stop_of_a_session_removed_meanwhile_is_refused_cleanly(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    rm = Held(env, "kill-session", "rm", "a")
+    r = env.run("stop", "a")
+    assert r.returncode == 3 and "being removed" in r.stderr, r.stderr
+    assert rm.finish()[0] == 0
+
+
+# --- 10, 11. a finished turn is never recorded as failed ---------------------
+
+
+def test_slow_reporter_under_a_held_write_lock(env: Env) -> None:
+    env.run("new", "a", "--", "bash", "-c", "sleep 0.3; echo done; exit 0")
+    wake = subprocess.Popen(
+        [SPEX, "wake", "a", "x", "--window", "1", "--json"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    turns = env.home / "turns" / "a"
+    assert retry_until(lambda: turns.exists() and any(turns.iterdir()), 30)
+    (directory,) = turns.iterdir()
+    assert retry_until(lambda: marker.read(directory).stage is Stage.RUNNING, 30)
+    db = sqlite3.connect(env.home / "state.db", isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        assert retry_until(lambda: marker.read(directory).stage is Stage.REPORTING, 10)
+        time.sleep(3.5)  # well past the window and the reporter's grace
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+    out, _ = wake.communicate(timeout=60)
+    v = json.loads(out)
+    assert (v["verdict"], v["rc"], v["error"]) == ("completed", 0, None)
+    turn = show(env, "a")["turn"]
+    assert (turn["state"], turn["rc"]) == ("complete", 0)
+    # The reporter was never killed: it finished and found the end recorded.
+    assert retry_until(lambda: marker.read(directory).stage is Stage.EXIT, 30)
+    assert marker.read(directory).cas == 3
+
+
+def test_a_missing_working_directory_runs_nothing(env: Env) -> None:
+    cwd = env.root / "work"
+    cwd.mkdir()
+    env.run("new", "a", "--cwd", str(cwd), "--", harness("exit0.sh"))
+    cwd.rmdir()
+    r = env.run("wake", "a", "x")
+    assert r.returncode == 1
+    assert r.stderr.strip().startswith(f"spex: a: working directory {cwd} no longer exists")
+    assert show(env, "a")["turn"] is None
+
+
+# --- 12-18. bad input --------------------------------------------------------
+
+
+def test_wait_on_a_name_twice_and_bad_timeouts(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    wake_json(env, "a", "x", "--window", "5")
+    r = env.run("wait", "a", "a", "--timeout", "10")
+    assert r.returncode == 0
+    assert r.stdout.count("a: turn") == 1
+    for bad in ("nan", "inf", "-1"):
+        r = env.run("wait", "a", "--timeout", bad)
+        assert r.returncode == 2, (bad, r.stderr)
+        assert r.stderr.startswith("spex: ") and "Traceback" not in r.stderr
+
+
+def test_a_runaway_id_pattern_cannot_hang_spex(env: Env) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    toml = env.home / "harnesses.toml"
+    toml.write_text(
+        """
+[harness.slow]
+fresh = ["bash", "-c", "printf '%s' \\"$1\\"", "x", "{prompt}"]
+id_pattern = '(?:a|aa)+(b)'
+"""
+    )
+    env.run("new", "s", "--harness", "slow")
+    started = time.monotonic()
+    _code, v = wake_json(env, "s", "a" * 5000, "--window", "5")
+    assert v["verdict"] == "completed", v
+    assert time.monotonic() - started < 20
+    assert show(env, "s")["harness_session_id"] is None
+    doctor = env.run("doctor")
+    assert doctor.stdout.count("id_pattern") == 1, doctor.stdout
+    # Fixing the file fixes later reads: no pattern is copied into turn dirs.
+    toml.write_text(toml.read_text().replace("(?:a|aa)+(b)", "(a{3})"))
+    assert "id_pattern" not in (env.home / "turns" / "s" / v["turn"] / "meta.json").read_text()
+    _code, v = wake_json(env, "s", "aaaa", "--window", "5")
+    assert show(env, "s")["harness_session_id"] == "aaa"
+
+
+def test_command_harness_keeps_braces_verbatim(env: Env) -> None:
+    env.run("new", "a", "--", "echo", "{prompt}", "{session_id}")
+    _, v = wake_json(env, "a", "hi", "--window", "5")
+    assert v["verdict"] == "completed"
+    assert env.run("log", "a").stdout.strip() == "{prompt} {session_id} hi"
+
+
+def test_a_prompt_that_looks_like_an_option_is_refused(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    (env.root / "ix").write_text("secret file")
+    r = subprocess.run(
+        [SPEX, "wake", "a", "-fix the flaky test"],
+        env=env.vars,
+        cwd=env.root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "after --" in r.stderr
+    assert show(env, "a")["turn"] is None
+    _, v = wake_json(env, "a", "--window", "5", "--", "-fix the flaky test")
+    assert v["verdict"] == "completed"
+
+
+def test_state_dirs_are_private_whatever_the_umask(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    home = env.root / "loose" / "state"
+    r = subprocess.run(
+        ["bash", "-c", f"umask 000; {SPEX} --home {home} new b -- {harness('exit0.sh')}"],
+        env=env.vars,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(
+        ["bash", "-c", f"umask 000; {SPEX} --home {home} wake b x --window 5"],
+        env=env.vars,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    for d in [home.parent, home, home / "turns", home / "turns" / "b"]:
+        assert d.stat().st_mode & 0o777 == 0o700, d
+    (turn,) = (home / "turns" / "b").iterdir()
+    assert turn.stat().st_mode & 0o777 == 0o700
+    for f in ("prompt", "argv", "outcome", "output.log"):
+        assert (turn / f).stat().st_mode & 0o777 == 0o600, f
+
+
+def test_a_planted_symlink_is_not_followed(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    elsewhere = env.root / "elsewhere"
+    elsewhere.mkdir()
+    (env.home / "turns").mkdir(exist_ok=True)
+    (env.home / "turns" / "a").symlink_to(elsewhere)
+    r = env.run("wake", "a", "x")
+    assert r.returncode == 1
+    assert "symlink" in r.stderr and "Traceback" not in r.stderr
+    assert list(elsewhere.iterdir()) == []
+    # rm removes the link, not what it points to.
+    assert env.run("rm", "a").returncode == 0
+    assert elsewhere.is_dir()
+
+
+def test_environment_errors_are_one_line(env: Env) -> None:
+    as_file = env.root / "a-file"
+    as_file.write_text("")
+    r = env.run("ls", extra={"SPEXSUP_HOME": str(as_file)})
+    assert r.returncode in (1, 2)
+    assert r.stderr.count("\n") == 1 and str(as_file) in r.stderr
+    assert "internal error" not in r.stderr
+    other = env.root / "other"
+    other.mkdir(mode=0o700)
+    os.chown(other, 65534, 65534)
+    r = env.run("ls", extra={"SPEXSUP_HOME": str(other)})
+    assert r.returncode == 1 and "not to you" in r.stderr, r.stderr
+    gone = env.root / "gone"
+    gone.mkdir()
+    r = subprocess.run(
+        ["bash", "-c", f"cd {gone} && rmdir {gone} && {SPEX} new x -- true"],
+        env=env.vars,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode in (1, 2), r.stderr
+    assert r.stderr.startswith("spex: ") and r.stderr.count("\n") == 1, r.stderr
+    assert "internal error" not in r.stderr
