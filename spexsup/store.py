@@ -128,8 +128,12 @@ class Store:
                 self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute("PRAGMA synchronous = NORMAL")
             self._migrate()
-        except sqlite3.DatabaseError as e:
-            raise Failed(f"cannot open state database {self.path}: {e}") from None
+        except (sqlite3.DatabaseError, OSError) as e:
+            why = e.strerror if isinstance(e, OSError) else e
+            raise Failed(
+                f"cannot open state database {self.path}: {why}",
+                hint="it must be a writable file of yours; see SPEXSUP_HOME / --home",
+            ) from None
 
     def _migrate(self) -> None:
         if self.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):

@@ -541,3 +541,40 @@ def test_environment_errors_are_one_line(env: Env) -> None:
     assert r.returncode in (1, 2), r.stderr
     assert r.stderr.startswith("spex: ") and r.stderr.count("\n") == 1, r.stderr
     assert "internal error" not in r.stderr
+
+
+def _immutable(path: Path, on: bool) -> None:
+    # Root ignores file modes; the immutable attribute binds root too.
+    subprocess.run(["chattr", "+i" if on else "-i", str(path)], check=True)
+
+
+def test_a_read_only_state_database_is_one_line(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    db = env.home / "state.db"
+    _immutable(db, True)
+    try:
+        r = env.run("new", "b", "--", harness("exit0.sh"))
+    finally:
+        _immutable(db, False)
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and str(db) in r.stderr, r.stderr
+    assert "internal error" not in r.stderr
+    assert [s["name"] for s in json.loads(env.run("ls", "--json").stdout)] == ["a"]
+
+
+def test_rm_says_what_it_could_not_remove(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    _, v = wake_json(env, "a", "x", "--window", "5")
+    stuck = env.home / "turns" / "a" / v["turn"] / "output.log"
+    _immutable(stuck, True)
+    try:
+        r = env.run("rm", "a")
+    finally:
+        _immutable(stuck, False)
+    assert r.returncode == 1
+    assert str(stuck) in r.stderr and "removing" in r.stderr, r.stderr
+    assert show(env, "a")["state"] == "removing"
+    assert env.run("new", "a", "--", harness("exit0.sh")).returncode == 3
+    assert env.run("rm", "a").returncode == 0
+    assert not (env.home / "turns" / "a").exists()
+    assert env.run("ls", "--json").stdout.strip() == "[]"
