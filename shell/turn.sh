@@ -30,6 +30,16 @@ if ! mark "running:$pid"; then
     echo "spex: cannot write the outcome marker in $dir" >&2
     exit 125
 fi
+turn=${dir##*/}
+# respawn-pane cleared the visible screen (not the history): put back what
+# it showed, so scrolling up still shows earlier turns.
+[ -s "$dir/screen" ] && cat "$dir/screen"
+
+# The home's status line shows the turn's state (a pane option).
+status() {
+    [ -n "${TMUX_PANE:-}" ] && tmux set-option -p -t "$TMUX_PANE" @spex_state "$1" 2>/dev/null
+}
+status "turn $turn running"
 
 argv=()
 mapfile -d '' -t argv <"$dir/argv"
@@ -63,6 +73,20 @@ else
 fi
 
 mark "exit:$rc:cas:$cas"
+status "turn $turn ended rc=$rc"
+
+# Keys typed into the pane while a person watched the turn sit in the pty;
+# left there, the shell would run them as commands. Drop them, and say so.
+note=""
+if [ -t 0 ] && [ ${#reporter[@]} -gt 0 ]; then
+    pending=$("${reporter[0]}" -S -I -c '
+import fcntl, struct, termios
+n = struct.unpack("i", fcntl.ioctl(0, termios.FIONREAD, b"\0" * 4))[0]
+termios.tcflush(0, termios.TCIFLUSH)
+print(n)' 2>/dev/null)
+    [ "${pending:-0}" != 0 ] && note="; input typed during the turn was discarded"
+fi
+printf '\n[spex] turn %s ended rc=%s%s\n' "$turn" "$rc" "$note"
 
 unset SPEXSUP_TURN SPEXSUP_TURN_DIR SPEXSUP_PROMPT_FILE
 umask "$user_umask"

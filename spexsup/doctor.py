@@ -45,13 +45,15 @@ def run_checks(spex: Spex) -> list[Check]:
             ok = False
     checks.append(Check("tmux", ok, version or "not found on PATH (need tmux >= 3.2)"))
     census = spex.tmux.census()
-    where = spex.tmux.socket_path or f"-L {spex.tmux.socket_name}"
+    where = spex.tmux.where()
     server = {
         Liveness.ALIVE: f"private server {where} running, {len(census.panes)} home(s)",
         Liveness.DEAD: f"private server {where} not running (starts on first use)",
         Liveness.UNPROVEN: f"private server {where}: {census.error}",
     }[census.liveness]
     checks.append(Check("server", census.liveness is not Liveness.UNPROVEN, server))
+    notices = spex.store.db.execute("SELECT message FROM notices ORDER BY at")
+    checks.extend(Check("notice", False, n["message"], required=False) for n in notices)
     mode = stat.S_IMODE(spex.home.stat().st_mode)
     checks.append(Check("state", mode == 0o700, f"{spex.home} mode {mode:o}"))
     registry = harness.load_registry(spex.home)

@@ -50,11 +50,6 @@ class Census:
     panes: Mapping[str, PaneInfo]
     error: str | None = None
 
-    def home(self, name: str) -> Liveness:
-        if self.liveness is not Liveness.ALIVE:
-            return self.liveness
-        return Liveness.ALIVE if name in self.panes else Liveness.DEAD
-
 
 _NO_SERVER = ("no server running", "error connecting", "No such file or directory")
 
@@ -62,12 +57,26 @@ _NO_SERVER = ("no server running", "error connecting", "No such file or director
 class TmuxHome:
     """The private tmux server and the homes on it."""
 
-    def __init__(self, socket_name: str | None = None, socket_path: str | None = None) -> None:
+    def __init__(
+        self,
+        socket_name: str | None = None,
+        socket_path: str | None = None,
+        *,
+        home: Path | None = None,
+        fallback: str | None = None,
+    ) -> None:
+        """The server named by the arguments, else by `SPEXSUP_TMUX_SOCKET` (a
+        path) or `SPEXSUP_TMUX` (a name), else `fallback` (the shared socket
+        of a home made by an older spex), else the state home's own server
+        `spexsup-<digest of its real path>`, so two homes never share one."""
         if socket_path is None and socket_name is None:
             socket_path = os.environ.get("SPEXSUP_TMUX_SOCKET") or None
-            socket_name = None if socket_path else os.environ.get("SPEXSUP_TMUX") or "spexsup"
+            socket_name = None if socket_path else os.environ.get("SPEXSUP_TMUX") or fallback
+            if socket_path is None and socket_name is None:
+                socket_name = default_socket(home) if home is not None else "spexsup"
         self.socket_name = socket_name
         self.socket_path = socket_path
+        self.home = home
         self._server: libtmux.Server | None = None
 
     @property
@@ -155,12 +164,17 @@ class TmuxHome:
         for key, value in env.items():
             args += ["-e", f"{key}={value}"]
         args += [";", "set-option", "-t", f"={name}:", "@spex_owner", owner]
+        for conf in self.user_configs():
+            args += [";", "source-file", "-q", str(conf)]
         rc, _, err = self._run(*args)
         if rc == 0:
             return
         if "duplicate session" in err:
             pane = self.pane(name)
             if pane is not None and pane.owner == owner:
+                return
+            if pane is not None and not pane.owner and self._proves_ours(pane):
+                self._run("set-option", "-t", f"={name}:", "@spex_owner", owner)
                 return
             raise Refused(
                 f"tmux session {name!r} on this server belongs to "
@@ -172,6 +186,38 @@ class TmuxHome:
                 hint=f"rename or kill it: tmux {self.where()} kill-session -t ={name}",
             )
         raise Failed(f"cannot create the tmux home of {name!r}: {err or rc}")
+
+    def screen(self, name: str) -> str:
+        """The home pane's visible screen (with its colours), trailing blank
+        lines dropped; "" if there is none. `respawn-pane` clears the visible
+        screen (not the history), so a launch replays it first."""
+        rc, out, _ = self._run("capture-pane", "-p", "-e", "-t", f"={name}:0.0")
+        if rc != 0:
+            return ""
+        while out and not out[-1].strip():
+            out.pop()
+        return "\n".join(out) + "\n" if out else ""
+
+    def user_configs(self) -> list[Path]:
+        """The user's tmux.conf files for our server, read after our own:
+        `~/.config/spexsup/tmux.conf`, then `$SPEXSUP_HOME/tmux.conf`."""
+        config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+        candidates = [config_home / "spexsup" / "tmux.conf"]
+        if self.home is not None:
+            candidates.append(self.home / "tmux.conf")
+        return [c for c in candidates if c.is_file()]
+
+    def _proves_ours(self, pane: PaneInfo) -> bool:
+        """An untagged home made by an older spex on the shared socket is
+        adopted only when its pane's process names this state home (every
+        turn's wrapper, and the shell it leaves, carry SPEXSUP_HOME)."""
+        if self.home is None:
+            return False
+        try:
+            environ = Path(f"/proc/{pane.pane_pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return os.fsencode(f"SPEXSUP_HOME={self.home}") in environ
 
     def launch(
         self,
@@ -206,7 +252,13 @@ class TmuxHome:
             ]
         )
         refused = _quote_cmd(
-            ["display-message", "-p", "-t", target, "fenced #{session_name}\t#{@spex_turn}"]
+            [
+                "display-message",
+                "-p",
+                "-t",
+                target,
+                "fenced #{session_name}\t#{@spex_turn}\t#{@spex_owner}",
+            ]
         )
         rc, out, err = self._run(
             "if-shell", "-F", "-t", target, _owned_and_below(owner, fence), taken, refused
@@ -215,9 +267,11 @@ class TmuxHome:
         if rc == 0 and last.startswith("launched ") and last[9:].isdigit():
             return Launch("launched", int(last[9:]))
         if rc == 0 and last.startswith("fenced "):
-            session_name, _, holder = last[7:].partition("\t")
+            session_name, holder, tag = [*last[7:].split("\t"), "", ""][:3]
             if session_name != name:
                 return Launch("missing")
+            if tag != owner:
+                return Launch("foreign", holder=tag)
             return Launch("fenced", holder=holder)
         if any(s in err for s in _NO_SERVER) or "can't find" in err:
             return Launch("missing")
@@ -267,11 +321,50 @@ class TmuxHome:
         )
 
 
+SHELLS = frozenset(
+    {"bash", "sh", "dash", "zsh", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox", "nu"}
+)
+
+
+def pane_activity(pane: PaneInfo) -> str | None:
+    """What a person is running in the pane, or None when it is idle: dead, or
+    a shell with no children (the shell spex or a turn's wrapper left).
+
+    Read from /proc, not psutil: it runs on every wake.
+    """
+    if pane.pane_dead or not pane.pane_pid:
+        return None
+    pid = pane.pane_pid
+
+    def comm(p: int) -> str:
+        try:
+            return Path(f"/proc/{p}/comm").read_text().strip()
+        except OSError:
+            return ""
+
+    if comm(pid) not in SHELLS:
+        return f"{comm(pid) or 'something'} (pid {pid})"
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    for child in map(int, children):
+        try:
+            state = Path(f"/proc/{child}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X"):
+            return f"{comm(child) or 'something'} (pid {child})"
+    return None
+
+
 @dataclass(frozen=True)
 class Launch:
     """What a fenced launch did: `launched` (with the wrapper's pane_pid),
     `fenced` (a stop or a newer launch claimed the pane; `holder` is the
-    turn tagged on it), or `missing` (no such home, or no server)."""
+    turn tagged on it), `foreign` (the tmux session of that name is not
+    this session's home; `holder` is its tag), or `missing` (no such home,
+    or no server)."""
 
     outcome: str
     pane_pid: int | None = None
@@ -299,8 +392,16 @@ def _quote_cmd(argv: Sequence[str]) -> str:
     return " ".join("'" + a.replace("'", "'\\''") + "'" for a in argv)
 
 
+def home_digest(home: Path) -> str:
+    """12 hex digits naming a state home by its real path."""
+    return hashlib.sha256(os.fsencode(os.path.realpath(home))).hexdigest()[:12]
+
+
+def default_socket(home: Path) -> str:
+    return f"spexsup-{home_digest(home)[:8]}"
+
+
 def owner_tag(home: Path, incarnation: str) -> str:
     """The tag of a session's home: which state home and which incarnation of
     the name made it (hex only, so it is safe inside a tmux format)."""
-    digest = hashlib.sha256(os.fsencode(os.path.realpath(home))).hexdigest()[:12]
-    return f"{digest}-{incarnation}"
+    return f"{home_digest(home)}-{incarnation}"

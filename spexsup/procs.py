@@ -27,6 +27,16 @@ class Liveness(enum.Enum):
     UNPROVEN = "unproven"
 
 
+def boot_id() -> str:
+    """This boot's id. `SPEXSUP_BOOT_ID_FILE` names another file to read it
+    from: the test suite's way to simulate a reboot, nothing else's."""
+    source = os.environ.get("SPEXSUP_BOOT_ID_FILE") or "/proc/sys/kernel/random/boot_id"
+    try:
+        return Path(source).read_text().strip()
+    except OSError:
+        return ""
+
+
 def _stat_fields(pid: int) -> list[bytes] | None:
     """Fields 3.. of /proc/<pid>/stat (state first), or None if there is no such process."""
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 from spexsup import harness as harnesses
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
-from spexsup.home import owner_tag
+from spexsup.home import Census, owner_tag
 from spexsup.procs import Liveness
 from spexsup.spex import Spex
 
@@ -266,8 +266,57 @@ def _remove_tree(path: Path) -> list[str]:
     return problems
 
 
-def home_status(liveness: Liveness) -> str:
-    return {Liveness.ALIVE: "ok", Liveness.DEAD: "missing", Liveness.UNPROVEN: "unknown"}[liveness]
+def home_status(census: Census, session: Session, home: Path) -> str:
+    """`ok`, `missing` (spex up recreates it), `foreign` (a tmux session of that
+    name that is not this session's home), or `unknown` (tmux can't tell)."""
+    if census.liveness is Liveness.UNPROVEN:
+        return "unknown"
+    pane = census.panes.get(session.name)
+    if pane is None:
+        return "missing"
+    return "ok" if pane.owner in (session.owner(home), "") else "foreign"
+
+
+@dataclass(frozen=True)
+class HomeReport:
+    name: str
+    status: str  # ok | recreated | cwd missing | foreign | unknown
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("ok", "recreated")
+
+    def as_json(self) -> dict[str, str]:
+        return {"name": self.name, "status": self.status, "detail": self.detail}
+
+
+def up(spex: Spex, names: Sequence[str] | None = None) -> list[HomeReport]:
+    """Recreate every missing home (a shell in the session's cwd with its env)
+    of `names` (default: all sessions). Never starts a turn; one `list-panes`
+    for the whole census."""
+    sessions = [get(spex, n) for n in dict.fromkeys(names)] if names else all_sessions(spex)
+    census = spex.tmux.census()
+    out = []
+    for session in sessions:
+        status = home_status(census, session, spex.home)
+        if status == "missing" and not Path(session.cwd).is_dir():
+            out.append(HomeReport(session.name, "cwd missing", session.cwd))
+            continue
+        if status == "missing":
+            try:
+                ensure_home(spex, session)
+            except Refused as e:
+                out.append(HomeReport(session.name, "foreign", e.line()))
+                continue
+            status = "recreated"
+        out.append(HomeReport(session.name, status, session.cwd))
+    return out
+
+
+def all_sessions(spex: Spex) -> list[Session]:
+    rows = spex.store.db.execute("SELECT * FROM sessions ORDER BY name").fetchall()
+    return [Session.from_row(r) for r in rows]
 
 
 def describe(
@@ -303,7 +352,7 @@ def describe(
             "cwd": s.cwd,
             "harness_session_id": s.harness_session_id,
             "turn": history[0] if history else None,
-            "home": home_status(census.home(s.name)) if census else "unknown",
+            "home": home_status(census, s, spex.home) if census else "unknown",
             "window": s.window,
             "command": list(s.command) if s.command else None,
             "created_at": s.created_at,

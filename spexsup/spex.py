@@ -19,7 +19,9 @@ class Spex:
     @classmethod
     def open(cls, home: str | Path | None = None, tmux: TmuxHome | None = None) -> Spex:
         path = resolve_home(home)
-        return cls(path, Store(path), tmux or TmuxHome())
+        store = Store(path)
+        tmux = tmux or TmuxHome(home=path, fallback=store.setting("tmux_socket"))
+        return cls(path, store, tmux)
 
     def close(self) -> None:
         self.store.close()

@@ -108,6 +108,15 @@ MIGRATIONS: tuple[str, ...] = (
         at REAL NOT NULL
     );
     """,
+    # 5: one tmux server per state home, and the boot each turn ran under. A
+    # home that already had sessions keeps the old shared socket, where its
+    # homes live.
+    """
+    CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    INSERT INTO settings (key, value)
+        SELECT 'tmux_socket', 'spexsup' WHERE EXISTS (SELECT 1 FROM sessions);
+    ALTER TABLE turns ADD COLUMN boot_id TEXT;
+    """,
 )
 
 
@@ -161,6 +170,10 @@ class Store:
             self.db.execute("ROLLBACK")
             raise
         self.db.execute("COMMIT")
+
+    def setting(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
 
     def close(self) -> None:
         self.db.close()

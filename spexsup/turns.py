@@ -25,7 +25,14 @@ from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.harness import Harness
 from spexsup.marker import Marker, Stage
 from spexsup.paths import ensure_private_dir, wrapper_path, write_atomic
-from spexsup.procs import Liveness, identity_liveness, is_zombie, own_identity, start_token
+from spexsup.procs import (
+    Liveness,
+    boot_id,
+    identity_liveness,
+    is_zombie,
+    own_identity,
+    start_token,
+)
 from spexsup.sessions import Session, get, validate_window
 from spexsup.spex import Spex
 from spexsup.tickets import ticket
@@ -151,8 +158,8 @@ def admit(
         argv, on_stdin = adapter.argv(prompt, resume_id)
         db.execute(
             "INSERT INTO turns (id, session, state, resumed, launcher_pid, launcher_token,"
-            " started_at) VALUES (?, ?, 'starting', ?, ?, ?, ?)",
-            (turn, name, resume_id, pid, token, time.time()),
+            " started_at, boot_id) VALUES (?, ?, 'starting', ?, ?, ?, ?, ?)",
+            (turn, name, resume_id, pid, token, time.time(), boot_id() or None),
         )
         db.execute(
             "UPDATE sessions SET current_turn = ?, state = 'running' WHERE name = ?", (turn, name)
@@ -230,6 +237,21 @@ def _claim_fence(spex: Spex, name: str, turn: str) -> int:
     return fence
 
 
+def _check_pane_idle(spex: Spex, session: Session) -> None:
+    """Refuse to replace what a person runs in the pane (vim, a REPL, a rebase)."""
+    from spexsup.home import pane_activity
+
+    pane = spex.tmux.pane(session.name)
+    if pane is None or pane.owner != session.owner(spex.home):
+        return  # missing (recreated at launch) or not ours (launch refuses)
+    activity = pane_activity(pane)
+    if activity is not None:
+        raise Refused(
+            f"{session.name}: the pane is running {activity}",
+            hint="spex wake --force to replace it",
+        )
+
+
 def launch(spex: Spex, session: Session, turn: str, directory: Path) -> int:
     """Start the wrapper in the home with a fenced `respawn-pane -k`, recreating a
     vanished home first. Returns tmux's pane_pid for the new wrapper.
@@ -238,6 +260,8 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path) -> int:
     or the turn is no longer `starting`.
     """
     name = session.name
+    # What the pane shows now survives the respawn: the wrapper replays it.
+    write_atomic(directory / "screen", spex.tmux.screen(name).encode(), durable=False)
     fence = _claim_fence(spex, name, turn)
     env = {
         "SPEXSUP_SESSION": name,
@@ -250,11 +274,20 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path) -> int:
     argv = ["bash", wrapper, str(directory)]
     owner = session.owner(spex.home)
     result = spex.tmux.launch(name, owner, fence, turn, session.cwd, env, argv)
-    if result.outcome == "missing":
+    if result.outcome == "missing" or (result.outcome == "foreign" and not result.holder):
+        # Recreate a vanished home, or adopt an older spex's untagged one
+        # (create refuses a session of that name that is not provably ours).
         spex.tmux.create(name, session.cwd, session.env, owner)
         result = spex.tmux.launch(name, owner, fence, turn, session.cwd, env, argv)
-    if result.outcome == "fenced":
-        raise _stopped(name, turn)
+    if result.outcome == "fenced" or (
+        result.outcome == "foreign" and result.holder.startswith(owner.split("-")[0] + "-")
+    ):
+        raise _stopped(name, turn)  # by a stop, or by rm (a newer incarnation owns the name)
+    if result.outcome == "foreign":
+        raise Refused(
+            f"the tmux session {name!r} belongs to another spex home ({result.holder})",
+            hint=f"kill it: tmux {spex.tmux.where()} kill-session -t ={name}",
+        )
     if result.outcome != "launched" or result.pane_pid is None:
         raise Failed(f"the tmux home of {name!r} vanished while starting the turn")
     # A home recreated above died with any fence a stop put on the old one:
@@ -412,12 +445,14 @@ def wake(
     *,
     window: float | None = None,
     fresh: bool = False,
+    force: bool = False,
     gate: AbstractContextManager[object] | None = None,
 ) -> Verdict:
     """Start a turn and report what is true about it within the window.
 
     Refusals raise `Refused` (exit 3) and change nothing; so does a wake that
-    loses to a stop between admission and launch. A failed startup leaves no
+    loses to a stop between admission and launch, and (unless `force`) one
+    whose pane runs something other than an idle shell. A failed startup leaves no
     process of the turn behind and the pane back at a shell. `gate` (a
     fan-out's concurrency limit) is held around admission and launch only,
     so many turns can confirm at once.
@@ -427,8 +462,10 @@ def wake(
     note saying so (its end is still recorded by its wrapper).
     """
     started = time.monotonic()
-    get(spex, name)
+    current = get(spex, name)
     validate_window(window)
+    if not force and current.state not in ("stopped", "running", "removing"):
+        _check_pane_idle(spex, current)  # before admission: a refusal changes nothing
     gate = gate or nullcontext()
     with ticket(spex, name, "wake"):
         with gate:
@@ -623,14 +660,29 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
     proves nothing leaves the turn alone.
     """
     query = (
-        "SELECT t.id, t.session, t.state, t.launcher_pid, t.launcher_token, t.fence"
-        " FROM sessions s JOIN turns t ON t.id = s.current_turn"
+        "SELECT t.id, t.session, t.state, t.launcher_pid, t.launcher_token, t.fence,"
+        " t.boot_id FROM sessions s JOIN turns t ON t.id = s.current_turn"
         " WHERE t.state IN ('starting', 'running')"
     )
     rows = spex.store.db.execute(query).fetchall()
+    boot = boot_id() if rows else ""
     for row in rows:
         name, turn = row["session"], row["id"]
         if names is not None and name not in names:
+            continue
+        if row["boot_id"] and boot and row["boot_id"] != boot:
+            # Nothing of an earlier boot runs now; pids and start tokens of
+            # then mean nothing. The conversation is kept for `up --revive`.
+            directory = turn_dir(spex, name, turn)
+            report.record_exit(
+                spex.store,
+                name,
+                turn,
+                None,
+                directory,
+                state="interrupted",
+                error="machine rebooted",
+            )
             continue
         launcher = identity_liveness(row["launcher_pid"], row["launcher_token"])
         if row["state"] == "starting" and launcher is not Liveness.DEAD:

@@ -175,7 +175,7 @@ def test_a_retried_attempt_is_never_published(env: Env) -> None:
     (env.home / "harnesses.toml").write_text(
         f"""
 [harness.locky]
-fresh = ["{harness("locked_twice.sh")}", "{{prompt}}"]
+fresh = ["{harness("slow_locked_twice.sh")}", "{{prompt}}"]
 retryable = ["database is locked"]
 """
     )
@@ -187,11 +187,24 @@ retryable = ["database is locked"]
         text=True,
     )
     turns = env.home / "turns" / "l"
+
+    def outcome() -> marker.Marker:
+        return marker.read(next(turns.iterdir()))
+
     assert retry_until(lambda: turns.exists() and any(turns.iterdir()), 30)
-    # A waiter running through every attempt sees only the turn's real end.
-    r = env.run("wait", "l", "--timeout", "60", "--json")
+    # Freeze the launcher while its first attempt runs, before it can retry.
+    assert retry_until(lambda: outcome().stage is Stage.RUNNING, 30)
+    os.kill(wake.pid, signal.SIGSTOP)
+    try:
+        assert retry_until(lambda: outcome().stage is Stage.EXIT, 30)
+        # The attempt failed, but a waiter must not see that as the turn's end.
+        r = env.run("wait", "l", "--timeout", "1")
+        assert r.returncode == 124, r.stdout
+    finally:
+        os.kill(wake.pid, signal.SIGCONT)
     out, _ = wake.communicate(timeout=60)
     assert json.loads(out)["attempts"] == 3
+    r = env.run("wait", "l", "--timeout", "30", "--json")
     assert r.returncode == 0, r.stdout
     assert json.loads(r.stdout)[0]["state"] == "complete"
 

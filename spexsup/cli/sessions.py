@@ -11,6 +11,7 @@ import typer
 from spexsup import sessions
 from spexsup.cli.app import app, open_spex
 from spexsup.cli.render import age, print_json, table, turn_cell
+from spexsup.errors import Invalid
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -59,10 +60,14 @@ def ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     table(
         ["NAME", "HARNESS", "STATE", "TURN", "HOME", "CWD"],
         [
-            [r["name"], r["harness"], r["state"], turn_cell(r["turn"]), r["home"], r["cwd"]]
+            [r["name"], r["harness"], r["state"], turn_cell(r["turn"]), home_cell(r), r["cwd"]]
             for r in rows
         ],
     )
+
+
+def home_cell(row: dict[str, object]) -> str:
+    return "missing (spex up)" if row["home"] == "missing" else str(row["home"])
 
 
 @app.command()
@@ -107,16 +112,107 @@ def rm(
     typer.echo(f"removed {name}")
 
 
+REVIVE_PROMPT = (
+    "Your previous turn was interrupted: the machine restarted while you were working."
+    " Check the state of your work and continue where you left off."
+)
+
+
 @app.command()
-def attach(ctx: typer.Context, name: str) -> None:
-    """Attach this terminal to the session's pane (detach with C-b d)."""
+def up(
+    ctx: typer.Context,
+    names: Annotated[list[str] | None, typer.Argument(help="Sessions (default: --all).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every session.")] = False,
+    revive: Annotated[
+        bool, typer.Option("--revive", help="Re-wake sessions whose turn a reboot interrupted.")
+    ] = False,
+    message: Annotated[
+        str | None, typer.Option("-m", "--message", help="The prompt for --revive.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recreate missing tmux homes (never starts a turn); --revive resumes interrupted turns."""
+    if names and all_:
+        raise Invalid("name the sessions or give --all, not both")
+    if not names and not all_ and not revive:
+        raise Invalid("name the sessions to bring up, or give --all")
+    if message is not None and not revive:
+        raise Invalid("-m goes with --revive")
+    for n in names or []:
+        sessions.validate_name(n)
+    spex = open_spex(ctx)
+    reports = sessions.up(spex, names)
+    if as_json and not revive:
+        print_json([r.as_json() for r in reports])
+    elif not as_json:
+        for r in reports:
+            typer.echo(f"{r.name}: {r.status}" + (f" ({r.detail})" if r.detail else ""))
+    if revive:
+        from spexsup import turns
+
+        turns.reconcile(spex, names)
+        targets = [
+            r["name"]
+            for r in sessions.describe(spex, names)
+            if r["turn"] is not None and r["turn"]["state"] == "interrupted"
+        ]
+        if not targets:
+            if as_json:
+                print_json({"revived": [], "homes": [r.as_json() for r in reports]})
+            else:
+                typer.echo("nothing to revive: no turn was interrupted by a reboot")
+        else:
+            from spexsup.cli.fanout import fanout
+
+            ctx.invoke(
+                fanout, ctx=ctx, names=targets, message=message or REVIVE_PROMPT, as_json=as_json
+            )
+    if not all(r.ok for r in reports):
+        raise typer.Exit(1)
+
+
+@app.command()
+def attach(
+    ctx: typer.Context,
+    name: str,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", "-r", help="Look without typing into the pane.")
+    ] = False,
+    window: Annotated[
+        bool, typer.Option("--window", help="Inside tmux: open in a new window, not a popup.")
+    ] = False,
+) -> None:
+    """Attach this terminal to the session's pane (detach with C-a d).
+
+    Inside another tmux, the home opens in a popup of that tmux (or a new
+    window with --window); detaching returns to where you were.
+    """
+    import shlex
+    import shutil
+
     sessions.validate_name(name)
     spex = open_spex(ctx)
     s = sessions.get(spex, name)
     sessions.ensure_home(spex, s)
-    argv = [*spex.tmux.tmux_argv(), "attach-session", "-t", f"={name}"]
-    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    argv = [
+        *spex.tmux.tmux_argv(),
+        "attach-session",
+        *(["-r"] if read_only else []),
+        "-t",
+        f"={name}:",
+    ]
     spex.close()
+    if os.environ.get("TMUX"):
+        # Our server inside the user's: the outer tmux runs the attach, with
+        # TMUX unset so the inner client does not refuse to nest.
+        inner = "env -u TMUX " + shlex.join(argv)
+        outer = shutil.which("tmux") or "tmux"
+        if window:
+            cmd = [outer, "new-window", "-n", f"spex:{name}", inner]
+        else:
+            cmd = [outer, "display-popup", "-E", "-w", "90%", "-h", "90%", inner]
+        os.execvp(cmd[0], cmd)
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
     os.execvpe(argv[0], argv, env)
 
 

@@ -20,7 +20,17 @@ MAX_PROMPT = 1 << 20
 
 
 # `wake`'s options as a user may spell them before `--`.
-WAKE_OPTIONS = ("-f", "--file", "--window", "--fresh", "--json", "-h", "--help", "--home")
+WAKE_OPTIONS = (
+    "-f",
+    "--file",
+    "--window",
+    "--fresh",
+    "--force",
+    "--json",
+    "-h",
+    "--help",
+    "--home",
+)
 
 
 def check_dashed_prompt(argv: list[str]) -> None:
@@ -83,13 +93,16 @@ def wake(
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Start a new conversation instead of resuming.")
     ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace whatever runs in the pane (vim, a REPL…).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a turn and print its verdict: confirmed, completed or failed."""
     sessions.validate_name(name)
     prompt = read_prompt(text, file)
     spex = open_spex(ctx)
-    verdict = turns.wake(spex, name, prompt, window=window, fresh=fresh)
+    verdict = turns.wake(spex, name, prompt, window=window, fresh=fresh, force=force)
     if as_json:
         print_json(verdict.as_json())
     else:

@@ -1,0 +1,328 @@
+"""Homes: one tmux server per state home, homes that come back, reboots,
+input typed during a turn, a pane in use, attaching (plain and nested)."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import shlex
+import sqlite3
+import subprocess
+import time
+
+import pexpect
+from conftest import HERE, SPEX, Env, harness, retry_until
+from test_turns import show, turn_processes_alive, wake_json
+
+from spexsup.home import default_socket
+from spexsup.store import MIGRATIONS
+
+
+def capture(env: Env, name: str, socket: str | None = None) -> str:
+    sock = socket or env.socket
+    return subprocess.run(
+        ["tmux", "-L", sock, "capture-pane", "-p", "-J", "-S", "-", "-t", f"={name}:0.0"],
+        capture_output=True,
+        text=True,
+        env=env.vars,
+        check=False,
+    ).stdout
+
+
+# --- 1. one server per state home -------------------------------------------
+
+
+def test_two_homes_on_one_socket_never_touch_each_other(env: Env) -> None:
+    other = {"SPEXSUP_HOME": str(env.root / "other")}
+    env.run("new", "api", "--", harness("sleeper.sh"))
+    _, v = wake_json(env, "api", "x", "--window", "0.5")
+    assert v["verdict"] == "confirmed"
+    # The other home shares the socket (SPEXSUP_TMUX): it must not adopt `api`.
+    r = env.run("new", "api", "--", harness("exit0.sh"), extra=other)
+    assert r.returncode == 3
+    assert "api" in r.stderr and "another spex home" in r.stderr, r.stderr
+    assert env.run("new", "tool", "--", harness("exit0.sh"), extra=other).returncode == 0
+    assert env.run("rm", "tool", extra=other).returncode == 0
+    assert env.run("wake", "api", "y", extra=other).returncode == 3  # not its session
+    # The first home's turn ran on, untouched.
+    assert show(env, "api")["turn"]["state"] == "running"
+    assert env.pane_pid("api") == v["pid"]
+    env.run("stop", "api", "--grace", "1")
+
+
+def test_each_home_gets_its_own_server_by_default(env: Env) -> None:
+    unset = {"SPEXSUP_TMUX": ""}
+    homes = [env.root / "one", env.root / "two"]
+    for home in homes:
+        extra = {**unset, "SPEXSUP_HOME": str(home)}
+        assert env.run("new", "api", "--", harness("exit0.sh"), extra=extra).returncode == 0
+        doctor = env.run("doctor", extra=extra).stdout
+        assert f"-L {default_socket(home)}" in doctor, doctor
+    assert default_socket(homes[0]) != default_socket(homes[1])
+    for home in homes:
+        r = subprocess.run(
+            ["tmux", "-L", default_socket(home), "has-session", "-t", "=api"],
+            env=env.vars,
+            check=False,
+        )
+        assert r.returncode == 0
+
+
+def test_a_home_from_an_older_spex_keeps_its_shared_socket(env: Env) -> None:
+    """A state home made before per-home servers keeps `-L spexsup`, and adopts
+    its untagged homes only when the pane proves they are its own."""
+    home = env.root / "old"
+    home.mkdir(mode=0o700)
+    db = sqlite3.connect(home / "state.db", isolation_level=None)
+    for number in range(3):
+        db.executescript(MIGRATIONS[number])
+    db.execute("PRAGMA user_version = 3")
+    cwd = str(env.root)
+    for name in ("mine", "stranger"):
+        db.execute(
+            "INSERT INTO sessions (name, harness, command, cwd, created_at)"
+            " VALUES (?, 'command', ?, ?, 0)",
+            (name, json.dumps([harness("exit0.sh")]), cwd),
+        )
+    db.close()
+    legacy = ["tmux", "-L", "spexsup"]
+    # `mine` ran a turn under this home (its shell carries SPEXSUP_HOME), the
+    # stranger's session merely has the same name.
+    subprocess.run(
+        [*legacy, "new-session", "-d", "-s", "mine", "-e", f"SPEXSUP_HOME={home}"],
+        env=env.vars,
+        check=True,
+    )
+    subprocess.run([*legacy, "new-session", "-d", "-s", "stranger"], env=env.vars, check=True)
+    extra = {"SPEXSUP_TMUX": "", "SPEXSUP_HOME": str(home)}
+    assert "-L spexsup " in env.run("doctor", extra=extra).stdout
+    _code, v = 0, json.loads(env.run("wake", "mine", "x", "--json", extra=extra).stdout)
+    assert v["verdict"] == "completed", v
+    r = env.run("wake", "stranger", "x", extra=extra)
+    assert r.returncode == 3 and "not tagged by spex" in r.stderr, r.stderr
+    subprocess.run([*legacy, "kill-server"], env=env.vars, check=False)
+
+
+# --- 2. homes come back -----------------------------------------------------
+
+
+def test_missing_homes_are_seen_and_brought_up(env: Env) -> None:
+    cwd = env.root / "work"
+    cwd.mkdir()
+    env.run("new", "a", "--cwd", str(cwd), "--", harness("exit0.sh"))
+    env.run("new", "b", "--", harness("exit0.sh"))
+    env.tmux("kill-session", "-t", "=a")
+    rows = {r["name"]: r for r in json.loads(env.run("ls", "--json").stdout)}
+    assert (rows["a"]["home"], rows["b"]["home"]) == ("missing", "ok")
+    assert "missing (spex up)" in env.run("ls").stdout
+    r = env.run("up", "--all")
+    assert r.returncode == 0, r.stderr
+    assert "a: recreated" in r.stdout and "b: ok" in r.stdout
+    assert env.tmux(
+        "display-message", "-p", "-t", "=a:0.0", "#{pane_current_path}"
+    ).stdout.strip() == str(cwd)
+    assert show(env, "a")["turn"] is None  # up never starts a turn
+    # A killed server: every home is missing, and comes back.
+    env.tmux("kill-server")
+    assert {r["home"] for r in json.loads(env.run("ls", "--json").stdout)} == {"missing"}
+    r = env.run("up", "--all", "--json")
+    assert {(h["name"], h["status"]) for h in json.loads(r.stdout)} == {
+        ("a", "recreated"),
+        ("b", "recreated"),
+    }
+    # A home whose cwd is gone is reported, not recreated elsewhere.
+    env.tmux("kill-session", "-t", "=a")
+    cwd.rmdir()
+    r = env.run("up", "a")
+    assert r.returncode == 1 and "a: cwd missing" in r.stdout
+    assert env.tmux("has-session", "-t", "=a").returncode != 0
+
+
+def test_attach_and_wake_recreate_a_missing_home(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    env.tmux("kill-session", "-t", "=a")
+    child = pexpect.spawn(SPEX, ["attach", "a"], env=env.vars, dimensions=(30, 100), timeout=15)
+    try:
+        assert retry_until(lambda: env.tmux("has-session", "-t", "=a").returncode == 0)
+        env.tmux("detach-client", "-s", "=a")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    env.tmux("kill-server")
+    assert wake_json(env, "a", "x", "--window", "5")[1]["verdict"] == "completed"
+
+
+# --- 3. reboots -------------------------------------------------------------
+
+
+def test_a_reboot_interrupts_and_up_revive_resumes(env: Env) -> None:
+    boot = env.root / "boot_id"
+    boot.write_text("boot-one\n")
+    extra = {"SPEXSUP_BOOT_ID_FILE": str(boot)}
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "harnesses.toml").write_text(
+        f"""
+[harness.conv]
+fresh = ["{harness("conversing.sh")}", "{{prompt}}"]
+resume = ["{harness("conversing.sh")}", "--resume", "{{session_id}}", "{{prompt}}"]
+id_pattern = 'conversation: (demo-[0-9a-f]+)'
+"""
+    )
+    env.run("new", "a", "--harness", "conv", extra=extra)
+    env.run("new", "b", "--harness", "conv", extra=extra)
+    _, v = wake_json(env, "a", "first", "--window", "0.5", extra=extra)
+    assert v["verdict"] == "confirmed"
+    conversation = show(env, "a")["harness_session_id"]
+    assert conversation
+    # The machine "reboots": another boot id. (The old processes are killed
+    # by hand, as a reboot would have.)
+    env.tmux("kill-server")
+    boot.write_text("boot-two\n")
+    s = json.loads(env.run("show", "a", "--json", extra=extra).stdout)
+    assert s["turn"]["state"] == "interrupted"
+    assert s["turn"]["error"] == "machine rebooted"
+    assert s["harness_session_id"] == conversation
+    r = env.run("up", "--revive", "--json", extra=extra)
+    assert r.returncode == 0, r.stdout + r.stderr
+    wave = json.loads(r.stdout)
+    assert [leg["session"] for leg in wave["legs"]] == ["a"]  # b was never interrupted
+    assert wave["legs"][0]["verdict"] == "confirmed"
+    s = json.loads(env.run("show", "a", "--json", extra=extra).stdout)
+    assert s["turn"]["resumed"] == conversation
+    log = env.run("log", "a", extra=extra).stdout
+    assert f"conversation: {conversation}" in log and "interrupted" in log
+    env.run("stop", "a", "--grace", "1", extra=extra)
+    assert turn_processes_alive(s["turn"]["id"]) == []
+
+
+def test_systemd_unit_runs_spex_up(env: Env) -> None:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read(HERE.parent / "contrib" / "systemd" / "spexsup-up.service")
+    assert unit["Install"]["WantedBy"] == "default.target"
+    assert unit["Service"]["Type"] == "oneshot"
+    argv = shlex.split(unit["Service"]["ExecStart"])
+    assert argv[1:] == ["up", "--all"]
+    env.run("new", "a", "--", harness("exit0.sh"))
+    env.tmux("kill-server")
+    r = subprocess.run([SPEX, *argv[1:]], env=env.vars, capture_output=True, text=True, check=False)
+    assert r.returncode == 0 and "a: recreated" in r.stdout
+
+
+# --- 4, 5. the pane belongs to a person too --------------------------------
+
+
+def test_keys_typed_during_a_turn_never_run(env: Env) -> None:
+    env.run("new", "a", "--", "bash", "-c", "sleep 2")
+    _, v = wake_json(env, "a", "x", "--window", "0.5")
+    assert v["verdict"] == "confirmed"
+    planted = env.root / "planted"
+    env.tmux("send-keys", "-t", "=a:0.0", f"echo oops > {planted}", "Enter")
+    assert env.run("wait", "a", "--timeout", "30").returncode == 0
+    assert retry_until(lambda: "input typed during the turn was discarded" in capture(env, "a"))
+    env.tmux("send-keys", "-t", "=a:0.0", "echo after-the-turn", "Enter")
+    assert retry_until(lambda: "after-the-turn" in capture(env, "a").split("discarded")[-1])
+    assert not planted.exists()
+
+
+def test_a_pane_in_use_is_not_replaced_without_force(env: Env) -> None:
+    env.run("new", "a", "--", "bash", "-c", "echo first-turn-output")
+    assert wake_json(env, "a", "x", "--window", "5")[1]["verdict"] == "completed"
+    env.tmux("send-keys", "-t", "=a:0.0", "exec 2>/dev/null; sleep 300", "Enter")
+    assert retry_until(
+        lambda: (
+            "sleep"
+            in env.tmux("display-message", "-p", "-t", "=a:0.0", "#{pane_current_command}").stdout
+        )
+    )
+    r = env.run("wake", "a", "y")
+    assert r.returncode == 3
+    assert "the pane is running sleep (pid" in r.stderr and "--force" in r.stderr, r.stderr
+    assert len(show(env, "a")["turns"]) == 1
+    _code, v = wake_json(env, "a", "--force", "y", "--window", "5")
+    assert v["verdict"] == "completed", v
+    # Scrollback keeps the earlier turn.
+    assert capture(env, "a").count("first-turn-output") == 2
+
+
+# --- 6. attaching -----------------------------------------------------------
+
+
+def test_attach_read_only(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    child = pexpect.spawn(
+        SPEX, ["attach", "--read-only", "a"], env=env.vars, dimensions=(30, 100), timeout=15
+    )
+    try:
+        child.expect(r"\[spex a\]")
+        child.send("echo typed-while-looking\r")
+        time.sleep(0.5)
+        assert "typed-while-looking" not in capture(env, "a")
+        child.send("\x01d")  # our prefix, C-a, then d
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+
+
+def test_attach_inside_another_tmux_opens_a_popup(env: Env) -> None:
+    env.run("new", "a", "--", harness("exit0.sh"))
+    env.tmux("send-keys", "-t", "=a:0.0", "echo INNER-PANE", "Enter")
+    outer = f"outer-{os.getpid()}"
+    outer_tmux = ["tmux", "-L", outer, "-f", "/dev/null"]
+    subprocess.run(
+        [*outer_tmux, "new-session", "-d", "-s", "o", "-x", "120", "-y", "40"],
+        env=env.vars,
+        check=True,
+    )
+    child = pexpect.spawn(
+        outer_tmux[0],
+        [*outer_tmux[1:], "attach", "-t", "=o"],
+        env=env.vars,
+        dimensions=(40, 120),
+        timeout=20,
+    )
+    try:
+        child.expect(r"\$ |# ")
+        child.send(f"{SPEX} attach a; echo BACK-IN-OUTER-$?\r")
+        child.expect("INNER-PANE")  # the popup shows the home
+        child.send("\x01d")  # detach the inner client with spex's prefix
+        child.expect("BACK-IN-OUTER-0")
+        # The outer client is still attached and usable.
+        assert child.isalive()
+        outer_pane = subprocess.run(
+            [*outer_tmux, "capture-pane", "-p", "-t", "=o:0.0"],
+            env=env.vars,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        assert "BACK-IN-OUTER-0" in outer_pane
+    finally:
+        child.close(force=True)
+        subprocess.run([*outer_tmux, "kill-server"], env=env.vars, check=False)
+
+
+def test_user_tmux_conf_is_loaded_after_ours(env: Env) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "tmux.conf").write_text("set -g prefix C-g\nset -g @mine yes\n")
+    env.run("new", "a", "--", harness("exit0.sh"))
+    shown = env.tmux("show-options", "-gv", "prefix").stdout.strip()
+    assert shown == "C-g"
+    assert env.tmux("show-options", "-gv", "@mine").stdout.strip() == "yes"
+
+
+def test_status_line_shows_the_turn(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    _, v = wake_json(env, "a", "x", "--window", "0.5")
+
+    def state() -> str:
+        return env.tmux("display-message", "-p", "-t", "=a:0.0", "#{@spex_state}").stdout
+
+    assert retry_until(lambda: f"turn {v['turn']} running" in state())
+    status = env.tmux("display-message", "-p", "-t", "=a:0.0", "#{T:status-right}").stdout
+    assert "running" in status
+    env.run("stop", "a", "--grace", "1")
+    assert retry_until(lambda: "ended" in state())
