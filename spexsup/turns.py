@@ -14,7 +14,7 @@ import re
 import secrets
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -299,13 +299,16 @@ def wake(
     window: float | None = None,
     fresh: bool = False,
     gate: AbstractContextManager[object] | None = None,
+    on_admitted: Callable[[str], None] | None = None,
 ) -> Verdict:
     """Start a turn and report what is true about it within the window.
 
     Refusals raise `Refused` (exit 3) and change nothing. A failed startup
     leaves no process of the turn behind and the pane back at a shell.
     `gate` (a fan-out's concurrency limit) is held around admission and
-    launch only, so many turns can confirm at once.
+    launch only, so many turns can confirm at once; a gate that refuses the
+    launch (an aborted wave) ends the admitted turn `aborted` before its
+    exception goes on. `on_admitted` hears the turn id once it exists.
     """
     started = time.monotonic()
     get(spex, name)
@@ -314,13 +317,23 @@ def wake(
     with ticket(spex, name, "wake"):
         with gate:
             session, turn, directory, adapter = admit(spex, name, prompt, fresh=fresh)
+        if on_admitted is not None:
+            on_admitted(turn)
         span = resolve_window(session, adapter, window)
         attempts = 0
         while True:
             attempts += 1
             with DirWatch([directory]) as watch:
-                with gate:
-                    pane_pid = launch(spex, session, turn, directory)
+                entered = False
+                try:
+                    with gate:
+                        entered = True
+                        pane_pid = launch(spex, session, turn, directory)
+                except BaseException as e:
+                    if not entered:  # the gate refused: nothing was launched
+                        why = str(e) or f"not launched ({type(e).__name__})"
+                        _abort_unlaunched(spex, name, turn, why)
+                    raise
                 # The window measures the harness's startup, not our own
                 # admission (which may queue behind other writers).
                 launched = time.monotonic()
@@ -333,6 +346,22 @@ def wake(
     verdict.attempts = attempts
     verdict.elapsed_ms = int((time.monotonic() - started) * 1000)
     return verdict
+
+
+def _abort_unlaunched(spex: Spex, name: str, turn: str, why: str) -> None:
+    """A turn admitted but never launched ends `aborted` (not `lost` later), and
+    its session is not left `running`."""
+    with spex.store.tx() as db:
+        db.execute(
+            "UPDATE turns SET state = 'aborted', ended_at = ?, error = coalesce(error, ?)"
+            " WHERE id = ? AND state = 'starting'",
+            (time.time(), why, turn),
+        )
+        db.execute(
+            "UPDATE sessions SET state = 'idle' WHERE name = ? AND current_turn = ?"
+            " AND state = 'running'",
+            (name, turn),
+        )
 
 
 def _retryable(adapter: Harness, directory: Path, result: Startup, attempts: int) -> bool:
