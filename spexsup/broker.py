@@ -7,16 +7,29 @@ at start and answers each returned token with a new one, so requests never
 interleave; any other byte is corruption. The lease token (32 random bytes)
 lives only in this process's memory; the database holds its sha256.
 
-Loss of authority (heartbeat failure, the request pipe closed while the
+Only the command and its descendants (or members of the session it leads)
+are served, and only while one of them holds the turn token: a frame that
+arrives while the token sits unread in the socket, or from any other process,
+is refused (`maintenance_invalid`) and never counts as a pending request.
+
+Loss of authority (heartbeat failure, a broker channel closed while the
 command lives, token corruption): stop brokering, SIGTERM the command's
 process group, SIGKILL after 1 s, exit 1, and do not release (recovery does).
 The command exiting with a request pending: exit 1, no release. Otherwise
-release and exit with the command's exit code.
+kill what is left of its session and group, release, and exit with the
+command's exit code (128+N when `spex maint` itself got signal N).
+
+The command never outlives its lease: it is recorded with the lease (pid and
+start token of its session leader) so recovery kills it, and the kernel
+sends it SIGKILL when `spex maint` dies (PR_SET_PDEATHSIG). Heartbeats run
+in a thread of their own, so a slow brokered operation cannot let the lease
+lapse.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -24,7 +37,10 @@ import secrets
 import select
 import signal
 import socket
+import struct
 import sys
+import termios
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,15 +49,17 @@ from typing import Any
 from spexsup import control, lease
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.lease import Capability
-from spexsup.procs import Liveness, identity_liveness, own_identity
+from spexsup.procs import Liveness, belongs_to, identity_liveness, kill_members, own_identity
 from spexsup.sessions import NAME_RE
 from spexsup.spex import Spex
+from spexsup.store import Store
 
 MAX_FRAME = 4096
 TOKEN = b"\x01"
 BROKER_FDS = "3,4,5"
 KILL_AFTER = 1.0
 DRAIN_LIMIT = 60.0
+PR_SET_PDEATHSIG = 1
 
 
 class CommandNotFound(SpexError):
@@ -125,6 +143,39 @@ class AuthorityLost(Exception):
     pass
 
 
+class _CommandExited(Exception):
+    """A broker channel failed because the command is exiting, not a loss."""
+
+
+class Signals:
+    """SIGINT/SIGTERM to `spex maint`: remembered (the exit code is 128+N) and
+    forwarded to the command's group as SIGTERM; a second one sends SIGKILL."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.target: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> Signals:
+        self._old = {s: signal.signal(s, self._on) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+    def _on(self, signum: int, frame: object) -> None:
+        again = self.received is not None
+        if not again:
+            self.received = signum
+        self.forward(signal.SIGKILL if again else signal.SIGTERM)
+
+    def forward(self, sig: int = signal.SIGTERM) -> None:
+        if self.target is not None and self.received is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.target, sig)
+
+
 class Maintenance:
     """One `spex maint` run: acquire, spawn, broker, and end per DESIGN §5."""
 
@@ -152,10 +203,22 @@ class Maintenance:
         self.pid, self.start_token = own_identity()
         self.epoch = 0
 
+    def check_plan(self) -> None:
+        """Every session the plan names must exist: refused before anything runs."""
+        known = {r["name"] for r in self.spex.store.db.execute("SELECT name FROM sessions")}
+        unknown = sorted({c.session for c in self.plan} - known)
+        if unknown:
+            raise Invalid(
+                f"the plan names unknown session(s): {', '.join(unknown)}", hint="see spex ls"
+            )
+
     # --- the lease ---------------------------------------------------------
 
     def acquire(self) -> None:
-        """Take the lease (`draining`) within --wait, then wait for `active`."""
+        """Take the lease (`draining`) within --wait, then wait for `active`.
+
+        Interrupted after taking it, the lease is released before re-raising.
+        """
         give_up = time.monotonic() + self.wait
         scope = sorted({c.session for c in self.plan})
         while True:
@@ -167,7 +230,8 @@ class Maintenance:
                     db.execute(
                         "UPDATE lease SET state = 'draining', epoch = ?, token_hash = ?,"
                         " holder_pid = ?, holder_token = ?, deadline = ?, scope = ?,"
-                        " all_sessions = ?, acquired_at = ?, revoked = 0 WHERE id = 1",
+                        " all_sessions = ?, acquired_at = ?, revoked = 0,"
+                        " command_pid = NULL, command_token = NULL WHERE id = 1",
                         (
                             self.epoch,
                             lease.hash_token(self.token),
@@ -196,20 +260,26 @@ class Maintenance:
                     hint="spex maint --status",
                 )
             time.sleep(0.1)
-        drain_until = time.monotonic() + max(self.wait, DRAIN_LIMIT)
+        try:
+            self._wait_active(time.monotonic() + max(self.wait, DRAIN_LIMIT))
+        except BaseException:  # interrupted too (SIGINT, the CLI's SIGTERM)
+            self.release()
+            raise
+
+    def _wait_active(self, drain_until: float) -> None:
         while not self.heartbeat(want="active"):
             if time.monotonic() >= drain_until:
-                self.release()
                 raise Refused("older operations on the leased sessions did not finish")
             time.sleep(0.05)
 
-    def heartbeat(self, want: str = "active") -> bool:
+    def heartbeat(self, want: str = "active", store: Store | None = None) -> bool:
         """Extend the deadline if the lease is still ours exactly as granted.
 
         With want="active" while still draining, returns False (not yet) and
-        raises AuthorityLost if the lease is no longer ours at all.
+        raises AuthorityLost if the lease is no longer ours at all. `store`
+        is the caller's own connection (the heartbeat thread has one).
         """
-        with self.spex.store.tx() as db:
+        with (store or self.spex.store).tx() as db:
             row = lease.recover(db)
             caps = db.execute(
                 "SELECT op, session, force FROM capabilities WHERE epoch = ? ORDER BY idx",
@@ -238,8 +308,17 @@ class Maintenance:
             db.execute(
                 "UPDATE lease SET state = 'open', token_hash = NULL, holder_pid = NULL,"
                 " holder_token = NULL, deadline = NULL, scope = NULL, all_sessions = 0,"
-                " revoked = 0 WHERE id = 1 AND epoch = ?",
+                " revoked = 0, command_pid = NULL, command_token = NULL"
+                " WHERE id = 1 AND epoch = ?",
                 (self.epoch,),
+            )
+
+    def record_command(self, pid: int, token: str) -> None:
+        """Name the command with the lease, so recovery can kill it."""
+        with self.spex.store.tx() as db:
+            db.execute(
+                "UPDATE lease SET command_pid = ?, command_token = ? WHERE id = 1 AND epoch = ?",
+                (pid, token, self.epoch),
             )
 
     # --- the command -------------------------------------------------------
@@ -247,9 +326,11 @@ class Maintenance:
     def spawn(self, command: Sequence[str]) -> tuple[int, int, int, socket.socket]:
         """Start CMD in a new session with the broker fds at exactly 3, 4, 5.
 
-        posix_spawn's dup2 file actions place the fds (no preexec_fn: this
-        process has threads); the sources are moved above 9 first so a dup2
-        never lands on itself and keeps its close-on-exec flag.
+        A plain fork from the main thread (no other thread runs yet), so the
+        child can ask for PR_SET_PDEATHSIG: the kernel SIGKILLs the command
+        if `spex maint` dies, which fires when the forking thread dies. The
+        sources sit above 9 (close-on-exec) so a dup2 never lands on itself;
+        an exec failure comes back over a close-on-exec pipe.
         """
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
@@ -258,84 +339,171 @@ class Maintenance:
         high.append(fcntl.fcntl(theirs.fileno(), fcntl.F_DUPFD_CLOEXEC, 10))
         env = {**os.environ, "SPEXSUP_MAINTENANCE_BROKER_FDS": BROKER_FDS}
         env["SPEXSUP_HOME"] = str(self.spex.home)
-        try:
-            pid = os.posix_spawnp(
-                command[0],
-                list(command),
-                env,
-                file_actions=[
-                    (os.POSIX_SPAWN_DUP2, high[0], 3),
-                    (os.POSIX_SPAWN_DUP2, high[1], 4),
-                    (os.POSIX_SPAWN_DUP2, high[2], 5),
-                ],
-                setsid=True,
-            )
-        except OSError as e:
-            raise CommandNotFound(f"cannot run {command[0]!r}: {e.strerror}") from None
-        finally:
-            for fd in (req_w, resp_r, *high):
+        libc = ctypes.CDLL(None, use_errno=True)
+        err_r, err_w = os.pipe()  # both close-on-exec (PEP 446)
+        parent = os.getpid()
+        argv = list(command)
+        pid = os.fork()
+        if pid == 0:  # the child: only async-signal-safe steps, then exec
+            code = 127
+            try:
+                os.setsid()
+                libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                if os.getppid() != parent:  # died before the request took effect
+                    os._exit(137)
+                for target, source in zip((3, 4, 5), high, strict=True):
+                    os.dup2(source, target)
+                os.execvpe(argv[0], argv, env)
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.write(err_w, f"{e.errno or 0}".encode())
+            finally:
+                os._exit(code)
+        os.close(err_w)
+        for fd in (req_w, resp_r, *high):
+            os.close(fd)
+        theirs.close()
+        with os.fdopen(err_r, "rb") as errors:
+            failure = errors.read()
+        if failure:
+            os.waitpid(pid, 0)
+            for fd in (req_r, resp_w):
                 os.close(fd)
-            theirs.close()
+            ours.close()
+            errno = int(failure)
+            raise CommandNotFound(f"cannot run {argv[0]!r}: {os.strerror(errno)}")
         return pid, req_r, resp_w, ours
 
     def run(self, command: Sequence[str]) -> int:
         """Acquire, run CMD, broker its requests; the exit code per DESIGN §5."""
         if not command:
             raise Invalid("spex maint needs a command after --", hint="spex maint ... -- CMD")
+        self.check_plan()
         self.acquire()
+        with Signals() as signals:
+            try:
+                pid, req_r, resp_w, sock = self.spawn(command)
+            except BaseException:
+                self.release()
+                raise
+            token = start_token_of(pid)
+            self.record_command(pid, token)
+            signals.target = pid
+            signals.forward()  # a signal that came while spawning
+            return Broker(self, pid, token, req_r, resp_w, sock, signals).serve()
+
+
+def start_token_of(pid: int) -> str:
+    """Our own unreaped child's start token (its zombie keeps the pid and stat)."""
+    from spexsup.procs import start_token
+
+    token = start_token(pid)
+    assert token is not None
+    return token
+
+
+class Heartbeat:
+    """Heartbeats from a thread with its own connection, every clamp(ttl/3, 0.25 s, 1 s),
+    so a brokered operation slower than the ttl cannot let the lease lapse.
+    A failed beat is reported through `lost` and a byte on `wake_r`."""
+
+    def __init__(self, maint: Maintenance) -> None:
+        self.maint = maint
+        self.interval = heartbeat_interval(maint.ttl)
+        self.done = threading.Event()
+        self.lost: str | None = None
+        self.wake_r, self.wake_w = os.pipe()
+        self.thread = threading.Thread(target=self._run, name="spex-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        store = Store(self.maint.spex.home)
         try:
-            pid, req_r, resp_w, sock = self.spawn(command)
-        except BaseException:
-            self.release()
-            raise
-        return Broker(self, pid, req_r, resp_w, sock).serve()
+            while not self.done.wait(self.interval):
+                try:
+                    self.maint.heartbeat(store=store)
+                except AuthorityLost as e:
+                    self.lost = str(e)
+                except Exception as e:
+                    self.lost = f"heartbeat failed: {e}"
+                if self.lost:
+                    os.write(self.wake_w, b"!")
+                    return
+        finally:
+            store.close()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+        os.close(self.wake_r)
+        os.close(self.wake_w)
 
 
 class Broker:
     def __init__(
-        self, maint: Maintenance, pid: int, req_r: int, resp_w: int, sock: socket.socket
+        self,
+        maint: Maintenance,
+        pid: int,
+        token: str,
+        req_r: int,
+        resp_w: int,
+        sock: socket.socket,
+        signals: Signals,
     ) -> None:
         self.maint = maint
         self.pid = pid
+        self.token = token  # the command's start token
         self.req_r = req_r
         self.resp_w = resp_w
         self.sock = sock
+        self.signals = signals
         self.buffer = b""
         self.discarding = False  # dropping the rest of an oversize frame
         self.token_out = False  # a response was sent and its token not yet returned
         self.pidfd = os.pidfd_open(pid)
+        self.heart = Heartbeat(maint)
 
     def serve(self) -> int:
-        interval = heartbeat_interval(self.maint.ttl)
-        forward = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        self.heart.start()
         try:
             self.sock.sendall(TOKEN)
-            next_beat = time.monotonic() + interval
+            poller = select.poll()
+            for fd in (self.pidfd, self.sock.fileno(), self.req_r, self.heart.wake_r):
+                poller.register(fd, select.POLLIN)
+            # No events asked: a pipe's write end reports POLLERR once its
+            # reader is gone, i.e. the command closed fd 4.
+            poller.register(self.resp_w, 0)
             while True:
-                timeout = max(0.0, next_beat - time.monotonic())
-                watched: list[int] = [self.req_r, self.sock.fileno(), self.pidfd]
-                ready, _, _ = select.select(watched, [], [], timeout)
-                if time.monotonic() >= next_beat:
-                    self.maint.heartbeat()
-                    next_beat = time.monotonic() + interval
+                ready = {fd for fd, _ in poller.poll()}
+                self._check_heartbeat()
                 # Tokens and requests first: a client's last token may arrive
                 # together with the command's exit.
                 ended = self.pidfd in ready
-                if self.sock.fileno() in ready and not self._token_returned() and not ended:
+                if self.sock.fileno() in ready and not ended and not self._token_returned():
                     ended = self._exiting("the command closed the turn-token channel (fd 5)")
+                if self.resp_w in ready and not ended:
+                    ended = self._exiting("the command closed the broker response pipe (fd 4)")
                 if self.req_r in ready and not ended and not self._read_requests():
                     ended = self._exiting("the command closed the broker request pipe (fd 3)")
                 if ended:
                     return self._command_ended()
+        except _CommandExited:
+            return self._command_ended()
         except AuthorityLost as e:
             return self._lose(str(e))
         finally:
-            for s, h in forward.items():
-                signal.signal(s, h)
+            self.heart.stop()
 
-    def _forward(self, signum: int, frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGTERM)
+    def _check_heartbeat(self) -> None:
+        if self.heart.lost:
+            raise AuthorityLost(self.heart.lost)
+
+    def _token_unread(self) -> bool:
+        """Is the token we handed out still unread in the socket (no client holds it)?"""
+        queued = fcntl.ioctl(self.sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+        return bool(struct.unpack("i", queued)[0])
 
     def _token_returned(self) -> bool:
         """Take a returned token and hand out the next; False if the channel closed."""
@@ -368,38 +536,66 @@ class Broker:
         data = os.read(self.req_r, MAX_FRAME + 1)
         if data == b"":
             return False
+        # Whoever holds the token has taken it from the socket; a frame that
+        # arrives while it is still unread there was sent by nobody entitled.
+        held = not self._token_unread()
         self.buffer += data
         while b"\n" in self.buffer:
             line, self.buffer = self.buffer.split(b"\n", 1)
             if self.discarding:  # the tail of an oversize frame, already answered
                 self.discarding = False
                 continue
-            self._answer(self.handle(line))
+            self._answer(*self.handle(line, held))
         if len(self.buffer) > MAX_FRAME and not self.discarding:
             self.discarding = True
             self._answer(
-                response(None, "refused", "maintenance_invalid", "frame longer than 4096 bytes")
+                response(None, "refused", "maintenance_invalid", "frame longer than 4096 bytes"),
+                held,
             )
         if self.discarding:
             self.buffer = b""
         return True
 
-    def _answer(self, reply: dict[str, Any]) -> None:
-        os.write(self.resp_w, json.dumps(reply).encode() + b"\n")
-        self.token_out = True
+    def _answer(self, reply: dict[str, Any], pending: bool) -> None:
+        """Write one response; `pending` when a token holder now awaits it."""
+        if pending:
+            self.token_out = True
+        try:
+            os.write(self.resp_w, json.dumps(reply).encode() + b"\n")
+        except OSError:
+            self.token_out = True  # an answer nobody received
+            if self._exiting("the command closed the broker response pipe (fd 4)"):
+                raise _CommandExited from None
 
-    def handle(self, line: bytes) -> dict[str, Any]:
-        """One request: validate, match the plan, run the operation, map the outcome."""
+    def handle(self, line: bytes, held: bool = True) -> tuple[dict[str, Any], bool]:
+        """One request: validate, match the plan, run the operation, map the outcome.
+
+        Returns the response and whether a token holder is waiting for it
+        (never for a refused stranger, so a stranger cannot leave a request
+        "pending" and cost the holder its lease).
+        """
         try:
             frame = parse_frame(line)
         except FrameError as e:
-            return response(e.frame_id, "refused", "maintenance_invalid", str(e))
+            return response(e.frame_id, "refused", "maintenance_invalid", str(e)), held
+        if not held:
+            error = "request sent without holding the turn token (fd 5)"
+            return response(frame.id, "refused", "maintenance_invalid", error), False
+        if not belongs_to(frame.client_pid, self.pid, self.token):
+            error = (
+                f"client pid {frame.client_pid} is neither the maintenance command"
+                " nor one of its descendants"
+            )
+            return response(frame.id, "refused", "maintenance_invalid", error), False
+        return self._carry_out(frame), True
+
+    def _carry_out(self, frame: Frame) -> dict[str, Any]:
         maint = self.maint
         index = next(
             (
                 i
                 for i, c in enumerate(maint.plan)
-                if c.op == frame.op and c.session == frame.session and (c.force or not frame.force)
+                if (c.op, c.session, c.force) == (frame.op, frame.session, frame.force)
             ),
             None,
         )
@@ -447,25 +643,57 @@ class Broker:
                 (state, self.maint.epoch, index),
             )
 
+    def _unanswered(self) -> bool:
+        """Was a request written that the exited command never saw answered?
+
+        Its operation is not carried out for a command that is gone. A frame
+        from a live process outside the command is a stranger's and ignored.
+        """
+        while select.select([self.req_r], [], [], 0)[0]:
+            data = os.read(self.req_r, 65536)
+            if not data:
+                break
+            self.buffer += data
+        if self.discarding:
+            return False
+        lines = self.buffer.split(b"\n")
+        if lines[-1]:
+            return True  # a partial frame
+        for line in lines[:-1]:
+            try:
+                frame = parse_frame(line)
+            except FrameError:
+                return True
+            if not belongs_to(frame.client_pid, self.pid, self.token):
+                continue
+            return True
+        return False
+
     def _command_ended(self) -> int:
+        # What the command left behind (`sleep 123 &`) dies before the lease
+        # is released; the unreaped leader keeps its pid and group id ours.
+        kill_members(self.pid, self.token, grace=KILL_AFTER)
         _, status = os.waitpid(self.pid, 0)
         rc = os.waitstatus_to_exitcode(status)
         rc = 128 - rc if rc < 0 else rc
-        returned, _, _ = select.select([self.sock.fileno()], [], [], 0)
-        if returned:
-            self._token_returned()
-        # A request the command wrote but never saw answered is pending too;
-        # it is not carried out for a command that is gone.
-        unread, _, _ = select.select([self.req_r], [], [], 0)
-        if unread and os.read(self.req_r, MAX_FRAME + 1):
-            self.buffer += b"?"
-        if self.buffer or self.token_out:
+        if self.signals.received is not None:
+            rc = 128 + self.signals.received
+        try:  # a lease revoked behind our back is not ours to release
+            self._check_heartbeat()
+            self.maint.heartbeat()
+        except AuthorityLost as e:
+            print(f"spex: maint: authority lost: {e} (lease left for recovery)", file=sys.stderr)
+            return 1
+        if select.select([self.sock.fileno()], [], [], 0)[0]:
+            with contextlib.suppress(AuthorityLost):
+                self._token_returned()
+        if self.token_out or self._unanswered():
             print(
                 "spex: maint: the command exited with a broker request pending"
                 " (lease left for recovery)",
                 file=sys.stderr,
             )
-            return 1
+            return rc if self.signals.received is not None else 1
         self.maint.release()
         return rc
 
@@ -478,7 +706,8 @@ class Broker:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGTERM)
         select.select([self.pidfd], [], [], KILL_AFTER)
-        # Whatever is left of the group (the leader may have gone first).
+        # Whatever is left of the group and session (the leader may have gone first).
+        kill_members(self.pid, self.token, grace=0)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
         os.waitpid(self.pid, 0)

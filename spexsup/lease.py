@@ -7,8 +7,10 @@ the lease on sessions in scope has finished or its holder is dead. While not
 own operations (`bearer=epoch`) are admitted while it is `active`.
 
 Every transaction that reads the lease first recovers it: a dead holder or a
-passed deadline revokes the bearer, marks inflight capabilities
-`indeterminate`, and leaves `draining` until the tickets drain, then `open`.
+passed deadline revokes the bearer, kills what is left of the maintenance
+command (its session and group, identity-checked), marks inflight
+capabilities `indeterminate`, and leaves `draining` until the tickets drain,
+then `open`.
 Only the token's sha256 is stored; the token never leaves the wrapper.
 """
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spexsup.errors import Invalid, Refused
-from spexsup.procs import Liveness, identity_liveness
+from spexsup.procs import Liveness, identity_liveness, kill_members
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ def recover(db: sqlite3.Connection, now: float | None = None) -> sqlite3.Row:
         or identity_liveness(row["holder_pid"], row["holder_token"]) is Liveness.DEAD
     )
     if not row["revoked"] and (holder_dead or now > row["deadline"]):
+        kill_command(row)
         db.execute(
             "UPDATE lease SET revoked = 1, state = 'draining', token_hash = NULL WHERE id = 1"
         )
@@ -106,15 +109,25 @@ def recover(db: sqlite3.Connection, now: float | None = None) -> sqlite3.Row:
         )
         row = _row(db)
     if row["revoked"] and _older_live_tickets(db, row) == 0:
+        kill_command(row)  # nothing of it may outlive the lease
         db.execute(
             "UPDATE lease SET state = 'open', holder_pid = NULL, holder_token = NULL,"
-            " deadline = NULL, scope = NULL, all_sessions = 0, revoked = 0 WHERE id = 1"
+            " deadline = NULL, scope = NULL, all_sessions = 0, revoked = 0,"
+            " command_pid = NULL, command_token = NULL WHERE id = 1"
         )
         row = _row(db)
     elif not row["revoked"] and row["state"] == "draining" and _older_live_tickets(db, row) == 0:
         db.execute("UPDATE lease SET state = 'active' WHERE id = 1")
         row = _row(db)
     return row
+
+
+def kill_command(row: sqlite3.Row) -> None:
+    """SIGKILL whatever is left of the lease's command: its session and group
+    (identity-checked by start time, see `procs.session_members`). The holder
+    is gone or out of time, so there is no grace to give."""
+    if row["command_pid"] is not None and row["command_token"] is not None:
+        kill_members(row["command_pid"], row["command_token"], grace=0)
 
 
 def check_admission(db: sqlite3.Connection, session: str, bearer: int | None = None) -> None:
@@ -148,6 +161,11 @@ def status(db: sqlite3.Connection) -> dict[str, Any]:
             else None
         ),
         "deadline": row["deadline"],
+        "command": (
+            {"pid": row["command_pid"], "start_token": row["command_token"]}
+            if row["command_pid"]
+            else None
+        ),
         "scope": "all" if row["all_sessions"] else json.loads(row["scope"] or "[]"),
         "plan": [
             {"op": c["op"], "session": c["session"], "force": bool(c["force"]), "state": c["state"]}

@@ -17,12 +17,14 @@ import json
 import os
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 from spexsup.errors import Failed, Invalid, Refused, SpexError
 from spexsup.procs import own_identity
 
 REQUEST, RESPONSE, TOKEN_FD = 3, 4, 5
 MAX_LINE = 4096
+MAX_FOREIGN_REPLIES = 64
 
 
 class Indeterminate(SpexError):
@@ -57,6 +59,19 @@ def _read_line(fd: int) -> bytes:
     return line
 
 
+def _read_reply(frame_id: str) -> dict[str, Any]:
+    """Our reply; lines answering someone else (a stranger writing to the
+    broker's pipe without the token is refused on the same pipe) are skipped."""
+    for _ in range(MAX_FOREIGN_REPLIES):
+        try:
+            data = json.loads(_read_line(RESPONSE))
+        except ValueError:
+            raise Failed("the maintenance broker sent a malformed reply") from None
+        if isinstance(data, dict) and data.get("id") == frame_id:
+            return data
+    raise Failed("the maintenance broker never answered this request")
+
+
 def request(op: str, session: str, force: bool = False) -> Reply:
     """Ask the broker for one granted operation; raises Invalid outside `spex maint`."""
     if os.environ.get("SPEXSUP_MAINTENANCE_BROKER_FDS") != "3,4,5":
@@ -79,7 +94,7 @@ def request(op: str, session: str, force: bool = False) -> Reply:
         raise Failed("the maintenance broker went away", hint="is spex maint still running?")
     try:
         os.write(REQUEST, json.dumps(frame).encode() + b"\n")
-        data = json.loads(_read_line(RESPONSE))
+        data = _read_reply(frame_id)
     except OSError as e:
         raise Failed(f"the maintenance broker went away: {e.strerror}") from None
     finally:
@@ -93,8 +108,6 @@ def request(op: str, session: str, force: bool = False) -> Reply:
         data.get("code"),
         data.get("error"),
     )
-    if reply.id != frame_id:
-        raise Failed(f"the maintenance broker answered another request ({reply.id!r})")
     return reply
 
 

@@ -174,3 +174,67 @@ def reap(find: Callable[[], list[psutil.Process]], grace: float) -> list[psutil.
                 break
             psutil.wait_procs(procs, timeout=min(RESCAN, end - now))
     return [p for p in find() if _living(p)]
+
+
+def session_members(sid: int, born_from: str) -> list[int]:
+    """Live pids in session `sid` or process group `sid`, started no earlier than
+    `born_from` (the leader's start token).
+
+    Linux keeps a pid number out of reuse while any process still uses it as
+    its session or group id, and the start-time bound keeps out a process
+    that had the leader's pid before it. Zombies are left out (they are dead).
+    """
+    members = []
+    floor = int(born_from)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = _stat_fields(int(entry.name))
+        except OSError:
+            continue
+        if fields is None or fields[0] in (b"Z", b"X"):
+            continue
+        # fields[2] is the process group (field 5), fields[3] the session (field 6).
+        if sid in (int(fields[2]), int(fields[3])) and int(fields[19]) >= floor:
+            members.append(int(entry.name))
+    return members
+
+
+def parent_pid(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else None
+
+
+def belongs_to(pid: int, root_pid: int, root_token: str) -> bool:
+    """Is `pid` the process (root_pid, root_token), a descendant of it, or a member
+    of the session it leads? (An orphaned grandchild is reparented away from the
+    root but stays in its session.)"""
+    if identity_liveness(root_pid, root_token) is Liveness.ALIVE:
+        seen = 0
+        current: int | None = pid
+        while current is not None and current > 1 and seen < 4096:
+            if current == root_pid:
+                return True
+            current = parent_pid(current)
+            seen += 1
+    return pid in session_members(root_pid, root_token)
+
+
+def kill_members(sid: int, born_from: str, grace: float) -> list[int]:
+    """SIGTERM what is left of session/group `sid` (see `session_members`), SIGKILL
+    the survivors after `grace`; return the pids found."""
+    import psutil
+
+    def find() -> list[psutil.Process]:
+        found = []
+        for pid in session_members(sid, born_from):
+            try:
+                found.append(psutil.Process(pid))
+            except psutil.Error:
+                continue
+        return found
+
+    pids = [p.pid for p in find()]
+    reap(find, max(grace, 0.0))
+    return pids

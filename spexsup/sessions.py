@@ -327,9 +327,12 @@ def describe(
     One query for the sessions, one for their turns and one `list-panes -a`
     for every home, however many sessions there are.
     """
+    from spexsup import lease
     from spexsup import turns as turn_mod
 
     turn_mod.reconcile(spex, names)
+    with spex.store.tx() as db:
+        held = lease.recover(db)
     db = spex.store.db
     if names is None:
         rows = db.execute("SELECT * FROM sessions ORDER BY name").fetchall()
@@ -356,6 +359,11 @@ def describe(
             "window": s.window,
             "command": list(s.command) if s.command else None,
             "created_at": s.created_at,
+            "lease": (
+                {"epoch": held["epoch"], "state": held["state"]}
+                if held["state"] != "open" and lease.in_scope(held, s.name)
+                else None
+            ),
         }
         if entry["turn"] is not None:
             entry["turn"]["age_s"] = round(now - entry["turn"]["started_at"], 1)

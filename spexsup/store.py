@@ -117,6 +117,17 @@ MIGRATIONS: tuple[str, ...] = (
         SELECT 'tmux_socket', 'spexsup' WHERE EXISTS (SELECT 1 FROM sessions);
     ALTER TABLE turns ADD COLUMN boot_id TEXT;
     """,
+    # 6: the maintenance command's identity (its session/group leader), so that
+    # recovery can kill it before releasing; and which turns are wave legs, so
+    # a turn's end can settle its wave without a daemon.
+    """
+    ALTER TABLE lease ADD COLUMN command_pid INTEGER;
+    ALTER TABLE lease ADD COLUMN command_token TEXT;
+    CREATE TABLE wave_turns (
+        turn TEXT PRIMARY KEY,
+        wave TEXT NOT NULL
+    );
+    """,
 )
 
 

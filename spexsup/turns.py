@@ -14,7 +14,7 @@ import re
 import secrets
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -447,6 +447,7 @@ def wake(
     fresh: bool = False,
     force: bool = False,
     gate: AbstractContextManager[object] | None = None,
+    on_admitted: Callable[[str], None] | None = None,
 ) -> Verdict:
     """Start a turn and report what is true about it within the window.
 
@@ -459,7 +460,9 @@ def wake(
 
     Interrupted (SIGINT, SIGTERM) before the launch, the turn is aborted and
     fenced; after it, the turn keeps running and the exception carries a
-    note saying so (its end is still recorded by its wrapper).
+    note saying so (its end is still recorded by its wrapper). A gate that
+    refuses the launch (an aborted wave) ends the admitted turn `aborted`
+    the same way. `on_admitted` hears the turn id once it exists.
     """
     started = time.monotonic()
     current = get(spex, name)
@@ -470,6 +473,8 @@ def wake(
     with ticket(spex, name, "wake"):
         with gate:
             session, turn, directory, adapter = admit(spex, name, prompt, fresh=fresh)
+        if on_admitted is not None:
+            on_admitted(turn)
         span = resolve_window(session, adapter, window)
         attempts = 0
         launched_once = False
@@ -489,9 +494,10 @@ def wake(
                 _rotate_attempt(spex, name, turn, directory, attempts)
                 time.sleep(RETRY_BACKOFF[attempts - 1])
             verdict = _settle(spex, session, turn, directory, adapter, result)
-        except Exception:
+        except Exception as e:
             if not launched_once:
-                _abort_unlaunched(spex, session, turn, "spex wake failed before the launch")
+                why = str(e) or f"not launched ({type(e).__name__})"
+                _abort_unlaunched(spex, session, turn, why)
             raise
         except BaseException as interrupt:
             if launched_once:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -404,3 +405,205 @@ spex maint --status --json >{out}.status
     assert "is not stopped" in r.stderr
     (cap,) = json.loads(Path(f"{out}.status").read_text())["plan"]
     assert (cap["op"], cap["state"]) == ("resume", "unused")
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def outsider(env: Env, pid: int, *extra: str) -> dict[str, Any]:
+    result = env.root / "outsider.json"
+    run = subprocess.run(
+        [sys.executable, str(MAINT / "outsider.py"), str(pid), "a", *extra],
+        env={**env.vars, "RESULT": str(result)},
+        timeout=20,
+        check=True,
+    )
+    assert run.returncode == 0
+    return json.loads(result.read_text())  # type: ignore[no-any-return]
+
+
+def test_an_outsider_on_the_command_fds_is_refused_and_costs_nothing(env: Env) -> None:
+    sleepers(env, "a")
+    assert env.run("wake", "a", "go", "--window", "1").returncode == 0
+    d = env.root / "stage"
+    d.mkdir()
+    for fifo in ("go1", "go2"):
+        os.mkfifo(d / fifo)
+    holder = subprocess.Popen(
+        [SPEX, "maint", "--stop", "a", "--", sys.executable, str(MAINT / "holder.py")],
+        env={**env.vars, "DIR": str(d), "SESSION": "a"},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert retry_until(lambda: (d / "unread").exists(), seconds=20)
+    pid = int((d / "pid").read_text())
+    # Nobody holds the token: even a frame naming the command itself is refused.
+    reply = outsider(env, pid, "forge")
+    assert reply["code"] == "maintenance_invalid", reply
+    assert "without holding the turn token" in reply["error"]
+    (d / "go1").write_text("x")
+    assert retry_until(lambda: (d / "held").exists())
+    # The command holds the token: a frame from a process outside it is refused.
+    reply = outsider(env, pid)
+    assert reply["code"] == "maintenance_invalid", reply
+    assert "neither the maintenance command nor one of its descendants" in reply["error"]
+    assert json.loads(env.run("show", "a", "--json").stdout)["state"] == "running"
+    (d / "go2").write_text("x")
+    _, err = holder.communicate(timeout=30)
+    # The holder's own request is served, and its lease is released as usual.
+    assert holder.returncode == 0, err
+    assert (d / "outcome").read_text() == "committed"
+    assert status(env)["state"] == "open"
+    assert json.loads(env.run("show", "a", "--json").stdout)["state"] == "stopped"
+
+
+def test_what_the_command_leaves_behind_dies_before_release(env: Env) -> None:
+    sleepers(env, "a")
+    pidfile = env.root / "bg.pid"
+    body = (
+        f"sleep 123 & echo $! >{pidfile}\n"
+        f"setsid sleep 124 >/dev/null 2>&1 & echo $! >>{pidfile}\n"
+        "exit 0\n"
+    )
+    r = env.run("maint", "--stop", "a", "--", script(env, body))
+    assert r.returncode == 0, r.stderr
+    background, escaped = (int(x) for x in pidfile.read_text().split())
+    assert not alive(background)
+    # A setsid'd child has left the session and group: it is not the lease's to kill.
+    assert alive(escaped)
+    os.kill(escaped, signal.SIGKILL)
+    assert status(env)["state"] == "open"
+
+
+def test_sigkilled_maint_takes_its_command_with_it(env: Env) -> None:
+    sleepers(env, "a")
+    holder = background_maint(env, "--stop", "a", "--", "sleep", "127")
+    (command,) = procs(env, ["sleep", "127"])
+    holder.kill()
+    holder.wait()
+    # PR_SET_PDEATHSIG: no reader of the lease is needed for this.
+    assert retry_until(lambda: not alive(command.pid), seconds=5)
+
+
+def test_recovery_kills_what_pdeathsig_cannot_reach(env: Env) -> None:
+    sleepers(env, "a")
+    pidfile = env.root / "bg.pid"
+    body = f"sleep 125 & echo $! >{pidfile}\nwait\n"
+    holder = background_maint(env, "--stop", "a", "--", script(env, body))
+    assert retry_until(lambda: pidfile.exists() and pidfile.read_text().strip() != "")
+    grandchild = int(pidfile.read_text())
+    leader = status(env)["command"]["pid"]
+    holder.kill()
+    holder.wait()
+    # The kernel killed the command's leader, not its background job.
+    assert retry_until(lambda: not alive(leader), seconds=5)
+    assert alive(grandchild)
+    # The next reader recovers the lease, and kills the job before releasing.
+    assert status(env)["state"] == "open"
+    assert not alive(grandchild)
+    assert env.run("wake", "a", "hi", "--window", "1").returncode == 0
+
+
+def test_closing_the_response_pipe_loses_authority(env: Env) -> None:
+    sleepers(env, "a")
+    r = env.run("maint", "--stop", "a", "--", "bash", "-c", "exec 4>&-; exec sleep 32", timeout=20)
+    assert r.returncode == 1
+    assert "authority lost: the command closed the broker response pipe (fd 4)" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not procs(env, ["sleep", "32"])
+
+
+def test_a_request_whose_answer_cannot_be_delivered_loses_authority(env: Env) -> None:
+    sleepers(env, "a")
+    r = env.run(
+        "maint",
+        "--stop",
+        "a",
+        "--",
+        sys.executable,
+        str(MAINT / "close_replies.py"),
+        extra={"SESSION": "a"},
+        timeout=20,
+    )
+    assert r.returncode == 1
+    assert "authority lost" in r.stderr and "response pipe (fd 4)" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not procs(env, [sys.executable, str(MAINT / "close_replies.py")])
+
+
+def test_heartbeats_go_on_during_a_slow_stop(env: Env) -> None:
+    assert env.run("new", "a", "--", harness("ignore_term.sh")).returncode == 0
+    assert env.run("wake", "a", "go", "--window", "1").returncode == 0
+    holder = background_maint(
+        env, "--ttl", "0.6", "--stop", "a", "--", "spex", "maint-op", "stop", "a"
+    )
+    # The stop waits out its 5 s grace; readers keep recovering the lease meanwhile.
+    seen = set()
+    while holder.poll() is None:
+        view = status(env)
+        seen.add((view["epoch"], view["state"], view["revoked"]))
+    _, err = holder.communicate()
+    assert holder.returncode == 0, err
+    assert seen <= {(1, "active", False), (1, "open", False)}, seen
+    assert json.loads(env.run("show", "a", "--json").stdout)["state"] == "stopped"
+
+
+def test_capabilities_match_exactly(env: Env) -> None:
+    sleepers(env, "a", "b")
+    env.run("stop", "a")
+    env.run("stop", "b")
+    out = env.root / "rcs"
+    op = script(
+        env,
+        f"""
+spex maint-op resume a; echo "plain-on-force=$?" >>{out}
+spex maint-op resume b --force; echo "force-on-plain=$?" >>{out}
+spex maint-op resume a --force; echo "force=$?" >>{out}
+spex maint-op resume b; echo "plain=$?" >>{out}
+""",
+    )
+    r = env.run("maint", "--resume", "a:force", "--resume", "b", "--", op)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text().split() == ["plain-on-force=3", "force-on-plain=3", "force=0", "plain=0"]
+
+
+def test_an_unknown_session_in_the_plan_runs_nothing(env: Env) -> None:
+    sleepers(env, "a")
+    ran = env.root / "ran"
+    r = env.run("maint", "--stop", "a", "--resume", "ghost", "--", "touch", str(ran))
+    assert r.returncode == 2
+    assert r.stderr.startswith("spex: ") and "ghost" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not ran.exists()
+    assert status(env)["epoch"] == 0
+
+
+def test_signals_to_maint_exit_130_and_143(env: Env) -> None:
+    sleepers(env, "a")
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        holder = background_maint(env, "--stop", "a", "--", "sleep", "128")
+        holder.send_signal(sig)
+        _, err = holder.communicate(timeout=20)
+        assert holder.returncode == code, err
+        assert not procs(env, ["sleep", "128"])
+        assert status(env)["state"] == "open"
+
+
+def test_status_without_a_lease_and_ls_marks_leased_sessions(env: Env) -> None:
+    sleepers(env, "a", "b")
+    r = env.run("maint", "--status")
+    assert r.returncode == 0 and r.stdout.strip() == "no maintenance lease"
+    assert status(env)["state"] == "open"
+    out = env.root / "ls"
+    op = script(env, f"spex ls --json >{out}.json; spex ls >{out}.txt\n")
+    assert env.run("maint", "--stop", "a", "--", op).returncode == 0
+    rows = {row["name"]: row for row in json.loads(Path(f"{out}.json").read_text())}
+    assert rows["a"]["lease"] == {"epoch": 1, "state": "active"}
+    assert rows["b"]["lease"] is None
+    text = Path(f"{out}.txt").read_text()
+    assert "idle (leased)" in text and text.count("(leased)") == 1
+    assert "(last epoch 1)" in env.run("maint", "--status").stdout

@@ -4,6 +4,7 @@ signals, a killed launcher, retry-failed."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -60,7 +61,10 @@ def test_all_legs_confirmed(env: Env) -> None:
         env.run("new", n, "--", harness("sleeper.sh"))
     code, doc = fan(env, "a", "b", "c", "-m", "go", "--window", "1")
     assert code == 0
-    assert doc["state"] == "complete"
+    # Launched, not done: the wave is complete only when its turns are.
+    assert doc["state"] == "running"
+    assert doc["schema_version"] == 1 and doc["prompt_head"] == "go"
+    assert doc["cwd"] == str(Path.cwd())
     assert verdicts(doc) == {"a": "confirmed", "b": "confirmed", "c": "confirmed"}
     assert all(leg["turn"] for leg in doc["legs"])
     on_disk = json.loads((env.home / "waves" / f"{doc['id']}.json").read_text())
@@ -69,7 +73,7 @@ def test_all_legs_confirmed(env: Env) -> None:
     listed = json.loads(env.run("waves", "--json").stdout)
     assert [w["id"] for w in listed] == [doc["id"]]
     shown = env.run("wave", doc["id"])
-    assert "complete (3/3 legs ok)" in shown.stdout
+    assert "running · launched 3/3 · running 3" in shown.stdout
 
 
 def test_mixed_verdicts_busy_and_stopped(env: Env) -> None:
@@ -282,3 +286,264 @@ def test_fifty_legs_at_once(env: Env) -> None:
     assert len(doc["legs"]) == 50
     rows = json.loads(env.run("ls", "--json").stdout)
     assert all(row["turn"]["state"] == "running" for row in rows)
+
+
+def until_go(env: Env, name: str, go: Path, rc: int = 0) -> None:
+    args = ["new", name, "--env", f"GO={go}", "--env", f"RC={rc}", "--", harness("until_go.sh")]
+    assert env.run(*args).returncode == 0
+
+
+def stored(env: Env, wave: str) -> dict[str, Any]:
+    return json.loads((env.home / "waves" / f"{wave}.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_the_summary_counts_turn_outcomes_after_the_fanout_exited(env: Env) -> None:
+    go = env.root / "go"
+    for n in ("a", "b", "c"):
+        until_go(env, n, go)
+    until_go(env, "d", go, rc=3)
+    hook = env.root / "hook"
+    code, doc = fan(
+        env,
+        "--all",
+        "-m",
+        "go",
+        "--window",
+        "0.5",
+        "--on-complete",
+        f"env >>{hook}; echo run >>{hook}.runs",
+    )
+    assert code == 0 and doc["state"] == "running"
+    assert env.run("wave", doc["id"]).stdout.startswith(
+        f"wave {doc['id']}: running · launched 4/4 · running 4"
+    )
+    go.touch()
+    # The turns' exit reporters move the wave on; no reader is involved.
+    assert retry_until(lambda: stored(env, doc["id"])["state"] == "partial", seconds=20)
+    assert retry_until(hook.with_suffix(".runs").exists)
+    shown = env.run("wave", doc["id"])
+    assert f"wave {doc['id']}: partial · launched 4/4 · ok 3 · failed 1" in shown.stdout
+    assert "d: confirmed" in shown.stdout and "ended error rc=3" in shown.stdout
+    assert "launched 4/4 · ok 3 · failed 1" in env.run("waves").stdout
+    final = json.loads(env.run("wave", doc["id"], "--json").stdout)
+    legs = {leg["session"]: leg for leg in final["legs"]}
+    assert legs["d"]["verdict"] == "confirmed" and legs["d"]["turn_state"] == "error"
+    assert legs["d"]["rc"] == 3 and legs["a"]["turn_state"] == "complete"
+    events = [h["event"] for h in final["history"]]
+    assert events[0] == "wave-started" and events[-1] == "wave-ended"
+    assert events.count("leg-ended") == 4
+    assert all(isinstance(h["at"], float) for h in final["history"])
+    env_seen = dict(line.split("=", 1) for line in hook.read_text().splitlines() if "=" in line)
+    assert env_seen["SPEXSUP_WAVE"] == doc["id"] and env_seen["SPEXSUP_WAVE_STATE"] == "partial"
+    assert (env_seen["SPEXSUP_WAVE_OK"], env_seen["SPEXSUP_WAVE_FAILED"]) == ("3", "1")
+    assert "SPEXSUP_TURN" not in env_seen
+    env.run("waves")
+    assert hook.with_suffix(".runs").read_text() == "run\n"  # claimed once
+
+
+def test_on_complete_runs_on_every_terminal_path(env: Env) -> None:
+    env.run("new", "ok", "--", harness("exit0.sh"))
+    env.run("new", "halted", "--", harness("sleeper.sh"))
+    env.run("stop", "halted")
+    out = env.root / "states"
+    hook = f'echo "$SPEXSUP_WAVE_STATE $SPEXSUP_WAVE_LEGS" >>{out}'
+    assert fan(env, "ok", "-m", "x", "--window", "5", "--on-complete", hook)[0] == 0
+    assert fan(env, "halted", "-m", "x", "--on-complete", hook)[0] == 1
+    assert fan(env, "ok", "halted", "-m", "x", "--window", "5", "--on-complete", hook)[0] == 1
+    assert retry_until(lambda: out.exists() and len(out.read_text().splitlines()) == 3)
+    assert sorted(out.read_text().splitlines()) == ["complete 1", "failed 1", "partial 2"]
+
+
+def test_retry_failed_covers_every_failed_end_and_can_be_narrowed(env: Env) -> None:
+    go = env.root / "go"
+    until_go(env, "ok", go)
+    until_go(env, "err", go, rc=5)
+    env.run("new", "stopped", "--", harness("sleeper.sh"))
+    env.run("new", "lost", "--", harness("sleeper.sh"))
+    env.run("new", "early", "--", harness("exit7.sh"))
+    code, first = fan(env, "--all", "-m", "go", "--window", "0.5")
+    assert code == 1  # `early` failed at launch
+    env.run("stop", "stopped")
+    env.run("resume", "stopped")
+    os.kill(env.pane_pid("lost"), signal.SIGKILL)
+    go.touch()
+    assert retry_until(
+        lambda: json.loads(env.run("wave", first["id"], "--json").stdout)["state"] == "partial",
+        seconds=20,
+    )
+    doc = json.loads(env.run("wave", first["id"], "--json").stdout)
+    ends = {leg["session"]: leg["turn_state"] for leg in doc["legs"]}
+    assert ends == {
+        "early": "error",
+        "err": "error",
+        "lost": "lost",
+        "ok": "complete",
+        "stopped": "aborted",
+    }
+    r = env.run("fanout", "--retry-failed", first["id"], "err", "nobody")
+    assert r.returncode == 2 and "no leg for nobody" in r.stderr
+    code, narrowed = fan(env, "--retry-failed", first["id"], "err", "ok", "--window", "0.5")
+    assert [leg["session"] for leg in narrowed["legs"]] == ["err"]
+    code, second = fan(env, "--retry-failed", first["id"], "--window", "0.5")
+    assert sorted(leg["session"] for leg in second["legs"]) == ["early", "err", "lost", "stopped"]
+    linked = json.loads(env.run("wave", first["id"], "--json").stdout)["retried_by"]
+    assert linked == [narrowed["id"], second["id"]]
+    code, done = fan(env, "ok", "-m", "again", "--window", "0.5")
+    r = env.run("fanout", "--retry-failed", done["id"], "--json")
+    assert r.returncode == 0, r.stderr
+    noop = json.loads(r.stdout)
+    assert noop["ok"] is True and noop["legs"] == [] and noop["retry_of"] == done["id"]
+
+
+def test_a_retry_during_wait_keeps_its_link(env: Env) -> None:
+    go_a, go_b = env.root / "go-a", env.root / "go-b"
+    until_go(env, "a", go_a)
+    until_go(env, "b", go_b, rc=4)
+    waiter = subprocess.Popen(
+        [SPEX, "fanout", "a", "b", "-m", "go", "--window", "0.5", "--wait", "--json"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert retry_until(lambda: (d := wave_on_disk(env)) is not None and d["state"] == "running")
+    wave = wave_on_disk(env)["id"]  # type: ignore[index]
+    go_b.touch()
+    assert retry_until(
+        lambda: (
+            {leg["session"]: leg["turn_state"] for leg in stored(env, wave)["legs"]}["b"] == "error"
+        )
+    )
+    env.run("rm", "b")
+    env.run("new", "b", "--", harness("sleeper.sh"))
+    code, retry = fan(env, "--retry-failed", wave, "--window", "0.5")
+    assert code == 0
+    go_a.touch()
+    out, err = waiter.communicate(timeout=30)
+    assert waiter.returncode == 1, err
+    final = json.loads(out)
+    assert final["state"] == "partial" and final["retried_by"] == [retry["id"]]
+    assert stored(env, wave)["retried_by"] == [retry["id"]]
+
+
+def spawn(env: Env, *args: str, extra: dict[str, str] | None = None) -> Any:
+    import pexpect
+
+    return pexpect.spawn(
+        SPEX,
+        ["fanout", *args],
+        env={**env.vars, **(extra or {})},
+        encoding="utf-8",
+        timeout=30,
+    )
+
+
+def test_ctrl_c_while_waiting_detaches_at_once(env: Env) -> None:
+    for n in ("a", "b"):
+        env.run("new", n, "--", harness("sleeper.sh"))
+    child = spawn(env, "a", "b", "-m", "go", "--window", "0.5", "--wait")
+    child.expect("waiting for the turns to end")
+    sent = time.monotonic()
+    child.sendintr()
+    child.expect("still running: a, b")
+    assert time.monotonic() - sent < 1.0
+    child.expect("keep waiting with: spex wait a b")
+    child.expect(pexpect_eof())
+    child.close()
+    assert child.exitstatus == 130
+    doc = wave_on_disk(env)
+    assert doc is not None and doc["state"] == "running" and doc["detached_at"]
+    assert all(leg["verdict"] == "confirmed" for leg in doc["legs"])
+    assert json.loads(env.run("show", "a", "--json").stdout)["turn"]["state"] == "running"
+
+
+def pexpect_eof() -> Any:
+    import pexpect
+
+    return pexpect.EOF
+
+
+def test_ctrl_c_while_launching_aborts_the_rest_without_phantom_turns(env: Env) -> None:
+    for i in range(5):
+        env.run("new", f"s{i}", "--", harness("sleeper.sh"))
+    extra = slow_tmux(env, 1.0)
+    child = spawn(env, "--all", "-m", "go", "--window", "0.5", "--max-concurrent", "1", extra=extra)
+    spex = env.spex()
+
+    def starting() -> int:
+        row = spex.store.db.execute("SELECT count(*) FROM turns WHERE state = 'starting'")
+        return int(row.fetchone()[0])
+
+    # One leg is in its (slow) launch, another admitted and queued at the gate.
+    assert retry_until(lambda: starting() >= 2, seconds=20)
+    child.sendintr()
+    child.expect(pexpect_eof())
+    child.close()
+    assert child.exitstatus == 130
+    doc = wave_on_disk(env)
+    assert doc is not None and doc["state"] == "aborted"
+    assert not [leg for leg in doc["legs"] if leg["status"] == "launching"]
+    gated = [leg for leg in doc["legs"] if leg["verdict"] == "aborted" and leg["turn"]]
+    assert gated, doc["legs"]
+    env.run("ls")  # reconciles: an admitted-but-unlaunched turn is not `lost`
+    for leg in gated:
+        turn = spex.store.db.execute(
+            "SELECT state, error FROM turns WHERE id = ?", (leg["turn"],)
+        ).fetchone()
+        assert turn["state"] == "aborted", dict(turn)
+        assert "aborted before this leg launched" in turn["error"]
+        shown = json.loads(env.run("show", leg["session"], "--json").stdout)
+        assert shown["state"] != "running"
+    states = {r[0] for r in spex.store.db.execute("SELECT state FROM turns")}
+    assert "lost" not in states and "starting" not in states
+
+
+def test_a_second_signal_exits_with_its_own_code_and_keeps_turn_ids(env: Env) -> None:
+    proc = start_slow_wave(env, 3, 4.0)
+    spex = env.spex()
+    # One leg is inside its (4 s) launch.
+    assert retry_until(lambda: (env.root / "respawns").exists(), seconds=20)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 143
+    assert time.monotonic() - started < 3
+    doc = wave_on_disk(env)
+    assert doc is not None
+    with_turns = {r[0] for r in spex.store.db.execute("SELECT session FROM turns")}
+    for leg in doc["legs"]:
+        if leg["session"] in with_turns:
+            assert leg["turn"] is not None, leg
+    assert not [leg for leg in doc["legs"] if leg["status"] == "launching" and not leg["turn"]]
+
+
+def test_gone_within_ten_seconds_of_the_first_signal(env: Env) -> None:
+    for n in ("a", "b"):
+        env.run("new", n, "--", harness("sleeper.sh"))
+    proc = subprocess.Popen(
+        [SPEX, "fanout", "a", "b", "-m", "go", "--window", "60", "--json"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    spex = env.spex()
+    assert retry_until(
+        lambda: (
+            spex.store.db.execute(
+                "SELECT count(*) FROM turns WHERE pid IS NULL AND state = 'starting'"
+            ).fetchone()[0]
+            == 2
+            and all((env.home / "turns" / n).exists() for n in ("a", "b"))
+        ),
+        seconds=20,
+    )
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert time.monotonic() - sent < 10
+    doc = wave_on_disk(env)
+    assert doc is not None and all(leg["turn"] for leg in doc["legs"])

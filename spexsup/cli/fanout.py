@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -16,12 +17,14 @@ from spexsup.cli.app import app, open_spex
 from spexsup.cli.render import print_json, table
 from spexsup.cli.turns import read_prompt
 from spexsup.errors import Invalid
+from spexsup.sessions import validate_name
 
 if TYPE_CHECKING:
     from spexsup.waves import Wave
 
-SUCCESS = ("confirmed", "completed")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+# Whatever the window, a signalled fan-out is gone this long after the first signal.
+HARD_EXIT_AFTER = 8.0
 
 
 def leg_line(leg: dict[str, Any]) -> str:
@@ -29,29 +32,59 @@ def leg_line(leg: dict[str, Any]) -> str:
     if leg["turn"]:
         parts.append(f"turn {leg['turn']}")
     if leg.get("turn_state"):
-        parts.append(f"ended {leg['turn_state']}")
+        parts.append(f"ended {leg['turn_state']}" if leg["turn_state"] != "running" else "running")
     if leg["rc"] is not None:
         parts.append(f"rc={leg['rc']}")
-    if leg["error"]:
-        parts.append(f"({leg['error']})")
+    error = leg.get("turn_error") or leg["error"]
+    if error:
+        parts.append(f"({error})")
     return " ".join(parts)
 
 
+def counts_line(doc: dict[str, Any]) -> str:
+    from spexsup.waves import counts
+
+    c = counts(doc)
+    parts = [f"launched {c['launched']}/{c['legs']}"]
+    parts += [f"{k} {c[k]}" for k in ("pending", "running", "ok", "failed", "aborted") if c[k]]
+    if len(parts) == 1:
+        parts.append("ok 0")
+    return " · ".join(parts)
+
+
 def summary(doc: dict[str, Any]) -> str:
-    ok = sum(1 for leg in doc["legs"] if leg["verdict"] in SUCCESS)
-    return f"wave {doc['id']}: {doc['state']} ({ok}/{len(doc['legs'])} legs ok)"
+    detached = " (detached)" if doc.get("detached_at") and doc["state"] == "running" else ""
+    return f"wave {doc['id']}: {doc['state']}{detached} · {counts_line(doc)}"
+
+
+class WaitInterrupted(BaseException):
+    """The first signal while waiting: stop waiting now (the turns run on)."""
 
 
 @contextmanager
-def abort_on_signals(holder: dict[str, Any]) -> Iterator[None]:
-    """First SIGINT/SIGTERM aborts the wave (from a thread: the handler must not
-    take the wave's lock); a second exits at once with what is written."""
+def signals_for(holder: dict[str, Any]) -> Iterator[None]:
+    """While launching, the first SIGINT/SIGTERM aborts the launches not yet
+    started (from a thread: the handler must not take the store); while
+    waiting, it stops the wait at once. A second signal exits at once with
+    its own code, and so does a fan-out still there 8 s after the first."""
+
+    def hard_exit(code: int) -> None:
+        wave = holder.get("wave")
+        if wave is not None:
+            with contextlib.suppress(Exception):
+                wave.record_turns()
+        os._exit(code)
 
     def handler(signum: int, frame: object) -> None:
         code = 130 if signum == signal.SIGINT else 143
         if "signal" in holder:
-            os._exit(holder["code"])
+            hard_exit(code)
         holder["signal"], holder["code"] = signum, code
+        timer = threading.Timer(HARD_EXIT_AFTER, hard_exit, (code,))
+        timer.daemon = True
+        timer.start()
+        if holder.get("phase") == "wait":
+            raise WaitInterrupted
         wave = holder.get("wave")
         if wave is not None:
             threading.Thread(target=wave.abort, daemon=True).start()
@@ -67,7 +100,10 @@ def abort_on_signals(holder: dict[str, Any]) -> Iterator[None]:
 @app.command()
 def fanout(
     ctx: typer.Context,
-    names: Annotated[list[str] | None, typer.Argument(help="Sessions to wake.")] = None,
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(help="Sessions to wake (with --retry-failed: the legs to retry)."),
+    ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every session.")] = False,
     match: Annotated[str | None, typer.Option("--match", help="Sessions matching GLOB.")] = None,
     message: Annotated[str | None, typer.Option("-m", "--message", help="The prompt.")] = None,
@@ -82,6 +118,10 @@ def fanout(
     retry_failed: Annotated[
         str | None, typer.Option("--retry-failed", help="Relaunch the failed legs of WAVE.")
     ] = None,
+    on_complete: Annotated[
+        str | None,
+        typer.Option("--on-complete", help="Run CMD (sh -c) once the wave reaches its end."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Wake many sessions with one prompt, as one wave with a verdict per session."""
@@ -89,17 +129,32 @@ def fanout(
 
     spex = open_spex(ctx)
     if retry_failed is not None:
-        if names or all_ or match or message is not None or file is not None:
-            raise Invalid("--retry-failed takes no sessions and no prompt")
-        targets, prompt = waves.retry_plan(spex, retry_failed)
+        if all_ or match or message is not None or file is not None:
+            raise Invalid("--retry-failed takes no prompt and no --all/--match")
+        for n in names or []:
+            validate_name(n)
+        targets, prompt = waves.retry_plan(spex, retry_failed, names or [])
         if not targets:
-            typer.echo(f"nothing to retry: every leg of wave {retry_failed} succeeded")
+            note = f"nothing to retry: no leg of wave {retry_failed} failed"
+            if as_json:
+                print_json(
+                    {
+                        "schema_version": waves.SCHEMA_VERSION,
+                        "ok": True,
+                        "retry_of": retry_failed,
+                        "wave": None,
+                        "legs": [],
+                        "message": note,
+                    }
+                )
+            else:
+                typer.echo(note)
             return
     else:
         prompt = read_prompt(message, file)
         targets = waves.select_sessions(spex, names or [], all_=all_, match=match)
     live = sys.stdout.isatty() and not as_json
-    holder: dict[str, Any] = {}
+    holder: dict[str, Any] = {"phase": "launch"}
     printed: set[str] = set()
 
     def on_change(doc: dict[str, Any]) -> None:
@@ -120,7 +175,8 @@ def fanout(
         if "signal" in holder:  # a signal that came before the wave existed
             threading.Thread(target=wave.abort, daemon=True).start()
 
-    with abort_on_signals(holder):
+    detached: list[str] = []
+    with signals_for(holder):
         wave = waves.fanout(
             spex,
             targets,
@@ -128,21 +184,36 @@ def fanout(
             window=window,
             max_concurrent=max_concurrent,
             retry_of=retry_failed,
+            on_complete=on_complete,
             on_create=on_create,
         )
-        if wait and not wave.aborted.is_set():
+        if wait and "signal" not in holder:
+            wave.listeners.clear()
             if not as_json:
                 typer.echo("waiting for the turns to end…")
-            printed.clear()
-            wave.wait_turns(None)
-    doc = waves.load(spex, wave.id)
+            try:
+                holder["phase"] = "wait"
+                wave.wait_turns()
+                holder["phase"] = "done"
+            except WaitInterrupted:
+                holder["phase"] = "done"
+                wave.detach()
+                detached = [leg["session"] for leg in wave.running_legs()]
+    doc = waves.refresh(spex, wave.id)
     if as_json:
         print_json(doc)
     else:
+        if wait and not detached:
+            for leg in doc["legs"]:
+                typer.echo("  " + leg_line(leg))
         typer.echo(summary(doc))
+        if detached:
+            typer.echo(f"stopped waiting; still running: {', '.join(detached)}")
+            typer.echo(f"keep waiting with: spex wait {' '.join(detached)}")
     if "signal" in holder:
         raise typer.Exit(holder["code"])
-    if doc["state"] != "complete":
+    ok = doc["state"] == "complete" if wait else waves.succeeded(doc)
+    if not ok:
         raise typer.Exit(1)
 
 
@@ -159,13 +230,12 @@ def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         typer.echo("no waves yet")
         return
     table(
-        ["WAVE", "STATE", "LEGS", "OK", "RETRY OF"],
+        ["WAVE", "STATE", "LEGS", "RETRY OF"],
         [
             [
                 d["id"],
                 d["state"],
-                str(len(d["legs"])),
-                str(sum(1 for leg in d["legs"] if leg["verdict"] in SUCCESS)),
+                counts_line(d),
                 d["retry_of"] or "-",
             ]
             for d in docs
@@ -183,6 +253,7 @@ def show_wave(ctx: typer.Context, wave: str, as_json: JsonOpt = False) -> None:
         print_json(doc)
         return
     typer.echo(summary(doc))
+    typer.echo(f"prompt: {doc.get('prompt_head', '')[:80]!r}")
     if doc["retry_of"]:
         typer.echo(f"retry of {doc['retry_of']}")
     if doc["retried_by"]:

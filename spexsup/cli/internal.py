@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from spexsup.store import Store
 
 
 def fast_path(argv: list[str]) -> int | None:
@@ -41,10 +46,27 @@ def fast_path(argv: list[str]) -> int | None:
         path = resolve_home(home)
         store = Store(path)
         directory = path / "turns" / session / turn
-        return record_exit(store, session, turn, rc, directory, reporter=True)
+        cas = record_exit(store, session, turn, rc, directory, reporter=True)
+        if cas == 0:
+            _settle_wave(store, path, turn)
+        return cas
     except SpexError as e:
         print(f"spex: turn-exit: {e.line()}", file=sys.stderr)
         return 1
     except Exception as e:  # the end must be reported as not recorded, never crash silently
         print(f"spex: turn-exit: could not record the end of {turn}: {e}", file=sys.stderr)
         return 1
+
+
+def _settle_wave(store: Store, home: Path, turn: str) -> None:
+    """A turn that is a wave leg moves its wave on (and may run its on-complete
+    command): the process that records a transition fires what follows it."""
+    if store.db.execute("SELECT 1 FROM wave_turns WHERE turn = ?", (turn,)).fetchone() is None:
+        return
+    from spexsup.spex import Spex
+    from spexsup.waves import settle_turn_end
+
+    try:
+        settle_turn_end(Spex(home, store), turn)
+    except Exception as e:  # the end itself is recorded; say what was not
+        print(f"spex: turn-exit: could not update the wave of {turn}: {e}", file=sys.stderr)

@@ -40,6 +40,10 @@ def maint(
         if as_json:
             print_json(view)
             return
+        if view["state"] == "open":
+            last = f" (last epoch {view['epoch']})" if view["epoch"] else ""
+            typer.echo(f"no maintenance lease{last}")
+            return
         holder = view["holder"]["pid"] if view["holder"] else "-"
         typer.echo(f"lease epoch {view['epoch']}: {view['state']} (holder pid {holder})")
         typer.echo(f"scope: {view['scope']}")

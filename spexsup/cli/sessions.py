@@ -60,7 +60,14 @@ def ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     table(
         ["NAME", "HARNESS", "STATE", "TURN", "HOME", "CWD"],
         [
-            [r["name"], r["harness"], r["state"], turn_cell(r["turn"]), home_cell(r), r["cwd"]]
+            [
+                r["name"],
+                r["harness"],
+                r["state"] + (" (leased)" if r.get("lease") else ""),
+                turn_cell(r["turn"]),
+                home_cell(r),
+                r["cwd"],
+            ]
             for r in rows
         ],
     )
