@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from spexsup import control, sessions, turns
+from spexsup import control, ids, sessions, turns
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.procs import Liveness, identity_liveness, own_identity
@@ -31,14 +30,14 @@ from spexsup.spex import Spex
 
 DEFAULT_MAX_CONCURRENT = 16
 SUCCESS = ("confirmed", "completed")
-WAVE_ID_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-T"
+WAVE_ID_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-TZ"
 
 Doc = dict[str, Any]
 Listener = Callable[[Doc], None]
 
 
 def new_wave_id() -> str:
-    return "w" + time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+    return ids.new_id("w")
 
 
 def validate_wave_id(wave: str) -> str:
