@@ -56,6 +56,23 @@ def remember_conversation(store: Store, session: str, turn_dir: Path) -> None:
             )
 
 
+def last_line(turn_dir: Path, size: int = 4096) -> str | None:
+    """The last non-empty line of the turn's output, without control characters:
+    what a harness that failed mid-turn said last (`API Error: 529 overloaded`)."""
+    try:
+        with (turn_dir / "output.log").open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - size))
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in reversed(data.splitlines()):
+        line = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x1f\x7f]", "", line).strip()
+        if line:
+            return line[:300]
+    return None
+
+
 def end_state(rc: int) -> str:
     return "complete" if rc == 0 else "error"
 
@@ -73,6 +90,8 @@ def record_exit(
     """CAS the turn's end; RECORDED if this call recorded it, STALE if it was a no-op."""
     conversation = find_conversation_id(turn_dir) if turn_dir else None
     state = state or end_state(rc if rc is not None else 1)
+    if error is None and rc and turn_dir is not None:
+        error = last_line(turn_dir)
     with store.tx() as db:
         row = db.execute(
             "SELECT t.state FROM sessions s JOIN turns t ON t.id = s.current_turn"

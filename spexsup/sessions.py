@@ -6,6 +6,7 @@ it has vanished (killed, server gone, reboot).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shutil
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spexsup import harness as harnesses
+from spexsup import ids
 from spexsup.errors import Invalid, Refused, UnknownSession
 from spexsup.procs import Liveness
 from spexsup.spex import Spex
@@ -101,14 +103,20 @@ def create(
     validate_window(window)
     if command and harness is None:
         harness = "command"
-    harness = harness or "demo"
+    if harness is None:
+        # Never a silent default: a session must say what it runs.
+        names = ", ".join(harnesses.load_registry(spex.home).names())
+        raise Invalid(
+            "no harness given and no default_harness in config.toml",
+            hint=f"--harness one of: {names}; or -- CMD ARGS…",
+        )
     if harness != "command":
         harnesses.load_registry(spex.home).get(harness)
     if harness == "command" and not command:
         raise Invalid("the command harness needs a command", hint="spex new NAME -- CMD ARGS…")
     if command and harness != "command":
         raise Invalid(f"a command after -- needs --harness command, not {harness!r}")
-    directory = Path(cwd or ".").expanduser().absolute()
+    directory = Path(cwd or ".").expanduser().resolve()
     if not directory.is_dir():
         raise Invalid(f"no such directory {str(directory)!r}", hint="--cwd DIR")
     env = dict(env or {})
@@ -200,12 +208,12 @@ def describe(
                 raise UnknownSession(n)
     recent = turn_mod.recent_turns(spex, [r["name"] for r in rows], turns)
     census = spex.tmux.census() if rows else None
-    now = time.time()
     out = []
     for row in rows:
         s = Session.from_row(row)
         history = recent.get(s.name, [])
         entry: dict[str, Any] = {
+            "schema_version": ids.SCHEMA_VERSION,
             "name": s.name,
             "harness": s.harness,
             "state": s.state,
@@ -216,10 +224,27 @@ def describe(
             "window": s.window,
             "command": list(s.command) if s.command else None,
             "created_at": s.created_at,
+            "created_at_iso": ids.iso(s.created_at),
         }
-        if entry["turn"] is not None:
-            entry["turn"]["age_s"] = round(now - entry["turn"]["started_at"], 1)
         if turns > 1:
             entry["turns"] = history
         out.append(entry)
     return out
+
+
+def select(
+    spex: Spex, names: Sequence[str], *, all_: bool = False, match: str | None = None
+) -> list[str]:
+    """The sessions a multi-session command acts on: the names given (checked,
+    in order, without repeats), or every session, or those matching a glob."""
+    if sum((bool(names), all_, match is not None)) != 1:
+        raise Invalid("name the sessions, or give --all, or --match GLOB (exactly one)")
+    if names:
+        for n in names:
+            validate_name(n)
+        return list(dict.fromkeys(names))
+    rows = spex.store.db.execute("SELECT name FROM sessions ORDER BY name").fetchall()
+    chosen = [r["name"] for r in rows if match is None or fnmatch.fnmatchcase(r["name"], match)]
+    if not chosen:
+        raise Refused("no sessions" + (f" match {match!r}" if match else ""), hint="see spex ls")
+    return chosen

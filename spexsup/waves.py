@@ -111,6 +111,7 @@ class Wave:
         write_atomic(prompt_file, prompt)
         pid, token = own_identity()
         doc: Doc = {
+            "schema_version": ids.SCHEMA_VERSION,
             "id": wave,
             "state": "launching",
             "created_at": time.time(),

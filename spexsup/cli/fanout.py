@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from spexsup.cli.app import app, open_spex
-from spexsup.cli.render import print_json, table
+from spexsup.cli import complete
+from spexsup.cli.app import app, open_spex, settings
+from spexsup.cli.params import AllOpt, JsonOpt, MatchOpt, NamesArg, PromptFileOpt, WindowOpt
+from spexsup.cli.render import document, print_json, table
 from spexsup.cli.turns import read_prompt
 from spexsup.errors import Invalid
 
@@ -21,7 +23,14 @@ if TYPE_CHECKING:
     from spexsup.waves import Wave
 
 SUCCESS = ("confirmed", "completed")
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+WaveArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="WAVE",
+        help="A wave id, a unique prefix of its random part, last or last~N.",
+        autocompletion=complete.wave_ids,
+    ),
+]
 
 
 def leg_line(leg: dict[str, Any]) -> str:
@@ -67,30 +76,53 @@ def abort_on_signals(holder: dict[str, Any]) -> Iterator[None]:
 @app.command()
 def fanout(
     ctx: typer.Context,
-    names: Annotated[list[str] | None, typer.Argument(help="Sessions to wake.")] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Every session.")] = False,
-    match: Annotated[str | None, typer.Option("--match", help="Sessions matching GLOB.")] = None,
-    message: Annotated[str | None, typer.Option("-m", "--message", help="The prompt.")] = None,
-    file: Annotated[
-        str | None, typer.Option("-f", "--file", help="Read the prompt from FILE, or - (stdin).")
+    names: NamesArg = None,
+    all_: AllOpt = False,
+    match: MatchOpt = None,
+    message: Annotated[
+        str | None, typer.Option("-m", "--message", metavar="TEXT", help="The prompt.")
     ] = None,
-    max_concurrent: Annotated[int, typer.Option("--max-concurrent", help="Launches at once.")] = 16,
-    window: Annotated[
-        float | None, typer.Option("--window", help="Confirmation window in seconds.")
+    file: PromptFileOpt = None,
+    max_concurrent: Annotated[
+        int | None,
+        typer.Option(
+            "--max-concurrent",
+            metavar="N",
+            help="Launches at once. [default: config.toml's max_concurrent, else 16]",
+            show_default=False,
+        ),
     ] = None,
+    window: WindowOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Also wait for every turn to end.")] = False,
     retry_failed: Annotated[
-        str | None, typer.Option("--retry-failed", help="Relaunch the failed legs of WAVE.")
+        str | None,
+        typer.Option(
+            "--retry-failed",
+            metavar="WAVE",
+            help="Relaunch the legs of WAVE that did not succeed (a wave id, prefix or last).",
+            autocompletion=complete.wave_ids,
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Wake many sessions with one prompt, as one wave with a verdict per session."""
-    from spexsup import waves
+    """Wake many sessions with one prompt: a wave, a verdict each.
+
+    \b
+    Examples:
+      spex fanout --match 'api-*' -m "rebase on main" --wait
+      spex fanout a b c -f prompt.md --max-concurrent 4
+      spex fanout --retry-failed last
+    """
+    from spexsup import ids, waves
 
     spex = open_spex(ctx)
+    defaults = settings(ctx, spex)
+    if max_concurrent is None:
+        max_concurrent = defaults.max_concurrent or waves.DEFAULT_MAX_CONCURRENT
     if retry_failed is not None:
         if names or all_ or match or message is not None or file is not None:
             raise Invalid("--retry-failed takes no sessions and no prompt")
+        retry_failed = ids.resolve_wave(spex.store.db, retry_failed)
         targets, prompt = waves.retry_plan(spex, retry_failed)
         if not targets:
             typer.echo(f"nothing to retry: every leg of wave {retry_failed} succeeded")
@@ -137,7 +169,7 @@ def fanout(
             wave.wait_turns(None)
     doc = waves.load(spex, wave.id)
     if as_json:
-        print_json(doc)
+        print_json(document(doc))
     else:
         typer.echo(summary(doc))
     if "signal" in holder:
@@ -148,12 +180,18 @@ def fanout(
 
 @app.command("waves")
 def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List fan-out waves, newest first."""
+    """List fan-out waves, newest first.
+
+    \b
+    Examples:
+      spex waves
+      spex waves --json | jq -r '.[0].id'
+    """
     from spexsup import waves
 
     docs = waves.list_waves(open_spex(ctx))
     if as_json:
-        print_json(docs)
+        print_json([document(d) for d in docs])
         return
     if not docs:
         typer.echo("no waves yet")
@@ -174,13 +212,20 @@ def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 
 @app.command("wave")
-def show_wave(ctx: typer.Context, wave: str, as_json: JsonOpt = False) -> None:
-    """Show one wave and its legs."""
-    from spexsup import waves
+def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> None:
+    """Show one wave and its legs.
 
-    doc = waves.load(open_spex(ctx), wave)
+    \b
+    Examples:
+      spex wave last
+      spex wave 3fa --json
+    """
+    from spexsup import ids, waves
+
+    spex = open_spex(ctx)
+    doc = waves.load(spex, ids.resolve_wave(spex.store.db, wave))
     if as_json:
-        print_json(doc)
+        print_json(document(doc))
         return
     typer.echo(summary(doc))
     if doc["retry_of"]:
