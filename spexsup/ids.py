@@ -9,12 +9,13 @@ full id, a unique prefix of its random part (`3fa`), `last` (the newest) or
 from __future__ import annotations
 
 import re
-import secrets
-import sqlite3
 import time
-from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from spexsup.errors import Invalid, Refused
+
+if TYPE_CHECKING:
+    import sqlite3
 
 # Every JSON document spex prints carries this (DESIGN §8 "JSON").
 SCHEMA_VERSION = 1
@@ -23,6 +24,8 @@ LAST_RE = re.compile(r"last(?:~([0-9]{1,6}))?")
 
 
 def new_id(prefix: str = "") -> str:
+    import secrets
+
     return prefix + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
@@ -30,6 +33,8 @@ def iso(epoch: float | None) -> str | None:
     """ISO-8601 UTC with milliseconds and a Z, printed beside every epoch float."""
     if epoch is None:
         return None
+    from datetime import UTC, datetime
+
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 

@@ -14,10 +14,12 @@ Imports no typer: `fast_path` runs before it would be imported.
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlite3
 
 COMPLETE_VAR = "_SPEX_COMPLETE"
 SHELLS = ("bash", "zsh", "fish")
@@ -54,6 +56,8 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
 
 
 def _db(home: str | None) -> sqlite3.Connection | None:
+    import sqlite3
+
     from spexsup.paths import resolve_home
 
     path = resolve_home(home) / "state.db"
@@ -72,6 +76,8 @@ def values(kind: str, home: str | None, session: str | None = None) -> list[str]
         from spexsup.paths import resolve_home
 
         return harness.load_registry(resolve_home(home)).names()
+    import sqlite3
+
     db = _db(home)
     if db is None:
         return []
