@@ -112,6 +112,7 @@ def test_json_documents_share_one_shape(env: Env) -> None:
         assert session["schema_version"] == 1 and ISO.fullmatch(session["created_at_iso"])
     turns = [listed[0]["turn"], shown["turns"][0], logged]
     assert all(set(t) == set(logged) for t in turns)
+    assert set(waited[0]) == {*logged, "turn"} and waited[0]["turn"] == logged["id"]
     for t in turns:
         assert t["schema_version"] == 1 and t["id"] == woke["turn"] and t["session"] == "a"
         assert ISO.fullmatch(t["started_at_iso"]) and ISO.fullmatch(t["ended_at_iso"])

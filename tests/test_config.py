@@ -71,3 +71,20 @@ def test_tables_of_other_features_pass_through(env: Env) -> None:
         'default_harness = "demo"\n[[hook]]\nevent = "turn.end"\n[host.box]\nssh = "box"\n'
     )
     assert env.run("new", "a").returncode == 0
+
+
+def test_attach_sets_the_configured_tmux_prefix(env: Env) -> None:
+    import pexpect
+    from conftest import SPEX, retry_until
+
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text('tmux_prefix = "C-a"\n')
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    child = pexpect.spawn(SPEX, ["attach", "a"], env=env.vars, dimensions=(24, 80), timeout=30)
+    try:
+        assert retry_until(lambda: env.tmux("list-clients").stdout.strip() != "")
+        assert env.tmux("show-options", "-gv", "prefix").stdout.strip() == "C-a"
+        child.send("\x01d")  # C-a d: detach with the configured prefix
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)

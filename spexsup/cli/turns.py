@@ -143,7 +143,7 @@ def wait(
       spex wait api --timeout 600
       spex wait --match 'api-*' --json
     """
-    from spexsup import sessions
+    from spexsup import sessions, turns
 
     if timeout is not None and timeout < 0:
         raise Invalid(f"invalid timeout {timeout}")
@@ -153,7 +153,8 @@ def wait(
     names = sessions.select(spex, names or [], all_=all_, match=match)
     ended = control.wait(spex, names, timeout=timeout)
     if as_json:
-        print_json([document(e.as_json()) for e in ended])
+        # Each entry is the turn's one JSON shape, plus `turn` (its id) as before.
+        print_json([{**turns.load_turn(spex, e.turn), "turn": e.turn} for e in ended if e.turn])
     else:
         for e in ended:
             rc = "" if e.rc is None else f" rc={e.rc}"
