@@ -79,12 +79,16 @@ def run(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     import typer
 
-    from spexsup.cli.app import app
+    from spexsup.cli.app import app, keep_only
 
     if completing:
         from typer._completion_classes import completion_init
 
         completion_init()
+    else:
+        rest = options[2:] if options[:1] == ["--home"] else options
+        if rest and not rest[0].startswith("-"):
+            keep_only(rest[0])
     try:
         code = app(args=argv, prog_name="spex", standalone_mode=False, obj=list(argv))
     except SpexError as e:

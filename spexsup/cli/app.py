@@ -124,6 +124,24 @@ def settings(ctx: typer.Context, spex: Spex) -> Config:
     return loaded
 
 
+def keep_only(name: str) -> None:
+    """Build only the command being run: typer turns every registered function
+    into a click command on each start (signatures, type hints), and one is
+    enough to run. No-op for a name that is not a command, so that typer's own
+    error and suggestions still see them all."""
+    commands = [c for c in app.registered_commands if _command_name(c) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if commands or groups:
+        app.registered_commands = commands
+        app.registered_groups = groups
+
+
+def _command_name(info: Any) -> str:
+    if info.name:
+        return str(info.name)
+    return str(info.callback.__name__).lower().replace("_", "-")
+
+
 # Register the commands (import for their side effect on `app`).
 from spexsup.cli import fanout as _fanout  # noqa: E402
 from spexsup.cli import maint as _maint  # noqa: E402
