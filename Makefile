@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench stress test-real clean
+.PHONY: demo test lint bench stress dist wheel-check test-real clean
 
 $(STAMP): pyproject.toml
 	@command -v tmux >/dev/null || { echo "tmux is required (apt-get install tmux)"; exit 1; }
@@ -26,6 +26,17 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/startup.py
+
+# sdist and wheel in dist/; the wheel carries shell/turn.sh inside the package.
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
+# Install the wheel into a fresh venv outside the checkout and run one
+# wake -> wait on the demo harness from another directory.
+wheel-check: dist
+	bash contrib/wheel-check.sh dist/*.whl
 
 # Random wake/stop/resume/rm/wait/ls by 8 workers on 10 sessions for 60 s,
 # then invariants checked (not part of make test).

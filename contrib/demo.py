@@ -59,7 +59,7 @@ def main() -> int:
     spex("show", "demo-1")
     spex("fanout", "--match", "demo-*", "-m", "summarise what you did", "--wait")
     spex("waves")
-    print("\nAttach to a session with: spex attach demo-1   (detach: C-b d)")
+    print("\nAttach to a session with: spex attach demo-1   (detach: C-a d)")
     return 0
 
 

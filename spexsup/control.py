@@ -65,13 +65,26 @@ def stop(
     return aborted
 
 
-def resume(spex: Spex, name: str, *, force: bool = False, bearer: int | None = None) -> None:
-    """Leave `stopped`. Refused while any process of the old turn may still live."""
+def resume(
+    spex: Spex,
+    name: str,
+    *,
+    force: bool = False,
+    bearer: int | None = None,
+    not_stopped_ok: bool = False,
+) -> bool:
+    """Leave `stopped`. Refused while any process of the old turn may still live.
+
+    A session that is not stopped is refused, or with `not_stopped_ok` left
+    alone (`spex resume`'s no-op success); returns whether it was resumed.
+    """
     get(spex, name)
     with ticket(spex, name, "resume", bearer):
         reconcile(spex, [name])
         session = get(spex, name)
         if session.state != "stopped":
+            if not_stopped_ok:
+                return False
             raise Refused(f"session {name!r} is not stopped (it is {session.state})")
         if session.current_turn and not force:
             directory = turn_dir(spex, name, session.current_turn)
@@ -97,6 +110,7 @@ def resume(spex: Spex, name: str, *, force: bool = False, bearer: int | None = N
             db.execute(
                 "UPDATE sessions SET state = 'idle' WHERE name = ? AND state = 'stopped'", (name,)
             )
+    return True
 
 
 @dataclass

@@ -102,13 +102,23 @@ class TmuxHome:
         return [tmux, *where, "-f", str(CONFIG)]
 
     def _run(self, *args: str) -> tuple[int, list[str], str]:
-        import libtmux.exc
+        """One tmux command on our server: (rc, stdout lines, stderr).
+
+        A plain subprocess, as libtmux's `Server.cmd` runs it, without
+        importing libtmux (~40 ms) into every command that reads the census.
+        """
+        import subprocess
 
         try:
-            res = self.server.cmd(*args)
-        except libtmux.exc.TmuxCommandNotFound:
+            res = subprocess.run(
+                [*self.tmux_argv(), *args], capture_output=True, text=True, check=False
+            )
+        except FileNotFoundError:
             raise Failed("tmux is not installed", hint="install tmux >= 3.2") from None
-        return res.returncode, res.stdout, "\n".join(res.stderr)
+        out = res.stdout.split("\n")
+        while out and not out[-1]:
+            out.pop()
+        return res.returncode, out, res.stderr.strip()
 
     def census(self) -> Census:
         rc, out, err = self._run(
@@ -326,15 +336,21 @@ SHELLS = frozenset(
 )
 
 
-def pane_activity(pane: PaneInfo) -> str | None:
-    """What a person is running in the pane, or None when it is idle: dead, or
-    a shell with no children (the shell spex or a turn's wrapper left).
+def pane_activity(pane: PaneInfo, turns_dir: Path) -> str | None:
+    """What a person is running in the pane, or None when it is idle: dead, a
+    turn's wrapper (under `turns_dir`) finishing up, or a shell with no
+    children (the shell spex or a turn's wrapper left).
 
     Read from /proc, not psutil: it runs on every wake.
     """
     if pane.pane_dead or not pane.pane_pid:
         return None
     pid = pane.pane_pid
+    try:
+        if os.fsencode(str(turns_dir)) in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return None
+    except OSError:
+        return None
 
     def comm(p: int) -> str:
         try:

@@ -10,6 +10,7 @@ or repeated report changes nothing.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -127,6 +128,23 @@ def remember_conversation(
             )
 
 
+def last_line(turn_dir: Path, size: int = 4096) -> str | None:
+    """The last non-empty line of the turn's output, without control characters:
+    what a harness that failed mid-turn said last (`API Error: 529 overloaded`)."""
+    try:
+        with (turn_dir / "output.log").open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - size))
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in reversed(data.splitlines()):
+        line = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x1f\x7f]", "", line).strip()
+        if line:
+            return line[:300]
+    return None
+
+
 def end_state(rc: int) -> str:
     return "complete" if rc == 0 else "error"
 
@@ -157,6 +175,8 @@ def record_exit(
     """
     conversation = conversation_of(store, turn_dir, adapter) if turn_dir else None
     state = state or end_state(rc if rc is not None else 1)
+    if error is None and rc and turn_dir is not None:
+        error = last_line(turn_dir)
     with store.tx() as db:
         row = db.execute(
             "SELECT t.state, t.launcher_pid, t.launcher_token FROM sessions s"

@@ -6,6 +6,7 @@ it has vanished (killed, server gone, reboot).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import secrets
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from spexsup import harness as harnesses
+from spexsup import ids
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.home import Census, owner_tag
 from spexsup.procs import Liveness
@@ -114,7 +116,13 @@ def create(
     validate_window(window)
     if command and harness is None:
         harness = "command"
-    harness = harness or "demo"
+    if harness is None:
+        # Never a silent default: a session must say what it runs.
+        names = ", ".join(harnesses.load_registry(spex.home).names())
+        raise Invalid(
+            "no harness given and no default_harness in config.toml",
+            hint=f"--harness one of: {names}; or -- CMD ARGS…",
+        )
     if harness != "command":
         harnesses.load_registry(spex.home).get(harness)
     if harness == "command" and not command:
@@ -122,7 +130,7 @@ def create(
     if command and harness != "command":
         raise Invalid(f"a command after -- needs --harness command, not {harness!r}")
     try:
-        directory = Path(cwd or ".").expanduser().absolute()
+        directory = Path(cwd or ".").expanduser().resolve()
     except FileNotFoundError:
         raise Invalid(
             "the current directory no longer exists", hint="cd somewhere, or pass --cwd DIR"
@@ -343,12 +351,12 @@ def describe(
                 raise UnknownSession(n)
     recent = turn_mod.recent_turns(spex, [r["name"] for r in rows], turns)
     census = spex.tmux.census() if rows else None
-    now = time.time()
     out = []
     for row in rows:
         s = Session.from_row(row)
         history = recent.get(s.name, [])
         entry: dict[str, Any] = {
+            "schema_version": ids.SCHEMA_VERSION,
             "name": s.name,
             "harness": s.harness,
             "state": s.state,
@@ -364,10 +372,27 @@ def describe(
                 if held["state"] != "open" and lease.in_scope(held, s.name)
                 else None
             ),
+            "created_at_iso": ids.iso(s.created_at),
         }
-        if entry["turn"] is not None:
-            entry["turn"]["age_s"] = round(now - entry["turn"]["started_at"], 1)
         if turns > 1:
             entry["turns"] = history
         out.append(entry)
     return out
+
+
+def select(
+    spex: Spex, names: Sequence[str], *, all_: bool = False, match: str | None = None
+) -> list[str]:
+    """The sessions a multi-session command acts on: the names given (checked,
+    in order, without repeats), or every session, or those matching a glob."""
+    if sum((bool(names), all_, match is not None)) != 1:
+        raise Invalid("name the sessions, or give --all, or --match GLOB (exactly one)")
+    if names:
+        for n in names:
+            validate_name(n)
+        return list(dict.fromkeys(names))
+    rows = spex.store.db.execute("SELECT name FROM sessions ORDER BY name").fetchall()
+    chosen = [r["name"] for r in rows if match is None or fnmatch.fnmatchcase(r["name"], match)]
+    if not chosen:
+        raise Refused("no sessions" + (f" match {match!r}" if match else ""), hint="see spex ls")
+    return chosen

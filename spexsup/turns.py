@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from spexsup import marker, report
+from spexsup import config, ids, marker, report
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.harness import Harness
 from spexsup.marker import Marker, Stage
@@ -69,7 +68,7 @@ class Verdict:
 
 
 def new_turn_id() -> str:
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+    return ids.new_id()
 
 
 def turn_dir(spex: Spex, session: str, turn: str) -> Path:
@@ -244,7 +243,7 @@ def _check_pane_idle(spex: Spex, session: Session) -> None:
     pane = spex.tmux.pane(session.name)
     if pane is None or pane.owner != session.owner(spex.home):
         return  # missing (recreated at launch) or not ours (launch refuses)
-    activity = pane_activity(pane)
+    activity = pane_activity(pane, spex.home / "turns")
     if activity is not None:
         raise Refused(
             f"{session.name}: the pane is running {activity}",
@@ -433,9 +432,13 @@ def confirm_startup(
 # --- wake -----------------------------------------------------------------
 
 
-def resolve_window(session: Session, adapter: Harness, window: float | None) -> float:
-    """The call's window, else the session's, else the harness's, else 2 s."""
-    return validate_window(window) or session.window or adapter.window or DEFAULT_WINDOW
+def resolve_window(
+    session: Session, adapter: Harness, window: float | None, configured: float | None = None
+) -> float:
+    """The call's window, else the session's, else config.toml's, else the harness's, else 2 s."""
+    return (
+        validate_window(window) or session.window or configured or adapter.window or DEFAULT_WINDOW
+    )
 
 
 def wake(
@@ -467,6 +470,9 @@ def wake(
     started = time.monotonic()
     current = get(spex, name)
     validate_window(window)
+    configured = config.load(
+        spex.home
+    ).window  # read before admission: a broken file changes nothing
     if not force and current.state not in ("stopped", "running", "removing"):
         _check_pane_idle(spex, current)  # before admission: a refusal changes nothing
     gate = gate or nullcontext()
@@ -475,7 +481,7 @@ def wake(
             session, turn, directory, adapter = admit(spex, name, prompt, fresh=fresh)
         if on_admitted is not None:
             on_admitted(turn)
-        span = resolve_window(session, adapter, window)
+        span = resolve_window(session, adapter, window, configured)
         attempts = 0
         launched_once = False
         try:
@@ -724,8 +730,11 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
 
 
 def turn_json(row: Any) -> dict[str, Any]:
+    """The one JSON shape of a turn, wherever a command prints one."""
     return {
+        "schema_version": ids.SCHEMA_VERSION,
         "id": row["id"],
+        "session": row["session"],
         "state": row["state"],
         "verdict": row["verdict"],
         "rc": row["rc"],
@@ -734,8 +743,18 @@ def turn_json(row: Any) -> dict[str, Any]:
         "attempts": row["attempts"],
         "resumed": row["resumed"],
         "started_at": row["started_at"],
+        "started_at_iso": ids.iso(row["started_at"]),
         "ended_at": row["ended_at"],
+        "ended_at_iso": ids.iso(row["ended_at"]),
     }
+
+
+def load_turn(spex: Spex, turn: str) -> dict[str, Any]:
+    """One turn in its JSON shape; Refused if there is no such turn."""
+    row = spex.store.db.execute("SELECT * FROM turns WHERE id = ?", (turn,)).fetchone()
+    if row is None:
+        raise Refused(f"no turn {turn!r}")
+    return turn_json(row)
 
 
 def recent_turns(spex: Spex, names: Sequence[str], limit: int) -> dict[str, list[dict[str, Any]]]:

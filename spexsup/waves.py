@@ -26,7 +26,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import secrets
 import sqlite3
 import subprocess
 import threading
@@ -36,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from spexsup import sessions, turns
+from spexsup import ids, sessions, turns
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.procs import Liveness, identity_liveness, own_identity
@@ -48,7 +47,7 @@ SUCCESS = ("confirmed", "completed")
 FINAL = ("complete", "partial", "failed", "aborted")
 TURN_ACTIVE = (None, "starting", "running")
 PROMPT_HEAD = 200
-WAVE_ID_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-T"
+WAVE_ID_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-TZ"
 # Never handed to --on-complete: it is not part of any turn.
 TURN_ENV = ("SPEXSUP_SESSION", "SPEXSUP_TURN", "SPEXSUP_TURN_DIR", "SPEXSUP_PROMPT_FILE")
 
@@ -58,7 +57,7 @@ Listener = Callable[[Doc], None]
 
 
 def new_wave_id() -> str:
-    return "w" + time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+    return ids.new_id("w")
 
 
 def validate_wave_id(wave: str) -> str:

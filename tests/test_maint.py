@@ -235,14 +235,14 @@ def test_python_api(env: Env) -> None:
 
 
 def test_maint_op_outside_maint(env: Env) -> None:
-    env.run("new", "a")
+    env.run("new", "a", "--harness", "demo")
     r = env.run("maint-op", "stop", "a")
     assert r.returncode == 2
     assert "not inside spex maint" in r.stderr
 
 
 def test_bad_maint_input(env: Env) -> None:
-    env.run("new", "a")
+    env.run("new", "a", "--harness", "demo")
     for args in (
         ["--stop", "a"],
         ["--resume", "a:bogus", "--", "true"],

@@ -407,9 +407,10 @@ def test_slow_reporter_under_a_held_write_lock(env: Env) -> None:
     assert (v["verdict"], v["rc"], v["error"]) == ("completed", 0, None)
     turn = show(env, "a")["turn"]
     assert (turn["state"], turn["rc"]) == ("complete", 0)
-    # The reporter was never killed: it finished and found the end recorded.
+    # The reporter was never killed: it finished (first, or finding the end
+    # already recorded by the wake).
     assert retry_until(lambda: marker.read(directory).stage is Stage.EXIT, 30)
-    assert marker.read(directory).cas == 3
+    assert marker.read(directory).cas in (0, 3)
 
 
 def test_a_missing_working_directory_runs_nothing(env: Env) -> None:
@@ -455,7 +456,7 @@ id_pattern = '(?:a|aa)+(b)'
     assert time.monotonic() - started < 20
     assert show(env, "s")["harness_session_id"] is None
     doctor = env.run("doctor")
-    assert doctor.stdout.count("id_pattern") == 1, doctor.stdout
+    assert doctor.stdout.count("took over") == 1, doctor.stdout
     # Fixing the file fixes later reads: no pattern is copied into turn dirs.
     toml.write_text(toml.read_text().replace("(?:a|aa)+(b)", "(a{3})"))
     assert "id_pattern" not in (env.home / "turns" / "s" / v["turn"] / "meta.json").read_text()

@@ -14,7 +14,7 @@ from conftest import SPEX, Env, retry_until
 
 
 def test_round_trip(env: Env) -> None:
-    r = env.run("new", "alpha", "--cwd", str(env.root), "--env", "FOO=bar baz")
+    r = env.run("new", "alpha", "--harness", "demo", "--cwd", str(env.root), "--env", "FOO=bar baz")
     assert r.returncode == 0, r.stderr
     assert "created alpha" in r.stdout
     rows = json.loads(env.run("ls", "--json").stdout)
@@ -41,7 +41,7 @@ def test_round_trip(env: Env) -> None:
 
 @pytest.mark.parametrize("bad", [".", "a.b", "a:b", "a b", "", "x" * 65, "-lead", "ü"])
 def test_invalid_names_are_refused_before_tmux(env: Env, bad: str) -> None:
-    r = env.run("new", bad)
+    r = env.run("new", bad, "--harness", "demo")
     assert r.returncode == 2
     assert r.stderr.startswith("spex: ")
     assert len(r.stderr.strip().splitlines()) == 1
@@ -55,12 +55,12 @@ def test_invalid_names_are_refused_before_tmux(env: Env, bad: str) -> None:
 
 
 def test_64_chars_is_fine(env: Env) -> None:
-    assert env.run("new", "x" * 64).returncode == 0
+    assert env.run("new", "x" * 64, "--harness", "demo").returncode == 0
 
 
 def test_duplicate_and_unknown(env: Env) -> None:
-    assert env.run("new", "a").returncode == 0
-    r = env.run("new", "a")
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    r = env.run("new", "a", "--harness", "demo")
     assert r.returncode == 3
     assert "already exists" in r.stderr
     for args in (["show", "nope"], ["rm", "nope"], ["wake", "nope", "hi"], ["stop", "nope"]):
@@ -72,11 +72,11 @@ def test_duplicate_and_unknown(env: Env) -> None:
 def test_bad_input_is_one_line_and_changes_nothing(env: Env) -> None:
     cases = [
         ["new", "a", "--harness", "gpt"],
-        ["new", "a", "--env", "NOEQUALS"],
-        ["new", "a", "--env", "1X=2"],
-        ["new", "a", "--window", "-1"],
-        ["new", "a", "--window", "abc"],
-        ["new", "a", "--cwd", str(env.root / "missing")],
+        ["new", "a", "--env", "NOEQUALS", "--harness", "demo"],
+        ["new", "a", "--env", "1X=2", "--harness", "demo"],
+        ["new", "a", "--window", "-1", "--harness", "demo"],
+        ["new", "a", "--window", "abc", "--harness", "demo"],
+        ["new", "a", "--cwd", str(env.root / "missing"), "--harness", "demo"],
         ["new", "a", "--harness", "command"],
         ["new", "a", "--harness", "claude", "--", "echo"],
         ["new"],
@@ -120,8 +120,8 @@ def _umask() -> int:
 
 
 def test_home_killed_behind_our_back(env: Env) -> None:
-    assert env.run("new", "a").returncode == 0
-    assert env.run("new", "b").returncode == 0
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    assert env.run("new", "b", "--harness", "demo").returncode == 0
     env.tmux("kill-session", "-t", "=a")
     rows = {r["name"]: r for r in json.loads(env.run("ls", "--json").stdout)}
     assert rows["a"]["home"] == "missing"
@@ -140,13 +140,13 @@ def test_home_killed_behind_our_back(env: Env) -> None:
 
 
 def test_rm_when_home_already_gone(env: Env) -> None:
-    assert env.run("new", "a").returncode == 0
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
     env.tmux("kill-server")
     r = env.run("rm", "a")
     assert r.returncode == 0, r.stderr
     assert json.loads(env.run("ls", "--json").stdout) == []
     # The name is free again.
-    assert env.run("new", "a").returncode == 0
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
 
 
 def test_racing_creates_exactly_one_wins(env: Env) -> None:
@@ -154,7 +154,7 @@ def test_racing_creates_exactly_one_wins(env: Env) -> None:
         name = f"race{i}"
         procs = [
             subprocess.Popen(
-                [SPEX, "new", name],
+                [SPEX, "new", name, "--harness", "demo"],
                 env=env.vars,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -170,7 +170,7 @@ def test_racing_creates_exactly_one_wins(env: Env) -> None:
 
 
 def test_attach_shows_the_pane_and_detach_returns(env: Env) -> None:
-    assert env.run("new", "a").returncode == 0
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
     env.tmux("send-keys", "-t", "=a:0.0", "echo HELLO-FROM-PANE", "Enter")
     assert retry_until(
         lambda: "HELLO-FROM-PANE" in env.tmux("capture-pane", "-p", "-t", "=a:0.0").stdout
@@ -194,7 +194,7 @@ def test_attach_unknown_is_refused(env: Env) -> None:
 
 
 def test_doctor(env: Env) -> None:
-    env.run("new", "a")
+    env.run("new", "a", "--harness", "demo")
     r = env.run("doctor")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok    tmux: tmux 3." in r.stdout or "ok    tmux:" in r.stdout
@@ -213,7 +213,13 @@ def test_ls_on_empty_home_and_help(env: Env) -> None:
 def test_default_home_follows_xdg(env: Env) -> None:
     vars_ = {k: v for k, v in env.vars.items() if k != "SPEXSUP_HOME"}
     vars_["XDG_STATE_HOME"] = str(env.root / "xdg")
-    r = subprocess.run([SPEX, "new", "x"], env=vars_, capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        [SPEX, "new", "x", "--harness", "demo"],
+        env=vars_,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     assert (env.root / "xdg" / "spexsup" / "state.db").exists()
 
@@ -221,7 +227,7 @@ def test_default_home_follows_xdg(env: Env) -> None:
 def test_ls_is_one_tmux_call(env: Env) -> None:
     """`ls` reads tmux with one `list-panes -a`, however many sessions there are."""
     for i in range(5):
-        assert env.run("new", f"s{i}").returncode == 0
+        assert env.run("new", f"s{i}", "--harness", "demo").returncode == 0
     shim_dir = env.root / "shim"
     shim_dir.mkdir()
     log = env.root / "tmux-calls"

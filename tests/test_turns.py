@@ -261,7 +261,7 @@ def test_wait_on_several_sessions(env: Env) -> None:
     assert r.returncode == 1
     states = {e["session"]: e["state"] for e in json.loads(r.stdout)}
     assert states == {"ok": "complete", "bad": "error"}
-    env.run("new", "never")
+    env.run("new", "never", "--harness", "demo")
     assert env.run("wait", "never").returncode == 3
 
 
@@ -281,7 +281,9 @@ def test_stop_resume_cycle(env: Env) -> None:
     assert r.returncode == 3 and "stopped" in r.stderr
     assert env.run("resume", "a").returncode == 0
     assert show(env, "a")["state"] == "idle"
-    assert env.run("resume", "a").returncode == 3
+    # Resuming a session that is not stopped is a no-op success, like stop.
+    again = env.run("resume", "a")
+    assert again.returncode == 0 and "nothing to do" in again.stdout
     _code, v2 = wake_json(env, "a", "y", "--window", "1")
     assert v2["verdict"] == "confirmed"
     # Abort wins over the late exit report: the old turn stays aborted.
@@ -321,7 +323,7 @@ def test_resume_refuses_while_old_turn_may_live(env: Env) -> None:
 
 
 def test_stop_of_idle_session_and_bad_grace(env: Env) -> None:
-    env.run("new", "a")
+    env.run("new", "a", "--harness", "demo")
     assert env.run("stop", "a", "--grace", "-1").returncode == 2
     assert show(env, "a")["state"] == "idle"
     r = env.run("stop", "a")

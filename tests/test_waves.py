@@ -110,7 +110,7 @@ def test_match_and_unknown_names(env: Env) -> None:
 
 
 def test_bad_input(env: Env) -> None:
-    env.run("new", "a")
+    env.run("new", "a", "--harness", "demo")
     for args in (
         ["a"],
         ["a", "-m", "x", "-f", "-"],

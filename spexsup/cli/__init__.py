@@ -1,11 +1,14 @@
 """The `spex` command: parse, call the core, render. No logic lives here.
 
-`main` keeps the exit reporter's path (`spex internal turn-exit`) free of
-typer and rich: it runs on every turn end and must start fast.
+`run` answers what it can before typer is imported: the exit reporter's path
+(`spex internal turn-exit`, on every turn end), `--version`, and shell
+completion of names and ids (on every TAB). Everything else goes to typer.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import sqlite3
 import sys
@@ -28,9 +31,35 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise Signalled(signum)
 
 
-def fail(line: str, code: int) -> int:
+def fail(line: str, code: int, as_json: bool = False) -> int:
+    """One line on stderr; with --json also a document on stdout (DESIGN §8 "JSON")."""
+    if as_json:
+        doc = {"schema_version": 1, "ok": False, "error": line, "exit_code": code}
+        sys.stdout.write(json.dumps(doc) + "\n")
+        sys.stdout.flush()
     print(f"spex: {line}", file=sys.stderr)
     return code
+
+
+def hoist_home(argv: list[str]) -> list[str]:
+    """Move `--home DIR` / `--home=DIR` from anywhere before `--` to the front,
+    where the root command parses it: `--home` works anywhere on the line."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < end:
+        word = argv[i]
+        if word == "--home" and i + 1 < end:
+            front = ["--home", argv[i + 1]]
+            i += 2
+            continue
+        if word.startswith("--home="):
+            front = [word]
+        else:
+            rest.append(word)
+        i += 1
+    return [*front, *rest, *argv[end:]]
 
 
 def run(argv: list[str]) -> int:
@@ -39,12 +68,26 @@ def run(argv: list[str]) -> int:
     fast = internal.fast_path(argv)
     if fast is not None:
         return fast
+    argv = hoist_home(argv)
+    options = argv[: argv.index("--")] if "--" in argv else argv
+    if "--version" in options and "--help" not in options and "-h" not in options:
+        from spexsup import __version__
+
+        print(f"spex {__version__}")
+        return 0
+    completing = os.environ.get("_SPEX_COMPLETE")
+    if completing:
+        from spexsup.cli import complete
+
+        answered = complete.fast_path()
+        if answered is not None:
+            return answered
     # Ctrl-C must reach us even when started with SIGINT ignored (a
     # background job of a script): it decides what a wake leaves behind.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_signal)
     try:
-        return _dispatch(argv)
+        return _dispatch(argv, options, completing)
     except (KeyboardInterrupt, Signalled) as e:
         return interrupted(e)
 
@@ -57,17 +100,26 @@ def interrupted(e: BaseException) -> int:
     return 128 + e.signum if isinstance(e, Signalled) else 130
 
 
-def _dispatch(argv: list[str]) -> int:
+def _dispatch(argv: list[str], options: list[str], completing: str | None) -> int:
+    as_json = "--json" in options
     import typer
 
-    from spexsup.cli.app import app
+    from spexsup.cli.app import app, keep_only
     from spexsup.cli.turns import check_dashed_prompt
 
+    if completing:
+        from typer._completion_classes import completion_init
+
+        completion_init()
+    else:
+        rest = options[2:] if options[:1] == ["--home"] else options
+        if rest and not rest[0].startswith("-"):
+            keep_only(rest[0])
     try:
         check_dashed_prompt(argv)
-        code = app(args=argv, prog_name="spex", standalone_mode=False)
+        code = app(args=argv, prog_name="spex", standalone_mode=False, obj=list(argv))
     except SpexError as e:
-        return fail(e.line(), e.exit_code)
+        return fail(e.line(), e.exit_code, as_json)
     except typer.Abort as e:  # click's wrapping of a Ctrl-C
         return interrupted(e.__cause__ or KeyboardInterrupt())
     except typer.TyperException as e:
@@ -79,18 +131,18 @@ def _dispatch(argv: list[str]) -> int:
         path = ctx.command_path.split(" ", 1) if ctx else []
         where = f"spex {path[1]} --help" if len(path) == 2 else "spex --help"
         first = " ".join(str(message).split())
-        return fail(f"{first} (see {where})", getattr(e, "exit_code", 2))
+        return fail(f"{first} (see {where})", getattr(e, "exit_code", 2), as_json)
     except BrokenPipeError:
         return 1
     except sqlite3.Error as e:
-        return fail(f"state database: {e} (check SPEXSUP_HOME and its permissions)", 1)
+        return fail(f"state database: {e} (check SPEXSUP_HOME and its permissions)", 1, as_json)
     except OSError as e:
         # The environment, not a bug: a state home that is a file, a
         # read-only disk, a working directory deleted under the shell.
         where = f": {e.filename}" if e.filename else ""
-        return fail(f"{e.strerror or e}{where}", 1)
+        return fail(f"{e.strerror or e}{where}", 1, as_json)
     except Exception as e:  # a bug of ours: still one line, never a traceback
-        return fail(f"internal error: {type(e).__name__}: {e} (please report this)", 1)
+        return fail(f"internal error: {type(e).__name__}: {e} (please report this)", 1, as_json)
     return code if isinstance(code, int) else 0
 
 

@@ -3,21 +3,80 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
-from spexsup.spex import Spex
+from spexsup import __version__
+
+if TYPE_CHECKING:
+    from spexsup.config import Config
+    from spexsup.spex import Spex
+
+# `spex --help` lists commands in the order a session lives through them.
+LIFECYCLE = (
+    "new",
+    "wake",
+    "wait",
+    "log",
+    "attach",
+    "stop",
+    "resume",
+    "up",
+    "ls",
+    "show",
+    "rm",
+    "fanout",
+    "waves",
+    "wave",
+    "maint",
+    "doctor",
+    "completion",
+)
+
+EXIT_CODES = """\b
+Exit codes: 0 ok, 1 attempted and failed, 2 invalid input, 3 refused
+(unknown session, busy, stopped, maintenance, exists), 124 wait timed out,
+130/143 interrupted. Errors are one line on stderr: spex: <what> (<hint>).
+--home DIR may be given anywhere on the command line."""
+
+
+class SpexGroup(TyperGroup):
+    """Commands in lifecycle order, each summary whole (never cut with "...")."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = list(self.commands)
+        return [n for n in LIFECYCLE if n in names] + [n for n in names if n not in LIFECYCLE]
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=200)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
 
 app = typer.Typer(
     name="spex",
+    cls=SpexGroup,
     help="Supervise coding-agent sessions that live in tmux panes.",
+    epilog=EXIT_CODES,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"spex {__version__}")
+        raise typer.Exit(0)
 
 
 @app.callback()
@@ -26,16 +85,62 @@ def root(
     home: Annotated[
         Path | None,
         typer.Option(
-            "--home", help="State directory (default: $SPEXSUP_HOME).", show_default=False
+            "--home",
+            metavar="DIR",
+            help="State directory. [default: $SPEXSUP_HOME, else ~/.local/state/spexsup]",
+            show_default=False,
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print spex's version and exit.", callback=_version, is_eager=True
+        ),
+    ] = False,
 ) -> None:
+    # `run` hands over the command line as obj; commands that must tell
+    # `new NAME --` from `new NAME` read it from meta.
+    ctx.meta["spex.argv"] = ctx.obj if isinstance(ctx.obj, list) else []
     ctx.obj = home
 
 
 def open_spex(ctx: typer.Context) -> Spex:
-    root_ctx = ctx.find_root()
-    return Spex.open(root_ctx.obj)
+    """The state home named by --home (or the environment); config.toml is read
+    here so that a broken one fails every command the same way."""
+    from spexsup.spex import Spex
+
+    spex = Spex.open(ctx.find_root().obj)
+    settings(ctx, spex)
+    return spex
+
+
+def settings(ctx: typer.Context, spex: Spex) -> Config:
+    """config.toml's defaults, read once per command."""
+    from spexsup import config
+
+    meta = ctx.find_root().meta
+    if "spex.config" not in meta:
+        meta["spex.config"] = config.load(spex.home)
+    loaded: Config = meta["spex.config"]
+    return loaded
+
+
+def keep_only(name: str) -> None:
+    """Build only the command being run: typer turns every registered function
+    into a click command on each start (signatures, type hints), and one is
+    enough to run. No-op for a name that is not a command, so that typer's own
+    error and suggestions still see them all."""
+    commands = [c for c in app.registered_commands if _command_name(c) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if commands or groups:
+        app.registered_commands = commands
+        app.registered_groups = groups
+
+
+def _command_name(info: Any) -> str:
+    if info.name:
+        return str(info.name)
+    return str(info.callback.__name__).lower().replace("_", "-")
 
 
 # Register the commands (import for their side effect on `app`).
@@ -44,4 +149,4 @@ from spexsup.cli import maint as _maint  # noqa: E402
 from spexsup.cli import sessions as _sessions  # noqa: E402
 from spexsup.cli import turns as _turns  # noqa: E402
 
-__all__ = ["_fanout", "_maint", "_sessions", "_turns", "app", "open_spex"]
+__all__ = ["_fanout", "_maint", "_sessions", "_turns", "app", "open_spex", "settings"]

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from spexsup.cli.app import app, open_spex
-from spexsup.cli.render import print_json, table
+from spexsup.cli import complete
+from spexsup.cli.app import app, open_spex, settings
+from spexsup.cli.params import AllOpt, JsonOpt, MatchOpt, PromptFileOpt, WindowOpt
+from spexsup.cli.render import document, print_json, table
 from spexsup.cli.turns import read_prompt
 from spexsup.errors import Invalid
 from spexsup.sessions import validate_name
@@ -22,9 +24,17 @@ from spexsup.sessions import validate_name
 if TYPE_CHECKING:
     from spexsup.waves import Wave
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 # Whatever the window, a signalled fan-out is gone this long after the first signal.
 HARD_EXIT_AFTER = 8.0
+SUCCESS = ("confirmed", "completed")
+WaveArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="WAVE",
+        help="A wave id, a unique prefix of its random part, last or last~N.",
+        autocompletion=complete.wave_ids,
+    ),
+]
 
 
 def leg_line(leg: dict[str, Any]) -> str:
@@ -102,37 +112,66 @@ def fanout(
     ctx: typer.Context,
     names: Annotated[
         list[str] | None,
-        typer.Argument(help="Sessions to wake (with --retry-failed: the legs to retry)."),
+        typer.Argument(
+            metavar="NAME…",
+            help="Sessions to wake (with --retry-failed: the legs to retry).",
+            autocompletion=complete.session_names,
+        ),
     ] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Every session.")] = False,
-    match: Annotated[str | None, typer.Option("--match", help="Sessions matching GLOB.")] = None,
-    message: Annotated[str | None, typer.Option("-m", "--message", help="The prompt.")] = None,
-    file: Annotated[
-        str | None, typer.Option("-f", "--file", help="Read the prompt from FILE, or - (stdin).")
+    all_: AllOpt = False,
+    match: MatchOpt = None,
+    message: Annotated[
+        str | None, typer.Option("-m", "--message", metavar="TEXT", help="The prompt.")
     ] = None,
-    max_concurrent: Annotated[int, typer.Option("--max-concurrent", help="Launches at once.")] = 16,
-    window: Annotated[
-        float | None, typer.Option("--window", help="Confirmation window in seconds.")
+    file: PromptFileOpt = None,
+    max_concurrent: Annotated[
+        int | None,
+        typer.Option(
+            "--max-concurrent",
+            metavar="N",
+            help="Launches at once. [default: config.toml's max_concurrent, else 16]",
+            show_default=False,
+        ),
     ] = None,
+    window: WindowOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Also wait for every turn to end.")] = False,
     retry_failed: Annotated[
-        str | None, typer.Option("--retry-failed", help="Relaunch the failed legs of WAVE.")
+        str | None,
+        typer.Option(
+            "--retry-failed",
+            metavar="WAVE",
+            help="Relaunch the legs of WAVE that did not succeed (a wave id, prefix or last).",
+            autocompletion=complete.wave_ids,
+        ),
     ] = None,
     on_complete: Annotated[
         str | None,
-        typer.Option("--on-complete", help="Run CMD (sh -c) once the wave reaches its end."),
+        typer.Option(
+            "--on-complete", metavar="CMD", help="Run CMD (sh -c) once the wave reaches its end."
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Wake many sessions with one prompt, as one wave with a verdict per session."""
-    from spexsup import waves
+    """Wake many sessions with one prompt: a wave, a verdict each.
+
+    \b
+    Examples:
+      spex fanout --match 'api-*' -m "rebase on main" --wait
+      spex fanout a b c -f prompt.md --max-concurrent 4
+      spex fanout --retry-failed last
+    """
+    from spexsup import ids, waves
 
     spex = open_spex(ctx)
+    defaults = settings(ctx, spex)
+    if max_concurrent is None:
+        max_concurrent = defaults.max_concurrent or waves.DEFAULT_MAX_CONCURRENT
     if retry_failed is not None:
         if all_ or match or message is not None or file is not None:
             raise Invalid("--retry-failed takes no prompt and no --all/--match")
         for n in names or []:
             validate_name(n)
+        retry_failed = ids.resolve_wave(spex.store.db, retry_failed)
         targets, prompt = waves.retry_plan(spex, retry_failed, names or [])
         if not targets:
             note = f"nothing to retry: no leg of wave {retry_failed} failed"
@@ -201,7 +240,7 @@ def fanout(
                 detached = [leg["session"] for leg in wave.running_legs()]
     doc = waves.refresh(spex, wave.id)
     if as_json:
-        print_json(doc)
+        print_json(document(doc))
     else:
         if wait and not detached:
             for leg in doc["legs"]:
@@ -219,12 +258,18 @@ def fanout(
 
 @app.command("waves")
 def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List fan-out waves, newest first."""
+    """List fan-out waves, newest first.
+
+    \b
+    Examples:
+      spex waves
+      spex waves --json | jq -r '.[0].id'
+    """
     from spexsup import waves
 
     docs = waves.list_waves(open_spex(ctx))
     if as_json:
-        print_json(docs)
+        print_json([document(d) for d in docs])
         return
     if not docs:
         typer.echo("no waves yet")
@@ -244,13 +289,20 @@ def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 
 @app.command("wave")
-def show_wave(ctx: typer.Context, wave: str, as_json: JsonOpt = False) -> None:
-    """Show one wave and its legs."""
-    from spexsup import waves
+def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> None:
+    """Show one wave and its legs.
 
-    doc = waves.load(open_spex(ctx), wave)
+    \b
+    Examples:
+      spex wave last
+      spex wave 3fa --json
+    """
+    from spexsup import ids, waves
+
+    spex = open_spex(ctx)
+    doc = waves.load(spex, ids.resolve_wave(spex.store.db, wave))
     if as_json:
-        print_json(doc)
+        print_json(document(doc))
         return
     typer.echo(summary(doc))
     typer.echo(f"prompt: {doc.get('prompt_head', '')[:80]!r}")

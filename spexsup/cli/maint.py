@@ -6,8 +6,10 @@ from typing import Annotated
 
 import typer
 
+from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex
-from spexsup.cli.render import print_json
+from spexsup.cli.params import JsonOpt
+from spexsup.cli.render import document, print_json
 from spexsup.errors import Invalid
 
 
@@ -15,19 +17,45 @@ from spexsup.errors import Invalid
 def maint(
     ctx: typer.Context,
     command: Annotated[
-        list[str] | None, typer.Argument(help="After --: the command to run.")
+        list[str] | None,
+        typer.Argument(metavar="-- CMD ARGS…", help="The command to run.", show_default=False),
     ] = None,
-    stop: Annotated[list[str] | None, typer.Option("--stop", help="Grant: stop NAME.")] = None,
+    stop: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--stop",
+            metavar="NAME",
+            help="Grant: stop NAME once; repeatable.",
+            autocompletion=complete.session_names,
+        ),
+    ] = None,
     resume: Annotated[
-        list[str] | None, typer.Option("--resume", help="Grant: resume NAME (NAME:force).")
+        list[str] | None,
+        typer.Option(
+            "--resume",
+            metavar="NAME[:force]",
+            help="Grant: resume NAME once (:force to force it); repeatable.",
+            autocompletion=complete.session_names,
+        ),
     ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Lease every session.")] = False,
-    ttl: Annotated[float, typer.Option("--ttl", help="Lease time to live, seconds.")] = 30.0,
-    wait: Annotated[float, typer.Option("--wait", help="Wait this long for the lease.")] = 30.0,
+    ttl: Annotated[
+        float, typer.Option("--ttl", metavar="SECONDS", help="Lease time to live.")
+    ] = 30.0,
+    wait: Annotated[
+        float, typer.Option("--wait", metavar="SECONDS", help="Wait this long for the lease.")
+    ] = 30.0,
     status: Annotated[bool, typer.Option("--status", help="Show the lease.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (with --status).")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Run CMD under a maintenance lease that grants exactly the listed operations."""
+    """Run CMD under a lease granting exactly the listed operations.
+
+    \b
+    Examples:
+      spex maint --stop api --resume api -- ./upgrade.sh
+      spex maint --all --ttl 60 -- ./backup.sh
+      spex maint --status --json
+    """
     from spexsup import lease
     from spexsup.broker import Maintenance
 
@@ -38,7 +66,7 @@ def maint(
         with spex.store.tx() as db:
             view = lease.status(db)
         if as_json:
-            print_json(view)
+            print_json(document(view))
             return
         if view["state"] == "open":
             last = f" (last epoch {view['epoch']})" if view["epoch"] else ""
@@ -57,25 +85,49 @@ def maint(
 
 
 maint_op = typer.Typer(help="Inside a spex maint command: ask the broker for a granted operation.")
-app.add_typer(maint_op, name="maint-op")
+app.add_typer(maint_op, name="maint-op", hidden=True)
+
+
+def _committed(name: str, what: str, as_json: bool) -> None:
+    if as_json:
+        print_json(document({"ok": True, "session": name, "outcome": "committed"}))
+    else:
+        typer.echo(f"{name}: {what} (committed)")
 
 
 @maint_op.command("stop")
-def op_stop(name: str) -> None:
+def op_stop(name: Annotated[str, typer.Argument(metavar="NAME")], as_json: JsonOpt = False) -> None:
     """Stop NAME (granted by --stop NAME)."""
     from spexsup import maint_client
 
     maint_client.run("stop", name)
-    typer.echo(f"{name}: stopped (committed)")
+    _committed(name, "stopped", as_json)
 
 
 @maint_op.command("resume")
 def op_resume(
-    name: str,
+    name: Annotated[str, typer.Argument(metavar="NAME")],
     force: Annotated[bool, typer.Option("--force", help="Needs --resume NAME:force.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Resume NAME (granted by --resume NAME)."""
     from spexsup import maint_client
 
     maint_client.run("resume", name, force)
-    typer.echo(f"{name}: resumed (committed)")
+    _committed(name, "resumed", as_json)
+
+
+internal = typer.Typer(help="Used by spex itself.")
+app.add_typer(internal, name="internal", hidden=True)
+
+
+@internal.command("turn-exit")
+def turn_exit(
+    session: Annotated[str, typer.Argument(metavar="SESSION")],
+    turn: Annotated[str, typer.Argument(metavar="TURN")],
+    rc: Annotated[int, typer.Argument(metavar="RC")],
+) -> None:
+    """The turn wrapper's exit reporter (answered before typer loads; see cli/internal.py)."""
+    from spexsup.cli import internal as fast
+
+    raise typer.Exit(fast.fast_path(["internal", "turn-exit", session, turn, str(rc)]) or 0)

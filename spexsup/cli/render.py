@@ -1,19 +1,38 @@
-"""Rendering: JSON for machines, a rich table for people (imported lazily)."""
+"""Rendering: JSON for machines, plain aligned columns for people.
+
+Tables are never wrapped: a pipe gets one line per row, columns two spaces
+apart with no trailing blanks; a terminal gets the same, with the columns
+named `squeeze` shortened (home as `~`, an ellipsis in the middle) and any
+line still too wide cut at the terminal's edge.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+from spexsup.ids import SCHEMA_VERSION, iso
 
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
-def age(seconds: float) -> str:
+__all__ = ["iso"]
+
+
+def document(data: dict[str, Any]) -> dict[str, Any]:
+    """A top-level JSON document: `schema_version` first."""
+    return {"schema_version": SCHEMA_VERSION, **data}
+
+
+def span(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f}s"
     if seconds < 5400:
@@ -23,20 +42,68 @@ def age(seconds: float) -> str:
     return f"{seconds / 86400:.0f}d"
 
 
-def turn_cell(turn: dict[str, Any] | None) -> str:
+def age(seconds: float) -> str:
+    return f"{span(max(0.0, seconds))} ago"
+
+
+def short_id(turn_id: str) -> str:
+    """The random part of an id, what `--turn` and `spex wave` accept as a prefix."""
+    return turn_id.rpartition("-")[2]
+
+
+def turn_cells(turn: dict[str, Any] | None, *, wide: bool = False) -> tuple[str, str]:
+    """(`<id> <state> rc=N`, `3m ago, ran 9s`) for a session's current or last turn."""
     if turn is None:
-        return "-"
+        return "-", "-"
     rc = "" if turn["rc"] is None else f" rc={turn['rc']}"
-    return f"{turn['id']} {turn['state']}{rc} {age(time.time() - turn['started_at'])}"
+    ident = turn["id"] if wide else short_id(turn["id"])
+    when = age(time.time() - turn["started_at"])
+    if turn["ended_at"] is not None:
+        when += f", ran {span(turn['ended_at'] - turn['started_at'])}"
+    return f"{ident} {turn['state']}{rc}", when
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def shorten_path(path: str, width: int) -> str:
+    home = str(Path.home())
+    if home != "/" and (path == home or path.startswith(home + "/")):
+        path = "~" + path[len(home) :]
+    if len(path) <= width or width < 5:
+        return path
+    keep = width - 1
+    return path[: keep // 2] + "…" + path[len(path) - (keep - keep // 2) :]
 
-    t = Table(box=None, pad_edge=False, header_style="bold")
-    for h in headers:
-        t.add_column(h, overflow="fold")
-    for row in rows:
-        t.add_row(*row)
-    Console(soft_wrap=True).print(t)
+
+def _columns() -> int:
+    """The terminal's own width (its ioctl, not a stale $COLUMNS)."""
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    except OSError:
+        return shutil.get_terminal_size().columns
+
+
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    squeeze: str | None = None,
+    tty: bool | None = None,
+) -> None:
+    """Print aligned columns (see the module doc); `squeeze` names the column a
+    terminal shortens to fit (a path)."""
+    tty = sys.stdout.isatty() if tty is None else tty
+    width = _columns() if tty else 0
+    grid = [list(headers), *[list(r) for r in rows]]
+    if tty and squeeze is not None and squeeze in headers:
+        col = list(headers).index(squeeze)
+        others = sum(max(len(r[i]) for r in grid) + 2 for i in range(len(headers)) if i != col)
+        room = max(len(squeeze), width - others)
+        for r in grid[1:]:
+            r[col] = shorten_path(r[col], room)
+    widths = [max(len(r[i]) for r in grid) for i in range(len(headers))]
+    out = []
+    for r in grid:
+        line = "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+        if tty and len(line) > width:
+            line = line[: width - 1] + "…"
+        out.append(line)
+    sys.stdout.write("\n".join(out) + "\n")

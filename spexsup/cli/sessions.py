@@ -1,40 +1,74 @@
-"""`spex new | ls | show | rm | attach | doctor`."""
+"""`spex new | ls | show | rm | attach | doctor | completion`."""
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from spexsup import sessions
-from spexsup.cli.app import app, open_spex
-from spexsup.cli.render import age, print_json, table, turn_cell
+from spexsup.cli import complete
+from spexsup.cli.app import app, open_spex, settings
+from spexsup.cli.params import AllOpt, JsonOpt, MatchOpt, NameArg, NamesArg, WindowOpt
+from spexsup.cli.render import age, document, print_json, short_id, span, table, turn_cells
 from spexsup.errors import Invalid
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 @app.command()
 def new(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Session name: 1-64 of A-Z a-z 0-9 _ -.")],
+    name: NameArg,
     command: Annotated[
-        list[str] | None, typer.Argument(help="After --: the command harness's argv.")
+        list[str] | None,
+        typer.Argument(
+            metavar="[-- CMD ARGS…]",
+            help="A command to run as the harness; each turn appends the prompt to it.",
+            show_default=False,
+        ),
     ] = None,
     harness: Annotated[
-        str | None, typer.Option("--harness", help="claude, codex, opencode, pi, demo, command.")
+        str | None,
+        typer.Option(
+            "--harness",
+            metavar="HARNESS",
+            help="claude, codex, opencode, pi, demo, command or one from harnesses.toml."
+            " [default: config.toml's default_harness; none: refused]",
+            autocompletion=complete.harness_names,
+            show_default=False,
+        ),
     ] = None,
-    cwd: Annotated[str | None, typer.Option("--cwd", help="Working directory.")] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE, repeatable.")] = None,
-    window: Annotated[
-        float | None, typer.Option("--window", help="Confirmation window in seconds.")
+    cwd: Annotated[
+        str | None,
+        typer.Option(
+            "--cwd", metavar="DIR", help="Working directory. [default: here]", show_default=False
+        ),
     ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", metavar="KEY=VALUE", help="Environment of every turn; repeatable."),
+    ] = None,
+    window: WindowOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Create a session and its tmux home."""
+    """Create a session and its tmux home.
+
+    \b
+    Examples:
+      spex new api --harness claude --cwd ~/src/api
+      spex new tool -- ./my-agent.sh --flag
+      spex new scratch --harness demo --env DEMO=1
+    """
+    from spexsup import sessions
+    from spexsup.errors import Invalid
+
     sessions.validate_name(name)
+    argv = ctx.find_root().meta.get("spex.argv", [])
+    if "--" in argv and not command:
+        raise Invalid("nothing after --", hint="spex new NAME -- CMD ARGS…")
     spex = open_spex(ctx)
+    if harness is None and not command:
+        harness = settings(ctx, spex).default_harness
     s = sessions.create(
         spex,
         name,
@@ -44,33 +78,56 @@ def new(
         window=window,
         command=command,
     )
+    if as_json:
+        (row,) = sessions.describe(spex, [s.name])
+        print_json(row)
+        return
     typer.echo(f"created {s.name} ({s.harness}) in {s.cwd}")
 
 
 @app.command("ls")
-def ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List all sessions."""
+def ls(
+    ctx: typer.Context,
+    wide: Annotated[bool, typer.Option("--wide", help="Show whole turn ids.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """List sessions and their current or last turn.
+
+    One line per session; a pipe gets every column whole, two spaces apart.
+
+    \b
+    Examples:
+      spex ls
+      spex ls --wide
+      spex ls --json | jq -r '.[] | select(.state == "error") | .name'
+    """
+    from spexsup import sessions
+
     rows = sessions.describe(open_spex(ctx))
     if as_json:
         print_json(rows)
         return
     if not rows:
-        typer.echo("no sessions (create one with: spex new NAME)")
+        typer.echo("no sessions (create one with: spex new NAME --harness HARNESS)")
         return
-    table(
-        ["NAME", "HARNESS", "STATE", "TURN", "HOME", "CWD"],
-        [
-            [
-                r["name"],
-                r["harness"],
-                r["state"] + (" (leased)" if r.get("lease") else ""),
-                turn_cell(r["turn"]),
-                home_cell(r),
-                r["cwd"],
-            ]
-            for r in rows
-        ],
-    )
+    lines = []
+    for r in rows:
+        turn, when = turn_cells(r["turn"], wide=wide)
+        state = r["state"] + (" (leased)" if r.get("lease") else "")
+        lines.append([r["name"], r["harness"], state, turn, when, home_cell(r), r["cwd"]])
+    table(["NAME", "HARNESS", "STATE", "TURN", "WHEN", "HOME", "CWD"], lines, squeeze="CWD")
+
+
+def turn_line(t: dict[str, Any]) -> str:
+    """`<id>  error rc=1  failed  3m ago, ran 9s  (API Error: 529 overloaded)`."""
+    rc = "" if t["rc"] is None else f" rc={t['rc']}"
+    line = f"{short_id(t['id'])}  {t['state']}{rc}  {t['verdict'] or '-'}"
+    line += f"  {age(time.time() - t['started_at'])}"
+    if t["ended_at"] is not None:
+        line += f", ran {span(t['ended_at'] - t['started_at'])}"
+    if t["error"]:
+        line += f"  ({t['error']})"
+    return line
 
 
 def home_cell(row: dict[str, object]) -> str:
@@ -78,8 +135,16 @@ def home_cell(row: dict[str, object]) -> str:
 
 
 @app.command()
-def show(ctx: typer.Context, name: str, as_json: JsonOpt = False) -> None:
-    """Show one session and its recent turns."""
+def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
+    """Show one session and its recent turns.
+
+    \b
+    Examples:
+      spex show api
+      spex show api --json | jq '.turns[0]'
+    """
+    from spexsup import sessions
+
     sessions.validate_name(name)
     (row,) = sessions.describe(open_spex(ctx), [name], turns=10)
     if as_json:
@@ -99,24 +164,39 @@ def show(ctx: typer.Context, name: str, as_json: JsonOpt = False) -> None:
         return
     typer.echo("turns:")
     for t in turns:
-        rc = "" if t["rc"] is None else f" rc={t['rc']}"
-        line = f"  {t['id']}  {t['state']}{rc}  {t['verdict'] or '-'}"
-        line += f"  {age(time.time() - t['started_at'])} ago"
-        if t["error"]:
-            line += f"  ({t['error']})"
-        typer.echo(line)
+        typer.echo(f"  {turn_line(t)}")
 
 
 @app.command()
 def rm(
     ctx: typer.Context,
-    name: str,
+    names: NamesArg = None,
+    all_: AllOpt = False,
+    match: MatchOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Stop a running turn first.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Delete a session and its tmux home."""
-    sessions.validate_name(name)
-    sessions.remove(open_spex(ctx), name, force=force)
-    typer.echo(f"removed {name}")
+    """Delete sessions and their tmux homes.
+
+    Refused while a turn runs, unless --force (which stops it first).
+
+    \b
+    Examples:
+      spex rm api
+      spex rm --match 'tmp-*' --force
+    """
+    from spexsup import sessions
+
+    spex = open_spex(ctx)
+    chosen = sessions.select(spex, names or [], all_=all_, match=match)
+    done = []
+    for n in chosen:
+        sessions.remove(spex, n, force=force)
+        done.append(document({"ok": True, "session": n, "removed": True}))
+        if not as_json:
+            typer.echo(f"removed {n}")
+    if as_json:
+        print_json(done[0] if names and len(names) == 1 else done)
 
 
 REVIVE_PROMPT = (
@@ -128,17 +208,27 @@ REVIVE_PROMPT = (
 @app.command()
 def up(
     ctx: typer.Context,
-    names: Annotated[list[str] | None, typer.Argument(help="Sessions (default: --all).")] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Every session.")] = False,
+    names: NamesArg = None,
+    all_: AllOpt = False,
     revive: Annotated[
         bool, typer.Option("--revive", help="Re-wake sessions whose turn a reboot interrupted.")
     ] = False,
     message: Annotated[
-        str | None, typer.Option("-m", "--message", help="The prompt for --revive.")
+        str | None,
+        typer.Option("-m", "--message", metavar="TEXT", help="The prompt for --revive."),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Recreate missing tmux homes (never starts a turn); --revive resumes interrupted turns."""
+    """Recreate missing tmux homes (never starts a turn); --revive resumes interrupted turns.
+
+    \b
+    Examples:
+      spex up --all
+      spex up api web
+      spex up --revive -m "the machine restarted; carry on"
+    """
+    from spexsup import sessions
+
     if names and all_:
         raise Invalid("name the sessions or give --all, not both")
     if not names and not all_ and not revive:
@@ -181,7 +271,7 @@ def up(
 @app.command()
 def attach(
     ctx: typer.Context,
-    name: str,
+    name: NameArg,
     read_only: Annotated[
         bool, typer.Option("--read-only", "-r", help="Look without typing into the pane.")
     ] = False,
@@ -189,25 +279,36 @@ def attach(
         bool, typer.Option("--window", help="Inside tmux: open in a new window, not a popup.")
     ] = False,
 ) -> None:
-    """Attach this terminal to the session's pane (detach with C-a d).
+    """Attach this terminal to the session's pane (detach: prefix, d; C-a by default).
 
     Inside another tmux, the home opens in a popup of that tmux (or a new
     window with --window); detaching returns to where you were.
+
+    \b
+    Examples:
+      spex attach api
+      spex attach --read-only api
     """
     import shlex
     import shutil
+
+    from spexsup import sessions
 
     sessions.validate_name(name)
     spex = open_spex(ctx)
     s = sessions.get(spex, name)
     sessions.ensure_home(spex, s)
-    argv = [
-        *spex.tmux.tmux_argv(),
-        "attach-session",
-        *(["-r"] if read_only else []),
-        "-t",
-        f"={name}:",
-    ]
+    tmux = spex.tmux.tmux_argv()
+    prefix = settings(ctx, spex).tmux_prefix
+    if prefix:
+        # The private server's prefix (config.toml's tmux_prefix), set before attaching.
+        import subprocess
+
+        subprocess.run(
+            [*tmux, "set-option", "-g", "prefix", prefix], check=False, capture_output=True
+        )
+    flags = ["-r"] if read_only else []
+    argv = [*tmux, "attach-session", *flags, "-t", f"={name}:"]
     spex.close()
     if os.environ.get("TMUX"):
         # Our server inside the user's: the outer tmux runs the attach, with
@@ -225,16 +326,74 @@ def attach(
 
 @app.command()
 def doctor(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """Check tmux, the state directory and the harness binaries."""
-    from spexsup.doctor import run_checks
+    """Check tmux, the state dir, config files and harness binaries.
 
-    checks = run_checks(open_spex(ctx))
+    \b
+    Examples:
+      spex doctor
+      spex doctor --json
+    """
+    import platform
+
+    from spexsup import __version__, config
+    from spexsup.doctor import run_checks
+    from spexsup.errors import SpexError
+    from spexsup.spex import Spex
+
+    spex = Spex.open(ctx.find_root().obj)
+    checks = run_checks(spex)
+    tmux = next((c.detail for c in checks if c.name == "tmux"), "?")
+    versions = {"spex": __version__, "python": platform.python_version(), "tmux": tmux}
+    candidates = config.config_files(spex.home)
+    try:
+        loaded = config.load(spex.home)
+        config_error = None
+    except SpexError as e:  # reported among the checks, and fails the doctor
+        loaded, config_error = None, e.line()
+    files = [
+        {"path": str(p), "read": bool(loaded and p in loaded.files), "order": i + 1}
+        for i, p in enumerate(candidates)
+    ]
     if as_json:
-        print_json([c.as_json() for c in checks])
+        print_json(
+            document(
+                {
+                    "ok": config_error is None and not any(not c.ok and c.required for c in checks),
+                    "versions": versions,
+                    "config": {"files": files, "error": config_error},
+                    "checks": [c.as_json() for c in checks],
+                }
+            )
+        )
     else:
+        typer.echo(f"spex {__version__}, Python {versions['python']}, {tmux}")
+        for f in files:
+            state = "read" if f["read"] else "absent"
+            typer.echo(f"config {f['order']}: {f['path']} ({state})")
+        if config_error:
+            typer.echo(f"FAIL  config: {config_error}")
         for c in checks:
             typer.echo(
                 f"{'ok  ' if c.ok else 'FAIL' if c.required else 'warn'}  {c.name}: {c.detail}"
             )
-    if any(not c.ok and c.required for c in checks):
+    if config_error or any(not c.ok and c.required for c in checks):
         raise typer.Exit(1)
+
+
+@app.command()
+def completion(
+    shell: Annotated[str, typer.Argument(metavar="SHELL", help="bash, zsh or fish.")],
+) -> None:
+    """Print the completion script for bash, zsh or fish.
+
+    \b
+    Install (one line, then open a new shell):
+      bash:  echo 'eval "$(spex completion bash)"' >> ~/.bashrc
+      zsh:   echo 'eval "$(spex completion zsh)"' >> ~/.zshrc
+      fish:  spex completion fish > ~/.config/fish/completions/spex.fish
+    """
+    from spexsup.errors import Invalid
+
+    if shell not in complete.SHELLS:
+        raise Invalid(f"unknown shell {shell!r}", hint="bash, zsh or fish")
+    typer.echo(complete.script(shell))

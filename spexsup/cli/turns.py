@@ -6,16 +6,28 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from spexsup import sessions, turns
-from spexsup.cli.app import app, open_spex
-from spexsup.cli.render import print_json
+from spexsup.cli import complete
+from spexsup.cli.app import app, open_spex, settings
+from spexsup.cli.params import (
+    AllOpt,
+    GraceOpt,
+    JsonOpt,
+    MatchOpt,
+    NameArg,
+    NamesArg,
+    PromptFileOpt,
+    WindowOpt,
+)
+from spexsup.cli.render import document, print_json
 from spexsup.errors import Invalid
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+if TYPE_CHECKING:
+    from spexsup.turns import Verdict
+
 MAX_PROMPT = 1 << 20
 
 
@@ -79,17 +91,54 @@ def read_prompt(text: str | None, file: str | None) -> bytes:
     return data
 
 
+def verdict_line(name: str, verdict: Verdict) -> str:
+    """`api: failed turn T rc=1 (812 ms): <cause>`: the cause is on the verdict line."""
+    line = f"{name}: {verdict.verdict} turn {verdict.turn}"
+    if verdict.pid:
+        line += f" pid {verdict.pid}"
+    if verdict.rc is not None:
+        line += f" rc={verdict.rc}"
+    if verdict.attempts > 1:
+        line += f" after {verdict.attempts} attempts"
+    line += f" ({verdict.elapsed_ms} ms)"
+    if verdict.error:
+        line += f": {verdict.error}"
+    return line
+
+
+def wake_and_report(
+    ctx: typer.Context,
+    name: str,
+    prompt: bytes,
+    *,
+    window: float | None,
+    fresh: bool,
+    as_json: bool,
+    force: bool = False,
+) -> None:
+    from spexsup import turns
+
+    spex = open_spex(ctx)
+    verdict = turns.wake(spex, name, prompt, window=window, fresh=fresh, force=force)
+    if as_json:
+        print_json(document({"ok": verdict.ok, **verdict.as_json()}))
+    else:
+        typer.echo(verdict_line(name, verdict))
+        if verdict.error:
+            typer.echo(f"spex: {name}: {verdict.error}", err=True)
+    if not verdict.ok:
+        raise typer.Exit(1)
+
+
 @app.command()
 def wake(
     ctx: typer.Context,
-    name: str,
-    text: Annotated[str | None, typer.Argument(help="The prompt.")] = None,
-    file: Annotated[
-        str | None, typer.Option("-f", "--file", help="Read the prompt from FILE, or - (stdin).")
+    name: NameArg,
+    text: Annotated[
+        str | None, typer.Argument(metavar="[TEXT]", help="The prompt.", show_default=False)
     ] = None,
-    window: Annotated[
-        float | None, typer.Option("--window", help="Confirmation window in seconds.")
-    ] = None,
+    file: PromptFileOpt = None,
+    window: WindowOpt = None,
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Start a new conversation instead of resuming.")
     ] = False,
@@ -98,99 +147,198 @@ def wake(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start a turn and print its verdict: confirmed, completed or failed."""
+    """Start a turn and print its verdict (confirmed, completed, failed).
+
+    \b
+    Examples:
+      spex wake api "fix the flaky test"
+      spex wake api -f prompt.md --window 5
+      git diff | spex wake api -f - --json
+    """
+    from spexsup import sessions
+
     sessions.validate_name(name)
     prompt = read_prompt(text, file)
-    spex = open_spex(ctx)
-    verdict = turns.wake(spex, name, prompt, window=window, fresh=fresh, force=force)
-    if as_json:
-        print_json(verdict.as_json())
-    else:
-        line = f"{name}: {verdict.verdict} turn {verdict.turn}"
-        if verdict.pid:
-            line += f" pid {verdict.pid}"
-        if verdict.rc is not None:
-            line += f" rc={verdict.rc}"
-        if verdict.attempts > 1:
-            line += f" after {verdict.attempts} attempts"
-        line += f" ({verdict.elapsed_ms} ms)"
-        typer.echo(line)
-        if verdict.error:
-            typer.echo(f"spex: {name}: {verdict.error}", err=True)
-    if not verdict.ok:
-        raise typer.Exit(1)
+    wake_and_report(ctx, name, prompt, window=window, fresh=fresh, force=force, as_json=as_json)
 
 
 @app.command()
 def wait(
     ctx: typer.Context,
-    names: Annotated[list[str], typer.Argument(help="Sessions to wait for.")],
+    names: NamesArg = None,
+    all_: AllOpt = False,
+    match: MatchOpt = None,
     timeout: Annotated[
-        float | None, typer.Option("--timeout", help="Give up after S seconds (exit 124).")
+        float | None,
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            help="Give up after SECONDS (exit 124). [default: wait forever]",
+            show_default=False,
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Block until each session's current turn ends."""
-    for n in names:
-        sessions.validate_name(n)
+    """Block until each session's current turn ends: exit 0 when every turn
+    ended complete, 1 when any did not (each turn's rc is in the output).
+
+    \b
+    Examples:
+      spex wait api --timeout 600
+      spex wait --match 'api-*' --json
+    """
+    from spexsup import sessions, turns
+
     if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
         raise Invalid(f"invalid timeout {timeout}", hint="a number of seconds, 0 or more")
     from spexsup import control
 
-    ended = control.wait(open_spex(ctx), names, timeout=timeout)
+    spex = open_spex(ctx)
+    names = sessions.select(spex, names or [], all_=all_, match=match)
+    ended = control.wait(spex, names, timeout=timeout)
     if as_json:
-        print_json([e.as_json() for e in ended])
+        # Each entry is the turn's one JSON shape, plus `turn` (its id) as before.
+        print_json([{**turns.load_turn(spex, e.turn), "turn": e.turn} for e in ended if e.turn])
     else:
         for e in ended:
             rc = "" if e.rc is None else f" rc={e.rc}"
-            typer.echo(f"{e.session}: turn {e.turn} {e.state}{rc}")
+            cause = f": {e.error}" if e.error and e.state != "complete" else ""
+            typer.echo(f"{e.session}: turn {e.turn} {e.state}{rc}{cause}")
     raise typer.Exit(int(any(e.exit_code for e in ended)))
 
 
 @app.command()
 def stop(
     ctx: typer.Context,
-    name: str,
-    grace: Annotated[
-        float, typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL.")
-    ] = 5.0,
+    names: NamesArg = None,
+    all_: AllOpt = False,
+    match: MatchOpt = None,
+    grace: GraceOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Stop the running turn and mark the session stopped."""
-    sessions.validate_name(name)
-    from spexsup import control
+    """Stop the running turn and mark the session stopped.
 
-    aborted = control.stop(open_spex(ctx), name, grace=grace)
-    typer.echo(f"{name}: stopped" + (f" (turn {aborted} aborted)" if aborted else ""))
+    \b
+    Examples:
+      spex stop api
+      spex stop --all --grace 1
+    """
+    from spexsup import control, sessions
+
+    spex = open_spex(ctx)
+    chosen = sessions.select(spex, names or [], all_=all_, match=match)
+    if grace is None:
+        grace = settings(ctx, spex).grace
+    docs = []
+    for name in chosen:
+        aborted = control.stop(spex, name, grace=control.DEFAULT_GRACE if grace is None else grace)
+        docs.append(document({"ok": True, "session": name, "state": "stopped", "aborted": aborted}))
+        if not as_json:
+            typer.echo(f"{name}: stopped" + (f" (turn {aborted} aborted)" if aborted else ""))
+    if as_json:
+        print_json(docs[0] if names and len(names) == 1 else docs)
 
 
 @app.command()
 def resume(
     ctx: typer.Context,
-    name: str,
+    name: Annotated[
+        str | None,
+        typer.Argument(metavar="NAME", help="Session name.", show_default=False),
+    ] = None,
+    prompt: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[PROMPT…]", help="Then wake it with this prompt.", show_default=False
+        ),
+    ] = None,
+    all_: AllOpt = False,
+    match: MatchOpt = None,
     force: Annotated[
         bool, typer.Option("--force", help="Resume even if an old turn may still run.")
     ] = False,
+    window: WindowOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Leave the stopped state."""
-    sessions.validate_name(name)
-    from spexsup import control
+    """Leave the stopped state; with a PROMPT, also wake the session.
 
-    control.resume(open_spex(ctx), name, force=force)
-    typer.echo(f"{name}: resumed")
+    A session that is not stopped is left as it is (exit 0).
+
+    \b
+    Examples:
+      spex resume api
+      spex resume api fix the flaky test
+      spex resume --match 'api-*' --force
+    """
+    from spexsup import control, sessions
+
+    if prompt and (all_ or match is not None):
+        raise Invalid("a prompt resumes and wakes one session, not --all or --match")
+    spex = open_spex(ctx)
+    chosen = sessions.select(spex, [name] if name else [], all_=all_, match=match)
+    docs = []
+    for n in chosen:
+        resumed = control.resume(spex, n, force=force, not_stopped_ok=True)
+        docs.append(document({"ok": True, "session": n, "resumed": resumed}))
+        if not as_json:
+            typer.echo(f"{n}: resumed" if resumed else f"{n}: not stopped (nothing to do)")
+    if prompt:
+        text = " ".join(prompt)
+        assert name is not None
+        wake_and_report(
+            ctx, name, read_prompt(text, None), window=window, fresh=False, as_json=as_json
+        )
+        return
+    if as_json:
+        print_json(docs[0] if name else docs)
 
 
 @app.command()
 def log(
     ctx: typer.Context,
-    name: str,
-    turn: Annotated[str | None, typer.Option("--turn", help="Turn id (default: latest).")] = None,
+    name: NameArg,
+    turn: Annotated[
+        str | None,
+        typer.Option(
+            "--turn",
+            metavar="TURN",
+            help="A turn id, a unique prefix of its random part, last or last~N."
+            " [default: the current or last turn]",
+            autocompletion=complete.turn_ids,
+            show_default=False,
+        ),
+    ] = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Follow until it ends.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Print a turn's output."""
-    sessions.validate_name(name)
-    from spexsup import control
+    """Print a turn's output (with --json: its metadata).
 
+    \b
+    Examples:
+      spex log api -f
+      spex log api --turn last~1
+      spex log api --turn 3fa --json
+    """
+    from spexsup import sessions, turns
+
+    sessions.validate_name(name)
+    from spexsup import control, ids
+
+    spex = open_spex(ctx)
+    sessions.get(spex, name)
+    if turn is not None:
+        turn = ids.resolve_turn(spex.store.db, name, turn)
+    if as_json:
+        if follow:
+            raise Invalid("--json prints the turn's metadata; it does not follow")
+        turn = turn or sessions.get(spex, name).current_turn
+        if turn is None:
+            from spexsup.errors import Refused
+
+            raise Refused(f"session {name!r} has no turn yet")
+        print_json(turns.load_turn(spex, turn))
+        return
     out = sys.stdout.buffer
-    for chunk in control.log(open_spex(ctx), name, turn=turn, follow=follow):
+    for chunk in control.log(spex, name, turn=turn, follow=follow):
         out.write(chunk)
         out.flush()

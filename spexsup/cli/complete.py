@@ -1,0 +1,240 @@
+"""Shell completion: the scripts (`spex completion SHELL`) and what words complete to.
+
+The shell calls `spex` back on every TAB with `_SPEX_COMPLETE` set (typer's
+protocol for bash, zsh and fish). Session names, wave ids, turn ids and
+harness names are answered by `fast_path` from SQLite without importing
+typer, so a TAB costs about a bare interpreter's start; commands and options
+fall through to typer's own completion. `SPEC` says which word of which
+command completes to what; tests/test_completion.py checks it against the
+typer app so the two cannot drift apart.
+
+Imports no typer: `fast_path` runs before it would be imported.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlite3
+
+COMPLETE_VAR = "_SPEX_COMPLETE"
+SHELLS = ("bash", "zsh", "fish")
+
+# command: (the kinds of its positional words, "*" meaning the one before it
+#           repeats; its options that take a value -> the kind of that value)
+SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
+    "new": ((), {"--harness": "harness", "--cwd": None, "--env": None, "--window": None}),
+    "wake": (("session",), {"-f": None, "--file": None, "--window": None}),
+    "wait": (("session", "*"), {"--timeout": None, "--match": None}),
+    "log": (("session",), {"--turn": "turn"}),
+    "attach": (("session",), {}),
+    "up": (("session", "*"), {"-m": None, "--message": None}),
+    "stop": (("session", "*"), {"--grace": None, "--match": None}),
+    "resume": (("session",), {"--match": None, "--window": None}),
+    "ls": ((), {}),
+    "show": (("session",), {}),
+    "rm": (("session", "*"), {"--match": None}),
+    "fanout": (
+        ("session", "*"),
+        {
+            "--match": None,
+            "-m": None,
+            "--message": None,
+            "-f": None,
+            "--file": None,
+            "--max-concurrent": None,
+            "--window": None,
+            "--retry-failed": "wave",
+            "--on-complete": None,
+        },
+    ),
+    "waves": ((), {}),
+    "wave": (("wave",), {}),
+}
+
+
+def _db(home: str | None) -> sqlite3.Connection | None:
+    import sqlite3
+
+    from spexsup.paths import resolve_home
+
+    path = resolve_home(home) / "state.db"
+    if not path.is_file():
+        return None
+    try:
+        return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+    except sqlite3.Error:
+        return None
+
+
+def values(kind: str, home: str | None, session: str | None = None) -> list[str]:
+    """What a word of `kind` may be; [] when the state cannot be read."""
+    if kind == "harness":
+        from spexsup import harness
+        from spexsup.paths import resolve_home
+
+        return harness.load_registry(resolve_home(home)).names()
+    import sqlite3
+
+    db = _db(home)
+    if db is None:
+        return []
+    try:
+        if kind == "session":
+            rows = db.execute("SELECT name FROM sessions ORDER BY name").fetchall()
+        elif kind == "wave":
+            rows = db.execute("SELECT id FROM waves ORDER BY created_at DESC").fetchall()
+            rows = [("last",), *rows]
+        elif kind == "turn":
+            rows = db.execute(
+                "SELECT id FROM turns WHERE session = ? ORDER BY started_at DESC", (session,)
+            ).fetchall()
+            rows = [("last",), *rows]
+        else:
+            return []
+    except sqlite3.Error:
+        return []
+    finally:
+        db.close()
+    return [r[0] for r in rows]
+
+
+def classify(args: Sequence[str]) -> tuple[str | None, str | None] | None:
+    """(kind of the next word, session named so far) for `spex ARGS… <TAB>`.
+
+    None when typer must answer (a command or option name, or a word this
+    table does not know); kind None when the word is free text.
+    """
+    words: list[str] = []
+    it = iter(args)
+    for word in it:
+        if word == "--home":
+            next(it, None)
+        elif not word.startswith("--home="):
+            words.append(word)
+    if not words or words[0] not in SPEC:
+        return None
+    positional, options = SPEC[words[0]]
+    taken: list[str] = []
+    want: str | None = None
+    for word in words[1:]:
+        if want is not None:
+            want = None
+            continue
+        if word == "--":
+            return (None, None)
+        if word in options:
+            want = word
+        elif not word.startswith("-"):
+            taken.append(word)
+    session = taken[0] if taken else None
+    if want is not None:
+        return (options[want], session)
+    if positional[-1:] == ("*",) and len(taken) >= len(positional) - 1:
+        return (positional[-2], session)
+    if len(taken) < len(positional):
+        return (positional[len(taken)], session)
+    return (None, session)
+
+
+def _home(args: Sequence[str]) -> str | None:
+    for i, word in enumerate(args):
+        if word == "--home" and i + 1 < len(args):
+            return args[i + 1]
+        if word.startswith("--home="):
+            return word.partition("=")[2]
+    return None
+
+
+def _split(line: str) -> list[str]:
+    import shlex
+
+    lex = shlex.shlex(line, posix=True)
+    lex.whitespace_split = True
+    lex.commenters = ""
+    out: list[str] = []
+    try:
+        out.extend(lex)
+    except ValueError:  # an unclosed quote: complete the partial word as it is
+        out.append(lex.token)
+    return out
+
+
+def _request(shell: str) -> tuple[list[str], str]:
+    """(words before the cursor, the word being completed), as typer's classes read them."""
+    if shell == "bash":
+        words = _split(os.environ.get("COMP_WORDS", ""))
+        cword = int(os.environ.get("COMP_CWORD", "0") or 0)
+        return words[1:cword], (words[cword] if cword < len(words) else "")
+    line = os.environ.get("_TYPER_COMPLETE_ARGS", "")
+    words = _split(line)[1:]
+    if words and not line.endswith(" "):
+        return words[:-1], words[-1]
+    return words, ""
+
+
+def fast_path() -> int | None:
+    """Answer a completion request for names and ids; None to let typer answer."""
+    instruction = os.environ.get(COMPLETE_VAR, "")
+    action, _, shell = instruction.partition("_")
+    if action != "complete" or shell not in SHELLS:
+        return None
+    try:
+        args, incomplete = _request(shell)
+    except ValueError:
+        return None
+    if incomplete.startswith("-"):
+        return None
+    found = classify(args)
+    if found is None:
+        return None
+    kind, session = found
+    hits = (
+        [v for v in values(kind, _home(args), session) if v.startswith(incomplete)] if kind else []
+    )
+    if shell == "fish" and os.environ.get("_TYPER_COMPLETE_FISH_ACTION") == "is-args":
+        return 0 if hits else 1
+    if shell == "zsh":
+        quoted = "\n".join(f'"{v}"' for v in hits)
+        sys.stdout.write(f"_arguments '*: :(({quoted}))'\n" if hits else "_files\n")
+    elif hits:
+        sys.stdout.write("\n".join(hits) + "\n")
+    return 0
+
+
+def script(shell: str) -> str:
+    """The script that `spex completion SHELL` prints, to be sourced by that shell."""
+    from typer._completion_shared import get_completion_script
+
+    return get_completion_script(prog_name="spex", complete_var=COMPLETE_VAR, shell=shell)
+
+
+# Callbacks for typer's own completion path (zsh/fish asking about options, a
+# word typed after an option this table lists): same sources, home from --home.
+
+
+def _root_home(ctx: Any) -> str | None:
+    home = ctx.find_root().params.get("home")
+    return str(home) if home else None
+
+
+def session_names(ctx: Any, incomplete: str) -> list[str]:
+    return [n for n in values("session", _root_home(ctx)) if n.startswith(incomplete)]
+
+
+def wave_ids(ctx: Any, incomplete: str) -> list[str]:
+    return [n for n in values("wave", _root_home(ctx)) if n.startswith(incomplete)]
+
+
+def harness_names(ctx: Any, incomplete: str) -> list[str]:
+    return [n for n in values("harness", _root_home(ctx)) if n.startswith(incomplete)]
+
+
+def turn_ids(ctx: Any, incomplete: str) -> list[str]:
+    session = ctx.params.get("name")
+    found = values("turn", _root_home(ctx), session) if session else []
+    return [n for n in found if n.startswith(incomplete)]

@@ -1,0 +1,49 @@
+"""Options and arguments shared by several commands, with their metavars and completers."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from spexsup.cli import complete
+
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print JSON (schema_version 1); on failure too.")
+]
+NameArg = Annotated[
+    str,
+    typer.Argument(metavar="NAME", help="Session name.", autocompletion=complete.session_names),
+]
+NamesArg = Annotated[
+    list[str] | None,
+    typer.Argument(metavar="NAME…", help="Session names.", autocompletion=complete.session_names),
+]
+AllOpt = Annotated[bool, typer.Option("--all", help="Every session.")]
+MatchOpt = Annotated[
+    str | None,
+    typer.Option("--match", metavar="GLOB", help="Every session whose name matches GLOB."),
+]
+WindowOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--window",
+        metavar="SECONDS",
+        help="Confirmation window. [default: the session's, else config.toml's window,"
+        " else the harness's, else 2]",
+        show_default=False,
+    ),
+]
+PromptFileOpt = Annotated[
+    str | None,
+    typer.Option("-f", "--file", metavar="FILE", help="Read the prompt from FILE, or - for stdin."),
+]
+GraceOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--grace",
+        metavar="SECONDS",
+        help="Between SIGTERM and SIGKILL. [default: config.toml's grace, else 5]",
+        show_default=False,
+    ),
+]

@@ -1,0 +1,73 @@
+"""Turn and wave ids, the short forms people type for them, and times in JSON.
+
+An id is `<UTC time>Z-<6 hex>` (waves prefix a `w`): it sorts by time and
+its `Z` says the time is UTC. Where an id is asked for, a user may give the
+full id, a unique prefix of its random part (`3fa`), `last` (the newest) or
+`last~N` (N before the newest).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING
+
+from spexsup.errors import Invalid, Refused
+
+if TYPE_CHECKING:
+    import sqlite3
+
+# Every JSON document spex prints carries this (DESIGN §8 "JSON").
+SCHEMA_VERSION = 1
+REF_RE = re.compile(r"[0-9A-Za-z_~-]{1,64}")
+LAST_RE = re.compile(r"last(?:~([0-9]{1,6}))?")
+
+
+def new_id(prefix: str = "") -> str:
+    import secrets
+
+    return prefix + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def iso(epoch: float | None) -> str | None:
+    """ISO-8601 UTC with milliseconds and a Z, printed beside every epoch float."""
+    if epoch is None:
+        return None
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _resolve(rows: list[str], ref: str, what: str, hint: str) -> str:
+    """`rows` are the candidate ids, newest first."""
+    if not REF_RE.fullmatch(ref):
+        raise Invalid(f"invalid {what} id {ref!r}", hint=hint)
+    last = LAST_RE.fullmatch(ref)
+    if last:
+        back = int(last.group(1) or 0)
+        if back >= len(rows):
+            raise Refused(f"there is no {what} {ref!r} ({len(rows)} {what}s)", hint=hint)
+        return rows[back]
+    if ref in rows:
+        return ref
+    hits = [i for i in rows if i.rpartition("-")[2].startswith(ref) or i.startswith(ref)]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise Refused(f"no {what} {ref!r}", hint=hint)
+    shown = ", ".join(hits[:5]) + (", …" if len(hits) > 5 else "")
+    raise Invalid(f"{what} id {ref!r} is ambiguous: {shown}", hint="give more characters")
+
+
+def resolve_turn(db: sqlite3.Connection, session: str, ref: str) -> str:
+    """The full id of the turn of `session` that `ref` names; Refused if none."""
+    rows = db.execute(
+        "SELECT id FROM turns WHERE session = ? ORDER BY started_at DESC, id DESC", (session,)
+    ).fetchall()
+    return _resolve([r[0] for r in rows], ref, "turn", f"see spex show {session}")
+
+
+def resolve_wave(db: sqlite3.Connection, ref: str) -> str:
+    """The full id of the wave `ref` names; Refused if none."""
+    rows = db.execute("SELECT id FROM waves ORDER BY created_at DESC, id DESC").fetchall()
+    return _resolve([r[0] for r in rows], ref, "wave", "see spex waves")

@@ -1,0 +1,237 @@
+"""The CLI as a user meets it: help, version, --home, output formats, JSON, ids, many names."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pexpect
+from conftest import SPEX, Env, retry_until
+
+LIFECYCLE = "new wake wait log attach stop resume up ls show rm fanout waves wave maint doctor"
+ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def doc(env: Env, *args: str) -> Any:
+    r = env.run(*args, "--json")
+    assert r.returncode == 0, (args, r.stderr)
+    return json.loads(r.stdout)
+
+
+def test_version_and_doctor_versions(env: Env) -> None:
+    from spexsup import __version__
+
+    r = env.run("--version")
+    assert (r.returncode, r.stdout) == (0, f"spex {__version__}\n")
+    d = env.run("doctor")
+    first = d.stdout.splitlines()[0]
+    assert first.startswith(f"spex {__version__}, Python {sys.version.split()[0]}, tmux ")
+    versions = doc(env, "doctor")["versions"]
+    assert versions["spex"] == __version__ and versions["tmux"].startswith("tmux ")
+
+
+def test_help_is_ordered_whole_and_ends_with_exit_codes(env: Env) -> None:
+    r = env.run("--help", extra={"COLUMNS": "80"})
+    assert r.returncode == 0
+    listed = re.findall(r"^  ([a-z-]+)  ", r.stdout.split("Commands:")[1], re.M)
+    assert listed[: len(LIFECYCLE.split())] == LIFECYCLE.split()
+    assert "maint-op" not in listed and "internal" not in listed
+    assert r.stdout.rstrip().splitlines()[-4].strip().startswith("Exit codes: 0 ok")
+    for command in [*LIFECYCLE.split(), "completion"]:
+        page = env.run(command, "--help", extra={"COLUMNS": "80"}).stdout
+        assert "..." not in page and "<" not in page.split("Options:")[1], (command, page)
+        assert max(len(line) for line in page.splitlines()) <= 80, command
+        assert "Examples:" in page or command == "completion", command
+    assert "--window SECONDS" in env.run("wake", "--help").stdout
+    stop = " ".join(env.run("stop", "--help").stdout.split())
+    assert "[default: config.toml's grace, else 5]" in stop
+    assert "NAME…" in env.run("stop", "--help").stdout
+    # The hidden commands still work and still have help.
+    assert env.run("maint-op", "--help").returncode == 0
+
+
+def test_home_is_accepted_anywhere(env: Env) -> None:
+    other = env.root / "other"
+    assert env.run("new", "a", "--harness", "demo", "--home", str(other)).returncode == 0
+    assert [r["name"] for r in doc(env, "ls", "--home", str(other))] == ["a"]
+    assert [r["name"] for r in doc(env, f"--home={other}", "ls")] == ["a"]
+    assert doc(env, "ls") == []  # SPEXSUP_HOME itself was never touched
+
+
+def test_ls_on_a_pipe_is_one_line_per_session(env: Env) -> None:
+    deep = env.root / ("very-long-directory-name-" * 6)
+    deep.mkdir()
+    for name in ("a", "b"):
+        assert env.run("new", name, "--harness", "demo", "--cwd", str(deep)).returncode == 0
+    assert env.run("wake", "a", "hi", "--window", "0.3").returncode == 0
+    assert env.run("wait", "a").returncode == 0
+    lines = env.run("ls").stdout.splitlines()
+    assert len(lines) == 3 and lines[0].split() == [
+        *["NAME", "HARNESS", "STATE", "TURN", "WHEN", "HOME", "CWD"]
+    ]
+    for line in lines:
+        assert line == line.rstrip() and "\t" not in line
+        assert len(re.split(r"  +", line)) == 7, line
+    assert lines[1].endswith(str(deep)) and lines[2].endswith(str(deep))
+    turn = doc(env, "show", "a")["turns"][0]["id"]
+    assert re.search(rf"  {turn.rpartition('-')[2]} complete rc=0  .*s ago, ran \d+s  ", lines[1])
+    assert turn in env.run("ls", "--wide").stdout
+
+
+def test_ls_on_a_terminal_never_wraps(env: Env) -> None:
+    deep = Path(env.vars["HOME"]) / ("long-directory-" * 8)
+    deep.mkdir()
+    assert env.run("new", "a", "--harness", "demo", "--cwd", str(deep)).returncode == 0
+    child = pexpect.spawn(
+        SPEX, ["ls"], env=env.vars, dimensions=(24, 60), encoding="utf-8", timeout=30
+    )
+    child.expect(pexpect.EOF)
+    lines = [ln for ln in child.before.replace("\r", "").splitlines() if ln]
+    assert len(lines) == 2, lines
+    assert all(len(ln) <= 60 for ln in lines), lines
+    assert re.search(r"  ~/long-\S*…\S*directory-$", lines[1]), lines
+
+
+def test_json_documents_share_one_shape(env: Env) -> None:
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    created = doc(env, "new", "b", "--harness", "demo")
+    assert created["schema_version"] == 1 and created["name"] == "b"
+    woke = doc(env, "wake", "a", "hello", "--window", "0.3")
+    assert woke["schema_version"] == 1 and woke["ok"] is True
+    assert woke["verdict"] in ("confirmed", "completed")
+    waited = doc(env, "wait", "a")
+    assert waited[0]["schema_version"] == 1 and waited[0]["state"] == "complete"
+    listed = doc(env, "ls")
+    shown = doc(env, "show", "a")
+    logged = doc(env, "log", "a")
+    for session in (listed[0], shown):
+        assert session["schema_version"] == 1 and ISO.fullmatch(session["created_at_iso"])
+    turns = [listed[0]["turn"], shown["turns"][0], logged]
+    assert all(set(t) == set(logged) for t in turns)
+    assert set(waited[0]) == {*logged, "turn"} and waited[0]["turn"] == logged["id"]
+    for t in turns:
+        assert t["schema_version"] == 1 and t["id"] == woke["turn"] and t["session"] == "a"
+        assert ISO.fullmatch(t["started_at_iso"]) and ISO.fullmatch(t["ended_at_iso"])
+    assert "Z-" in t["id"]
+    stopped = doc(env, "stop", "b")
+    assert stopped == {
+        "schema_version": 1,
+        "ok": True,
+        "session": "b",
+        "state": "stopped",
+        "aborted": None,
+    }
+    assert doc(env, "resume", "b")["resumed"] is True
+    assert doc(env, "rm", "b")["removed"] is True
+
+
+def test_failures_print_a_json_document_too(env: Env) -> None:
+    for args, code in (
+        (["show", "nosuch"], 3),
+        (["new", "-bad", "--harness", "demo"], 2),
+        (["ls", "--bogus"], 2),
+    ):
+        r = env.run(*args, "--json")
+        assert r.returncode == code, (args, r.stderr)
+        failure = json.loads(r.stdout)
+        assert failure == {
+            "schema_version": 1,
+            "ok": False,
+            "error": r.stderr.strip().removeprefix("spex: "),
+            "exit_code": code,
+        }
+        assert len(r.stderr.splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_ids_by_prefix_and_last(env: Env) -> None:
+    assert env.run("new", "a", "--", "bash", "-c", "echo said $0").returncode == 0
+    for word in ("one", "two"):
+        assert env.run("wake", "a", word, "--window", "0.3").returncode == 0
+    first, second = (t["id"] for t in reversed(doc(env, "show", "a")["turns"]))
+    assert env.run("log", "a", "--turn", "last").stdout == "said two\n"
+    assert env.run("log", "a", "--turn", "last~1").stdout == "said one\n"
+    prefix = first.rpartition("-")[2][:4]
+    if not second.rpartition("-")[2].startswith(prefix):
+        assert env.run("log", "a", "--turn", prefix).stdout == "said one\n"
+    assert doc(env, "log", "a", "--turn", first)["id"] == first
+    r = env.run("log", "a", "--turn", "last~5")
+    assert r.returncode == 3 and "no turn" in r.stderr
+    assert env.run("log", "a", "--turn", "zzzz").returncode == 3
+    assert env.run("fanout", "a", "-m", "three", "--window", "0.3").returncode == 0
+    wave = doc(env, "wave", "last")
+    assert wave["schema_version"] == 1 and wave["id"].startswith("w") and "Z-" in wave["id"]
+    assert doc(env, "wave", wave["id"].rpartition("-")[2])["id"] == wave["id"]
+
+
+def test_many_names_all_and_match(env: Env) -> None:
+    for name in ("api-1", "api-2", "web"):
+        assert env.run("new", name, "--", "bash", "-c", "sleep 30").returncode == 0
+    assert env.run("wake", "api-1", "x", "--window", "0.3").returncode == 0
+    r = env.run("stop", "--match", "api-*", "--grace", "1")
+    assert r.returncode == 0 and r.stdout.count(": stopped") == 2
+    states = {s["name"]: s["state"] for s in doc(env, "ls")}
+    assert states == {"api-1": "stopped", "api-2": "stopped", "web": "idle"}
+    r = env.run("resume", "--all")
+    assert r.returncode == 0 and "web: not stopped (nothing to do)" in r.stdout
+    assert {s["state"] for s in doc(env, "ls")} == {"idle"}
+    assert env.run("stop", "--all", "--match", "x").returncode == 2
+    assert env.run("stop", "--match", "nothing-*").returncode == 3
+    assert env.run("wake", "api-2", "y", "--window", "0.3").returncode == 0
+    assert env.run("wait", "--match", "api-2", "--timeout", "0.2").returncode == 124
+    r = env.run("stop", "api-2", "--grace", "0")
+    assert r.returncode == 0
+    r = env.run("resume", "api-2", "fix", "the", "thing", "--window", "0.3")
+    assert r.returncode == 0 and "api-2: resumed" in r.stdout and "confirmed" in r.stdout
+    argv = doc(env, "show", "api-2")["turns"][0]
+    assert argv["state"] == "running"
+    assert env.run("rm", "api-1", "web").returncode == 0
+    assert env.run("rm", "--all", "--force").returncode == 0
+    assert doc(env, "ls") == []
+
+
+def test_new_needs_a_harness_or_a_configured_default(env: Env) -> None:
+    r = env.run("new", "a")
+    assert r.returncode == 2 and "default_harness" in r.stderr and "demo" in r.stderr
+    r = env.run("new", "a", "--")
+    assert r.returncode == 2 and "nothing after --" in r.stderr
+    assert doc(env, "ls") == []
+    (env.home / "config.toml").write_text('default_harness = "demo"\n')
+    link = env.root / "link"
+    link.symlink_to(env.root)
+    assert subprocess_in(env, link, "new", "a", "--cwd", ".") == 0
+    session = doc(env, "show", "a")
+    assert session["harness"] == "demo" and session["cwd"] == str(env.root.resolve())
+
+
+def subprocess_in(env: Env, cwd: Path, *args: str) -> int:
+    import subprocess
+
+    return subprocess.run([SPEX, *args], cwd=cwd, env=env.vars, check=False).returncode
+
+
+def test_a_failure_names_its_cause_on_the_verdict_line(env: Env) -> None:
+    script = "echo starting; echo 'API Error: 529 overloaded' >&2; exit 1"
+    assert env.run("new", "f", "--", "bash", "-c", script).returncode == 0
+    r = env.run("wake", "f", "go", "--window", "2")
+    assert r.returncode == 1
+    verdict = r.stdout.strip()
+    assert verdict.startswith("f: failed turn ") and verdict.endswith("API Error: 529 overloaded")
+    assert "API Error: 529 overloaded" in r.stderr
+    # Mid-turn: confirmed first, then the harness fails; show and wait name the cause.
+    slow = "sleep 0.8; echo 'API Error: 529 overloaded'; exit 1"
+    assert env.run("new", "m", "--", "bash", "-c", slow).returncode == 0
+    assert env.run("wake", "m", "go", "--window", "0.2").returncode == 0
+    w = env.run("wait", "m")
+    assert "error rc=1: API Error: 529 overloaded" in w.stdout
+    assert retry_until(lambda: "API Error: 529" in env.run("show", "m").stdout)
+
+
+def test_ok_paths_leave_no_stray_output(env: Env) -> None:
+    r = env.run("ls")
+    assert (r.returncode, r.stderr) == (0, "")
+    assert "spex new NAME --harness HARNESS" in r.stdout
+    assert os.environ.get("SPEXSUP_HOME") == str(env.home)

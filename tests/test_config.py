@@ -1,0 +1,90 @@
+"""config.toml: defaults, which file wins, and broken files named precisely."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import Env
+
+
+def user_config(env: Env) -> Path:
+    path = Path(env.vars["HOME"]) / ".config" / "spexsup" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_the_state_home_config_wins_and_doctor_lists_both(env: Env) -> None:
+    user_config(env).write_text('default_harness = "claude"\nwindow = 0.1\n')
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text('default_harness = "demo"\n')
+    assert env.run("new", "a").returncode == 0
+    session = json.loads(env.run("show", "a", "--json").stdout)
+    assert session["harness"] == "demo"
+    # window comes from the user file (the state home's does not set it).
+    woke = json.loads(env.run("wake", "a", "hi", "--json").stdout)
+    assert woke["verdict"] == "confirmed" and woke["elapsed_ms"] < 1000
+    lines = env.run("doctor").stdout.splitlines()
+    assert lines[1] == f"config 1: {user_config(env)} (read)"
+    assert lines[2] == f"config 2: {env.home / 'config.toml'} (read)"
+
+
+def test_config_grace_and_max_concurrent_are_defaults(env: Env) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text("grace = 0\nmax_concurrent = 1\nstrict = false\n")
+    # A harness that ignores SIGTERM: with grace 0 the stop is immediate.
+    trap = "trap '' TERM; sleep 30"
+    assert env.run("new", "t", "--", "bash", "-c", trap).returncode == 0
+    assert env.run("wake", "t", "x", "--window", "0.3").returncode == 0
+    import time
+
+    started = time.monotonic()
+    assert env.run("stop", "t").returncode == 0
+    assert time.monotonic() - started < 4
+
+
+def test_a_broken_file_names_file_line_and_field(env: Env) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    path = env.home / "config.toml"
+    for text, expected in (
+        ('default_harness = "demo"\nwindow = "soon"\n', f"{path}:2: field 'window' must be"),
+        ("\n\ngrace = = 3\n", "line 3"),
+        ("colour = 1\n", f"{path}:1: unknown field 'colour'"),
+        ("max_concurrent = 0\n", "field 'max_concurrent' must be an integer between 1 and 1024"),
+    ):
+        path.write_text(text)
+        r = env.run("ls")
+        assert r.returncode == 1, text
+        assert expected in r.stderr and str(path) in r.stderr, r.stderr
+        assert len(r.stderr.splitlines()) == 1
+        r = env.run("new", "a", "--harness", "demo")
+        assert r.returncode == 1
+        d = env.run("doctor")
+        assert d.returncode == 1 and "FAIL  config:" in d.stdout
+    path.unlink()
+    assert json.loads(env.run("ls", "--json").stdout) == []
+
+
+def test_tables_of_other_features_pass_through(env: Env) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text(
+        'default_harness = "demo"\n[[hook]]\nevent = "turn.end"\n[host.box]\nssh = "box"\n'
+    )
+    assert env.run("new", "a").returncode == 0
+
+
+def test_attach_sets_the_configured_tmux_prefix(env: Env) -> None:
+    import pexpect
+    from conftest import SPEX, retry_until
+
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text('tmux_prefix = "C-a"\n')
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    child = pexpect.spawn(SPEX, ["attach", "a"], env=env.vars, dimensions=(24, 80), timeout=30)
+    try:
+        assert retry_until(lambda: env.tmux("list-clients").stdout.strip() != "")
+        assert env.tmux("show-options", "-gv", "prefix").stdout.strip() == "C-a"
+        child.send("\x01d")  # C-a d: detach with the configured prefix
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
