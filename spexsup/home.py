@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,10 @@ class PaneInfo:
     # the turn that last claimed the pane, and its launch fence.
     owner: str = ""
     turn: str = ""
+    # When a client last attached to the home, and when spex last put a shell
+    # or a turn in the pane (epoch seconds; 0 for never/unknown).
+    last_attached: int = 0
+    shell_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -154,15 +159,25 @@ class TmuxHome:
             "-p",
             "-t",
             f"={name}:0.0",
-            "#{session_name}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{@spex_owner}\t#{@spex_turn}",
+            "#{session_name}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{@spex_owner}\t#{@spex_turn}"
+            "\t#{session_last_attached}\t#{@spex_shell_at}",
         )
         if rc != 0 or not out:
             return None
         parts = out[0].split("\t")
-        if len(parts) != 6 or parts[0] != name:
+        if len(parts) != 8 or parts[0] != name:
             return None
-        _, pane_id, pid, dead, owner, turn = parts
-        return PaneInfo(name, pane_id, int(pid or 0), dead == "1", owner, turn)
+        _, pane_id, pid, dead, owner, turn, attached, shell_at = parts
+        return PaneInfo(
+            name,
+            pane_id,
+            int(pid or 0),
+            dead == "1",
+            owner,
+            turn,
+            int(attached) if attached.isdigit() else 0,
+            int(shell_at) if shell_at.isdigit() else 0,
+        )
 
     def create(self, name: str, cwd: str, env: Mapping[str, str], owner: str) -> None:
         """Create the home, a detached tmux session with a shell in `cwd`, tagged `owner`.
@@ -174,6 +189,7 @@ class TmuxHome:
         for key, value in env.items():
             args += ["-e", f"{key}={value}"]
         args += [";", "set-option", "-t", f"={name}:", "@spex_owner", owner]
+        args += [";", "set-option", "-p", "-t", f"={name}:0.0", "@spex_shell_at", _now()]
         for conf in self.user_configs():
             args += [";", "source-file", "-q", str(conf)]
         rc, _, err = self._run(*args)
@@ -257,6 +273,7 @@ class TmuxHome:
             [
                 _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
                 _quote_cmd(["set-option", "-p", "-t", target, "@spex_turn", turn]),
+                _quote_cmd(["set-option", "-p", "-t", target, "@spex_shell_at", _now()]),
                 _quote_cmd(respawn),
                 _quote_cmd(["display-message", "-p", "-t", target, "launched #{pane_pid}"]),
             ]
@@ -313,6 +330,7 @@ class TmuxHome:
         taken = " ; ".join(
             [
                 _quote_cmd(["respawn-pane", "-k", "-t", target, "-c", cwd, "--", shell]),
+                _quote_cmd(["set-option", "-p", "-t", target, "@spex_shell_at", _now()]),
                 _quote_cmd(["display-message", "-p", "-t", target, "respawned"]),
             ]
         )
@@ -336,14 +354,20 @@ SHELLS = frozenset(
 )
 
 
+def _now() -> str:
+    return str(int(time.time()))
+
+
 def pane_activity(pane: PaneInfo, turns_dir: Path) -> str | None:
     """What a person is running in the pane, or None when it is idle: dead, a
-    turn's wrapper (under `turns_dir`) finishing up, or a shell with no
-    children (the shell spex or a turn's wrapper left).
+    turn's wrapper (under `turns_dir`) finishing up, a shell with no children
+    (the shell spex or a turn's wrapper left), or anything at all when no
+    client has attached since spex last put a shell or a turn there (a shell
+    still running its rc files is spex's, not a person's work).
 
     Read from /proc, not psutil: it runs on every wake.
     """
-    if pane.pane_dead or not pane.pane_pid:
+    if pane.pane_dead or not pane.pane_pid or pane.last_attached < pane.shell_at:
         return None
     pid = pane.pane_pid
     try:

@@ -230,7 +230,15 @@ def test_keys_typed_during_a_turn_never_run(env: Env) -> None:
 def test_a_pane_in_use_is_not_replaced_without_force(env: Env) -> None:
     env.run("new", "a", "--", "bash", "-c", "echo first-turn-output")
     assert wake_json(env, "a", "x", "--window", "5")[1]["verdict"] == "completed"
-    env.tmux("send-keys", "-t", "=a:0.0", "exec 2>/dev/null; sleep 300", "Enter")
+    # A person attaches, starts something in the pane's shell, and detaches.
+    child = pexpect.spawn(SPEX, ["attach", "a"], env=env.vars, dimensions=(30, 100), timeout=15)
+    try:
+        child.expect(r"\[spex a\]")
+        child.send("exec 2>/dev/null; sleep 300\r")
+        child.send("\x01d")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
     assert retry_until(
         lambda: (
             "sleep"
@@ -248,6 +256,20 @@ def test_a_pane_in_use_is_not_replaced_without_force(env: Env) -> None:
 
 
 # --- 6. attaching -----------------------------------------------------------
+
+
+def test_a_shell_still_starting_is_not_a_person_at_work(env: Env) -> None:
+    """Nobody attached since spex made the home: whatever runs there (a slow
+    rc file) is the shell starting up, and the wake goes ahead."""
+    env.run("new", "a", "--", "bash", "-c", "echo ran")
+    env.tmux("send-keys", "-t", "=a:0.0", "sleep 300", "Enter")
+    assert retry_until(
+        lambda: (
+            "sleep"
+            in env.tmux("display-message", "-p", "-t", "=a:0.0", "#{pane_current_command}").stdout
+        )
+    )
+    assert wake_json(env, "a", "x", "--window", "5")[1]["verdict"] == "completed"
 
 
 def test_attach_read_only(env: Env) -> None:
