@@ -31,15 +31,19 @@ if ! mark "running:$pid"; then
     exit 125
 fi
 turn=${dir##*/}
-# respawn-pane cleared the visible screen (not the history): put back what
-# it showed, so scrolling up still shows earlier turns.
-[ -s "$dir/screen" ] && cat "$dir/screen"
 
 # The home's status line shows the turn's state (a pane option).
 status() {
     [ -n "${TMUX_PANE:-}" ] && tmux set-option -p -t "$TMUX_PANE" @spex_state "$1" 2>/dev/null
 }
-status "turn $turn running"
+if [ -n "${TMUX_PANE:-}" ]; then
+    # respawn-pane cleared the visible screen (not the history); the launch
+    # kept it in a buffer: put it back, so scrolling up shows earlier turns.
+    buffer="spex-screen-$turn"
+    screen=$(tmux set-option -p -t "$TMUX_PANE" @spex_state "turn $turn running" \; \
+        show-buffer -b "$buffer" \; delete-buffer -b "$buffer" 2>/dev/null)
+    [ -n "$screen" ] && printf '%s\n' "$screen"
+fi
 
 argv=()
 mapfile -d '' -t argv <"$dir/argv"

@@ -213,17 +213,6 @@ class TmuxHome:
             )
         raise Failed(f"cannot create the tmux home of {name!r}: {err or rc}")
 
-    def screen(self, name: str) -> str:
-        """The home pane's visible screen (with its colours), trailing blank
-        lines dropped; "" if there is none. `respawn-pane` clears the visible
-        screen (not the history), so a launch replays it first."""
-        rc, out, _ = self._run("capture-pane", "-p", "-e", "-t", f"={name}:0.0")
-        if rc != 0:
-            return ""
-        while out and not out[-1].strip():
-            out.pop()
-        return "\n".join(out) + "\n" if out else ""
-
     def user_configs(self) -> list[Path]:
         """The user's tmux.conf files for our server, read after our own:
         `~/.config/spexsup/tmux.conf`, then `$SPEXSUP_HOME/tmux.conf`."""
@@ -254,15 +243,21 @@ class TmuxHome:
         cwd: str,
         env: Mapping[str, str],
         argv: Sequence[str],
+        *,
+        force: bool = False,
     ) -> Launch:
-        """Respawn the home's pane with `argv`, only if the home is `owner`'s and
-        no launch or stop with a fence >= `fence` has claimed the pane.
+        """Respawn the home's pane with `argv`, only if the home is `owner`'s, no
+        launch or stop with a fence >= `fence` has claimed the pane, and
+        (unless `force`) the pane is idle: dead, its foreground process the
+        shell itself, or nobody attached since spex last put a shell there (a
+        shell still running its rc files is not a person at work).
 
         The test and the respawn run as one `if-shell -F` inside the tmux
         server, which executes a client's command list without interleaving
         another client's, so a stop that fenced the pane first always wins.
-        The pane is tagged with its turn and the new pane_pid read back in
-        the same call (tmux forks the pane's process before the next command).
+        The pane is tagged with its turn, its visible screen is kept in a
+        buffer for the wrapper to replay (`respawn-pane` clears it), and the
+        new pane_pid is read back, all in the same call.
         """
         target = f"={name}:0.0"
         respawn = ["respawn-pane", "-k", "-t", target, "-c", cwd]
@@ -271,6 +266,7 @@ class TmuxHome:
         respawn += ["--", *argv]
         taken = " ; ".join(
             [
+                _quote_cmd(["capture-pane", "-e", "-b", f"spex-screen-{turn}", "-t", target]),
                 _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
                 _quote_cmd(["set-option", "-p", "-t", target, "@spex_turn", turn]),
                 _quote_cmd(["set-option", "-p", "-t", target, "@spex_shell_at", _now()]),
@@ -278,28 +274,27 @@ class TmuxHome:
                 _quote_cmd(["display-message", "-p", "-t", target, "launched #{pane_pid}"]),
             ]
         )
-        refused = _quote_cmd(
-            [
-                "display-message",
-                "-p",
-                "-t",
-                target,
-                "fenced #{session_name}\t#{@spex_turn}\t#{@spex_owner}",
-            ]
+        state = (
+            "refused #{session_name}\t#{@spex_turn}\t#{@spex_owner}"
+            f"\t#{{<:#{{@spex_fence}},{_fence(fence)}}}\t#{{pane_current_command}}"
         )
-        rc, out, err = self._run(
-            "if-shell", "-F", "-t", target, _owned_and_below(owner, fence), taken, refused
-        )
+        refused = _quote_cmd(["display-message", "-p", "-t", target, state])
+        cond = _owned_and_below(owner, fence)
+        if not force:
+            cond = f"#{{&&:{cond},{_IDLE}}}"
+        rc, out, err = self._run("if-shell", "-F", "-t", target, cond, taken, refused)
         last = out[-1] if out else ""
         if rc == 0 and last.startswith("launched ") and last[9:].isdigit():
             return Launch("launched", int(last[9:]))
-        if rc == 0 and last.startswith("fenced "):
-            session_name, holder, tag = [*last[7:].split("\t"), "", ""][:3]
+        if rc == 0 and last.startswith("refused "):
+            session_name, holder, tag, below, command = [*last[8:].split("\t"), "", "", ""][:5]
             if session_name != name:
                 return Launch("missing")
             if tag != owner:
                 return Launch("foreign", holder=tag)
-            return Launch("fenced", holder=holder)
+            if below != "1":
+                return Launch("fenced", holder=holder)
+            return Launch("busy", holder=command)
         if any(s in err for s in _NO_SERVER) or "can't find" in err:
             return Launch("missing")
         raise Failed(f"tmux could not start the turn in {name!r}: {err or out}")
@@ -403,8 +398,9 @@ class Launch:
     """What a fenced launch did: `launched` (with the wrapper's pane_pid),
     `fenced` (a stop or a newer launch claimed the pane; `holder` is the
     turn tagged on it), `foreign` (the tmux session of that name is not
-    this session's home; `holder` is its tag), or `missing` (no such home,
-    or no server)."""
+    this session's home; `holder` is its tag), `busy` (a person runs
+    something in the pane; `holder` is its command), or `missing` (no such
+    home, or no server)."""
 
     outcome: str
     pane_pid: int | None = None
@@ -417,6 +413,13 @@ FENCE_DIGITS = 15
 def _fence(value: int) -> str:
     # Zero-padded, so tmux's string comparison orders fences numerically.
     return f"{value:0{FENCE_DIGITS}d}"
+
+
+# A pane a launch may replace without --force (see TmuxHome.launch).
+_IDLE = (
+    "#{||:#{pane_dead},#{||:#{e|<|:#{session_last_attached},#{@spex_shell_at}},"
+    "#{m/r:^(" + "|".join(sorted(SHELLS)) + ")$,#{pane_current_command}}}}"
+)
 
 
 def _owned_and_below(owner: str, fence: int) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from typing import Any
 from spexsup import config, ids, marker, report
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.harness import Harness
+from spexsup.home import Launch
 from spexsup.marker import Marker, Stage
 from spexsup.paths import ensure_private_dir, wrapper_path, write_atomic
 from spexsup.procs import (
@@ -155,13 +157,18 @@ def admit(
         adapter = session.adapter(spex.home)
         resume_id = None if fresh else session.harness_session_id
         argv, on_stdin = adapter.argv(prompt, resume_id)
+        # The first attempt's launch fence (see `_claim_fence`), claimed here
+        # so the launch needs no transaction of its own.
+        fence = session.launch_fence + 1
         db.execute(
             "INSERT INTO turns (id, session, state, resumed, launcher_pid, launcher_token,"
-            " started_at, boot_id) VALUES (?, ?, 'starting', ?, ?, ?, ?, ?)",
-            (turn, name, resume_id, pid, token, time.time(), boot_id() or None),
+            " started_at, boot_id, fence) VALUES (?, ?, 'starting', ?, ?, ?, ?, ?, ?)",
+            (turn, name, resume_id, pid, token, time.time(), boot_id() or None, fence),
         )
         db.execute(
-            "UPDATE sessions SET current_turn = ?, state = 'running' WHERE name = ?", (turn, name)
+            "UPDATE sessions SET current_turn = ?, state = 'running', launch_fence = ?"
+            " WHERE name = ?",
+            (turn, fence, name),
         )
     directory = ensure_private_dir(turn_dir(spex, name, turn), under=spex.home)
     _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter)
@@ -215,12 +222,13 @@ def _stopped(name: str, turn: str) -> Refused:
 
 
 def _claim_fence(spex: Spex, name: str, turn: str) -> int:
-    """The pre-launch check, in one transaction: the turn must still be its
-    session's current `starting` turn; allocates the attempt's launch fence.
+    """A new launch fence for another attempt of `turn`, in one transaction
+    that also proves the turn is still its session's current `starting` turn.
 
     A stop reads the session's fence in its own transaction and then fences
-    the pane with it, so an attempt either sees the abort here or is barred
-    inside tmux (`TmuxHome.launch`): it can never launch after a stop.
+    the pane with it, so an attempt either sees the abort here (or, for the
+    first attempt, at admission) or is barred inside tmux (`TmuxHome.launch`):
+    it can never launch after a stop.
     """
     with spex.store.tx() as db:
         row = db.execute(
@@ -236,32 +244,41 @@ def _claim_fence(spex: Spex, name: str, turn: str) -> int:
     return fence
 
 
-def _check_pane_idle(spex: Spex, session: Session) -> None:
-    """Refuse to replace what a person runs in the pane (vim, a REPL, a rebase)."""
+def _busy(spex: Spex, session: Session, turn: str, directory: Path, command: str) -> Refused:
+    """The pane runs a person's work: undo the admission (the turn never
+    existed for anyone but us) and say what runs there."""
     from spexsup.home import pane_activity
 
+    with spex.store.tx() as db:
+        cur = db.execute("DELETE FROM turns WHERE id = ? AND state = 'starting'", (turn,))
+        if cur.rowcount:
+            db.execute(
+                "UPDATE sessions SET current_turn = ?, state = ? WHERE name = ?"
+                " AND current_turn = ?",
+                (session.current_turn, session.state, session.name, turn),
+            )
+    shutil.rmtree(directory, ignore_errors=True)
     pane = spex.tmux.pane(session.name)
-    if pane is None or pane.owner != session.owner(spex.home):
-        return  # missing (recreated at launch) or not ours (launch refuses)
-    activity = pane_activity(pane, spex.home / "turns")
-    if activity is not None:
-        raise Refused(
-            f"{session.name}: the pane is running {activity}",
-            hint="spex wake --force to replace it",
-        )
+    activity = pane_activity(pane, spex.home / "turns") if pane else None
+    return Refused(
+        f"{session.name}: the pane is running {activity or command}",
+        hint="spex wake --force to replace it",
+    )
 
 
-def launch(spex: Spex, session: Session, turn: str, directory: Path) -> int:
+def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: bool = False) -> int:
     """Start the wrapper in the home with a fenced `respawn-pane -k`, recreating a
     vanished home first. Returns tmux's pane_pid for the new wrapper.
 
     Raises Refused when a stop (or rm) got there first: the pane was fenced,
-    or the turn is no longer `starting`.
+    or the turn is no longer `starting`; and, unless `force`, when a person
+    runs something in the pane (the admission is then undone).
     """
     name = session.name
-    # What the pane shows now survives the respawn: the wrapper replays it.
-    write_atomic(directory / "screen", spex.tmux.screen(name).encode(), durable=False)
-    fence = _claim_fence(spex, name, turn)
+    row = spex.store.db.execute("SELECT fence FROM turns WHERE id = ?", (turn,)).fetchone()
+    if row is None or row["fence"] is None:
+        raise _stopped(name, turn)
+    fence = int(row["fence"])
     env = {
         "SPEXSUP_SESSION": name,
         "SPEXSUP_TURN": turn,
@@ -272,12 +289,18 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path) -> int:
     wrapper = os.environ.get("SPEXSUP_WRAPPER") or str(wrapper_path())
     argv = ["bash", wrapper, str(directory)]
     owner = session.owner(spex.home)
-    result = spex.tmux.launch(name, owner, fence, turn, session.cwd, env, argv)
+
+    def attempt() -> Launch:
+        return spex.tmux.launch(name, owner, fence, turn, session.cwd, env, argv, force=force)
+
+    result = attempt()
     if result.outcome == "missing" or (result.outcome == "foreign" and not result.holder):
         # Recreate a vanished home, or adopt an older spex's untagged one
         # (create refuses a session of that name that is not provably ours).
         spex.tmux.create(name, session.cwd, session.env, owner)
-        result = spex.tmux.launch(name, owner, fence, turn, session.cwd, env, argv)
+        result = attempt()
+    if result.outcome == "busy":
+        raise _busy(spex, session, turn, directory, result.holder)
     if result.outcome == "fenced" or (
         result.outcome == "foreign" and result.holder.startswith(owner.split("-")[0] + "-")
     ):
@@ -468,13 +491,10 @@ def wake(
     the same way. `on_admitted` hears the turn id once it exists.
     """
     started = time.monotonic()
-    current = get(spex, name)
+    get(spex, name)
     validate_window(window)
-    configured = config.load(
-        spex.home
-    ).window  # read before admission: a broken file changes nothing
-    if not force and current.state not in ("stopped", "running", "removing"):
-        _check_pane_idle(spex, current)  # before admission: a refusal changes nothing
+    # Read before admission: a broken config file changes nothing.
+    configured = config.load(spex.home).window
     gate = gate or nullcontext()
     with ticket(spex, name, "wake"):
         with gate:
@@ -489,7 +509,9 @@ def wake(
                 attempts += 1
                 with DirWatch([directory]) as watch:
                     with gate:
-                        pane_pid = launch(spex, session, turn, directory)
+                        # A retry replaces our own previous attempt's shell.
+                        mine = force or attempts > 1
+                        pane_pid = launch(spex, session, turn, directory, force=mine)
                     launched_once = True
                     # The window measures the harness's startup, not our own
                     # admission (which may queue behind other writers).
@@ -562,6 +584,7 @@ def _rotate_attempt(spex: Spex, name: str, turn: str, directory: Path, attempt: 
     The failed attempt was never published (its reporter deferred to us), so
     the turn is still `starting`; if it is not, a stop won: Refused.
     """
+    _claim_fence(spex, name, turn)
     with spex.store.tx() as db:
         cur = db.execute(
             "UPDATE turns SET attempts = ? WHERE id = ? AND state = 'starting'",
