@@ -108,6 +108,11 @@ MIGRATIONS: tuple[str, ...] = (
         at REAL NOT NULL
     );
     """,
+    # 5: a worktree session's worktree (JSON: repo, branch, base, base_ref,
+    # path, copy, symlink; see spexsup.worktree.Worktree); NULL for others.
+    """
+    ALTER TABLE sessions ADD COLUMN worktree TEXT;
+    """,
 )
 
 

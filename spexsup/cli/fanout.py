@@ -82,13 +82,44 @@ def fanout(
     retry_failed: Annotated[
         str | None, typer.Option("--retry-failed", help="Relaunch the failed legs of WAVE.")
     ] = None,
+    worktrees: Annotated[
+        int | None,
+        typer.Option("--worktrees", help="Best of N: N new worktree sessions, one prompt."),
+    ] = None,
+    repo: Annotated[
+        str | None, typer.Option("--repo", help="With --worktrees: the repository (.).")
+    ] = None,
+    base: Annotated[
+        str | None, typer.Option("--base", help="With --worktrees: start from REF (HEAD).")
+    ] = None,
+    prefix: Annotated[
+        str | None, typer.Option("--prefix", help="With --worktrees: sessions PREFIX-1…N.")
+    ] = None,
+    harness: Annotated[
+        str | None, typer.Option("--harness", help="With --worktrees: the harness (demo).")
+    ] = None,
+    worktree_dir: Annotated[
+        str | None, typer.Option("--worktree-dir", help="With --worktrees: make them in DIR.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Wake many sessions with one prompt, as one wave with a verdict per session."""
     from spexsup import waves
+    from spexsup import worktree as wt
 
     spex = open_spex(ctx)
-    if retry_failed is not None:
+    request = wt.Request(None, base, repo, worktree_dir)
+    best_of: list[str] = []
+    if worktrees is None and (request != wt.Request() or prefix or harness):
+        raise Invalid("--repo, --base, --prefix, --harness and --worktree-dir need --worktrees")
+    if worktrees is not None:
+        if names or all_ or match or retry_failed:
+            raise Invalid("--worktrees makes its own sessions: name none, no --all/--match")
+        prompt = read_prompt(message, file)
+        best_of = wt.leg_names(prefix or wt.default_prefix(repo), worktrees)
+        wt.create_legs(spex, best_of, request, harness=harness, window=window)
+        targets = best_of
+    elif retry_failed is not None:
         if names or all_ or match or message is not None or file is not None:
             raise Invalid("--retry-failed takes no sessions and no prompt")
         targets, prompt = waves.retry_plan(spex, retry_failed)
@@ -112,6 +143,8 @@ def fanout(
 
     def on_create(wave: Wave) -> None:
         holder["wave"] = wave
+        if best_of:
+            wt.mark_best_of(wave, request, best_of)
         wave.listeners.append(on_change)
         if not as_json:
             typer.echo(
@@ -178,7 +211,13 @@ def show_wave(ctx: typer.Context, wave: str, as_json: JsonOpt = False) -> None:
     """Show one wave and its legs."""
     from spexsup import waves
 
-    doc = waves.load(open_spex(ctx), wave)
+    spex = open_spex(ctx)
+    doc = waves.load(spex, wave)
+    if doc.get("best_of"):
+        from spexsup.worktree import leg_stat
+
+        for leg in doc["legs"]:
+            leg["diffstat"] = leg_stat(spex, leg["session"])
     if as_json:
         print_json(doc)
         return
@@ -189,3 +228,7 @@ def show_wave(ctx: typer.Context, wave: str, as_json: JsonOpt = False) -> None:
         typer.echo(f"retried by {', '.join(doc['retried_by'])}")
     for leg in doc["legs"]:
         typer.echo("  " + leg_line(leg))
+        if leg.get("diffstat"):
+            typer.echo(f"    {leg['diffstat']}")
+    if doc.get("best_of") and doc["best_of"]["kept"]:
+        typer.echo(f"kept {doc['best_of']['kept']}")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from spexsup import sessions
 from spexsup.cli.app import app, open_spex
 from spexsup.cli.render import age, print_json, table, turn_cell
+from spexsup.errors import Invalid
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -30,9 +31,30 @@ def new(
     window: Annotated[
         float | None, typer.Option("--window", help="Confirmation window in seconds.")
     ] = None,
+    worktree: Annotated[
+        bool, typer.Option("--worktree", help="Work in a new git worktree and branch.")
+    ] = False,
+    branch: Annotated[
+        str | None, typer.Option("--branch", help="With --worktree: the new branch (spex/NAME).")
+    ] = None,
+    base: Annotated[
+        str | None, typer.Option("--base", help="With --worktree: start from REF (HEAD).")
+    ] = None,
+    repo: Annotated[
+        str | None, typer.Option("--repo", help="With --worktree: the repository (.).")
+    ] = None,
+    worktree_dir: Annotated[
+        str | None,
+        typer.Option("--worktree-dir", help="With --worktree: make it in DIR/NAME."),
+    ] = None,
 ) -> None:
-    """Create a session and its tmux home."""
+    """Create a session and its tmux home (with --worktree: in a new git worktree)."""
+    from spexsup.worktree import Request
+
     sessions.validate_name(name)
+    request = Request(branch, base, repo, worktree_dir)
+    if not worktree and request != Request():
+        raise Invalid("--branch, --base, --repo and --worktree-dir need --worktree")
     spex = open_spex(ctx)
     s = sessions.create(
         spex,
@@ -42,8 +64,12 @@ def new(
         env=sessions.parse_env(env or []),
         window=window,
         command=command,
+        worktree=request if worktree else None,
     )
-    typer.echo(f"created {s.name} ({s.harness}) in {s.cwd}")
+    line = f"created {s.name} ({s.harness}) in {s.cwd}"
+    if s.worktree is not None:
+        line += f" on branch {s.worktree.branch} from {s.worktree.base[:12]}"
+    typer.echo(line)
 
 
 @app.command("ls")
@@ -59,17 +85,22 @@ def ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     table(
         ["NAME", "HARNESS", "STATE", "TURN", "HOME", "CWD"],
         [
-            [r["name"], r["harness"], r["state"], turn_cell(r["turn"]), r["home"], r["cwd"]]
+            [r["name"], r["harness"], r["state"], turn_cell(r["turn"]), home_cell(r), r["cwd"]]
             for r in rows
         ],
     )
+
+
+def home_cell(row: dict[str, Any]) -> str:
+    wt = row.get("worktree")
+    return str(row["home"]) + (", worktree missing" if wt and wt["state"] == "missing" else "")
 
 
 @app.command()
 def show(ctx: typer.Context, name: str, as_json: JsonOpt = False) -> None:
     """Show one session and its recent turns."""
     sessions.validate_name(name)
-    (row,) = sessions.describe(open_spex(ctx), [name], turns=10)
+    (row,) = sessions.describe(open_spex(ctx), [name], turns=10, worktree_status=True)
     if as_json:
         print_json(row)
         return
@@ -78,6 +109,10 @@ def show(ctx: typer.Context, name: str, as_json: JsonOpt = False) -> None:
     typer.echo(f"state     {row['state']}")
     typer.echo(f"home      {row['home']}")
     typer.echo(f"cwd       {row['cwd']}")
+    if row["worktree"]:
+        from spexsup.cli.worktree import status_line
+
+        typer.echo(f"worktree  {status_line(row['worktree'])}")
     typer.echo(f"resume id {row['harness_session_id'] or '-'}")
     if row["window"]:
         typer.echo(f"window    {row['window']}s")
@@ -100,10 +135,21 @@ def rm(
     ctx: typer.Context,
     name: str,
     force: Annotated[bool, typer.Option("--force", help="Stop a running turn first.")] = False,
+    salvage: Annotated[
+        bool,
+        typer.Option("--salvage", help="Commit a worktree's unsaved work to a branch first."),
+    ] = False,
+    keep_worktree: Annotated[
+        bool, typer.Option("--keep-worktree", help="Leave the worktree and its branch.")
+    ] = False,
 ) -> None:
-    """Delete a session and its tmux home."""
+    """Delete a session and its tmux home (and its worktree, never with unsaved work)."""
     sessions.validate_name(name)
-    sessions.remove(open_spex(ctx), name, force=force)
+    removal = sessions.remove(
+        open_spex(ctx), name, force=force, salvage=salvage, keep_worktree=keep_worktree
+    )
+    for line in removal.lines() if removal else []:
+        typer.echo(f"{name}: {line}")
     typer.echo(f"removed {name}")
 
 
