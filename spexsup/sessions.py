@@ -189,7 +189,7 @@ def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:
 
     name = session.name
     with ticket(spex, name, "new"):
-        worktrees.add(plan)
+        made_parent = worktrees.add(plan)
         try:
             _clear_stale_home(spex, session)
             spex.tmux.create(name, session.cwd, session.env, session.owner(spex.home))
@@ -197,7 +197,7 @@ def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:
                 worktrees.post_create(spex, session, plan.setup.post_create)
         except BaseException as e:
             spex.tmux.kill(name, session.owner(spex.home))
-            worktrees.discard(plan.worktree, made=True, cause=e)
+            worktrees.discard(plan.worktree, made=True, made_parent=made_parent, cause=e)
             _remove_tree(spex.home / "turns" / name)
             raise
         with spex.store.tx() as db:

@@ -273,8 +273,9 @@ def plan(name: str, request: Request) -> Plan:
     return Plan(worktree, setup)
 
 
-def add(p: Plan) -> None:
-    """Create the branch, then the worktree, then the setup copies and symlinks.
+def add(p: Plan) -> bool:
+    """Create the branch, then the worktree, then the setup copies and symlinks;
+    True when the worktree's parent directory was made too (for `discard`).
 
     The branch is created on its own first (git refuses an existing one under
     a ref lock), so of two racing creations exactly one gets it and the
@@ -305,6 +306,7 @@ def add(p: Plan) -> None:
     except BaseException as e:
         discard(wt, made=made, made_parent=made_parent, cause=e)
         raise
+    return made_parent
 
 
 def _apply_setup(wt: Worktree) -> None:
@@ -396,7 +398,12 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
             why = None
             if m.stage is Stage.INVALID:
                 why = f"invalid outcome marker {m.text!r}"
-            elif m.pid is not None and wrapper_liveness(m.pid, directory) is Liveness.DEAD:
+            elif (
+                m.pid is not None
+                and wrapper_liveness(m.pid, directory) is Liveness.DEAD
+                # It may have written its exit and exec'd the shell meanwhile.
+                and marker.read(directory).stage is not Stage.EXIT
+            ):
                 why = "its wrapper died without an exit status"
             elif m.stage is Stage.NONE and spex.tmux.pane(name) is None:
                 why = "the pane vanished before it started"

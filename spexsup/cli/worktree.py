@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from spexsup.cli.app import app, open_spex
-from spexsup.cli.render import print_json, table
+from spexsup.cli.render import print_json
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -48,26 +48,20 @@ def status(
         typer.echo("no worktree sessions (create one with: spex new NAME --worktree)")
         return
 
-    def cell(r: dict[str, Any], key: str) -> str:
-        return "-" if r.get(key) is None else str(r[key])
-
-    table(
-        ["NAME", "BRANCH", "STATE", "AHEAD", "BEHIND", "MODIFIED", "UNTRACKED", "UNSAVED", "LAST"],
-        [
-            [
-                r["name"],
-                r["branch"],
-                "error" if r.get("error") else r["state"],
-                cell(r, "ahead"),
-                cell(r, "behind"),
-                cell(r, "modified"),
-                cell(r, "untracked"),
-                r.get("error") or r.get("unsaved") or "-",
-                cell(r, "last_commit"),
-            ]
-            for r in rows
-        ],
-    )
+    for r in rows:
+        typer.echo(f"{r['name']}: {r['branch']} in {r['path']}")
+        if r.get("error"):
+            typer.echo(f"  {r['error']}")
+        elif r["state"] == "missing":
+            typer.echo("  worktree missing (removed behind spex)")
+        else:
+            typer.echo(
+                f"  {r['ahead']} ahead, {r['behind']} behind base;"
+                f" {r['modified']} modified, {r['untracked']} untracked"
+            )
+            typer.echo(f"  last commit: {r['last_commit'] or '-'}")
+        if not r.get("error"):
+            typer.echo(f"  unsaved: {r['unsaved'] or 'nothing'}")
 
 
 @app.command()
