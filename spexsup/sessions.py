@@ -15,14 +15,16 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spexsup import harness as harnesses
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.home import owner_tag
 from spexsup.procs import Liveness
 from spexsup.spex import Spex
-from spexsup.worktree import Plan, Removal, Request, Worktree
+
+if TYPE_CHECKING:
+    from spexsup.worktree import Plan, Removal, Request, Worktree
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -59,7 +61,7 @@ class Session:
             created_at=row["created_at"],
             incarnation=row["incarnation"],
             launch_fence=row["launch_fence"],
-            worktree=Worktree.from_json(row["worktree"]),
+            worktree=_worktree(row["worktree"]),
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
@@ -68,6 +70,15 @@ class Session:
     def owner(self, home: Path) -> str:
         """The tag on this session's tmux home (see `home.owner_tag`)."""
         return owner_tag(home, self.incarnation)
+
+
+def _worktree(text: str | None) -> Worktree | None:
+    # Imported only for worktree sessions: `spex ls` of others never loads git code.
+    if not text:
+        return None
+    from spexsup.worktree import Worktree
+
+    return Worktree.from_json(text)
 
 
 def validate_name(name: str) -> str:
