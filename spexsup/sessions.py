@@ -146,6 +146,8 @@ def create(
 
         if cwd is not None:
             raise Invalid("--cwd and --worktree: the worktree is the cwd", hint="--repo DIR")
+        if spex.store.db.execute("SELECT 1 FROM sessions WHERE name = ?", (name,)).fetchone():
+            raise Refused(f"session {name!r} already exists", hint="see spex ls")
         plan = worktrees.plan(name, worktree)
         cwd = plan.worktree.path
     try:

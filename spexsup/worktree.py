@@ -550,7 +550,10 @@ def inspect(wt: Worktree) -> Status:
     """Read the worktree's state. Raises Failed (GitError) when git cannot
     tell, e.g. the main repository is gone: unknown is never "clean"."""
     if not Path(wt.repo).is_dir():
-        raise Failed(f"the repository {wt.repo} of worktree {wt.path} is gone")
+        raise Failed(
+            f"the repository {wt.repo} of worktree {wt.path} is gone",
+            hint="spex rm NAME --keep-worktree removes just the session",
+        )
     missing = wt.missing
     branch_tip = _sha(wt.repo, f"refs/heads/{wt.branch}")
     head = None if missing else _sha(wt.path, "HEAD")
@@ -713,7 +716,7 @@ def _salvage(name: str, wt: Worktree, status: Status) -> tuple[str, list[str]]:
         with _scratch_index(wt.path) as env:
             index_tree = git(wt.path, "write-tree", env=env, check=False).strip()
         head_tree = _sha(wt.path, "HEAD^{tree}")
-        if index_tree and index_tree not in (tree, head_tree):
+        if parents and index_tree and index_tree not in (tree, head_tree):
             msg = f"spex salvage of {name}: the index of {wt.path}"
             index_commit = git(
                 wt.path, "commit-tree", index_tree, "-p", parents[0], "-m", msg, env=ident

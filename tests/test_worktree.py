@@ -166,6 +166,9 @@ def test_new_worktree_makes_branch_and_cwd_and_rm_clean_removes_both(env: Env, r
     panes = env.tmux("list-panes", "-t", "=feat", "-F", "#{pane_current_path}")
     assert panes.stdout.split() == [str(wt)]
     assert "worktree missing" not in env.run("ls").stdout
+    again = new(env, repo, "feat")
+    one_line_error(again, 3)
+    assert "session 'feat' already exists" in again.stderr
     r = env.run("rm", "feat")
     assert r.returncode == 0, r.stderr
     assert "feat: deleted branch spex/feat" in r.stdout
