@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from spexsup import marker, sessions, turns  # noqa: E402
+from spexsup import marker, report, sessions, turns  # noqa: E402
 from spexsup.marker import Stage  # noqa: E402
 from spexsup.spex import Spex  # noqa: E402
 from spexsup.watch import DirWatch  # noqa: E402
@@ -122,6 +122,8 @@ class Bench:
             assert reference_confirm(directory, 5) == "failed"
             known = time.time_ns()
             ref.append((known - (directory / "outcome").stat().st_ctime_ns) / 1e6)
+            # The reporter leaves a failure to its live launcher (us): record it.
+            report.record_exit(self.spex.store, b, turn, 7, directory)
         return ours, ref
 
     # (3) CPU burnt by the waiting process through a 2 s window

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spexsup import harness as harnesses
 from spexsup import ids
@@ -24,6 +24,9 @@ from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.home import Census, owner_tag
 from spexsup.procs import Liveness
 from spexsup.spex import Spex
+
+if TYPE_CHECKING:
+    from spexsup.worktree import Plan, Removal, Request, Worktree
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -43,6 +46,7 @@ class Session:
     created_at: float
     incarnation: str
     launch_fence: int
+    worktree: Worktree | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Session:
@@ -59,6 +63,7 @@ class Session:
             created_at=row["created_at"],
             incarnation=row["incarnation"],
             launch_fence=row["launch_fence"],
+            worktree=_worktree(row["worktree"]),
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
@@ -67,6 +72,15 @@ class Session:
     def owner(self, home: Path) -> str:
         """The tag on this session's tmux home (see `home.owner_tag`)."""
         return owner_tag(home, self.incarnation)
+
+
+def _worktree(text: str | None) -> Worktree | None:
+    # Imported only for worktree sessions: `spex ls` of others never loads git code.
+    if not text:
+        return None
+    from spexsup.worktree import Worktree
+
+    return Worktree.from_json(text)
 
 
 def validate_name(name: str) -> str:
@@ -107,10 +121,14 @@ def create(
     env: Mapping[str, str] | None = None,
     window: float | None = None,
     command: Sequence[str] | None = None,
+    worktree: Request | None = None,
 ) -> Session:
     """Record the session, then build its tmux home; undo the record if tmux fails.
 
     Two racing creates of one name: the primary key lets exactly one win.
+    With `worktree`, the session is recorded `creating` (no wake admitted)
+    and, holding its ticket, gets its branch, worktree (its cwd), tmux home
+    and post_create; any failure undoes all of them (see `worktree.add`).
     """
     validate_name(name)
     validate_window(window)
@@ -129,21 +147,31 @@ def create(
         raise Invalid("the command harness needs a command", hint="spex new NAME -- CMD ARGS…")
     if command and harness != "command":
         raise Invalid(f"a command after -- needs --harness command, not {harness!r}")
+    env = parse_env([f"{k}={v}" for k, v in (env or {}).items()])
+    plan = None
+    if worktree is not None:
+        from spexsup import worktree as worktrees
+
+        if cwd is not None:
+            raise Invalid("--cwd and --worktree: the worktree is the cwd", hint="--repo DIR")
+        if spex.store.db.execute("SELECT 1 FROM sessions WHERE name = ?", (name,)).fetchone():
+            raise Refused(f"session {name!r} already exists", hint="see spex ls")
+        plan = worktrees.plan(name, worktree)
+        cwd = plan.worktree.path
     try:
         directory = Path(cwd or ".").expanduser().resolve()
     except FileNotFoundError:
         raise Invalid(
             "the current directory no longer exists", hint="cd somewhere, or pass --cwd DIR"
         ) from None
-    if not directory.is_dir():
+    if plan is None and not directory.is_dir():
         raise Invalid(f"no such directory {str(directory)!r}", hint="--cwd DIR")
-    env = parse_env([f"{k}={v}" for k, v in (env or {}).items()])
     incarnation = secrets.token_hex(6)
     try:
         with spex.store.tx() as db:
             db.execute(
                 "INSERT INTO sessions (name, harness, command, cwd, env, window, created_at,"
-                " incarnation) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " incarnation, state, worktree) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     harness,
@@ -153,19 +181,51 @@ def create(
                     window,
                     time.time(),
                     incarnation,
+                    "idle" if plan is None else "creating",
+                    None if plan is None else plan.worktree.to_json(),
                 ),
             )
     except sqlite3.IntegrityError:
         raise Refused(f"session {name!r} already exists", hint="see spex ls") from None
     try:
         session = get(spex, name)
-        _clear_stale_home(spex, session)
-        spex.tmux.create(name, str(directory), env, session.owner(spex.home))
+        if plan is None:
+            _clear_stale_home(spex, session)
+            spex.tmux.create(name, str(directory), env, session.owner(spex.home))
+        else:
+            _create_in_worktree(spex, session, plan)
     except BaseException:
         with spex.store.tx() as db:
             db.execute("DELETE FROM sessions WHERE name = ?", (name,))
         raise
-    return session
+    return get(spex, name) if plan is not None else session
+
+
+def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:
+    """Holding the session's ticket (a lease or a concurrent rm must not race
+    it): the branch and worktree, the tmux home in it, post_create; then
+    `idle`. On failure the home, the worktree and the branch are undone."""
+    from spexsup import worktree as worktrees
+    from spexsup.tickets import ticket
+
+    name = session.name
+    with ticket(spex, name, "new"):
+        made_parent = worktrees.add(plan)
+        try:
+            _clear_stale_home(spex, session)
+            spex.tmux.create(name, session.cwd, session.env, session.owner(spex.home))
+            if plan.setup.post_create:
+                worktrees.post_create(spex, session, plan.setup.post_create)
+        except BaseException as e:
+            spex.tmux.kill(name, session.owner(spex.home))
+            worktrees.discard(plan.worktree, made=True, made_parent=made_parent, cause=e)
+            _remove_tree(spex.home / "turns" / name)
+            raise
+        with spex.store.tx() as db:
+            db.execute(
+                "UPDATE sessions SET state = 'idle' WHERE name = ? AND state = 'creating'",
+                (name,),
+            )
 
 
 def _clear_stale_home(spex: Spex, session: Session) -> None:
@@ -194,10 +254,23 @@ def ensure_home(spex: Spex, session: Session) -> None:
     spex.tmux.create(session.name, session.cwd, session.env, session.owner(spex.home))
 
 
-def remove(spex: Spex, name: str, *, force: bool = False, grace: float = 5.0) -> None:
+def remove(
+    spex: Spex,
+    name: str,
+    *,
+    force: bool = False,
+    grace: float = 5.0,
+    salvage: bool = False,
+    keep_worktree: bool = False,
+) -> Removal | None:
     """Delete the session, its turns and its home; refused while a turn runs
     (unless `force`, which aborts it and kills what it left) or while a
     `spex stop` of it is in progress.
+
+    A worktree session's worktree and branch go too, never with unsaved work
+    in them: refused before anything changes, and checked again once its
+    turn and home are gone (`worktree.dispose`). `salvage` commits unsaved
+    work to a branch first; `keep_worktree` leaves worktree and branch be.
 
     All destruction happens while the session is `removing`, before its
     name is free again, so a `spex new` of the same name right after can
@@ -205,12 +278,19 @@ def remove(spex: Spex, name: str, *, force: bool = False, grace: float = 5.0) ->
     short leaves the session `removing`; `spex rm` again finishes it.
     """
     from spexsup import turns
+    from spexsup import worktree as worktrees
     from spexsup.procs import identity_liveness
     from spexsup.tickets import ticket
 
+    if salvage and keep_worktree:
+        raise Invalid("--salvage and --keep-worktree: choose one")
     get(spex, name)
     with ticket(spex, name, "rm") as mine:
         turns.reconcile(spex, [name])
+        early = get(spex, name)
+        # A session still `creating` is refused below while its maker lives.
+        if early.worktree is not None and not keep_worktree and early.state != "creating":
+            worktrees.guard(name, early.worktree, salvage=salvage)
         with spex.store.tx() as db:
             row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
             if row is None:
@@ -228,6 +308,16 @@ def remove(spex: Spex, name: str, *, force: bool = False, grace: float = 5.0) ->
             ).fetchall()
             if any(identity_liveness(t["pid"], t["start_token"]) is Liveness.ALIVE for t in stops):
                 raise Refused(f"a spex stop of {name!r} is in progress", hint="try again after it")
+            if session.state == "creating":
+                makers = db.execute(
+                    "SELECT pid, start_token FROM tickets WHERE session = ? AND op = 'new'",
+                    (name,),
+                ).fetchall()
+                if any(
+                    identity_liveness(t["pid"], t["start_token"]) is not Liveness.DEAD
+                    for t in makers
+                ):
+                    raise Refused(f"session {name!r} is still being created")
             db.execute(
                 "UPDATE turns SET state = 'aborted', ended_at = ?,"
                 " error = coalesce(error, 'removed by spex rm')"
@@ -244,6 +334,9 @@ def remove(spex: Spex, name: str, *, force: bool = False, grace: float = 5.0) ->
                     hint=f"spex rm {name} again once they are gone",
                 )
         spex.tmux.kill(name, session.owner(spex.home))
+        removal = None
+        if session.worktree is not None:
+            removal = worktrees.dispose(name, session.worktree, salvage=salvage, keep=keep_worktree)
         problems = _remove_tree(spex.home / "turns" / name)
         if problems:
             raise Failed(
@@ -258,6 +351,7 @@ def remove(spex: Spex, name: str, *, force: bool = False, grace: float = 5.0) ->
                 "DELETE FROM sessions WHERE name = ? AND incarnation = ?",
                 (name, session.incarnation),
             )
+    return removal
 
 
 def _remove_tree(path: Path) -> list[str]:
@@ -328,12 +422,18 @@ def all_sessions(spex: Spex) -> list[Session]:
 
 
 def describe(
-    spex: Spex, names: Sequence[str] | None = None, *, turns: int = 1
+    spex: Spex,
+    names: Sequence[str] | None = None,
+    *,
+    turns: int = 1,
+    worktree_status: bool = False,
 ) -> list[dict[str, Any]]:
     """The public view of sessions (DESIGN §3 `ls --json`), after reconciliation.
 
     One query for the sessions, one for their turns and one `list-panes -a`
-    for every home, however many sessions there are.
+    for every home, however many sessions there are. A worktree session's
+    `worktree` says whether it is `missing` (a stat, no git); its full git
+    status only with `worktree_status` (git runs per session).
     """
     from spexsup import lease
     from spexsup import turns as turn_mod
@@ -373,7 +473,12 @@ def describe(
                 else None
             ),
             "created_at_iso": ids.iso(s.created_at),
+            "worktree": s.worktree.public() if s.worktree else None,
         }
+        if s.worktree is not None and worktree_status:
+            from spexsup import worktree as worktrees
+
+            entry["worktree"] = worktrees.describe(s.name, s.worktree)
         if turns > 1:
             entry["turns"] = history
         out.append(entry)

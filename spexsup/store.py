@@ -128,6 +128,11 @@ MIGRATIONS: tuple[str, ...] = (
         wave TEXT NOT NULL
     );
     """,
+    # 7: a worktree session's worktree (JSON: repo, branch, base, base_ref,
+    # path, copy, symlink; see spexsup.worktree.Worktree); NULL for others.
+    """
+    ALTER TABLE sessions ADD COLUMN worktree TEXT;
+    """,
 )
 
 

@@ -143,6 +143,17 @@ def admit(
             raise Refused(f"session {name!r} is stopped", hint=f"spex resume {name}")
         if session.state == "removing":
             raise Refused(f"session {name!r} is being removed")
+        if session.state == "creating":
+            raise Refused(
+                f"session {name!r} is still being created",
+                hint=f"wait for spex new; if it was killed, spex rm {name}",
+            )
+        if session.worktree is not None and session.worktree.missing:
+            # Never run elsewhere: tmux would start the turn in $HOME.
+            raise Refused(
+                f"{name}: its worktree {session.worktree.path} was removed behind spex",
+                hint=f"spex rm {name} (its branch {session.worktree.branch} is checked first)",
+            )
         if session.state == "running":
             raise Refused(
                 f"session {name!r} is busy with turn {session.current_turn}",
@@ -172,6 +183,9 @@ def admit(
         )
     directory = ensure_private_dir(turn_dir(spex, name, turn), under=spex.home)
     _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter)
+    from spexsup.worktree import record_start
+
+    record_start(session.cwd, directory)  # `git-start`, for spex diff
     return session, turn, directory, adapter
 
 

@@ -148,5 +148,6 @@ from spexsup.cli import fanout as _fanout  # noqa: E402
 from spexsup.cli import maint as _maint  # noqa: E402
 from spexsup.cli import sessions as _sessions  # noqa: E402
 from spexsup.cli import turns as _turns  # noqa: E402
+from spexsup.cli import worktree as _worktree  # noqa: E402
 
-__all__ = ["_fanout", "_maint", "_sessions", "_turns", "app", "open_spex", "settings"]
+__all__ = ["_fanout", "_maint", "_sessions", "_turns", "_worktree", "app", "open_spex", "settings"]

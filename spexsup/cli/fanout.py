@@ -150,6 +150,40 @@ def fanout(
             "--on-complete", metavar="CMD", help="Run CMD (sh -c) once the wave reaches its end."
         ),
     ] = None,
+    worktrees: Annotated[
+        int | None,
+        typer.Option(
+            "--worktrees", metavar="N", help="Best of N: N new worktree sessions, one prompt."
+        ),
+    ] = None,
+    repo: Annotated[
+        str | None,
+        typer.Option(
+            "--repo", metavar="DIR", help="With --worktrees: the repository. [default: .]"
+        ),
+    ] = None,
+    base: Annotated[
+        str | None,
+        typer.Option(
+            "--base", metavar="REF", help="With --worktrees: start from REF. [default: HEAD]"
+        ),
+    ] = None,
+    prefix: Annotated[
+        str | None,
+        typer.Option("--prefix", metavar="PREFIX", help="With --worktrees: sessions PREFIX-1…N."),
+    ] = None,
+    harness: Annotated[
+        str | None,
+        typer.Option(
+            "--harness",
+            metavar="HARNESS",
+            help="With --worktrees: the harness. [default: config.toml's default_harness]",
+        ),
+    ] = None,
+    worktree_dir: Annotated[
+        str | None,
+        typer.Option("--worktree-dir", metavar="DIR", help="With --worktrees: make them in DIR."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Wake many sessions with one prompt: a wave, a verdict each.
@@ -159,14 +193,28 @@ def fanout(
       spex fanout --match 'api-*' -m "rebase on main" --wait
       spex fanout a b c -f prompt.md --max-concurrent 4
       spex fanout --retry-failed last
+      spex fanout --worktrees 3 --repo ~/src/api -m "fix the flaky test"
     """
     from spexsup import ids, waves
+    from spexsup import worktree as wt
 
     spex = open_spex(ctx)
     defaults = settings(ctx, spex)
     if max_concurrent is None:
         max_concurrent = defaults.max_concurrent or waves.DEFAULT_MAX_CONCURRENT
-    if retry_failed is not None:
+    request = wt.Request(None, base, repo, worktree_dir)
+    best_of: list[str] = []
+    if worktrees is None and (request != wt.Request() or prefix or harness):
+        raise Invalid("--repo, --base, --prefix, --harness and --worktree-dir need --worktrees")
+    if worktrees is not None:
+        if names or all_ or match or retry_failed:
+            raise Invalid("--worktrees makes its own sessions: name none, no --all/--match")
+        prompt = read_prompt(message, file)
+        best_of = wt.leg_names(prefix or wt.default_prefix(repo), worktrees)
+        harness = harness or defaults.default_harness or "demo"
+        wt.create_legs(spex, best_of, request, harness=harness, window=window)
+        targets = best_of
+    elif retry_failed is not None:
         if all_ or match or message is not None or file is not None:
             raise Invalid("--retry-failed takes no prompt and no --all/--match")
         for n in names or []:
@@ -206,6 +254,8 @@ def fanout(
 
     def on_create(wave: Wave) -> None:
         holder["wave"] = wave
+        if best_of:
+            wt.mark_best_of(wave, request, best_of)
         wave.listeners.append(on_change)
         if not as_json:
             typer.echo(
@@ -301,6 +351,11 @@ def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> No
 
     spex = open_spex(ctx)
     doc = waves.load(spex, ids.resolve_wave(spex.store.db, wave))
+    if doc.get("best_of"):
+        from spexsup.worktree import leg_stat
+
+        for leg in doc["legs"]:
+            leg["diffstat"] = leg_stat(spex, leg["session"])
     if as_json:
         print_json(document(doc))
         return
@@ -312,3 +367,7 @@ def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> No
         typer.echo(f"retried by {', '.join(doc['retried_by'])}")
     for leg in doc["legs"]:
         typer.echo("  " + leg_line(leg))
+        if leg.get("diffstat"):
+            typer.echo(f"    {leg['diffstat']}")
+    if doc.get("best_of") and doc["best_of"]["kept"]:
+        typer.echo(f"kept {doc['best_of']['kept']}")

@@ -49,23 +49,52 @@ def new(
         typer.Option("--env", metavar="KEY=VALUE", help="Environment of every turn; repeatable."),
     ] = None,
     window: WindowOpt = None,
+    worktree: Annotated[
+        bool, typer.Option("--worktree", help="Work in a new git worktree and branch.")
+    ] = False,
+    branch: Annotated[
+        str | None,
+        typer.Option(
+            "--branch",
+            metavar="BRANCH",
+            help="With --worktree: the new branch. [default: spex/NAME]",
+        ),
+    ] = None,
+    base: Annotated[
+        str | None,
+        typer.Option(
+            "--base", metavar="REF", help="With --worktree: start from REF. [default: HEAD]"
+        ),
+    ] = None,
+    repo: Annotated[
+        str | None,
+        typer.Option("--repo", metavar="DIR", help="With --worktree: the repository. [default: .]"),
+    ] = None,
+    worktree_dir: Annotated[
+        str | None,
+        typer.Option("--worktree-dir", metavar="DIR", help="With --worktree: make it in DIR/NAME."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Create a session and its tmux home.
+    """Create a session and its tmux home (with --worktree: in a new git worktree).
 
     \b
     Examples:
       spex new api --harness claude --cwd ~/src/api
       spex new tool -- ./my-agent.sh --flag
-      spex new scratch --harness demo --env DEMO=1
+      spex new fix --harness claude --worktree --base main
     """
     from spexsup import sessions
     from spexsup.errors import Invalid
+    from spexsup.worktree import Request
 
     sessions.validate_name(name)
     argv = ctx.find_root().meta.get("spex.argv", [])
     if "--" in argv and not command:
         raise Invalid("nothing after --", hint="spex new NAME -- CMD ARGS…")
+    request = Request(branch, base, repo, worktree_dir)
+    if not worktree and request != Request():
+        raise Invalid("--branch, --base, --repo and --worktree-dir need --worktree")
     spex = open_spex(ctx)
     if harness is None and not command:
         harness = settings(ctx, spex).default_harness
@@ -77,12 +106,16 @@ def new(
         env=sessions.parse_env(env or []),
         window=window,
         command=command,
+        worktree=request if worktree else None,
     )
     if as_json:
         (row,) = sessions.describe(spex, [s.name])
         print_json(row)
         return
-    typer.echo(f"created {s.name} ({s.harness}) in {s.cwd}")
+    line = f"created {s.name} ({s.harness}) in {s.cwd}"
+    if s.worktree is not None:
+        line += f" on branch {s.worktree.branch} from {s.worktree.base[:12]}"
+    typer.echo(line)
 
 
 @app.command("ls")
@@ -130,8 +163,10 @@ def turn_line(t: dict[str, Any]) -> str:
     return line
 
 
-def home_cell(row: dict[str, object]) -> str:
-    return "missing (spex up)" if row["home"] == "missing" else str(row["home"])
+def home_cell(row: dict[str, Any]) -> str:
+    wt = row.get("worktree")
+    home = "missing (spex up)" if row["home"] == "missing" else str(row["home"])
+    return home + (", worktree missing" if wt and wt["state"] == "missing" else "")
 
 
 @app.command()
@@ -146,7 +181,7 @@ def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
     from spexsup import sessions
 
     sessions.validate_name(name)
-    (row,) = sessions.describe(open_spex(ctx), [name], turns=10)
+    (row,) = sessions.describe(open_spex(ctx), [name], turns=10, worktree_status=True)
     if as_json:
         print_json(row)
         return
@@ -155,6 +190,10 @@ def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
     typer.echo(f"state     {row['state']}")
     typer.echo(f"home      {row['home']}")
     typer.echo(f"cwd       {row['cwd']}")
+    if row["worktree"]:
+        from spexsup.cli.worktree import status_line
+
+        typer.echo(f"worktree  {status_line(row['worktree'])}")
     typer.echo(f"resume id {row['harness_session_id'] or '-'}")
     if row["window"]:
         typer.echo(f"window    {row['window']}s")
@@ -174,9 +213,16 @@ def rm(
     all_: AllOpt = False,
     match: MatchOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Stop a running turn first.")] = False,
+    salvage: Annotated[
+        bool,
+        typer.Option("--salvage", help="Commit a worktree's unsaved work to a branch first."),
+    ] = False,
+    keep_worktree: Annotated[
+        bool, typer.Option("--keep-worktree", help="Leave the worktree and its branch.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Delete sessions and their tmux homes.
+    """Delete sessions and their tmux homes (and worktrees, never with unsaved work).
 
     Refused while a turn runs, unless --force (which stops it first).
 
@@ -184,6 +230,7 @@ def rm(
     Examples:
       spex rm api
       spex rm --match 'tmp-*' --force
+      spex rm fix --salvage
     """
     from spexsup import sessions
 
@@ -191,9 +238,13 @@ def rm(
     chosen = sessions.select(spex, names or [], all_=all_, match=match)
     done = []
     for n in chosen:
-        sessions.remove(spex, n, force=force)
+        removal = sessions.remove(
+            spex, n, force=force, salvage=salvage, keep_worktree=keep_worktree
+        )
         done.append(document({"ok": True, "session": n, "removed": True}))
         if not as_json:
+            for line in removal.lines() if removal else []:
+                typer.echo(f"{n}: {line}")
             typer.echo(f"removed {n}")
     if as_json:
         print_json(done[0] if names and len(names) == 1 else done)

@@ -1,0 +1,1075 @@
+"""Git worktrees per session (opt-in), and the guarantee that no work is lost.
+
+`spex new NAME --worktree` makes a new branch (default `spex/NAME`) from a
+base and checks it out in a worktree of its own, at
+`<repo>/../<repo-name>.spex/NAME` unless told otherwise; the worktree is the
+session's cwd. `.spexsup.toml` at the repo root may ask for files to copy or
+symlink from the repo and an argv to run in the new worktree (`post_create`,
+run in the session's pane by the turn wrapper, its failure undoes it all).
+
+Removal never loses work. Unsaved work is: tracked files modified, untracked
+files (not ignored, and not a copy or symlink setup made that is still
+unchanged), commits on the worktree's HEAD or branch that are on no remote
+branch and not merged into the base, and stashes made on the branch. `spex
+rm` refuses while there is any; `--salvage` first commits all of it to
+`spex/salvage/NAME-<time>` (stashes to `…-stash-N`) and checks that commit
+holds the worktree's exact state; `--keep-worktree` leaves worktree and
+branch alone. Only a worktree with no unsaved work (or a salvaged one) is
+removed, and its branch is deleted only if it still points where it did
+when it was inspected.
+
+Every turn records the git state of its cwd at its start in `git-start`
+(HEAD and a snapshot commit of the working tree, untracked files included),
+which is what `spex diff` compares. Git runs as a subprocess with an argv
+list; user input never reaches a shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import filecmp
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from spexsup.errors import Failed, Invalid, Refused
+
+if TYPE_CHECKING:
+    from spexsup.sessions import Session
+    from spexsup.spex import Spex
+    from spexsup.waves import Doc, Wave
+
+SETUP_FILE = ".spexsup.toml"
+SETUP_KEYS = ("copy", "symlink", "post_create")
+# The turn id that tags the pane (and SPEXSUP_TURN) while post_create runs.
+POST_CREATE = "post-create"
+# The fallback identity for salvage commits when the user has none configured:
+# salvage must never fail for want of a name.
+SALVAGE_IDENT = {
+    "GIT_AUTHOR_NAME": "spex",
+    "GIT_AUTHOR_EMAIL": "spex@localhost",
+    "GIT_COMMITTER_NAME": "spex",
+    "GIT_COMMITTER_EMAIL": "spex@localhost",
+}
+
+
+# --- git --------------------------------------------------------------------
+
+
+class GitError(Failed):
+    def __init__(self, argv: Sequence[str], rc: int, stderr: str) -> None:
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {rc}"
+        super().__init__(f"git {' '.join(argv)}: {last}")
+        self.rc = rc
+        self.stderr = stderr
+
+
+def git(
+    cwd: str | Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+) -> str:
+    """Run `git -C cwd ARGS…` and return its stdout (surrogate-escaped).
+
+    Messages in C locale, no prompts, no optional locks (a `git status` of
+    ours must not fight the user's git over the index lock).
+    """
+    argv = ["git", "--no-optional-locks", "-C", str(cwd), *args]
+    full_env = {
+        **os.environ,
+        "LC_ALL": "C",
+        "GIT_TERMINAL_PROMPT": "0",
+        **(env or {}),
+    }
+    try:
+        res = subprocess.run(argv, capture_output=True, env=full_env, check=False)
+    except FileNotFoundError:
+        raise Failed("git is not installed", hint="install git") from None
+    out = os.fsdecode(res.stdout)
+    if check and res.returncode != 0:
+        raise GitError(list(args), res.returncode, os.fsdecode(res.stderr))
+    return out
+
+
+def _sha(cwd: str | Path, rev: str) -> str | None:
+    out = git(cwd, "rev-parse", "--verify", "--quiet", "--end-of-options", rev, check=False)
+    return out.strip() or None
+
+
+# --- the record kept with a session -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Setup:
+    """`.spexsup.toml`: paths (relative to the repo root) to copy or symlink into
+    a new worktree, and an argv to run in it."""
+
+    copy: tuple[str, ...] = ()
+    symlink: tuple[str, ...] = ()
+    post_create: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Worktree:
+    """A session's worktree, as stored in `sessions.worktree` (JSON).
+
+    `base` is the commit the branch started from; `base_ref` the ref it was
+    taken from (`refs/heads/main`), or the commit itself, and is what "merged
+    into the base" is measured against.
+    """
+
+    repo: str
+    branch: str
+    base: str
+    base_ref: str
+    path: str
+    copy: tuple[str, ...] = ()
+    symlink: tuple[str, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Worktree | None:
+        if not text:
+            return None
+        data = json.loads(text)
+        data["copy"] = tuple(data.get("copy", ()))
+        data["symlink"] = tuple(data.get("symlink", ()))
+        return cls(**data)
+
+    @property
+    def missing(self) -> bool:
+        """Removed behind spex's back: the directory, or its `.git` link, is gone."""
+        return not (Path(self.path) / ".git").exists()
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "repo": self.repo,
+            "branch": self.branch,
+            "base": self.base,
+            "base_ref": self.base_ref,
+            "path": self.path,
+            "state": "missing" if self.missing else "ok",
+        }
+
+
+def _relative(value: object, where: str) -> str:
+    """A path inside the repo: relative, normalised, no `..`, not `.git`."""
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise Invalid(f"{where}: {value!r} is not a path")
+    parts = PurePosixPath(value).parts
+    if PurePosixPath(value).is_absolute() or ".." in parts or not parts or parts[0] == ".git":
+        raise Invalid(f"{where}: {value!r} must be a relative path inside the repo")
+    return str(PurePosixPath(*parts))
+
+
+def load_setup(repo: Path) -> Setup:
+    """Read `<repo>/.spexsup.toml` (absent: no setup). Invalid on any bad entry,
+    and when a path to copy or symlink does not exist in the repo."""
+    import tomllib
+
+    path = repo / SETUP_FILE
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Setup()
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise Invalid(f"cannot read {path}: {e}") from None
+    unknown = sorted(set(data) - set(SETUP_KEYS))
+    if unknown:
+        raise Invalid(f"{path}: unknown key {unknown[0]!r}", hint="copy, symlink, post_create")
+    lists: dict[str, tuple[str, ...]] = {}
+    for key in SETUP_KEYS:
+        value = data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise Invalid(f"{path}: {key} must be a list of strings")
+        lists[key] = tuple(value)
+    for key in ("copy", "symlink"):
+        checked = tuple(_relative(v, f"{path}: {key}") for v in lists[key])
+        for rel in checked:
+            if not (repo / rel).exists():
+                raise Invalid(f"{path}: {key}: {rel!r} does not exist in {repo}")
+        lists[key] = checked
+    if lists["post_create"] and any("\0" in a for a in lists["post_create"]):
+        raise Invalid(f"{path}: post_create holds a NUL byte")
+    return Setup(lists["copy"], lists["symlink"], lists["post_create"])
+
+
+# --- creation ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """What `spex new --worktree` was asked for; None means the default."""
+
+    branch: str | None = None
+    base: str | None = None
+    repo: str | None = None
+    parent: str | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A worktree about to be made, validated before anything changes."""
+
+    worktree: Worktree
+    setup: Setup = field(default_factory=Setup)
+
+
+def plan(name: str, request: Request) -> Plan:
+    """Validate `request` for session `name`: the repo, the branch (new, well
+    formed), the base (a commit), the path (free), `.spexsup.toml`.
+
+    Invalid for bad input, Refused when the branch or the path exists.
+    """
+    try:
+        start = Path(request.repo or ".").expanduser().absolute()
+    except FileNotFoundError:
+        raise Invalid("the current directory no longer exists", hint="--repo DIR") from None
+    if not start.is_dir():
+        raise Invalid(f"no such directory {str(start)!r}", hint="--repo DIR")
+    try:
+        top = git(start, "rev-parse", "--show-toplevel").strip()
+    except GitError:
+        raise Invalid(f"{start} is not inside a git work tree", hint="--repo DIR") from None
+    repo = Path(top)
+    branch = request.branch or f"spex/{name}"
+    ok = git(repo, "check-ref-format", "--branch", branch, check=False).strip()
+    if not ok or branch.startswith("-") or branch.startswith("spex/salvage/"):
+        raise Invalid(f"invalid branch name {branch!r}", hint="see git check-ref-format")
+    if _sha(repo, f"refs/heads/{branch}") is not None:
+        raise Refused(f"branch {branch!r} already exists in {repo}", hint="--branch NAME")
+    base_arg = request.base or "HEAD"
+    if base_arg.startswith("-"):
+        raise Invalid(f"invalid base {base_arg!r}")
+    base = _sha(repo, f"{base_arg}^{{commit}}")
+    if base is None:
+        why = "has no commits yet" if request.base is None else f"has no commit {base_arg!r}"
+        raise Invalid(f"{repo} {why}", hint="--base REF")
+    # `base_arg` cannot start with "-" (checked above); this mode of rev-parse
+    # does not take --end-of-options in git 2.39.
+    full = git(repo, "rev-parse", "--symbolic-full-name", base_arg, check=False)
+    base_ref = full.strip() if full.strip().startswith("refs/") else base
+    if request.parent is not None:
+        parent = Path(request.parent).expanduser().absolute()
+    else:
+        parent = repo.parent / f"{repo.name}.spex"
+    path = parent / name
+    if path.exists() or path.is_symlink():
+        raise Refused(f"{path} already exists", hint="--worktree-dir DIR, or remove it")
+    setup = load_setup(repo)
+    worktree = Worktree(str(repo), branch, base, base_ref, str(path), setup.copy, setup.symlink)
+    return Plan(worktree, setup)
+
+
+def add(p: Plan) -> bool:
+    """Create the branch, then the worktree, then the setup copies and symlinks;
+    True when the worktree's parent directory was made too (for `discard`).
+
+    The branch is created on its own first (git refuses an existing one under
+    a ref lock), so of two racing creations exactly one gets it and the
+    other, Refused, touches nothing of the winner's. A failure part-way
+    undoes what this call made, and only that.
+    """
+    wt = p.worktree
+    try:
+        git(wt.repo, "branch", "--no-track", "--end-of-options", wt.branch, wt.base)
+    except GitError as e:
+        if "already exists" in e.stderr or "cannot lock ref" in e.stderr:
+            raise Refused(
+                f"branch {wt.branch!r} already exists in {wt.repo}", hint="--branch NAME"
+            ) from None
+        raise
+    made_parent = not Path(wt.path).parent.exists()
+    made = False
+    try:
+        Path(wt.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            git(wt.repo, "worktree", "add", "--end-of-options", wt.path, wt.branch)
+        except GitError as e:
+            if "already exists" in e.stderr or "already checked out" in e.stderr:
+                raise Refused(f"cannot add worktree {wt.path}: {e.message}") from None
+            raise
+        made = True
+        _apply_setup(wt)
+    except BaseException as e:
+        discard(wt, made=made, made_parent=made_parent, cause=e)
+        raise
+    return made_parent
+
+
+def _apply_setup(wt: Worktree) -> None:
+    repo, path = Path(wt.repo), Path(wt.path)
+    for rel in (*wt.copy, *wt.symlink):
+        if (path / rel).exists() or (path / rel).is_symlink():
+            raise Failed(
+                f"{SETUP_FILE}: {rel!r} is already in the new worktree (tracked in git?)",
+                hint="copy and symlink are for untracked files",
+            )
+    for rel in wt.copy:
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        if (repo / rel).is_dir() and not (repo / rel).is_symlink():
+            shutil.copytree(repo / rel, path / rel, symlinks=True)
+        else:
+            shutil.copy2(repo / rel, path / rel, follow_symlinks=False)
+    for rel in wt.symlink:
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).symlink_to(repo / rel)
+
+
+def discard(
+    wt: Worktree, *, made: bool, made_parent: bool = False, cause: BaseException | None = None
+) -> None:
+    """Undo a creation: force-remove the worktree (it holds nothing but what
+    we just made), delete the branch if it still points at the base, and the
+    parent directory if we made it and it is empty. Problems become notes on
+    `cause`, which the caller re-raises."""
+    steps: list[tuple[str, ...]] = []
+    if made:
+        steps.append(("worktree", "remove", "--force", "--force", wt.path))
+    steps.append(("update-ref", "-d", f"refs/heads/{wt.branch}", wt.base))
+    for step in steps:
+        try:
+            git(wt.repo, *step)
+        except GitError as e:
+            if cause is not None:
+                cause.add_note(f"undoing the worktree: {e.message}")
+    if made_parent:
+        with contextlib.suppress(OSError):
+            Path(wt.path).parent.rmdir()
+
+
+def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
+    """Run `.spexsup.toml`'s post_create in the session's pane, in the new
+    worktree, through the turn wrapper (so its output shows in the pane and
+    lands in `turns/NAME/post-create/output.log`); wait for its exit.
+
+    The pane is launched with a fence like a turn's, so a later turn's launch
+    supersedes it. Failed when it exits non-zero or its wrapper dies; on any
+    exception its processes are killed before this returns.
+    """
+    from spexsup import marker
+    from spexsup.marker import Marker, Stage
+    from spexsup.paths import ensure_private_dir, wrapper_path, write_atomic
+    from spexsup.procs import Liveness, reap, turn_processes
+    from spexsup.turns import output_tail, wrapper_liveness
+    from spexsup.watch import DirWatch
+
+    name = session.name
+    tag = f"{POST_CREATE}-{secrets.token_hex(3)}"
+    directory = ensure_private_dir(spex.home / "turns" / name / POST_CREATE, under=spex.home)
+    files = {
+        "argv": b"\0".join(os.fsencode(a) for a in argv) + b"\0",
+        "env": b"".join(f"{k}={v}".encode() + b"\0" for k, v in session.env.items()),
+        # The wrapper passes the rc to its reporter; nothing is recorded.
+        "reporter": b"true\0",
+        "prompt": b"",
+    }
+    for file, data in files.items():
+        write_atomic(directory / file, data, durable=False)
+    with spex.store.tx() as db:
+        db.execute("UPDATE sessions SET launch_fence = launch_fence + 1 WHERE name = ?", (name,))
+        fence = int(
+            db.execute("SELECT launch_fence FROM sessions WHERE name = ?", (name,)).fetchone()[0]
+        )
+    env = {"SPEXSUP_SESSION": name, "SPEXSUP_TURN": tag, "SPEXSUP_TURN_DIR": str(directory)}
+    wrapper = os.environ.get("SPEXSUP_WRAPPER") or str(wrapper_path())
+    owner = session.owner(spex.home)
+    since = time.time()
+    with DirWatch([directory]) as watch:
+        result = spex.tmux.launch(
+            name, owner, fence, tag, session.cwd, env, ["bash", wrapper, str(directory)]
+        )
+        if result.outcome != "launched":
+            raise Failed(f"{name}: could not start post_create in the pane ({result.outcome})")
+
+        def check(m: Marker) -> None:
+            why = None
+            if m.stage is Stage.INVALID:
+                why = f"invalid outcome marker {m.text!r}"
+            elif (
+                m.pid is not None
+                and wrapper_liveness(m.pid, directory) is Liveness.DEAD
+                # It may have written its exit and exec'd the shell meanwhile.
+                and marker.read(directory).stage is not Stage.EXIT
+            ):
+                why = "its wrapper died without an exit status"
+            elif m.stage is Stage.NONE and spex.tmux.pane(name) is None:
+                why = "the pane vanished before it started"
+            if why:
+                raise Failed(f"{name}: post_create: {why}; the worktree was removed")
+
+        try:
+            while (m := marker.read(directory)).stage is not Stage.EXIT:
+                check(m)
+                watch.wait(1.0)
+        except BaseException:
+            reap(lambda: turn_processes(tag, result.pane_pid, since=since), 0.5)
+            raise
+    if m.rc != 0:
+        tail = output_tail(directory)
+        raise Failed(
+            f"{name}: post_create {' '.join(argv)!r} exited rc={m.rc}"
+            + (f": {tail}" if tail else "")
+            + "; the worktree was removed",
+            hint=f"fix {SETUP_FILE}, then spex new again",
+        )
+
+
+# --- inspection ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Status:
+    """What a worktree holds now. `unsaved_commits` counts commits on HEAD or
+    the branch that are on no remote branch and not merged into the base;
+    `exempt` lists untracked paths that are unchanged setup copies/symlinks."""
+
+    state: str  # ok | missing
+    head: str | None
+    branch_tip: str | None
+    modified: int
+    untracked: int
+    unsaved_commits: int
+    stashes: tuple[str, ...]
+    ahead: int | None
+    behind: int | None
+    last_commit: str | None
+    exempt: tuple[str, ...] = ()
+
+    @property
+    def unsaved(self) -> bool:
+        return bool(self.modified or self.untracked or self.unsaved_commits or self.stashes)
+
+    def summary(self) -> str:
+        """`3 files modified, 2 commits not pushed or merged`."""
+
+        def n(count: int, one: str, many: str) -> str:
+            return f"{count} {one if count == 1 else many}"
+
+        parts = []
+        if self.modified:
+            parts.append(n(self.modified, "file modified", "files modified"))
+        if self.untracked:
+            parts.append(n(self.untracked, "untracked file", "untracked files"))
+        if self.unsaved_commits:
+            parts.append(n(self.unsaved_commits, "commit", "commits") + " not pushed or merged")
+        if self.stashes:
+            parts.append(n(len(self.stashes), "stash", "stashes") + " made in it")
+        return ", ".join(parts) or "nothing unsaved"
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "head": self.head,
+            "ahead": self.ahead,
+            "behind": self.behind,
+            "modified": self.modified,
+            "untracked": self.untracked,
+            "unsaved_commits": self.unsaved_commits,
+            "stashes": len(self.stashes),
+            "last_commit": self.last_commit,
+            "unsaved": self.summary() if self.unsaved else None,
+        }
+
+
+def _porcelain(path: str) -> tuple[int, list[str]]:
+    """Tracked entries that differ from HEAD (staged or not), and untracked paths."""
+    out = git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all")
+    fields = out.split("\0")
+    modified, untracked = 0, []
+    i = 0
+    while i < len(fields):
+        entry = fields[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        code, rel = entry[:2], entry[3:]
+        if code == "??":
+            untracked.append(rel)
+        elif code != "!!":
+            modified += 1
+            if "R" in code or "C" in code:
+                i += 1  # the source path of a rename or copy follows
+    return modified, untracked
+
+
+def _exempt(wt: Worktree, rel: str) -> bool:
+    """An untracked path that is a setup copy or symlink, still as setup made it."""
+    repo, path = Path(wt.repo), Path(wt.path)
+    for link in wt.symlink:
+        if rel == link:
+            target = path / rel
+            return target.is_symlink() and str(target.readlink()) == str(repo / link)
+    for copied in wt.copy:
+        if rel == copied or rel.startswith(copied + "/"):
+            mine, theirs = path / rel, repo / rel
+            if mine.is_symlink() or theirs.is_symlink():
+                return (
+                    mine.is_symlink()
+                    and theirs.is_symlink()
+                    and mine.readlink() == theirs.readlink()
+                )
+            return theirs.is_file() and filecmp.cmp(mine, theirs, shallow=False)
+    return False
+
+
+def _base_now(wt: Worktree) -> str:
+    """The base as it is now (the base branch may have moved on), else the
+    commit the worktree started from."""
+    if wt.base_ref.startswith("refs/"):
+        return _sha(wt.repo, f"{wt.base_ref}^{{commit}}") or wt.base
+    return wt.base
+
+
+def _stashes(wt: Worktree, branches: Sequence[str]) -> tuple[str, ...]:
+    """Stash commits made on `branches` (git names the branch in the stash's subject)."""
+    out = git(wt.repo, "stash", "list", "--format=%H%x00%gs", check=False)
+    found = []
+    for line in out.splitlines():
+        sha, _, subject = line.partition("\0")
+        for b in branches:
+            if subject.startswith((f"WIP on {b}: ", f"On {b}: ")):
+                found.append(sha)
+                break
+    return tuple(found)
+
+
+def inspect(wt: Worktree) -> Status:
+    """Read the worktree's state. Raises Failed (GitError) when git cannot
+    tell, e.g. the main repository is gone: unknown is never "clean"."""
+    if not Path(wt.repo).is_dir():
+        raise Failed(
+            f"the repository {wt.repo} of worktree {wt.path} is gone",
+            hint="spex rm NAME --keep-worktree removes just the session",
+        )
+    missing = wt.missing
+    branch_tip = _sha(wt.repo, f"refs/heads/{wt.branch}")
+    head = None if missing else _sha(wt.path, "HEAD")
+    modified, untracked = (0, []) if missing else _porcelain(wt.path)
+    exempt = tuple(rel for rel in untracked if _exempt(wt, rel))
+    tips = list(dict.fromkeys(t for t in (head, branch_tip) if t))
+    base_now = _base_now(wt)
+    unsaved_commits = 0
+    if tips:
+        out = git(wt.repo, "rev-list", "--count", *tips, "--not", "--remotes", base_now)
+        unsaved_commits = int(out.strip() or 0)
+    current = "" if missing else git(wt.path, "branch", "--show-current").strip()
+    stashes = _stashes(wt, [b for b in dict.fromkeys((wt.branch, current)) if b])
+    ahead = behind = None
+    last = None
+    if head is not None:
+        counts = git(wt.repo, "rev-list", "--left-right", "--count", f"{base_now}...{head}")
+        behind, ahead = (int(x) for x in counts.split())
+        last = git(wt.path, "log", "-1", "--format=%s").strip() or None
+    return Status(
+        state="missing" if missing else "ok",
+        head=head,
+        branch_tip=branch_tip,
+        modified=modified,
+        untracked=len(untracked) - len(exempt),
+        unsaved_commits=unsaved_commits,
+        stashes=stashes,
+        ahead=ahead,
+        behind=behind,
+        last_commit=last,
+        exempt=exempt,
+    )
+
+
+# --- snapshots ----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _scratch_index(cwd: str | Path) -> Iterator[dict[str, str]]:
+    """A private copy of `cwd`'s index (its stat cache saves rehashing every
+    file), as the env for git commands that must not touch the real one."""
+    real = Path(cwd) / git(cwd, "rev-parse", "--git-path", "index").strip()
+    with tempfile.TemporaryDirectory(prefix="spex-index-") as tmp:
+        scratch = Path(tmp) / "index"
+        if real.exists():
+            shutil.copyfile(real, scratch)
+        yield {"GIT_INDEX_FILE": str(scratch)}
+
+
+def _identity(cwd: str | Path) -> dict[str, str]:
+    ok = all(
+        git(cwd, "var", var, check=False).strip()
+        for var in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT")
+    )
+    return {} if ok else SALVAGE_IDENT
+
+
+def snapshot_tree(cwd: str | Path, exclude: Sequence[str] = ()) -> str:
+    """The tree of the working tree at `cwd` as it is now: tracked changes and
+    untracked files (not ignored), without touching the real index."""
+    specs = ["."] + [f":(exclude,literal){rel}" for rel in exclude]
+    with _scratch_index(cwd) as env:
+        git(cwd, "add", "-A", "--", *specs, env=env)
+        return git(cwd, "write-tree", env=env).strip()
+
+
+def snapshot(cwd: str | Path, message: str) -> tuple[str | None, str]:
+    """(HEAD, a commit of the working tree now whose parent is HEAD): what
+    `git stash create` makes, untracked files included. Nothing is referenced:
+    the commit lives as long as git keeps unreachable objects (2 weeks by
+    default), like `git stash create`'s."""
+    head = _sha(cwd, "HEAD")
+    tree = snapshot_tree(cwd)
+    parents = ["-p", head] if head else []
+    commit = git(cwd, "commit-tree", tree, *parents, "-m", message, env=_identity(cwd)).strip()
+    return head, commit
+
+
+def record_start(cwd: str, directory: Path) -> None:
+    """Best effort, before a turn launches: write `git-start` in its turn dir
+    (JSON: toplevel, head, snapshot) when `cwd` is in a git work tree. A
+    failure is recorded in the file, never raised: the turn goes ahead."""
+    from spexsup.paths import write_atomic
+
+    try:
+        top = git(cwd, "rev-parse", "--show-toplevel", check=False).strip()
+    except Failed:
+        return  # no git: nothing to record
+    if not top:
+        return
+    doc: dict[str, Any] = {"toplevel": top, "head": None, "snapshot": None, "error": None}
+    try:
+        doc["head"], doc["snapshot"] = snapshot(top, f"spex: start of turn {directory.name}")
+    except (Failed, OSError) as e:
+        doc["error"] = str(e)
+    write_atomic(directory / "git-start", json.dumps(doc).encode(), durable=False)
+
+
+# --- removal ------------------------------------------------------------------
+
+
+@dataclass
+class Removal:
+    """What `spex rm` did to a worktree session's worktree and branch."""
+
+    path: str
+    branch: str
+    kept_worktree: bool = False
+    salvage: str | None = None
+    stash_branches: list[str] = field(default_factory=list)
+    branch_kept: str | None = None  # why the branch was not deleted
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.kept_worktree:
+            out.append(f"kept worktree {self.path} and branch {self.branch}")
+            return out
+        if self.salvage:
+            out.append(f"salvaged unsaved work to branch {self.salvage}")
+        out.extend(f"salvaged a stash to branch {b}" for b in self.stash_branches)
+        out.append(f"removed worktree {self.path}")
+        if self.branch_kept:
+            out.append(f"kept branch {self.branch}: {self.branch_kept}")
+        else:
+            out.append(f"deleted branch {self.branch}")
+        return out
+
+
+def unsaved_refusal(name: str, wt: Worktree, status: Status, *, removing: bool) -> Refused:
+    left = "; the session is left removing" if removing else ""
+    return Refused(
+        f"{name}: worktree {wt.path} holds unsaved work: {status.summary()}{left}",
+        hint=f"commit and push it, or spex rm {name} --salvage, or --keep-worktree",
+    )
+
+
+def guard(name: str, wt: Worktree, *, salvage: bool) -> None:
+    """Refuse (before anything changes) while the worktree holds unsaved work,
+    unless it is to be salvaged. Failed when its state cannot be read."""
+    status = inspect(wt)
+    if status.unsaved and not salvage:
+        raise unsaved_refusal(name, wt, status, removing=False)
+
+
+def _salvage(name: str, wt: Worktree, status: Status) -> tuple[str, list[str]]:
+    """Commit everything to a new branch `spex/salvage/NAME-<time>`.
+
+    Its tree is the working tree (untracked files included, unchanged setup
+    files excluded); its parents are HEAD, the branch tip when it differs,
+    and the index when it differs from both (a staged version then edited
+    again). Stashes made in the worktree get branches `…-stash-N`. The
+    branches are created, never overwritten. Returns (branch, stash branches).
+    """
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    branch = f"spex/salvage/{name}-{stamp}"
+    ident = _identity(wt.repo)
+    parents = [t for t in dict.fromkeys((status.head, status.branch_tip)) if t]
+    if status.state == "ok":
+        tree = snapshot_tree(wt.path, status.exempt)
+        with _scratch_index(wt.path) as env:
+            index_tree = git(wt.path, "write-tree", env=env, check=False).strip()
+        head_tree = _sha(wt.path, "HEAD^{tree}")
+        if parents and index_tree and index_tree not in (tree, head_tree):
+            msg = f"spex salvage of {name}: the index of {wt.path}"
+            index_commit = git(
+                wt.path, "commit-tree", index_tree, "-p", parents[0], "-m", msg, env=ident
+            ).strip()
+            parents.append(index_commit)
+    else:
+        tip = status.branch_tip or wt.base
+        tree = git(wt.repo, "rev-parse", f"{tip}^{{tree}}").strip()
+    message = (
+        f"spex salvage of session {name}\n\n"
+        f"worktree {wt.path} on branch {wt.branch} ({status.summary()})"
+    )
+    args = [a for p in parents for a in ("-p", p)]
+    commit = git(wt.repo, "commit-tree", tree, *args, "-m", message, env=ident).strip()
+    git(wt.repo, "update-ref", f"refs/heads/{branch}", commit, "")
+    stash_branches = []
+    for i, sha in enumerate(status.stashes):
+        b = f"{branch}-stash-{i}"
+        git(wt.repo, "update-ref", f"refs/heads/{b}", sha, "")
+        stash_branches.append(b)
+    if status.state == "ok" and snapshot_tree(wt.path, status.exempt) != tree:
+        raise Failed(
+            f"{name}: the worktree changed while it was salvaged to {branch}; nothing removed",
+            hint=f"spex rm {name} --salvage again",
+        )
+    return branch, stash_branches
+
+
+def dispose(name: str, wt: Worktree, *, salvage: bool, keep: bool) -> Removal:
+    """Remove a session's worktree and branch during `spex rm`, after its turn
+    and tmux home are gone, re-checking for unsaved work first.
+
+    Unsaved work and no `salvage`: Refused (the session stays `removing`).
+    The branch is deleted by compare-and-swap on the tip that was inspected,
+    so a commit that lands meanwhile keeps it.
+    """
+    removal = Removal(wt.path, wt.branch, kept_worktree=keep)
+    if keep:
+        return removal
+    status = inspect(wt)
+    force = False
+    if status.unsaved:
+        if not salvage:
+            raise unsaved_refusal(name, wt, status, removing=True)
+        removal.salvage, removal.stash_branches = _salvage(name, wt, status)
+        force = True
+    if status.state == "ok":
+        for rel in status.exempt:
+            target = Path(wt.path) / rel
+            if target.is_symlink() or not target.is_dir():
+                target.unlink()
+        for rel in wt.copy:
+            with contextlib.suppress(OSError):  # only empty dirs left by the unlinks go
+                _remove_empty_dirs(Path(wt.path) / rel)
+    try:
+        git(wt.repo, "worktree", "remove", *(["--force"] if force else []), wt.path)
+    except GitError as e:
+        if Path(wt.path).exists():
+            raise Refused(
+                f"{name}: git would not remove worktree {wt.path} ({e.message});"
+                " the session is left removing",
+                hint=f"look at it, then spex rm {name} again (or --salvage, --keep-worktree)",
+            ) from None
+        git(wt.repo, "worktree", "prune")
+    if status.branch_tip is not None:
+        ref = f"refs/heads/{wt.branch}"
+        git(wt.repo, "update-ref", "-d", ref, status.branch_tip, check=False)
+        if _sha(wt.repo, f"refs/heads/{wt.branch}") is not None:
+            removal.branch_kept = "it moved while the worktree was removed"
+    else:
+        removal.branch_kept = "it was already gone"
+    return removal
+
+
+def _remove_empty_dirs(top: Path) -> None:
+    if top.is_dir() and not top.is_symlink():
+        for sub in sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if sub.is_dir() and not sub.is_symlink():
+                sub.rmdir()
+        top.rmdir()
+
+
+# --- reading --------------------------------------------------------------------
+
+
+def status_rows(spex: Spex, names: Sequence[str]) -> list[dict[str, Any]]:
+    """`spex worktree status`: every worktree session (or those named)."""
+    from spexsup.sessions import get
+
+    if names:
+        chosen = [get(spex, n) for n in names]
+        for s in chosen:
+            if s.worktree is None:
+                raise Refused(f"session {s.name!r} has no worktree", hint="see spex ls")
+    else:
+        rows = spex.store.db.execute(
+            "SELECT name FROM sessions WHERE worktree IS NOT NULL ORDER BY name"
+        ).fetchall()
+        chosen = [get(spex, r["name"]) for r in rows]
+    return [describe(s.name, s.worktree) for s in chosen if s.worktree is not None]
+
+
+def describe(name: str, wt: Worktree) -> dict[str, Any]:
+    """A worktree's public view with its status; an unreadable one says why."""
+    entry: dict[str, Any] = {"name": name, **wt.public()}
+    try:
+        entry.update(inspect(wt).public())
+    except Failed as e:
+        entry["error"] = e.line()
+    return entry
+
+
+# --- review: spex diff ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiffRange:
+    """What `spex diff` compares: a turn's start snapshot and its end, which is
+    the next turn's start snapshot, or for the latest turn the state now."""
+
+    session: str
+    turn: str
+    toplevel: str
+    start: str
+    end: str
+    end_is_now: bool
+
+    def public(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _git_start(spex: Spex, session: str, turn: str) -> dict[str, Any] | None:
+    path = spex.home / "turns" / session / turn / "git-start"
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+TURN_ID_RE = re.compile(r"[0-9A-Za-z-]{1,64}")
+
+
+def turn_range(spex: Spex, name: str, turn: str | None = None) -> DiffRange:
+    """The range `spex diff NAME [--turn ID]` shows (default: the latest turn).
+
+    Refused when the session has no such turn, or the turn recorded no git
+    state (its cwd was not a git work tree when it started).
+    """
+    from spexsup.sessions import get
+
+    get(spex, name)
+    if turn is not None and not TURN_ID_RE.fullmatch(turn):
+        raise Invalid(f"invalid turn id {turn!r}", hint=f"see spex show {name}")
+    rows = spex.store.db.execute(
+        "SELECT id FROM turns WHERE session = ? ORDER BY started_at, id", (name,)
+    ).fetchall()
+    ids = [r["id"] for r in rows]
+    if not ids:
+        raise Refused(f"session {name!r} has no turns yet", hint=f"spex wake {name} TEXT")
+    if turn is None:
+        turn = ids[-1]
+    if turn not in ids:
+        raise Refused(f"session {name!r} has no turn {turn!r}", hint=f"see spex show {name}")
+    start = _git_start(spex, name, turn)
+    if start is None or not start.get("snapshot"):
+        why = start.get("error") if start else None
+        raise Refused(
+            f"turn {turn} of {name!r} recorded no git state at its start"
+            + (f" ({why})" if why else " (its cwd was not a git work tree)"),
+        )
+    top = str(start["toplevel"])
+    for later in ids[ids.index(turn) + 1 :]:
+        nxt = _git_start(spex, name, later)
+        if nxt and nxt.get("snapshot") and nxt.get("toplevel") == top:
+            return DiffRange(name, turn, top, str(start["snapshot"]), str(nxt["snapshot"]), False)
+    if not Path(top).is_dir():
+        raise Refused(f"{top}, where turn {turn} of {name!r} ran, is gone")
+    _, now = snapshot(top, f"spex: state of {name} after turn {turn}")
+    return DiffRange(name, turn, top, str(start["snapshot"]), now, True)
+
+
+def diff_files(r: DiffRange) -> list[dict[str, Any]]:
+    """Per file: path, lines added and deleted (None for binary files)."""
+    out = git(r.toplevel, "diff", "--numstat", "-z", "--no-renames", r.start, r.end)
+    files = []
+    for entry in out.split("\0"):
+        if not entry:
+            continue
+        added, deleted, path = entry.split("\t", 2)
+        files.append(
+            {
+                "path": path,
+                "added": None if added == "-" else int(added),
+                "deleted": None if deleted == "-" else int(deleted),
+            }
+        )
+    return files
+
+
+def show_diff(r: DiffRange, *, stat: bool = False) -> int:
+    """Run `git diff` for the range with our stdout (git colours a terminal)."""
+    argv = ["git", "-C", r.toplevel, "--no-pager", "diff", *(["--stat"] if stat else [])]
+    return subprocess.run([*argv, r.start, r.end], check=False).returncode
+
+
+# --- best of N --------------------------------------------------------------------
+
+
+def leg_names(prefix: str, count: int) -> list[str]:
+    from spexsup.sessions import validate_name
+
+    if not 1 <= count <= 64:
+        raise Invalid(f"invalid --worktrees {count}", hint="between 1 and 64")
+    return [validate_name(f"{prefix}-{i}") for i in range(1, count + 1)]
+
+
+def default_prefix(repo: str | None) -> str:
+    """The repo directory's name, cut to what a session name allows."""
+    try:
+        base = Path(repo or ".").expanduser().absolute().name
+    except FileNotFoundError:
+        base = ""
+    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "-", base).strip("-")[:50]
+    return cleaned or "best"
+
+
+def create_legs(
+    spex: Spex,
+    names: Sequence[str],
+    request: Request,
+    *,
+    harness: str | None = None,
+    window: float | None = None,
+) -> list[Session]:
+    """Create one worktree session per name, each on its own branch
+    `spex/<name>` from the same base. All or nothing: refused up front when a
+    name is taken; a failure part-way removes the legs made so far (they are
+    fresh, but still only through `spex rm`'s guards)."""
+    from spexsup import sessions
+
+    taken = [
+        n
+        for n in names
+        if spex.store.db.execute("SELECT 1 FROM sessions WHERE name = ?", (n,)).fetchone()
+    ]
+    if taken:
+        raise Refused(f"session {taken[0]!r} already exists", hint="--prefix P")
+    made: list[Session] = []
+    try:
+        for n in names:  # a loop, not extend: `made` must hold the legs made so far
+            made.append(  # noqa: PERF401
+                sessions.create(spex, n, harness=harness, window=window, worktree=request)
+            )
+    except BaseException as e:
+        for s in made:
+            try:
+                sessions.remove(spex, s.name)
+            except Exception as undo:
+                e.add_note(f"{s.name}: left in place: {undo}")
+        raise
+    return made
+
+
+def mark_best_of(wave: Wave, request: Request, names: Sequence[str]) -> None:
+    """Record in the wave's document that it is a best-of-N wave (what `keep` needs)."""
+    info = {"repo": request.repo, "base": request.base, "sessions": list(names), "kept": None}
+
+    def change(doc: Doc) -> None:
+        doc["best_of"] = info
+
+    wave.update(change)
+
+
+@dataclass
+class LegOutcome:
+    session: str
+    outcome: str  # kept | removed | gone | refused | failed
+    detail: list[str] = field(default_factory=list)
+    exit_code: int = 0
+
+    def public(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def keep(spex: Spex, wave_id: str, leg: str, *, force: bool = False) -> list[LegOutcome]:
+    """Keep one leg of a best-of-N wave (its session and branch) and remove the
+    other legs' sessions and worktrees through `spex rm --salvage`: unsaved
+    work is salvaged, never dropped. Each leg's outcome is reported; one that
+    cannot be removed (a running turn without `force`, say) stays."""
+    from spexsup import sessions, waves
+
+    doc = waves.load(spex, wave_id)
+    if not doc.get("best_of"):
+        raise Refused(
+            f"wave {wave_id} is not a best-of-N wave", hint="spex fanout --worktrees N made those"
+        )
+    if doc["state"] == "launching":
+        raise Refused(f"wave {wave_id} is still launching", hint=f"spex wave {wave_id}")
+    legs = [entry["session"] for entry in doc["legs"]]
+    if leg in legs:
+        chosen = leg
+    elif leg.isdigit() and 1 <= int(leg) <= len(legs):
+        chosen = legs[int(leg) - 1]
+    else:
+        raise Invalid(f"wave {wave_id} has no leg {leg!r}", hint=f"see spex wave {wave_id}")
+    outcomes = [LegOutcome(chosen, "kept")]
+    try:
+        kept = sessions.get(spex, chosen)
+        if kept.worktree is not None:
+            outcomes[0].detail.append(f"branch {kept.worktree.branch} in {kept.worktree.path}")
+    except Refused:
+        outcomes[0] = LegOutcome(chosen, "gone", ["the kept leg's session no longer exists"], 3)
+    for other in legs:
+        if other == chosen:
+            continue
+        try:
+            removal = sessions.remove(spex, other, force=force, salvage=True)
+        except Refused as e:
+            try:
+                sessions.get(spex, other)
+            except Refused:
+                outcomes.append(LegOutcome(other, "gone", ["already removed"]))
+                continue
+            outcomes.append(LegOutcome(other, "refused", [e.line()], e.exit_code))
+            continue
+        except Failed as e:
+            outcomes.append(LegOutcome(other, "failed", [e.line()], e.exit_code))
+            continue
+        outcomes.append(LegOutcome(other, "removed", removal.lines() if removal else []))
+
+    def change(d: Doc) -> None:
+        d["best_of"]["kept"] = chosen
+
+    waves.Wave(spex, doc).update(change)
+    return outcomes
+
+
+def leg_stat(spex: Spex, session: str) -> str | None:
+    """`git diff --shortstat` of a leg's worktree now (untracked files included)
+    against its base; None when the session or its worktree is gone."""
+    from spexsup.sessions import get
+
+    try:
+        s = get(spex, session)
+    except Refused:
+        return None
+    wt = s.worktree
+    if wt is None or wt.missing:
+        return None
+    try:
+        tree = snapshot_tree(wt.path)
+        out = git(wt.path, "diff", "--shortstat", wt.base, tree).strip()
+    except Failed as e:
+        return f"({e.message})"
+    return out or "no changes"
