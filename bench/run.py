@@ -72,6 +72,9 @@ class Bench:
         os.environ["SPEXSUP_HOME"] = str(self.root / "state")
         os.environ["SPEXSUP_TMUX"] = f"spexbench-{os.getpid()}"
         os.environ["TMUX_TMPDIR"] = str(self.root)
+        # Measure spex, not the machine's rc files: pane shells start bare.
+        os.environ["HOME"] = str(self.root)
+        os.environ["SHELL"] = "/bin/sh"
         self.spex = Spex.open()
         self.count = 0
 

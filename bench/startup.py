@@ -50,6 +50,10 @@ class Home:
             "SPEXSUP_HOME": str(self.root / "state"),
             "SPEXSUP_TMUX": f"spexboot-{os.getpid()}-{self.root.name}",
             "TMUX_TMPDIR": str(self.root),
+            # Pane shells start bare: hundreds of homes must not each run the
+            # machine's rc files (pyenv init and the like).
+            "HOME": str(self.root),
+            "SHELL": "/bin/sh",
         }
         self.env.pop("TMUX", None)
 

@@ -54,6 +54,15 @@ done <"$dir/env"
 input=/dev/null
 [ -e "$dir/stdin" ] && input=$dir/prompt
 
+# In a git work tree: record its state before the harness touches it (spex diff).
+if [ -e "$dir/git-start.todo" ]; then
+    reporter=()
+    mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
+    [ ${#reporter[@]} -gt 0 ] &&
+        "${reporter[0]}" -m spexsup.worktree record-start "$dir" "$PWD" </dev/null >/dev/null 2>&1
+    rm -f "$dir/git-start.todo"
+fi
+
 # Output goes live to the pane and to output.log. PIPESTATUS keeps the
 # harness's own status; bash reports a signal death as 128+signal.
 if [ ${#argv[@]} -eq 0 ]; then

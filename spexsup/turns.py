@@ -183,10 +183,17 @@ def admit(
         )
     directory = ensure_private_dir(turn_dir(spex, name, turn), under=spex.home)
     _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter)
-    from spexsup.worktree import record_start
-
-    record_start(session.cwd, directory)  # `git-start`, for spex diff
+    if _in_git_tree(Path(session.cwd)):
+        # The wrapper records the work tree's state (`git-start`, for spex
+        # diff) before the harness starts: a dozen git calls are not worth
+        # holding the verdict for.
+        write_atomic(directory / "git-start.todo", b"", durable=False)
     return session, turn, directory, adapter
+
+
+def _in_git_tree(cwd: Path) -> bool:
+    """Is `cwd` inside a git work tree? (stat calls only; git itself decides later)"""
+    return any((d / ".git").exists() for d in (cwd, *cwd.parents))
 
 
 def _prepare(

@@ -1073,3 +1073,12 @@ def leg_stat(spex: Spex, session: str) -> str | None:
     except Failed as e:
         return f"({e.message})"
     return out or "no changes"
+
+
+if __name__ == "__main__":
+    # `python -m spexsup.worktree record-start TURN_DIR CWD`: run by the turn
+    # wrapper before the harness starts (see shell/turn.sh).
+    import sys
+
+    if len(sys.argv) == 4 and sys.argv[1] == "record-start":
+        record_start(sys.argv[3], Path(sys.argv[2]))
