@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench stress dist wheel-check test-real clean
+.PHONY: demo test lint bench stress dist wheel-check test-real clean compile
 
 $(STAMP): pyproject.toml
 	@command -v tmux >/dev/null || { echo "tmux is required (apt-get install tmux)"; exit 1; }
@@ -13,10 +13,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# An editable install is never byte-compiled, and where PYTHONDONTWRITEBYTECODE
+# is set nothing ever writes the cache: every `spex` (and every turn's exit
+# reporter) would compile the package anew. Compile it, as pip does a wheel.
+compile: $(STAMP)
+	@$(BIN)/python -m compileall -q spexsup
+
+demo: $(STAMP) compile
 	$(BIN)/python contrib/demo.py
 
-test: $(STAMP)
+test: $(STAMP) compile
 	$(BIN)/python -m pytest -q -n 4
 
 lint: $(STAMP)
