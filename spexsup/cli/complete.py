@@ -54,6 +54,8 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     ),
     "waves": ((), {}),
     "wave": (("wave",), {}),
+    "prune": ((), {"--older-than": None, "--session": "session"}),
+    "du": ((), {}),
 }
 
 
