@@ -131,7 +131,7 @@ def turn_line(t: dict[str, Any]) -> str:
 
 
 def home_cell(row: dict[str, object]) -> str:
-    return "missing (spex up)" if row["home"] == "missing" else str(row["home"])
+    return f"{row['home']} (spex up)" if row["home"] in ("missing", "dead") else str(row["home"])
 
 
 @app.command()
