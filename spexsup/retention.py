@@ -92,12 +92,18 @@ def tree_bytes(path: Path) -> int:
     return total
 
 
-def _remove(path: Path) -> None:
-    """Remove a file or a tree; gone already is fine (a retried prune)."""
-    if path.is_dir() and not path.is_symlink():
+def _remove(path: Path) -> int:
+    """Remove a file or a tree; its bytes (0 if it was gone already: a retried prune)."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return 0
+    size = tree_bytes(path)
+    if stat.S_ISDIR(st.st_mode):
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+    return size
 
 
 @dataclass
@@ -138,6 +144,19 @@ def _held_sessions(db: sqlite3.Connection) -> tuple[bool, set[str]]:
     return bool(row["all_sessions"]), set(json.loads(row["scope"] or "[]"))
 
 
+def _protected(db: sqlite3.Connection) -> tuple[set[str], set[str]]:
+    """The sessions' current turns, and the turns of waves not yet final."""
+    current = {r[0] for r in db.execute("SELECT current_turn FROM sessions")}
+    in_waves = {
+        r[0]
+        for r in db.execute(
+            "SELECT wt.turn FROM wave_turns wt JOIN waves w ON w.id = wt.wave"
+            f" WHERE w.state NOT IN {FINAL_WAVES!r}"
+        )
+    }
+    return current, in_waves
+
+
 def _turn_candidates(
     db: sqlite3.Connection,
     policy: Retention,
@@ -145,26 +164,40 @@ def _turn_candidates(
     sessions: Sequence[str] | None,
     limit: int | None,
 ) -> list[tuple[str, str]]:
-    """(session, turn) of the prunable turns, oldest first."""
-    where = ""
-    args: list[Any] = []
+    """(session, turn) of the prunable turns, oldest first within a session.
+
+    What a session may lose is an oldest-first prefix of its turns (beyond
+    `keep_turns` from the newest, or older than `cutoff`; never the newest),
+    so each session costs two indexed counts and one indexed read of at most
+    `limit` rows: no ranking of the whole table, whose size is the problem.
+    """
+    query = "SELECT name FROM sessions WHERE state != 'removing' ORDER BY name"
+    names = [r[0] for r in db.execute(query)]  # spex rm owns a session being removed
     if sessions is not None:
-        where = f" AND session IN ({','.join('?' * len(sessions))})"
-        args += list(sessions)
-    query = (
-        "SELECT session, id FROM (SELECT id, session, state, started_at, row_number() OVER"
-        " (PARTITION BY session ORDER BY started_at DESC, id DESC) AS n FROM turns)"
-        " WHERE n > 1 AND (n > ? OR started_at < ?)"
-        f" AND state NOT IN {ACTIVE_TURNS!r}"
-        " AND id NOT IN (SELECT current_turn FROM sessions WHERE current_turn IS NOT NULL)"
-        " AND session NOT IN (SELECT name FROM sessions WHERE state = 'removing')"
-        " AND id NOT IN (SELECT wt.turn FROM wave_turns wt JOIN waves w ON w.id = wt.wave"
-        f" WHERE w.state NOT IN {FINAL_WAVES!r}){where}"
-        " ORDER BY started_at, id"
-    )
-    if limit is not None:
-        query += f" LIMIT {int(limit)}"
-    return [(r[0], r[1]) for r in db.execute(query, (policy.keep_turns, cutoff, *args))]
+        names = [n for n in names if n in sessions]
+    current, in_waves = _protected(db)
+    out: list[tuple[str, str]] = []
+    for name in names:
+        room = None if limit is None else limit - len(out)
+        if room is not None and room <= 0:
+            break
+        (count,) = db.execute("SELECT count(*) FROM turns WHERE session = ?", (name,)).fetchone()
+        (old,) = db.execute(
+            "SELECT count(*) FROM turns WHERE session = ? AND started_at < ?", (name, cutoff)
+        ).fetchone()
+        prefix = min(count - 1, max(count - policy.keep_turns, old))
+        if prefix <= 0:
+            continue
+        rows = db.execute(
+            "SELECT id, state FROM turns WHERE session = ? ORDER BY started_at, id LIMIT ?",
+            (name, prefix if room is None else min(prefix, room)),
+        )
+        out += [
+            (name, r[0])
+            for r in rows
+            if r[1] not in ACTIVE_TURNS and r[0] not in current and r[0] not in in_waves
+        ]
+    return out
 
 
 def _wave_candidates(
@@ -261,8 +294,7 @@ def prune(
     if sweep:
         for path in orphans(store, home, now=now):
             out.orphans += 1
-            out.bytes += tree_bytes(path)
-            _remove(path)
+            out.bytes += _remove(path)
     return out
 
 
@@ -271,27 +303,24 @@ def _prune_turns(store: Store, turns_dir: Path, batch: list[tuple[str, str]], ou
         every, held = _held_sessions(db)
         if every:
             return
-        gone: list[tuple[str, str]] = []
-        for session, turn in batch:
-            if session in held:
-                continue
-            # The guards again: the plan was read outside this transaction.
-            deleted = db.execute(
-                "DELETE FROM turns WHERE id = ? AND session = ?"
-                f" AND state NOT IN {ACTIVE_TURNS!r}"
-                " AND id NOT IN (SELECT current_turn FROM sessions WHERE current_turn IS NOT NULL)"
-                " AND id NOT IN (SELECT wt.turn FROM wave_turns wt JOIN waves w ON w.id = wt.wave"
-                f" WHERE w.state NOT IN {FINAL_WAVES!r})",
-                (turn, session),
-            ).rowcount
-            if deleted:
-                db.execute("DELETE FROM wave_turns WHERE turn = ?", (turn,))
-                gone.append((session, turn))
+        # The guards again: the plan was read outside this transaction.
+        current, in_waves = _protected(db)
+        marks = ",".join("?" * len(batch))
+        query = f"SELECT id, state FROM turns WHERE id IN ({marks})"
+        states = dict(db.execute(query, [turn for _, turn in batch]).fetchall())
+        gone = [
+            (session, turn)
+            for session, turn in batch
+            if session not in held
+            and turn not in current
+            and turn not in in_waves
+            and states.get(turn, ACTIVE_TURNS[0]) not in ACTIVE_TURNS
+        ]
+        db.executemany("DELETE FROM turns WHERE id = ?", [(turn,) for _, turn in gone])
+        db.executemany("DELETE FROM wave_turns WHERE turn = ?", [(turn,) for _, turn in gone])
     _pause_for_tests()
     for session, turn in gone:
-        path = turns_dir / session / turn
-        out.bytes += tree_bytes(path)
-        _remove(path)
+        out.bytes += _remove(turns_dir / session / turn)
         out.turns[session] = out.turns.get(session, 0) + 1
 
 
@@ -307,9 +336,7 @@ def _prune_waves(store: Store, waves_dir: Path, batch: list[str], out: Pruned) -
                 gone.append(wave)
     for wave in gone:
         for suffix in WAVE_SUFFIXES:
-            path = waves_dir / f"{wave}{suffix}"
-            out.bytes += tree_bytes(path)
-            _remove(path)
+            out.bytes += _remove(waves_dir / f"{wave}{suffix}")
         out.waves.append(wave)
 
 
