@@ -295,6 +295,8 @@ def prune(
         for path in orphans(store, home, now=now):
             out.orphans += 1
             out.bytes += _remove(path)
+    with store.tx() as db:  # an earlier failure, now made good
+        db.execute("DELETE FROM notices WHERE key = 'prune'")
     return out
 
 
@@ -421,6 +423,8 @@ def maybe_prune(home: Path) -> Pruned | None:
     """The writers' prune: due at most once an hour, bounded, no orphan sweep
     (that walks every directory; `spex prune` does it). None when not due or
     `[retention] auto = false`."""
+    import sqlite3
+
     from spexsup import config
     from spexsup.store import Store
 
@@ -433,15 +437,24 @@ def maybe_prune(home: Path) -> Pruned | None:
         policy = config.load(home).retention
         if not policy.auto:
             return None
-        return prune(
-            store,
-            home,
-            policy,
-            turn_limit=AUTO_TURNS,
-            wave_limit=AUTO_WAVES,
-            event_limit=AUTO_EVENTS,
-            sweep=False,
-        )
+        try:
+            return prune(
+                store,
+                home,
+                policy,
+                turn_limit=AUTO_TURNS,
+                wave_limit=AUTO_WAVES,
+                event_limit=AUTO_EVENTS,
+                sweep=False,
+            )
+        except (OSError, sqlite3.Error) as e:
+            # Nobody waits for this prune: leave the failure for `spex doctor`.
+            with store.tx() as db:
+                db.execute(
+                    "INSERT OR REPLACE INTO notices (key, message, at) VALUES ('prune', ?, ?)",
+                    (f"opportunistic prune failed: {e} (run spex prune)", time.time()),
+                )
+            return None
     finally:
         store.close()
 
