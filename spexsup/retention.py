@@ -45,6 +45,10 @@ AUTO_INTERVAL = 3600.0
 AUTO_TURNS = 200
 AUTO_WAVES = 50
 AUTO_EVENTS = 5000
+# ...and in time: no new batch starts after this many seconds (removing a
+# directory costs milliseconds on a busy disk), in batches this small.
+AUTO_BUDGET = 0.2
+AUTO_BATCH = 25
 # Rows deleted per transaction, so a manual prune of 100 000 turns never
 # holds the write lock for long.
 BATCH = 1000
@@ -247,6 +251,8 @@ def prune(
     wave_limit: int | None = None,
     event_limit: int | None = None,
     sweep: bool = True,
+    budget: float | None = None,
+    batch: int = BATCH,
     now: float | None = None,
 ) -> Pruned:
     """Apply `policy` (`older_than` seconds replaces `keep_days` for this call).
@@ -254,6 +260,7 @@ def prune(
     With `sessions`, only those sessions' turns are pruned (waves and events
     are the home's, left alone). Unknown sessions are refused before anything
     changes. `sweep` also removes orphans that an interrupted prune left.
+    With `budget` (seconds), no batch of `batch` rows starts once it is spent.
     Safe to run concurrently with anything: every batch re-checks, inside its
     transaction, that its turns are still prunable.
     """
@@ -285,10 +292,19 @@ def prune(
                 out.orphans += 1
                 out.bytes += tree_bytes(path)
         return out
-    for start in range(0, len(candidates), BATCH):
-        _prune_turns(store, turns_dir, candidates[start : start + BATCH], out)
-    for start in range(0, len(waves), BATCH):
-        _prune_waves(store, waves_dir, waves[start : start + BATCH], out)
+    began = time.monotonic()
+
+    def spent() -> bool:
+        return budget is not None and time.monotonic() - began > budget
+
+    for start in range(0, len(candidates), batch):
+        if spent():
+            return out
+        _prune_turns(store, turns_dir, candidates[start : start + batch], out)
+    for start in range(0, len(waves), batch):
+        if spent():
+            return out
+        _prune_waves(store, waves_dir, waves[start : start + batch], out)
     if sessions is None:
         out.events = _prune_events(store, policy.keep_events, event_limit)
     if sweep:
@@ -446,6 +462,8 @@ def maybe_prune(home: Path) -> Pruned | None:
                 wave_limit=AUTO_WAVES,
                 event_limit=AUTO_EVENTS,
                 sweep=False,
+                budget=AUTO_BUDGET,
+                batch=AUTO_BATCH,
             )
         except (OSError, sqlite3.Error) as e:
             # Nobody waits for this prune: leave the failure for `spex doctor`.
