@@ -118,6 +118,10 @@ def main() -> None:
             due,
         )
 
+        store.close()
+        shutil.rmtree(home)  # the manual prune starts from the whole home again
+        build(home, args.sessions, args.turns, args.dirs)
+        store = Store(home)
         policy = Retention(keep_turns=1, keep_days=36500)
         t = time.perf_counter()
         dry = retention.prune(store, home, policy, dry_run=True)
