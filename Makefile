@@ -33,6 +33,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/startup.py
+	$(BIN)/python bench/prune.py
 
 # sdist and wheel in dist/; the wheel carries shell/turn.sh inside the package.
 dist: $(STAMP)

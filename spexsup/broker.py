@@ -468,7 +468,10 @@ class Broker:
     def serve(self) -> int:
         self.heart.start()
         try:
-            self.sock.sendall(TOKEN)
+            # A command that has already exited closed fd 5: its exit, seen
+            # through the pidfd below, decides the outcome, not EPIPE here.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.sock.sendall(TOKEN)
             poller = select.poll()
             for fd in (self.pidfd, self.sock.fileno(), self.req_r, self.heart.wake_r):
                 poller.register(fd, select.POLLIN)

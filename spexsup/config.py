@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # tmux key names: C-a, M-x, C-Space, F12, ` …
 PREFIX_RE = re.compile(r"(?:[CMS]-)*(?:[!-~]|[A-Za-z][A-Za-z0-9]{1,15})")
 RAW_TABLES = ("hook", "host")
+# Sanity bounds for retention counts, so a typo cannot mean "keep nothing".
+MAX_KEEP = 10**9
 
 
 def _number(lo: float, hi: float) -> Callable[[object], float | None]:
@@ -56,6 +58,44 @@ def _prefix(value: object) -> str | None:
     return value if isinstance(value, str) and PREFIX_RE.fullmatch(value) else None
 
 
+def _keep(lo: int) -> Callable[[object], int | None]:
+    def check(value: object) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return None
+        return value if lo <= value <= MAX_KEEP else None
+
+    check.__doc__ = f"an integer between {lo} and {MAX_KEEP}"
+    return check
+
+
+def _days(value: object) -> float | None:
+    """a number of days between 0.001 and 36500"""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0.001 <= value <= 36500 else None
+
+
+@dataclass(frozen=True)
+class Retention:
+    """`[retention]`: what pruning keeps (issue 17). Counts are per session for
+    turns and per home for waves and events; `auto` lets writers prune at most
+    once an hour."""
+
+    keep_turns: int = 500
+    keep_days: float = 90.0
+    keep_waves: int = 1000
+    keep_events: int = 100_000
+    auto: bool = True
+
+
+RETENTION_KEYS: dict[str, Callable[[object], Any]] = {
+    "keep_turns": _keep(1),
+    "keep_days": _days,
+    "keep_waves": _keep(0),
+    "keep_events": _keep(0),
+    "auto": lambda v: v if isinstance(v, bool) else None,
+}
+
 KEYS: dict[str, Callable[[object], Any]] = {
     "default_harness": _harness_name,
     "window": _number(0.05, 3600),
@@ -76,6 +116,7 @@ class Config:
     max_concurrent: int | None = None
     strict: bool = False
     tmux_prefix: str | None = None
+    retention: Retention = Retention()
     files: tuple[Path, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -87,11 +128,40 @@ def config_files(home: Path) -> list[Path]:
     return [user / "spexsup" / "config.toml", home / "config.toml"]
 
 
-def _line_of(text: str, key: str) -> int:
+def _line_of(text: str, key: str, table: str | None = None) -> int:
+    """The line of `key` (inside `[table]` when given), else of the table, else 1."""
+    inside = table is None
     for number, line in enumerate(text.splitlines(), 1):
-        if re.match(rf"\s*{re.escape(key)}\s*=", line):
+        header = re.match(r"\s*\[\s*([^\]]*?)\s*\]", line)
+        if table is not None and header:
+            if inside and header.group(1) != table:
+                break
+            inside = header.group(1) == table
+            if inside and key == "":
+                return number
+            continue
+        if inside and key and re.match(rf"\s*{re.escape(key)}\s*=", line):
             return number
-    return 1
+    return _line_of(text, "", table) if table is not None and key else 1
+
+
+def _retention(path: Path, text: str, value: object, base: Retention) -> Retention:
+    if not isinstance(value, dict):
+        where = f"{path}:{_line_of(text, 'retention')}"
+        raise Failed(f"{where}: field 'retention' must be a table ([retention])")
+    fields: dict[str, Any] = {}
+    for key, item in value.items():
+        where = f"{path}:{_line_of(text, key, 'retention')}"
+        check = RETENTION_KEYS.get(key)
+        if check is None:
+            known = ", ".join(RETENTION_KEYS)
+            raise Failed(f"{where}: unknown field 'retention.{key}'", hint=f"known: {known}")
+        checked = check(item)
+        if checked is None:
+            what = (check.__doc__ or "true or false").strip()
+            raise Failed(f"{where}: field 'retention.{key}' must be {what}")
+        fields[key] = checked
+    return replace(base, **fields)
 
 
 def load(home: Path) -> Config:
@@ -114,13 +184,16 @@ def load(home: Path) -> Config:
             # tomllib's message ends with "(at line N, column M)".
             raise Failed(f"{path}: {e}", hint="fix or remove the file") from None
         for key, value in data.items():
+            if key == "retention":
+                values[key] = _retention(path, text, value, values.get(key, Retention()))
+                continue
             if key in RAW_TABLES:
                 raw[key] = value
                 continue
             check = KEYS.get(key)
             where = f"{path}:{_line_of(text, key)}"
             if check is None:
-                known = ", ".join(KEYS)
+                known = ", ".join([*KEYS, "[retention]"])
                 raise Failed(f"{where}: unknown field {key!r}", hint=f"known: {known}")
             checked = check(value)
             if checked is None:

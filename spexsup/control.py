@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from spexsup import marker
@@ -180,8 +182,42 @@ def wait(spex: Spex, names: Sequence[str], *, timeout: float | None = None) -> l
             watch.wait(remaining)
 
 
-def log(spex: Spex, name: str, *, turn: str | None = None, follow: bool = False) -> Iterator[bytes]:
-    """A turn's output (default: the current or last turn); `follow` until it ends."""
+def tail_offset(path: Path, lines: int) -> int:
+    """Where the last `lines` lines of `path` begin, as `tail -n` counts them (a
+    final newline ends the last line). Reads backwards in blocks: agent logs run
+    to megabytes."""
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        return 0
+    with f:
+        end = f.seek(0, os.SEEK_END)
+        if lines == 0:
+            return end
+        pos, seen, limit = end, 0, end - 1
+        while pos > 0:
+            size = min(65536, pos)
+            pos -= size
+            f.seek(pos)
+            block = f.read(size)
+            at = min(len(block), limit - pos)
+            while (at := block.rfind(b"\n", 0, at)) >= 0:
+                seen += 1
+                if seen == lines:
+                    return pos + at + 1
+    return 0
+
+
+def log(
+    spex: Spex,
+    name: str,
+    *,
+    turn: str | None = None,
+    follow: bool = False,
+    tail: int | None = None,
+) -> Iterator[bytes]:
+    """A turn's output (default: the current or last turn), from its last `tail`
+    lines when given; `follow` until it ends."""
     session = get(spex, name)
     turn = turn or session.current_turn
     if turn is None:
@@ -193,7 +229,7 @@ def log(spex: Spex, name: str, *, turn: str | None = None, follow: bool = False)
         raise Refused(f"session {name!r} has no turn {turn!r}", hint=f"spex show {name}")
     directory = turn_dir(spex, name, turn)
     path = directory / "output.log"
-    offset = 0
+    offset = 0 if tail is None else tail_offset(path, tail)
 
     def drain() -> Iterator[bytes]:
         nonlocal offset

@@ -369,25 +369,29 @@ def _remove_tree(path: Path) -> list[str]:
 
 
 def home_status(census: Census, session: Session, home: Path) -> str:
-    """`ok`, `missing` (spex up recreates it), `foreign` (a tmux session of that
-    name that is not this session's home), or `unknown` (tmux can't tell)."""
+    """`ok`, `missing` (spex up recreates it), `dead` (its pane's process has
+    exited, e.g. the shell was left with `exit`; spex up respawns it), `foreign`
+    (a tmux session of that name that is not this session's home), or
+    `unknown` (tmux can't tell)."""
     if census.liveness is Liveness.UNPROVEN:
         return "unknown"
     pane = census.panes.get(session.name)
     if pane is None:
         return "missing"
-    return "ok" if pane.owner in (session.owner(home), "") else "foreign"
+    if pane.owner not in (session.owner(home), ""):
+        return "foreign"
+    return "dead" if pane.pane_dead else "ok"
 
 
 @dataclass(frozen=True)
 class HomeReport:
     name: str
-    status: str  # ok | recreated | cwd missing | foreign | unknown
+    status: str  # ok | recreated | respawned | dead | cwd missing | foreign | unknown
     detail: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.status in ("ok", "recreated")
+        return self.status in ("ok", "recreated", "respawned")
 
     def as_json(self) -> dict[str, str]:
         return {"name": self.name, "status": self.status, "detail": self.detail}
@@ -402,6 +406,11 @@ def up(spex: Spex, names: Sequence[str] | None = None) -> list[HomeReport]:
     out = []
     for session in sessions:
         status = home_status(census, session, spex.home)
+        if status == "dead" and Path(session.cwd).is_dir():
+            pane = census.panes[session.name]
+            owner = session.owner(spex.home)
+            if spex.tmux.respawn_shell(session.name, owner, pane.turn, session.cwd):
+                status = "respawned"
         if status == "missing" and not Path(session.cwd).is_dir():
             out.append(HomeReport(session.name, "cwd missing", session.cwd))
             continue

@@ -446,6 +446,7 @@ class Wave:
         prompt: bytes,
         window: float | None,
         gate: threading.Semaphore,
+        fresh: bool = False,
     ) -> None:
         spex = self._spex()
 
@@ -485,7 +486,15 @@ class Wave:
 
         result: Doc
         try:
-            v = turns.wake(spex, session, prompt, window=window, gate=Slot(), on_admitted=admitted)
+            v = turns.wake(
+                spex,
+                session,
+                prompt,
+                window=window,
+                fresh=fresh,
+                gate=Slot(),
+                on_admitted=admitted,
+            )
             result = {"turn": v.turn, "verdict": v.verdict, "rc": v.rc, "error": v.error}
         except _AbortedLeg as e:
             result = {"verdict": "aborted", "status": "aborted", "error": str(e)}
@@ -499,13 +508,16 @@ class Wave:
 
         self.update(finished)
 
-    def launch(self, prompt: bytes, window: float | None, max_concurrent: int) -> None:
-        """Launch every leg; return when each has its verdict (or was aborted)."""
+    def launch(
+        self, prompt: bytes, window: float | None, max_concurrent: int, fresh: bool = False
+    ) -> None:
+        """Launch every leg; return when each has its verdict (or was aborted).
+        `fresh`: every leg starts a new conversation (as `wake --fresh`)."""
         gate = threading.Semaphore(max_concurrent)
         names = [leg["session"] for leg in self.doc["legs"]]
         # One thread per leg: the gate bounds launches, confirmations overlap.
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-            futures = [pool.submit(self.run_leg, n, prompt, window, gate) for n in names]
+            futures = [pool.submit(self.run_leg, n, prompt, window, gate, fresh) for n in names]
             for future in futures:
                 future.result()
 
@@ -555,6 +567,7 @@ def fanout(
     retry_of: str | None = None,
     on_complete: str | None = None,
     on_create: Callable[[Wave], None] | None = None,
+    fresh: bool = False,
 ) -> Wave:
     """Create a wave over `names` and launch it (see `Wave.launch`)."""
     if not 1 <= max_concurrent <= 1024:
@@ -571,7 +584,7 @@ def fanout(
         mutate(spex, retry_of, link)
     if on_create is not None:
         on_create(wave)
-    wave.launch(prompt, window, max_concurrent)
+    wave.launch(prompt, window, max_concurrent, fresh)
     return wave
 
 

@@ -364,6 +364,7 @@ def test_contrib_upgrade_script(env: Env) -> None:
         "web",
         "--",
         str(HERE.parent / "contrib" / "maint-upgrade.sh"),
+        "--run",
         "api",
         "web",
         extra={"UPGRADE_COMMAND": f"touch {upgraded}"},
@@ -607,3 +608,12 @@ def test_status_without_a_lease_and_ls_marks_leased_sessions(env: Env) -> None:
     text = Path(f"{out}.txt").read_text()
     assert "idle (leased)" in text and text.count("(leased)") == 1
     assert "(last epoch 1)" in env.run("maint", "--status").stdout
+
+
+def test_a_command_that_exits_at_once_passes_its_exit_code(env: Env) -> None:
+    """It may close fd 5 before the first token is written: EPIPE there is its
+    exit, not a silent failure of spex maint."""
+    sleepers(env, "a")
+    for code in (0, 0, 7, 0, 0):
+        r = env.run("maint", "--stop", "a", "--", "bash", "-c", f"exit {code}")
+        assert (r.returncode, r.stderr) == (code, "")

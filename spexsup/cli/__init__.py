@@ -111,10 +111,9 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
         from typer._completion_classes import completion_init
 
         completion_init()
-    else:
-        rest = options[2:] if options[:1] == ["--home"] else options
-        if rest and not rest[0].startswith("-"):
-            keep_only(rest[0])
+    home, rest = _split_home(options)
+    if not completing and rest and not rest[0].startswith("-"):
+        keep_only(rest[0])
     try:
         check_dashed_prompt(argv)
         code = app(args=argv, prog_name="spex", standalone_mode=False, obj=list(argv))
@@ -143,7 +142,40 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
         return fail(f"{e.strerror or e}{where}", 1, as_json)
     except Exception as e:  # a bug of ours: still one line, never a traceback
         return fail(f"internal error: {type(e).__name__}: {e} (please report this)", 1, as_json)
+    if not completing and rest and rest[0] in WRITERS:
+        _housekeep(home)
     return code if isinstance(code, int) else 0
+
+
+# Commands after which the state home may be pruned (DESIGN: writers prune).
+WRITERS = frozenset({"new", "wake", "fanout", "stop", "resume", "rm", "up"})
+
+
+def _split_home(options: list[str]) -> tuple[str | None, list[str]]:
+    """(--home's value, the words after it); `hoist_home` put it first."""
+    if options[:1] == ["--home"] and len(options) > 1:
+        return options[1], options[2:]
+    if options[:1] and options[0].startswith("--home="):
+        return options[0].partition("=")[2], options[1:]
+    return None, options
+
+
+def _housekeep(home: str | None) -> None:
+    """The writers' opportunistic prune, after the command's work is printed:
+    stdout is handed to /dev/null first, so a pipe reading the verdict sees its
+    end at once. At most once an hour per home and bounded (retention.maybe_prune);
+    a failure here must not change the command's exit code."""
+    from spexsup import retention
+    from spexsup.paths import resolve_home
+
+    try:
+        sys.stdout.flush()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+        retention.maybe_prune(resolve_home(home))
+    except (SpexError, OSError, sqlite3.Error):
+        pass  # housekeeping only; the next writer an hour on tries again
 
 
 def main() -> None:

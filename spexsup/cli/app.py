@@ -31,6 +31,8 @@ LIFECYCLE = (
     "waves",
     "wave",
     "maint",
+    "prune",
+    "du",
     "doctor",
     "completion",
 )
@@ -145,6 +147,7 @@ def _command_name(info: Any) -> str:
 
 # Register the commands (import for their side effect on `app`).
 from spexsup.cli import fanout as _fanout  # noqa: E402
+from spexsup.cli import housekeeping as _housekeeping  # noqa: E402, F401
 from spexsup.cli import maint as _maint  # noqa: E402
 from spexsup.cli import sessions as _sessions  # noqa: E402
 from spexsup.cli import turns as _turns  # noqa: E402

@@ -30,7 +30,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     "new": ((), {"--harness": "harness", "--cwd": None, "--env": None, "--window": None}),
     "wake": (("session",), {"-f": None, "--file": None, "--window": None}),
     "wait": (("session", "*"), {"--timeout": None, "--match": None}),
-    "log": (("session",), {"--turn": "turn"}),
+    "log": (("session",), {"--turn": "turn", "--tail": None, "-n": None}),
     "attach": (("session",), {}),
     "up": (("session", "*"), {"-m": None, "--message": None}),
     "stop": (("session", "*"), {"--grace": None, "--match": None}),
@@ -54,6 +54,8 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     ),
     "waves": ((), {}),
     "wave": (("wave",), {}),
+    "prune": ((), {"--older-than": None, "--session": "session"}),
+    "du": ((), {}),
 }
 
 

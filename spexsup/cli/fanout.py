@@ -135,6 +135,10 @@ def fanout(
     ] = None,
     window: WindowOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Also wait for every turn to end.")] = False,
+    fresh: Annotated[
+        bool,
+        typer.Option("--fresh", help="Start new conversations instead of resuming (as wake)."),
+    ] = False,
     retry_failed: Annotated[
         str | None,
         typer.Option(
@@ -194,6 +198,7 @@ def fanout(
       spex fanout a b c -f prompt.md --max-concurrent 4
       spex fanout --retry-failed last
       spex fanout --worktrees 3 --repo ~/src/api -m "fix the flaky test"
+      spex fanout --all -m "start over: summarise the repo" --fresh
     """
     from spexsup import ids, waves
     from spexsup import worktree as wt
@@ -259,7 +264,8 @@ def fanout(
         wave.listeners.append(on_change)
         if not as_json:
             typer.echo(
-                f"wave {wave.id}: {len(targets)} legs" + (" (retry)" if retry_failed else "")
+                f"wave {wave.id}: {len(targets)} leg{'s' * (len(targets) != 1)}"
+                + (" (retry)" if retry_failed else "")
             )
         if "signal" in holder:  # a signal that came before the wave existed
             threading.Thread(target=wave.abort, daemon=True).start()
@@ -275,6 +281,7 @@ def fanout(
             retry_of=retry_failed,
             on_complete=on_complete,
             on_create=on_create,
+            fresh=fresh,
         )
         if wait and "signal" not in holder:
             wave.listeners.clear()

@@ -165,7 +165,7 @@ def turn_line(t: dict[str, Any]) -> str:
 
 def home_cell(row: dict[str, Any]) -> str:
     wt = row.get("worktree")
-    home = "missing (spex up)" if row["home"] == "missing" else str(row["home"])
+    home = f"{row['home']} (spex up)" if row["home"] in ("missing", "dead") else str(row["home"])
     return home + (", worktree missing" if wt and wt["state"] == "missing" else "")
 
 

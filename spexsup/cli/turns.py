@@ -309,6 +309,17 @@ def log(
         ),
     ] = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Follow until it ends.")] = False,
+    tail: Annotated[
+        int | None,
+        typer.Option(
+            "--tail",
+            "-n",
+            metavar="LINES",
+            min=0,
+            help="Start at the last LINES lines (as tail -n). [default: the whole output]",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print a turn's output (with --json: its metadata).
@@ -318,6 +329,7 @@ def log(
       spex log api -f
       spex log api --turn last~1
       spex log api --turn 3fa --json
+      spex log api --tail 20 -f
     """
     from spexsup import sessions, turns
 
@@ -329,8 +341,8 @@ def log(
     if turn is not None:
         turn = ids.resolve_turn(spex.store.db, name, turn)
     if as_json:
-        if follow:
-            raise Invalid("--json prints the turn's metadata; it does not follow")
+        if follow or tail is not None:
+            raise Invalid("--json prints the turn's metadata; it does not follow or tail")
         turn = turn or sessions.get(spex, name).current_turn
         if turn is None:
             from spexsup.errors import Refused
@@ -339,6 +351,6 @@ def log(
         print_json(turns.load_turn(spex, turn))
         return
     out = sys.stdout.buffer
-    for chunk in control.log(spex, name, turn=turn, follow=follow):
+    for chunk in control.log(spex, name, turn=turn, follow=follow, tail=tail):
         out.write(chunk)
         out.flush()
