@@ -248,7 +248,8 @@ def test_launcher_killed_before_its_tmux_call_lands(env: Env) -> None:
 
 
 def test_ctrl_c_after_launch_leaves_a_durable_turn(env: Env) -> None:
-    env.run("new", "a", "--", "bash", "-c", "sleep 2; exit 0")
+    # Long enough to be still running after Ctrl-C on a loaded machine.
+    env.run("new", "a", "--", "bash", "-c", "sleep 8; exit 0")
     wake = subprocess.Popen(
         [SPEX, "wake", "a", "x", "--window", "30"],
         env=env.vars,

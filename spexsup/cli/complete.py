@@ -27,7 +27,19 @@ SHELLS = ("bash", "zsh", "fish")
 # command: (the kinds of its positional words, "*" meaning the one before it
 #           repeats; its options that take a value -> the kind of that value)
 SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
-    "new": ((), {"--harness": "harness", "--cwd": None, "--env": None, "--window": None}),
+    "new": (
+        (),
+        {
+            "--harness": "harness",
+            "--cwd": None,
+            "--env": None,
+            "--window": None,
+            "--branch": None,
+            "--base": None,
+            "--repo": None,
+            "--worktree-dir": None,
+        },
+    ),
     "wake": (("session",), {"-f": None, "--file": None, "--window": None}),
     "wait": (("session", "*"), {"--timeout": None, "--match": None}),
     "log": (("session",), {"--turn": "turn", "--tail": None, "-n": None}),
@@ -50,6 +62,12 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--window": None,
             "--retry-failed": "wave",
             "--on-complete": None,
+            "--worktrees": None,
+            "--repo": None,
+            "--base": None,
+            "--prefix": None,
+            "--harness": "harness",
+            "--worktree-dir": None,
         },
     ),
     "waves": ((), {}),
