@@ -361,8 +361,8 @@ def test_retry_failed_covers_every_failed_end_and_can_be_narrowed(env: Env) -> N
     env.run("new", "stopped", "--", harness("sleeper.sh"))
     env.run("new", "lost", "--", harness("sleeper.sh"))
     env.run("new", "early", "--", harness("exit7.sh"))
-    code, first = fan(env, "--all", "-m", "go", "--window", "0.5")
-    assert code == 1  # `early` failed at launch
+    code, first = fan(env, "--all", "-m", "go", "--window", "2")
+    assert code == 1, first  # `early` failed at launch
     env.run("stop", "stopped")
     env.run("resume", "stopped")
     os.kill(env.pane_pid("lost"), signal.SIGKILL)
