@@ -79,14 +79,14 @@ def find_conversation_id(turn_dir: Path, pattern: str | None) -> str | None:
 def id_pattern(home: Path, turn_dir: Path) -> tuple[str, str | None]:
     """The harness a turn ran and its id pattern, read from harnesses.toml now
     (not copied at prepare time, so fixing the file fixes every later read)."""
-    from spexsup import harness
-
     try:
         name = json.loads((turn_dir / "meta.json").read_text()).get("harness", "")
     except (OSError, ValueError):
         return "", None
     if not name or name == "command":
         return name, None
+    from spexsup import harness  # only when there is a pattern to look up
+
     try:
         return name, harness.load_registry(home).get(name).id_pattern
     except Exception:  # a broken harnesses.toml: spex doctor names it

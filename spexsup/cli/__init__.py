@@ -7,10 +7,7 @@ completion of names and ids (on every TAB). Everything else goes to typer.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import sqlite3
 import sys
 from types import FrameType
 
@@ -23,7 +20,7 @@ class Signalled(BaseException):
     bare exit code, losing the notes that say what was left running."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
+        super().__init__(f"signal {signum}")
         self.signum = signum
 
 
@@ -34,6 +31,8 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 def fail(line: str, code: int, as_json: bool = False) -> int:
     """One line on stderr; with --json also a document on stdout (DESIGN §8 "JSON")."""
     if as_json:
+        import json
+
         doc = {"schema_version": 1, "ok": False, "error": line, "exit_code": code}
         sys.stdout.write(json.dumps(doc) + "\n")
         sys.stdout.flush()
@@ -84,6 +83,10 @@ def run(argv: list[str]) -> int:
             return answered
     # Ctrl-C must reach us even when started with SIGINT ignored (a
     # background job of a script): it decides what a wake leaves behind.
+    # (signal, json and sqlite3 are imported here, not at the top: the exit
+    # reporter's path above must stay lean.)
+    import signal
+
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_signal)
     try:
@@ -102,6 +105,8 @@ def interrupted(e: BaseException) -> int:
 
 def _dispatch(argv: list[str], options: list[str], completing: str | None) -> int:
     as_json = "--json" in options
+    import sqlite3
+
     import typer
 
     from spexsup.cli.app import app, keep_only
@@ -165,6 +170,8 @@ def _housekeep(home: str | None) -> None:
     stdout is handed to /dev/null first, so a pipe reading the verdict sees its
     end at once. At most once an hour per home and bounded (retention.maybe_prune);
     a failure here must not change the command's exit code."""
+    import sqlite3
+
     from spexsup import retention
     from spexsup.paths import resolve_home
 
