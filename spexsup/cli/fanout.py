@@ -15,7 +15,7 @@ import typer
 
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
-from spexsup.cli.params import AllOpt, JsonOpt, MatchOpt, PromptFileOpt, WindowOpt
+from spexsup.cli.params import AllOpt, BaseOpt, JsonOpt, MatchOpt, PromptFileOpt, RepoOpt, WindowOpt
 from spexsup.cli.render import document, print_json, table
 from spexsup.cli.turns import read_prompt
 from spexsup.errors import Invalid
@@ -160,18 +160,8 @@ def fanout(
             "--worktrees", metavar="N", help="Best of N: N new worktree sessions, one prompt."
         ),
     ] = None,
-    repo: Annotated[
-        str | None,
-        typer.Option(
-            "--repo", metavar="DIR", help="With --worktrees: the repository. [default: .]"
-        ),
-    ] = None,
-    base: Annotated[
-        str | None,
-        typer.Option(
-            "--base", metavar="REF", help="With --worktrees: start from REF. [default: HEAD]"
-        ),
-    ] = None,
+    repo: RepoOpt = None,
+    base: BaseOpt = None,
     prefix: Annotated[
         str | None,
         typer.Option("--prefix", metavar="PREFIX", help="With --worktrees: sessions PREFIX-1…N."),

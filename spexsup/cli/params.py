@@ -47,3 +47,13 @@ GraceOpt = Annotated[
         show_default=False,
     ),
 ]
+
+# Where a new worktree comes from: `new --worktree` and `fanout --worktrees`.
+RepoOpt = Annotated[
+    str | None,
+    typer.Option("--repo", metavar="DIR", help="For worktrees: the repository. [default: .]"),
+]
+BaseOpt = Annotated[
+    str | None,
+    typer.Option("--base", metavar="REF", help="For worktrees: start from REF. [default: HEAD]"),
+]

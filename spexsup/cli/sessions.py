@@ -10,7 +10,16 @@ import typer
 
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
-from spexsup.cli.params import AllOpt, JsonOpt, MatchOpt, NameArg, NamesArg, WindowOpt
+from spexsup.cli.params import (
+    AllOpt,
+    BaseOpt,
+    JsonOpt,
+    MatchOpt,
+    NameArg,
+    NamesArg,
+    RepoOpt,
+    WindowOpt,
+)
 from spexsup.cli.render import age, document, print_json, short_id, span, table, turn_cells
 from spexsup.errors import Invalid
 
@@ -60,16 +69,8 @@ def new(
             help="With --worktree: the new branch. [default: spex/NAME]",
         ),
     ] = None,
-    base: Annotated[
-        str | None,
-        typer.Option(
-            "--base", metavar="REF", help="With --worktree: start from REF. [default: HEAD]"
-        ),
-    ] = None,
-    repo: Annotated[
-        str | None,
-        typer.Option("--repo", metavar="DIR", help="With --worktree: the repository. [default: .]"),
-    ] = None,
+    base: BaseOpt = None,
+    repo: RepoOpt = None,
     worktree_dir: Annotated[
         str | None,
         typer.Option("--worktree-dir", metavar="DIR", help="With --worktree: make it in DIR/NAME."),
