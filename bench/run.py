@@ -89,7 +89,8 @@ class Bench:
     def session(self, command: list[str], env: dict[str, str] | None = None) -> str:
         self.count += 1
         name = f"b{self.count}"
-        sessions.create(self.spex, name, command=command, env=env or {})
+        # Outside any git work tree: a turn there first records its state.
+        sessions.create(self.spex, name, cwd=str(self.root), command=command, env=env or {})
         return name
 
     # (1) overhead beyond the window, confirmed turns

@@ -58,8 +58,15 @@ class Home:
         self.env.pop("TMUX", None)
 
     def spex(self, *args: str, check: bool = True, **extra: str) -> str:
+        # Run from the throwaway root: sessions made here must not land in a
+        # git work tree (a turn there first records the tree's state for spex diff).
         r = subprocess.run(
-            [SPEX, *args], env={**self.env, **extra}, capture_output=True, text=True, check=False
+            [SPEX, *args],
+            env={**self.env, **extra},
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if check and r.returncode != 0:
             raise SystemExit(f"spex {' '.join(args)}: {r.returncode} {r.stderr}")

@@ -8,6 +8,7 @@ commands which never touch tmux stay fast.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -435,8 +436,10 @@ def _quote_cmd(argv: Sequence[str]) -> str:
     return " ".join("'" + a.replace("'", "'\\''") + "'" for a in argv)
 
 
+@functools.lru_cache(maxsize=16)
 def home_digest(home: Path) -> str:
-    """12 hex digits naming a state home by its real path."""
+    """12 hex digits naming a state home by its real path (once per process:
+    `ls` tags every session with it)."""
     return hashlib.sha256(os.fsencode(os.path.realpath(home))).hexdigest()[:12]
 
 

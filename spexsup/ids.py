@@ -8,6 +8,7 @@ full id, a unique prefix of its random part (`3fa`), `last` (the newest) or
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from typing import TYPE_CHECKING
@@ -24,9 +25,7 @@ LAST_RE = re.compile(r"last(?:~([0-9]{1,6}))?")
 
 
 def new_id(prefix: str = "") -> str:
-    import secrets
-
-    return prefix + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+    return prefix + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
 def iso(epoch: float | None) -> str | None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
-import secrets
 import shutil
 import sqlite3
 import time
@@ -166,7 +166,7 @@ def create(
         ) from None
     if plan is None and not directory.is_dir():
         raise Invalid(f"no such directory {str(directory)!r}", hint="--cwd DIR")
-    incarnation = secrets.token_hex(6)
+    incarnation = os.urandom(6).hex()  # secrets' source, without its hmac import
     try:
         with spex.store.tx() as db:
             db.execute(

@@ -14,7 +14,6 @@ them. Several waiters on one directory share one inotify watch.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,10 +23,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from watchdog.events import FileSystemEvent
     from watchdog.observers.api import BaseObserver, ObservedWatch
-
-# watchdog logs a benign race when a watch goes away mid-read; with no handler
-# configured, Python would print it on the user's terminal.
-logging.getLogger("watchdog").addHandler(logging.NullHandler())
 
 Names = frozenset[str] | None
 
@@ -45,9 +40,14 @@ class _Hub:
         self.watches = {}
 
     def _start(self) -> BaseObserver:
-        from watchdog.observers import Observer
-
         if self.observer is None:
+            import logging
+
+            from watchdog.observers import Observer
+
+            # watchdog logs a benign race when a watch goes away mid-read; with
+            # no handler configured, Python would print it on the terminal.
+            logging.getLogger("watchdog").addHandler(logging.NullHandler())
             # Never stopped (daemon), so a long dispatch timeout costs nothing
             # and spares the thread a wake-up every second.
             self.observer = Observer(timeout=30)

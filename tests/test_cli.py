@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,38 @@ LIFECYCLE = (
     "new wake wait log attach stop resume up ls show rm fanout waves wave maint prune du doctor"
 )
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def test_each_command_is_registered_by_the_module_the_table_names() -> None:
+    """`spex CMD` imports only COMMAND_MODULES[CMD]: the table must name every
+    command (and group) and the module that really registers it."""
+    from spexsup.cli.app import COMMAND_MODULES, app, register
+
+    register()
+    registered = {
+        str(c.name or c.callback.__name__).replace("_", "-"): c.callback.__module__
+        for c in app.registered_commands
+        if c.callback is not None
+    }
+    for group in app.registered_groups:
+        typer_instance = group.typer_instance
+        assert typer_instance is not None
+        callback = typer_instance.registered_commands[0].callback
+        assert callback is not None
+        registered[str(group.name)] = callback.__module__
+    assert {k: f"spexsup.cli.{v}" for k, v in COMMAND_MODULES.items()} == registered
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    """`spex ls` must not pay for fanout's, maint's or worktree's imports."""
+    code = (
+        "import sys; from spexsup.cli.app import register; register('ls');"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('spexsup.'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(out.stdout.split())
+    assert "spexsup.cli.sessions" in loaded
+    assert not loaded & {"spexsup.cli.fanout", "spexsup.cli.maint", "spexsup.waves"}, loaded
 
 
 def doc(env: Env, *args: str) -> Any:

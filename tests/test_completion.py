@@ -71,8 +71,9 @@ def test_the_fast_table_agrees_with_the_commands() -> None:
     """complete.SPEC duplicates what the typer app knows; keep them equal."""
     from typer.main import get_command
 
-    from spexsup.cli.app import app
+    from spexsup.cli.app import app, register
 
+    register()
     group: Any = get_command(app)
     for name, (positional, options) in complete.SPEC.items():
         command = group.commands[name]

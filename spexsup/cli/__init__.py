@@ -105,12 +105,9 @@ def interrupted(e: BaseException) -> int:
 
 def _dispatch(argv: list[str], options: list[str], completing: str | None) -> int:
     as_json = "--json" in options
-    import sqlite3
-
     import typer
 
-    from spexsup.cli.app import app, keep_only
-    from spexsup.cli.turns import check_dashed_prompt
+    from spexsup.cli.app import app, keep_only, register
 
     if completing:
         from typer._completion_classes import completion_init
@@ -118,9 +115,15 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
         completion_init()
     home, rest = _split_home(options)
     if not completing and rest and not rest[0].startswith("-"):
+        register(rest[0])
         keep_only(rest[0])
+    else:
+        register()
     try:
-        check_dashed_prompt(argv)
+        if rest[:1] == ["wake"]:
+            from spexsup.cli.turns import check_dashed_prompt
+
+            check_dashed_prompt(argv)
         code = app(args=argv, prog_name="spex", standalone_mode=False, obj=list(argv))
     except SpexError as e:
         return fail(e.line(), e.exit_code, as_json)
@@ -138,18 +141,25 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
         return fail(f"{first} (see {where})", getattr(e, "exit_code", 2), as_json)
     except BrokenPipeError:
         return 1
-    except sqlite3.Error as e:
-        return fail(f"state database: {e} (check SPEXSUP_HOME and its permissions)", 1, as_json)
     except OSError as e:
         # The environment, not a bug: a state home that is a file, a
         # read-only disk, a working directory deleted under the shell.
         where = f": {e.filename}" if e.filename else ""
         return fail(f"{e.strerror or e}{where}", 1, as_json)
-    except Exception as e:  # a bug of ours: still one line, never a traceback
+    except Exception as e:
+        if _is_sqlite_error(e):
+            return fail(f"state database: {e} (check SPEXSUP_HOME and its permissions)", 1, as_json)
+        # a bug of ours: still one line, never a traceback
         return fail(f"internal error: {type(e).__name__}: {e} (please report this)", 1, as_json)
     if not completing and rest and rest[0] in WRITERS:
         _housekeep(home)
     return code if isinstance(code, int) else 0
+
+
+def _is_sqlite_error(e: Exception) -> bool:
+    """Without importing sqlite3 for commands that never open the store."""
+    sqlite3 = sys.modules.get("sqlite3")
+    return sqlite3 is not None and isinstance(e, sqlite3.Error)
 
 
 # Commands after which the state home may be pruned (DESIGN: writers prune).
@@ -186,4 +196,14 @@ def _housekeep(home: str | None) -> None:
 
 
 def main() -> None:
-    sys.exit(run(sys.argv[1:]))
+    code = run(sys.argv[1:])
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        code = code or 1
+    # The work is done and recorded; the interpreter's teardown would only
+    # collect garbage and checkpoint SQLite's WAL on close (50-150 ms on a
+    # wake, and on every turn's exit reporter, before the verdict). Committed
+    # transactions are already in the WAL; the next connection reads it.
+    os._exit(code)

@@ -145,12 +145,45 @@ def _command_name(info: Any) -> str:
     return str(info.callback.__name__).lower().replace("_", "-")
 
 
-# Register the commands (import for their side effect on `app`).
-from spexsup.cli import fanout as _fanout  # noqa: E402
-from spexsup.cli import housekeeping as _housekeeping  # noqa: E402, F401
-from spexsup.cli import maint as _maint  # noqa: E402
-from spexsup.cli import sessions as _sessions  # noqa: E402
-from spexsup.cli import turns as _turns  # noqa: E402
-from spexsup.cli import worktree as _worktree  # noqa: E402
+# The module that registers each command: `spex CMD` imports that one only
+# (and what it imports), so no command pays for the others' dependencies.
+# tests/test_cli.py checks this table against the commands.
+COMMAND_MODULES = {
+    "new": "sessions",
+    "ls": "sessions",
+    "show": "sessions",
+    "rm": "sessions",
+    "up": "sessions",
+    "attach": "sessions",
+    "doctor": "sessions",
+    "completion": "sessions",
+    "wake": "turns",
+    "wait": "turns",
+    "stop": "turns",
+    "resume": "turns",
+    "log": "turns",
+    "fanout": "fanout",
+    "waves": "fanout",
+    "wave": "fanout",
+    "prune": "housekeeping",
+    "du": "housekeeping",
+    "maint": "maint",
+    "maint-op": "maint",
+    "internal": "maint",
+    "worktree": "worktree",
+    "diff": "worktree",
+    "keep": "worktree",
+}
 
-__all__ = ["_fanout", "_maint", "_sessions", "_turns", "_worktree", "app", "open_spex", "settings"]
+
+def register(name: str | None = None) -> None:
+    """Register the command `name` on `app`; every command for None or a word
+    that names none (typer's help, error and suggestions then see them all)."""
+    import importlib
+
+    module = COMMAND_MODULES.get(name or "")
+    for each in [module] if module else sorted(set(COMMAND_MODULES.values())):
+        importlib.import_module(f"spexsup.cli.{each}")
+
+
+__all__ = ["COMMAND_MODULES", "app", "open_spex", "register", "settings"]

@@ -19,7 +19,6 @@ from spexsup.cli.params import AllOpt, BaseOpt, JsonOpt, MatchOpt, PromptFileOpt
 from spexsup.cli.render import document, print_json, table
 from spexsup.cli.turns import read_prompt
 from spexsup.errors import Invalid
-from spexsup.sessions import validate_name
 
 if TYPE_CHECKING:
     from spexsup.waves import Wave
@@ -212,6 +211,8 @@ def fanout(
     elif retry_failed is not None:
         if all_ or match or message is not None or file is not None:
             raise Invalid("--retry-failed takes no prompt and no --all/--match")
+        from spexsup.sessions import validate_name
+
         for n in names or []:
             validate_name(n)
         retry_failed = ids.resolve_wave(spex.store.db, retry_failed)

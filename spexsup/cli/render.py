@@ -21,7 +21,10 @@ from spexsup.ids import SCHEMA_VERSION, iso
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    """Indented for a person at a terminal; one compact line for a pipe, which
+    json's C encoder writes many times faster (`ls --json` of 1 000 sessions)."""
+    indent = 2 if sys.stdout.isatty() else None
+    sys.stdout.write(json.dumps(data, indent=indent) + "\n")
 
 
 __all__ = ["iso"]
