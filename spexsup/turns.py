@@ -29,6 +29,7 @@ from spexsup.paths import ensure_private_dir, wrapper_path, write_atomic
 from spexsup.procs import (
     Liveness,
     boot_id,
+    command_line_liveness,
     identity_liveness,
     is_zombie,
     own_identity,
@@ -671,17 +672,7 @@ def _abandon(spex: Spex, session: Session, turn: str, directory: Path, error: st
 
 def wrapper_liveness(pid: int, directory: Path) -> Liveness:
     """Is the wrapper of this turn dir alive as `pid`? (reuse-proof: its argv names the dir)."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return Liveness.DEAD
-        return Liveness.ALIVE if str(directory) in proc.cmdline() else Liveness.DEAD
-    except psutil.NoSuchProcess:
-        return Liveness.DEAD
-    except psutil.Error:
-        return Liveness.UNPROVEN
+    return command_line_liveness(pid, str(directory))
 
 
 def _unlaunched(spex: Spex, row: Any, directory: Path) -> Liveness:
