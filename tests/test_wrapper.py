@@ -3,7 +3,9 @@ reporter's argv and rc, signal deaths, and a marker it cannot write."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -87,3 +89,27 @@ def test_empty_argv_is_reported_not_run(tmp_path: Path) -> None:
     run(d)
     assert (d / "outcome").read_text() == "exit:127:cas:0"
     assert "empty harness argv" in (d / "output.log").read_text()
+
+
+def test_a_wrapper_is_alive_only_with_its_turn_dir_in_its_argv(tmp_path: Path) -> None:
+    """The wake's liveness check: alive while running with the dir in argv;
+    a process without it, a zombie and a reaped pid are all dead."""
+    from spexsup.procs import Liveness, command_line_liveness
+
+    mine = str(tmp_path / "turn")
+    proc = subprocess.Popen(["sh", "-c", "sleep 30; :", "sh", mine], start_new_session=True)
+    other = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert command_line_liveness(proc.pid, mine) is Liveness.ALIVE
+        assert command_line_liveness(other.pid, mine) is Liveness.DEAD
+        # A prefix of an argument is not the argument.
+        assert command_line_liveness(proc.pid, mine[:-1]) is Liveness.DEAD
+        proc.kill()
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # a zombie, not yet reaped
+        assert command_line_liveness(proc.pid, mine) is Liveness.DEAD
+    finally:
+        for p in (proc, other):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert command_line_liveness(proc.pid, mine) is Liveness.DEAD
