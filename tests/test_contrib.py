@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import HERE, Env, harness
 
 CONTRIB = HERE.parent / "contrib"
@@ -91,6 +92,8 @@ def test_demo_script(env: Env) -> None:
     assert {"demo-1", "demo-2", "demo-3"} <= names
 
 
+# Builds a wheel and a venv and installs into it: minutes on a loaded machine.
+@pytest.mark.timeout(900)
 def test_wheel_check_script(env: Env, tmp_path: Path) -> None:
     root = HERE.parent
     wheels = tmp_path / "dist"
