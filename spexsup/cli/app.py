@@ -25,6 +25,7 @@ LIFECYCLE = (
     "resume",
     "up",
     "ls",
+    "hosts",
     "show",
     "rm",
     "fanout",

@@ -178,9 +178,17 @@ def fanout(
         str | None,
         typer.Option("--worktree-dir", metavar="DIR", help="With --worktrees: make them in DIR."),
     ] = None,
+    hosts: Annotated[
+        str | None,
+        typer.Option(
+            "--hosts",
+            metavar="HOST,…",
+            help="Wake --match/--all sessions on these hosts (local is this machine).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Wake many sessions with one prompt: a wave, a verdict each.
+    """Wake many sessions with one prompt: a wave, a verdict each (HOST:NAME on other hosts).
 
     \b
     Examples:
@@ -189,7 +197,26 @@ def fanout(
       spex fanout --retry-failed last
       spex fanout --worktrees 3 --repo ~/src/api -m "fix the flaky test"
       spex fanout --all -m "start over: summarise the repo" --fresh
+      spex fanout box1:api box2:api web -m "rebase on main"
+      spex fanout --hosts local,box1 --match 'api-*' -m "rebase on main"
     """
+    if (
+        hosts is not None
+        or any(":" in n for n in names or [])
+        or (retry_failed or "").startswith("fleet-")
+    ):
+        if worktrees is not None or on_complete is not None:
+            raise Invalid(
+                "--worktrees and --on-complete work on one host", hint="spex -H HOST fanout …"
+            )
+        options = [*(["--window", str(window)] if window is not None else [])]
+        options += ["--wait"] * wait + ["--fresh"] * fresh
+        if max_concurrent is not None:
+            options += ["--max-concurrent", str(max_concurrent)]
+        fleet_fanout(
+            ctx, names or [], hosts, all_, match, message, file, retry_failed, options, as_json
+        )
+        return
     from spexsup import ids, waves
     from spexsup import worktree as wt
 
@@ -300,6 +327,66 @@ def fanout(
         raise typer.Exit(holder["code"])
     ok = doc["state"] == "complete" if wait else waves.succeeded(doc)
     if not ok:
+        raise typer.Exit(1)
+
+
+def fleet_fanout(
+    ctx: typer.Context,
+    names: list[str],
+    hosts: str | None,
+    all_: bool,
+    match: str | None,
+    message: str | None,
+    file: str | None,
+    retry_failed: str | None,
+    options: list[str],
+    as_json: bool,
+) -> None:
+    """A wave across hosts (spexsup.fleet): one remote fan-out per host."""
+    from spexsup import config, fleet
+    from spexsup.paths import resolve_home
+
+    state = resolve_home(ctx.find_root().obj)
+    cfg = config.load(state)
+    if retry_failed is not None:
+        if names or hosts or all_ or match or message is not None or file is not None:
+            raise Invalid("--retry-failed takes no names, prompt, --hosts, --all or --match")
+        doc = fleet.retry_failed(cfg, state, retry_failed, options=options)
+        if doc is None:
+            note = f"nothing to retry: no leg of fleet wave {retry_failed} failed"
+            if as_json:
+                print_json(
+                    document({"ok": True, "retry_of": retry_failed, "wave": None, "legs": []})
+                )
+            else:
+                typer.echo(note)
+            return
+    else:
+        groups: dict[str, list[str] | None] = dict(fleet.group_legs(names))
+        if hosts is not None:
+            if not (all_ or match):
+                raise Invalid("--hosts goes with --all or --match", hint="or name HOST:NAME legs")
+            for h in hosts.split(","):
+                if h in groups:
+                    raise Invalid(f"host {h!r} both named in legs and in --hosts")
+                groups[h] = None
+        elif all_ or match:
+            raise Invalid("--all and --match with HOST:NAME legs need --hosts")
+        prompt = read_prompt(message, file)
+        doc = fleet.fanout(cfg, state, groups, prompt, options=options, match=match)
+    if as_json:
+        print_json(doc)
+    else:
+        hosts_n = len(doc["hosts"])
+        typer.echo(
+            f"wave {doc['id']}: {len(doc['legs'])} leg{'s' * (len(doc['legs']) != 1)}"
+            f" on {hosts_n} host{'s' * (hosts_n != 1)}" + (" (retry)" if doc["retry_of"] else "")
+        )
+        for leg in doc["legs"]:
+            typer.echo("  " + leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"}))
+        ok = sum(leg.get("verdict") in SUCCESS for leg in doc["legs"])
+        typer.echo(f"wave {doc['id']}: {doc['state']} · ok {ok} · failed {len(doc['legs']) - ok}")
+    if doc["state"] != "complete":
         raise typer.Exit(1)
 
 
