@@ -185,7 +185,7 @@ def test_prompt_arrives_byte_exact_on_stdin_never_in_argv(fleet: Fleet) -> None:
     )
     (shim / "ssh").chmod(0o755)
     path = {"PATH": f"{shim}:{f.env.vars['PATH']}"}
-    prompt = "secret-7f3a: it's \"quoted\" $(not run) `nor this`\nline two\n\ttab\n"
+    prompt = 'secret-7f3a: it\'s "quoted" $(not run) `nor this`\nline two\n\ttab\n'
     r = f.env.run("wake", "box1:rec", prompt, extra=path, timeout=60)
     assert r.returncode == 0, r.stderr
     assert retry_until(got.exists)
@@ -284,7 +284,8 @@ def test_version_mismatch_is_refused_naming_both(fleet: Fleet) -> None:
     f = fleet
     fake = f.sshd.dir / "oldspex"
     fake.write_text(
-        '#!/bin/sh\nfor a; do [ "$a" = --version ] && echo \'{"version": "97.1.0"}\' && exit 0; done\n'
+        "#!/bin/sh\n"
+        'for a; do [ "$a" = --version ] && echo \'{"version": "97.1.0"}\' && exit 0; done\n'
         "echo should-not-run; exit 0\n"
     )
     fake.chmod(0o755)
