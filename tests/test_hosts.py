@@ -336,13 +336,12 @@ def test_a_dropped_connection_is_detected_while_waiting(fleet: Fleet) -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
+
         # The remote spex is up once its command shows among the login's processes.
-        assert retry_until(
-            lambda t=there: any(
-                " ".join(pr.cmdline()).endswith(t) for pr in f.sshd.session_processes()
-            ),
-            20,
-        )
+        def started(t: str = there) -> bool:
+            return any(" ".join(pr.cmdline()).endswith(t) for pr in f.sshd.session_processes())
+
+        assert retry_until(started, 20)
         assert f.sshd.drop_connections() > 0  # the server side of the connection dies
         out, err = p.communicate(timeout=60)
         assert p.returncode == 1, (out, err)
