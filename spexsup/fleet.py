@@ -45,7 +45,8 @@ def choose(config: Config, names: Sequence[str] | None) -> list[str]:
     for n in names:
         if n != LOCAL and n not in configured:
             known = ", ".join([LOCAL, *configured])
-            raise Refused(f"no host named {n!r}", hint=f"known: {known}")
+            hint = f"[host.NAME] in config.toml; known: {known}"
+            raise Invalid(f"no host named {n!r}", hint=hint)
     return list(dict.fromkeys(names))
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup.errors import Failed, Invalid, Refused
+from spexsup.errors import Failed, Invalid
 
 if TYPE_CHECKING:
     from spexsup.config import Config
@@ -120,7 +120,7 @@ def lookup(config: Config, name: str) -> Host:
     host = hosts.get(name)
     if host is None:
         known = ", ".join(hosts) or "none configured"
-        raise Refused(f"no host named {name!r}", hint=f"[host.NAME] in config.toml; known: {known}")
+        raise Invalid(f"no host named {name!r}", hint=f"[host.NAME] in config.toml; known: {known}")
     return host
 
 

@@ -68,7 +68,7 @@ def ensure_user() -> pwd.struct_passwd:
         subprocess.run(["usermod", "-p", "*", USER], check=True, capture_output=True)
         entry = pwd.getpwnam(USER)
     if entry.pw_uid != os.getuid() or entry.pw_shell != "/bin/sh":
-        pytest.fail(f"account {USER} exists with another uid or shell (want uid 0, /bin/sh)")
+        raise NoSshd(f"account {USER} exists with another uid or shell (want uid 0, /bin/sh)")
     USER_HOME.mkdir(exist_ok=True)
     os.chown(USER_HOME, entry.pw_uid, entry.pw_gid)
     return entry
@@ -136,11 +136,16 @@ def _kill(procs: list[psutil.Process]) -> None:
             proc.send_signal(signal.SIGKILL)
 
 
-@pytest.fixture
-def sshd() -> Iterator[Sshd]:
+class NoSshd(RuntimeError):
+    """sshd or root is missing."""
+
+
+@contextlib.contextmanager
+def running() -> Iterator[Sshd]:
+    """Start the daemon in a new temp dir; stop it and what came through it after."""
     daemon = shutil.which("sshd") or "/usr/sbin/sshd"
     if not Path(daemon).exists() or os.geteuid() != 0:
-        pytest.fail("the host tests need sshd and root (.ci/run installs openssh-server)")
+        raise NoSshd("the host tests need sshd and root (.ci/run installs openssh-server)")
     entry = ensure_user()
     base = Path(tempfile.mkdtemp(prefix="spxssh"))
     base.chmod(0o755)  # the login account reaches its homes inside
@@ -178,7 +183,7 @@ def sshd() -> Iterator[Sshd]:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 break
         if proc.poll() is not None:
-            pytest.fail(f"sshd exited: {log.read_text(errors='replace') if log.exists() else ''}")
+            raise NoSshd(f"sshd exited: {log.read_text(errors='replace') if log.exists() else ''}")
         time.sleep(0.05)
     d = Sshd(base, port, log, base / "ssh_config", proc.pid, entry.pw_uid, entry.pw_gid)
     try:
@@ -197,3 +202,12 @@ def sshd() -> Iterator[Sshd]:
         _kill([p for p in masters if p.pid != os.getpid()])
         _kill(d.session_processes())
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def sshd() -> Iterator[Sshd]:
+    try:
+        with running() as d:
+            yield d
+    except NoSshd as e:
+        pytest.fail(str(e))

@@ -142,7 +142,7 @@ def test_remote_session_commands_match_local(fleet: Fleet) -> None:
 def test_bad_addresses_and_hosts_are_one_line(fleet: Fleet) -> None:
     f = fleet
     r = f.spex("show", "nohost:api")
-    assert (r.returncode, r.stdout) == (3, "")
+    assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr.startswith("spex: no host named 'nohost'") and r.stderr.count("\n") == 1
     r = f.spex("wait", "box1:a", "box2:b")
     assert r.returncode == 2
@@ -228,7 +228,7 @@ def test_ls_all_hosts_with_one_host_unreachable(fleet: Fleet) -> None:
     assert not by["dead"]["reachable"]
     assert "dead" in by["dead"]["error"]
     r = f.spex("ls", "--hosts", "nope")
-    assert r.returncode == 3
+    assert r.returncode == 2
 
 
 def test_fanout_across_hosts_with_a_failing_leg_and_retry(fleet: Fleet) -> None:
@@ -239,7 +239,7 @@ def test_fanout_across_hosts_with_a_failing_leg_and_retry(fleet: Fleet) -> None:
     flaky.chmod(0o755)
     flag.touch()
     ok = ["--", str(HARNESSES / "exit0.sh")]
-    assert f.spex("-H", "box1", "new", "a", "--cwd", str(f.h1), *ok).returncode == 0
+    assert f.spex("new", "box1:a", "--cwd", str(f.h1), *ok).returncode == 0
     assert f.spex("-H", "box2", "new", "b", "--cwd", str(f.h2), "--", str(flaky)).returncode == 0
     assert f.spex("new", "c", "--cwd", str(f.env.root), *ok).returncode == 0
     r = f.spex("fanout", "box1:a", "box2:b", "c", "-m", "do it", "--json")
@@ -271,6 +271,11 @@ def test_fanout_across_hosts_with_a_failing_leg_and_retry(fleet: Fleet) -> None:
     doc = json.loads(r.stdout)
     bad = next(leg for leg in doc["legs"] if leg["host"] == "dead")
     assert bad["verdict"] == "failed" and "host dead" in bad["error"]
+    # A whole fan-out run on one host (-m becomes stdin there too).
+    r = f.spex("-H", "box1", "fanout", "a", "-m", "hi there")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^a: (confirmed|completed) turn ", r.stdout, re.M), r.stdout
+    assert f.spex("-H", "box1", "wave", "last", "--json").returncode == 0
     # --hosts with --match: one remote fanout per host.
     r = f.spex("fanout", "--hosts", "box1,box2", "--match", "*", "-m", "all", "--json")
     doc = json.loads(r.stdout)
@@ -347,3 +352,29 @@ def test_a_dropped_connection_is_detected_while_waiting(fleet: Fleet) -> None:
         assert p.returncode == 1, (out, err)
         assert "host box1: connection lost" in err, err
         assert "keeps running on box1" in err
+
+
+def test_attach_runs_ssh_t_to_the_far_pane(fleet: Fleet) -> None:
+    import pexpect
+
+    f = fleet
+    r = f.spex("-H", "box1", "new", "far", "--cwd", str(f.h1), "--", str(HARNESSES / "sleeper.sh"))
+    assert r.returncode == 0
+    assert f.spex("wake", "box1:far", "HELLO-FAR-PANE", "--window", "0.3").returncode == 0
+    child = pexpect.spawn(
+        SPEX,
+        ["attach", "box1:far"],
+        env={**f.env.vars, "TERM": "xterm"},
+        dimensions=(40, 120),
+        timeout=30,
+        encoding="utf-8",
+    )
+    try:
+        child.expect("HELLO-FAR-PANE")
+        child.send("\x01d")  # the private server's prefix (C-a), then detach
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    r = f.spex("show", "box1:far", "--json")
+    assert json.loads(r.stdout)["state"] == "running"

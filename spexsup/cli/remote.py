@@ -87,6 +87,8 @@ def _plan(argv: list[str]) -> tuple[str | None, str, list[str], str] | None:
     if command in ("ls", "fanout") and host is None:
         return None  # they span hosts themselves
     kinds, valued = SPEC.get(command, ((), {}))
+    if command == "new":
+        kinds = ("session",)  # `new HOST:NAME` creates it there
     at = words.index(command)
     seen = 0
     j = at + 1
