@@ -111,9 +111,21 @@ class Sshd:
             children = psutil.Process(self.pid).children(recursive=True)
         except psutil.Error:
             return 0
-        conns = [c for c in children if c.name() == "sshd"]
+        conns = []
+        for c in children:
+            with contextlib.suppress(psutil.Error):
+                if c.name() == "sshd":
+                    conns.append(c)
         _kill(conns)
         return len(conns)
+
+    @staticmethod
+    def cmdline(proc: psutil.Process) -> list[str]:
+        """Its command line; [] for a process that has gone meanwhile."""
+        try:
+            return list(proc.cmdline())
+        except psutil.Error:
+            return []
 
     def session_processes(self) -> list[psutil.Process]:
         """The account's processes that came through this daemon."""

@@ -344,7 +344,9 @@ def test_a_dropped_connection_is_detected_while_waiting(fleet: Fleet) -> None:
 
         # The remote spex is up once its command shows among the login's processes.
         def started(t: str = there) -> bool:
-            return any(" ".join(pr.cmdline()).endswith(t) for pr in f.sshd.session_processes())
+            return any(
+                " ".join(f.sshd.cmdline(pr)).endswith(t) for pr in f.sshd.session_processes()
+            )
 
         assert retry_until(started, 20)
         assert f.sshd.drop_connections() > 0  # the server side of the connection dies
