@@ -263,6 +263,10 @@ def test_fanout_across_hosts_with_a_failing_leg_and_retry(fleet: Fleet) -> None:
     assert re.search(r"^  box2:b: completed ", r.stdout, re.M), r.stdout
     saved = json.loads((f.env.home / "fleet" / f"{doc['id']}.json").read_text())
     assert len(saved["retried_by"]) == 1
+    shown = f.spex("wave", doc["id"])
+    assert shown.returncode == 0
+    assert f"retried by {saved['retried_by'][0]}" in shown.stdout
+    assert re.search(r"^  box2:b: failed ", shown.stdout, re.M), shown.stdout
     # The retry ran on box2 as a retry of box2's own wave.
     waves = json.loads(f.spex("-H", "box2", "waves", "--json").stdout)
     assert waves[0]["retry_of"] == legs[("box2", "b")]["wave"]
@@ -323,6 +327,9 @@ def test_one_connection_is_shared(fleet: Fleet) -> None:
     assert min(warm) < cold
     ctl = Path(f.env.vars["XDG_RUNTIME_DIR"]) / "spexsup-ssh"
     assert ctl.stat().st_mode & 0o777 == 0o700
+    # The version was asked once, for this connection, and recorded with it.
+    (record,) = ctl.glob("box1-*.version")
+    assert json.loads(record.read_text())["version"] == __version__
 
 
 def test_a_dropped_connection_is_detected_while_waiting(fleet: Fleet) -> None:

@@ -377,17 +377,26 @@ def fleet_fanout(
     if as_json:
         print_json(doc)
     else:
-        hosts_n = len(doc["hosts"])
-        typer.echo(
-            f"wave {doc['id']}: {len(doc['legs'])} leg{'s' * (len(doc['legs']) != 1)}"
-            f" on {hosts_n} host{'s' * (hosts_n != 1)}" + (" (retry)" if doc["retry_of"] else "")
-        )
-        for leg in doc["legs"]:
-            typer.echo("  " + leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"}))
-        ok = sum(leg.get("verdict") in SUCCESS for leg in doc["legs"])
-        typer.echo(f"wave {doc['id']}: {doc['state']} · ok {ok} · failed {len(doc['legs']) - ok}")
+        fleet_text(doc)
     if doc["state"] != "complete":
         raise typer.Exit(1)
+
+
+def fleet_text(doc: dict[str, Any]) -> None:
+    """A fleet wave: its legs as `HOST:NAME: verdict …`, then its state."""
+    hosts_n = len(doc["hosts"])
+    typer.echo(
+        f"wave {doc['id']}: {len(doc['legs'])} leg{'s' * (len(doc['legs']) != 1)}"
+        f" on {hosts_n} host{'s' * (hosts_n != 1)}" + (" (retry)" if doc["retry_of"] else "")
+    )
+    for leg in doc["legs"]:
+        typer.echo("  " + leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"}))
+    ok = sum(leg.get("verdict") in SUCCESS for leg in doc["legs"])
+    typer.echo(f"wave {doc['id']}: {doc['state']} · ok {ok} · failed {len(doc['legs']) - ok}")
+    if doc["retry_of"]:
+        typer.echo(f"retry of {doc['retry_of']}")
+    if doc["retried_by"]:
+        typer.echo(f"retried by {', '.join(doc['retried_by'])}")
 
 
 @app.command("waves")
@@ -424,7 +433,7 @@ def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 @app.command("wave")
 def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> None:
-    """Show one wave and its legs.
+    """Show one wave and its legs (a fleet-… id: a wave across hosts).
 
     \b
     Examples:
@@ -433,6 +442,17 @@ def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> No
     """
     from spexsup import ids, waves
 
+    if wave.startswith("fleet-"):
+        from spexsup import fleet
+        from spexsup.paths import resolve_home
+
+        state = resolve_home(ctx.find_root().obj)
+        fleet_doc = fleet.load(state, fleet.resolve(state, wave))
+        if as_json:
+            print_json(fleet_doc)
+        else:
+            fleet_text(fleet_doc)
+        return
     spex = open_spex(ctx)
     doc = waves.load(spex, ids.resolve_wave(spex.store.db, wave))
     if doc.get("best_of"):

@@ -52,7 +52,6 @@ def route(argv: list[str]) -> int | None:
 def _plan(argv: list[str]) -> tuple[str | None, str, list[str], str] | None:
     """(local --home, host, the command's words with bare names, command) or None."""
     from spexsup.cli.complete import SPEC
-    from spexsup.hosts import check_address
 
     end = argv.index("--") if "--" in argv else len(argv)
     home: str | None = None
@@ -103,7 +102,9 @@ def _plan(argv: list[str]) -> tuple[str | None, str, list[str], str] | None:
             j += 1
             continue
         repeats = bool(kinds) and kinds[-1] == "*" and kinds[0] == "session"
-        if repeats or (seen < len(kinds) and kinds[seen] == "session"):
+        if ":" in w and (repeats or (seen < len(kinds) and kinds[seen] == "session")):
+            from spexsup.hosts import check_address
+
             where, name = check_address(w)
             if where is not None:
                 if host is not None and where != host:
