@@ -154,7 +154,8 @@ def _rendered(
     args = words if "--json" in words else [*words, "--json"]
     waiting = ""
     if command == "wait":
-        waiting = f"waiting for {', '.join(w for w in words[1:] if not w.startswith('-'))}"
+        names = [words[1:][i] for i in _positionals(words[1:], {"--timeout", "--match"})]
+        waiting = f"waiting for {', '.join(f'{host.name}:{n}' for n in names) or 'its turns'}"
         answer = _waited(host, state, args, waiting)
     else:
         answer = hosts.call(host, state, args, stdin=stdin)
