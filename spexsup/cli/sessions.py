@@ -212,14 +212,15 @@ def list_hosts(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         typer.echo('no hosts (add a [host.NAME] table with ssh = "user@box" to config.toml)')
     else:
         table(
-            ["HOST", "SSH", "REACHABLE", "VERSION", "SESSIONS"],
+            ["HOST", "SSH", "REACHABLE", "VERSION", "SESSIONS", "ERROR"],
             [
                 [
                     r["name"],
                     r["ssh"],
-                    "yes" if r["reachable"] else f"no: {r['error']}",
+                    "yes" if r["reachable"] else "no",
                     r["version"] or "-",
                     "-" if r["sessions"] is None else str(r["sessions"]),
+                    r["error"] or "-",
                 ]
                 for r in rows
             ],
