@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench stress dist wheel-check test-real clean compile
+.PHONY: demo test test-ssh lint bench bench-ssh stress dist wheel-check test-real clean compile
 
 $(STAMP): pyproject.toml
 	@command -v tmux >/dev/null || { echo "tmux is required (apt-get install tmux)"; exit 1; }
@@ -25,6 +25,11 @@ demo: $(STAMP) compile
 test: $(STAMP) compile
 	$(BIN)/python -m pytest -q -n 4
 
+# Only the host tests (a real sshd on 127.0.0.1; part of `make test` too).
+# They need root and openssh-server, which .ci/run installs.
+test-ssh: $(STAMP) compile
+	$(BIN)/python -m pytest -q -n 2 tests/test_hosts.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -34,6 +39,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/prune.py
+
+# `spex -H host ls --json` cold, warm and local, through a private sshd (root).
+bench-ssh: $(STAMP) compile
+	$(BIN)/python bench/ssh.py
 
 # sdist and wheel in dist/; the wheel carries shell/turn.sh inside the package.
 dist: $(STAMP)

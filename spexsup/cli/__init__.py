@@ -72,8 +72,18 @@ def run(argv: list[str]) -> int:
     if "--version" in options and "--help" not in options and "-h" not in options:
         from spexsup import __version__
 
-        print(f"spex {__version__}")
+        if "--json" in options:  # what another host's spex asks (spexsup.hosts)
+            print(f'{{"schema_version": 1, "version": "{__version__}"}}')
+        else:
+            print(f"spex {__version__}")
         return 0
+    if "-H" in options or any(w.startswith("--host") or ":" in w for w in options):
+        # A command for another host, perhaps (HOST:NAME or -H HOST).
+        from spexsup.cli import remote
+
+        routed = remote.route(argv)
+        if routed is not None:
+            return routed
     completing = os.environ.get("_SPEX_COMPLETE")
     if completing:
         from spexsup.cli import complete

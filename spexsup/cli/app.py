@@ -34,6 +34,7 @@ LIFECYCLE = (
     "prune",
     "du",
     "doctor",
+    "hosts",
     "completion",
 )
 
@@ -90,6 +91,17 @@ def root(
             "--home",
             metavar="DIR",
             help="State directory. [default: $SPEXSUP_HOME, else ~/.local/state/spexsup]",
+            show_default=False,
+        ),
+    ] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            "-H",
+            "--host",
+            metavar="HOST",
+            help="Run the command on HOST ([host.HOST] in config.toml); HOST:NAME also"
+            " addresses a session there.",
             show_default=False,
         ),
     ] = None,
@@ -157,6 +169,7 @@ COMMAND_MODULES = {
     "attach": "sessions",
     "doctor": "sessions",
     "completion": "sessions",
+    "hosts": "sessions",
     "wake": "turns",
     "wait": "turns",
     "stop": "turns",

@@ -47,7 +47,8 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     "up": (("session", "*"), {"-m": None, "--message": None}),
     "stop": (("session", "*"), {"--grace": None, "--match": None}),
     "resume": (("session",), {"--match": None, "--window": None}),
-    "ls": ((), {}),
+    "ls": ((), {"--hosts": None}),
+    "hosts": ((), {}),
     "show": (("session",), {}),
     "rm": (("session", "*"), {"--match": None}),
     "fanout": (
@@ -68,6 +69,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--prefix": None,
             "--harness": "harness",
             "--worktree-dir": None,
+            "--hosts": None,
         },
     ),
     "waves": ((), {}),

@@ -177,9 +177,17 @@ def fanout(
         str | None,
         typer.Option("--worktree-dir", metavar="DIR", help="With --worktrees: make them in DIR."),
     ] = None,
+    hosts: Annotated[
+        str | None,
+        typer.Option(
+            "--hosts",
+            metavar="HOST,…",
+            help="Wake --match/--all sessions on these hosts (local is this machine).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Wake many sessions with one prompt: a wave, a verdict each.
+    """Wake many sessions with one prompt: a wave, a verdict each (HOST:NAME on other hosts).
 
     \b
     Examples:
@@ -188,7 +196,26 @@ def fanout(
       spex fanout --retry-failed last
       spex fanout --worktrees 3 --repo ~/src/api -m "fix the flaky test"
       spex fanout --all -m "start over: summarise the repo" --fresh
+      spex fanout box1:api box2:api web -m "rebase on main"
+      spex fanout --hosts local,box1 --match 'api-*' -m "rebase on main"
     """
+    if (
+        hosts is not None
+        or any(":" in n for n in names or [])
+        or (retry_failed or "").startswith("fleet-")
+    ):
+        if worktrees is not None or on_complete is not None:
+            raise Invalid(
+                "--worktrees and --on-complete work on one host", hint="spex -H HOST fanout …"
+            )
+        options = [*(["--window", str(window)] if window is not None else [])]
+        options += ["--wait"] * wait + ["--fresh"] * fresh
+        if max_concurrent is not None:
+            options += ["--max-concurrent", str(max_concurrent)]
+        fleet_fanout(
+            ctx, names or [], hosts, all_, match, message, file, retry_failed, options, as_json
+        )
+        return
     from spexsup import ids, waves
     from spexsup import worktree as wt
 
@@ -304,6 +331,75 @@ def fanout(
         raise typer.Exit(1)
 
 
+def fleet_fanout(
+    ctx: typer.Context,
+    names: list[str],
+    hosts: str | None,
+    all_: bool,
+    match: str | None,
+    message: str | None,
+    file: str | None,
+    retry_failed: str | None,
+    options: list[str],
+    as_json: bool,
+) -> None:
+    """A wave across hosts (spexsup.fleet): one remote fan-out per host."""
+    from spexsup import config, fleet
+    from spexsup.paths import resolve_home
+
+    state = resolve_home(ctx.find_root().obj)
+    cfg = config.load(state)
+    if retry_failed is not None:
+        if names or hosts or all_ or match or message is not None or file is not None:
+            raise Invalid("--retry-failed takes no names, prompt, --hosts, --all or --match")
+        doc = fleet.retry_failed(cfg, state, retry_failed, options=options)
+        if doc is None:
+            note = f"nothing to retry: no leg of fleet wave {retry_failed} failed"
+            if as_json:
+                print_json(
+                    document({"ok": True, "retry_of": retry_failed, "wave": None, "legs": []})
+                )
+            else:
+                typer.echo(note)
+            return
+    else:
+        groups: dict[str, list[str] | None] = dict(fleet.group_legs(names))
+        if hosts is not None:
+            if not (all_ or match):
+                raise Invalid("--hosts goes with --all or --match", hint="or name HOST:NAME legs")
+            for h in hosts.split(","):
+                if h in groups:
+                    raise Invalid(f"host {h!r} both named in legs and in --hosts")
+                groups[h] = None
+        elif all_ or match:
+            raise Invalid("--all and --match with HOST:NAME legs need --hosts")
+        prompt = read_prompt(message, file)
+        doc = fleet.fanout(cfg, state, groups, prompt, options=options, match=match)
+    if as_json:
+        print_json(doc)
+    else:
+        fleet_text(doc)
+    if doc["state"] != "complete":
+        raise typer.Exit(1)
+
+
+def fleet_text(doc: dict[str, Any]) -> None:
+    """A fleet wave: its legs as `HOST:NAME: verdict …`, then its state."""
+    hosts_n = len(doc["hosts"])
+    typer.echo(
+        f"wave {doc['id']}: {len(doc['legs'])} leg{'s' * (len(doc['legs']) != 1)}"
+        f" on {hosts_n} host{'s' * (hosts_n != 1)}" + (" (retry)" if doc["retry_of"] else "")
+    )
+    for leg in doc["legs"]:
+        typer.echo("  " + leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"}))
+    ok = sum(leg.get("verdict") in SUCCESS for leg in doc["legs"])
+    typer.echo(f"wave {doc['id']}: {doc['state']} · ok {ok} · failed {len(doc['legs']) - ok}")
+    if doc["retry_of"]:
+        typer.echo(f"retry of {doc['retry_of']}")
+    if doc["retried_by"]:
+        typer.echo(f"retried by {', '.join(doc['retried_by'])}")
+
+
 @app.command("waves")
 def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List fan-out waves, newest first.
@@ -338,7 +434,7 @@ def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 @app.command("wave")
 def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> None:
-    """Show one wave and its legs.
+    """Show one wave and its legs (a fleet-… id: a wave across hosts).
 
     \b
     Examples:
@@ -347,6 +443,17 @@ def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> No
     """
     from spexsup import ids, waves
 
+    if wave.startswith("fleet-"):
+        from spexsup import fleet
+        from spexsup.paths import resolve_home
+
+        state = resolve_home(ctx.find_root().obj)
+        fleet_doc = fleet.load(state, fleet.resolve(state, wave))
+        if as_json:
+            print_json(fleet_doc)
+        else:
+            fleet_text(fleet_doc)
+        return
     spex = open_spex(ctx)
     doc = waves.load(spex, ids.resolve_wave(spex.store.db, wave))
     if doc.get("best_of"):

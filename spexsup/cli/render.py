@@ -110,3 +110,117 @@ def table(
             line = line[: width - 1] + "…"
         out.append(line)
     sys.stdout.write("\n".join(out) + "\n")
+
+
+# -- text views of JSON documents ---------------------------------------------
+# Each local command renders its text through these from the same dict its
+# --json prints, and a command run on another host renders the JSON that
+# host's spex printed with them: the text is the same by construction.
+
+
+def failure(doc: Any) -> bool:
+    """A refused or failed command's `{"ok": false, "error", "exit_code"}`."""
+    return isinstance(doc, dict) and doc.get("ok") is False and "exit_code" in doc
+
+
+def as_list(doc: Any) -> list[dict[str, Any]]:
+    return [doc] if isinstance(doc, dict) else list(doc)
+
+
+def ls_rows(rows: Sequence[dict[str, Any]], *, wide: bool) -> list[list[str]]:
+    lines = []
+    for r in rows:
+        turn, when = turn_cells(r["turn"], wide=wide)
+        state = r["state"] + (" (leased)" if r.get("lease") else "")
+        lines.append([r["name"], r["harness"], state, turn, when, home_cell(r), r["cwd"]])
+    return lines
+
+
+LS_HEADERS = ["NAME", "HARNESS", "STATE", "TURN", "WHEN", "HOME", "CWD"]
+NO_SESSIONS = "no sessions (create one with: spex new NAME --harness HARNESS)"
+
+
+def ls_text(rows: Sequence[dict[str, Any]], *, wide: bool) -> None:
+    if not rows:
+        sys.stdout.write(NO_SESSIONS + "\n")
+        return
+    table(LS_HEADERS, ls_rows(rows, wide=wide), squeeze="CWD")
+
+
+def home_cell(row: dict[str, Any]) -> str:
+    wt = row.get("worktree")
+    home = f"{row['home']} (spex up)" if row["home"] in ("missing", "dead") else str(row["home"])
+    return home + (", worktree missing" if wt and wt["state"] == "missing" else "")
+
+
+def turn_line(t: dict[str, Any]) -> str:
+    """`<id>  error rc=1  failed  3m ago, ran 9s  (API Error: 529 overloaded)`."""
+    rc = "" if t["rc"] is None else f" rc={t['rc']}"
+    line = f"{short_id(t['id'])}  {t['state']}{rc}  {t['verdict'] or '-'}"
+    line += f"  {age(time.time() - t['started_at'])}"
+    if t["ended_at"] is not None:
+        line += f", ran {span(t['ended_at'] - t['started_at'])}"
+    if t["error"]:
+        line += f"  ({t['error']})"
+    return line
+
+
+def show_lines(row: dict[str, Any]) -> list[str]:
+    out = [
+        f"session   {row['name']}",
+        f"harness   {row['harness']}" + (f" {row['command']}" if row["command"] else ""),
+        f"state     {row['state']}",
+        f"home      {row['home']}",
+        f"cwd       {row['cwd']}",
+    ]
+    if row["worktree"]:
+        from spexsup.cli.worktree import status_line
+
+        out.append(f"worktree  {status_line(row['worktree'])}")
+    out.append(f"resume id {row['harness_session_id'] or '-'}")
+    if row["window"]:
+        out.append(f"window    {row['window']}s")
+    turns = row.get("turns") or []
+    if not turns:
+        out.append("turns     none yet")
+        return out
+    out.append("turns:")
+    out.extend(f"  {turn_line(t)}" for t in turns)
+    return out
+
+
+def verdict_line(name: str, v: dict[str, Any]) -> str:
+    """`api: failed turn T rc=1 (812 ms): <cause>`: the cause is on the verdict line."""
+    line = f"{name}: {v['verdict']} turn {v['turn']}"
+    if v["pid"]:
+        line += f" pid {v['pid']}"
+    if v["rc"] is not None:
+        line += f" rc={v['rc']}"
+    if v.get("attempts", 1) > 1:
+        line += f" after {v['attempts']} attempts"
+    line += f" ({v['elapsed_ms']} ms)"
+    if v["error"]:
+        line += f": {v['error']}"
+    return line
+
+
+def ended_line(e: dict[str, Any]) -> str:
+    """`api: turn T error rc=1: <cause>`, what `spex wait` prints per turn."""
+    rc = "" if e["rc"] is None else f" rc={e['rc']}"
+    cause = f": {e['error']}" if e["error"] and e["state"] != "complete" else ""
+    return f"{e['session']}: turn {e['turn']} {e['state']}{rc}{cause}"
+
+
+def stopped_line(d: dict[str, Any]) -> str:
+    aborted = d.get("aborted")
+    return f"{d['session']}: stopped" + (f" (turn {aborted} aborted)" if aborted else "")
+
+
+def resumed_line(d: dict[str, Any]) -> str:
+    n = d["session"]
+    return f"{n}: resumed" if d["resumed"] else f"{n}: not stopped (nothing to do)"
+
+
+def removed_lines(d: dict[str, Any]) -> list[str]:
+    n = d["session"]
+    return [*(f"{n}: {line}" for line in d.get("notes") or []), f"removed {n}"]

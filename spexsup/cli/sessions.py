@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import time
-from typing import Annotated, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,8 +20,11 @@ from spexsup.cli.params import (
     RepoOpt,
     WindowOpt,
 )
-from spexsup.cli.render import age, document, print_json, short_id, span, table, turn_cells
+from spexsup.cli.render import document, ls_text, print_json, removed_lines, show_lines, table
 from spexsup.errors import Invalid
+
+if TYPE_CHECKING:
+    from spexsup.config import Config
 
 
 @app.command()
@@ -123,9 +126,18 @@ def new(
 def ls(
     ctx: typer.Context,
     wide: Annotated[bool, typer.Option("--wide", help="Show whole turn ids.")] = False,
+    all_hosts: Annotated[
+        bool, typer.Option("--all-hosts", help="This machine's and every host's sessions.")
+    ] = False,
+    hosts: Annotated[
+        str | None,
+        typer.Option(
+            "--hosts", metavar="HOST,…", help="These hosts' sessions (local is this machine)."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List sessions and their current or last turn.
+    """List sessions and their current or last turn (with --all-hosts: on every host).
 
     One line per session; a pipe gets every column whole, two spaces apart.
 
@@ -134,40 +146,87 @@ def ls(
       spex ls
       spex ls --wide
       spex ls --json | jq -r '.[] | select(.state == "error") | .name'
+      spex ls --all-hosts
+      spex -H box1 ls
     """
     from spexsup import sessions
 
+    if all_hosts or hosts is not None:
+        fleet_ls(ctx, None if hosts is None else hosts.split(","), wide=wide, as_json=as_json)
+        return
     rows = sessions.describe(open_spex(ctx))
     if as_json:
         print_json(rows)
         return
-    if not rows:
-        typer.echo("no sessions (create one with: spex new NAME --harness HARNESS)")
-        return
-    lines = []
-    for r in rows:
-        turn, when = turn_cells(r["turn"], wide=wide)
-        state = r["state"] + (" (leased)" if r.get("lease") else "")
-        lines.append([r["name"], r["harness"], state, turn, when, home_cell(r), r["cwd"]])
-    table(["NAME", "HARNESS", "STATE", "TURN", "WHEN", "HOME", "CWD"], lines, squeeze="CWD")
+    ls_text(rows, wide=wide)
 
 
-def turn_line(t: dict[str, Any]) -> str:
-    """`<id>  error rc=1  failed  3m ago, ran 9s  (API Error: 529 overloaded)`."""
-    rc = "" if t["rc"] is None else f" rc={t['rc']}"
-    line = f"{short_id(t['id'])}  {t['state']}{rc}  {t['verdict'] or '-'}"
-    line += f"  {age(time.time() - t['started_at'])}"
-    if t["ended_at"] is not None:
-        line += f", ran {span(t['ended_at'] - t['started_at'])}"
-    if t["error"]:
-        line += f"  ({t['error']})"
-    return line
+def fleet_ls(ctx: typer.Context, names: list[str] | None, *, wide: bool, as_json: bool) -> None:
+    """`ls --all-hosts`: one table with a HOST column; a host not reached is one row."""
+    from spexsup import fleet
+    from spexsup.cli.render import LS_HEADERS, ls_rows
+    from spexsup.paths import resolve_home
+
+    state = resolve_home(ctx.find_root().obj)
+    rows, reached = fleet.list_sessions(settings_here(state), state, names)
+    if as_json:
+        print_json(rows)
+    else:
+        lines = []
+        for r in rows:
+            if r.get("reachable", True):
+                lines.append([r["host"], *ls_rows([r], wide=wide)[0]])
+            else:
+                lines.append([r["host"], "-", "-", "unreachable", "-", "-", "-", r["error"]])
+        table(["HOST", *LS_HEADERS], lines, squeeze="CWD")
+    if not reached:
+        raise typer.Exit(1)
 
 
-def home_cell(row: dict[str, Any]) -> str:
-    wt = row.get("worktree")
-    home = f"{row['home']} (spex up)" if row["home"] in ("missing", "dead") else str(row["home"])
-    return home + (", worktree missing" if wt and wt["state"] == "missing" else "")
+def settings_here(state: Path) -> Config:
+    """config.toml for commands that span hosts (no local store needed)."""
+    from spexsup import config
+
+    return config.load(state)
+
+
+@app.command("hosts")
+def list_hosts(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List the hosts of config.toml: reachable?, their spex version, their sessions.
+
+    Exit 1 when a host cannot be reached.
+
+    \b
+    Examples:
+      spex hosts
+      spex hosts --json
+    """
+    from spexsup import fleet
+    from spexsup.paths import resolve_home
+
+    state = resolve_home(ctx.find_root().obj)
+    rows = fleet.describe_hosts(settings_here(state), state)
+    if as_json:
+        print_json(rows)
+    elif not rows:
+        typer.echo('no hosts (add a [host.NAME] table with ssh = "user@box" to config.toml)')
+    else:
+        table(
+            ["HOST", "SSH", "REACHABLE", "VERSION", "SESSIONS", "ERROR"],
+            [
+                [
+                    r["name"],
+                    r["ssh"],
+                    "yes" if r["reachable"] else "no",
+                    r["version"] or "-",
+                    "-" if r["sessions"] is None else str(r["sessions"]),
+                    r["error"] or "-",
+                ]
+                for r in rows
+            ],
+        )
+    if any(not r["reachable"] or r["error"] for r in rows):
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -186,25 +245,8 @@ def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(row)
         return
-    typer.echo(f"session   {row['name']}")
-    typer.echo(f"harness   {row['harness']}" + (f" {row['command']}" if row["command"] else ""))
-    typer.echo(f"state     {row['state']}")
-    typer.echo(f"home      {row['home']}")
-    typer.echo(f"cwd       {row['cwd']}")
-    if row["worktree"]:
-        from spexsup.cli.worktree import status_line
-
-        typer.echo(f"worktree  {status_line(row['worktree'])}")
-    typer.echo(f"resume id {row['harness_session_id'] or '-'}")
-    if row["window"]:
-        typer.echo(f"window    {row['window']}s")
-    turns = row.get("turns") or []
-    if not turns:
-        typer.echo("turns     none yet")
-        return
-    typer.echo("turns:")
-    for t in turns:
-        typer.echo(f"  {turn_line(t)}")
+    for line in show_lines(row):
+        typer.echo(line)
 
 
 @app.command()
@@ -242,11 +284,11 @@ def rm(
         removal = sessions.remove(
             spex, n, force=force, salvage=salvage, keep_worktree=keep_worktree
         )
-        done.append(document({"ok": True, "session": n, "removed": True}))
+        notes = removal.lines() if removal else []
+        done.append(document({"ok": True, "session": n, "removed": True, "notes": notes}))
         if not as_json:
-            for line in removal.lines() if removal else []:
-                typer.echo(f"{n}: {line}")
-            typer.echo(f"removed {n}")
+            for line in removed_lines(done[-1]):
+                typer.echo(line)
     if as_json:
         print_json(done[0] if names and len(names) == 1 else done)
 

@@ -22,11 +22,18 @@ from spexsup.cli.params import (
     PromptFileOpt,
     WindowOpt,
 )
-from spexsup.cli.render import document, print_json
+from spexsup.cli.render import (
+    document,
+    ended_line,
+    print_json,
+    resumed_line,
+    stopped_line,
+    verdict_line,
+)
 from spexsup.errors import Invalid
 
 if TYPE_CHECKING:
-    from spexsup.turns import Verdict
+    pass
 
 MAX_PROMPT = 1 << 20
 
@@ -91,21 +98,6 @@ def read_prompt(text: str | None, file: str | None) -> bytes:
     return data
 
 
-def verdict_line(name: str, verdict: Verdict) -> str:
-    """`api: failed turn T rc=1 (812 ms): <cause>`: the cause is on the verdict line."""
-    line = f"{name}: {verdict.verdict} turn {verdict.turn}"
-    if verdict.pid:
-        line += f" pid {verdict.pid}"
-    if verdict.rc is not None:
-        line += f" rc={verdict.rc}"
-    if verdict.attempts > 1:
-        line += f" after {verdict.attempts} attempts"
-    line += f" ({verdict.elapsed_ms} ms)"
-    if verdict.error:
-        line += f": {verdict.error}"
-    return line
-
-
 def wake_and_report(
     ctx: typer.Context,
     name: str,
@@ -123,7 +115,7 @@ def wake_and_report(
     if as_json:
         print_json(document({"ok": verdict.ok, **verdict.as_json()}))
     else:
-        typer.echo(verdict_line(name, verdict))
+        typer.echo(verdict_line(name, verdict.as_json()))
         if verdict.error:
             typer.echo(f"spex: {name}: {verdict.error}", err=True)
     if not verdict.ok:
@@ -201,9 +193,7 @@ def wait(
         print_json([{**turns.load_turn(spex, e.turn), "turn": e.turn} for e in ended if e.turn])
     else:
         for e in ended:
-            rc = "" if e.rc is None else f" rc={e.rc}"
-            cause = f": {e.error}" if e.error and e.state != "complete" else ""
-            typer.echo(f"{e.session}: turn {e.turn} {e.state}{rc}{cause}")
+            typer.echo(ended_line(e.as_json()))
     raise typer.Exit(int(any(e.exit_code for e in ended)))
 
 
@@ -234,7 +224,7 @@ def stop(
         aborted = control.stop(spex, name, grace=control.DEFAULT_GRACE if grace is None else grace)
         docs.append(document({"ok": True, "session": name, "state": "stopped", "aborted": aborted}))
         if not as_json:
-            typer.echo(f"{name}: stopped" + (f" (turn {aborted} aborted)" if aborted else ""))
+            typer.echo(stopped_line(docs[-1]))
     if as_json:
         print_json(docs[0] if names and len(names) == 1 else docs)
 
@@ -281,7 +271,7 @@ def resume(
         resumed = control.resume(spex, n, force=force, not_stopped_ok=True)
         docs.append(document({"ok": True, "session": n, "resumed": resumed}))
         if not as_json:
-            typer.echo(f"{n}: resumed" if resumed else f"{n}: not stopped (nothing to do)")
+            typer.echo(resumed_line(docs[-1]))
     if prompt:
         text = " ".join(prompt)
         assert name is not None

@@ -1,0 +1,362 @@
+"""Commands for another host: `spex -H HOST CMD …` and `HOST:NAME` addresses.
+
+`route` runs before typer is imported. It finds the host a command is for
+(the global `-H/--host HOST`, or `HOST:NAME` in a command's session
+arguments), runs the command there with `ssh … spex … --json` and renders the
+document here with the same views the local command uses (cli/render.py),
+so text, JSON and exit codes match a local run. `log` streams the remote
+output as it comes; other commands pass the remote output through. A prompt
+travels on stdin (`-f -`), never on the ssh command line.
+
+`ls --all-hosts/--hosts` and `fanout` with `HOST:NAME` legs are typer
+commands of their own (they span hosts): `route` leaves them alone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spexsup.errors import Invalid, SpexError
+
+if TYPE_CHECKING:
+    from spexsup.hosts import Answer, Host
+
+MAX_PROMPT = 1 << 20
+# Commands whose --json document is rendered here; the rest pass through.
+RENDERED = frozenset({"ls", "show", "wake", "wait", "stop", "rm", "resume"})
+# Commands whose prompt option (-m TEXT) is turned into stdin (-f -).
+PROMPT_OPTIONS = {"fanout": ("-m", "--message"), "up": ("-m", "--message")}
+
+
+def route(argv: list[str]) -> int | None:
+    """The exit code of a command run on another host, or None for a local one."""
+    from spexsup.cli import fail
+
+    as_json = "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
+    try:
+        plan = _plan(argv)
+        if plan is None:
+            return None
+        return _run(*plan, as_json=as_json)
+    except SpexError as e:
+        return fail(e.line(), e.exit_code, as_json)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+def _plan(argv: list[str]) -> tuple[str | None, str, list[str], str] | None:
+    """(local --home, host, the command's words with bare names, command) or None."""
+    from spexsup.cli.complete import SPEC
+
+    end = argv.index("--") if "--" in argv else len(argv)
+    home: str | None = None
+    host: str | None = None
+    words: list[str] = []
+    i = 0
+    while i < end:
+        w = argv[i]
+        if w in ("-H", "--host"):
+            if i + 1 >= end:
+                raise Invalid(f"{w} needs a host name", hint="spex -H HOST COMMAND …")
+            host = argv[i + 1]
+            i += 2
+            continue
+        if w.startswith("--host="):
+            host = w.partition("=")[2]
+        elif w == "--home" and i + 1 < end:
+            home = argv[i + 1]
+            i += 2
+            continue
+        elif w.startswith("--home="):
+            home = w.partition("=")[2]
+        else:
+            words.append(w)
+        i += 1
+    words += argv[end:]
+    command = next((w for w in words if not w.startswith("-")), None)
+    if command is None:
+        if host is not None:
+            raise Invalid("-H HOST needs a command", hint="spex -H HOST ls")
+        return None
+    if command in ("ls", "fanout") and host is None:
+        return None  # they span hosts themselves
+    kinds, valued = SPEC.get(command, ((), {}))
+    if command == "new":
+        kinds = ("session",)  # `new HOST:NAME` creates it there
+    at = words.index(command)
+    seen = 0
+    j = at + 1
+    while j < len(words):
+        w = words[j]
+        if w == "--":
+            break
+        if w in valued:
+            j += 2
+            continue
+        if w.startswith("-"):
+            j += 1
+            continue
+        repeats = bool(kinds) and kinds[-1] == "*" and kinds[0] == "session"
+        if ":" in w and (repeats or (seen < len(kinds) and kinds[seen] == "session")):
+            from spexsup.hosts import check_address
+
+            where, name = check_address(w)
+            if where is not None:
+                if host is not None and where != host:
+                    raise Invalid(
+                        f"{w!r} is on host {where!r}, not {host!r}",
+                        hint="one host per command (spex fanout spans hosts)",
+                    )
+                host = where
+                words[j] = name
+        seen += 1
+        j += 1
+    if host is None:
+        return None
+    return home, host, words[at:], command
+
+
+def _run(home: str | None, host_name: str, words: list[str], command: str, *, as_json: bool) -> int:
+    from spexsup import config, hosts
+    from spexsup.paths import resolve_home
+
+    state = resolve_home(home)
+    host = hosts.lookup(config.load(state), host_name)
+    if command == "attach":
+        return _attach(host, state, words[1:])
+    words, stdin = _prompt_to_stdin(command, words)
+    if command == "resume" and stdin is not None:
+        # `resume NAME PROMPT…`: resume there, then wake with the prompt on stdin.
+        name = words[1]
+        rc = _rendered(host, state, "resume", [w for w in words if w != "-"], None, as_json)
+        if rc != 0:
+            return rc
+        wake = ["wake", name, "-f", "-", *[w for w in words[2:] if w in ("--window", "--json")]]
+        return _rendered(host, state, "wake", wake, stdin, as_json)
+    if command in RENDERED and not (command == "ls" and "--help" in words):
+        return _rendered(host, state, command, words, stdin, as_json)
+    following = command in ("log", "wait") and ("-f" in words or "--follow" in words)
+    waiting = f"following {host.name}:{words[1]}'s log" if following else ""
+    return hosts.stream(host, state, words, stdin=stdin, waiting=waiting)
+
+
+def _rendered(
+    host: Host, state: Path, command: str, words: list[str], stdin: bytes | None, as_json: bool
+) -> int:
+    """Run with --json there; print its JSON as it is, or render it as text here."""
+    from spexsup import hosts
+
+    args = words if "--json" in words else [*words, "--json"]
+    waiting = ""
+    if command == "wait":
+        names = [words[1:][i] for i in _positionals(words[1:], {"--timeout", "--match"})]
+        waiting = f"waiting for {', '.join(f'{host.name}:{n}' for n in names) or 'its turns'}"
+        answer = _waited(host, state, args, waiting)
+    else:
+        answer = hosts.call(host, state, args, stdin=stdin)
+    sys.stderr.write(answer.stderr.decode(errors="replace"))
+    if as_json:
+        sys.stdout.buffer.write(answer.stdout)
+        sys.stdout.flush()
+        return answer.rc
+    doc = answer.document()
+    if doc is None:
+        sys.stdout.buffer.write(answer.stdout)  # not JSON: a help text, say
+        return answer.rc
+    _render(command, words, doc)
+    sys.stdout.flush()
+    return answer.rc
+
+
+def _waited(host: Host, state: Path, args: list[str], waiting: str) -> Answer:
+    """`wait` there: a dropped connection is Failed, saying the turn runs on."""
+    from spexsup import hosts
+    from spexsup.errors import Failed
+
+    try:
+        return hosts.call(host, state, args)
+    except Failed as e:
+        if "connection lost" not in e.message:
+            raise
+        raise Failed(
+            f"{e.message} while {waiting}", hint=f"the turn keeps running on {host.name}"
+        ) from None
+
+
+def _render(command: str, words: list[str], doc: Any) -> None:
+    from spexsup.cli import render
+
+    if render.failure(doc):
+        return  # its one line came on stderr
+    out: list[str] = []
+    if command == "ls":
+        render.ls_text(doc, wide="--wide" in words)
+    elif command == "show":
+        out = render.show_lines(doc)
+    elif command == "wake":
+        out = [render.verdict_line(doc["session"], doc)]
+        if doc.get("error"):
+            sys.stdout.write("\n".join(out) + "\n")
+            sys.stdout.flush()
+            print(f"spex: {doc['session']}: {doc['error']}", file=sys.stderr)
+            return
+    elif command == "wait":
+        out = [render.ended_line(d) for d in render.as_list(doc)]
+    elif command == "stop":
+        out = [render.stopped_line(d) for d in render.as_list(doc)]
+    elif command == "rm":
+        out = [line for d in render.as_list(doc) for line in render.removed_lines(d)]
+    elif command == "resume":
+        out = [render.resumed_line(d) for d in render.as_list(doc)]
+    if out:
+        sys.stdout.write("\n".join(out) + "\n")
+
+
+def _prompt_to_stdin(command: str, words: list[str]) -> tuple[list[str], bytes | None]:
+    """Take the prompt out of the command line: `wake NAME TEXT`, `-f FILE`,
+    `-f -`, `resume NAME PROMPT…` and `-m TEXT` all become `-f -` with the
+    prompt's bytes on stdin."""
+    if command == "wake":
+        return _wake_prompt(words)
+    if command == "resume":
+        positional = _positionals(words[1:], {"--match", "--window"})
+        if len(positional) > 1:
+            text = " ".join(words[1:][i] for i in positional[1:])
+            keep = [w for k, w in enumerate(words[1:]) if k not in positional[1:]]
+            return [command, *keep], _checked(os.fsencode(text))
+        return words, None
+    options = PROMPT_OPTIONS.get(command)
+    if options is None:
+        return words, None
+    out: list[str] = []
+    stdin = None
+    i = 0
+    while i < len(words):
+        if words[i] in options and i + 1 < len(words):
+            stdin = _checked(os.fsencode(words[i + 1]))
+            out += ["-f", "-"]
+            i += 2
+            continue
+        out.append(words[i])
+        i += 1
+    if stdin is None and command == "fanout" and ("-f" in out or "--file" in out):
+        return _file_to_stdin(out)
+    return out, stdin
+
+
+def _positionals(words: list[str], valued: set[str]) -> list[int]:
+    found: list[int] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w == "--":
+            found += range(i + 1, len(words))
+            break
+        if w in valued:
+            i += 2
+            continue
+        if not w.startswith("-") or w == "-":
+            found.append(i)
+        i += 1
+    return found
+
+
+def _wake_prompt(words: list[str]) -> tuple[list[str], bytes | None]:
+    """`wake NAME [TEXT] [-f FILE|-] [options]` -> `wake NAME [options] -f -` and the bytes."""
+    rest = words[1:]
+    name: str | None = None
+    text: str | None = None
+    file: str | None = None
+    keep: list[str] = []
+    i = 0
+    dashdash = False
+    while i < len(rest):
+        w = rest[i]
+        if not dashdash and w == "--":
+            dashdash = True
+        elif not dashdash and w in ("-f", "--file") and i + 1 < len(rest):
+            file = rest[i + 1]
+            i += 1
+        elif not dashdash and w.startswith("--file="):
+            file = w.partition("=")[2]
+        elif not dashdash and w == "--window" and i + 1 < len(rest):
+            keep += [w, rest[i + 1]]
+            i += 1
+        elif not dashdash and w.startswith("-"):
+            keep.append(w)
+        elif name is None:
+            name = w
+        elif text is None:
+            text = w
+        else:
+            raise Invalid(f"wake: unexpected word {w!r}", hint="quote the prompt as one word")
+        i += 1
+    if name is None:
+        raise Invalid("wake needs a session name", hint="spex wake HOST:NAME TEXT")
+    if "-h" in keep or "--help" in keep:
+        return ["wake", name, *keep], None
+    if (text is None) == (file is None):
+        raise Invalid("give the prompt as TEXT or with -f FILE (or -f - for stdin), not both")
+    return ["wake", name, *keep, "-f", "-"], _read(text, file)
+
+
+def _file_to_stdin(words: list[str]) -> tuple[list[str], bytes | None]:
+    out: list[str] = []
+    data = None
+    i = 0
+    while i < len(words):
+        if words[i] in ("-f", "--file") and i + 1 < len(words):
+            data = _read(None, words[i + 1])
+            out += ["-f", "-"]
+            i += 2
+            continue
+        out.append(words[i])
+        i += 1
+    return out, data
+
+
+def _read(text: str | None, file: str | None) -> bytes:
+    """The prompt's bytes (as `spex wake` reads them locally)."""
+    if text is not None:
+        return _checked(os.fsencode(text))
+    if file == "-":
+        return _checked(sys.stdin.buffer.read(MAX_PROMPT + 1))
+    assert file is not None
+    try:
+        with Path(file).open("rb") as f:
+            return _checked(f.read(MAX_PROMPT + 1))
+    except OSError as e:
+        raise Invalid(f"cannot read prompt file {file!r}: {e.strerror}") from None
+
+
+def _checked(data: bytes) -> bytes:
+    if len(data) > MAX_PROMPT:
+        raise Invalid("the prompt is larger than 1 MiB")
+    if not data:
+        raise Invalid("the prompt is empty")
+    return data
+
+
+def _attach(host: Host, state: Path, args: list[str]) -> int:
+    """`ssh -t HOST spex attach NAME`; inside tmux, in a popup (or a window) of it."""
+    import shlex
+    import shutil
+
+    from spexsup import hosts
+
+    window = "--window" in args
+    argv = hosts.attach_argv(host, state, [a for a in args if a != "--window"])
+    if os.environ.get("TMUX"):
+        outer = shutil.which("tmux") or "tmux"
+        name = next((a for a in args if not a.startswith("-")), host.name)
+        if window:
+            cmd = [outer, "new-window", "-n", f"spex:{host.name}:{name}", shlex.join(argv)]
+        else:
+            cmd = [outer, "display-popup", "-E", "-w", "90%", "-h", "90%", shlex.join(argv)]
+        os.execvp(cmd[0], cmd)
+    os.execvp(argv[0], argv)

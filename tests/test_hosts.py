@@ -1,0 +1,389 @@
+"""Sessions on other hosts, through a real sshd on 127.0.0.1 (tests/sshd.py).
+
+Two "hosts" are two state homes on this machine, reached over ssh as the
+dedicated login account; a third host points at a closed port. Every
+remote command is compared with what the host's own spex prints for the
+same command run there, output and exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import HARNESSES, SPEX, Env, retry_until
+from sshd import Sshd, sshd  # noqa: F401  (the fixture)
+
+from spexsup import __version__
+
+PY = sys.executable
+
+
+@pytest.fixture
+def fleet(env: Env, sshd: Sshd) -> Fleet:  # noqa: F811
+    return Fleet(env, sshd)
+
+
+class Fleet:
+    """The local spex (env) with hosts box1, box2 (live) and dead (a closed port)."""
+
+    def __init__(self, env: Env, sshd: Sshd) -> None:  # noqa: F811
+        self.env = env
+        self.sshd = sshd
+        self.h1 = sshd.home("h1")
+        self.h2 = sshd.home("h2")
+        run = sshd.dir / "run"
+        run.mkdir(mode=0o700, exist_ok=True)
+        env.vars["XDG_RUNTIME_DIR"] = str(run)
+        env.home.mkdir(parents=True, exist_ok=True)
+        self.write_config()
+
+    def write_config(self, extra: str = "") -> None:
+        s = self.sshd
+        text = s.host_table("box1", self.h1) + s.host_table("box2", self.h2)
+        text += s.host_table("dead", s.dir / "nohome", alias="deadbox")
+        text += "connect_timeout = 2\n" + extra
+        (self.env.home / "config.toml").write_text(text)
+
+    def spex(self, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[str]:
+        return self.env.run(*args, input=input, timeout=90)
+
+    def there(self, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        """The host's own spex, run there over plain ssh: what 'local' prints on that host."""
+        remote = " ".join(["exec", SPEX, "--home", str(home), *map(_q, args)])
+        return subprocess.run(
+            ["ssh", "-F", str(self.sshd.ssh_config), "-T", "box", remote],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=90,
+            check=False,
+        )
+
+
+def _q(word: str) -> str:
+    return "'" + word.replace("'", "'\\''") + "'"
+
+
+AGES = re.compile(r"\d+(s|m|h|d) ago(, ran \d+(s|m|h|d))?")
+
+
+def same(a: subprocess.CompletedProcess[str], b: subprocess.CompletedProcess[str]) -> None:
+    """Same exit code, stdout and stderr (ages may tick between the two runs)."""
+    assert (a.returncode, AGES.sub("AGE", a.stdout), a.stderr) == (
+        b.returncode,
+        AGES.sub("AGE", b.stdout),
+        b.stderr,
+    )
+
+
+def test_remote_session_commands_match_local(fleet: Fleet) -> None:
+    f = fleet
+    r = f.spex("-H", "box1", "new", "api", "--cwd", str(f.h1), "--", str(HARNESSES / "exit7.sh"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"created api (command) in {f.h1}\n"
+    r = f.spex("wake", "box1:api", "go")
+    assert r.returncode == 1
+    assert re.fullmatch(r"api: failed turn \S+ rc=7 \(\d+ ms\): .*\n", r.stdout), r.stdout
+    assert "spex: api: " in r.stderr
+    j = f.spex("wake", "box1:api", "again", "--json")
+    assert j.returncode == 1
+    doc = json.loads(j.stdout)
+    assert (doc["verdict"], doc["rc"], doc["session"]) == ("failed", 7, "api")
+    for args in (
+        ["show", "api"],
+        ["ls"],
+        ["ls", "--json"],
+        ["wait", "api"],
+        ["wait", "api", "--json"],
+        ["log", "api"],
+        ["log", "api", "--json"],
+        ["show", "nosuch"],
+        ["show", "nosuch", "--json"],
+        ["wait", "nosuch"],
+        ["log", "api", "--turn", "zzz"],
+    ):
+        addressed = [f"box1:{a}" if a in ("api", "nosuch") else a for a in args]
+        if "ls" in args:
+            addressed = ["-H", "box1", *args]
+        same(f.spex(*addressed), f.there(f.h1, *args))
+    # A running turn: wake confirms, stop aborts it, rm removes the session.
+    r = f.spex("-H", "box1", "new", "long", "--cwd", str(f.h1), "--", str(HARNESSES / "sleeper.sh"))
+    assert r.returncode == 0, r.stderr
+    r = f.spex("wake", "box1:long", "work", "--window", "0.5")
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(r"long: confirmed turn \S+ pid \d+ \(\d+ ms\)\n", r.stdout), r.stdout
+    busy = f.spex("wake", "box1:long", "more")
+    assert busy.returncode == 3
+    assert busy.stdout == ""
+    assert busy.stderr.startswith("spex: ")
+    timed = f.spex("wait", "box1:long", "--timeout", "0.2")
+    assert timed.returncode == 124, timed.stderr
+    same(timed, f.there(f.h1, "wait", "long", "--timeout", "0.2"))
+    r = f.spex("stop", "box1:long", "--grace", "1")
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(r"long: stopped \(turn \S+ aborted\)\n", r.stdout), r.stdout
+    same(f.spex("stop", "box1:long"), f.there(f.h1, "stop", "long"))
+    same(f.spex("wake", "box1:long", "x"), f.there(f.h1, "wake", "long", "x"))
+    r = f.spex("rm", "box1:long")
+    assert (r.returncode, r.stdout) == (0, "removed long\n")
+    same(f.spex("rm", "box1:long"), f.there(f.h1, "rm", "long"))
+    same(f.spex("rm", "box1:long", "--json"), f.there(f.h1, "rm", "long", "--json"))
+    # Box2 is another host: its own home, its own sessions.
+    assert f.spex("-H", "box2", "ls", "--json").stdout.strip() == "[]"
+
+
+def test_bad_addresses_and_hosts_are_one_line(fleet: Fleet) -> None:
+    f = fleet
+    r = f.spex("show", "nohost:api")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.startswith("spex: no host named 'nohost'") and r.stderr.count("\n") == 1
+    r = f.spex("wait", "box1:a", "box2:b")
+    assert r.returncode == 2
+    assert "one host per command" in r.stderr
+    r = f.spex("-H", "box1", "show", "box2:a")
+    assert r.returncode == 2
+    t = time.monotonic()
+    r = f.spex("show", "dead:api", "--json")
+    assert time.monotonic() - t < 15
+    assert r.returncode == 1
+    assert json.loads(r.stdout)["exit_code"] == 1
+    assert r.stderr.startswith("spex: host dead unreachable: ")
+    assert r.stderr.count("\n") == 1
+
+
+def test_prompt_arrives_byte_exact_on_stdin_never_in_argv(fleet: Fleet) -> None:
+    f = fleet
+    got = f.h1 / "got"
+    r = f.spex(
+        "-H",
+        "box1",
+        "new",
+        "rec",
+        "--cwd",
+        str(f.h1),
+        "--env",
+        f"RECORD_TO={got}",
+        "--",
+        PY,
+        str(HARNESSES / "record.py"),
+    )
+    assert r.returncode == 0, r.stderr
+    # An ssh first on PATH that logs its command line, then runs the real one.
+    shim = f.env.root / "shim"
+    shim.mkdir()
+    argv_log = f.env.root / "ssh-argv"
+    real = shutil.which("ssh")
+    (shim / "ssh").write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$*" >> {argv_log}\nexec {real} "$@"\n', encoding="utf-8"
+    )
+    (shim / "ssh").chmod(0o755)
+    path = {"PATH": f"{shim}:{f.env.vars['PATH']}"}
+    prompt = 'secret-7f3a: it\'s "quoted" $(not run) `nor this`\nline two\n\ttab\n'
+    r = f.env.run("wake", "box1:rec", prompt, extra=path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert retry_until(got.exists)
+    assert got.read_bytes() == prompt.encode()
+    # -f - (stdin) and -f FILE too
+    binary = b"-starts with a dash\n\xe2\x9c\x93 unicode\n'\"\\\n"
+    r = f.env.run("wake", "box1:rec", "-f", "-", input=binary, extra=path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert retry_until(lambda: got.read_bytes() == binary)
+    logged = argv_log.read_text()
+    assert "secret-7f3a" not in logged
+    assert "starts with a dash" not in logged
+    assert "-f -" in logged
+
+
+def test_ls_all_hosts_with_one_host_unreachable(fleet: Fleet) -> None:
+    f = fleet
+    assert f.spex("-H", "box1", "new", "a", "--cwd", str(f.h1), "--", "true").returncode == 0
+    assert f.spex("-H", "box2", "new", "b", "--cwd", str(f.h2), "--", "true").returncode == 0
+    assert f.spex("new", "c", "--cwd", str(f.env.root), "--", "true").returncode == 0
+    t = time.monotonic()
+    r = f.spex("ls", "--all-hosts")
+    took = time.monotonic() - t
+    assert r.returncode == 1
+    assert took < 15, took  # the closed port answers at once; a dead box within its timeout
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:3] == ["HOST", "NAME", "HARNESS"]
+    rows = {ln.split()[0]: ln.split() for ln in lines[1:]}
+    assert rows["local"][1] == "c"
+    assert rows["box1"][1] == "a"
+    assert rows["box2"][1] == "b"
+    assert rows["dead"][3] == "unreachable"
+    j = json.loads(f.spex("ls", "--hosts", "box1,box2", "--json").stdout)
+    assert [(x["host"], x["name"]) for x in j] == [("box1", "a"), ("box2", "b")]
+    hosts = f.spex("hosts", "--json")
+    assert hosts.returncode == 1
+    by = {h["name"]: h for h in json.loads(hosts.stdout)}
+    assert by["box1"]["reachable"] and by["box1"]["version"] == __version__
+    assert by["box1"]["sessions"] == 1
+    assert not by["dead"]["reachable"]
+    assert "dead" in by["dead"]["error"]
+    r = f.spex("ls", "--hosts", "nope")
+    assert r.returncode == 2
+
+
+def test_fanout_across_hosts_with_a_failing_leg_and_retry(fleet: Fleet) -> None:
+    f = fleet
+    flaky = f.h2 / "flaky.sh"
+    flag = f.h2 / "fail-once"
+    flaky.write_text(f'#!/bin/sh\nif [ -e {flag} ]; then rm -f {flag}; exit 5; fi\necho "ok $1"\n')
+    flaky.chmod(0o755)
+    flag.touch()
+    ok = ["--", str(HARNESSES / "exit0.sh")]
+    assert f.spex("new", "box1:a", "--cwd", str(f.h1), *ok).returncode == 0
+    assert f.spex("-H", "box2", "new", "b", "--cwd", str(f.h2), "--", str(flaky)).returncode == 0
+    assert f.spex("new", "c", "--cwd", str(f.env.root), *ok).returncode == 0
+    r = f.spex("fanout", "box1:a", "box2:b", "c", "-m", "do it", "--json")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["state"] == "partial"
+    legs = {(leg["host"], leg["session"]): leg for leg in doc["legs"]}
+    assert set(legs) == {("box1", "a"), ("box2", "b"), ("local", "c")}
+    assert legs[("box2", "b")]["verdict"] == "failed"
+    assert legs[("box1", "a")]["verdict"] in ("confirmed", "completed")
+    assert {h["host"]: h["wave"] is not None for h in doc["hosts"]} == {
+        "box1": True,
+        "box2": True,
+        "local": True,
+    }
+    saved = json.loads((f.env.home / "fleet" / f"{doc['id']}.json").read_text())
+    assert saved["legs"] == doc["legs"]
+    r = f.spex("fanout", "--retry-failed", doc["id"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "(retry)" in r.stdout
+    assert re.search(r"^  box2:b: completed ", r.stdout, re.M), r.stdout
+    saved = json.loads((f.env.home / "fleet" / f"{doc['id']}.json").read_text())
+    assert len(saved["retried_by"]) == 1
+    shown = f.spex("wave", doc["id"])
+    assert shown.returncode == 0
+    assert f"retried by {saved['retried_by'][0]}" in shown.stdout
+    assert re.search(r"^  box2:b: failed ", shown.stdout, re.M), shown.stdout
+    # The retry ran on box2 as a retry of box2's own wave.
+    waves = json.loads(f.spex("-H", "box2", "waves", "--json").stdout)
+    assert waves[0]["retry_of"] == legs[("box2", "b")]["wave"]
+    # A leg on a host that cannot be reached fails alone, naming the host.
+    r = f.spex("fanout", "box1:a", "dead:x", "-m", "again", "--json")
+    doc = json.loads(r.stdout)
+    bad = next(leg for leg in doc["legs"] if leg["host"] == "dead")
+    assert bad["verdict"] == "failed" and "host dead" in bad["error"]
+    # A whole fan-out run on one host (-m becomes stdin there too).
+    r = f.spex("-H", "box1", "fanout", "a", "-m", "hi there")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^a: (confirmed|completed) turn ", r.stdout, re.M), r.stdout
+    assert f.spex("-H", "box1", "wave", "last", "--json").returncode == 0
+    # --hosts with --match: one remote fanout per host.
+    r = f.spex("fanout", "--hosts", "box1,box2", "--match", "*", "-m", "all", "--json")
+    doc = json.loads(r.stdout)
+    assert sorted((leg["host"], leg["session"]) for leg in doc["legs"]) == [
+        ("box1", "a"),
+        ("box2", "b"),
+    ]
+
+
+def test_version_mismatch_is_refused_naming_both(fleet: Fleet) -> None:
+    f = fleet
+    fake = f.sshd.dir / "oldspex"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'for a; do [ "$a" = --version ] && echo \'{"version": "97.1.0"}\' && exit 0; done\n'
+        "echo should-not-run; exit 0\n"
+    )
+    fake.chmod(0o755)
+    (f.env.home / "config.toml").write_text(f.sshd.host_table("old", f.h1, spex=str(fake)))
+    r = f.spex("-H", "old", "ls")
+    assert r.returncode == 1
+    assert r.stdout == ""
+    assert "97.1.0" in r.stderr and __version__ in r.stderr
+    assert "should-not-run" not in r.stdout + r.stderr
+    (f.env.home / "config.toml").write_text(
+        f.sshd.host_table("gone", f.h1, spex="/nonexistent/spex")
+    )
+    r = f.spex("-H", "gone", "ls")
+    assert r.returncode == 1
+    assert "remote spex not found" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_one_connection_is_shared(fleet: Fleet) -> None:
+    f = fleet
+    before = f.sshd.accepted()
+    t = time.monotonic()
+    assert f.spex("-H", "box1", "ls", "--json").returncode == 0
+    cold = time.monotonic() - t
+    warm = []
+    for _ in range(3):
+        t = time.monotonic()
+        assert f.spex("-H", "box1", "ls", "--json").returncode == 0
+        warm.append(time.monotonic() - t)
+    assert f.sshd.accepted() - before == 1
+    assert min(warm) < cold
+    ctl = Path(f.env.vars["XDG_RUNTIME_DIR"]) / "spexsup-ssh"
+    assert ctl.stat().st_mode & 0o777 == 0o700
+    # The version was asked once, for this connection, and recorded with it.
+    (record,) = ctl.glob("box1-*.version")
+    assert json.loads(record.read_text())["version"] == __version__
+
+
+def test_a_dropped_connection_is_detected_while_waiting(fleet: Fleet) -> None:
+    f = fleet
+    r = f.spex("-H", "box1", "new", "long", "--cwd", str(f.h1), "--", str(HARNESSES / "sleeper.sh"))
+    assert r.returncode == 0
+    assert f.spex("wake", "box1:long", "work", "--window", "0.3").returncode == 0
+    for args, there in (
+        (["wait", "box1:long"], "wait long --json"),
+        (["log", "-f", "box1:long"], "log -f long"),
+    ):
+        p = subprocess.Popen(
+            [SPEX, *args],
+            env=f.env.vars,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+        # The remote spex is up once its command shows among the login's processes.
+        def started(t: str = there) -> bool:
+            return any(
+                " ".join(f.sshd.cmdline(pr)).endswith(t) for pr in f.sshd.session_processes()
+            )
+
+        assert retry_until(started, 20)
+        assert f.sshd.drop_connections() > 0  # the server side of the connection dies
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 1, (out, err)
+        assert "host box1: connection lost" in err, err
+        assert "keeps running on box1" in err
+
+
+def test_attach_runs_ssh_t_to_the_far_pane(fleet: Fleet) -> None:
+    import pexpect
+
+    f = fleet
+    r = f.spex("-H", "box1", "new", "far", "--cwd", str(f.h1), "--", str(HARNESSES / "sleeper.sh"))
+    assert r.returncode == 0
+    assert f.spex("wake", "box1:far", "HELLO-FAR-PANE", "--window", "0.3").returncode == 0
+    child = pexpect.spawn(
+        SPEX,
+        ["attach", "box1:far"],
+        env={**f.env.vars, "TERM": "xterm"},
+        dimensions=(40, 120),
+        timeout=30,
+        encoding="utf-8",
+    )
+    try:
+        child.expect("HELLO-FAR-PANE")
+        child.send("\x01d")  # the private server's prefix (C-a), then detach
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    r = f.spex("show", "box1:far", "--json")
+    assert json.loads(r.stdout)["state"] == "running"
