@@ -49,6 +49,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     "resume": (("session",), {"--match": None, "--window": None}),
     "ls": ((), {}),
     "show": (("session",), {}),
+    "top": ((), {}),
     "rm": (("session", "*"), {"--match": None}),
     "fanout": (
         ("session", "*"),
