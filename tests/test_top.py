@@ -201,6 +201,10 @@ def test_attach_outside_tmux_hands_over_the_terminal_and_comes_back(
     t.see(r"\[spex a\]")  # the home's status line: tmux owns the terminal
     t.send("\x01d")  # the private server's prefix (C-a), then detach
     t.see(r"spex top · 1 sessions")
+    # A smaller terminal: the board is drawn again to its size.
+    t.child.setwinsize(12, 70)
+    t.screen.resize(12, 70)
+    t.until(lambda: t.lines()[11].startswith("↑↓ select"), "the keys on the last row")
     t.send("q")
     assert "EXIT=0" in t.finish()
 
@@ -241,3 +245,32 @@ def test_an_unknown_terminal_is_refused_in_one_line(env: Env) -> None:
     assert child.exitstatus == 2, lines
     assert len(lines) == 1 and lines[0].startswith("spex: top: this terminal"), lines
     assert os.environ.get("TERM") != "no-such-terminal"
+
+
+def test_the_last_line_drops_escapes_and_the_clock_ticks_only_for_what_shows(
+    env: Env, tmp_path: Path
+) -> None:
+    from spexsup.top import Board, Row, last_line
+
+    turn = tmp_path / "turn"
+    turn.mkdir()
+    assert last_line(turn) == "" and last_line(None) == ""
+    (turn / "output.log").write_bytes(
+        b"first\n\x1b[1;31mred\x1b[0m \x1b]0;title\x07done\r\nspinner 1\rspinner 2\r\n\n  \n"
+    )
+    assert last_line(turn) == "spinner 2"
+    (turn / "output.log").write_bytes(b"\x1b[1;31mred\x1b[0m \x1b]0;title\x07done\n\x1b[K\n")
+    assert last_line(turn) == "red done"
+
+    board = Board(env.spex())
+    assert board.next_tick(1000.0) is None  # no sessions: nothing ever changes
+    ended = {"state": "complete", "started_at": 900.0, "ended_at": 990.0, "rc": 0}
+    board.rows = [
+        Row("a", "demo", "idle", ended, [], None),
+        Row("b", "demo", "idle", None, [], None),
+    ]
+    assert board.next_tick(1000.0) == 5.0  # "10s ago": redrawn with the others, every 5 s
+    board.rows[0].turn = {**ended, "ended_at": 1000.0 - 3600}
+    assert board.next_tick(1000.0) == 30.0  # "60m ago" turns "61m ago" in 30 s
+    board.rows[1].turn = {**ended, "state": "running", "ended_at": None}
+    assert board.next_tick(1000.0) == 1.0  # a running turn's age counts seconds

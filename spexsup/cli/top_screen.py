@@ -22,6 +22,7 @@ import select
 import shlex
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from spexsup.cli.top import HEADERS, cells
+from spexsup.errors import SpexError
 from spexsup.top import Board, Changes, Row, Watcher
 
 # Re-reads closer together than these are merged: a transition burst (a
@@ -51,8 +53,11 @@ class Job:
     rc: int
     out: str
     err: str
+    quiet: bool = False  # nothing to say when it went well (attach, the pager)
 
     def line(self) -> str:
+        if self.quiet and self.rc == 0:
+            return ""
         text = (self.err.strip() if self.rc else self.out.strip()) or self.out.strip()
         lines = [ln for ln in text.splitlines() if ln.strip()]
         if not lines:
@@ -170,7 +175,12 @@ class Screen:
         newly watched is read once more, so a marker written between the
         read and the watch is not missed."""
         for _ in range(3):
-            self.board.refresh()
+            try:
+                self.board.refresh()
+            except (SpexError, OSError, sqlite3.Error) as e:
+                # Keep the last board; the next event or Ctrl-L tries again.
+                self.status = f"spex: cannot read the sessions: {e}"
+                break
             if not self.watcher.arm(self.board.watched_dirs()):
                 break
         self.full_at = time.monotonic()
@@ -326,9 +336,11 @@ class Screen:
 
     # --- actions: spex commands in child processes ------------------------
 
-    def start(self, label: str, args: list[str], data: bytes | None = None) -> None:
+    def start(
+        self, label: str, args: list[str], data: bytes | None = None, quiet: bool = False
+    ) -> None:
         """Run `spex ARGS` in the background; its answer lands on the status line."""
-        self.status = f"{label}…"
+        self.status = "" if quiet else f"{label}…"
 
         def work() -> None:
             try:
@@ -339,7 +351,7 @@ class Screen:
                     capture_output=True,
                     check=False,
                 )
-                job = Job(label, r.returncode, _text(r.stdout), _text(r.stderr))
+                job = Job(label, r.returncode, _text(r.stdout), _text(r.stderr), quiet)
             except OSError as e:
                 job = Job(label, 1, "", str(e))
             with self.lock:
@@ -352,7 +364,7 @@ class Screen:
         """`spex attach NAME`: inside tmux it opens a popup and the board stays;
         outside, the board steps aside until the user detaches."""
         if os.environ.get("TMUX"):
-            self.start(f"attach {name}", ["attach", name])
+            self.start(f"attach {name}", ["attach", name], quiet=True)
             return
         self.suspend(f"attach {name}", spex_argv(self.home, "attach", name))
 
@@ -377,7 +389,7 @@ class Screen:
         def work() -> None:
             try:
                 r = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, check=False)
-                job = Job(label, r.returncode, "", _text(r.stderr))
+                job = Job(label, r.returncode, "", _text(r.stderr), quiet=True)
             except OSError as e:
                 job = Job(label, 1, "", str(e))
             with self.lock:
