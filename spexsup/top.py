@@ -81,6 +81,8 @@ class Row:
     flags: list[str]
     turn_dir: Path | None
     last: str = ""
+    # The session as `spex ls --json` shows it (`spex top --json` adds to it).
+    entry: dict[str, Any] = field(default_factory=dict)
 
     @property
     def active(self) -> bool:
@@ -129,7 +131,7 @@ class Board:
             turn = entry["turn"]
             directory = self.spex.home / "turns" / entry["name"] / turn["id"] if turn else None
             name, harness, state = entry["name"], entry["harness"], entry["state"]
-            row = Row(name, harness, state, turn, _flags(entry), directory)
+            row = Row(name, harness, state, turn, _flags(entry), directory, entry=entry)
             row.last = last_line(directory)
             rows.append(row)
         self.rows = rows

@@ -6,6 +6,7 @@ generous deadline passes: the screen changes only when spex top draws.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -121,6 +122,14 @@ def test_off_a_terminal_it_prints_the_table_once(env: Env) -> None:
     assert head.split() == ["NAME", "STATE", "TURN", "AGE", "FLAGS", "LAST", "OUTPUT"]
     assert re.fullmatch(r"a +idle +complete rc=0 +\d+s ago +- +answer: done with 'hello'.*", a)
     assert re.fullmatch(r"b +running +running +\d+s +- +working on: task", b)
+    r = env.run("top", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [(d["name"], d["flags"], d["last_output"]) for d in rows] == [
+        ("a", [], "answer: done with 'hello' (1 prompts so far)"),
+        ("b", [], "working on: task"),
+    ]
+    assert rows[0]["schema_version"] == 1 and rows[1]["turn"]["state"] == "running"
 
 
 def test_a_turn_ends_on_screen_a_key_stops_one_and_q_restores_the_terminal(

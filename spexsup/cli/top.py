@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from spexsup.cli.app import app, open_spex
+from spexsup.cli.params import JsonOpt
 from spexsup.cli.render import span
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def cells(row: Row, now: float) -> list[str]:
 
 
 @app.command()
-def top(ctx: typer.Context) -> None:
+def top(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Watch every session live: state, turn age, last output line, flags.
 
     \b
@@ -43,19 +44,25 @@ def top(ctx: typer.Context) -> None:
     l the turn's log in a pager; s stop; r resume; w wake with a prompt;
     q quit. It redraws when a turn starts, writes output or ends, and on
     every transition the event log records; idle, it uses no CPU.
-    Not on a terminal (a pipe), it prints the table once and exits.
+    Not on a terminal (a pipe), it prints the table once and exits; --json
+    prints the sessions as `spex ls --json` does, each with its `flags` and
+    `last_output`.
 
     \b
     Examples:
       spex top
       spex top | grep error
+      spex top --json | jq -r '.[] | "\\(.name): \\(.last_output)"'
     """
-    from spexsup.cli.render import table
+    from spexsup.cli.render import print_json, table
     from spexsup.top import Board
 
     spex = open_spex(ctx)
     board = Board(spex)
     board.refresh()
+    if as_json:
+        print_json([{**r.entry, "flags": r.flags, "last_output": r.last} for r in board.rows])
+        return
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         if not board.rows:
             typer.echo("no sessions (create one with: spex new NAME --harness HARNESS)")
