@@ -27,8 +27,10 @@ class Term:
     def __init__(self, env: Env, command: str, extra: dict[str, str] | None = None) -> None:
         vars_ = {**env.vars, "TERM": "xterm-256color", **(extra or {})}
         vars_.pop("NO_COLOR", None)
+        # A bare command runs as it is (its own exit status); else in sh.
+        argv = command.split() if command == f"{SPEX} top" else ["/bin/sh", "-c", command]
         self.child = pexpect.spawn(
-            "/bin/sh", ["-c", command], env=vars_, dimensions=(ROWS, COLS), timeout=60
+            argv[0], argv[1:], env=vars_, dimensions=(ROWS, COLS), timeout=60
         )
         self.screen = pyte.Screen(COLS, ROWS)
         self.stream = pyte.ByteStream(self.screen)
@@ -283,3 +285,24 @@ def test_the_last_line_drops_escapes_and_the_clock_ticks_only_for_what_shows(
     assert board.next_tick(1000.0) == 30.0  # "60m ago" turns "61m ago" in 30 s
     board.rows[1].turn = {**ended, "state": "running", "ended_at": None}
     assert board.next_tick(1000.0) == 1.0  # a running turn's age counts seconds
+
+
+def test_ctrl_c_in_the_pager_ends_the_pager_not_the_board(
+    env: Env, terms: list[Term], tmp_path: Path
+) -> None:
+    assert env.run("new", "a", "--", harness("exit0.sh")).returncode == 0
+    assert env.run("wake", "a", "x").returncode == 0
+    ready, got = tmp_path / "ready", tmp_path / "got-int"
+    pager = f"sh -c 'trap \"touch {got}; exit 0\" INT; touch {ready}; while :; do sleep 0.1; done'"
+    # No shell around it: a non-interactive sh would die of the Ctrl-C itself.
+    t = Term(env, f"{SPEX} top", {"PAGER": pager})
+    terms.append(t)
+    t.row_shows("a", r"complete rc=0")
+    t.send("l")
+    t.until(ready.exists, "the pager started")
+    t.send("\x03")
+    t.until(got.exists, "the pager got SIGINT")
+    t.see(r"spex top · 1 sessions")
+    t.send("q")
+    t.finish()
+    assert t.child.exitstatus == 0

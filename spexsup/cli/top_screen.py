@@ -402,6 +402,9 @@ class Screen:
         """Hand the terminal to `argv` (attach, a pager) and take it back."""
         curses.def_prog_mode()
         curses.endwin()
+        # Ctrl-C belongs to the pager meanwhile; it must not end the board.
+        # (A Python handler, not SIG_IGN: the child gets the default back.)
+        interrupt = signal.signal(signal.SIGINT, lambda *_: None)
         try:
             r = subprocess.run(argv, stderr=subprocess.PIPE, check=False)
             err = _text(r.stderr)
@@ -409,6 +412,7 @@ class Screen:
         except OSError as e:
             self.status = f"{label}: {e}"
         finally:
+            signal.signal(signal.SIGINT, interrupt)
             curses.reset_prog_mode()
             self.scr.clear()
             self.resized = True  # the size may have changed meanwhile
