@@ -8,10 +8,12 @@ shows every session, lets it settle, then measures over a window the CPU
 time of the `spex top` process (its threads and the children it waited
 for), its context switches (about one per wake-up) and the bytes it drew.
 
-    python bench/top_idle.py [--sessions 50] [--running 0] [--seconds 60]
+    python bench/top_idle.py [--sessions 50] [--running 0] [--chatty 0] [--seconds 60]
 
 With K = 0 nothing is due and the process should sleep the whole window;
-with running turns it redraws their ages once a second.
+with running turns it redraws their ages once a second. `--chatty C` makes
+C of the running turns print a line every 10 ms: the board reads their last
+line at most once a second, however fast they write.
 """
 
 from __future__ import annotations
@@ -36,16 +38,18 @@ from spexsup.spex import Spex  # noqa: E402
 
 SPEX = str(Path(sys.executable).parent / "spex")
 ROWS, COLS = 60, 160
+CHATTY = 'i=0; while :; do i=$((i+1)); echo "line $i"; sleep 0.01; done'
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=50)
     ap.add_argument("--running", type=int, default=0, help="sessions with a long turn running")
+    ap.add_argument("--chatty", type=int, default=0, help="of those, turns printing 100 lines/s")
     ap.add_argument("--seconds", type=float, default=60.0, help="the measured window")
     args = ap.parse_args()
-    if not 0 <= args.running <= args.sessions:
-        ap.error("--running must be between 0 and --sessions")
+    if not 0 <= args.chatty <= args.running <= args.sessions:
+        ap.error("need 0 <= --chatty <= --running <= --sessions")
 
     root = Path(tempfile.mkdtemp(prefix="spextop"))
     env = {
@@ -64,8 +68,9 @@ def main() -> int:
     child = None
     try:
         spex = Spex.open(root / "state")
-        for name in names:
-            sessions.create(spex, name, command=["sh", "-c", "exec sleep 3600"], window=0.3)
+        for i, name in enumerate(names):
+            work = CHATTY if i < args.chatty else "exec sleep 3600"
+            sessions.create(spex, name, command=["sh", "-c", work], window=0.3)
         spex.close()
         if args.running:
             subprocess.run(
@@ -96,7 +101,8 @@ def main() -> int:
         woke = switches(proc.pid) - ctx0
         window = time.monotonic() - start
         print(
-            f"spex top, {args.sessions} sessions ({args.running} running), {window:.0f} s:"
+            f"spex top, {args.sessions} sessions ({args.running} running,"
+            f" {args.chatty} chatty), {window:.0f} s:"
             f" cpu {spent:.3f} s ({100 * spent / window:.3f}% of a core),"
             f" {woke} context switches, {drawn} bytes drawn, {threads} threads"
         )

@@ -13,7 +13,9 @@ sleeps until something happens:
   (its directory is made at admission);
 - every session's current turn directory: the outcome marker renamed into
   place (`running`, `reporting`, `exit`; the end is committed to SQLite
-  before `exit` is written) and `output.log` growing;
+  before `exit` is written). Renames only: the kernel is not even asked
+  about `output.log`, which a chatty harness appends to hundreds of times
+  a second (an event each would cost the board a third of a core);
 - `$SPEXSUP_HOME/events/`, where the writers of the event log touch `tick`
   and rewrite `status` on every committed transition (stops, resumes, new
   and removed sessions, which leave no turn file);
@@ -21,7 +23,10 @@ sleeps until something happens:
   the watcher started are seen; in a home with no `events/` yet, a write to
   `state.db-wal` stands in for the tick.
 
-The only timer left is the clock of the ages on screen (see `next_tick`).
+The only timer left is the clock of the ages on screen (see `next_tick`),
+which ticks only while a turn runs or an age's text is due to change; at
+each tick the running turns' last output lines are read again, each only
+when its `output.log` changed size (`Board.reread_output`).
 """
 
 from __future__ import annotations
@@ -81,6 +86,7 @@ class Row:
     flags: list[str]
     turn_dir: Path | None
     last: str = ""
+    read_size: int = -1  # output.log's size when `last` was read
     # The session as `spex ls --json` shows it (`spex top --json` adds to it).
     entry: dict[str, Any] = field(default_factory=dict)
 
@@ -137,10 +143,18 @@ class Board:
         self.rows = rows
         self.refreshed_at = time.monotonic()
 
-    def reread_output(self, directories: set[Path]) -> None:
-        """Only the last output lines of the turns whose `output.log` grew."""
+    def reread_output(self) -> None:
+        """The last output line of each running turn whose `output.log` changed
+        size since it was last read (a stat each; a read only when it grew)."""
         for row in self.rows:
-            if row.turn_dir is not None and row.turn_dir in directories:
+            if not row.active or row.turn_dir is None:
+                continue
+            try:
+                size = (row.turn_dir / "output.log").stat().st_size
+            except OSError:
+                continue
+            if size != row.read_size:
+                row.read_size = size
                 row.last = last_line(row.turn_dir)
 
     def counts(self) -> dict[str, int]:
@@ -192,7 +206,6 @@ class Changes:
     """What the watcher saw since it was last asked."""
 
     state: bool = False  # a transition: read every session again
-    outputs: set[Path] = field(default_factory=set)  # turn dirs whose output.log grew
     wal: bool = False  # state.db-wal written (stands in for the event tick)
 
 
@@ -289,14 +302,15 @@ class Watcher:
             def on_any_event(self, event: FileSystemEvent) -> None:
                 on_event(directory, event)
 
-        kinds: list[type[FileSystemEvent]] = [
-            DirCreatedEvent,
-            DirDeletedEvent,
-            FileCreatedEvent,
-            FileDeletedEvent,
-            FileMovedEvent,
-            FileModifiedEvent,
-        ]
+        kinds: list[type[FileSystemEvent]] = [FileMovedEvent]  # a turn's marker
+        if on_event != self._turn_event:
+            kinds += [
+                DirCreatedEvent,
+                DirDeletedEvent,
+                FileCreatedEvent,
+                FileDeletedEvent,
+                FileModifiedEvent,
+            ]
         if directory == self.home / "events":
             kinds += [FileAttribEvent, FileClosedEvent]  # `touch tick`
         # Gone already: the next refresh no longer asks for it.
@@ -325,11 +339,8 @@ class Watcher:
         self._note(lambda c: setattr(c, "state", True))
 
     def _turn_event(self, directory: Path, event: FileSystemEvent) -> None:
-        names = {_basename(event.src_path), _basename(event.dest_path)}
-        if "outcome" in names:
+        if _basename(event.dest_path) == "outcome" or _basename(event.src_path) == "outcome":
             self._note(lambda c: setattr(c, "state", True))
-        elif "output.log" in names:
-            self._note(lambda c: c.outputs.add(directory))
 
     def close(self) -> None:
         if self._observer is not None:

@@ -306,3 +306,16 @@ def test_ctrl_c_in_the_pager_ends_the_pager_not_the_board(
     t.send("q")
     t.finish()
     assert t.child.exitstatus == 0
+
+
+def test_a_running_turns_new_output_line_shows(env: Env, terms: list[Term], tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    script = f"echo step one; while [ ! -e {go} ]; do sleep 0.05; done; echo step two; sleep 300"
+    assert env.run("new", "a", "--", "sh", "-c", script).returncode == 0
+    assert env.run("wake", "a", "x").returncode == 0
+    t = top(env, terms)
+    t.row_shows("a", r"^a +running +running .* step one$")
+    go.touch()
+    t.row_shows("a", r"^a +running +running .* step two$")
+    t.send("q")
+    assert "EXIT=0" in t.finish()

@@ -2,7 +2,8 @@
 
 The screen blocks in one `select` on the keyboard and the watcher's pipe
 (see `spexsup.top`), with a timeout only for what is due: the ages' clock
-(`Board.next_tick`), a deferred refresh, and two slow guards — a full
+(`Board.next_tick`, which also reads running turns' new output), a
+deferred refresh, and two slow guards — a full
 re-read every second while a turn is `starting` (its confirmation commits
 no file) and every 30 s while one runs (a wrapper killed with no marker is
 found by the reconciliation that re-read does). Idle with no turn running,
@@ -39,7 +40,6 @@ from spexsup.top import Board, Changes, Row, Watcher
 # turn's admission, launch and marker) costs one read of SQLite and tmux.
 STATE_GAP = 0.1
 WAL_GAP = 1.0
-OUTPUT_GAP = 1.0
 STARTING_POLL = 1.0
 RUNNING_GUARD = 30.0
 # Widest a column may grow; LAST OUTPUT takes what is left.
@@ -92,12 +92,8 @@ class Screen:
         self.resized = False
         self.jobs: list[Job] = []
         self.lock = threading.Lock()
-        now = time.monotonic()
         self.full_due: float | None = None
-        self.output_due: float | None = None
-        self.outputs: set[Path] = set()
-        self.full_at = now
-        self.output_at = now
+        self.full_at = time.monotonic()
         self.colors = self._colors()
 
     # --- what is due ----------------------------------------------------
@@ -120,7 +116,7 @@ class Screen:
 
     def timeout(self) -> float | None:
         now = time.monotonic()
-        due = [t for t in (self.full_due, self.output_due) if t is not None]
+        due = [] if self.full_due is None else [self.full_due]
         if self.board.starting():
             due.append(self.full_at + STARTING_POLL)
         elif any(r.active for r in self.board.rows):
@@ -144,10 +140,6 @@ class Screen:
             self._want_full(now, STATE_GAP)
         if changes.wal:
             self._want_full(now, WAL_GAP)
-        if changes.outputs:
-            self.outputs |= changes.outputs
-            if self.output_due is None:
-                self.output_due = max(now, self.output_at + OUTPUT_GAP)
 
     def _want_full(self, now: float, gap: float) -> None:
         due = max(now, self.full_at + gap)
@@ -164,11 +156,7 @@ class Screen:
             guard is not None and now >= guard
         ):
             self.refresh()
-        if self.output_due is not None and now >= self.output_due:
-            self.board.reread_output(self.outputs)
-            self.outputs = set()
-            self.output_due = None
-            self.output_at = now
+        self.board.reread_output()
 
     def refresh(self) -> None:
         """Re-read the board, then watch its turn directories; a directory
