@@ -36,7 +36,6 @@ import logging
 import os
 import re
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -125,7 +124,6 @@ def _granule(seconds: float) -> float:
 class Board:
     spex: Spex
     rows: list[Row] = field(default_factory=list)
-    refreshed_at: float = 0.0
 
     def refresh(self) -> None:
         """Read every session and its current or last turn (reconciling, as `ls` does)."""
@@ -141,7 +139,6 @@ class Board:
             row.last = last_line(directory)
             rows.append(row)
         self.rows = rows
-        self.refreshed_at = time.monotonic()
 
     def reread_output(self) -> None:
         """The last output line of each running turn whose `output.log` changed

@@ -116,11 +116,7 @@ class Screen:
 
     def timeout(self) -> float | None:
         now = time.monotonic()
-        due = [] if self.full_due is None else [self.full_due]
-        if self.board.starting():
-            due.append(self.full_at + STARTING_POLL)
-        elif any(r.active for r in self.board.rows):
-            due.append(self.full_at + RUNNING_GUARD)
+        due = [t for t in (self.full_due, self._guard()) if t is not None]
         tick = self.board.next_tick(time.time())
         if tick is not None:
             due.append(now + tick)
@@ -145,16 +141,17 @@ class Screen:
         due = max(now, self.full_at + gap)
         self.full_due = due if self.full_due is None else min(self.full_due, due)
 
+    def _guard(self) -> float | None:
+        """When the slow guard re-reads everything, if a turn is under way."""
+        if self.board.starting():
+            return self.full_at + STARTING_POLL
+        if any(r.active for r in self.board.rows):
+            return self.full_at + RUNNING_GUARD
+        return None
+
     def run_due(self) -> None:
         now = time.monotonic()
-        guard = None
-        if self.board.starting():
-            guard = self.full_at + STARTING_POLL
-        elif any(r.active for r in self.board.rows):
-            guard = self.full_at + RUNNING_GUARD
-        if (self.full_due is not None and now >= self.full_due) or (
-            guard is not None and now >= guard
-        ):
+        if any(t is not None and now >= t for t in (self.full_due, self._guard())):
             self.refresh()
         self.board.reread_output()
 
