@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/prune.py
+	$(BIN)/python bench/top_idle.py
 
 # `spex -H host ls --json` cold, warm and local, through a private sshd (root).
 bench-ssh: $(STAMP) compile

@@ -50,6 +50,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     "ls": ((), {"--hosts": None}),
     "hosts": ((), {}),
     "show": (("session",), {}),
+    "top": ((), {}),
     "rm": (("session", "*"), {"--match": None}),
     "fanout": (
         ("session", "*"),

@@ -1,0 +1,477 @@
+"""The curses screen of `spex top`; only `spex top` imports it.
+
+The screen blocks in one `select` on the keyboard and the watcher's pipe
+(see `spexsup.top`), with a timeout only for what is due: the ages' clock
+(`Board.next_tick`, which also reads running turns' new output), a
+deferred refresh, and two slow guards — a full
+re-read every second while a turn is `starting` (its confirmation commits
+no file) and every 30 s while one runs (a wrapper killed with no marker is
+found by the reconciliation that re-read does). Idle with no turn running,
+nothing is due and the process sleeps.
+
+Everything that changes a session runs as a `spex` command in a child
+process (`attach`, `stop`, `resume`, `wake -f -`), so the board itself only
+reads; the child's one-line answer is shown on the status line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import curses
+import os
+import select
+import shlex
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spexsup.cli.top import HEADERS, cells
+from spexsup.errors import SpexError
+from spexsup.top import Board, Changes, Row, Watcher
+
+# Re-reads closer together than these are merged: a transition burst (a
+# turn's admission, launch and marker) costs one read of SQLite and tmux.
+STATE_GAP = 0.1
+WAL_GAP = 1.0
+STARTING_POLL = 1.0
+RUNNING_GUARD = 30.0
+# Widest a column may grow; LAST OUTPUT takes what is left.
+CAPS = (24, 9, 16, 9, 24)
+KEYS = "↑↓ select  ⏎/a attach  l log  s stop  r resume  w wake  q quit"
+
+
+@dataclass
+class Job:
+    label: str
+    rc: int
+    out: str
+    err: str
+    quiet: bool = False  # nothing to say when it went well (attach, the pager)
+
+    def line(self) -> str:
+        if self.quiet and self.rc == 0:
+            return ""
+        text = (self.err.strip() if self.rc else self.out.strip()) or self.out.strip()
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        if not lines:
+            return f"{self.label}: done" if self.rc == 0 else f"{self.label}: exit {self.rc}"
+        return lines[-1] if self.rc else lines[0]
+
+
+def spex_argv(home: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "spexsup", "--home", str(home), *args]
+
+
+def pager(path: Path) -> list[str]:
+    argv = shlex.split(os.environ.get("PAGER") or "less") or ["less"]
+    if Path(argv[0]).name == "less":
+        argv += ["-R", "+G"]  # at the end; F follows a turn still writing
+    return [*argv, str(path)]
+
+
+class Screen:
+    def __init__(self, stdscr: Any, board: Board, watcher: Watcher) -> None:
+        self.scr = stdscr
+        self.board = board
+        self.watcher = watcher
+        self.home = board.spex.home
+        self.selected: str | None = board.rows[0].name if board.rows else None
+        self.offset = 0
+        self.status = ""
+        self.mode: str | None = None  # "stop" (confirming) or "wake" (typing a prompt)
+        self.target = ""
+        self.text = ""
+        self.done = False
+        self.resized = False
+        self.jobs: list[Job] = []
+        self.lock = threading.Lock()
+        self.full_due: float | None = None
+        self.full_at = time.monotonic()
+        self.colors = self._colors()
+
+    # --- what is due ----------------------------------------------------
+
+    def _colors(self) -> dict[str, int]:
+        if os.environ.get("NO_COLOR") or not curses.has_colors():
+            return {}
+        with contextlib.suppress(curses.error):
+            curses.use_default_colors()
+        pairs = {"error": curses.COLOR_RED, "running": curses.COLOR_GREEN}
+        pairs["stopped"] = curses.COLOR_YELLOW
+        out = {}
+        for i, (state, color) in enumerate(pairs.items(), start=1):
+            try:
+                curses.init_pair(i, color, -1)
+            except curses.error:
+                return {}
+            out[state] = curses.color_pair(i)
+        return out
+
+    def timeout(self) -> float | None:
+        now = time.monotonic()
+        due = [t for t in (self.full_due, self._guard()) if t is not None]
+        tick = self.board.next_tick(time.time())
+        if tick is not None:
+            due.append(now + tick)
+        if not due:
+            return None
+        return max(0.0, min(due) - now)
+
+    def absorb(self, changes: Changes) -> None:
+        now = time.monotonic()
+        with self.lock:
+            jobs, self.jobs = self.jobs, []
+        for job in jobs:
+            self.status = job.line()
+        if jobs:
+            self.full_due = now
+        if changes.state:
+            self._want_full(now, STATE_GAP)
+        if changes.wal:
+            self._want_full(now, WAL_GAP)
+
+    def _want_full(self, now: float, gap: float) -> None:
+        due = max(now, self.full_at + gap)
+        self.full_due = due if self.full_due is None else min(self.full_due, due)
+
+    def _guard(self) -> float | None:
+        """When the slow guard re-reads everything, if a turn is under way."""
+        if self.board.starting():
+            return self.full_at + STARTING_POLL
+        if any(r.active for r in self.board.rows):
+            return self.full_at + RUNNING_GUARD
+        return None
+
+    def run_due(self) -> None:
+        now = time.monotonic()
+        if any(t is not None and now >= t for t in (self.full_due, self._guard())):
+            self.refresh()
+        self.board.reread_output()
+
+    def refresh(self) -> None:
+        """Re-read the board, then watch its turn directories; a directory
+        newly watched is read once more, so a marker written between the
+        read and the watch is not missed."""
+        for _ in range(3):
+            try:
+                self.board.refresh()
+            except (SpexError, OSError, sqlite3.Error) as e:
+                # Keep the last board; the next event or Ctrl-L tries again.
+                self.status = f"spex: cannot read the sessions: {e}"
+                break
+            if not self.watcher.arm(self.board.watched_dirs()):
+                break
+        self.full_at = time.monotonic()
+        self.full_due = None
+        names = [r.name for r in self.board.rows]
+        if self.selected not in names:
+            self.selected = names[0] if names else None
+
+    # --- drawing --------------------------------------------------------
+
+    def draw(self) -> None:
+        scr = self.scr
+        height, width = scr.getmaxyx()
+        scr.erase()
+        counts = self.board.counts()
+        title = (
+            f"spex top · {counts['sessions']} sessions · {counts['running']} running"
+            f" · {counts['error']} error · {counts['stopped']} stopped"
+        )
+        self._put(0, 0, title, width, curses.A_BOLD)
+        now = time.time()
+        grid = [cells(r, now) for r in self.board.rows]
+        widths = [len(h) for h in HEADERS[:-1]]
+        for texts in grid:
+            for i, cap in enumerate(CAPS):
+                widths[i] = min(cap, max(widths[i], len(texts[i])))
+        self._put(1, 0, _line(list(HEADERS), widths, width), width, curses.A_UNDERLINE)
+        visible = max(0, height - 4)
+        names = [r.name for r in self.board.rows]
+        at = names.index(self.selected) if self.selected in names else 0
+        if at < self.offset:
+            self.offset = at
+        elif visible and at >= self.offset + visible:
+            self.offset = at - visible + 1
+        self.offset = max(0, min(self.offset, max(0, len(names) - visible)))
+        for y, (row, text) in enumerate(
+            zip(self.board.rows[self.offset :], grid[self.offset :], strict=False)
+        ):
+            if y >= visible:
+                break
+            chosen = curses.A_REVERSE if row.name == self.selected else curses.A_NORMAL
+            self._put(2 + y, 0, _line(text, widths, width), width, chosen)
+            color = self._state_color(row)
+            if color:
+                x = widths[0] + 2
+                self._put(2 + y, x, text[1][: widths[1]], width - x, color | chosen)
+        if not self.board.rows:
+            self._put(2, 0, "no sessions (create one with: spex new NAME --harness HARNESS)", width)
+        self._put(height - 2, 0, self.status, width)
+        if self.mode == "stop":
+            self._put(height - 1, 0, f"stop {self.target}? y/n", width, curses.A_BOLD)
+        elif self.mode == "wake":
+            prompt = f"wake {self.target}: "
+            shown = (prompt + self.text)[-(width - 1) :] if width > 1 else ""
+            self._put(height - 1, 0, shown, width, curses.A_BOLD)
+        else:
+            self._put(height - 1, 0, KEYS, width, curses.A_DIM)
+        with contextlib.suppress(curses.error):
+            curses.curs_set(1 if self.mode == "wake" else 0)
+        if self.mode == "wake":
+            with contextlib.suppress(curses.error):
+                scr.move(height - 1, min(width - 1, len(prompt) + len(self.text)))
+        scr.refresh()
+
+    def _state_color(self, row: Row) -> int:
+        if row.state in ("error", "stopped"):
+            return self.colors.get(row.state, 0)
+        return self.colors.get("running", 0) if row.active else 0
+
+    def _put(self, y: int, x: int, text: str, width: int, attr: int = 0) -> None:
+        with contextlib.suppress(curses.error):  # the last cell of the screen
+            self.scr.addnstr(y, x, text, max(0, width - x), attr)
+
+    # --- keys -----------------------------------------------------------
+
+    def keys(self) -> None:
+        while True:
+            try:
+                key = self.scr.get_wch()
+            except curses.error:
+                return
+            if key == curses.KEY_RESIZE:
+                self.resized = True
+            elif self.mode == "stop":
+                self._confirm_stop(key)
+            elif self.mode == "wake":
+                self._edit(key)
+            else:
+                self._command(key)
+            if self.done:
+                return
+
+    def _command(self, key: str | int) -> None:
+        names = [r.name for r in self.board.rows]
+        at = names.index(self.selected) if self.selected in names else 0
+        moves = {
+            curses.KEY_UP: -1,
+            "k": -1,
+            curses.KEY_DOWN: 1,
+            "j": 1,
+            curses.KEY_PPAGE: -10,
+            curses.KEY_NPAGE: 10,
+            curses.KEY_HOME: -(10**6),
+            "g": -(10**6),
+            curses.KEY_END: 10**6,
+            "G": 10**6,
+        }
+        if key in moves and names:
+            self.selected = names[max(0, min(len(names) - 1, at + moves[key]))]
+        elif key in ("q", "Q"):
+            self.done = True
+        elif key == "\x0c":  # Ctrl-L: read everything again, repaint
+            self.scr.clear()
+            self.full_due = time.monotonic()
+        elif self.selected is None:
+            if key in ("a", "\n", curses.KEY_ENTER, "l", "s", "r", "w"):
+                self.status = "no session selected"
+        elif key in ("a", "\n", "\r", curses.KEY_ENTER):
+            self.attach(self.selected)
+        elif key == "l":
+            self.log(self.selected)
+        elif key == "s":
+            self.mode, self.target = "stop", self.selected
+        elif key == "r":
+            self.start(f"resume {self.selected}", ["resume", self.selected])
+        elif key == "w":
+            self.mode, self.target, self.text = "wake", self.selected, ""
+
+    def _confirm_stop(self, key: str | int) -> None:
+        self.mode = None
+        if key in ("y", "Y"):
+            self.start(f"stop {self.target}", ["stop", self.target])
+        else:
+            self.status = f"stop {self.target}: cancelled"
+
+    def _edit(self, key: str | int) -> None:
+        if key in ("\n", "\r", curses.KEY_ENTER):
+            self.mode = None
+            if self.text.strip():
+                data = self.text.encode("utf-8", "surrogateescape")
+                self.start(f"wake {self.target}", ["wake", self.target, "-f", "-"], data)
+            else:
+                self.status = f"wake {self.target}: no prompt, nothing sent"
+        elif key == "\x1b":
+            self.mode = None
+            self.status = f"wake {self.target}: cancelled"
+        elif key in (curses.KEY_BACKSPACE, "\x7f", "\b"):
+            self.text = self.text[:-1]
+        elif key == "\x15":  # Ctrl-U
+            self.text = ""
+        elif isinstance(key, str) and key.isprintable():
+            self.text += key
+
+    # --- actions: spex commands in child processes ------------------------
+
+    def start(
+        self, label: str, args: list[str], data: bytes | None = None, quiet: bool = False
+    ) -> None:
+        """Run `spex ARGS` in the background; its answer lands on the status line."""
+        self.status = "" if quiet else f"{label}…"
+
+        def work() -> None:
+            try:
+                r = subprocess.run(
+                    spex_argv(self.home, *args),
+                    input=data,
+                    stdin=None if data is not None else subprocess.DEVNULL,
+                    capture_output=True,
+                    check=False,
+                )
+                job = Job(label, r.returncode, _text(r.stdout), _text(r.stderr), quiet)
+            except OSError as e:
+                job = Job(label, 1, "", str(e))
+            with self.lock:
+                self.jobs.append(job)
+            self.watcher.poke()
+
+        threading.Thread(target=work, daemon=True).start()
+
+    def attach(self, name: str) -> None:
+        """`spex attach NAME`: inside tmux it opens a popup and the board stays;
+        outside, the board steps aside until the user detaches."""
+        if os.environ.get("TMUX"):
+            self.start(f"attach {name}", ["attach", name], quiet=True)
+            return
+        self.suspend(f"attach {name}", spex_argv(self.home, "attach", name))
+
+    def log(self, name: str) -> None:
+        row = next((r for r in self.board.rows if r.name == name), None)
+        path = row.turn_dir / "output.log" if row and row.turn_dir else None
+        if path is None or not path.is_file():
+            self.status = f"log {name}: no output yet"
+            return
+        argv = pager(path)
+        if shutil.which(argv[0]) is None:
+            self.status = f"log {name}: no pager {argv[0]!r} (set PAGER)"
+            return
+        if os.environ.get("TMUX"):
+            outer = shutil.which("tmux") or "tmux"
+            popup = [outer, "display-popup", "-E", "-w", "90%", "-h", "90%", shlex.join(argv)]
+            self._background(f"log {name}", popup)
+            return
+        self.suspend(f"log {name}", argv)
+
+    def _background(self, label: str, argv: list[str]) -> None:
+        def work() -> None:
+            try:
+                r = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, check=False)
+                job = Job(label, r.returncode, "", _text(r.stderr), quiet=True)
+            except OSError as e:
+                job = Job(label, 1, "", str(e))
+            with self.lock:
+                self.jobs.append(job)
+            self.watcher.poke()
+
+        threading.Thread(target=work, daemon=True).start()
+
+    def suspend(self, label: str, argv: list[str]) -> None:
+        """Hand the terminal to `argv` (attach, a pager) and take it back."""
+        curses.def_prog_mode()
+        curses.endwin()
+        # Ctrl-C belongs to the pager meanwhile; it must not end the board.
+        # (A Python handler, not SIG_IGN: the child gets the default back.)
+        interrupt = signal.signal(signal.SIGINT, lambda *_: None)
+        try:
+            r = subprocess.run(argv, stderr=subprocess.PIPE, check=False)
+            err = _text(r.stderr)
+            self.status = Job(label, r.returncode, "", err).line() if r.returncode else ""
+        except OSError as e:
+            self.status = f"{label}: {e}"
+        finally:
+            signal.signal(signal.SIGINT, interrupt)
+            curses.reset_prog_mode()
+            self.scr.clear()
+            self.resized = True  # the size may have changed meanwhile
+        self.full_due = time.monotonic()
+
+    def resize(self) -> None:
+        self.resized = False
+        with contextlib.suppress(OSError, curses.error):
+            size = os.get_terminal_size(sys.stdout.fileno())
+            curses.resizeterm(size.lines, size.columns)
+        self.scr.clear()
+
+    # --- the loop -------------------------------------------------------
+
+    def loop(self) -> None:
+        keyboard = sys.stdin.fileno()
+        while not self.done:
+            if self.resized:
+                self.resize()
+            self.draw()
+            ready, _, _ = select.select([keyboard, self.watcher.fd], [], [], self.timeout())
+            if self.watcher.fd in ready:
+                self.absorb(self.watcher.take())
+            if keyboard in ready:
+                self.keys()
+            self.run_due()
+
+
+def _text(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", "replace")
+
+
+def _line(cells_: list[str], widths: list[int], width: int) -> str:
+    parts = [_fit(c, w).ljust(w) for c, w in zip(cells_, widths, strict=False)]
+    return ("  ".join([*parts, cells_[-1]]))[:width]
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def run(board: Board) -> None:
+    """Show the board until `q` (exit 0) or a signal (130/143); the terminal
+    is restored either way (curses.wrapper)."""
+    from spexsup.errors import Invalid
+
+    os.environ.setdefault("ESCDELAY", "25")  # Esc cancels a prompt at once
+    try:
+        curses.setupterm()
+    except curses.error:
+        term = os.environ.get("TERM") or "unset"
+        raise Invalid(
+            f"top: this terminal (TERM={term}) is unknown to curses",
+            hint="set TERM, e.g. TERM=xterm-256color, or pipe it: spex top | cat",
+        ) from None
+    watcher = Watcher(board.spex.home)
+    watcher.start()
+
+    def main(stdscr: Any) -> None:
+        screen = Screen(stdscr, board, watcher)
+        stdscr.nodelay(True)
+        stdscr.keypad(True)
+        previous = signal.signal(signal.SIGWINCH, lambda *_: _resized(screen))
+        try:
+            screen.refresh()
+            screen.loop()
+        finally:
+            signal.signal(signal.SIGWINCH, previous)
+
+    def _resized(screen: Screen) -> None:
+        screen.resized = True
+        watcher.poke()
+
+    try:
+        curses.wrapper(main)
+    finally:
+        watcher.close()
