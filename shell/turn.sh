@@ -7,7 +7,8 @@
 # TURN_DIR holds `argv` (NUL-separated; the prompt is one element, never
 # parsed by a shell), `env` (NUL-separated KEY=VALUE), `reporter` (the argv of
 # `spex internal turn-exit SESSION TURN`, NUL-separated), `prompt`, and
-# `stdin` when the prompt goes on the harness's stdin.
+# `stdin` when the prompt goes on the harness's stdin, and `deadline`
+# ("SECONDS GRACE") when the turn has a time limit.
 #
 # Marker states, each written atomically (tmp + mv -f):
 #   running:<pid>  ->  reporting:<pid>:<rc>  ->  exit:<rc>:cas:<cas>
@@ -56,11 +57,32 @@ input=/dev/null
 
 # In a git work tree: record its state before the harness touches it (spex diff).
 if [ -e "$dir/git-start.todo" ]; then
-    reporter=()
     mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
     [ ${#reporter[@]} -gt 0 ] &&
         "${reporter[0]}" -m spexsup.worktree record-start "$dir" "$PWD" </dev/null >/dev/null 2>&1
     rm -f "$dir/git-start.todo"
+fi
+
+reporter=()
+mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
+
+# A time limit: a watchdog that, when it expires, leaves `timed-out` in the
+# turn dir and ends the harness's process tree (SIGTERM, SIGKILL after the
+# grace). Cancelled when the harness ends first; waited for when it fired,
+# so its SIGKILL pass is over before the end is reported (rc 124).
+watchdog=""
+if [ -r "$dir/deadline" ] && [ ${#reporter[@]} -gt 0 ]; then
+    read -r limit grace <"$dir/deadline"
+    (
+        sleeper=""
+        trap '[ -n "$sleeper" ] && kill "$sleeper" 2>/dev/null; exit 0' TERM
+        sleep "$limit" &
+        sleeper=$!
+        wait "$sleeper" || exit 0
+        : >"$dir/timed-out"
+        "${reporter[0]}" -m spexsup.deadline "$dir" "$pid" "$grace" </dev/null
+    ) &
+    watchdog=$!
 fi
 
 # Output goes live to the pane and to output.log. PIPESTATUS keeps the
@@ -72,11 +94,18 @@ else
     (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 | tee -a "$dir/output.log"
     rc=${PIPESTATUS[0]}
 fi
+if [ -n "$watchdog" ]; then
+    kill "$watchdog" 2>/dev/null
+    wait "$watchdog" 2>/dev/null
+    if [ -e "$dir/timed-out" ]; then
+        printf '\n[spex] turn %s ran past its time limit (%ss): ended\n' "$turn" "$limit" |
+            tee -a "$dir/output.log"
+        rc=124
+    fi
+fi
 
 mark "reporting:$pid:$rc"
 
-reporter=()
-mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
 if [ ${#reporter[@]} -gt 0 ]; then
     "${reporter[@]}" "$rc" </dev/null
     cas=$?

@@ -47,6 +47,9 @@ class Session:
     incarnation: str
     launch_fence: int
     worktree: Worktree | None = None
+    timeout: float | None = None
+    strict: bool = False
+    on_limit: str | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Session:
@@ -64,6 +67,9 @@ class Session:
             incarnation=row["incarnation"],
             launch_fence=row["launch_fence"],
             worktree=_worktree(row["worktree"]),
+            timeout=row["timeout"],
+            strict=bool(row["strict"]),
+            on_limit=row["on_limit"],
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
@@ -122,6 +128,8 @@ def create(
     window: float | None = None,
     command: Sequence[str] | None = None,
     worktree: Request | None = None,
+    timeout: float | None = None,
+    strict: bool = False,
 ) -> Session:
     """Record the session, then build its tmux home; undo the record if tmux fails.
 
@@ -171,7 +179,8 @@ def create(
         with spex.store.tx() as db:
             db.execute(
                 "INSERT INTO sessions (name, harness, command, cwd, env, window, created_at,"
-                " incarnation, state, worktree) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " incarnation, state, worktree, timeout, strict)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     harness,
@@ -183,6 +192,8 @@ def create(
                     incarnation,
                     "idle" if plan is None else "creating",
                     None if plan is None else plan.worktree.to_json(),
+                    timeout,
+                    int(strict),
                 ),
             )
     except sqlite3.IntegrityError:
@@ -474,6 +485,8 @@ def describe(
             "turn": history[0] if history else None,
             "home": home_status(census, s, spex.home) if census else "unknown",
             "window": s.window,
+            "timeout": s.timeout,
+            "strict": s.strict,
             "command": list(s.command) if s.command else None,
             "created_at": s.created_at,
             "lease": (

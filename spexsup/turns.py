@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ class Verdict:
     error: str | None = None
     elapsed_ms: int = 0
     attempts: int = 1
+    flags: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -122,8 +123,17 @@ def failure_message(harness: Harness, directory: Path, rc: int, cas: int | None)
 # --- admission and launch -------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Limits:
+    """A wake's own `--timeout` (seconds) and `--strict`; the session's and
+    then the harness's apply where these are not given."""
+
+    timeout: float | None = None
+    strict: bool = False
+
+
 def admit(
-    spex: Spex, name: str, prompt: bytes, *, fresh: bool
+    spex: Spex, name: str, prompt: bytes, *, fresh: bool, limits: Limits | None = None
 ) -> tuple[Session, str, Path, Harness]:
     """One transaction: check the session can take a turn, insert it (`starting`).
 
@@ -172,10 +182,25 @@ def admit(
         # The first attempt's launch fence (see `_claim_fence`), claimed here
         # so the launch needs no transaction of its own.
         fence = session.launch_fence + 1
+        limits = limits or Limits()
+        timeout = limits.timeout or session.timeout or adapter.timeout
+        strict = limits.strict or session.strict or adapter.strict
         db.execute(
             "INSERT INTO turns (id, session, state, resumed, launcher_pid, launcher_token,"
-            " started_at, boot_id, fence) VALUES (?, ?, 'starting', ?, ?, ?, ?, ?, ?)",
-            (turn, name, resume_id, pid, token, time.time(), boot_id() or None, fence),
+            " started_at, boot_id, fence, timeout, strict)"
+            " VALUES (?, ?, 'starting', ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                turn,
+                name,
+                resume_id,
+                pid,
+                token,
+                time.time(),
+                boot_id() or None,
+                fence,
+                timeout,
+                int(strict),
+            ),
         )
         db.execute(
             "UPDATE sessions SET current_turn = ?, state = 'running', launch_fence = ?"
@@ -183,13 +208,28 @@ def admit(
             (turn, fence, name),
         )
     directory = ensure_private_dir(turn_dir(spex, name, turn), under=spex.home)
-    _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter)
+    grace = config.load(spex.home).grace if timeout else None
+    ending = Ending(timeout, DEFAULT_KILL_GRACE if grace is None else grace, strict)
+    _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter, ending)
     if _in_git_tree(Path(session.cwd)):
         # The wrapper records the work tree's state (`git-start`, for spex
         # diff) before the harness starts: a dozen git calls are not worth
         # holding the verdict for.
         write_atomic(directory / "git-start.todo", b"", durable=False)
     return session, turn, directory, adapter
+
+
+# Between the watchdog's SIGTERM and SIGKILL when config.toml sets no grace.
+DEFAULT_KILL_GRACE = 5.0
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What the wrapper and the reporter need to judge the turn's end."""
+
+    timeout: float | None
+    grace: float
+    strict: bool
 
 
 def _in_git_tree(cwd: Path) -> bool:
@@ -206,8 +246,10 @@ def _prepare(
     argv: list[bytes],
     on_stdin: bool,
     adapter: Harness,
+    ending: Ending,
 ) -> None:
-    """The turn dir: exact prompt bytes, NUL-separated argv/env/reporter, metadata."""
+    """The turn dir: exact prompt bytes, NUL-separated argv/env/reporter, metadata,
+    and `deadline` (`SECONDS GRACE`) for the wrapper's watchdog."""
     files = {
         "prompt": prompt,
         "argv": b"\0".join(argv) + b"\0",
@@ -229,8 +271,17 @@ def _prepare(
     files["reporter"] = "\0".join(reporter).encode() + b"\0"
     # The harness is named, not its id pattern: fixing harnesses.toml fixes
     # every later read of this turn.
-    meta = {"session": session.name, "turn": turn, "harness": adapter.name}
+    meta = {
+        "session": session.name,
+        "turn": turn,
+        "harness": adapter.name,
+        "outcome": adapter.outcome,
+        "strict": ending.strict,
+        "timeout": ending.timeout,
+    }
     files["meta.json"] = json.dumps(meta).encode()
+    if ending.timeout:
+        files["deadline"] = f"{ending.timeout:g} {ending.grace:g}\n".encode()
     # Not fsync'd: after a crash the turn is lost anyway, and these die with it.
     for name, data in files.items():
         write_atomic(directory / name, data, durable=False)
@@ -496,6 +547,7 @@ def wake(
     force: bool = False,
     gate: AbstractContextManager[object] | None = None,
     on_admitted: Callable[[str], None] | None = None,
+    limits: Limits | None = None,
 ) -> Verdict:
     """Start a turn and report what is true about it within the window.
 
@@ -520,7 +572,9 @@ def wake(
     gate = gate or nullcontext()
     with ticket(spex, name, "wake"):
         with gate:
-            session, turn, directory, adapter = admit(spex, name, prompt, fresh=fresh)
+            session, turn, directory, adapter = admit(
+                spex, name, prompt, fresh=fresh, limits=limits
+            )
         if on_admitted is not None:
             on_admitted(turn)
         span = resolve_window(session, adapter, window, configured)
@@ -638,11 +692,20 @@ def _settle(
         raise Refused(
             f"turn {turn} of {name!r} was stopped while it started", hint=f"spex show {name}"
         )
+    verdict = result.verdict
+    flags: list[str] = []
     if rc is not None:
         # The wrapper's reporter may have deferred to us (a failure we might
         # have retried), failed, or be slow: the CAS makes recording twice safe.
         report.record_exit(spex.store, name, turn, rc, directory, adapter=adapter)
-        if rc != 0:
+        ended = spex.store.db.execute(
+            "SELECT state, error, flags, cause FROM turns WHERE id = ?", (turn,)
+        ).fetchone()
+        flags = json.loads(ended["flags"] or "[]") if ended else []
+        if ended is not None and ended["cause"]:
+            # Timed out, strict, an error opencode exited 0 after, a usage limit.
+            verdict, error = "failed", ended["error"]
+        elif rc != 0:
             error = failure_message(adapter, directory, rc, m.cas)
     elif result.verdict == "failed":
         _abandon(spex, session, turn, directory, error or "failed")
@@ -652,13 +715,13 @@ def _settle(
         db.execute(
             "UPDATE turns SET verdict = ?, error = coalesce(?, error),"
             " pid = coalesce(?, pid) WHERE id = ?",
-            (result.verdict, error, result.pid, turn),
+            (verdict, error, result.pid, turn),
         )
-        if result.verdict == "confirmed":
+        if verdict == "confirmed":
             db.execute(
                 "UPDATE turns SET state = 'running' WHERE id = ? AND state = 'starting'", (turn,)
             )
-    return Verdict(name, turn, result.verdict, rc, result.pid, error)
+    return Verdict(name, turn, verdict, rc, result.pid, error, flags=flags)
 
 
 def _abandon(spex: Spex, session: Session, turn: str, directory: Path, error: str) -> None:
@@ -777,6 +840,12 @@ def turn_json(row: Any) -> dict[str, Any]:
         "error": row["error"],
         "attempts": row["attempts"],
         "resumed": row["resumed"],
+        "flags": json.loads(row["flags"]) if row["flags"] else [],
+        "cause": row["cause"],
+        "timeout": row["timeout"],
+        "strict": bool(row["strict"]),
+        "limit_reset": row["limit_reset"],
+        "limit_reset_iso": ids.iso(row["limit_reset"]),
         "started_at": row["started_at"],
         "started_at_iso": ids.iso(row["started_at"]),
         "ended_at": row["ended_at"],

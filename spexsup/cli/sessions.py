@@ -18,6 +18,8 @@ from spexsup.cli.params import (
     NameArg,
     NamesArg,
     RepoOpt,
+    StrictOpt,
+    TimeoutOpt,
     WindowOpt,
 )
 from spexsup.cli.render import age, document, print_json, short_id, span, table, turn_cells
@@ -75,6 +77,8 @@ def new(
         str | None,
         typer.Option("--worktree-dir", metavar="DIR", help="With --worktree: make it in DIR/NAME."),
     ] = None,
+    timeout: TimeoutOpt = None,
+    strict: StrictOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a session and its tmux home (with --worktree: in a new git worktree).
@@ -96,6 +100,9 @@ def new(
     request = Request(branch, base, repo, worktree_dir)
     if not worktree and request != Request():
         raise Invalid("--branch, --base, --repo and --worktree-dir need --worktree")
+    from spexsup.harness import parse_duration
+
+    limit = parse_duration(timeout) if timeout is not None else None
     spex = open_spex(ctx)
     if harness is None and not command:
         harness = settings(ctx, spex).default_harness
@@ -106,6 +113,8 @@ def new(
         cwd=cwd,
         env=sessions.parse_env(env or []),
         window=window,
+        timeout=limit,
+        strict=strict,
         command=command,
         worktree=request if worktree else None,
     )

@@ -20,6 +20,8 @@ from spexsup.cli.params import (
     NameArg,
     NamesArg,
     PromptFileOpt,
+    StrictOpt,
+    TimeoutOpt,
     WindowOpt,
 )
 from spexsup.cli.render import document, print_json
@@ -38,6 +40,8 @@ WAKE_OPTIONS = (
     "--window",
     "--fresh",
     "--force",
+    "--timeout",
+    "--strict",
     "--json",
     "-h",
     "--help",
@@ -103,6 +107,10 @@ def verdict_line(name: str, verdict: Verdict) -> str:
     line += f" ({verdict.elapsed_ms} ms)"
     if verdict.error:
         line += f": {verdict.error}"
+    elif verdict.flags:
+        from spexsup.outcome import describe
+
+        line += f" ({describe(verdict.flags)})"
     return line
 
 
@@ -115,11 +123,15 @@ def wake_and_report(
     fresh: bool,
     as_json: bool,
     force: bool = False,
+    timeout: str | None = None,
+    strict: bool = False,
 ) -> None:
-    from spexsup import turns
+    from spexsup import harness, turns
 
+    limit = harness.parse_duration(timeout) if timeout is not None else None
+    limits = turns.Limits(limit, strict)
     spex = open_spex(ctx)
-    verdict = turns.wake(spex, name, prompt, window=window, fresh=fresh, force=force)
+    verdict = turns.wake(spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits)
     if as_json:
         print_json(document({"ok": verdict.ok, **verdict.as_json()}))
     else:
@@ -145,6 +157,8 @@ def wake(
     force: Annotated[
         bool, typer.Option("--force", help="Replace whatever runs in the pane (vim, a REPL…).")
     ] = False,
+    timeout: TimeoutOpt = None,
+    strict: StrictOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a turn and print its verdict (confirmed, completed, failed).
@@ -153,13 +167,24 @@ def wake(
     Examples:
       spex wake api "fix the flaky test"
       spex wake api -f prompt.md --window 5
+      spex wake api "run the nightly checks" --timeout 15m --strict
       git diff | spex wake api -f - --json
     """
     from spexsup import sessions
 
     sessions.validate_name(name)
     prompt = read_prompt(text, file)
-    wake_and_report(ctx, name, prompt, window=window, fresh=fresh, force=force, as_json=as_json)
+    wake_and_report(
+        ctx,
+        name,
+        prompt,
+        window=window,
+        fresh=fresh,
+        force=force,
+        as_json=as_json,
+        timeout=timeout,
+        strict=strict,
+    )
 
 
 @app.command()
@@ -203,6 +228,10 @@ def wait(
         for e in ended:
             rc = "" if e.rc is None else f" rc={e.rc}"
             cause = f": {e.error}" if e.error and e.state != "complete" else ""
+            if not cause and e.flags:
+                from spexsup.outcome import describe
+
+                cause = f" ({describe(list(e.flags))})"
             typer.echo(f"{e.session}: turn {e.turn} {e.state}{rc}{cause}")
     raise typer.Exit(int(any(e.exit_code for e in ended)))
 
