@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/prune.py
+	$(BIN)/python bench/reporter.py
 
 # sdist and wheel in dist/; the wheel carries shell/turn.sh inside the package.
 dist: $(STAMP)

@@ -125,7 +125,7 @@ def test_strict_fails_a_flagged_turn(env: Env) -> None:
     code, v = wake_json(env, "c", "go [ask]", "--strict", "--window", "10")
     assert code == 1 and v["verdict"] == "failed" and v["rc"] == 0, v
     assert v["error"] == "strict: ended asking a question"
-    code, line, turn = wait(env, "c")
+    code, _, turn = wait(env, "c")
     assert code == 1 and turn["state"] == "error" and turn["cause"] == "strict"
     assert turn["strict"] is True
     # Without flags a strict turn completes.
@@ -261,3 +261,26 @@ def test_the_decisive_event_is_found_at_the_end_of_a_big_output(tmp_path: Path) 
         f.write(json.dumps(result).encode() + b"\n")
     assert outcome.read(tmp_path, "claude").flags == ["asked-question"]
     assert outcome.read(tmp_path, "claude", budget=1 << 16).flags == ["asked-question"]
+
+
+# --- waves ----------------------------------------------------------------------
+
+
+def test_fanout_strict_legs_fail_and_are_retried(env: Env) -> None:
+    new(env, "a", "claude", **ONLINE)
+    new(env, "b", "claude", **ONLINE)
+    # Confirmed first, then ended with a question: a strict failure after launch.
+    r = env.run(
+        "fanout", "a", "b", "-m", "go [sleep 1.5] [ask]", "--strict", "--window", "0.5",
+        "--wait", "--json",
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["state"] == "failed"
+    for leg in doc["legs"]:
+        assert leg["verdict"] == "confirmed" and leg["turn_state"] == "error", leg
+        assert leg["flags"] == ["asked-question"] and leg["cause"] == "strict"
+    r = env.run("fanout", "--retry-failed", doc["id"], "--json")
+    retry = json.loads(r.stdout)
+    assert sorted(leg["session"] for leg in retry["legs"]) == ["a", "b"]
+    assert retry["retry_of"] == doc["id"]

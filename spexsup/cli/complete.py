@@ -69,6 +69,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--prefix": None,
             "--harness": "harness",
             "--worktree-dir": None,
+            "--timeout": None,
         },
     ),
     "waves": ((), {}),
