@@ -163,7 +163,7 @@ def _meta(turn_dir: Path) -> dict[str, Any]:
 class Judgement:
     """How a turn that exited with `rc` ended: its state, flags, and for a
     failure its named cause (`timed-out`, `strict`, `agent-error`,
-    `usage-limit`) and message."""
+    `usage-limit`, `not-found`, `no-login-shell`) and message."""
 
     state: str
     flags: list[str] = field(default_factory=list)
@@ -182,6 +182,17 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
 
     meta = _meta(turn_dir)
     name = adapter.name if adapter is not None else str(meta.get("harness") or "")
+    if rc == 126 and (turn_dir / "no-login-shell").exists():
+        return Judgement(
+            "error",
+            cause="no-login-shell",
+            error="no login shell could be resolved - turn NOT started"
+            " (check $SHELL and its rc files; or login_shell = false in config.toml)",
+        )
+    if rc == 127 and (turn_dir / "not-found").exists():
+        where = "the login PATH" if (turn_dir / "login").exists() else "PATH"
+        binary = name if name and name != "command" else "the harness"
+        return Judgement("error", cause="not-found", error=f"{binary} not found on {where}")
     if rc == 124 and (turn_dir / "timed-out").exists():
         limit = meta.get("timeout")
         spent = f" ({outcome.span(limit)})" if isinstance(limit, int | float) else ""

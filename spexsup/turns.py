@@ -145,6 +145,7 @@ def admit(
     reconcile(spex, [name])
     turn = new_turn_id()
     pid, token = own_identity()
+    settings = config.load(spex.home)
     with spex.store.tx() as db:
         row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
         if row is None:
@@ -184,7 +185,7 @@ def admit(
         fence = session.launch_fence + 1
         limits = limits or Limits()
         timeout = limits.timeout or session.timeout or adapter.timeout
-        strict = limits.strict or session.strict or adapter.strict
+        strict = limits.strict or session.strict or adapter.strict or settings.strict
         db.execute(
             "INSERT INTO turns (id, session, state, resumed, launcher_pid, launcher_token,"
             " started_at, boot_id, fence, timeout, strict)"
@@ -208,8 +209,13 @@ def admit(
             (turn, fence, name),
         )
     directory = ensure_private_dir(turn_dir(spex, name, turn), under=spex.home)
-    grace = config.load(spex.home).grace if timeout else None
-    ending = Ending(timeout, DEFAULT_KILL_GRACE if grace is None else grace, strict)
+    grace = settings.grace if timeout else None
+    ending = Ending(
+        timeout,
+        DEFAULT_KILL_GRACE if grace is None else grace,
+        strict,
+        settings.login_timeout if settings.login_shell else None,
+    )
     _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter, ending)
     if _in_git_tree(Path(session.cwd)):
         # The wrapper records the work tree's state (`git-start`, for spex
@@ -230,6 +236,8 @@ class Ending:
     timeout: float | None
     grace: float
     strict: bool
+    # Resolve PATH through the login shell, waiting at most this long.
+    login_timeout: float | None = None
 
 
 def _in_git_tree(cwd: Path) -> bool:
@@ -282,6 +290,8 @@ def _prepare(
     files["meta.json"] = json.dumps(meta).encode()
     if ending.timeout:
         files["deadline"] = f"{ending.timeout:g} {ending.grace:g}\n".encode()
+    if ending.login_timeout is not None:
+        files["login"] = f"{ending.login_timeout:g}\n".encode()
     # Not fsync'd: after a crash the turn is lost anyway, and these die with it.
     for name, data in files.items():
         write_atomic(directory / name, data, durable=False)
@@ -851,6 +861,36 @@ def turn_json(row: Any) -> dict[str, Any]:
         "ended_at": row["ended_at"],
         "ended_at_iso": ids.iso(row["ended_at"]),
     }
+
+
+def _first_line(path: Path, size: int = 4096) -> str | None:
+    try:
+        with path.open("rb") as f:
+            data = f.read(size).decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in data.splitlines():
+        if line.strip():
+            return line.strip()[:200]
+    return None
+
+
+def turn_summary(spex: Spex, session: str, turn: str) -> dict[str, str | None]:
+    """What `spex show` adds about a turn: the harness binary it resolved, its
+    prompt's first line and the last line of its final answer (from the
+    structured output, bounded as the exit reporter reads it)."""
+    from spexsup import outcome
+
+    directory = turn_dir(spex, session, turn)
+    binary = _first_line(directory / "binary")
+    prompt = _first_line(directory / "prompt")
+    answer = None
+    parser = report._meta(directory).get("outcome")
+    if isinstance(parser, str):
+        text = outcome.read(directory, parser).answer
+        lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+        answer = lines[-1][:200] if lines else None
+    return {"binary": binary, "prompt_line": prompt, "answer_line": answer}
 
 
 def load_turn(spex: Spex, turn: str) -> dict[str, Any]:

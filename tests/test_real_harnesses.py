@@ -26,6 +26,7 @@ def real(env: Env) -> Env:
         pytest.fail("SPEXSUP_REAL_CLI_BIN must name node_modules/.bin (run: make test-real)")
     system = ":".join(p for p in os.environ["PATH"].split(":") if "fakes" not in p)
     env.vars["PATH"] = f"{BIN}:{system}"
+    env.login_path(env.vars["PATH"])
     return env
 
 

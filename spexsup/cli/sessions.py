@@ -79,6 +79,10 @@ def new(
     ] = None,
     timeout: TimeoutOpt = None,
     strict: StrictOpt = False,
+    no_check: Annotated[
+        bool,
+        typer.Option("--no-check", help="Create it even if the harness binary is not found."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a session and its tmux home (with --worktree: in a new git worktree).
@@ -115,6 +119,7 @@ def new(
         window=window,
         timeout=limit,
         strict=strict,
+        check=not no_check,
         command=command,
         worktree=request if worktree else None,
     )
@@ -170,6 +175,10 @@ def turn_line(t: dict[str, Any]) -> str:
         line += f", ran {span(t['ended_at'] - t['started_at'])}"
     if t["error"]:
         line += f"  ({t['error']})"
+    elif t.get("flags"):
+        from spexsup.outcome import describe
+
+        line += f"  ({describe(t['flags'])})"
     return line
 
 
@@ -207,6 +216,18 @@ def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
     typer.echo(f"resume id {row['harness_session_id'] or '-'}")
     if row["window"]:
         typer.echo(f"window    {row['window']}s")
+    if row["timeout"]:
+        from spexsup.outcome import span as limit_span
+
+        typer.echo(f"timeout   {limit_span(row['timeout'])}")
+    if row["strict"]:
+        typer.echo("strict    yes (any outcome flag fails a turn)")
+    if row["binary"]:
+        typer.echo(f"binary    {row['binary']}")
+    if row["prompt_line"]:
+        typer.echo(f"prompt    {row['prompt_line']}")
+    if row["answer_line"]:
+        typer.echo(f"answer    {row['answer_line']}")
     turns = row.get("turns") or []
     if not turns:
         typer.echo("turns     none yet")
