@@ -56,7 +56,9 @@ def test_the_sessions_env_path_wins(env: Env) -> None:
 
 
 def test_a_missing_binary_is_refused_at_new_and_named_at_wake(env: Env) -> None:
-    harness_file(env, '[harness.ghost]\nfresh = ["ghost-agent", "{prompt}"]\nbinary = "ghost-agent"\n')
+    harness_file(
+        env, '[harness.ghost]\nfresh = ["ghost-agent", "{prompt}"]\nbinary = "ghost-agent"\n'
+    )
     r = env.run("new", "g", "--harness", "ghost", "--cwd", str(env.root))
     assert r.returncode == 3
     assert r.stderr == (
