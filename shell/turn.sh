@@ -15,6 +15,8 @@
 #
 # Marker states, each written atomically (tmp + mv -f):
 #   running:<pid>  ->  reporting:<pid>:<rc>  ->  exit:<rc>:cas:<cas>
+# and, waiting for a usage limit to reset (`on-limit`), running:<pid> ->
+# limited:<pid>:<reset_epoch> -> running:<pid> (the resumed run) -> …
 # then the pane becomes a shell again.
 set -u
 
@@ -168,8 +170,40 @@ elif [ -n "$refused" ]; then
     echo "spex: $refused" | tee -a "$dir/output.log"
     rc=$refused_rc
 else
-    (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 | tee -a "$dir/output.log"
-    rc=${PIPESTATUS[0]}
+    # With `on-limit` (--on-limit wait): a usage limit with a reset time in
+    # reach is waited out here in the pane (`limited:<pid>:<reset_epoch>`),
+    # then the harness runs again resuming the same conversation; the
+    # attempt that hit the limit keeps its output as limited-N.output.log.
+    waits=0
+    while :; do
+        (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 | tee -a "$dir/output.log"
+        rc=${PIPESTATUS[0]}
+        if [ ! -r "$dir/on-limit" ] || [ $waits -ge 5 ] || [ -e "$dir/timed-out" ] ||
+            [ ${#reporter[@]} -eq 0 ]; then
+            break
+        fi
+        plan=$("${reporter[0]}" -m spexsup.limit plan "$dir" </dev/null 2> >(tee -a "$dir/output.log" >&2)) ||
+            break
+        read -r reset until <<<"$plan"
+        waits=$((waits + 1))
+        mark "limited:$pid:$reset"
+        status "turn $turn waiting for usage reset"
+        now=$(date +%s)
+        if [ "$until" -gt "$now" ]; then
+            sleep $((until - now)) &
+            wait $!
+        fi
+        # A stop (or the time limit) during the wait ends the turn here.
+        "${reporter[0]}" -m spexsup.limit still "$dir" </dev/null || break
+        mv -f "$dir/output.log" "$dir/limited-$waits.output.log"
+        argv=()
+        mapfile -d '' -t argv <"$dir/argv"
+        input=/dev/null
+        [ -e "$dir/stdin" ] && input=$dir/prompt
+        mark "running:$pid"
+        status "turn $turn running"
+        printf '[spex] usage limit reset: resuming the conversation\n' | tee -a "$dir/output.log"
+    done
 fi
 if [ -n "$watchdog" ]; then
     kill "$watchdog" 2>/dev/null

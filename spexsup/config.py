@@ -105,6 +105,7 @@ KEYS: dict[str, Callable[[object], Any]] = {
     "tmux_prefix": _prefix,
     "login_shell": _flag,
     "login_timeout": _number(0.1, 600),
+    "limit_margin": _number(0, 3600),
 }
 
 
@@ -122,6 +123,8 @@ class Config:
     # must answer within login_timeout seconds.
     login_shell: bool = True
     login_timeout: float = 10.0
+    # After a usage limit's reset time, this long before resuming.
+    limit_margin: float | None = None
     retention: Retention = Retention()
     files: tuple[Path, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)

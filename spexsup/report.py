@@ -290,7 +290,7 @@ def record_exit(
             return DEFERRED
         db.execute(
             "UPDATE turns SET state = ?, rc = ?, ended_at = ?, error = coalesce(?, error),"
-            " flags = ?, cause = ?, limit_reset = ? WHERE id = ?",
+            " flags = ?, cause = ?, limit_reset = ?, waiting_until = NULL WHERE id = ?",
             (
                 state,
                 rc,

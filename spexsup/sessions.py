@@ -173,6 +173,7 @@ def create(
     worktree: Request | None = None,
     timeout: float | None = None,
     strict: bool = False,
+    on_limit: str | None = None,
     check: bool = True,
 ) -> Session:
     """Record the session, then build its tmux home; undo the record if tmux fails.
@@ -225,8 +226,8 @@ def create(
         with spex.store.tx() as db:
             db.execute(
                 "INSERT INTO sessions (name, harness, command, cwd, env, window, created_at,"
-                " incarnation, state, worktree, timeout, strict)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " incarnation, state, worktree, timeout, strict, on_limit)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     harness,
@@ -240,6 +241,7 @@ def create(
                     None if plan is None else plan.worktree.to_json(),
                     timeout,
                     int(strict),
+                    on_limit,
                 ),
             )
     except sqlite3.IntegrityError:
@@ -533,6 +535,7 @@ def describe(
             "window": s.window,
             "timeout": s.timeout,
             "strict": s.strict,
+            "on_limit": s.on_limit,
             "command": list(s.command) if s.command else None,
             "created_at": s.created_at,
             "lease": (

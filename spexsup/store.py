@@ -137,7 +137,9 @@ MIGRATIONS: tuple[str, ...] = (
     # strict mode (any outcome flag fails the turn), what a usage limit does
     # ('wait[:HOURS]'). Per turn: the outcome flags (a JSON list), its time
     # limit and strictness, the named cause of a failed end (`timed-out`,
-    # `strict`, `agent-error`, `usage-limit`) and a usage limit's reset time.
+    # `strict`, `agent-error`, `usage-limit`, `not-found`, `no-login-shell`),
+    # a usage limit's reset time, and while the wrapper waits for it in the
+    # pane (`--on-limit wait`), when it will run the harness again.
     """
     ALTER TABLE sessions ADD COLUMN timeout REAL;
     ALTER TABLE sessions ADD COLUMN strict INTEGER NOT NULL DEFAULT 0;
@@ -147,6 +149,7 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE turns ADD COLUMN strict INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE turns ADD COLUMN cause TEXT;
     ALTER TABLE turns ADD COLUMN limit_reset REAL;
+    ALTER TABLE turns ADD COLUMN waiting_until REAL;
     """,
 )
 

@@ -62,6 +62,8 @@ class Verdict:
     elapsed_ms: int = 0
     attempts: int = 1
     flags: list[str] = field(default_factory=list)
+    # Waiting in the pane for a usage limit to reset, until then (epoch).
+    waiting_until: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -130,6 +132,24 @@ class Limits:
 
     timeout: float | None = None
     strict: bool = False
+    on_limit: str | None = None
+
+
+def parse_on_limit(text: str) -> float:
+    """`wait` or `wait:HOURS`: the longest usage-limit wait, in seconds."""
+    head, _, hours = text.partition(":")
+    try:
+        value = float(hours) if hours else DEFAULT_LIMIT_WAIT_HOURS
+    except ValueError:
+        value = -1
+    if head != "wait" or not 0 < value <= 24 * 14:
+        raise Invalid(f"invalid --on-limit {text!r}", hint="wait, or wait:HOURS (the longest wait)")
+    return value * 3600
+
+
+DEFAULT_LIMIT_WAIT_HOURS = 12.0
+# After the reset time a CLI names, this long before the harness runs again.
+DEFAULT_LIMIT_MARGIN = 60.0
 
 
 def admit(
@@ -210,11 +230,14 @@ def admit(
         )
     directory = ensure_private_dir(turn_dir(spex, name, turn), under=spex.home)
     grace = settings.grace if timeout else None
+    on_limit = limits.on_limit or session.on_limit
     ending = Ending(
         timeout,
         DEFAULT_KILL_GRACE if grace is None else grace,
         strict,
         settings.login_timeout if settings.login_shell else None,
+        parse_on_limit(on_limit) if on_limit else None,
+        settings.limit_margin if settings.limit_margin is not None else DEFAULT_LIMIT_MARGIN,
     )
     _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter, ending)
     if _in_git_tree(Path(session.cwd)):
@@ -238,6 +261,9 @@ class Ending:
     strict: bool
     # Resolve PATH through the login shell, waiting at most this long.
     login_timeout: float | None = None
+    # Wait in the pane for a usage limit to reset, at most this long.
+    limit_wait: float | None = None
+    limit_margin: float = 60.0
 
 
 def _in_git_tree(cwd: Path) -> bool:
@@ -292,6 +318,8 @@ def _prepare(
         files["deadline"] = f"{ending.timeout:g} {ending.grace:g}\n".encode()
     if ending.login_timeout is not None:
         files["login"] = f"{ending.login_timeout:g}\n".encode()
+    if ending.limit_wait is not None:
+        files["on-limit"] = f"{ending.limit_wait:g} {ending.limit_margin:g}\n".encode()
     # Not fsync'd: after a crash the turn is lost anyway, and these die with it.
     for name, data in files.items():
         write_atomic(directory / name, data, durable=False)
@@ -526,7 +554,12 @@ def confirm_startup(
         if first is not None and now >= deadline:
             if m.stage is Stage.REPORTING:
                 continue  # it exited while settling: wait for its exit like any other
-            if m != first or first.pid is None:
+            # A usage-limit wait (`limited:`) is the same wrapper, alive.
+            if (
+                first.pid is None
+                or m.pid != first.pid
+                or m.stage not in (Stage.RUNNING, Stage.LIMITED)
+            ):
                 return Startup("failed", m, f"marker changed while settling: {m.text!r}")
             if identity_liveness(first.pid, token) is not Liveness.ALIVE:
                 return Startup("failed", m, f"wrapper pid {first.pid} died while settling")
@@ -731,7 +764,15 @@ def _settle(
             db.execute(
                 "UPDATE turns SET state = 'running' WHERE id = ? AND state = 'starting'", (turn,)
             )
-    return Verdict(name, turn, verdict, rc, result.pid, error, flags=flags)
+    waiting_until = None
+    if verdict == "confirmed":
+        row = spex.store.db.execute(
+            "SELECT waiting_until FROM turns WHERE id = ?", (turn,)
+        ).fetchone()
+        waiting_until = row["waiting_until"] if row else None
+    return Verdict(
+        name, turn, verdict, rc, result.pid, error, flags=flags, waiting_until=waiting_until
+    )
 
 
 def _abandon(spex: Spex, session: Session, turn: str, directory: Path, error: str) -> None:
@@ -811,10 +852,10 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
         m = marker.read(directory)
         if m.stage is Stage.EXIT:
             report.record_exit(spex.store, name, turn, m.rc, directory)
-        elif m.stage in (Stage.RUNNING, Stage.REPORTING):
+        elif m.stage in (Stage.RUNNING, Stage.LIMITED, Stage.REPORTING):
             assert m.pid is not None
             alive = wrapper_liveness(m.pid, directory)
-            if alive is Liveness.ALIVE and m.stage is Stage.RUNNING:
+            if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:
                 with spex.store.tx() as db:
                     db.execute(
                         "UPDATE turns SET state = 'running', pid = coalesce(pid, ?)"
@@ -856,6 +897,8 @@ def turn_json(row: Any) -> dict[str, Any]:
         "strict": bool(row["strict"]),
         "limit_reset": row["limit_reset"],
         "limit_reset_iso": ids.iso(row["limit_reset"]),
+        "waiting_until": row["waiting_until"],
+        "waiting_until_iso": ids.iso(row["waiting_until"]),
         "started_at": row["started_at"],
         "started_at_iso": ids.iso(row["started_at"]),
         "ended_at": row["ended_at"],

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Env, harness
+from conftest import Env, harness, retry_until
 from test_turns import show, turn_processes_alive, wake_json
 
 from spexsup import outcome
@@ -284,3 +284,67 @@ def test_fanout_strict_legs_fail_and_are_retried(env: Env) -> None:
     retry = json.loads(r.stdout)
     assert sorted(leg["session"] for leg in retry["legs"]) == ["a", "b"]
     assert retry["retry_of"] == doc["id"]
+
+
+def limited_session(env: Env, seconds: int, *extra: str) -> Path:
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text("limit_margin = 1\n")
+    log = env.root / "argv"
+    new(
+        env, "c", "claude", *extra,
+        FAKE_LIMIT_SECONDS=str(seconds), FAKE_ARGV_LOG=str(log), **ONLINE,
+    )  # fmt: skip
+    return log
+
+
+def marker_of(env: Env, turn: str) -> str:
+    return (env.home / "turns" / "c" / turn / "outcome").read_text()
+
+
+def test_on_limit_wait_resumes_the_same_conversation(env: Env) -> None:
+    log = limited_session(env, 4)
+    code, v = wake_json(env, "c", "go [limit]", "--on-limit", "wait", "--window", "1")
+    assert code == 0 and v["verdict"] == "confirmed", v
+    turn = v["turn"]
+    assert retry_until(lambda: marker_of(env, turn).startswith("limited:"), 20)
+    assert "waiting for usage reset" in env.run("ls").stdout
+    assert "waiting for usage reset" in env.run("show", "c").stdout
+    code, line, ended = wait(env, "c")
+    assert code == 0 and ended["state"] == "complete" and ended["rc"] == 0, line
+    calls = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(calls) == 2 and "--resume" not in calls[0]
+    conversation = calls[1][calls[1].index("--resume") + 1]
+    assert conversation == show(env, "c")["harness_session_id"] == ended["resumed"]
+    directory = env.home / "turns" / "c" / turn
+    assert "usage limit reached" in (directory / "limited-1.output.log").read_text()
+    assert ended["waiting_until"] is None and ended["limit_reset"] is None
+
+
+def test_stop_ends_a_usage_limit_wait(env: Env) -> None:
+    limited_session(env, 600, "--on-limit", "wait:1")
+    assert show(env, "c")["on_limit"] == "wait:1"
+    code, v = wake_json(env, "c", "go [limit]", "--window", "1")
+    assert code == 0, v
+    turn = v["turn"]
+    assert retry_until(lambda: marker_of(env, turn).startswith("limited:"), 20)
+    t0 = time.monotonic()
+    r = env.run("stop", "c", "--grace", "1")
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - t0 < 10
+    assert retry_until(lambda: marker_of(env, turn).startswith("exit:"), 10)
+    assert show(env, "c")["turn"]["state"] == "aborted"
+    assert turn_processes_alive(turn) == []
+
+
+def test_a_reset_beyond_the_longest_wait_fails_now(env: Env) -> None:
+    limited_session(env, 3 * 3600)
+    code, v = wake_json(env, "c", "go [limit]", "--on-limit", "wait:1", "--window", "10")
+    assert code == 1 and v["error"].startswith("claude hit its usage limit (resets "), v
+    assert show(env, "c")["turn"]["cause"] == "usage-limit"
+
+
+def test_bad_on_limit_is_refused(env: Env) -> None:
+    new(env, "c", "claude", **ONLINE)
+    for bad in ("sleep", "wait:x", "wait:0"):
+        r = env.run("wake", "c", "hi", "--on-limit", bad)
+        assert r.returncode == 2 and r.stderr.startswith("spex: invalid --on-limit"), r.stderr

@@ -20,6 +20,7 @@ from spexsup.cli.params import (
     BaseOpt,
     JsonOpt,
     MatchOpt,
+    OnLimitOpt,
     PromptFileOpt,
     RepoOpt,
     StrictOpt,
@@ -154,6 +155,7 @@ def fanout(
     ] = False,
     timeout: TimeoutOpt = None,
     strict: StrictOpt = False,
+    on_limit: OnLimitOpt = None,
     retry_failed: Annotated[
         str | None,
         typer.Option(
@@ -208,9 +210,11 @@ def fanout(
     from spexsup import ids, waves
     from spexsup import worktree as wt
     from spexsup.harness import parse_duration
-    from spexsup.turns import Limits
+    from spexsup.turns import Limits, parse_on_limit
 
-    limits = Limits(parse_duration(timeout) if timeout is not None else None, strict)
+    if on_limit is not None:
+        parse_on_limit(on_limit)
+    limits = Limits(parse_duration(timeout) if timeout is not None else None, strict, on_limit)
     spex = open_spex(ctx)
     defaults = settings(ctx, spex)
     if max_concurrent is None:

@@ -77,3 +77,13 @@ StrictOpt = Annotated[
         " question) fails the turn.",
     ),
 ]
+OnLimitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--on-limit",
+        metavar="wait[:HOURS]",
+        help="On a usage limit with a reset time, wait in the pane (at most HOURS, default 12)"
+        " and resume the same conversation. [default: the session's; else the turn fails]",
+        show_default=False,
+    ),
+]

@@ -63,7 +63,11 @@ def turn_cells(turn: dict[str, Any] | None, *, wide: bool = False) -> tuple[str,
     when = age(time.time() - turn["started_at"])
     if turn["ended_at"] is not None:
         when += f", ran {span(turn['ended_at'] - turn['started_at'])}"
-    return f"{ident} {turn['state']}{rc}", when
+    state = turn["state"]
+    if state in ("starting", "running") and turn.get("waiting_until"):
+        clock = time.strftime("%H:%M", time.localtime(turn["waiting_until"]))
+        state = f"waiting for usage reset {clock}"
+    return f"{ident} {state}{rc}", when
 
 
 def shorten_path(path: str, width: int) -> str:

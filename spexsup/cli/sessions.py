@@ -17,6 +17,7 @@ from spexsup.cli.params import (
     MatchOpt,
     NameArg,
     NamesArg,
+    OnLimitOpt,
     RepoOpt,
     StrictOpt,
     TimeoutOpt,
@@ -79,6 +80,7 @@ def new(
     ] = None,
     timeout: TimeoutOpt = None,
     strict: StrictOpt = False,
+    on_limit: OnLimitOpt = None,
     no_check: Annotated[
         bool,
         typer.Option("--no-check", help="Create it even if the harness binary is not found."),
@@ -107,6 +109,10 @@ def new(
     from spexsup.harness import parse_duration
 
     limit = parse_duration(timeout) if timeout is not None else None
+    if on_limit is not None:
+        from spexsup.turns import parse_on_limit
+
+        parse_on_limit(on_limit)
     spex = open_spex(ctx)
     if harness is None and not command:
         harness = settings(ctx, spex).default_harness
@@ -119,6 +125,7 @@ def new(
         window=window,
         timeout=limit,
         strict=strict,
+        on_limit=on_limit,
         check=not no_check,
         command=command,
         worktree=request if worktree else None,
@@ -166,6 +173,15 @@ def ls(
     table(["NAME", "HARNESS", "STATE", "TURN", "WHEN", "HOME", "CWD"], lines, squeeze="CWD")
 
 
+def waiting(t: dict[str, Any]) -> bool:
+    """Is the turn waiting in its pane for a usage limit to reset?"""
+    return bool(t["state"] in ("starting", "running") and t.get("waiting_until"))
+
+
+def clock(epoch: float) -> str:
+    return time.strftime("%H:%M", time.localtime(epoch))
+
+
 def turn_line(t: dict[str, Any]) -> str:
     """`<id>  error rc=1  failed  3m ago, ran 9s  (API Error: 529 overloaded)`."""
     rc = "" if t["rc"] is None else f" rc={t['rc']}"
@@ -175,6 +191,8 @@ def turn_line(t: dict[str, Any]) -> str:
         line += f", ran {span(t['ended_at'] - t['started_at'])}"
     if t["error"]:
         line += f"  ({t['error']})"
+    elif waiting(t):
+        line += f"  (waiting for usage reset {clock(t['waiting_until'])})"
     elif t.get("flags"):
         from spexsup.outcome import describe
 
@@ -222,6 +240,8 @@ def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
         typer.echo(f"timeout   {limit_span(row['timeout'])}")
     if row["strict"]:
         typer.echo("strict    yes (any outcome flag fails a turn)")
+    if row["on_limit"]:
+        typer.echo(f"on limit  {row['on_limit']}")
     if row["binary"]:
         typer.echo(f"binary    {row['binary']}")
     if row["prompt_line"]:

@@ -19,6 +19,7 @@ from spexsup.cli.params import (
     MatchOpt,
     NameArg,
     NamesArg,
+    OnLimitOpt,
     PromptFileOpt,
     StrictOpt,
     TimeoutOpt,
@@ -42,6 +43,7 @@ WAKE_OPTIONS = (
     "--force",
     "--timeout",
     "--strict",
+    "--on-limit",
     "--json",
     "-h",
     "--help",
@@ -111,7 +113,15 @@ def verdict_line(name: str, verdict: Verdict) -> str:
         from spexsup.outcome import describe
 
         line += f" ({describe(verdict.flags)})"
+    elif verdict.waiting_until:
+        line += f" (waiting for usage reset {waiting_clock(verdict.waiting_until)})"
     return line
+
+
+def waiting_clock(epoch: float) -> str:
+    import time
+
+    return time.strftime("%H:%M", time.localtime(epoch))
 
 
 def wake_and_report(
@@ -125,11 +135,14 @@ def wake_and_report(
     force: bool = False,
     timeout: str | None = None,
     strict: bool = False,
+    on_limit: str | None = None,
 ) -> None:
     from spexsup import harness, turns
 
     limit = harness.parse_duration(timeout) if timeout is not None else None
-    limits = turns.Limits(limit, strict)
+    if on_limit is not None:
+        turns.parse_on_limit(on_limit)
+    limits = turns.Limits(limit, strict, on_limit)
     spex = open_spex(ctx)
     verdict = turns.wake(spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits)
     if as_json:
@@ -159,6 +172,7 @@ def wake(
     ] = False,
     timeout: TimeoutOpt = None,
     strict: StrictOpt = False,
+    on_limit: OnLimitOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a turn and print its verdict (confirmed, completed, failed).
@@ -184,6 +198,7 @@ def wake(
         as_json=as_json,
         timeout=timeout,
         strict=strict,
+        on_limit=on_limit,
     )
 
 
