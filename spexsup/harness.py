@@ -86,13 +86,21 @@ class Harness:
     strict: bool = False
     timeout: float | None = None
     limited: tuple[Limit, ...] = ()
+    # "uuid": the caller chooses a fresh conversation's id ({session_id} in
+    # `fresh`, claude's --session-id); spex assigns and stores it at admission.
+    assign_id: str | None = None
 
-    def argv(self, prompt: bytes, session_id: str | None) -> tuple[list[bytes], bool]:
-        """The turn's argv and whether the prompt goes on stdin.
+    def argv(
+        self, prompt: bytes, session_id: str | None, assigned: str | None = None
+    ) -> tuple[list[bytes], bool]:
+        """The turn's argv and whether the prompt goes on stdin; a fresh turn of
+        a harness that takes a chosen id gets `assigned` as its {session_id}.
 
         Raises Invalid when the prompt fits neither argv nor stdin.
         """
         template = self.resume if session_id and self.resume else self.fresh
+        if template is self.fresh:
+            session_id = assigned
         if self.prompt_via == "append":
             # The command harness: the user's argv verbatim (a literal
             # `{prompt}` in it stays as typed), the prompt one last argument.
@@ -145,7 +153,18 @@ BUILTIN: dict[str, Harness] = {
     # With no prompt argument, claude -p reads the prompt from stdin.
     "claude": Harness(
         name="claude",
-        fresh=("claude", "-p", "--output-format", "stream-json", "--verbose", "--", PROMPT),
+        fresh=(
+            "claude",
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--session-id",
+            SESSION_ID,
+            "--",
+            PROMPT,
+        ),
+        assign_id="uuid",
         resume=(
             "claude",
             "-p",
@@ -295,6 +314,7 @@ FIELDS = {
     "strict": bool,
     "timeout": object,
     "limited": list,
+    "assign_id": str,
 }
 
 
@@ -379,6 +399,8 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
                 'each entry needs a string pattern and reset one of "", "epoch", "clock", "in"',
             )
         limited.append(Limit(item["pattern"], item.get("reset", "")))
+    if "assign_id" in values and values["assign_id"] not in ("", "uuid"):
+        raise _bad(path, name, "assign_id", 'must be "uuid" or ""')
     if "outcome" in values and values["outcome"] not in ("", "claude", "codex", "opencode", "pi"):
         raise _bad(path, name, "outcome", 'one of "claude", "codex", "opencode", "pi", ""')
     for key, patterns in (
@@ -411,8 +433,9 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
         changes["fatal"] = tuple(fatal)
     if "limited" in values:
         changes["limited"] = tuple(limited)
-    if changes.get("outcome") == "":
-        changes["outcome"] = None
+    for key in ("outcome", "assign_id"):
+        if changes.get(key) == "":
+            changes[key] = None
     harness = replace(merged, name=name, **changes)  # type: ignore[arg-type]
     if not harness.fresh:
         raise _bad(path, name, "fresh", "must not be empty")
@@ -421,6 +444,13 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
             raise _bad(path, name, key, f'needs a "{PROMPT}" element (or prompt_via = "stdin")')
     if harness.resume is not None and SESSION_ID not in harness.resume:
         raise _bad(path, name, "resume", f'needs a "{SESSION_ID}" element')
+    if harness.assign_id and SESSION_ID not in harness.fresh:
+        if "assign_id" in values:
+            raise _bad(path, name, "fresh", f'needs a "{SESSION_ID}" element with assign_id')
+        harness = replace(harness, assign_id=None)  # an override that dropped --session-id
+    if not harness.assign_id and SESSION_ID in harness.fresh:
+        # An override of claude's fresh argv without --session-id: no id to assign.
+        raise _bad(path, name, "fresh", f'"{SESSION_ID}" needs assign_id = "uuid"')
     return harness
 
 

@@ -199,7 +199,15 @@ def admit(
             )
         adapter = session.adapter(spex.home)
         resume_id = None if fresh else session.harness_session_id
-        argv, on_stdin = adapter.argv(prompt, resume_id)
+        # A harness that lets us choose a new conversation's id gets one now,
+        # stored with the admission: a turn that dies before it prints its
+        # init event can still be resumed.
+        assigned = None
+        if adapter.assign_id == "uuid" and not (resume_id and adapter.resume):
+            import uuid
+
+            assigned = str(uuid.uuid4())
+        argv, on_stdin = adapter.argv(prompt, resume_id, assigned)
         # The first attempt's launch fence (see `_claim_fence`), claimed here
         # so the launch needs no transaction of its own.
         fence = session.launch_fence + 1
@@ -224,9 +232,9 @@ def admit(
             ),
         )
         db.execute(
-            "UPDATE sessions SET current_turn = ?, state = 'running', launch_fence = ?"
-            " WHERE name = ?",
-            (turn, fence, name),
+            "UPDATE sessions SET current_turn = ?, state = 'running', launch_fence = ?,"
+            " harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",
+            (turn, fence, assigned, name),
         )
     directory = ensure_private_dir(turn_dir(spex, name, turn), under=spex.home)
     grace = settings.grace if timeout else None

@@ -348,3 +348,39 @@ def test_bad_on_limit_is_refused(env: Env) -> None:
     for bad in ("sleep", "wait:x", "wait:0"):
         r = env.run("wake", "c", "hi", "--on-limit", bad)
         assert r.returncode == 2 and r.stderr.startswith("spex: invalid --on-limit"), r.stderr
+
+
+# --- pre-assigned conversation ids ----------------------------------------------
+
+
+def test_claude_gets_its_id_at_admission_and_resumes_after_an_early_death(env: Env) -> None:
+    log = env.root / "argv"
+    new(env, "c", "claude", FAKE_ARGV_LOG=str(log), **ONLINE)
+    code, v = wake_json(env, "c", "go [die-early]", "--window", "10")
+    assert code == 1 and v["rc"] == 137, v
+    first = json.loads(log.read_text().splitlines()[0])
+    assigned = first[first.index("--session-id") + 1]
+    assert show(env, "c")["harness_session_id"] == assigned
+    assert "session_id" not in env.run("log", "c").stdout  # it never printed one
+    code, v = wake_json(env, "c", "again", "--window", "10")
+    assert code == 0 and v["verdict"] == "completed", v
+    second = json.loads(log.read_text().splitlines()[1])
+    assert second[second.index("--resume") + 1] == assigned
+    assert "--session-id" not in second
+    assert show(env, "c")["turn"]["resumed"] == assigned
+    # --fresh assigns a new one.
+    code, v = wake_json(env, "c", "anew", "--fresh", "--window", "10")
+    third = json.loads(log.read_text().splitlines()[2])
+    assert third[third.index("--session-id") + 1] == show(env, "c")["harness_session_id"]
+    assert show(env, "c")["harness_session_id"] != assigned
+
+
+def test_an_override_without_session_id_drops_the_assignment(env: Env) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "harnesses.toml").write_text(
+        '[harness.claude]\nfresh = ["claude", "-p", "--output-format", "stream-json",'
+        ' "--verbose", "--model", "x", "--", "{prompt}"]\n'
+    )
+    claude = load_registry(env.home).get("claude")
+    assert claude.assign_id is None
+    assert claude.argv(b"hi", None, "some-id")[0][-1] == b"hi"
