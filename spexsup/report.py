@@ -103,7 +103,14 @@ def conversation_of(store: Store, turn_dir: Path, adapter: Harness | None = None
     else:
         name, pattern = id_pattern(store.home, turn_dir)
     try:
-        return find_conversation_id(turn_dir, pattern)
+        found = find_conversation_id(turn_dir, pattern)
+        if found is None and name in ("opencode", "pi"):
+            # Nothing in the stream: the CLI's own session store may have it.
+            from spexsup import convstore
+
+            meta = _meta(turn_dir)
+            found = convstore.lookup(name, meta.get("cwd"), meta.get("started"))
+        return found
     except PatternTimeout:
         with store.tx() as db:
             db.execute(

@@ -320,6 +320,8 @@ def _prepare(
         "outcome": adapter.outcome,
         "strict": ending.strict,
         "timeout": ending.timeout,
+        "cwd": session.cwd,
+        "started": time.time(),
     }
     files["meta.json"] = json.dumps(meta).encode()
     if ending.timeout:

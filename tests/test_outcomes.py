@@ -384,3 +384,19 @@ def test_an_override_without_session_id_drops_the_assignment(env: Env) -> None:
     claude = load_registry(env.home).get("claude")
     assert claude.assign_id is None
     assert claude.argv(b"hi", None, "some-id")[0][-1] == b"hi"
+
+
+@pytest.mark.parametrize(
+    ("cli", "online"), [("pi", "FAKE_PI_ONLINE"), ("opencode", "FAKE_OPENCODE_ONLINE")]
+)
+def test_an_id_from_the_clis_own_session_store(env: Env, cli: str, online: str) -> None:
+    new(env, "s", cli, **{online: "1"})
+    code, v = wake_json(env, "s", "go [crash]", "--window", "10")
+    assert code == 1 and v["rc"] == 137, v
+    assert env.run("log", "s").stdout.strip() == ""  # it printed nothing
+    conversation = show(env, "s")["harness_session_id"]
+    assert conversation, "the id should come from the session store"
+    code, v = wake_json(env, "s", "go", "--window", "10")
+    assert code == 0 and v["verdict"] == "completed", v
+    assert show(env, "s")["turn"]["resumed"] == conversation
+    assert show(env, "s")["harness_session_id"] == conversation
