@@ -235,10 +235,17 @@ def log(
     path = directory / "output.log"
     offset = 0 if tail is None else tail_offset(path, tail)
 
+    inode: int | None = None
+
     def drain() -> Iterator[bytes]:
-        nonlocal offset
+        nonlocal offset, inode
         try:
             with path.open("rb") as f:
+                # A usage-limit wait starts the resumed run in a new output.log.
+                current = os.fstat(f.fileno()).st_ino
+                if inode is not None and current != inode:
+                    offset = 0
+                inode = current
                 f.seek(offset)
                 while chunk := f.read(65536):
                     offset += len(chunk)

@@ -400,3 +400,41 @@ def test_an_id_from_the_clis_own_session_store(env: Env, cli: str, online: str) 
     assert code == 0 and v["verdict"] == "completed", v
     assert show(env, "s")["turn"]["resumed"] == conversation
     assert show(env, "s")["harness_session_id"] == conversation
+
+
+# --- spex log --pretty and spex show ---------------------------------------------
+
+
+def test_log_pretty_renders_claude_events(env: Env) -> None:
+    new(env, "c", "claude", **ONLINE)
+    wake_json(env, "c", "fix it [deny]", "--window", "10")
+    out = env.run("log", "c", "--pretty").stdout.splitlines()
+    assert out[0].startswith("· session ")
+    assert "turn 1: fix it [deny]" in out
+    assert "✗ denied: Write a.txt" in out and "✗ denied: Bash make" in out
+    assert out[-1] == "✓ done (1 turns)"
+    assert not any(line.startswith("{") for line in out)
+    # Raw output is unchanged without --pretty.
+    assert env.run("log", "c").stdout.splitlines()[0].startswith("{")
+
+
+def test_log_pretty_marks_errors_and_passes_text_through(env: Env) -> None:
+    new(env, "o", "opencode", FAKE_OPENCODE_ONLINE="1")
+    wake_json(env, "o", "go [error]", "--window", "10")
+    out = env.run("log", "o", "--pretty").stdout.splitlines()
+    assert out == ["✗ Provider returned error: 500 Internal Server Error"]
+    env.run("new", "t", "--cwd", str(env.root), "--", harness("exit0.sh"))
+    wake_json(env, "t", "plain", "--window", "8")
+    assert env.run("log", "t", "--pretty").stdout == env.run("log", "t").stdout
+
+
+def test_show_prints_prompt_and_answer(env: Env) -> None:
+    new(env, "c", "claude", **ONLINE)
+    wake_json(env, "c", "look at the configs\nand more lines [ask]", "--window", "10")
+    out = env.run("show", "c").stdout
+    assert "prompt    look at the configs\n" in out
+    assert "answer    I found two config files. Which one should I change?\n" in out
+    assert "(ended asking a question)" in out
+    doc = show(env, "c")
+    assert doc["prompt_line"] == "look at the configs"
+    assert doc["answer_line"].endswith("Which one should I change?")

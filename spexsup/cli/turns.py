@@ -364,6 +364,14 @@ def log(
             show_default=False,
         ),
     ] = None,
+    pretty: Annotated[
+        bool,
+        typer.Option(
+            "--pretty",
+            help="Render claude/codex/opencode/pi JSON events as text: assistant text, one"
+            " line per tool call, errors marked (red on a terminal).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Print a turn's output (with --json: its metadata).
@@ -374,6 +382,7 @@ def log(
       spex log api --turn last~1
       spex log api --turn 3fa --json
       spex log api --tail 20 -f
+      spex log api --pretty
     """
     from spexsup import sessions, turns
 
@@ -395,6 +404,16 @@ def log(
         print_json(turns.load_turn(spex, turn))
         return
     out = sys.stdout.buffer
-    for chunk in control.log(spex, name, turn=turn, follow=follow, tail=tail):
+    chunks = control.log(spex, name, turn=turn, follow=follow, tail=tail)
+    if pretty:
+        from spexsup import pretty as renderer
+        from spexsup.report import _meta
+
+        shown = turn or sessions.get(spex, name).current_turn
+        parser = _meta(turns.turn_dir(spex, name, shown)).get("outcome") if shown else None
+        chunks = renderer.render(
+            chunks, parser if isinstance(parser, str) else None, color=sys.stdout.isatty()
+        )
+    for chunk in chunks:
         out.write(chunk)
         out.flush()
