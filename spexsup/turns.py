@@ -326,7 +326,9 @@ def _prepare(
     files["meta.json"] = json.dumps(meta).encode()
     if ending.timeout:
         files["deadline"] = f"{ending.timeout:g} {ending.grace:g}\n".encode()
-    if ending.login_timeout is not None:
+    if ending.login_timeout is not None and argv and b"/" not in argv[0]:
+        # A bare name is looked up on the login shell's PATH; a path (the
+        # demo's interpreter, `-- ./agent.sh`) needs no lookup.
         files["login"] = f"{ending.login_timeout:g}\n".encode()
     if ending.limit_wait is not None:
         files["on-limit"] = f"{ending.limit_wait:g} {ending.limit_margin:g}\n".encode()

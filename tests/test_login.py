@@ -113,3 +113,11 @@ def test_the_login_path_is_cached_until_an_rc_file_changes(env: Env) -> None:
     code, v = wake_json(env, "t", "x", "--window", "8")
     assert code == 0, v
     assert count.read_text().count("y") == 1
+
+
+def test_a_harness_given_as_a_path_needs_no_login_shell(env: Env) -> None:
+    (Path(env.vars["HOME"]) / ".profile").write_text("sleep 30\n")
+    env.run("new", "t", "--cwd", str(env.root), "--", "/bin/echo")
+    code, v = wake_json(env, "t", "x", "--window", "8")
+    assert code == 0 and v["verdict"] == "completed", v
+    assert show(env, "t")["binary"] == "/bin/echo"
