@@ -217,6 +217,10 @@ fi
 
 mark "reporting:$pid:$rc"
 
+# Read again: what the harness may have done to its turn dir is the reporter's
+# to find out, not ours to have cached.
+reporter=()
+mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
 if [ ${#reporter[@]} -gt 0 ]; then
     "${reporter[@]}" "$rc" </dev/null
     cas=$?
