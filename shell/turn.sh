@@ -3,16 +3,67 @@
 # the session's pane and record how it ended in the outcome marker.
 #
 #   bash turn.sh TURN_DIR
+#   bash turn.sh --which NAME [SECONDS]   (the path NAME resolves to on the
+#        login PATH; exit 1 not found, 126 no login shell; `spex new` uses it)
 #
 # TURN_DIR holds `argv` (NUL-separated; the prompt is one element, never
 # parsed by a shell), `env` (NUL-separated KEY=VALUE), `reporter` (the argv of
 # `spex internal turn-exit SESSION TURN`, NUL-separated), `prompt`, and
-# `stdin` when the prompt goes on the harness's stdin.
+# `stdin` when the prompt goes on the harness's stdin, and `deadline`
+# ("SECONDS GRACE") when the turn has a time limit, and `login` (SECONDS)
+# when the harness runs with the PATH of the user's login shell.
 #
 # Marker states, each written atomically (tmp + mv -f):
 #   running:<pid>  ->  reporting:<pid>:<rc>  ->  exit:<rc>:cas:<cas>
+# and, waiting for a usage limit to reset (`on-limit`), running:<pid> ->
+# limited:<pid>:<reset_epoch> -> running:<pid> (the resumed run) -> …
 # then the pane becomes a shell again.
 set -u
+
+# The PATH of the user's login shell, as a person at a terminal has it:
+# `"$SHELL" -lc`, else the passwd entry's shell, given at most $1 seconds.
+# Cached in the state home per shell and rc-file change times (a login
+# shell can cost from milliseconds to a minute of rc files).
+login_path() {
+    local limit=$1 sh=${SHELL:-} key cache="" out cached_key="" cached_path=""
+    if [ -z "$sh" ] || [ ! -x "$sh" ]; then
+        sh=$(getent passwd "$(id -u)" 2>/dev/null | cut -d: -f7)
+    fi
+    if [ -z "$sh" ] || [ ! -x "$sh" ]; then
+        return 1
+    fi
+    key="$sh $(cd ~ 2>/dev/null && stat -c '%n:%.9Y:%s' -- /etc/profile /etc/profile.d .profile \
+        .bash_profile .bash_login .bashrc .zprofile .zshenv .zshrc .zlogin \
+        .config/fish/config.fish 2>/dev/null | tr '\n' ' ')"
+    [ -n "${SPEXSUP_HOME:-}" ] && cache=$SPEXSUP_HOME/login-path
+    if [ -n "$cache" ] && [ -r "$cache" ]; then
+        { IFS= read -r cached_key && IFS= read -r cached_path; } <"$cache"
+        if [ "$cached_key" = "$key" ] && [ -n "$cached_path" ]; then
+            printf '%s' "$cached_path"
+            return 0
+        fi
+    fi
+    # rc files may print: the PATH is what follows the last sentinel.
+    out=$(timeout -k 1 "$limit" "$sh" -lc 'printf "\n@spex-path@%s" "$PATH"' </dev/null 2>/dev/null) ||
+        return 1
+    case $out in *@spex-path@*) ;; *) return 1 ;; esac
+    out=${out##*@spex-path@}
+    [ -n "$out" ] || return 1
+    if [ -n "$cache" ]; then
+        printf '%s\n%s\n' "$key" "$out" >"$cache.$$" 2>/dev/null && mv -f "$cache.$$" "$cache"
+    fi
+    printf '%s' "$out"
+}
+
+if [ "${1:-}" = "--which" ]; then
+    name=${2:?usage: turn.sh --which NAME [SECONDS]}
+    if ! login=$(login_path "${3:-10}"); then
+        echo "spex: no login shell could be resolved" >&2
+        exit 126
+    fi
+    PATH=$login type -P -- "$name" || exit 1
+    exit 0
+fi
 
 dir=${1:?usage: turn.sh TURN_DIR}
 pid=$$
@@ -47,20 +98,67 @@ fi
 
 argv=()
 mapfile -d '' -t argv <"$dir/argv"
+
+# The login shell's PATH first, then the session's --env, which wins.
+refused=""
+if [ -r "$dir/login" ]; then
+    read -r login_limit <"$dir/login"
+    if login=$(login_path "$login_limit"); then
+        export PATH="$login"
+    else
+        refused="no login shell could be resolved - turn NOT started"
+        refused_rc=126
+        : >"$dir/no-login-shell"
+    fi
+fi
 while IFS= read -r -d '' kv; do
     export "${kv?}"
 done <"$dir/env"
+# The harness binary as this PATH resolves it (spex show prints it); a
+# missing one is named plainly, never left to a bash error.
+if [ -z "$refused" ] && [ ${#argv[@]} -gt 0 ]; then
+    if binary=$(type -P -- "${argv[0]}"); then
+        printf '%s\n' "$binary" >"$dir/binary"
+    else
+        where="the login PATH"
+        [ -r "$dir/login" ] || where="PATH"
+        refused="${argv[0]} not found on $where"
+        refused_rc=127
+        : >"$dir/not-found"
+    fi
+fi
 
 input=/dev/null
 [ -e "$dir/stdin" ] && input=$dir/prompt
 
 # In a git work tree: record its state before the harness touches it (spex diff).
 if [ -e "$dir/git-start.todo" ]; then
-    reporter=()
     mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
     [ ${#reporter[@]} -gt 0 ] &&
         "${reporter[0]}" -m spexsup.worktree record-start "$dir" "$PWD" </dev/null >/dev/null 2>&1
     rm -f "$dir/git-start.todo"
+fi
+
+reporter=()
+mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
+
+# A time limit: a watchdog that, when it expires, leaves `timed-out` in the
+# turn dir and ends the harness's process tree (SIGTERM, SIGKILL after the
+# grace). Cancelled when the harness ends first; waited for when it fired,
+# so its SIGKILL pass is over before the end is reported (rc 124).
+watchdog=""
+if [ -r "$dir/deadline" ] && [ ${#reporter[@]} -gt 0 ] && [ -z "$refused" ]; then
+    read -r limit grace <"$dir/deadline"
+    (
+        sleeper=""
+        trap '[ -n "$sleeper" ] && kill "$sleeper" 2>/dev/null; exit 0' TERM
+        sleep "$limit" &
+        sleeper=$!
+        wait "$sleeper" || exit 0
+        : >"$dir/timed-out"
+        "${reporter[0]}" -m spexsup.deadline "$dir" "$pid" "$grace" </dev/null
+    ) &
+    watchdog=$!
 fi
 
 # Output goes live to the pane and to output.log. PIPESTATUS keeps the
@@ -68,13 +166,59 @@ fi
 if [ ${#argv[@]} -eq 0 ]; then
     echo "spex: empty harness argv in $dir" | tee -a "$dir/output.log"
     rc=127
+elif [ -n "$refused" ]; then
+    echo "spex: $refused" | tee -a "$dir/output.log"
+    rc=$refused_rc
 else
-    (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 | tee -a "$dir/output.log"
-    rc=${PIPESTATUS[0]}
+    # With `on-limit` (--on-limit wait): a usage limit with a reset time in
+    # reach is waited out here in the pane (`limited:<pid>:<reset_epoch>`),
+    # then the harness runs again resuming the same conversation; the
+    # attempt that hit the limit keeps its output as limited-N.output.log.
+    waits=0
+    while :; do
+        (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 | tee -a "$dir/output.log"
+        rc=${PIPESTATUS[0]}
+        if [ ! -r "$dir/on-limit" ] || [ $waits -ge 5 ] || [ -e "$dir/timed-out" ] ||
+            [ ${#reporter[@]} -eq 0 ]; then
+            break
+        fi
+        plan=$("${reporter[0]}" -m spexsup.limit plan "$dir" </dev/null 2> >(tee -a "$dir/output.log" >&2)) ||
+            break
+        read -r reset until <<<"$plan"
+        waits=$((waits + 1))
+        mark "limited:$pid:$reset"
+        status "turn $turn waiting for usage reset"
+        now=$(date +%s)
+        if [ "$until" -gt "$now" ]; then
+            sleep $((until - now)) &
+            wait $!
+        fi
+        # A stop (or the time limit) during the wait ends the turn here.
+        "${reporter[0]}" -m spexsup.limit still "$dir" </dev/null || break
+        mv -f "$dir/output.log" "$dir/limited-$waits.output.log"
+        argv=()
+        mapfile -d '' -t argv <"$dir/argv"
+        input=/dev/null
+        [ -e "$dir/stdin" ] && input=$dir/prompt
+        mark "running:$pid"
+        status "turn $turn running"
+        printf '[spex] usage limit reset: resuming the conversation\n' | tee -a "$dir/output.log"
+    done
+fi
+if [ -n "$watchdog" ]; then
+    kill "$watchdog" 2>/dev/null
+    wait "$watchdog" 2>/dev/null
+    if [ -e "$dir/timed-out" ]; then
+        printf '\n[spex] turn %s ran past its time limit (%ss): ended\n' "$turn" "$limit" |
+            tee -a "$dir/output.log"
+        rc=124
+    fi
 fi
 
 mark "reporting:$pid:$rc"
 
+# Read again: what the harness may have done to its turn dir is the reporter's
+# to find out, not ours to have cached.
 reporter=()
 mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
 if [ ${#reporter[@]} -gt 0 ]; then

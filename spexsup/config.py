@@ -103,6 +103,9 @@ KEYS: dict[str, Callable[[object], Any]] = {
     "max_concurrent": _count,
     "strict": _flag,
     "tmux_prefix": _prefix,
+    "login_shell": _flag,
+    "login_timeout": _number(0.1, 600),
+    "limit_margin": _number(0, 3600),
 }
 
 
@@ -116,6 +119,12 @@ class Config:
     max_concurrent: int | None = None
     strict: bool = False
     tmux_prefix: str | None = None
+    # Turns run with the PATH of the user's login shell (`"$SHELL" -lc`), which
+    # must answer within login_timeout seconds.
+    login_shell: bool = True
+    login_timeout: float = 10.0
+    # After a usage limit's reset time, this long before resuming.
+    limit_margin: float | None = None
     retention: Retention = Retention()
     files: tuple[Path, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -122,6 +123,7 @@ class Ended:
     state: str | None
     rc: int | None
     error: str | None
+    flags: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -136,6 +138,7 @@ class Ended:
             "state": self.state,
             "rc": self.rc,
             "error": self.error,
+            "flags": list(self.flags),
         }
 
 
@@ -169,7 +172,8 @@ def wait(spex: Spex, names: Sequence[str], *, timeout: float | None = None) -> l
                 if turn is None:
                     raise Refused(f"session {name!r} has no turn to wait for")
                 if row["state"] not in ("starting", "running"):
-                    ended[name] = Ended(name, turn, row["state"], row["rc"], row["error"])
+                    flags = tuple(json.loads(row["flags"])) if row["flags"] else ()
+                    ended[name] = Ended(name, turn, row["state"], row["rc"], row["error"], flags)
                 elif turn not in watched:
                     watch.add(turn_dir(spex, name, turn))
                     watched.add(turn)
@@ -231,10 +235,17 @@ def log(
     path = directory / "output.log"
     offset = 0 if tail is None else tail_offset(path, tail)
 
+    inode: int | None = None
+
     def drain() -> Iterator[bytes]:
-        nonlocal offset
+        nonlocal offset, inode
         try:
             with path.open("rb") as f:
+                # A usage-limit wait starts the resumed run in a new output.log.
+                current = os.fstat(f.fileno()).st_ino
+                if inode is not None and current != inode:
+                    offset = 0
+                inode = current
                 f.seek(offset)
                 while chunk := f.read(65536):
                     offset += len(chunk)

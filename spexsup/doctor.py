@@ -63,8 +63,15 @@ def run_checks(spex: Spex) -> list[Check]:
         if h.binary is None:
             checks.append(Check(f"harness {name}", True, h.notes or "built in", required=False))
             continue
-        path = shutil.which(h.binary)
-        detail = "not on PATH"
+        # As a turn finds it: on the login shell's PATH (spex new checks the same).
+        from spexsup.errors import SpexError
+        from spexsup.sessions import check_binary
+
+        try:
+            path: str | None = check_binary(spex.home, h.binary)
+            detail = ""
+        except SpexError as e:
+            path, detail = None, e.message
         if path:
             detail = f"{path} {_version([path, *h.version_args]) or '(version unknown)'}"
         checks.append(Check(f"harness {name}", path is not None, detail, required=False))

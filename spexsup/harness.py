@@ -31,6 +31,38 @@ class Fatal:
 
 
 @dataclass(frozen=True)
+class Limit:
+    """A usage-limit message: `pattern` matches it; its group `reset` (if any)
+    holds the reset time, read as `reset` says: "epoch" (unix seconds),
+    "clock" (`7pm`, `9:30 AM`, `19:30`, optionally `(Area/City)`), "in"
+    (`2 hours 5 minutes`, `5h`, `30m`), or "" (no time given)."""
+
+    pattern: str
+    reset: str = ""
+
+
+RESET_KINDS = ("", "epoch", "clock", "in")
+
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smh]?)")
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+MAX_TIMEOUT = 7 * 86400.0
+
+
+def parse_duration(text: str | float, what: str = "timeout") -> float:
+    """`90s`, `15m`, `2h` (or a bare number of seconds) in seconds; Invalid otherwise."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        m = _DURATION.fullmatch(str(text).strip())
+        if m is None:
+            raise Invalid(f"invalid {what} {text!r}", hint="a duration: 90s, 15m, 2h")
+        value = float(m.group(1)) * _UNITS[m.group(2)]
+    if not 0 < value <= MAX_TIMEOUT:
+        raise Invalid(f"invalid {what} {text!r}", hint="more than 0 and at most 7 days")
+    return value
+
+
+@dataclass(frozen=True)
 class Harness:
     name: str
     fresh: tuple[str, ...]
@@ -48,13 +80,27 @@ class Harness:
     binary: str | None = None
     version_args: tuple[str, ...] = ("--version",)
     notes: str = ""
+    # The structured-output parser for outcome flags (spexsup.outcome.PARSERS).
+    outcome: str | None = None
+    # Any outcome flag fails the turn; the turn's time limit in seconds.
+    strict: bool = False
+    timeout: float | None = None
+    limited: tuple[Limit, ...] = ()
+    # "uuid": the caller chooses a fresh conversation's id ({session_id} in
+    # `fresh`, claude's --session-id); spex assigns and stores it at admission.
+    assign_id: str | None = None
 
-    def argv(self, prompt: bytes, session_id: str | None) -> tuple[list[bytes], bool]:
-        """The turn's argv and whether the prompt goes on stdin.
+    def argv(
+        self, prompt: bytes, session_id: str | None, assigned: str | None = None
+    ) -> tuple[list[bytes], bool]:
+        """The turn's argv and whether the prompt goes on stdin; a fresh turn of
+        a harness that takes a chosen id gets `assigned` as its {session_id}.
 
         Raises Invalid when the prompt fits neither argv nor stdin.
         """
         template = self.resume if session_id and self.resume else self.fresh
+        if template is self.fresh:
+            session_id = assigned
         if self.prompt_via == "append":
             # The command harness: the user's argv verbatim (a literal
             # `{prompt}` in it stays as typed), the prompt one last argument.
@@ -107,7 +153,18 @@ BUILTIN: dict[str, Harness] = {
     # With no prompt argument, claude -p reads the prompt from stdin.
     "claude": Harness(
         name="claude",
-        fresh=("claude", "-p", "--output-format", "stream-json", "--verbose", "--", PROMPT),
+        fresh=(
+            "claude",
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--session-id",
+            SESSION_ID,
+            "--",
+            PROMPT,
+        ),
+        assign_id="uuid",
         resume=(
             "claude",
             "-p",
@@ -133,6 +190,23 @@ BUILTIN: dict[str, Harness] = {
             ),
         ),
         binary="claude",
+        outcome="claude",
+        limited=(
+            # Print mode, older releases: the reset as unix seconds.
+            Limit(r"Claude AI usage limit reached\|(?P<reset>[0-9]{9,11})", "epoch"),
+            # `Claude usage limit reached. Your limit will reset at 9am (America/Chicago).`
+            Limit(
+                r"usage limit reached\. Your limit will reset at (?P<reset>[0-9:]+ ?[apAP][mM]"
+                r"(?: \([A-Za-z_/+-]+\))?)",
+                "clock",
+            ),
+            # `You've hit your limit · resets 7pm (Europe/Berlin)`
+            Limit(
+                r"(?:hit your limit|limit reached)[^\n]{0,40}?resets (?:at )?(?P<reset>[0-9:]+ ?"
+                r"[apAP][mM](?: \([A-Za-z_/+-]+\))?)",
+                "clock",
+            ),
+        ),
     ),
     # codex refuses to run outside a trusted (git) directory; spex keeps that
     # safety check and names it when it fires. Add --skip-git-repo-check in
@@ -159,6 +233,16 @@ BUILTIN: dict[str, Harness] = {
             ),
         ),
         binary="codex",
+        outcome="codex",
+        limited=(
+            # `You've hit your usage limit. … or try again in 2 hours 5 minutes.`
+            Limit(r"hit your usage limit[^\n]*?try again in (?P<reset>[0-9][0-9a-z ,]*)", "in"),
+            # `… try again at 3:45 PM.`
+            Limit(
+                r"hit your usage limit[^\n]*?try again at (?P<reset>[0-9:]+ ?[apAP][mM])", "clock"
+            ),
+            Limit(r"You've hit your usage limit|usage_limit_reached", ""),
+        ),
     ),
     "opencode": Harness(
         name="opencode",
@@ -176,6 +260,14 @@ BUILTIN: dict[str, Harness] = {
             ),
         ),
         binary="opencode",
+        outcome="opencode",
+        limited=(
+            Limit(
+                r"usage limit reached\. Your limit will reset at (?P<reset>[0-9:]+ ?[apAP][mM])",
+                "clock",
+            ),
+            Limit(r"usage limit reached|hit your (?:usage )?limit", ""),
+        ),
     ),
     # pi's parser has no `--`, so the prompt always goes on stdin.
     "pi": Harness(
@@ -195,6 +287,14 @@ BUILTIN: dict[str, Harness] = {
             ),
         ),
         binary="pi",
+        outcome="pi",
+        limited=(
+            Limit(
+                r"usage limit reached\. Your limit will reset at (?P<reset>[0-9:]+ ?[apAP][mM])",
+                "clock",
+            ),
+            Limit(r"usage limit reached|hit your (?:usage )?limit", ""),
+        ),
     ),
 }
 
@@ -210,6 +310,11 @@ FIELDS = {
     "binary": str,
     "version_args": list,
     "notes": str,
+    "outcome": str,
+    "strict": bool,
+    "timeout": object,
+    "limited": list,
+    "assign_id": str,
 }
 
 
@@ -257,7 +362,12 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
             raise _bad(path, name, key, f"unknown field (known: {', '.join(FIELDS)})")
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        if key == "timeout":
+            try:
+                value = parse_duration(value)
+            except Invalid:
+                raise _bad(path, name, key, "must be a duration: 90s, 15m, 2h") from None
+        elif not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             raise _bad(path, name, key, f"must be a {kind.__name__}")
         values[key] = value
     for key in ("fresh", "resume", "retryable", "version_args"):
@@ -273,10 +383,31 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
         ):
             raise _bad(path, name, "fatal", "each entry needs a string pattern and cause")
         fatal.append(Fatal(item["pattern"], item["cause"]))
+    limited: list[Limit] = []
+    for item in values.get("limited", []):  # type: ignore[attr-defined]
+        if (
+            not isinstance(item, dict)
+            or "pattern" not in item
+            or not set(item) <= {"pattern", "reset"}
+            or not all(isinstance(v, str) for v in item.values())
+            or item.get("reset", "") not in RESET_KINDS
+        ):
+            raise _bad(
+                path,
+                name,
+                "limited",
+                'each entry needs a string pattern and reset one of "", "epoch", "clock", "in"',
+            )
+        limited.append(Limit(item["pattern"], item.get("reset", "")))
+    if "assign_id" in values and values["assign_id"] not in ("", "uuid"):
+        raise _bad(path, name, "assign_id", 'must be "uuid" or ""')
+    if "outcome" in values and values["outcome"] not in ("", "claude", "codex", "opencode", "pi"):
+        raise _bad(path, name, "outcome", 'one of "claude", "codex", "opencode", "pi", ""')
     for key, patterns in (
         ("id_pattern", [values["id_pattern"]] if "id_pattern" in values else []),
         ("retryable", values.get("retryable", [])),
         ("fatal", [f.pattern for f in fatal]),
+        ("limited", [lim.pattern for lim in limited]),
     ):
         for pattern in patterns:  # type: ignore[attr-defined]
             try:
@@ -294,10 +425,17 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
         raise _bad(path, name, "fresh", "required for a new harness")
     merged = base or Harness(name=name, fresh=())
     changes: dict[str, object] = {
-        k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k != "fatal"
+        k: tuple(v) if isinstance(v, list) else v
+        for k, v in values.items()
+        if k not in ("fatal", "limited")
     }
     if "fatal" in values:
         changes["fatal"] = tuple(fatal)
+    if "limited" in values:
+        changes["limited"] = tuple(limited)
+    for key in ("outcome", "assign_id"):
+        if changes.get(key) == "":
+            changes[key] = None
     harness = replace(merged, name=name, **changes)  # type: ignore[arg-type]
     if not harness.fresh:
         raise _bad(path, name, "fresh", "must not be empty")
@@ -306,6 +444,13 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
             raise _bad(path, name, key, f'needs a "{PROMPT}" element (or prompt_via = "stdin")')
     if harness.resume is not None and SESSION_ID not in harness.resume:
         raise _bad(path, name, "resume", f'needs a "{SESSION_ID}" element')
+    if harness.assign_id and SESSION_ID not in harness.fresh:
+        if "assign_id" in values:
+            raise _bad(path, name, "fresh", f'needs a "{SESSION_ID}" element with assign_id')
+        harness = replace(harness, assign_id=None)  # an override that dropped --session-id
+    if not harness.assign_id and SESSION_ID in harness.fresh:
+        # An override of claude's fresh argv without --session-id: no id to assign.
+        raise _bad(path, name, "fresh", f'"{SESSION_ID}" needs assign_id = "uuid"')
     return harness
 
 

@@ -1,7 +1,10 @@
 """The outcome marker a turn's wrapper writes (DESIGN §2.4).
 
 Grammar, one line, optionally newline-terminated:
-`running:<pid>`, `reporting:<pid>:<rc>`, `exit:<rc>:cas:<cas>`.
+`running:<pid>`, `limited:<pid>:<reset_epoch>` (the wrapper waits in the
+pane for a usage limit to reset, then runs the harness again resuming the
+conversation, back at `running:<pid>`), `reporting:<pid>:<rc>`,
+`exit:<rc>:cas:<cas>`.
 No file yet is `NONE`; anything else is `INVALID`.
 """
 
@@ -14,6 +17,7 @@ from pathlib import Path
 
 _GRAMMAR = re.compile(
     rb"running:(?P<rpid>[0-9]{1,10})"
+    rb"|limited:(?P<lpid>[0-9]{1,10}):(?P<reset>[0-9]{1,12})"
     rb"|reporting:(?P<ppid>[0-9]{1,10}):(?P<prc>[0-9]{1,3})"
     rb"|exit:(?P<rc>[0-9]{1,3}):cas:(?P<cas>[0-9]{1,3})"
 )
@@ -23,6 +27,7 @@ MAX_MARKER_BYTES = 64
 class Stage(enum.Enum):
     NONE = "none"
     RUNNING = "running"
+    LIMITED = "limited"
     REPORTING = "reporting"
     EXIT = "exit"
     INVALID = "invalid"
@@ -35,6 +40,7 @@ class Marker:
     rc: int | None = None
     cas: int | None = None
     text: str = ""
+    reset: int | None = None
 
 
 def parse(raw: bytes) -> Marker:
@@ -45,6 +51,8 @@ def parse(raw: bytes) -> Marker:
         return Marker(Stage.INVALID, text=text)
     if m["rpid"] is not None:
         return Marker(Stage.RUNNING, pid=int(m["rpid"]), text=text)
+    if m["lpid"] is not None:
+        return Marker(Stage.LIMITED, pid=int(m["lpid"]), reset=int(m["reset"]), text=text)
     if m["ppid"] is not None:
         return Marker(Stage.REPORTING, pid=int(m["ppid"]), rc=int(m["prc"]), text=text)
     return Marker(Stage.EXIT, rc=int(m["rc"]), cas=int(m["cas"]), text=text)

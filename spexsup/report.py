@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spexsup.store import Store
 
 if TYPE_CHECKING:
+    from spexsup import outcome as outcome_mod
     from spexsup.harness import Harness
 
 RECORDED = 0
@@ -101,7 +103,14 @@ def conversation_of(store: Store, turn_dir: Path, adapter: Harness | None = None
     else:
         name, pattern = id_pattern(store.home, turn_dir)
     try:
-        return find_conversation_id(turn_dir, pattern)
+        found = find_conversation_id(turn_dir, pattern)
+        if found is None and name in ("opencode", "pi"):
+            # Nothing in the stream: the CLI's own session store may have it.
+            from spexsup import convstore
+
+            meta = _meta(turn_dir)
+            found = convstore.lookup(name, meta.get("cwd"), meta.get("started"))
+        return found
     except PatternTimeout:
         with store.tx() as db:
             db.execute(
@@ -149,6 +158,89 @@ def end_state(rc: int) -> str:
     return "complete" if rc == 0 else "error"
 
 
+def _meta(turn_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((turn_dir / "meta.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+@dataclass
+class Judgement:
+    """How a turn that exited with `rc` ended: its state, flags, and for a
+    failure its named cause (`timed-out`, `strict`, `agent-error`,
+    `usage-limit`, `not-found`, `no-login-shell`) and message."""
+
+    state: str
+    flags: list[str] = field(default_factory=list)
+    cause: str | None = None
+    error: str | None = None
+    limit_reset: float | None = None
+
+
+def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -> Judgement:
+    """Read the turn's end from its files: the watchdog's `timed-out`, the
+    outcome flags of its structured output, strict mode, a usage-limit message.
+
+    Bounded (see `outcome`): the flags are read from the end of the output.
+    """
+    from spexsup import outcome
+
+    meta = _meta(turn_dir)
+    name = adapter.name if adapter is not None else str(meta.get("harness") or "")
+    if rc == 126 and (turn_dir / "no-login-shell").exists():
+        return Judgement(
+            "error",
+            cause="no-login-shell",
+            error="no login shell could be resolved - turn NOT started"
+            " (check $SHELL and its rc files; or login_shell = false in config.toml)",
+        )
+    if rc == 127 and (turn_dir / "not-found").exists():
+        where = "the login PATH" if (turn_dir / "login").exists() else "PATH"
+        binary = name if name and name != "command" else "the harness"
+        return Judgement("error", cause="not-found", error=f"{binary} not found on {where}")
+    if rc == 124 and (turn_dir / "timed-out").exists():
+        limit = meta.get("timeout")
+        spent = f" ({outcome.span(limit)})" if isinstance(limit, int | float) else ""
+        return Judgement("timed-out", cause="timed-out", error=f"ran past its time limit{spent}")
+    parser = adapter.outcome if adapter is not None else meta.get("outcome")
+    found = outcome.read(turn_dir, parser if isinstance(parser, str) else None)
+    verdict = Judgement(end_state(rc), found.flags)
+    if rc != 0 or found.fails or any(f.startswith("agent-error:") for f in found.flags):
+        limit = _usage_limit(home, turn_dir, name, adapter)
+        if limit is not None:
+            verdict.state, verdict.cause = "error", "usage-limit"
+            verdict.error = f"{name or 'the harness'} hit its usage limit ({limit.when()})"
+            verdict.limit_reset = limit.reset
+            return verdict
+    if rc == 0 and found.fails:
+        verdict.state, verdict.cause = "error", "agent-error"
+        verdict.error = f"exited 0 after an error: {outcome.describe(found.flags)}"
+    elif rc == 0 and found.flags and meta.get("strict"):
+        verdict.state, verdict.cause = "error", "strict"
+        verdict.error = f"strict: {outcome.describe(found.flags)}"
+    return verdict
+
+
+def _usage_limit(
+    home: Path, turn_dir: Path, name: str, adapter: Harness | None
+) -> outcome_mod.UsageLimit | None:
+    from spexsup import outcome
+
+    if adapter is None:
+        if not name or name == "command":
+            return None
+        from spexsup import harness
+
+        try:
+            adapter = harness.load_registry(home).get(name)
+        except Exception:  # a broken harnesses.toml: spex doctor names it
+            return None
+    limits = tuple((lim.pattern, lim.reset) for lim in adapter.limited)
+    return outcome.find_limit(turn_dir, limits, time.time())
+
+
 def _launcher_alive(pid: int | None, token: str | None) -> bool:
     from spexsup.procs import Liveness, identity_liveness
 
@@ -174,6 +266,11 @@ def record_exit(
     attempt is retried, and records it otherwise).
     """
     conversation = conversation_of(store, turn_dir, adapter) if turn_dir else None
+    found = None
+    if state is None and rc is not None and turn_dir is not None:
+        found = judge(store.home, turn_dir, rc, adapter)
+        state = found.state
+        error = error or found.error
     state = state or end_state(rc if rc is not None else 1)
     if error is None and rc and turn_dir is not None:
         error = last_line(turn_dir)
@@ -193,15 +290,24 @@ def record_exit(
             return STALE
         if (
             reporter
-            and rc != 0
+            and (rc != 0 or state != "complete")
             and row["state"] == "starting"
             and _launcher_alive(row["launcher_pid"], row["launcher_token"])
         ):
             return DEFERRED
         db.execute(
-            "UPDATE turns SET state = ?, rc = ?, ended_at = ?, error = coalesce(?, error)"
-            " WHERE id = ?",
-            (state, rc, time.time(), error, turn),
+            "UPDATE turns SET state = ?, rc = ?, ended_at = ?, error = coalesce(?, error),"
+            " flags = ?, cause = ?, limit_reset = ?, waiting_until = NULL WHERE id = ?",
+            (
+                state,
+                rc,
+                time.time(),
+                error,
+                json.dumps(found.flags) if found is not None else None,
+                found.cause if found is not None else None,
+                found.limit_reset if found is not None else None,
+                turn,
+            ),
         )
         db.execute(
             "UPDATE sessions SET state = CASE WHEN state IN ('stopped', 'removing') THEN state"

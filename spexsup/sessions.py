@@ -47,6 +47,9 @@ class Session:
     incarnation: str
     launch_fence: int
     worktree: Worktree | None = None
+    timeout: float | None = None
+    strict: bool = False
+    on_limit: str | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Session:
@@ -64,6 +67,9 @@ class Session:
             incarnation=row["incarnation"],
             launch_fence=row["launch_fence"],
             worktree=_worktree(row["worktree"]),
+            timeout=row["timeout"],
+            strict=bool(row["strict"]),
+            on_limit=row["on_limit"],
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
@@ -81,6 +87,49 @@ def _worktree(text: str | None) -> Worktree | None:
     from spexsup.worktree import Worktree
 
     return Worktree.from_json(text)
+
+
+def check_binary(home: Path, binary: str) -> str:
+    """The path `binary` resolves to as a turn will resolve it: on the login
+    shell's PATH (the wrapper's own `--which`), or on ours when config.toml
+    sets login_shell = false. Refused naming it when it does not resolve."""
+    import os
+    import subprocess
+
+    from spexsup import config
+    from spexsup.paths import wrapper_path
+
+    settings = config.load(home)
+    if not settings.login_shell:
+        found = shutil.which(binary)
+        if found is None:
+            raise Refused(
+                f"{binary} is not installed or not on your PATH", hint="spex doctor; or --no-check"
+            )
+        return found
+    wrapper = os.environ.get("SPEXSUP_WRAPPER") or str(wrapper_path())
+    try:
+        r = subprocess.run(
+            ["bash", wrapper, "--which", binary, f"{settings.login_timeout:g}"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "SPEXSUP_HOME": str(home)},
+            timeout=settings.login_timeout + 5,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise Refused(f"cannot check for {binary} on your login PATH: {e}") from None
+    if r.returncode == 126:
+        raise Refused(
+            "no login shell could be resolved (check $SHELL and its rc files)",
+            hint="login_shell = false in config.toml, or --no-check",
+        )
+    if r.returncode != 0 or not r.stdout.strip():
+        raise Refused(
+            f"{binary} is not installed or not on your login PATH",
+            hint="spex doctor; or --no-check",
+        )
+    return r.stdout.strip()
 
 
 def validate_name(name: str) -> str:
@@ -122,6 +171,10 @@ def create(
     window: float | None = None,
     command: Sequence[str] | None = None,
     worktree: Request | None = None,
+    timeout: float | None = None,
+    strict: bool = False,
+    on_limit: str | None = None,
+    check: bool = True,
 ) -> Session:
     """Record the session, then build its tmux home; undo the record if tmux fails.
 
@@ -142,7 +195,9 @@ def create(
             hint=f"--harness one of: {names}; or -- CMD ARGS…",
         )
     if harness != "command":
-        harnesses.load_registry(spex.home).get(harness)
+        adapter = harnesses.load_registry(spex.home).get(harness)
+        if check and adapter.binary:
+            check_binary(spex.home, adapter.binary)
     if harness == "command" and not command:
         raise Invalid("the command harness needs a command", hint="spex new NAME -- CMD ARGS…")
     if command and harness != "command":
@@ -171,7 +226,8 @@ def create(
         with spex.store.tx() as db:
             db.execute(
                 "INSERT INTO sessions (name, harness, command, cwd, env, window, created_at,"
-                " incarnation, state, worktree) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " incarnation, state, worktree, timeout, strict, on_limit)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     harness,
@@ -183,6 +239,9 @@ def create(
                     incarnation,
                     "idle" if plan is None else "creating",
                     None if plan is None else plan.worktree.to_json(),
+                    timeout,
+                    int(strict),
+                    on_limit,
                 ),
             )
     except sqlite3.IntegrityError:
@@ -474,6 +533,9 @@ def describe(
             "turn": history[0] if history else None,
             "home": home_status(census, s, spex.home) if census else "unknown",
             "window": s.window,
+            "timeout": s.timeout,
+            "strict": s.strict,
+            "on_limit": s.on_limit,
             "command": list(s.command) if s.command else None,
             "created_at": s.created_at,
             "lease": (
@@ -488,8 +550,13 @@ def describe(
             from spexsup import worktree as worktrees
 
             entry["worktree"] = worktrees.describe(s.name, s.worktree)
+        # The latest turn's resolved binary, prompt and answer: read from its
+        # files, so only where a session is shown (null in `ls`).
+        entry.update(binary=None, prompt_line=None, answer_line=None)
         if turns > 1:
             entry["turns"] = history
+            if history:
+                entry.update(turn_mod.turn_summary(spex, s.name, history[0]["id"]))
         out.append(entry)
     return out
 

@@ -133,6 +133,24 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN worktree TEXT;
     """,
+    # 8: honest outcomes (issue 14). Per session: a turn time limit (seconds),
+    # strict mode (any outcome flag fails the turn), what a usage limit does
+    # ('wait[:HOURS]'). Per turn: the outcome flags (a JSON list), its time
+    # limit and strictness, the named cause of a failed end (`timed-out`,
+    # `strict`, `agent-error`, `usage-limit`, `not-found`, `no-login-shell`),
+    # a usage limit's reset time, and while the wrapper waits for it in the
+    # pane (`--on-limit wait`), when it will run the harness again.
+    """
+    ALTER TABLE sessions ADD COLUMN timeout REAL;
+    ALTER TABLE sessions ADD COLUMN strict INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN on_limit TEXT;
+    ALTER TABLE turns ADD COLUMN flags TEXT;
+    ALTER TABLE turns ADD COLUMN timeout REAL;
+    ALTER TABLE turns ADD COLUMN strict INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE turns ADD COLUMN cause TEXT;
+    ALTER TABLE turns ADD COLUMN limit_reset REAL;
+    ALTER TABLE turns ADD COLUMN waiting_until REAL;
+    """,
 )
 
 

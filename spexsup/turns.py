@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,9 @@ class Verdict:
     error: str | None = None
     elapsed_ms: int = 0
     attempts: int = 1
+    flags: list[str] = field(default_factory=list)
+    # Waiting in the pane for a usage limit to reset, until then (epoch).
+    waiting_until: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -122,8 +125,35 @@ def failure_message(harness: Harness, directory: Path, rc: int, cas: int | None)
 # --- admission and launch -------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Limits:
+    """A wake's own `--timeout` (seconds) and `--strict`; the session's and
+    then the harness's apply where these are not given."""
+
+    timeout: float | None = None
+    strict: bool = False
+    on_limit: str | None = None
+
+
+def parse_on_limit(text: str) -> float:
+    """`wait` or `wait:HOURS`: the longest usage-limit wait, in seconds."""
+    head, _, hours = text.partition(":")
+    try:
+        value = float(hours) if hours else DEFAULT_LIMIT_WAIT_HOURS
+    except ValueError:
+        value = -1
+    if head != "wait" or not 0 < value <= 24 * 14:
+        raise Invalid(f"invalid --on-limit {text!r}", hint="wait, or wait:HOURS (the longest wait)")
+    return value * 3600
+
+
+DEFAULT_LIMIT_WAIT_HOURS = 12.0
+# After the reset time a CLI names, this long before the harness runs again.
+DEFAULT_LIMIT_MARGIN = 60.0
+
+
 def admit(
-    spex: Spex, name: str, prompt: bytes, *, fresh: bool
+    spex: Spex, name: str, prompt: bytes, *, fresh: bool, limits: Limits | None = None
 ) -> tuple[Session, str, Path, Harness]:
     """One transaction: check the session can take a turn, insert it (`starting`).
 
@@ -135,6 +165,7 @@ def admit(
     reconcile(spex, [name])
     turn = new_turn_id()
     pid, token = own_identity()
+    settings = config.load(spex.home)
     with spex.store.tx() as db:
         row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
         if row is None:
@@ -168,28 +199,79 @@ def admit(
             )
         adapter = session.adapter(spex.home)
         resume_id = None if fresh else session.harness_session_id
-        argv, on_stdin = adapter.argv(prompt, resume_id)
+        # A harness that lets us choose a new conversation's id gets one now,
+        # stored with the admission: a turn that dies before it prints its
+        # init event can still be resumed.
+        assigned = None
+        if adapter.assign_id == "uuid" and not (resume_id and adapter.resume):
+            import uuid
+
+            assigned = str(uuid.uuid4())
+        argv, on_stdin = adapter.argv(prompt, resume_id, assigned)
         # The first attempt's launch fence (see `_claim_fence`), claimed here
         # so the launch needs no transaction of its own.
         fence = session.launch_fence + 1
+        limits = limits or Limits()
+        timeout = limits.timeout or session.timeout or adapter.timeout
+        strict = limits.strict or session.strict or adapter.strict or settings.strict
         db.execute(
             "INSERT INTO turns (id, session, state, resumed, launcher_pid, launcher_token,"
-            " started_at, boot_id, fence) VALUES (?, ?, 'starting', ?, ?, ?, ?, ?, ?)",
-            (turn, name, resume_id, pid, token, time.time(), boot_id() or None, fence),
+            " started_at, boot_id, fence, timeout, strict)"
+            " VALUES (?, ?, 'starting', ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                turn,
+                name,
+                resume_id,
+                pid,
+                token,
+                time.time(),
+                boot_id() or None,
+                fence,
+                timeout,
+                int(strict),
+            ),
         )
         db.execute(
-            "UPDATE sessions SET current_turn = ?, state = 'running', launch_fence = ?"
-            " WHERE name = ?",
-            (turn, fence, name),
+            "UPDATE sessions SET current_turn = ?, state = 'running', launch_fence = ?,"
+            " harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",
+            (turn, fence, assigned, name),
         )
     directory = ensure_private_dir(turn_dir(spex, name, turn), under=spex.home)
-    _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter)
+    grace = settings.grace if timeout else None
+    on_limit = limits.on_limit or session.on_limit
+    ending = Ending(
+        timeout,
+        DEFAULT_KILL_GRACE if grace is None else grace,
+        strict,
+        settings.login_timeout if settings.login_shell else None,
+        parse_on_limit(on_limit) if on_limit else None,
+        settings.limit_margin if settings.limit_margin is not None else DEFAULT_LIMIT_MARGIN,
+    )
+    _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter, ending)
     if _in_git_tree(Path(session.cwd)):
         # The wrapper records the work tree's state (`git-start`, for spex
         # diff) before the harness starts: a dozen git calls are not worth
         # holding the verdict for.
         write_atomic(directory / "git-start.todo", b"", durable=False)
     return session, turn, directory, adapter
+
+
+# Between the watchdog's SIGTERM and SIGKILL when config.toml sets no grace.
+DEFAULT_KILL_GRACE = 5.0
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What the wrapper and the reporter need to judge the turn's end."""
+
+    timeout: float | None
+    grace: float
+    strict: bool
+    # Resolve PATH through the login shell, waiting at most this long.
+    login_timeout: float | None = None
+    # Wait in the pane for a usage limit to reset, at most this long.
+    limit_wait: float | None = None
+    limit_margin: float = 60.0
 
 
 def _in_git_tree(cwd: Path) -> bool:
@@ -206,8 +288,10 @@ def _prepare(
     argv: list[bytes],
     on_stdin: bool,
     adapter: Harness,
+    ending: Ending,
 ) -> None:
-    """The turn dir: exact prompt bytes, NUL-separated argv/env/reporter, metadata."""
+    """The turn dir: exact prompt bytes, NUL-separated argv/env/reporter, metadata,
+    and `deadline` (`SECONDS GRACE`) for the wrapper's watchdog."""
     files = {
         "prompt": prompt,
         "argv": b"\0".join(argv) + b"\0",
@@ -229,8 +313,25 @@ def _prepare(
     files["reporter"] = "\0".join(reporter).encode() + b"\0"
     # The harness is named, not its id pattern: fixing harnesses.toml fixes
     # every later read of this turn.
-    meta = {"session": session.name, "turn": turn, "harness": adapter.name}
+    meta = {
+        "session": session.name,
+        "turn": turn,
+        "harness": adapter.name,
+        "outcome": adapter.outcome,
+        "strict": ending.strict,
+        "timeout": ending.timeout,
+        "cwd": session.cwd,
+        "started": time.time(),
+    }
     files["meta.json"] = json.dumps(meta).encode()
+    if ending.timeout:
+        files["deadline"] = f"{ending.timeout:g} {ending.grace:g}\n".encode()
+    if ending.login_timeout is not None and argv and b"/" not in argv[0]:
+        # A bare name is looked up on the login shell's PATH; a path (the
+        # demo's interpreter, `-- ./agent.sh`) needs no lookup.
+        files["login"] = f"{ending.login_timeout:g}\n".encode()
+    if ending.limit_wait is not None:
+        files["on-limit"] = f"{ending.limit_wait:g} {ending.limit_margin:g}\n".encode()
     # Not fsync'd: after a crash the turn is lost anyway, and these die with it.
     for name, data in files.items():
         write_atomic(directory / name, data, durable=False)
@@ -465,7 +566,12 @@ def confirm_startup(
         if first is not None and now >= deadline:
             if m.stage is Stage.REPORTING:
                 continue  # it exited while settling: wait for its exit like any other
-            if m != first or first.pid is None:
+            # A usage-limit wait (`limited:`) is the same wrapper, alive.
+            if (
+                first.pid is None
+                or m.pid != first.pid
+                or m.stage not in (Stage.RUNNING, Stage.LIMITED)
+            ):
                 return Startup("failed", m, f"marker changed while settling: {m.text!r}")
             if identity_liveness(first.pid, token) is not Liveness.ALIVE:
                 return Startup("failed", m, f"wrapper pid {first.pid} died while settling")
@@ -496,6 +602,7 @@ def wake(
     force: bool = False,
     gate: AbstractContextManager[object] | None = None,
     on_admitted: Callable[[str], None] | None = None,
+    limits: Limits | None = None,
 ) -> Verdict:
     """Start a turn and report what is true about it within the window.
 
@@ -520,7 +627,9 @@ def wake(
     gate = gate or nullcontext()
     with ticket(spex, name, "wake"):
         with gate:
-            session, turn, directory, adapter = admit(spex, name, prompt, fresh=fresh)
+            session, turn, directory, adapter = admit(
+                spex, name, prompt, fresh=fresh, limits=limits
+            )
         if on_admitted is not None:
             on_admitted(turn)
         span = resolve_window(session, adapter, window, configured)
@@ -638,11 +747,20 @@ def _settle(
         raise Refused(
             f"turn {turn} of {name!r} was stopped while it started", hint=f"spex show {name}"
         )
+    verdict = result.verdict
+    flags: list[str] = []
     if rc is not None:
         # The wrapper's reporter may have deferred to us (a failure we might
         # have retried), failed, or be slow: the CAS makes recording twice safe.
         report.record_exit(spex.store, name, turn, rc, directory, adapter=adapter)
-        if rc != 0:
+        ended = spex.store.db.execute(
+            "SELECT state, error, flags, cause FROM turns WHERE id = ?", (turn,)
+        ).fetchone()
+        flags = json.loads(ended["flags"] or "[]") if ended else []
+        if ended is not None and ended["cause"]:
+            # Timed out, strict, an error opencode exited 0 after, a usage limit.
+            verdict, error = "failed", ended["error"]
+        elif rc != 0:
             error = failure_message(adapter, directory, rc, m.cas)
     elif result.verdict == "failed":
         _abandon(spex, session, turn, directory, error or "failed")
@@ -652,13 +770,21 @@ def _settle(
         db.execute(
             "UPDATE turns SET verdict = ?, error = coalesce(?, error),"
             " pid = coalesce(?, pid) WHERE id = ?",
-            (result.verdict, error, result.pid, turn),
+            (verdict, error, result.pid, turn),
         )
-        if result.verdict == "confirmed":
+        if verdict == "confirmed":
             db.execute(
                 "UPDATE turns SET state = 'running' WHERE id = ? AND state = 'starting'", (turn,)
             )
-    return Verdict(name, turn, result.verdict, rc, result.pid, error)
+    waiting_until = None
+    if verdict == "confirmed":
+        row = spex.store.db.execute(
+            "SELECT waiting_until FROM turns WHERE id = ?", (turn,)
+        ).fetchone()
+        waiting_until = row["waiting_until"] if row else None
+    return Verdict(
+        name, turn, verdict, rc, result.pid, error, flags=flags, waiting_until=waiting_until
+    )
 
 
 def _abandon(spex: Spex, session: Session, turn: str, directory: Path, error: str) -> None:
@@ -738,10 +864,10 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
         m = marker.read(directory)
         if m.stage is Stage.EXIT:
             report.record_exit(spex.store, name, turn, m.rc, directory)
-        elif m.stage in (Stage.RUNNING, Stage.REPORTING):
+        elif m.stage in (Stage.RUNNING, Stage.LIMITED, Stage.REPORTING):
             assert m.pid is not None
             alive = wrapper_liveness(m.pid, directory)
-            if alive is Liveness.ALIVE and m.stage is Stage.RUNNING:
+            if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:
                 with spex.store.tx() as db:
                     db.execute(
                         "UPDATE turns SET state = 'running', pid = coalesce(pid, ?)"
@@ -777,11 +903,49 @@ def turn_json(row: Any) -> dict[str, Any]:
         "error": row["error"],
         "attempts": row["attempts"],
         "resumed": row["resumed"],
+        "flags": json.loads(row["flags"]) if row["flags"] else [],
+        "cause": row["cause"],
+        "timeout": row["timeout"],
+        "strict": bool(row["strict"]),
+        "limit_reset": row["limit_reset"],
+        "limit_reset_iso": ids.iso(row["limit_reset"]),
+        "waiting_until": row["waiting_until"],
+        "waiting_until_iso": ids.iso(row["waiting_until"]),
         "started_at": row["started_at"],
         "started_at_iso": ids.iso(row["started_at"]),
         "ended_at": row["ended_at"],
         "ended_at_iso": ids.iso(row["ended_at"]),
     }
+
+
+def _first_line(path: Path, size: int = 4096) -> str | None:
+    try:
+        with path.open("rb") as f:
+            data = f.read(size).decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in data.splitlines():
+        if line.strip():
+            return line.strip()[:200]
+    return None
+
+
+def turn_summary(spex: Spex, session: str, turn: str) -> dict[str, str | None]:
+    """What `spex show` adds about a turn: the harness binary it resolved, its
+    prompt's first line and the last line of its final answer (from the
+    structured output, bounded as the exit reporter reads it)."""
+    from spexsup import outcome
+
+    directory = turn_dir(spex, session, turn)
+    binary = _first_line(directory / "binary")
+    prompt = _first_line(directory / "prompt")
+    answer = None
+    parser = report._meta(directory).get("outcome")
+    if isinstance(parser, str):
+        text = outcome.read(directory, parser).answer
+        lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+        answer = lines[-1][:200] if lines else None
+    return {"binary": binary, "prompt_line": prompt, "answer_line": answer}
 
 
 def load_turn(spex: Spex, turn: str) -> dict[str, Any]:

@@ -152,13 +152,15 @@ def _merge_turns(db: sqlite3.Connection, doc: Doc) -> None:
         if leg["turn"] is None or leg.get("turn_state") not in TURN_ACTIVE:
             continue
         row = db.execute(
-            "SELECT state, rc, error FROM turns WHERE id = ?", (leg["turn"],)
+            "SELECT state, rc, error, flags, cause FROM turns WHERE id = ?", (leg["turn"],)
         ).fetchone()
         if row is None or row["state"] == leg.get("turn_state"):
             continue
         leg["turn_state"] = row["state"]
         if row["state"] not in TURN_ACTIVE:
             leg["rc"] = row["rc"]
+            leg["flags"] = json.loads(row["flags"]) if row["flags"] else []
+            leg["cause"] = row["cause"]
             if row["state"] != "complete" and row["error"]:
                 leg["turn_error"] = row["error"]
 
@@ -447,6 +449,7 @@ class Wave:
         window: float | None,
         gate: threading.Semaphore,
         fresh: bool = False,
+        limits: turns.Limits | None = None,
     ) -> None:
         spex = self._spex()
 
@@ -494,8 +497,15 @@ class Wave:
                 fresh=fresh,
                 gate=Slot(),
                 on_admitted=admitted,
+                limits=limits,
             )
-            result = {"turn": v.turn, "verdict": v.verdict, "rc": v.rc, "error": v.error}
+            result = {
+                "turn": v.turn,
+                "verdict": v.verdict,
+                "rc": v.rc,
+                "error": v.error,
+                "flags": v.flags,
+            }
         except _AbortedLeg as e:
             result = {"verdict": "aborted", "status": "aborted", "error": str(e)}
         except Refused as e:
@@ -509,7 +519,12 @@ class Wave:
         self.update(finished)
 
     def launch(
-        self, prompt: bytes, window: float | None, max_concurrent: int, fresh: bool = False
+        self,
+        prompt: bytes,
+        window: float | None,
+        max_concurrent: int,
+        fresh: bool = False,
+        limits: turns.Limits | None = None,
     ) -> None:
         """Launch every leg; return when each has its verdict (or was aborted).
         `fresh`: every leg starts a new conversation (as `wake --fresh`)."""
@@ -517,7 +532,9 @@ class Wave:
         names = [leg["session"] for leg in self.doc["legs"]]
         # One thread per leg: the gate bounds launches, confirmations overlap.
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-            futures = [pool.submit(self.run_leg, n, prompt, window, gate, fresh) for n in names]
+            futures = [
+                pool.submit(self.run_leg, n, prompt, window, gate, fresh, limits) for n in names
+            ]
             for future in futures:
                 future.result()
 
@@ -568,8 +585,10 @@ def fanout(
     on_complete: str | None = None,
     on_create: Callable[[Wave], None] | None = None,
     fresh: bool = False,
+    limits: turns.Limits | None = None,
 ) -> Wave:
-    """Create a wave over `names` and launch it (see `Wave.launch`)."""
+    """Create a wave over `names` and launch it (see `Wave.launch`); `limits`
+    (a time limit, strict mode) apply to every leg's turn as to a wake's."""
     if not 1 <= max_concurrent <= 1024:
         raise Invalid(f"invalid --max-concurrent {max_concurrent}", hint="between 1 and 1024")
     sessions.validate_window(window)
@@ -584,7 +603,7 @@ def fanout(
         mutate(spex, retry_of, link)
     if on_create is not None:
         on_create(wave)
-    wave.launch(prompt, window, max_concurrent, fresh)
+    wave.launch(prompt, window, max_concurrent, fresh, limits)
     return wave
 
 

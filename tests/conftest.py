@@ -71,6 +71,11 @@ class Env:
             check=False,
         )
 
+    def login_path(self, path: str) -> None:
+        """The PATH the user's login shell sets: turns run with it (a tiny
+        `.profile` in the test's HOME, as a person's dotfiles would)."""
+        (Path(self.vars["HOME"]) / ".profile").write_text(f"PATH='{path}'\nexport PATH\n")
+
     def pane_pid(self, name: str) -> int:
         out = self.tmux("display-message", "-p", "-t", f"={name}:0.0", "#{pane_pid}")
         return int(out.stdout.strip())
@@ -120,6 +125,8 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
         monkeypatch.setenv(key, value)
     vars_ = dict(os.environ.items())
     e = Env(tmp_path, home, tmux_tmpdir, socket, vars_)
+    # Turns take their PATH from the login shell: give it ours (fakes first).
+    e.login_path(values["PATH"])
     try:
         yield e
     finally:

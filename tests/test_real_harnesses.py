@@ -26,6 +26,7 @@ def real(env: Env) -> Env:
         pytest.fail("SPEXSUP_REAL_CLI_BIN must name node_modules/.bin (run: make test-real)")
     system = ":".join(p for p in os.environ["PATH"].split(":") if "fakes" not in p)
     env.vars["PATH"] = f"{BIN}:{system}"
+    env.login_path(env.vars["PATH"])
     return env
 
 
@@ -40,6 +41,11 @@ def test_claude_logged_out_fails_naming_the_cause(real: Env) -> None:
     report("claude", real, "c", v)
     assert code == 1 and v["verdict"] == "failed"
     assert v["error"].startswith("claude is not logged in (run claude /login)")
+    # spex chose the conversation id (--session-id) and stored it at admission;
+    # the CLI used it: its init event names the same one.
+    assigned = show(real, "c")["harness_session_id"]
+    assert assigned and len(assigned) == 36
+    assert assigned in real.run("log", "c").stdout
 
 
 def test_claude_unknown_resume_id_fails_naming_it(real: Env) -> None:

@@ -15,7 +15,18 @@ import typer
 
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
-from spexsup.cli.params import AllOpt, BaseOpt, JsonOpt, MatchOpt, PromptFileOpt, RepoOpt, WindowOpt
+from spexsup.cli.params import (
+    AllOpt,
+    BaseOpt,
+    JsonOpt,
+    MatchOpt,
+    OnLimitOpt,
+    PromptFileOpt,
+    RepoOpt,
+    StrictOpt,
+    TimeoutOpt,
+    WindowOpt,
+)
 from spexsup.cli.render import document, print_json, table
 from spexsup.cli.turns import read_prompt
 from spexsup.errors import Invalid
@@ -47,6 +58,10 @@ def leg_line(leg: dict[str, Any]) -> str:
     error = leg.get("turn_error") or leg["error"]
     if error:
         parts.append(f"({error})")
+    elif leg.get("flags"):
+        from spexsup.outcome import describe
+
+        parts.append(f"({describe(leg['flags'])})")
     return " ".join(parts)
 
 
@@ -138,6 +153,9 @@ def fanout(
         bool,
         typer.Option("--fresh", help="Start new conversations instead of resuming (as wake)."),
     ] = False,
+    timeout: TimeoutOpt = None,
+    strict: StrictOpt = False,
+    on_limit: OnLimitOpt = None,
     retry_failed: Annotated[
         str | None,
         typer.Option(
@@ -218,7 +236,12 @@ def fanout(
         return
     from spexsup import ids, waves
     from spexsup import worktree as wt
+    from spexsup.harness import parse_duration
+    from spexsup.turns import Limits, parse_on_limit
 
+    if on_limit is not None:
+        parse_on_limit(on_limit)
+    limits = Limits(parse_duration(timeout) if timeout is not None else None, strict, on_limit)
     spex = open_spex(ctx)
     defaults = settings(ctx, spex)
     if max_concurrent is None:
@@ -300,6 +323,7 @@ def fanout(
             on_complete=on_complete,
             on_create=on_create,
             fresh=fresh,
+            limits=limits,
         )
         if wait and "signal" not in holder:
             wave.listeners.clear()

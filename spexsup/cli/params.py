@@ -57,3 +57,33 @@ BaseOpt = Annotated[
     str | None,
     typer.Option("--base", metavar="REF", help="For worktrees: start from REF. [default: HEAD]"),
 ]
+
+# Honest outcomes (issue 14): wake, fanout, new.
+TimeoutOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--timeout",
+        metavar="DURATION",
+        help="End the turn if it runs longer (90s, 15m, 2h): SIGTERM to its tree, SIGKILL"
+        " after the grace, state timed-out, rc 124. [default: the session's, else the harness's]",
+        show_default=False,
+    ),
+]
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        help="Any outcome flag (a denied tool, max turns, an agent error, no answer, a"
+        " question) fails the turn.",
+    ),
+]
+OnLimitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--on-limit",
+        metavar="wait[:HOURS]",
+        help="On a usage limit with a reset time, wait in the pane (at most HOURS, default 12)"
+        " and resume the same conversation. [default: the session's; else the turn fails]",
+        show_default=False,
+    ),
+]

@@ -63,7 +63,10 @@ def turn_cells(turn: dict[str, Any] | None, *, wide: bool = False) -> tuple[str,
     when = age(time.time() - turn["started_at"])
     if turn["ended_at"] is not None:
         when += f", ran {span(turn['ended_at'] - turn['started_at'])}"
-    return f"{ident} {turn['state']}{rc}", when
+    state = turn["state"]
+    if state in ("starting", "running") and turn.get("waiting_until"):
+        state = f"waiting for usage reset {clock(turn['waiting_until'])}"
+    return f"{ident} {state}{rc}", when
 
 
 def shorten_path(path: str, width: int) -> str:
@@ -162,6 +165,12 @@ def turn_line(t: dict[str, Any]) -> str:
         line += f", ran {span(t['ended_at'] - t['started_at'])}"
     if t["error"]:
         line += f"  ({t['error']})"
+    elif waiting(t):
+        line += f"  (waiting for usage reset {clock(t['waiting_until'])})"
+    elif t.get("flags"):
+        from spexsup.outcome import describe
+
+        line += f"  ({describe(t['flags'])})"
     return line
 
 
@@ -180,6 +189,20 @@ def show_lines(row: dict[str, Any]) -> list[str]:
     out.append(f"resume id {row['harness_session_id'] or '-'}")
     if row["window"]:
         out.append(f"window    {row['window']}s")
+    if row.get("timeout"):
+        from spexsup.outcome import span as limit_span
+
+        out.append(f"timeout   {limit_span(row['timeout'])}")
+    if row.get("strict"):
+        out.append("strict    yes (any outcome flag fails a turn)")
+    for key, label in (
+        ("on_limit", "on limit "),
+        ("binary", "binary   "),
+        ("prompt_line", "prompt   "),
+        ("answer_line", "answer   "),
+    ):
+        if row.get(key):
+            out.append(f"{label} {row[key]}")
     turns = row.get("turns") or []
     if not turns:
         out.append("turns     none yet")
@@ -201,13 +224,32 @@ def verdict_line(name: str, v: dict[str, Any]) -> str:
     line += f" ({v['elapsed_ms']} ms)"
     if v["error"]:
         line += f": {v['error']}"
+    elif v.get("flags"):
+        from spexsup.outcome import describe
+
+        line += f" ({describe(v['flags'])})"
+    elif v.get("waiting_until"):
+        line += f" (waiting for usage reset {clock(v['waiting_until'])})"
     return line
+
+
+def clock(epoch: float) -> str:
+    return time.strftime("%H:%M", time.localtime(epoch))
+
+
+def waiting(t: dict[str, Any]) -> bool:
+    """Is the turn waiting in its pane for a usage limit to reset?"""
+    return bool(t["state"] in ("starting", "running") and t.get("waiting_until"))
 
 
 def ended_line(e: dict[str, Any]) -> str:
     """`api: turn T error rc=1: <cause>`, what `spex wait` prints per turn."""
     rc = "" if e["rc"] is None else f" rc={e['rc']}"
     cause = f": {e['error']}" if e["error"] and e["state"] != "complete" else ""
+    if not cause and e.get("flags"):
+        from spexsup.outcome import describe
+
+        cause = f" ({describe(list(e['flags']))})"
     return f"{e['session']}: turn {e['turn']} {e['state']}{rc}{cause}"
 
 

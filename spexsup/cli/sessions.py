@@ -17,7 +17,10 @@ from spexsup.cli.params import (
     MatchOpt,
     NameArg,
     NamesArg,
+    OnLimitOpt,
     RepoOpt,
+    StrictOpt,
+    TimeoutOpt,
     WindowOpt,
 )
 from spexsup.cli.render import document, ls_text, print_json, removed_lines, show_lines, table
@@ -78,6 +81,13 @@ def new(
         str | None,
         typer.Option("--worktree-dir", metavar="DIR", help="With --worktree: make it in DIR/NAME."),
     ] = None,
+    timeout: TimeoutOpt = None,
+    strict: StrictOpt = False,
+    on_limit: OnLimitOpt = None,
+    no_check: Annotated[
+        bool,
+        typer.Option("--no-check", help="Create it even if the harness binary is not found."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a session and its tmux home (with --worktree: in a new git worktree).
@@ -99,6 +109,13 @@ def new(
     request = Request(branch, base, repo, worktree_dir)
     if not worktree and request != Request():
         raise Invalid("--branch, --base, --repo and --worktree-dir need --worktree")
+    from spexsup.harness import parse_duration
+
+    limit = parse_duration(timeout) if timeout is not None else None
+    if on_limit is not None:
+        from spexsup.turns import parse_on_limit
+
+        parse_on_limit(on_limit)
     spex = open_spex(ctx)
     if harness is None and not command:
         harness = settings(ctx, spex).default_harness
@@ -109,6 +126,10 @@ def new(
         cwd=cwd,
         env=sessions.parse_env(env or []),
         window=window,
+        timeout=limit,
+        strict=strict,
+        on_limit=on_limit,
+        check=not no_check,
         command=command,
         worktree=request if worktree else None,
     )

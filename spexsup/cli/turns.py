@@ -19,7 +19,10 @@ from spexsup.cli.params import (
     MatchOpt,
     NameArg,
     NamesArg,
+    OnLimitOpt,
     PromptFileOpt,
+    StrictOpt,
+    TimeoutOpt,
     WindowOpt,
 )
 from spexsup.cli.render import (
@@ -45,6 +48,9 @@ WAKE_OPTIONS = (
     "--window",
     "--fresh",
     "--force",
+    "--timeout",
+    "--strict",
+    "--on-limit",
     "--json",
     "-h",
     "--help",
@@ -107,11 +113,18 @@ def wake_and_report(
     fresh: bool,
     as_json: bool,
     force: bool = False,
+    timeout: str | None = None,
+    strict: bool = False,
+    on_limit: str | None = None,
 ) -> None:
-    from spexsup import turns
+    from spexsup import harness, turns
 
+    limit = harness.parse_duration(timeout) if timeout is not None else None
+    if on_limit is not None:
+        turns.parse_on_limit(on_limit)
+    limits = turns.Limits(limit, strict, on_limit)
     spex = open_spex(ctx)
-    verdict = turns.wake(spex, name, prompt, window=window, fresh=fresh, force=force)
+    verdict = turns.wake(spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits)
     if as_json:
         print_json(document({"ok": verdict.ok, **verdict.as_json()}))
     else:
@@ -137,6 +150,9 @@ def wake(
     force: Annotated[
         bool, typer.Option("--force", help="Replace whatever runs in the pane (vim, a REPL…).")
     ] = False,
+    timeout: TimeoutOpt = None,
+    strict: StrictOpt = False,
+    on_limit: OnLimitOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a turn and print its verdict (confirmed, completed, failed).
@@ -145,13 +161,25 @@ def wake(
     Examples:
       spex wake api "fix the flaky test"
       spex wake api -f prompt.md --window 5
+      spex wake api "run the nightly checks" --timeout 15m --strict
       git diff | spex wake api -f - --json
     """
     from spexsup import sessions
 
     sessions.validate_name(name)
     prompt = read_prompt(text, file)
-    wake_and_report(ctx, name, prompt, window=window, fresh=fresh, force=force, as_json=as_json)
+    wake_and_report(
+        ctx,
+        name,
+        prompt,
+        window=window,
+        fresh=fresh,
+        force=force,
+        as_json=as_json,
+        timeout=timeout,
+        strict=strict,
+        on_limit=on_limit,
+    )
 
 
 @app.command()
@@ -310,6 +338,14 @@ def log(
             show_default=False,
         ),
     ] = None,
+    pretty: Annotated[
+        bool,
+        typer.Option(
+            "--pretty",
+            help="Render claude/codex/opencode/pi JSON events as text: assistant text, one"
+            " line per tool call, errors marked (red on a terminal).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Print a turn's output (with --json: its metadata).
@@ -320,6 +356,7 @@ def log(
       spex log api --turn last~1
       spex log api --turn 3fa --json
       spex log api --tail 20 -f
+      spex log api --pretty
     """
     from spexsup import sessions, turns
 
@@ -341,6 +378,16 @@ def log(
         print_json(turns.load_turn(spex, turn))
         return
     out = sys.stdout.buffer
-    for chunk in control.log(spex, name, turn=turn, follow=follow, tail=tail):
+    chunks = control.log(spex, name, turn=turn, follow=follow, tail=tail)
+    if pretty:
+        from spexsup import pretty as renderer
+        from spexsup.report import _meta
+
+        shown = turn or sessions.get(spex, name).current_turn
+        parser = _meta(turns.turn_dir(spex, name, shown)).get("outcome") if shown else None
+        chunks = renderer.render(
+            chunks, parser if isinstance(parser, str) else None, color=sys.stdout.isatty()
+        )
+    for chunk in chunks:
         out.write(chunk)
         out.flush()

@@ -1,0 +1,414 @@
+"""Outcome flags: what the agent really did, read from its structured output.
+
+An agent CLI's exit status is not the whole truth: claude exits 0 when a
+tool permission was denied or when it stopped at `--max-turns`, opencode
+after an error it never recovered from. Each built-in adapter names a
+`parser` here; it reads the turn's JSON events and returns flags:
+
+- `denied:<tool>`       a tool use the permission system refused
+- `max-turns`           stopped at its turn limit
+- `agent-error:<text>`  the agent reported an error it did not recover from
+- `no-answer`           no final answer at all
+- `asked-question`      the final answer ends with a question to the user
+
+Runs in the exit reporter on every turn end, so it is bounded: the events
+that decide (claude's `result`, codex's `turn.*`, opencode's last `text` or
+`error`, pi's `agent_end`) are at the end of the output, so the log is read
+backwards in chunks, newest event first, only lines that carry an event
+type the parser wants are decoded, and the scan stops as soon as the parser
+has what it needs or after `SCAN_BUDGET` bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CHUNK = 1 << 16
+SCAN_BUDGET = 4 << 20
+# A single event line longer than this is skipped (never decoded).
+LINE_MAX = 1 << 20
+TEXT_MAX = 200
+
+
+@dataclass
+class Outcome:
+    """What a parser found. `fails` says the flags fail the turn even without
+    strict mode (opencode exiting 0 after an unrecovered error)."""
+
+    flags: list[str] = field(default_factory=list)
+    answer: str | None = None
+    fails: bool = False
+
+    def add(self, flag: str) -> None:
+        if flag not in self.flags:
+            self.flags.append(flag)
+
+
+def _one_line(text: object) -> str:
+    out = " ".join(str(text).split())
+    return out[: TEXT_MAX - 1] + "…" if len(out) > TEXT_MAX else out
+
+
+def lines_backwards(path: Path, budget: int = SCAN_BUDGET) -> Iterator[bytes]:
+    """The file's non-empty lines, last first, reading at most `budget` bytes
+    from the end. A line cut by the budget (its start not read) is not
+    yielded, and a line longer than LINE_MAX is dropped unread."""
+    with path.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        pos = f.tell()
+        floor = max(0, pos - budget)
+        rest = b""
+        skipping = False  # inside a line longer than LINE_MAX
+        while pos > floor:
+            step = min(CHUNK, pos - floor)
+            pos -= step
+            f.seek(pos)
+            parts = (f.read(step) + rest).split(b"\n")
+            if skipping:
+                if len(parts) == 1:
+                    rest = b""
+                    continue
+                parts[-1] = b""
+                skipping = False
+            rest = parts[0]
+            if len(rest) > LINE_MAX:
+                rest, skipping = b"", True
+            for line in reversed(parts[1:]):
+                if line and len(line) <= LINE_MAX:
+                    yield line
+        if pos == 0 and rest and not skipping:
+            yield rest
+
+
+# A parser gets the events newest first and returns True once it has seen enough.
+Parser = Callable[[dict[str, Any], Outcome], bool]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Which lines to decode (a cheap substring test before json.loads) and the parser."""
+
+    wanted: tuple[bytes, ...]
+    parse: Parser
+    finish: Callable[[Outcome], None] | None = None
+
+
+def _question(out: Outcome) -> None:
+    if out.answer is None or not out.answer.strip():
+        out.add("no-answer")
+    elif out.answer.rstrip().endswith("?"):
+        out.add("asked-question")
+
+
+# --- claude: `--output-format stream-json` ---------------------------------
+
+
+def _claude(event: dict[str, Any], out: Outcome) -> bool:
+    if event.get("type") != "result":
+        return False
+    subtype = str(event.get("subtype") or "")
+    for denial in event.get("permission_denials") or ():
+        if isinstance(denial, dict) and denial.get("tool_name"):
+            out.add(f"denied:{_one_line(denial['tool_name'])}")
+    if subtype == "error_max_turns":
+        out.add("max-turns")
+    elif event.get("is_error") or subtype.startswith("error"):
+        why = event.get("result") or (event.get("errors") or [None])[0] or subtype or "error"
+        out.add(f"agent-error:{_one_line(why)}")
+    result = event.get("result")
+    out.answer = result if isinstance(result, str) and not event.get("is_error") else None
+    if out.answer is None and not event.get("is_error") and subtype != "error_max_turns":
+        out.add("no-answer")
+    elif out.answer is not None:
+        _question(out)
+    return True
+
+
+def _claude_finish(out: Outcome) -> None:
+    if not out.flags and out.answer is None:
+        out.add("no-answer")  # no result event at all
+
+
+# --- codex: `exec --json` ----------------------------------------------------
+
+
+def _codex(event: dict[str, Any], out: Outcome) -> bool:
+    kind = event.get("type")
+    if kind == "turn.failed":
+        error = event.get("error") or {}
+        message = error.get("message") if isinstance(error, dict) else error
+        out.add(f"agent-error:{_one_line(message or 'turn failed')}")
+        out.fails = True
+    elif kind == "error" and not any(f.startswith("agent-error:") for f in out.flags):
+        # An error after the last completed turn was not recovered from.
+        if out.answer is None:
+            out.add(f"agent-error:{_one_line(event.get('message') or 'error')}")
+    elif kind == "item.completed":
+        item = event.get("item") or {}
+        if isinstance(item, dict) and item.get("type") == "agent_message":
+            out.answer = str(item.get("text") or "")
+            return True
+    elif kind == "turn.completed":
+        out.answer = out.answer or ""
+    return False
+
+
+def _codex_finish(out: Outcome) -> None:
+    if not any(f.startswith("agent-error:") for f in out.flags):
+        _question(out)
+
+
+# --- opencode: `run --format json` ------------------------------------------
+
+
+def _opencode(event: dict[str, Any], out: Outcome) -> bool:
+    kind = event.get("type")
+    if kind == "text":
+        part = event.get("part") or {}
+        text = part.get("text") if isinstance(part, dict) else None
+        if isinstance(text, str) and text.strip():
+            out.answer = text
+            return True  # an answer after any earlier error: recovered
+    elif kind == "error":
+        error = event.get("error") or {}
+        message = None
+        if isinstance(error, dict):
+            data = error.get("data")
+            message = (data.get("message") if isinstance(data, dict) else None) or error.get("name")
+        out.add(f"agent-error:{_one_line(message or error or 'error')}")
+        out.fails = True  # opencode exits 0 after it: a failure even without strict
+    return False
+
+
+def _opencode_finish(out: Outcome) -> None:
+    if not out.fails:
+        _question(out)
+
+
+# --- pi: `--mode json` --------------------------------------------------------
+
+
+def _pi_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    parts = [
+        c.get("text", "") for c in content or () if isinstance(c, dict) and c.get("type") == "text"
+    ]
+    return "".join(p for p in parts if isinstance(p, str))
+
+
+def _pi(event: dict[str, Any], out: Outcome) -> bool:
+    kind = event.get("type")
+    messages: list[Any] = []
+    if kind == "message_end":
+        messages = [event.get("message")]
+    elif kind == "agent_end":
+        messages = list(reversed(event.get("messages") or []))
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        if message.get("stopReason") in ("error", "aborted"):
+            why = message.get("errorMessage") or message.get("stopReason")
+            out.add(f"agent-error:{_one_line(why)}")
+        else:
+            out.answer = _pi_text(message)
+        return True
+    return False
+
+
+def _pi_finish(out: Outcome) -> None:
+    if not any(f.startswith("agent-error:") for f in out.flags):
+        _question(out)
+
+
+PARSERS: dict[str, Spec] = {
+    "claude": Spec((b'"result"',), _claude, _claude_finish),
+    "codex": Spec(
+        (b'"turn.failed"', b'"error"', b'"item.completed"', b'"turn.completed"'),
+        _codex,
+        _codex_finish,
+    ),
+    "opencode": Spec((b'"text"', b'"error"'), _opencode, _opencode_finish),
+    "pi": Spec((b'"message_end"', b'"agent_end"'), _pi, _pi_finish),
+}
+
+
+def read(turn_dir: Path, parser: str | None, budget: int = SCAN_BUDGET) -> Outcome:
+    """The outcome flags of a turn's output.log under `parser` (empty without one)."""
+    out = Outcome()
+    spec = PARSERS.get(parser or "")
+    if spec is None:
+        return out
+    try:
+        for line in lines_backwards(turn_dir / "output.log", budget):
+            if not any(w in line for w in spec.wanted):
+                continue
+            start = line.find(b"{")
+            if start < 0:
+                continue
+            try:
+                event = json.loads(line[start:])
+            except ValueError:
+                continue
+            if isinstance(event, dict) and spec.parse(event, out):
+                break
+    except OSError:
+        return out
+    if spec.finish is not None:
+        spec.finish(out)
+    return out
+
+
+def describe(flags: list[str]) -> str:
+    """`2 tool permissions denied: Write, Bash; stopped at max turns` for a verdict line."""
+    denied = [f.split(":", 1)[1] for f in flags if f.startswith("denied:")]
+    parts = []
+    if denied:
+        s = "" if len(denied) == 1 else "s"
+        parts.append(f"{len(denied)} tool permission{s} denied: {', '.join(denied)}")
+    for f in flags:
+        if f == "max-turns":
+            parts.append("stopped at its max turns")
+        elif f.startswith("agent-error:"):
+            parts.append(f"agent error: {f.split(':', 1)[1]}")
+        elif f == "no-answer":
+            parts.append("no final answer")
+        elif f == "asked-question":
+            parts.append("ended asking a question")
+    return "; ".join(parts)
+
+
+# --- usage limits ------------------------------------------------------------
+
+LIMIT_TAIL = 1 << 16
+_IN_UNITS = {
+    "s": 1,
+    "sec": 1,
+    "second": 1,
+    "m": 60,
+    "min": 60,
+    "minute": 60,
+    "h": 3600,
+    "hour": 3600,
+    "hr": 3600,
+    "d": 86400,
+    "day": 86400,
+}
+
+
+@dataclass(frozen=True)
+class UsageLimit:
+    """A usage-limit message in a turn's output, and when the limit resets
+    (unix seconds) if the message said."""
+
+    reset: float | None
+    text: str
+
+    def when(self) -> str:
+        if self.reset is None:
+            return "reset time not given"
+        import time
+
+        return "resets " + time.strftime("%H:%M", time.localtime(self.reset))
+
+
+def reset_time(kind: str, text: str, now: float) -> float | None:
+    """The epoch a reset text names: `epoch` seconds, a `clock` time (the next
+    one after `now`, in the named zone if any), or a span `in` from now."""
+    import re as _re
+
+    text = text.strip()
+    try:
+        if kind == "epoch":
+            return float(text)
+        if kind == "in":
+            total = 0.0
+            pairs = _re.findall(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]+)", text.lower())
+            for number, unit in pairs:
+                unit = unit.rstrip("s") if unit not in ("s",) else unit
+                if unit not in _IN_UNITS:
+                    return None
+                total += float(number) * _IN_UNITS[unit]
+            return now + total if pairs else None
+        if kind == "clock":
+            return _next_clock(text, now)
+    except (ValueError, OverflowError):
+        return None
+    return None
+
+
+def _next_clock(text: str, now: float) -> float | None:
+    import datetime as dt
+    import re as _re
+
+    m = _re.fullmatch(
+        r"([0-9]{1,2})(?::([0-9]{2}))?\s*([apAP][mM])?(?:\s*\(([A-Za-z_/+-]+)\))?", text
+    )
+    if m is None:
+        return None
+    hour, minute = int(m.group(1)), int(m.group(2) or 0)
+    if m.group(3):
+        hour = hour % 12 + (12 if m.group(3).lower() == "pm" else 0)
+    if hour > 23 or minute > 59:
+        return None
+    zone: dt.tzinfo | None = None
+    if m.group(4):
+        try:
+            from zoneinfo import ZoneInfo
+
+            zone = ZoneInfo(m.group(4))
+        except (ValueError, KeyError, OSError):
+            zone = None
+    current = dt.datetime.fromtimestamp(now, zone) if zone else dt.datetime.fromtimestamp(now)
+    candidate = current.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    if candidate.timestamp() <= now:
+        candidate += dt.timedelta(days=1)
+    return candidate.timestamp()
+
+
+def find_limit(
+    turn_dir: Path, limits: tuple[tuple[str, str], ...], now: float, timeout: float = 0.25
+) -> UsageLimit | None:
+    """The last usage-limit message (patterns and reset kinds from the harness
+    table) in the end of a turn's output, or None."""
+    if not limits:
+        return None
+    try:
+        with (turn_dir / "output.log").open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - LIMIT_TAIL))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    import regex
+
+    for pattern, kind in limits:
+        try:
+            found = list(regex.finditer(pattern, text, timeout=timeout))
+        except (TimeoutError, regex.error):
+            continue
+        if not found:
+            continue
+        last = found[-1]
+        groups = last.groupdict()
+        reset = reset_time(kind, groups["reset"], now) if groups.get("reset") and kind else None
+        return UsageLimit(reset, _one_line(last.group(0)))
+    return None
+
+
+def span(seconds: float) -> str:
+    """`90s`, `15m`, `2h`, `1h30m`: a time limit as a person writes it."""
+    seconds = round(seconds)
+    if seconds < 120 and seconds % 60:
+        return f"{seconds}s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 120 and minutes % 60:
+        return f"{minutes}m" + (f"{secs}s" if secs else "")
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h" + (f"{minutes}m" if minutes else "")

@@ -1,0 +1,191 @@
+"""`spex log --pretty`: a turn's structured output as text a person reads.
+
+The agent CLIs' JSON modes (claude stream-json, codex --json, opencode
+--format json, pi --mode json) become: assistant text as it is, each tool
+call on one line (`→ Bash: make test`), errors and denials marked `✗`
+(red on a terminal), and one closing line. Lines that are not JSON events
+(banners, stderr) pass through unchanged; events with nothing to show
+(deltas, usage, step markers) are left out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+RED = "\x1b[31m"
+DIM = "\x1b[2m"
+RESET = "\x1b[0m"
+ARG_MAX = 120
+
+
+def _short(value: object) -> str:
+    if isinstance(value, dict):
+        for key in ("command", "file_path", "path", "pattern", "url", "query", "description"):
+            if key in value:
+                value = value[key]
+                break
+        else:
+            value = json.dumps(value, ensure_ascii=False)
+    text = " ".join(str(value).split())
+    return text if len(text) <= ARG_MAX else text[: ARG_MAX - 1] + "…"
+
+
+class Painter:
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def error(self, text: str) -> str:
+        return f"{RED}✗ {text}{RESET}" if self.color else f"✗ {text}"
+
+    def note(self, text: str) -> str:
+        return f"{DIM}{text}{RESET}" if self.color else text
+
+
+Render = Callable[[dict[str, Any], Painter], list[str]]
+
+
+def _claude(e: dict[str, Any], p: Painter) -> list[str]:
+    kind = e.get("type")
+    if kind == "system" and e.get("subtype") == "init":
+        model = f" ({e['model']})" if e.get("model") else ""
+        return [p.note(f"· session {e.get('session_id')}{model}")]
+    if kind == "assistant":
+        out = []
+        for part in (e.get("message") or {}).get("content") or []:
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "text" and part.get("text"):
+                out.append(str(part["text"]).rstrip())
+            elif part.get("type") == "tool_use":
+                out.append(f"→ {part.get('name')}: {_short(part.get('input') or '')}")
+        if e.get("error"):
+            out.append(p.error(str(e["error"])))
+        return out
+    if kind == "result":
+        out = [
+            p.error(f"denied: {d.get('tool_name')} {_short(d.get('tool_input') or '')}")
+            for d in e.get("permission_denials") or []
+            if isinstance(d, dict)
+        ]
+        subtype = e.get("subtype")
+        turns = f"{e['num_turns']} turns" if e.get("num_turns") is not None else ""
+        cost = f"${e['total_cost_usd']:.4f}" if isinstance(e.get("total_cost_usd"), float) else ""
+        extra = ", ".join(x for x in (turns, cost) if x)
+        extra = f" ({extra})" if extra else ""
+        if subtype == "error_max_turns":
+            out.append(p.error(f"stopped at max turns{extra}"))
+        elif e.get("is_error"):
+            out.append(p.error(f"{e.get('result') or subtype}{extra}"))
+        else:
+            out.append(p.note(f"✓ done{extra}"))
+        return out
+    return []
+
+
+def _codex(e: dict[str, Any], p: Painter) -> list[str]:
+    kind = e.get("type")
+    if kind == "thread.started":
+        return [p.note(f"· thread {e.get('thread_id')}")]
+    if kind in ("item.completed", "item.started"):
+        item = e.get("item") or {}
+        itype = item.get("type")
+        if kind == "item.completed" and itype == "agent_message":
+            return [str(item.get("text") or "").rstrip()]
+        if kind == "item.started" and itype == "command_execution":
+            return [f"→ $ {_short(item.get('command') or '')}"]
+        if kind == "item.completed" and itype == "file_change":
+            changes = ", ".join(str(c.get("path")) for c in item.get("changes") or [])
+            return [f"→ edit: {_short(changes)}"]
+        if kind == "item.completed" and itype in ("mcp_tool_call", "web_search"):
+            return [f"→ {itype}: {_short(item.get('tool') or item.get('query') or '')}"]
+        return []
+    if kind == "error":
+        return [p.error(str(e.get("message")))]
+    if kind == "turn.failed":
+        error = e.get("error") or {}
+        return [
+            p.error(f"turn failed: {error.get('message') if isinstance(error, dict) else error}")
+        ]
+    if kind == "turn.completed":
+        return [p.note("✓ turn completed")]
+    return []
+
+
+def _opencode(e: dict[str, Any], p: Painter) -> list[str]:
+    kind = e.get("type")
+    part = e.get("part") or {}
+    if kind == "text":
+        return [str(part.get("text") or "").rstrip()]
+    if kind == "tool_use":
+        state = part.get("state") or {}
+        return [f"→ {part.get('tool')}: {_short(state.get('input') or '')}"]
+    if kind == "error":
+        error = e.get("error") or {}
+        data = error.get("data") if isinstance(error, dict) else None
+        message = (data or {}).get("message") if isinstance(data, dict) else None
+        return [p.error(str(message or error))]
+    return []
+
+
+def _pi(e: dict[str, Any], p: Painter) -> list[str]:
+    kind = e.get("type")
+    if kind == "session":
+        return [p.note(f"· session {e.get('id')}")]
+    if kind == "tool_execution_start":
+        return [f"→ {e.get('toolName')}: {_short(e.get('args') or '')}"]
+    if kind == "message_end":
+        message = e.get("message") or {}
+        if message.get("role") != "assistant":
+            return []
+        content = message.get("content")
+        out = [
+            str(part["text"]).rstrip()
+            for part in (content if isinstance(content, list) else [])
+            if isinstance(part, dict) and part.get("type") == "text" and part.get("text")
+        ]
+        if message.get("stopReason") in ("error", "aborted"):
+            out.append(p.error(str(message.get("errorMessage") or message.get("stopReason"))))
+        return out
+    if kind == "agent_end":
+        return [p.note("✓ done")]
+    return []
+
+
+RENDERERS: dict[str, Render] = {
+    "claude": _claude,
+    "codex": _codex,
+    "opencode": _opencode,
+    "pi": _pi,
+}
+
+
+def render_line(line: bytes, render: Render | None, painter: Painter) -> list[str]:
+    text = line.decode("utf-8", "replace")
+    if render is None or not text.lstrip().startswith("{"):
+        return [text]
+    try:
+        event = json.loads(text)
+    except ValueError:
+        return [text]
+    if not isinstance(event, dict) or "type" not in event:
+        return [text]
+    return render(event, painter)
+
+
+def render(chunks: Iterable[bytes], parser: str | None, *, color: bool) -> Iterator[bytes]:
+    """The chunks of a turn's output, line by line, rendered for `parser`'s
+    CLI (unchanged text when it has none). Works on a followed stream: a
+    partial last line waits for its end."""
+    renderer = RENDERERS.get(parser or "")
+    painter = Painter(color)
+    pending = b""
+    for chunk in chunks:
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        out = [s for line in lines for s in render_line(line, renderer, painter)]
+        if out:
+            yield ("\n".join(out) + "\n").encode()
+    if pending:
+        yield ("\n".join(render_line(pending, renderer, painter)) + "\n").encode()
