@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spexsup import control, lease
+from spexsup import control, events, lease
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.lease import Capability
 from spexsup.procs import Liveness, belongs_to, identity_liveness, kill_members, own_identity
@@ -251,6 +251,13 @@ class Maintenance:
                             for i, c in enumerate(self.plan)
                         ],
                     )
+                    events.record(
+                        db,
+                        "lease-acquired",
+                        epoch=self.epoch,
+                        scope="all" if self.all_sessions else scope,
+                        holder=self.pid,
+                    )
                     break
                 holder = row["holder_pid"]
             if time.monotonic() >= give_up:
@@ -305,13 +312,15 @@ class Maintenance:
 
     def release(self) -> None:
         with self.spex.store.tx() as db:
-            db.execute(
+            cur = db.execute(
                 "UPDATE lease SET state = 'open', token_hash = NULL, holder_pid = NULL,"
                 " holder_token = NULL, deadline = NULL, scope = NULL, all_sessions = 0,"
                 " revoked = 0, command_pid = NULL, command_token = NULL"
                 " WHERE id = 1 AND epoch = ?",
                 (self.epoch,),
             )
+            if cur.rowcount:
+                events.record(db, "lease-released", epoch=self.epoch)
 
     def record_command(self, pid: int, token: str) -> None:
         """Name the command with the lease, so recovery can kill it."""

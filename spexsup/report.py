@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spexsup import events
 from spexsup.store import Store
 
 if TYPE_CHECKING:
@@ -309,6 +310,7 @@ def record_exit(
                 turn,
             ),
         )
+        events.turn_ended(db, state, session=session, turn=turn, rc=rc, cause=error)
         db.execute(
             "UPDATE sessions SET state = CASE WHEN state IN ('stopped', 'removing') THEN state"
             " ELSE ? END, harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",

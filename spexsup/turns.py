@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spexsup import config, ids, marker, report
+from spexsup import config, events, ids, marker, report
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.harness import Harness
 from spexsup.home import Launch
@@ -421,6 +421,7 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
         # Recreate a vanished home, or adopt an older spex's untagged one
         # (create refuses a session of that name that is not provably ours).
         spex.tmux.create(name, session.cwd, session.env, owner)
+        events.emit(spex.store, "home-recreated", session=name, turn=turn)
         result = attempt()
     if result.outcome == "busy":
         raise _busy(spex, session, turn, directory, result.holder)
@@ -644,6 +645,15 @@ def wake(
                         mine = force or attempts > 1
                         pane_pid = launch(spex, session, turn, directory, force=mine)
                     launched_once = True
+                    # Only now: an interrupt inside it must not pass for one before launch.
+                    events.emit(
+                        spex.store,
+                        "launched",
+                        session=name,
+                        turn=turn,
+                        pid=pane_pid,
+                        attempt=attempts,
+                    )
                     # The window measures the harness's startup, not our own
                     # admission (which may queue behind other writers).
                     launched = time.monotonic()
@@ -685,6 +695,7 @@ def _abort_unlaunched(spex: Spex, session: Session, turn: str, why: str) -> None
                 " AND state = 'running'",
                 (session.name, turn),
             )
+            events.record(db, "aborted", session=session.name, turn=turn, cause=why)
     kill_turn(spex, session, turn, grace=0.5)
 
 
@@ -773,9 +784,11 @@ def _settle(
             (verdict, error, result.pid, turn),
         )
         if verdict == "confirmed":
-            db.execute(
+            cur = db.execute(
                 "UPDATE turns SET state = 'running' WHERE id = ? AND state = 'starting'", (turn,)
             )
+            if cur.rowcount:
+                events.record(db, "confirmed", session=name, turn=turn, pid=result.pid)
     waiting_until = None
     if verdict == "confirmed":
         row = spex.store.db.execute(

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from spexsup import ids, sessions, turns
+from spexsup import events, ids, sessions, turns
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.procs import Liveness, identity_liveness, own_identity
@@ -219,10 +219,13 @@ def mutate(spex: Spex, wave: str, change: Change | None = None) -> Doc:
         if row is None:
             raise Refused(f"no wave {wave!r}", hint="see spex waves")
         doc: Doc = json.loads(row["doc"])
+        was_over = doc["ended_at"] is not None
         if change is not None:
             change(doc)
         _merge_turns(db, doc)
         claimed = _settle(doc)
+        if doc["ended_at"] is not None and not was_over:
+            events.record(db, "wave-ended", cause=doc["state"], wave=wave, counts=counts(doc))
         text = json.dumps(doc)
         if text != row["doc"]:
             db.execute(
@@ -389,6 +392,7 @@ class Wave:
                 (wave, "launching", now, json.dumps(doc)),
             )
             write_atomic(directory / f"{wave}.json", json.dumps(doc, indent=2).encode())
+            events.record(db, "wave-started", wave=wave, legs=len(names))
         return self
 
     def update(self, change: Change | None = None) -> Doc:
