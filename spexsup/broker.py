@@ -42,7 +42,7 @@ import sys
 import termios
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,6 +202,14 @@ class Maintenance:
         self.token = secrets.token_bytes(32)
         self.pid, self.start_token = own_identity()
         self.epoch = 0
+        # Hears what the run is waiting for, once per change (`spex maint` prints it).
+        self.on_wait: Callable[[str], None] | None = None
+        self._waiting_for = ""
+
+    def _say_waiting(self, what: str) -> None:
+        if self.on_wait is not None and what != self._waiting_for:
+            self._waiting_for = what
+            self.on_wait(what)
 
     def check_plan(self) -> None:
         """Every session the plan names must exist: refused before anything runs."""
@@ -266,6 +274,11 @@ class Maintenance:
                     f" (epoch {row['epoch']} is {row['state']}, holder pid {holder})",
                     hint="spex maint --status",
                 )
+            who = f"held by pid {holder}" if holder else "its holder is gone, recovering"
+            self._say_waiting(
+                f"waiting up to {self.wait:g}s for the maintenance lease"
+                f" (epoch {row['epoch']} is {row['state']}, {who})"
+            )
             time.sleep(0.1)
         try:
             self._wait_active(time.monotonic() + max(self.wait, DRAIN_LIMIT))
@@ -277,7 +290,26 @@ class Maintenance:
         while not self.heartbeat(want="active"):
             if time.monotonic() >= drain_until:
                 raise Refused("older operations on the leased sessions did not finish")
+            self._say_waiting(self._draining())
             time.sleep(0.05)
+
+    def _draining(self) -> str:
+        """What the lease waits for while draining: the older operations in scope."""
+        db = self.spex.store.db
+        row = db.execute("SELECT * FROM lease WHERE id = 1").fetchone()
+        ops = sorted(
+            {
+                f"{t['op']} {t['session']}"
+                for t in db.execute(
+                    "SELECT op, session FROM tickets WHERE created_at < ?", (row["acquired_at"],)
+                )
+                if lease.in_scope(row, t["session"])
+            }
+        )
+        return (
+            f"lease epoch {self.epoch} taken; waiting for earlier operations to finish"
+            f" ({', '.join(ops) or 'none left'})"
+        )
 
     def heartbeat(self, want: str = "active", store: Store | None = None) -> bool:
         """Extend the deadline if the lease is still ours exactly as granted.

@@ -551,9 +551,10 @@ class Wave:
     def running_legs(self) -> list[Doc]:
         return [leg for leg in self.doc["legs"] if leg_outcome(leg) == "running"]
 
-    def wait_turns(self) -> None:
+    def wait_turns(self, on_refresh: Listener | None = None) -> None:
         """`--wait`: until every launched turn has ended, recording each end as it
-        comes (event-driven on the turns' markers)."""
+        comes (event-driven on the turns' markers). `on_refresh` hears the
+        document after every wake-up, at least once a second (live progress)."""
         from spexsup.watch import DirWatch
 
         spex = self._spex()
@@ -561,6 +562,8 @@ class Wave:
             watched: set[str] = set()
             while True:
                 self.doc = refresh(spex, self.id)
+                if on_refresh is not None:
+                    on_refresh(self.doc)
                 running = self.running_legs()
                 if not running:
                     return
@@ -568,7 +571,7 @@ class Wave:
                     if leg["turn"] not in watched:
                         watch.add(turns.turn_dir(spex, leg["session"], leg["turn"]))
                         watched.add(leg["turn"])
-                watch.wait(3600)
+                watch.wait(3600 if on_refresh is None else 1.0)
 
 
 def _leg(doc: Doc, session: str) -> Doc:

@@ -27,7 +27,6 @@ from spexsup.cli.params import (
 )
 from spexsup.cli.render import (
     document,
-    ended_line,
     print_json,
     resumed_line,
     stopped_line,
