@@ -46,10 +46,13 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
 
 
 def _fresh(turn_dir: Path, now: float) -> bool:
+    """Did the output log grow lately? (Appends move its mtime; the wrapper
+    creates it empty, which is no output.)"""
     try:
-        return now - (turn_dir / "output.log").stat().st_mtime < OUTPUT_FRESH
+        st = (turn_dir / "output.log").stat()
     except OSError:
         return False
+    return st.st_size > 0 and now - st.st_mtime < OUTPUT_FRESH
 
 
 def elapsed(doc: dict[str, Any], leg: dict[str, Any], now: float) -> str:
