@@ -84,7 +84,9 @@ def test_lost_turn_and_home_recreated(env: Env) -> None:
     woke = json.loads(env.run("wake", "a", "x", "--window", "0.3", "--json").stdout)
     env.tmux("kill-server")
     # `spex events` only reads the log; a reader that reconciles (ls) records the loss.
-    assert retry_until(lambda: env.run("ls").returncode == 0 and "lost" in kinds(env, "a"))
+    assert retry_until(
+        lambda: env.run("ls").returncode == 0 and "lost" in kinds(env, "a"), seconds=30
+    )
     assert env.run("up", "--all").returncode == 0
     assert kinds(env, "a")[-2:] == ["lost", "home-recreated"]
     lost = log(env, "--kind", "lost")[0]
@@ -115,12 +117,12 @@ def test_a_dead_lease_holder_is_recovered(env: Env) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    assert retry_until(lambda: bool(log(env, "--kind", "lease-acquired")))
+    assert retry_until(lambda: bool(log(env, "--kind", "lease-acquired")), seconds=30)
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     assert retry_until(
         lambda: env.run("ls").returncode == 0 and bool(log(env, "--kind", "lease-recovered")),
-        seconds=15,
+        seconds=30,
     )
     assert log(env, "--kind", "lease-recovered")[0]["cause"] == "holder died"
 
@@ -169,14 +171,15 @@ def test_follow_is_prompt(env: Env) -> None:
         assert proc.stdout is not None
         proc.stdout.readline()
         lags = []
-        for _ in range(3):
+        for _ in range(5):
             assert env.run("stop", "a").returncode == 0
             event = json.loads(proc.stdout.readline())
             lags.append(time.time() - event["at"])
             assert env.run("resume", "a").returncode == 0
             proc.stdout.readline()
-        # Generous for a loaded CI machine; bench/events.py measures it.
-        assert min(lags) < 0.5, lags
+        # Generous for a loaded machine (the coarse re-read is 2 s): the best
+        # of five; bench/events.py measures it.
+        assert min(lags) < 1.0, lags
     finally:
         proc.kill()
         proc.wait()
@@ -258,7 +261,7 @@ def test_wait_on_a_terminal_prints_each_end_as_it_happens(env: Env) -> None:
     for name in gos:
         assert env.run("wake", name, "x", "--window", "0.3").returncode == 0
     child = pexpect.spawn(SPEX, ["wait", "a", "b", "c"], env=env.vars, encoding="utf-8", timeout=30)
-    child.expect(r"0/3 ended · 0 failed · 0m0\ds")
+    child.expect(r"0/3 ended · 0 failed · \dm\d\ds")
     gos["b"].touch()
     child.expect(r"b: turn \S+ complete rc=0\r\n")
     child.expect(r"1/3 ended · 0 failed")
