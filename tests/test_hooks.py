@@ -204,6 +204,33 @@ def test_hooks_test_runs_by_hand_and_no_hooks_turns_them_off(env: Env) -> None:
     assert sorted(a[0][0] for a in runs(out)) == ["created", "removed"]
 
 
+def test_tmux_message_reaches_the_users_own_clients(env: Env) -> None:
+    """A client attached (in a pty) to a tmux server of the user's, not spex's,
+    sees the message; spex's own server is never addressed by the sink."""
+    import pexpect
+
+    contrib = Path(__file__).resolve().parent.parent / "contrib" / "hooks"
+    socket = env.tmux_tmpdir / "user.sock"
+    client = pexpect.spawn(
+        "tmux",
+        ["-S", str(socket), "-f", "/dev/null", "new-session", "-s", "user"],
+        env={**env.vars, "SHELL": "/bin/sh", "TERM": "xterm"},
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(24, 120),
+    )
+    try:
+        client.expect(r"\[user\]")  # its status line: attached
+        argv = ["env", f"SPEX_TMUX_SOCKET={socket}", str(contrib / "tmux-message.sh")]
+        config(env, f"[[hook]]\non = ['created']\nrun = {json.dumps(argv)}\n")
+        assert env.run("new", "a", "--harness", "demo").returncode == 0
+        client.expect("spex: a created", timeout=30)
+        assert retry_until(lambda: ": ok, exit 0" in hooks_log(env), seconds=30), hooks_log(env)
+    finally:
+        subprocess.run(["tmux", "-S", str(socket), "kill-server"], check=False)
+        client.close(force=True)
+
+
 def test_the_contrib_sinks(env: Env) -> None:
     """notify-desktop.sh with a notify-send on PATH that records its argv, and
     ntfy.sh posting to a local server."""

@@ -2,10 +2,12 @@
 # Show a spex event on *your own* tmux clients (`tmux display-message`).
 # spex itself never touches your default tmux server: this runs only because
 # you put it in a [[hook]] table, and it talks to the server named by
-# SPEX_TMUX_SOCKET (a path) if set, else your default one.
+# SPEX_TMUX_SOCKET (a path) if set, else your default one. (Hooks do not
+# inherit SPEX_* variables: set it in the argv, as below.)
 #   [[hook]]
 #   on = ["completed", "failed"]
 #   run = ["/path/to/contrib/hooks/tmux-message.sh"]
+#   # or: run = ["env", "SPEX_TMUX_SOCKET=/path/to/socket", "/path/to/…/tmux-message.sh"]
 unset TMUX TMUX_PANE  # spex drops them too: never its own private server
 args=()
 [ -n "${SPEX_TMUX_SOCKET:-}" ] && args=(-S "$SPEX_TMUX_SOCKET")
