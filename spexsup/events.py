@@ -11,13 +11,13 @@ event is the one that announces it, and nothing needs a daemon.
 
 Imported by the exit reporter on every turn end, so this module costs next
 to nothing to import and to run there: `os` and `time` at the top; one
-summary query and a small atomic write only when the summary changed; one
-write of the tick file; the config files are read as bytes and parsed (and
+summary query and a small in-place write only when the summary changed; one
+in-place write of the tick file; the config files are read as bytes and parsed (and
 `hooks` imported) only when one of them has a `[[hook]]` table.
 """
 
 # Plain os calls on str paths: this runs in every writer's transaction.
-# ruff: noqa: PTH102, PTH105, PTH111, PTH123
+# ruff: noqa: PTH102, PTH111, PTH123
 from __future__ import annotations
 
 import contextlib
@@ -69,8 +69,10 @@ DIR = "events"
 TICK = "tick"
 STATUS = "status"
 
-# Event ids recorded in each connection's open transaction (by id(connection)).
+# Event ids recorded in each connection's open transaction (by id(connection)),
+# and the (event, hook) pairs it claimed, to start after the COMMIT.
 _pending: dict[int, list[int]] = {}
+_claimed: dict[int, list[tuple[dict[str, Any], Any]]] = {}
 
 
 def record(
@@ -117,6 +119,18 @@ def turn_ended(
     return record(db, END_KINDS[state], session=session, turn=turn, rc=rc, cause=cause)
 
 
+def launched(db: sqlite3.Connection, *, session: str, turn: str, **payload: Any) -> int | None:
+    """The turn's `launched` event, once per turn: the wake records it after
+    its launch, or the turn's exit report first if that commits first (the
+    wake may queue behind a busy writer), so it always precedes the end."""
+    row = db.execute("SELECT launched_event FROM turns WHERE id = ?", (turn,)).fetchone()
+    if row is None or row[0] is not None:
+        return None
+    event = record(db, "launched", session=session, turn=turn, **payload)
+    db.execute("UPDATE turns SET launched_event = ? WHERE id = ?", (event, turn))
+    return event
+
+
 def emit(store: Store, kind: str, **fields: Any) -> int:
     """Record one event in a transaction of its own: for transitions that live
     outside SQLite (a tmux home recreated, a launch that tmux confirmed)."""
@@ -130,29 +144,22 @@ def pending(db: sqlite3.Connection) -> bool:
 
 def discard(db: sqlite3.Connection) -> None:
     _pending.pop(id(db), None)
+    _claimed.pop(id(db), None)
 
 
-def _write(directory: str, name: str, data: bytes, *, atomic: bool) -> None:
-    """One small write under `events/` (made 0700 on first use); raises OSError.
-
-    `atomic`: a temp file renamed into place (readers see old or new). Else
-    `data` (fixed-width, for the tick) overwrites the file's start in place:
-    no truncation, which on ext4 costs a forced block allocation (~0.5 ms).
-    """
-    path = f"{directory}/{name}"
-    target = f"{directory}/.{name}.{os.getpid()}.tmp" if atomic else path
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if atomic else 0)
+def _touch_tick(directory: str, event: int) -> None:
+    """Overwrite `events/tick` in place with the last id (fixed width): no
+    truncation, which on ext4 forces a block allocation (0.5-4 ms); raises OSError."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
     try:
-        fd = os.open(target, flags, 0o600)
+        fd = os.open(f"{directory}/{TICK}", flags, 0o600)
     except FileNotFoundError:
         os.mkdir(directory, 0o700)
-        fd = os.open(target, flags, 0o600)
+        fd = os.open(f"{directory}/{TICK}", flags, 0o600)
     try:
-        os.pwrite(fd, data, 0)
+        os.pwrite(fd, b"%020d\n" % event, 0)
     finally:
         os.close(fd)
-    if atomic:
-        os.replace(target, path)
 
 
 # --- around the commit -------------------------------------------------------
@@ -160,40 +167,70 @@ def _write(directory: str, name: str, data: bytes, *, atomic: bool) -> None:
 
 def before_commit(store: Store) -> None:
     """Inside the write lock, when this transaction recorded events: rewrite
-    the summary if it changed, so summaries land in commit order."""
-    directory = f"{store.home}/{DIR}"
-    text = summary_text(store.db)
+    the summary if it changed (so summaries land in commit order), and claim
+    the hooks of its events, which then commit with them or not at all.
+    Never raises: the transition must commit whatever happens here."""
+    write_summary(store)
+    ids = _pending.get(id(store.db))
+    if not ids or hooks_disabled() or not hooks_configured(store.home):
+        return
     try:
-        with open(f"{directory}/{STATUS}", "rb") as f:
-            if f.read(65536) == text:
-                return
+        from spexsup import hooks
+
+        _claimed[id(store.db)] = hooks.claim(store.db, ids, hooks.load(store.home))
+    except Exception as e:
+        log_line(store.home, f"hooks of events {ids[0]}..{ids[-1]} not run: {e}")
+
+
+def write_summary(store: Store) -> None:
+    """`events/status`, rewritten only when its text changed: in place, sealed
+    with a checksum that readers verify (see `statusline` for why not a
+    rename). On failure a status bar lags one transition; the next catches up."""
+    from spexsup.statusline import seal
+
+    directory = f"{store.home}/{DIR}"
+    data = seal(summary_text(store.db))
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+    try:
+        try:
+            fd = os.open(f"{directory}/{STATUS}", flags, 0o600)
+        except FileNotFoundError:
+            os.mkdir(directory, 0o700)
+            fd = os.open(f"{directory}/{STATUS}", flags, 0o600)
+        try:
+            old = os.pread(fd, 65536, 0)
+            if old.rstrip(b"\n") != data.rstrip(b"\n"):
+                # Never shorter: the rest of a longer old text becomes blank padding.
+                os.pwrite(fd, data + b"\n" * max(0, len(old) - len(data)), 0)
+        finally:
+            os.close(fd)
     except OSError:
         pass
-    # On failure a status bar lags one transition; the next one catches up.
-    with contextlib.suppress(OSError):
-        _write(directory, STATUS, text, atomic=True)
 
 
 def after_commit(store: Store) -> None:
-    """Announce what this connection just committed: wake followers, fire hooks.
+    """Announce what this connection just committed: wake followers, then
+    start the hooks it claimed, detached.
 
     The transition is committed whatever happens here: failures are written
     to hooks.log, never raised into the caller.
     """
     ids = _pending.pop(id(store.db), None)
+    claimed = _claimed.pop(id(store.db), None)
     if not ids:
         return
     # On failure followers fall back to their coarse re-read.
     with contextlib.suppress(OSError):
-        _write(f"{store.home}/{DIR}", TICK, b"%020d\n" % ids[-1], atomic=False)
-    if hooks_disabled() or not hooks_configured(store.home):
+        _touch_tick(f"{store.home}/{DIR}", ids[-1])
+    if not claimed:
         return
     try:
         from spexsup import hooks
 
-        hooks.fire(store, ids, hooks.load(store.home))
+        for event, hook in claimed:
+            hooks.spawn(store.home, event, hook)
     except Exception as e:
-        log_line(store.home, f"hooks of events {ids[0]}..{ids[-1]} not run: {e}")
+        log_line(store.home, f"hooks of events {ids[0]}..{ids[-1]} not started: {e}")
 
 
 def hooks_disabled() -> bool:

@@ -5,9 +5,10 @@ either `run = [argv…]` (placeholders such as `{session}` filled in each word;
 never a shell string) or `url = "http…"` (the event POSTed as JSON, 5 s
 timeout); optional `name` and `timeout` (seconds, default 30, for `run`).
 
-The process that commits an event fires its hooks (`fire`): it claims each
-(event, hook) pair in SQLite (`hook_runs`, first claim wins) and starts a
-detached runner (`python -m spexsup.hooks`, its own session, no tty, none of
+The process that commits an event fires its hooks: inside the transaction
+that records the event it claims each matching (event, hook) pair in SQLite
+(`claim`; `hook_runs`, first claim wins), and after the COMMIT it starts a
+detached runner (`spawn`: `python -m spexsup.hooks`, its own session, no tty, none of
 the turn's SPEXSUP_* variables) that runs the hook and appends what happened
 to `$SPEXSUP_HOME/hooks.log`. The committer never waits for it, so a slow or
 broken hook can delay or change no verdict.
@@ -34,6 +35,8 @@ from spexsup import events
 from spexsup.errors import Failed
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from spexsup.store import Store
 
 URL_TIMEOUT = 5.0
@@ -144,29 +147,31 @@ def load(home: Path) -> list[Hook]:
 # --- firing, from the committing process ---------------------------------------
 
 
-def fire(store: Store, ids: Sequence[int], hooks: Sequence[Hook]) -> int:
-    """Claim every (event, matching hook) pair and start a detached runner for
-    each pair this call claimed; returns how many it started."""
-    if not hooks:
-        return 0
+Claimed = list[tuple[dict[str, Any], "Hook"]]
+
+
+def claim(db: sqlite3.Connection, ids: Sequence[int], hooks: Sequence[Hook]) -> Claimed:
+    """Inside the transaction that records events `ids`: claim every (event,
+    matching hook) pair (first claim wins), so a hook is claimed exactly when
+    its event commits. Returns the pairs this call claimed, to `spawn` after
+    the COMMIT."""
+    if not hooks or not ids:
+        return []
     marks = ",".join("?" * len(ids))
-    rows = store.db.execute(f"SELECT * FROM events WHERE id IN ({marks})", tuple(ids)).fetchall()
-    pairs = [(row, h) for row in rows for h in hooks if h.matches(row["kind"], row["session"])]
-    if not pairs:
-        return 0
-    claimed = []
-    with store.tx() as db:
-        for row, h in pairs:
+    rows = db.execute(f"SELECT * FROM events WHERE id IN ({marks})", tuple(ids)).fetchall()
+    claimed: Claimed = []
+    for row in rows:
+        for h in hooks:
+            if not h.matches(row["kind"], row["session"]):
+                continue
             cur = db.execute(
                 "INSERT OR IGNORE INTO hook_runs (event, hook, claimed_at, pid)"
                 " VALUES (?, ?, ?, ?)",
                 (row["id"], h.key, time.time(), os.getpid()),
             )
             if cur.rowcount:
-                claimed.append((row, h))
-    for row, h in claimed:
-        spawn(store.home, events.as_json(row), h)
-    return len(claimed)
+                claimed.append((events.as_json(row), h))
+    return claimed
 
 
 def _clean_env() -> dict[str, str]:

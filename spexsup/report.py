@@ -310,6 +310,9 @@ def record_exit(
                 turn,
             ),
         )
+        if rc is not None:
+            # The wrapper ran, so the turn launched: its event comes first.
+            events.launched(db, session=session, turn=turn)
         events.turn_ended(db, state, session=session, turn=turn, rc=rc, cause=error)
         db.execute(
             "UPDATE sessions SET state = CASE WHEN state IN ('stopped', 'removing') THEN state"

@@ -153,8 +153,10 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE turns ADD COLUMN waiting_until REAL;
     """,
     # 9: the event log (see `events`) and the hook claims: one row per
-    # (event, hook) that some process took on to run, so each runs once.
+    # (event, hook) that some process took on to run, so each runs once; and
+    # a turn's `launched` event, recorded once by whoever commits it first.
     """
+    ALTER TABLE turns ADD COLUMN launched_event INTEGER;
     CREATE TABLE events (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         at REAL NOT NULL,
@@ -217,6 +219,9 @@ class Store:
                     if statement.strip():
                         self.db.execute(statement)
             self.db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+            # A home from before the event log gets its status summary now,
+            # not at its first transition.
+            events.write_summary(self)
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:

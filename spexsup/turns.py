@@ -645,18 +645,15 @@ def wake(
                         mine = force or attempts > 1
                         pane_pid = launch(spex, session, turn, directory, force=mine)
                     launched_once = True
-                    # Only now: an interrupt inside it must not pass for one before launch.
-                    events.emit(
-                        spex.store,
-                        "launched",
-                        session=name,
-                        turn=turn,
-                        pid=pane_pid,
-                        attempt=attempts,
-                    )
                     # The window measures the harness's startup, not our own
-                    # admission (which may queue behind other writers).
+                    # admission nor the event below (which may queue behind
+                    # other writers).
                     launched = time.monotonic()
+                    # Recorded only now: an interrupt inside it must not pass
+                    # for one before launch (an exit report that commits
+                    # first records it itself; see events.launched).
+                    with spex.store.tx() as db:
+                        events.launched(db, session=name, turn=turn, pid=pane_pid)
                     result = confirm_startup(directory, span, launched, watch, pane_pid)
                 if not _retryable(adapter, directory, result, attempts):
                     break

@@ -289,3 +289,91 @@ def test_wait_off_a_terminal_is_plain_lines_in_end_order(env: Env) -> None:
     rest = proc.stdout.read()
     assert proc.wait(30) == 0
     assert rest.startswith("a: turn ") and "\x1b" not in first + rest and "\r" not in rest
+
+
+def test_a_reboot_records_interrupted(env: Env) -> None:
+    boot = env.root / "boot_id"
+    boot.write_text("boot-one\n")
+    extra = {"SPEXSUP_BOOT_ID_FILE": str(boot)}
+    assert env.run("new", "a", "--", harness("sleeper.sh"), extra=extra).returncode == 0
+    assert env.run("wake", "a", "x", "--window", "0.3", extra=extra).returncode == 0
+    env.tmux("kill-server")
+    boot.write_text("boot-two\n")
+    assert env.run("show", "a", extra=extra).returncode == 0  # a reconciling reader
+    assert kinds(env, "a") == ["created", "launched", "confirmed", "interrupted"]
+    assert log(env, "--kind", "interrupted")[0]["cause"] == "machine rebooted"
+    assert status(env) == "spex: 0 running, 0 ok, 1 failed: a"
+
+
+def test_a_wake_interrupted_before_launch_is_aborted_never_launched(env: Env) -> None:
+    from test_races import Held
+
+    assert env.run("new", "a", "--", harness("sleeper.sh")).returncode == 0
+    wake = Held(env, "respawn-pane", "wake", "a", "x", "--window", "30")
+    wake.proc.send_signal(signal.SIGINT)
+    wake.proc.communicate(timeout=60)
+    wake.release()
+    assert wake.proc.returncode == 130
+    assert kinds(env, "a") == ["created", "aborted"]
+    assert log(env, "--kind", "aborted")[0]["cause"] == "spex wake was interrupted before launch"
+
+
+def test_a_launch_fenced_by_a_stop_is_the_stops_abort_only(env: Env) -> None:
+    from test_races import Held
+
+    assert env.run("new", "a", "--", harness("sleeper.sh")).returncode == 0
+    wake = Held(env, "respawn-pane", "wake", "a", "x", "--window", "30")
+    assert env.run("stop", "a", "--grace", "1").returncode == 0
+    code, _, err = wake.finish()
+    assert code == 3, err
+    # One abort (the stop's), and no launch: the fenced respawn never ran.
+    assert kinds(env, "a") == ["created", "aborted", "stopped"]
+    assert log(env, "--kind", "aborted")[0]["cause"] == "stopped by spex stop"
+    assert status(env) == "spex: 0 running, 0 ok, 0 failed"
+
+
+def test_a_home_recreated_by_a_wake(env: Env) -> None:
+    until_go(env, "a")
+    env.tmux("kill-server")
+    assert env.run("wake", "a", "x", "--window", "0.3").returncode == 0
+    assert kinds(env, "a") == ["created", "home-recreated", "launched", "confirmed"]
+    assert env.run("stop", "a", "--grace", "1").returncode == 0
+
+
+def test_a_reader_never_sees_a_torn_summary(tmp_path: Path) -> None:
+    """The summary is overwritten in place (no rename: see statusline); a
+    reader racing the writer sees the old summary or the new one, never a mix."""
+    import threading
+
+    from spexsup import statusline
+
+    store = Store(tmp_path / "state")
+    name = "a-session-with-a-rather-long-name-" + "x" * 20
+    with store.tx() as db:
+        db.execute(
+            "INSERT INTO sessions (name, harness, cwd, created_at) VALUES (?, 'demo', '/', 0)",
+            (name,),
+        )
+        events.record(db, "created", session=name)
+    seen: set[tuple[str, str, str]] = set()
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            v = statusline.read(str(tmp_path / "state"), tries=1000)
+            seen.add((v["ok"], v["failed"], v["attention"]))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for n in range(300):
+            with store.tx() as db:
+                db.execute("UPDATE sessions SET state = ?", ("error" if n % 2 == 0 else "idle",))
+                events.record(db, "failed" if n % 2 == 0 else "completed", session=name)
+    finally:
+        done.set()
+        thread.join()
+    assert seen <= {("1", "0", ""), ("0", "1", name)}, seen
+    assert statusline.unseal(b"ok=1\nsum=00000000\n") is None
+    sealed = statusline.seal(b"ok=1\n")
+    assert statusline.unseal(sealed + b"\n\n") == b"ok=1\n"
