@@ -120,9 +120,11 @@ def turn_ended(
 
 
 def launched(db: sqlite3.Connection, *, session: str, turn: str, **payload: Any) -> int | None:
-    """The turn's `launched` event, once per turn: the wake records it after
-    its launch, or the turn's exit report first if that commits first (the
-    wake may queue behind a busy writer), so it always precedes the end."""
+    """The turn's `launched` event, once per turn, in the first transaction
+    that proves the launch: the wake's confirmation, or the end recorded by
+    the turn's reporter, the wake or a reconciling reader. So it always
+    precedes `confirmed` and the end, and the wake adds no transaction of its
+    own between launch and confirmation (where a busy writer would hold it)."""
     row = db.execute("SELECT launched_event FROM turns WHERE id = ?", (turn,)).fetchone()
     if row is None or row[0] is not None:
         return None

@@ -646,14 +646,8 @@ def wake(
                         pane_pid = launch(spex, session, turn, directory, force=mine)
                     launched_once = True
                     # The window measures the harness's startup, not our own
-                    # admission nor the event below (which may queue behind
-                    # other writers).
+                    # admission (which may queue behind other writers).
                     launched = time.monotonic()
-                    # Recorded only now: an interrupt inside it must not pass
-                    # for one before launch (an exit report that commits
-                    # first records it itself; see events.launched).
-                    with spex.store.tx() as db:
-                        events.launched(db, session=name, turn=turn, pid=pane_pid)
                     result = confirm_startup(directory, span, launched, watch, pane_pid)
                 if not _retryable(adapter, directory, result, attempts):
                     break
@@ -785,6 +779,7 @@ def _settle(
                 "UPDATE turns SET state = 'running' WHERE id = ? AND state = 'starting'", (turn,)
             )
             if cur.rowcount:
+                events.launched(db, session=name, turn=turn)
                 events.record(db, "confirmed", session=name, turn=turn, pid=result.pid)
     waiting_until = None
     if verdict == "confirmed":
@@ -799,7 +794,9 @@ def _settle(
 
 def _abandon(spex: Spex, session: Session, turn: str, directory: Path, error: str) -> None:
     """End a turn whose startup failed without an exit: record first, then kill."""
-    report.record_exit(spex.store, session.name, turn, None, directory, state="error", error=error)
+    report.record_exit(
+        spex.store, session.name, turn, None, directory, state="error", error=error, launched=True
+    )
     kill_turn(spex, session, turn, grace=0.5)
 
 
@@ -865,6 +862,7 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
                 directory,
                 state="interrupted",
                 error="machine rebooted",
+                launched=row["state"] == "running",
             )
             continue
         launcher = identity_liveness(row["launcher_pid"], row["launcher_token"])
@@ -879,11 +877,15 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
             alive = wrapper_liveness(m.pid, directory)
             if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:
                 with spex.store.tx() as db:
-                    db.execute(
+                    cur = db.execute(
                         "UPDATE turns SET state = 'running', pid = coalesce(pid, ?)"
                         " WHERE id = ? AND state = 'starting'",
                         (m.pid, turn),
                     )
+                    if cur.rowcount:
+                        events.launched(db, session=name, turn=turn)
+                        why = "its launcher died; its wrapper runs"
+                        events.record(db, "confirmed", session=name, turn=turn, cause=why)
             if alive is not Liveness.DEAD:
                 continue
             if m.stage is Stage.REPORTING:
@@ -891,7 +893,9 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
                 report.record_exit(spex.store, name, turn, m.rc, directory, error=why)
             else:
                 why = f"wrapper pid {m.pid} vanished without a final marker"
-                report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+                report.record_exit(
+                    spex.store, name, turn, None, directory, state="lost", error=why, launched=True
+                )
         elif m.stage is Stage.INVALID:
             why = f"invalid outcome marker {m.text!r}"
             report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
