@@ -63,7 +63,7 @@ def test_two_readers_racing_over_a_lost_turn_fire_its_hook_once(env: Env) -> Non
     woke = json.loads(env.run("wake", "a", "x", "--window", "0.3", "--json").stdout)
     wrapper = psutil.Process(woke["pid"])
     wrapper.kill()
-    wrapper.wait(5)
+    assert retry_until(lambda: _gone(wrapper), seconds=30)
     # Several reconciling readers at once: each may find the turn lost, one records it.
     readers = [
         subprocess.Popen([SPEX, "ls"], env=env.vars, stdout=subprocess.DEVNULL) for _ in range(4)
@@ -82,6 +82,14 @@ def test_two_readers_racing_over_a_lost_turn_fire_its_hook_once(env: Env) -> Non
     assert "hook rec: ok, exit 0" in hooks_log(env)
     for pid in [p.pid for p in psutil.process_iter() if _turn_of(p) == woke["turn"]]:
         os.kill(pid, signal.SIGKILL)
+
+
+def _gone(proc: psutil.Process) -> bool:
+    """Dead: reaped, or a zombie its parent (tmux) has not reaped yet."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _turn_of(proc: psutil.Process) -> str | None:
