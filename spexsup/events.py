@@ -114,9 +114,12 @@ def turn_ended(
     turn: str,
     rc: int | None,
     cause: str | None,
+    **payload: Any,
 ) -> int:
-    """The event of a turn's end state (`complete` -> `completed`, `error` -> `failed`…)."""
-    return record(db, END_KINDS[state], session=session, turn=turn, rc=rc, cause=cause)
+    """The event of a turn's end state (`complete` -> `completed`, `error` ->
+    `failed`…; an end state this table does not know is a failure)."""
+    kind = END_KINDS.get(state, "failed")
+    return record(db, kind, session=session, turn=turn, rc=rc, cause=cause, **payload)
 
 
 def launched(db: sqlite3.Connection, *, session: str, turn: str, **payload: Any) -> int | None:

@@ -317,7 +317,8 @@ def record_exit(
             # The turn launched (an rc means its wrapper ran): if nothing
             # recorded that yet, its event comes first.
             events.launched(db, session=session, turn=turn)
-        events.turn_ended(db, state, session=session, turn=turn, rc=rc, cause=error)
+        extra = {"flags": found.flags, "reason": found.cause} if found is not None else {}
+        events.turn_ended(db, state, session=session, turn=turn, rc=rc, cause=error, **extra)
         db.execute(
             "UPDATE sessions SET state = CASE WHEN state IN ('stopped', 'removing') THEN state"
             " ELSE ? END, harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",
