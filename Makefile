@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/prune.py
 	$(BIN)/python bench/top_idle.py
 	$(BIN)/python bench/reporter.py
+	$(BIN)/python bench/events.py
 
 # `spex -H host ls --json` cold, warm and local, through a private sshd (root).
 bench-ssh: $(STAMP) compile

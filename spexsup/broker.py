@@ -42,11 +42,11 @@ import sys
 import termios
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spexsup import control, lease
+from spexsup import control, events, lease
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.lease import Capability
 from spexsup.procs import Liveness, belongs_to, identity_liveness, kill_members, own_identity
@@ -202,6 +202,14 @@ class Maintenance:
         self.token = secrets.token_bytes(32)
         self.pid, self.start_token = own_identity()
         self.epoch = 0
+        # Hears what the run is waiting for, once per change (`spex maint` prints it).
+        self.on_wait: Callable[[str], None] | None = None
+        self._waiting_for = ""
+
+    def _say_waiting(self, what: str) -> None:
+        if self.on_wait is not None and what != self._waiting_for:
+            self._waiting_for = what
+            self.on_wait(what)
 
     def check_plan(self) -> None:
         """Every session the plan names must exist: refused before anything runs."""
@@ -251,6 +259,13 @@ class Maintenance:
                             for i, c in enumerate(self.plan)
                         ],
                     )
+                    events.record(
+                        db,
+                        "lease-acquired",
+                        epoch=self.epoch,
+                        scope="all" if self.all_sessions else scope,
+                        holder=self.pid,
+                    )
                     break
                 holder = row["holder_pid"]
             if time.monotonic() >= give_up:
@@ -259,6 +274,11 @@ class Maintenance:
                     f" (epoch {row['epoch']} is {row['state']}, holder pid {holder})",
                     hint="spex maint --status",
                 )
+            who = f"held by pid {holder}" if holder else "its holder is gone, recovering"
+            self._say_waiting(
+                f"waiting up to {self.wait:g}s for the maintenance lease"
+                f" (epoch {row['epoch']} is {row['state']}, {who})"
+            )
             time.sleep(0.1)
         try:
             self._wait_active(time.monotonic() + max(self.wait, DRAIN_LIMIT))
@@ -270,7 +290,26 @@ class Maintenance:
         while not self.heartbeat(want="active"):
             if time.monotonic() >= drain_until:
                 raise Refused("older operations on the leased sessions did not finish")
+            self._say_waiting(self._draining())
             time.sleep(0.05)
+
+    def _draining(self) -> str:
+        """What the lease waits for while draining: the older operations in scope."""
+        db = self.spex.store.db
+        row = db.execute("SELECT * FROM lease WHERE id = 1").fetchone()
+        ops = sorted(
+            {
+                f"{t['op']} {t['session']}"
+                for t in db.execute(
+                    "SELECT op, session FROM tickets WHERE created_at < ?", (row["acquired_at"],)
+                )
+                if lease.in_scope(row, t["session"])
+            }
+        )
+        return (
+            f"lease epoch {self.epoch} taken; waiting for earlier operations to finish"
+            f" ({', '.join(ops) or 'none left'})"
+        )
 
     def heartbeat(self, want: str = "active", store: Store | None = None) -> bool:
         """Extend the deadline if the lease is still ours exactly as granted.
@@ -305,13 +344,15 @@ class Maintenance:
 
     def release(self) -> None:
         with self.spex.store.tx() as db:
-            db.execute(
+            cur = db.execute(
                 "UPDATE lease SET state = 'open', token_hash = NULL, holder_pid = NULL,"
                 " holder_token = NULL, deadline = NULL, scope = NULL, all_sessions = 0,"
                 " revoked = 0, command_pid = NULL, command_token = NULL"
                 " WHERE id = 1 AND epoch = ?",
                 (self.epoch,),
             )
+            if cur.rowcount:
+                events.record(db, "lease-released", epoch=self.epoch)
 
     def record_command(self, pid: int, token: str) -> None:
         """Name the command with the lease, so recovery can kill it."""

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spexsup import marker
+from spexsup import events, marker
 from spexsup.errors import Failed, Invalid, Refused, TimedOut, UnknownSession
 from spexsup.marker import Stage
 from spexsup.procs import Liveness, turn_processes
@@ -56,7 +56,14 @@ def stop(
                     (time.time(), turn),
                 )
                 aborted = turn if cur.rowcount else None
+                if aborted:
+                    events.record(
+                        db, "aborted", session=name, turn=turn, cause="stopped by spex stop"
+                    )
             db.execute("UPDATE sessions SET state = 'stopped' WHERE name = ?", (name,))
+            if aborted or session.state != "stopped":
+                by_lease = bearer is not None
+                events.record(db, "stopped", session=name, turn=aborted, by_lease=by_lease)
         if turn is not None:
             survivors = kill_turn(spex, session, turn, grace)
             if survivors:
@@ -110,9 +117,11 @@ def resume(
                     hint=f"spex stop {name} again, or spex resume {name} --force",
                 )
         with spex.store.tx() as db:
-            db.execute(
+            cur = db.execute(
                 "UPDATE sessions SET state = 'idle' WHERE name = ? AND state = 'stopped'", (name,)
             )
+            if cur.rowcount:
+                events.record(db, "resumed", session=name, force=force)
     return True
 
 
@@ -150,11 +159,20 @@ def _current(spex: Spex, name: str) -> tuple[str | None, Any]:
     return (row["id"] if row else None), row
 
 
-def wait(spex: Spex, names: Sequence[str], *, timeout: float | None = None) -> list[Ended]:
+def wait(
+    spex: Spex,
+    names: Sequence[str],
+    *,
+    timeout: float | None = None,
+    on_end: Callable[[Ended], None] | None = None,
+    on_tick: Callable[[], None] | None = None,
+) -> list[Ended]:
     """Block until each session's current turn has ended (event-driven).
 
-    Raises TimedOut (124) when `timeout` passes first. A session with no turn
-    at all is refused.
+    `on_end` hears each end as it is found (turns already over first), and
+    `on_tick` runs after every wake-up, at least once a second, for a live
+    clock. Raises TimedOut (124) when `timeout` passes first. A session with
+    no turn at all is refused.
     """
     names = list(dict.fromkeys(names))
     for name in names:
@@ -174,6 +192,8 @@ def wait(spex: Spex, names: Sequence[str], *, timeout: float | None = None) -> l
                 if row["state"] not in ("starting", "running"):
                     flags = tuple(json.loads(row["flags"])) if row["flags"] else ()
                     ended[name] = Ended(name, turn, row["state"], row["rc"], row["error"], flags)
+                    if on_end is not None:
+                        on_end(ended[name])
                 elif turn not in watched:
                     watch.add(turn_dir(spex, name, turn))
                     watched.add(turn)
@@ -182,8 +202,10 @@ def wait(spex: Spex, names: Sequence[str], *, timeout: float | None = None) -> l
             if deadline is not None and time.monotonic() >= deadline:
                 pending = ", ".join(n for n in names if n not in ended)
                 raise TimedOut(f"timed out waiting for {pending}")
+            if on_tick is not None:
+                on_tick()
             remaining = 3600.0 if deadline is None else deadline - time.monotonic()
-            watch.wait(remaining)
+            watch.wait(remaining if on_tick is None else min(remaining, 1.0))
 
 
 def tail_offset(path: Path, lines: int) -> int:

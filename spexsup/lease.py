@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from spexsup import events
 from spexsup.errors import Invalid, Refused
 from spexsup.procs import Liveness, identity_liveness, kill_members
 
@@ -107,6 +108,8 @@ def recover(db: sqlite3.Connection, now: float | None = None) -> sqlite3.Row:
             " WHERE epoch = ? AND state = 'inflight'",
             (row["epoch"],),
         )
+        why = "holder died" if holder_dead else "deadline passed"
+        events.record(db, "lease-recovered", cause=why, epoch=row["epoch"])
         row = _row(db)
     if row["revoked"] and _older_live_tickets(db, row) == 0:
         kill_command(row)  # nothing of it may outlive the lease

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spexsup import events
 from spexsup.store import Store
 
 if TYPE_CHECKING:
@@ -258,12 +259,15 @@ def record_exit(
     error: str | None = None,
     adapter: Harness | None = None,
     reporter: bool = False,
+    launched: bool | None = None,
 ) -> int:
     """CAS the turn's end; RECORDED if this call recorded it, STALE if it was a no-op.
 
     From the wrapper's `reporter`, a failure of a turn still `starting` under
     a live launcher is DEFERRED to that launcher (which decides whether the
-    attempt is retried, and records it otherwise).
+    attempt is retried, and records it otherwise). `launched` says the turn
+    provably launched (default: it has an rc), so its `launched` event is
+    recorded first if no one has yet.
     """
     conversation = conversation_of(store, turn_dir, adapter) if turn_dir else None
     found = None
@@ -309,6 +313,12 @@ def record_exit(
                 turn,
             ),
         )
+        if launched or (launched is None and rc is not None):
+            # The turn launched (an rc means its wrapper ran): if nothing
+            # recorded that yet, its event comes first.
+            events.launched(db, session=session, turn=turn)
+        extra = {"flags": found.flags, "reason": found.cause} if found is not None else {}
+        events.turn_ended(db, state, session=session, turn=turn, rc=rc, cause=error, **extra)
         db.execute(
             "UPDATE sessions SET state = CASE WHEN state IN ('stopped', 'removing') THEN state"
             " ELSE ? END, harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spexsup import events, ids
 from spexsup import harness as harnesses
-from spexsup import ids
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.home import Census, owner_tag
 from spexsup.procs import Liveness
@@ -257,6 +257,8 @@ def create(
         with spex.store.tx() as db:
             db.execute("DELETE FROM sessions WHERE name = ?", (name,))
         raise
+    if plan is None:
+        events.emit(spex.store, "created", session=name, harness=harness, cwd=str(directory))
     return get(spex, name) if plan is not None else session
 
 
@@ -284,6 +286,14 @@ def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:
             db.execute(
                 "UPDATE sessions SET state = 'idle' WHERE name = ? AND state = 'creating'",
                 (name,),
+            )
+            events.record(
+                db,
+                "created",
+                session=name,
+                harness=session.harness,
+                cwd=session.cwd,
+                worktree=True,
             )
 
 
@@ -377,12 +387,20 @@ def remove(
                     for t in makers
                 ):
                     raise Refused(f"session {name!r} is still being created")
-            db.execute(
+            cur = db.execute(
                 "UPDATE turns SET state = 'aborted', ended_at = ?,"
                 " error = coalesce(error, 'removed by spex rm')"
                 " WHERE session = ? AND state IN ('starting', 'running')",
                 (time.time(), name),
             )
+            if cur.rowcount:
+                events.record(
+                    db,
+                    "aborted",
+                    session=name,
+                    turn=session.current_turn,
+                    cause="removed by spex rm",
+                )
             db.execute("UPDATE sessions SET state = 'removing' WHERE name = ?", (name,))
         if session.current_turn is not None:
             survivors = turns.kill_turn(spex, session, session.current_turn, grace)
@@ -406,10 +424,12 @@ def remove(
             )
         with spex.store.tx() as db:
             db.execute("DELETE FROM turns WHERE session = ?", (name,))
-            db.execute(
+            cur = db.execute(
                 "DELETE FROM sessions WHERE name = ? AND incarnation = ?",
                 (name, session.incarnation),
             )
+            if cur.rowcount:
+                events.record(db, "removed", session=name)
     return removal
 
 
@@ -479,6 +499,7 @@ def up(spex: Spex, names: Sequence[str] | None = None) -> list[HomeReport]:
             except Refused as e:
                 out.append(HomeReport(session.name, "foreign", e.line()))
                 continue
+            events.emit(spex.store, "home-recreated", session=session.name)
             status = "recreated"
         out.append(HomeReport(session.name, status, session.cwd))
     return out

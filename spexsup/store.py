@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from spexsup import events
 from spexsup.errors import Failed
 from spexsup.paths import ensure_private_dir
 
@@ -151,6 +152,31 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE turns ADD COLUMN limit_reset REAL;
     ALTER TABLE turns ADD COLUMN waiting_until REAL;
     """,
+    # 9: the event log (see `events`) and the hook claims: one row per
+    # (event, hook) that some process took on to run, so each runs once; and
+    # a turn's `launched` event, recorded once by whoever commits it first.
+    """
+    ALTER TABLE turns ADD COLUMN launched_event INTEGER;
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at REAL NOT NULL,
+        kind TEXT NOT NULL,
+        session TEXT,
+        turn TEXT,
+        rc INTEGER,
+        cause TEXT,
+        payload TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX events_by_session ON events (session, id);
+    CREATE TABLE hook_runs (
+        event INTEGER NOT NULL,
+        hook TEXT NOT NULL,
+        claimed_at REAL NOT NULL,
+        pid INTEGER,
+        outcome TEXT,
+        PRIMARY KEY (event, hook)
+    );
+    """,
 )
 
 
@@ -193,17 +219,33 @@ class Store:
                     if statement.strip():
                         self.db.execute(statement)
             self.db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+            # A home from before the event log gets its status summary now,
+            # not at its first transition.
+            events.write_summary(self)
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        """An immediate (write-locked) transaction: commit on success, else roll back."""
+        """An immediate (write-locked) transaction: commit on success, else roll back.
+
+        Events recorded in it refresh the status summary before the COMMIT
+        and are announced after it (`events.before_commit`, `after_commit`).
+        """
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db
+            if events.pending(self.db):
+                events.before_commit(self)
         except BaseException:
+            events.discard(self.db)
             self.db.execute("ROLLBACK")
             raise
-        self.db.execute("COMMIT")
+        try:
+            self.db.execute("COMMIT")
+        except BaseException:
+            events.discard(self.db)
+            raise
+        if events.pending(self.db):
+            events.after_commit(self)
 
     def setting(self, key: str) -> str | None:
         row = self.db.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()

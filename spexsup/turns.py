@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spexsup import config, ids, marker, report
+from spexsup import config, events, ids, marker, report
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.harness import Harness
 from spexsup.home import Launch
@@ -421,6 +421,7 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
         # Recreate a vanished home, or adopt an older spex's untagged one
         # (create refuses a session of that name that is not provably ours).
         spex.tmux.create(name, session.cwd, session.env, owner)
+        events.emit(spex.store, "home-recreated", session=name, turn=turn)
         result = attempt()
     if result.outcome == "busy":
         raise _busy(spex, session, turn, directory, result.holder)
@@ -685,6 +686,7 @@ def _abort_unlaunched(spex: Spex, session: Session, turn: str, why: str) -> None
                 " AND state = 'running'",
                 (session.name, turn),
             )
+            events.record(db, "aborted", session=session.name, turn=turn, cause=why)
     kill_turn(spex, session, turn, grace=0.5)
 
 
@@ -773,9 +775,12 @@ def _settle(
             (verdict, error, result.pid, turn),
         )
         if verdict == "confirmed":
-            db.execute(
+            cur = db.execute(
                 "UPDATE turns SET state = 'running' WHERE id = ? AND state = 'starting'", (turn,)
             )
+            if cur.rowcount:
+                events.launched(db, session=name, turn=turn)
+                events.record(db, "confirmed", session=name, turn=turn, pid=result.pid)
     waiting_until = None
     if verdict == "confirmed":
         row = spex.store.db.execute(
@@ -789,7 +794,9 @@ def _settle(
 
 def _abandon(spex: Spex, session: Session, turn: str, directory: Path, error: str) -> None:
     """End a turn whose startup failed without an exit: record first, then kill."""
-    report.record_exit(spex.store, session.name, turn, None, directory, state="error", error=error)
+    report.record_exit(
+        spex.store, session.name, turn, None, directory, state="error", error=error, launched=True
+    )
     kill_turn(spex, session, turn, grace=0.5)
 
 
@@ -855,6 +862,7 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
                 directory,
                 state="interrupted",
                 error="machine rebooted",
+                launched=row["state"] == "running",
             )
             continue
         launcher = identity_liveness(row["launcher_pid"], row["launcher_token"])
@@ -869,11 +877,15 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
             alive = wrapper_liveness(m.pid, directory)
             if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:
                 with spex.store.tx() as db:
-                    db.execute(
+                    cur = db.execute(
                         "UPDATE turns SET state = 'running', pid = coalesce(pid, ?)"
                         " WHERE id = ? AND state = 'starting'",
                         (m.pid, turn),
                     )
+                    if cur.rowcount:
+                        events.launched(db, session=name, turn=turn)
+                        why = "its launcher died; its wrapper runs"
+                        events.record(db, "confirmed", session=name, turn=turn, cause=why)
             if alive is not Liveness.DEAD:
                 continue
             if m.stage is Stage.REPORTING:
@@ -881,7 +893,9 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
                 report.record_exit(spex.store, name, turn, m.rc, directory, error=why)
             else:
                 why = f"wrapper pid {m.pid} vanished without a final marker"
-                report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+                report.record_exit(
+                    spex.store, name, turn, None, directory, state="lost", error=why, launched=True
+                )
         elif m.stage is Stage.INVALID:
             why = f"invalid outcome marker {m.text!r}"
             report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from spexsup import ids, sessions, turns
+from spexsup import events, ids, sessions, turns
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.procs import Liveness, identity_liveness, own_identity
@@ -219,10 +219,13 @@ def mutate(spex: Spex, wave: str, change: Change | None = None) -> Doc:
         if row is None:
             raise Refused(f"no wave {wave!r}", hint="see spex waves")
         doc: Doc = json.loads(row["doc"])
+        was_over = doc["ended_at"] is not None
         if change is not None:
             change(doc)
         _merge_turns(db, doc)
         claimed = _settle(doc)
+        if doc["ended_at"] is not None and not was_over:
+            events.record(db, "wave-ended", cause=doc["state"], wave=wave, counts=counts(doc))
         text = json.dumps(doc)
         if text != row["doc"]:
             db.execute(
@@ -389,6 +392,7 @@ class Wave:
                 (wave, "launching", now, json.dumps(doc)),
             )
             write_atomic(directory / f"{wave}.json", json.dumps(doc, indent=2).encode())
+            events.record(db, "wave-started", wave=wave, legs=len(names))
         return self
 
     def update(self, change: Change | None = None) -> Doc:
@@ -547,9 +551,10 @@ class Wave:
     def running_legs(self) -> list[Doc]:
         return [leg for leg in self.doc["legs"] if leg_outcome(leg) == "running"]
 
-    def wait_turns(self) -> None:
+    def wait_turns(self, on_refresh: Listener | None = None) -> None:
         """`--wait`: until every launched turn has ended, recording each end as it
-        comes (event-driven on the turns' markers)."""
+        comes (event-driven on the turns' markers). `on_refresh` hears the
+        document after every wake-up, at least once a second (live progress)."""
         from spexsup.watch import DirWatch
 
         spex = self._spex()
@@ -557,6 +562,8 @@ class Wave:
             watched: set[str] = set()
             while True:
                 self.doc = refresh(spex, self.id)
+                if on_refresh is not None:
+                    on_refresh(self.doc)
                 running = self.running_legs()
                 if not running:
                     return
@@ -564,7 +571,7 @@ class Wave:
                     if leg["turn"] not in watched:
                         watch.add(turns.turn_dir(spex, leg["session"], leg["turn"]))
                         watched.add(leg["turn"])
-                watch.wait(3600)
+                watch.wait(3600 if on_refresh is None else 1.0)
 
 
 def _leg(doc: Doc, session: str) -> Doc:

@@ -61,7 +61,48 @@ def hoist_home(argv: list[str]) -> list[str]:
     return [*front, *rest, *argv[end:]]
 
 
+def no_hooks(argv: list[str]) -> list[str]:
+    """`--no-hooks` anywhere before `--` turns hooks off for whatever this
+    process commits (SPEXSUP_NO_HOOKS=1 does the same from the environment)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    if "--no-hooks" not in argv[:end]:
+        return argv
+    os.environ["SPEXSUP_NO_HOOKS"] = "1"
+    return [w for w in argv[:end] if w != "--no-hooks"] + argv[end:]
+
+
+def status_line(argv: list[str]) -> int | None:
+    """`spex [--home DIR] status-line [--format T]`, answered before anything
+    else is imported (see `statusline`): a tmux status bar runs it every few
+    seconds. None for anything else (`--help`, a mistake: typer says it)."""
+    if "status-line" not in argv:
+        return None
+    home, rest = _split_home(hoist_home(argv))
+    if rest[:1] != ["status-line"]:
+        return None
+    fmt = None
+    if len(rest) == 3 and rest[1] == "--format":
+        fmt = rest[2]
+    elif len(rest) == 2 and rest[1].startswith("--format="):
+        fmt = rest[1].partition("=")[2]
+    elif len(rest) != 1:
+        return None
+    from spexsup import statusline
+
+    try:
+        line = statusline.render(statusline.read(statusline.home_dir(home)), fmt)
+    except statusline.UnknownField as e:
+        fields = ", ".join("{" + f + "}" for f in statusline.FIELDS)
+        return fail(f"unknown field {{{e}}} in --format (fields: {fields})", 2)
+    sys.stdout.write(line + "\n")
+    return 0
+
+
 def run(argv: list[str]) -> int:
+    argv = no_hooks(argv)
+    fast = status_line(argv)
+    if fast is not None:
+        return fast
     from spexsup.cli import internal
 
     fast = internal.fast_path(argv)

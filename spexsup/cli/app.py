@@ -36,6 +36,9 @@ LIFECYCLE = (
     "du",
     "doctor",
     "hosts",
+    "events",
+    "hooks",
+    "status-line",
     "completion",
 )
 
@@ -106,6 +109,13 @@ def root(
             show_default=False,
         ),
     ] = None,
+    no_hooks: Annotated[
+        bool,
+        typer.Option(
+            "--no-hooks",
+            help="Run no hooks for what this command records (or SPEXSUP_NO_HOOKS=1).",
+        ),
+    ] = False,
     version: Annotated[
         bool,
         typer.Option(
@@ -188,6 +198,9 @@ COMMAND_MODULES = {
     "worktree": "worktree",
     "diff": "worktree",
     "keep": "worktree",
+    "events": "events",
+    "hooks": "events",
+    "status-line": "events",
 }
 
 

@@ -82,6 +82,8 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     ),
     "waves": ((), {}),
     "wave": (("wave",), {}),
+    "events": ((), {"--since": None, "--session": "session", "--kind": None}),
+    "status-line": ((), {"--format": None}),
     "prune": ((), {"--older-than": None, "--session": "session"}),
     "du": ((), {}),
 }

@@ -27,6 +27,7 @@ from spexsup.cli.params import (
     TimeoutOpt,
     WindowOpt,
 )
+from spexsup.cli.progress import LegsView, PlainLegs
 from spexsup.cli.render import document, print_json, table
 from spexsup.cli.turns import read_prompt
 from spexsup.errors import Invalid
@@ -289,9 +290,17 @@ def fanout(
     live = sys.stdout.isatty() and not as_json
     holder: dict[str, Any] = {"phase": "launch"}
     printed: set[str] = set()
+    # --wait: every leg's stage as it changes, a live table on a terminal.
+    progress: LegsView | PlainLegs | None = None
+    if wait and not as_json:
+        progress = PlainLegs(spex.home) if not live else None
 
     def on_change(doc: dict[str, Any]) -> None:
         if as_json:
+            return
+        if wait:
+            if progress is not None:
+                progress.update(doc)
             return
         for leg in doc["legs"]:
             if leg["status"] in ("done", "aborted") and leg["session"] not in printed:
@@ -302,46 +311,55 @@ def fanout(
         holder["wave"] = wave
         if best_of:
             wt.mark_best_of(wave, request, best_of)
-        wave.listeners.append(on_change)
+        nonlocal progress
         if not as_json:
             typer.echo(
                 f"wave {wave.id}: {len(targets)} leg{'s' * (len(targets) != 1)}"
                 + (" (retry)" if retry_failed else "")
             )
+        if wait and live and not as_json:
+            progress = LegsView(spex.home, wave.doc).__enter__()
+        wave.listeners.append(on_change)
         if "signal" in holder:  # a signal that came before the wave existed
             threading.Thread(target=wave.abort, daemon=True).start()
 
     detached: list[str] = []
-    with signals_for(holder):
-        wave = waves.fanout(
-            spex,
-            targets,
-            prompt,
-            window=window,
-            max_concurrent=max_concurrent,
-            retry_of=retry_failed,
-            on_complete=on_complete,
-            on_create=on_create,
-            fresh=fresh,
-            limits=limits,
-        )
-        if wait and "signal" not in holder:
-            wave.listeners.clear()
-            if not as_json:
-                typer.echo("waiting for the turns to end…")
-            try:
-                holder["phase"] = "wait"
-                wave.wait_turns()
-                holder["phase"] = "done"
-            except WaitInterrupted:
-                holder["phase"] = "done"
-                wave.detach()
-                detached = [leg["session"] for leg in wave.running_legs()]
+    try:
+        with signals_for(holder):
+            wave = waves.fanout(
+                spex,
+                targets,
+                prompt,
+                window=window,
+                max_concurrent=max_concurrent,
+                retry_of=retry_failed,
+                on_complete=on_complete,
+                on_create=on_create,
+                fresh=fresh,
+                limits=limits,
+            )
+            if wait and "signal" not in holder:
+                wave.listeners.clear()
+                if isinstance(progress, LegsView):
+                    progress.print("waiting for the turns to end…")
+                elif not as_json:
+                    typer.echo("waiting for the turns to end…")
+                try:
+                    holder["phase"] = "wait"
+                    wave.wait_turns(None if progress is None else progress.update)
+                    holder["phase"] = "done"
+                except WaitInterrupted:
+                    holder["phase"] = "done"
+                    wave.detach()
+                    detached = [leg["session"] for leg in wave.running_legs()]
+    finally:
+        if isinstance(progress, LegsView):
+            progress.__exit__()
     doc = waves.refresh(spex, wave.id)
     if as_json:
         print_json(document(doc))
     else:
-        if wait and not detached:
+        if wait and not detached and not live:
             for leg in doc["legs"]:
                 typer.echo("  " + leg_line(leg))
         typer.echo(summary(doc))

@@ -80,7 +80,10 @@ def maint(
             typer.echo(f"  {cap['op']} {cap['session']}{force}: {cap['state']}")
         return
     plan = lease.parse_plan(stop or [], resume or [])
-    code = Maintenance(spex, plan, all_sessions=all_, ttl=ttl, wait=wait).run(command or [])
+    maint = Maintenance(spex, plan, all_sessions=all_, ttl=ttl, wait=wait)
+    # On stderr: stdout belongs to the command. One line per change, no escapes.
+    maint.on_wait = lambda what: typer.echo(f"spex: {what}", err=True)
+    code = maint.run(command or [])
     raise typer.Exit(code)
 
 

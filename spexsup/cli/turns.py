@@ -27,7 +27,6 @@ from spexsup.cli.params import (
 )
 from spexsup.cli.render import (
     document,
-    ended_line,
     print_json,
     resumed_line,
     stopped_line,
@@ -215,13 +214,21 @@ def wait(
 
     spex = open_spex(ctx)
     names = sessions.select(spex, names or [], all_=all_, match=match)
-    ended = control.wait(spex, names, timeout=timeout)
     if as_json:
+        ended = control.wait(spex, names, timeout=timeout)
         # Each entry is the turn's one JSON shape, plus `turn` (its id) as before.
         print_json([{**turns.load_turn(spex, e.turn), "turn": e.turn} for e in ended if e.turn])
-    else:
-        for e in ended:
-            typer.echo(ended_line(e.as_json()))
+        raise typer.Exit(int(any(e.exit_code for e in ended)))
+    from spexsup.cli.render import WaitProgress
+
+    # Each end is printed as it happens; on a terminal a counter line follows.
+    progress = WaitProgress(len(names), live=sys.stdout.isatty() and len(names) > 1)
+    try:
+        ended = control.wait(
+            spex, names, timeout=timeout, on_end=progress.ended, on_tick=progress.tick
+        )
+    finally:
+        progress.close()
     raise typer.Exit(int(any(e.exit_code for e in ended)))
 
 

@@ -1,0 +1,184 @@
+"""`spex events`, `spex hooks test`, `spex status-line`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from spexsup.cli import complete
+from spexsup.cli.app import app, open_spex
+from spexsup.cli.params import JsonOpt
+from spexsup.cli.render import document, print_json
+from spexsup.errors import Invalid
+
+if TYPE_CHECKING:
+    import sqlite3
+
+
+def event_line(row: sqlite3.Row) -> str:
+    """`#42 2026-11-30T14:50:00.123Z failed api turn T rc=1: cause`"""
+    from spexsup import ids
+
+    line = f"#{row['id']} {ids.iso(row['at'])} {row['kind']}"
+    if row["session"]:
+        line += f" {row['session']}"
+    if row["turn"]:
+        line += f" turn {row['turn']}"
+    if row["rc"] is not None:
+        line += f" rc={row['rc']}"
+    payload = json.loads(row["payload"] or "{}")
+    for key in ("wave", "epoch"):
+        if key in payload:
+            line += f" {key} {payload[key]}"
+    if row["cause"]:
+        line += f": {row['cause']}"
+    return line
+
+
+@app.command()
+def events(
+    ctx: typer.Context,
+    follow: Annotated[
+        bool, typer.Option("-f", "--follow", help="Keep printing events as they commit.")
+    ] = False,
+    since: Annotated[
+        int,
+        typer.Option(
+            "--since",
+            metavar="ID",
+            help="Only events after event ID (resume a follower where it stopped).",
+        ),
+    ] = 0,
+    session: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--session",
+            metavar="NAME",
+            help="Only events of session NAME; repeatable.",
+            autocompletion=complete.session_names,
+        ),
+    ] = None,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option("--kind", metavar="KIND", help="Only events of kind KIND; repeatable."),
+    ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="One JSON object per line (schema_version 1)."),
+    ] = False,
+) -> None:
+    """Print the event log: every transition of turns, sessions, waves and leases.
+
+    \b
+    Kinds: launched confirmed completed failed aborted lost interrupted
+    timed-out created removed stopped resumed home-recreated wave-started
+    wave-ended lease-acquired lease-released lease-recovered.
+    The last 100000 events are kept.
+
+    \b
+    Examples:
+      spex events --session api --kind failed
+      spex events --follow --json
+      spex events --follow --since 1234
+    """
+    from spexsup import events as log
+    from spexsup.sessions import validate_name
+
+    if since < 0:
+        raise Invalid(f"invalid --since {since}", hint="an event id, 0 or more")
+    kinds = tuple(dict.fromkeys(kind or ()))
+    for k in kinds:
+        if k not in log.KINDS:
+            raise Invalid(f"unknown event kind {k!r}", hint=f"one of: {', '.join(log.KINDS)}")
+    names = tuple(validate_name(n) for n in dict.fromkeys(session or ()))
+    spex = open_spex(ctx)
+    for row in log.follow(spex.store, since, sessions=names, kinds=kinds, forever=follow):
+        text = json.dumps(log.as_json(row)) if as_json else event_line(row)
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+
+hooks_app = typer.Typer()
+app.add_typer(hooks_app, name="hooks")
+
+
+@hooks_app.callback()
+def hooks_group() -> None:
+    """Notification hooks: [[hook]] tables in config.toml, run once per event.
+
+    \b
+    Examples:
+      spex hooks test 42
+    """
+
+
+@hooks_app.command("test")
+def hooks_test(
+    ctx: typer.Context,
+    event: Annotated[int, typer.Argument(metavar="EVENT_ID", help="An id from spex events.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the hooks that match one event now, and say how each went.
+
+    Runs them in the foreground, unclaimed (they may have run before); what
+    they print goes to hooks.log in the state directory, as always.
+
+    \b
+    Examples:
+      spex hooks test 42
+      spex events --kind failed --json | tail -1
+    """
+    from spexsup import hooks
+
+    spex = open_spex(ctx)
+    results = hooks.test(spex.home, spex.store, event)
+    if as_json:
+        runs: list[dict[str, Any]] = [
+            {"hook": h.key, "ok": o.ok, "detail": o.detail} for h, o in results
+        ]
+        print_json(document({"ok": all(o.ok for _, o in results), "event": event, "hooks": runs}))
+    else:
+        for h, o in results:
+            typer.echo(f"hook {h.key}: {'ok' if o.ok else 'failed'}, {o.detail}")
+    if not all(o.ok for _, o in results):
+        raise typer.Exit(1)
+
+
+@app.command("status-line")
+def status_line(
+    ctx: typer.Context,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            metavar="TEMPLATE",
+            help="Fields {running} {ok} {failed} {stopped} {attention}."
+            " [default: spex: 2 running, 3 ok, 1 failed: api]",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """One line of session counts for a tmux status bar, read without SQLite.
+
+    \b
+    In ~/.tmux.conf:
+      set -g status-right '#(spex status-line) %H:%M'
+      set -g status-interval 5
+
+    \b
+    Examples:
+      spex status-line
+      spex status-line --format '{failed} failed: {attention}'
+    """
+    from spexsup import statusline
+
+    home = ctx.find_root().obj
+    try:
+        values = statusline.read(statusline.home_dir(str(home) if home else None))
+        typer.echo(statusline.render(values, fmt))
+    except statusline.UnknownField as e:
+        fields = ", ".join("{" + f + "}" for f in statusline.FIELDS)
+        raise Invalid(f"unknown field {{{e}}} in --format", hint=f"fields: {fields}") from None

@@ -1,0 +1,384 @@
+"""The event log (DESIGN §8 "Events"): every transition, in its own transaction.
+
+`record` appends an event inside the caller's `store.tx()`, so an event exists
+exactly when its transition committed; ids come from SQLite's AUTOINCREMENT
+under the write lock, so they are never reused and commit in id order (a
+reader that has seen id N has seen every id below it). The store calls
+`before_commit` (rewrites the status summary, in commit order) and
+`after_commit` (touches `events/tick` to wake followers, then fires the
+hooks of what it committed) around its COMMIT: the process that commits an
+event is the one that announces it, and nothing needs a daemon.
+
+Imported by the exit reporter on every turn end, so this module costs next
+to nothing to import and to run there: `os` and `time` at the top; one
+summary query and a small in-place write only when the summary changed; one
+in-place write of the tick file; the config files are read as bytes and parsed (and
+`hooks` imported) only when one of them has a `[[hook]]` table.
+"""
+
+# Plain os calls on str paths: this runs in every writer's transaction.
+# ruff: noqa: PTH102, PTH111, PTH123
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlite3
+    from pathlib import Path
+
+    from spexsup.store import Store
+
+SCHEMA_VERSION = 1
+# Retention: the writer prunes every PRUNE_EVERY events, keeping KEEP.
+KEEP = 100_000
+PRUNE_EVERY = 1000
+
+TURN_KINDS = (
+    "launched",
+    "confirmed",
+    "completed",
+    "failed",
+    "aborted",
+    "lost",
+    "interrupted",
+    "timed-out",
+)
+SESSION_KINDS = ("created", "removed", "stopped", "resumed", "home-recreated")
+OTHER_KINDS = (
+    "wave-started",
+    "wave-ended",
+    "lease-acquired",
+    "lease-released",
+    "lease-recovered",
+)
+KINDS = (*TURN_KINDS, *SESSION_KINDS, *OTHER_KINDS)
+# A turn's end state -> the event that announces it.
+END_KINDS = {
+    "complete": "completed",
+    "error": "failed",
+    "aborted": "aborted",
+    "lost": "lost",
+    "interrupted": "interrupted",
+    "timed-out": "timed-out",
+}
+DIR = "events"
+TICK = "tick"
+STATUS = "status"
+
+# Event ids recorded in each connection's open transaction (by id(connection)),
+# and the (event, hook) pairs it claimed, to start after the COMMIT.
+_pending: dict[int, list[int]] = {}
+_claimed: dict[int, list[tuple[dict[str, Any], Any]]] = {}
+
+
+def record(
+    db: sqlite3.Connection,
+    kind: str,
+    *,
+    session: str | None = None,
+    turn: str | None = None,
+    rc: int | None = None,
+    cause: str | None = None,
+    **payload: Any,
+) -> int:
+    """Append one event inside the caller's transaction; returns its id."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown event kind {kind!r}")
+    text = "{}"
+    if payload:
+        import json
+
+        text = json.dumps(payload, default=str)
+    cur = db.execute(
+        "INSERT INTO events (at, kind, session, turn, rc, cause, payload)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (time.time(), kind, session, turn, rc, cause, text),
+    )
+    event = int(cur.lastrowid or 0)
+    if event % PRUNE_EVERY == 0:
+        db.execute("DELETE FROM events WHERE id <= ?", (event - KEEP,))
+        db.execute("DELETE FROM hook_runs WHERE event <= ?", (event - KEEP,))
+    _pending.setdefault(id(db), []).append(event)
+    return event
+
+
+def turn_ended(
+    db: sqlite3.Connection,
+    state: str,
+    *,
+    session: str,
+    turn: str,
+    rc: int | None,
+    cause: str | None,
+    **payload: Any,
+) -> int:
+    """The event of a turn's end state (`complete` -> `completed`, `error` ->
+    `failed`…; an end state this table does not know is a failure)."""
+    kind = END_KINDS.get(state, "failed")
+    return record(db, kind, session=session, turn=turn, rc=rc, cause=cause, **payload)
+
+
+def launched(db: sqlite3.Connection, *, session: str, turn: str, **payload: Any) -> int | None:
+    """The turn's `launched` event, once per turn, in the first transaction
+    that proves the launch: the wake's confirmation, or the end recorded by
+    the turn's reporter, the wake or a reconciling reader. So it always
+    precedes `confirmed` and the end, and the wake adds no transaction of its
+    own between launch and confirmation (where a busy writer would hold it)."""
+    row = db.execute("SELECT launched_event FROM turns WHERE id = ?", (turn,)).fetchone()
+    if row is None or row[0] is not None:
+        return None
+    event = record(db, "launched", session=session, turn=turn, **payload)
+    db.execute("UPDATE turns SET launched_event = ? WHERE id = ?", (event, turn))
+    return event
+
+
+def emit(store: Store, kind: str, **fields: Any) -> int:
+    """Record one event in a transaction of its own: for transitions that live
+    outside SQLite (a tmux home recreated, a launch that tmux confirmed)."""
+    with store.tx() as db:
+        return record(db, kind, **fields)
+
+
+def pending(db: sqlite3.Connection) -> bool:
+    return id(db) in _pending
+
+
+def discard(db: sqlite3.Connection) -> None:
+    _pending.pop(id(db), None)
+    _claimed.pop(id(db), None)
+
+
+def _touch_tick(directory: str, event: int) -> None:
+    """Overwrite `events/tick` in place with the last id (fixed width): no
+    truncation, which on ext4 forces a block allocation (0.5-4 ms); raises OSError."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+    try:
+        fd = os.open(f"{directory}/{TICK}", flags, 0o600)
+    except FileNotFoundError:
+        os.mkdir(directory, 0o700)
+        fd = os.open(f"{directory}/{TICK}", flags, 0o600)
+    try:
+        os.pwrite(fd, b"%020d\n" % event, 0)
+    finally:
+        os.close(fd)
+
+
+# --- around the commit -------------------------------------------------------
+
+
+def before_commit(store: Store) -> None:
+    """Inside the write lock, when this transaction recorded events: rewrite
+    the summary if it changed (so summaries land in commit order), and claim
+    the hooks of its events, which then commit with them or not at all.
+    Never raises: the transition must commit whatever happens here."""
+    write_summary(store)
+    ids = _pending.get(id(store.db))
+    if not ids or hooks_disabled() or not hooks_configured(store.home):
+        return
+    try:
+        from spexsup import hooks
+
+        _claimed[id(store.db)] = hooks.claim(store.db, ids, hooks.load(store.home))
+    except Exception as e:
+        log_line(store.home, f"hooks of events {ids[0]}..{ids[-1]} not run: {e}")
+
+
+def write_summary(store: Store) -> None:
+    """`events/status`, rewritten only when its text changed: in place, sealed
+    with a checksum that readers verify (see `statusline` for why not a
+    rename). On failure a status bar lags one transition; the next catches up."""
+    from spexsup.statusline import seal
+
+    directory = f"{store.home}/{DIR}"
+    data = seal(summary_text(store.db))
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+    try:
+        try:
+            fd = os.open(f"{directory}/{STATUS}", flags, 0o600)
+        except FileNotFoundError:
+            os.mkdir(directory, 0o700)
+            fd = os.open(f"{directory}/{STATUS}", flags, 0o600)
+        try:
+            old = os.pread(fd, 65536, 0)
+            if old.rstrip(b"\n") != data.rstrip(b"\n"):
+                # Never shorter: the rest of a longer old text becomes blank padding.
+                os.pwrite(fd, data + b"\n" * max(0, len(old) - len(data)), 0)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def after_commit(store: Store) -> None:
+    """Announce what this connection just committed: wake followers, then
+    start the hooks it claimed, detached.
+
+    The transition is committed whatever happens here: failures are written
+    to hooks.log, never raised into the caller.
+    """
+    ids = _pending.pop(id(store.db), None)
+    claimed = _claimed.pop(id(store.db), None)
+    if not ids:
+        return
+    # On failure followers fall back to their coarse re-read.
+    with contextlib.suppress(OSError):
+        _touch_tick(f"{store.home}/{DIR}", ids[-1])
+    if not claimed:
+        return
+    try:
+        from spexsup import hooks
+
+        for event, hook in claimed:
+            hooks.spawn(store.home, event, hook)
+    except Exception as e:
+        log_line(store.home, f"hooks of events {ids[0]}..{ids[-1]} not started: {e}")
+
+
+def hooks_disabled() -> bool:
+    """`--no-hooks` (which sets it) or SPEXSUP_NO_HOOKS=1."""
+    return os.environ.get("SPEXSUP_NO_HOOKS", "") not in ("", "0")
+
+
+def hooks_configured(home: Path | str) -> bool:
+    """Does a config file hold a `[[hook]]` table? Bytes and a substring only:
+    the exit reporter asks on every turn end and must not pay for TOML."""
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    for path in (f"{xdg}/spexsup/config.toml", f"{home}/config.toml"):
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        if b"hook" in data and b"[[" in data:
+            return True
+    return False
+
+
+def log_line(home: Path | str, text: str) -> None:
+    """One timestamped line in `hooks.log` (0600); never raises."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    try:
+        fd = os.open(f"{home}/hooks.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, f"{stamp} {text}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+# --- the status summary ------------------------------------------------------
+
+SUMMARY_QUERY = (
+    "SELECT state, count(*), group_concat(CASE WHEN state = 'error' THEN name END, ' ')"
+    " FROM (SELECT name, state FROM sessions ORDER BY name) GROUP BY state"
+)
+
+
+def summary_text(db: sqlite3.Connection) -> bytes:
+    """`events/status`: `key=value` lines that `spex status-line` reads (see
+    `statusline`): counts of sessions running, ok (idle), failed (error) and
+    stopped, and `attention`, the failed sessions' names. One query."""
+    counts = {"running": 0, "ok": 0, "failed": 0, "stopped": 0}
+    attention = ""
+    for state, count, names in db.execute(SUMMARY_QUERY):
+        key = {"running": "running", "idle": "ok", "error": "failed", "stopped": "stopped"}.get(
+            state
+        )
+        if key:
+            counts[key] += count
+        if state == "error":
+            attention = names or ""
+    lines = [f"{k}={v}\n" for k, v in counts.items()]
+    return ("".join(lines) + f"attention={attention}\n").encode()
+
+
+# --- reading -----------------------------------------------------------------
+
+
+def as_json(row: sqlite3.Row) -> dict[str, Any]:
+    """The one JSON shape of an event (a line of `spex events --json`)."""
+    import json
+
+    from spexsup import ids
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "id": row["id"],
+        "at": row["at"],
+        "at_iso": ids.iso(row["at"]),
+        "kind": row["kind"],
+        "session": row["session"],
+        "turn": row["turn"],
+        "rc": row["rc"],
+        "cause": row["cause"],
+        "payload": json.loads(row["payload"] or "{}"),
+    }
+
+
+def read(
+    db: sqlite3.Connection,
+    since: int = 0,
+    *,
+    sessions: tuple[str, ...] = (),
+    kinds: tuple[str, ...] = (),
+    limit: int = 1000,
+) -> list[sqlite3.Row]:
+    """Events with id > `since`, oldest first, at most `limit`."""
+    where = ["id > ?"]
+    args: list[Any] = [since]
+    if sessions:
+        where.append(f"session IN ({','.join('?' * len(sessions))})")
+        args += sessions
+    if kinds:
+        where.append(f"kind IN ({','.join('?' * len(kinds))})")
+        args += kinds
+    query = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
+    return list(db.execute(query, (*args, limit)))
+
+
+def last_id(db: sqlite3.Connection) -> int:
+    row = db.execute("SELECT max(id) FROM events").fetchone()
+    return int(row[0] or 0)
+
+
+def follow(
+    store: Store,
+    since: int = 0,
+    *,
+    sessions: tuple[str, ...] = (),
+    kinds: tuple[str, ...] = (),
+    forever: bool = True,
+) -> Iterator[sqlite3.Row]:
+    """Every event after `since`, in id order; with `forever`, then each new one
+    as it commits (woken by inotify on `events/tick`, which every committer
+    writes after its COMMIT; a coarse re-read guards against a missed wake).
+
+    The high-water mark is read before the rows, and only rows up to it are
+    yielded: ids commit in order, so nothing below it can still appear, and
+    an event is never skipped or repeated (resume with `since`).
+    """
+    from pathlib import Path
+
+    from spexsup.paths import ensure_private_dir
+    from spexsup.watch import COARSE_POLL, DirWatch
+
+    directory = ensure_private_dir(Path(store.home) / DIR, under=Path(store.home))
+    last = since
+    with DirWatch([directory], names=frozenset({TICK})) as watch:
+        while True:
+            # Cleared before the read, so a tick that lands after it wakes the wait.
+            watch.changed.clear()
+            top = last_id(store.db)
+            while last < top:
+                rows = read(store.db, last, sessions=sessions, kinds=kinds)
+                rows = [r for r in rows if r["id"] <= top]
+                yield from rows
+                last = rows[-1]["id"] if rows else top
+            if not forever:
+                return
+            watch.changed.wait(COARSE_POLL)

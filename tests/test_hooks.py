@@ -1,0 +1,284 @@
+"""Hooks through the installed `spex`: exactly once, detached, their env and
+placeholders, a webhook to a local server, broken hooks logged, turned off."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import psutil
+from conftest import SPEX, Env, harness, retry_until
+
+RECORD = (
+    "import json, os, sys; out = sys.argv[1]; "
+    "env = {k: v for k, v in os.environ.items() if k.startswith('SPEX')}; "
+    "open(os.path.join(out, str(os.getpid())), 'w').write(json.dumps([sys.argv[2:], env]))"
+)
+
+
+def config(env: Env, text: str) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text(text)
+
+
+def recorder(env: Env, on: str, *extra: str) -> Path:
+    """A hook that writes its argv and SPEX* environment to a file per run."""
+    out = env.root / "runs"
+    out.mkdir()
+    argv = [sys.executable, "-c", RECORD, str(out), *extra]
+    config(env, f"[[hook]]\nname = 'rec'\non = {on}\nrun = {json.dumps(argv)}\n")
+    return out
+
+
+def runs(out: Path) -> list[Any]:
+    return [json.loads(p.read_text()) for p in sorted(out.iterdir()) if p.stat().st_size]
+
+
+def claims(env: Env) -> list[tuple[str, str | None]]:
+    """(hook, outcome) of every claimed (event, hook) pair."""
+    import sqlite3
+
+    db = sqlite3.connect(env.home / "state.db")
+    try:
+        return list(db.execute("SELECT hook, outcome FROM hook_runs ORDER BY event, hook"))
+    finally:
+        db.close()
+
+
+def hooks_log(env: Env) -> str:
+    path = env.home / "hooks.log"
+    return path.read_text() if path.exists() else ""
+
+
+def test_two_readers_racing_over_a_lost_turn_fire_its_hook_once(env: Env) -> None:
+    out = recorder(env, '["lost"]', "{session}", "{verdict}", "{rc}", "{nope}")
+    assert env.run("new", "a", "--", harness("sleeper.sh")).returncode == 0
+    woke = json.loads(env.run("wake", "a", "x", "--window", "0.3", "--json").stdout)
+    wrapper = psutil.Process(woke["pid"])
+    wrapper.kill()
+    assert retry_until(lambda: _gone(wrapper), seconds=30)
+    # Several reconciling readers at once: each may find the turn lost, one records it.
+    readers = [
+        subprocess.Popen([SPEX, "ls"], env=env.vars, stdout=subprocess.DEVNULL) for _ in range(4)
+    ]
+    assert [r.wait(60) for r in readers] == [0, 0, 0, 0]
+    # Every runner a reader started has recorded its outcome: one claim, one run.
+    assert retry_until(lambda: claims(env) == [("rec", "exit 0")], seconds=30), claims(env)
+    ((args, hook_env),) = runs(out)
+    assert args == ["a", "lost", "", "{nope}"]
+    assert hook_env["SPEX_EVENT"] == "lost" and hook_env["SPEX_SESSION"] == "a"
+    assert hook_env["SPEX_TURN"] == woke["turn"] and hook_env["SPEX_VERDICT"] == "lost"
+    assert hook_env["SPEX_RC"] == "" and "without a final marker" in hook_env["SPEX_CAUSE"]
+    assert hook_env["SPEX_SUMMARY"] == "working on: x"
+    # Never mistaken for a process of the turn.
+    assert "SPEXSUP_TURN" not in hook_env
+    assert "hook rec: ok, exit 0" in hooks_log(env)
+    for pid in [p.pid for p in psutil.process_iter() if _turn_of(p) == woke["turn"]]:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _gone(proc: psutil.Process) -> bool:
+    """Dead: reaped, or a zombie its parent (tmux) has not reaped yet."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _turn_of(proc: psutil.Process) -> str | None:
+    try:
+        return proc.environ().get("SPEXSUP_TURN")
+    except psutil.Error:
+        return None
+
+
+def test_the_exit_reporter_fires_completed_with_the_summary(env: Env) -> None:
+    out = recorder(env, '["completed", "failed"]', "{summary}")
+    go = env.root / "go"
+    assert env.run("new", "a", "--env", f"GO={go}", "--", harness("until_go.sh")).returncode == 0
+    assert env.run("wake", "a", "x", "--window", "0.3").returncode == 0
+    go.touch()
+    # No spex process runs now: the reporter in the pane fires the hook.
+    assert retry_until(lambda: len(runs(out)) == 1, seconds=30)
+    ((_args, hook_env),) = runs(out)
+    assert hook_env["SPEX_EVENT"] == "completed" and hook_env["SPEX_RC"] == "0"
+    assert hook_env["SPEX_SUMMARY"] == ""  # until_go.sh prints nothing
+
+
+def test_a_slow_hook_does_not_delay_the_verdict(env: Env) -> None:
+    started, done = env.root / "slow-started", env.root / "slow-done"
+    argv = ["bash", "-c", f"touch {started}; sleep 5; touch {done}"]
+    config(env, f"[[hook]]\non = ['completed']\nrun = {json.dumps(argv)}\n")
+    assert env.run("new", "a", "--", harness("exit0.sh")).returncode == 0
+    r = env.run("wake", "a", "x", "--window", "3", "--json")
+    # The reporter committed `completed` (and started the hook) before the
+    # verdict; the verdict is out while the hook still sleeps.
+    assert not done.exists()
+    assert r.returncode == 0 and json.loads(r.stdout)["verdict"] == "completed"
+    assert retry_until(started.exists, seconds=30)
+    assert "ok" not in hooks_log(env)  # still sleeping
+    assert retry_until(lambda: hooks_log(env).count(": ok, exit 0") == 1, seconds=60)
+
+
+def test_a_webhook_posts_the_event_to_a_local_server(env: Env) -> None:
+    received: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append({"type": self.headers["Content-Type"], **json.loads(body)})
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/spex"
+        config(
+            env,
+            f"[[hook]]\nname = 'web'\non = ['failed']\nsessions = ['ap*']\nurl = '{url}'\n"
+            "[[hook]]\nname = 'closed'\non = ['failed']\nurl = 'http://127.0.0.1:9/'\n",
+        )
+        for name in ("api", "other"):
+            assert env.run("new", name, "--", harness("exit7.sh")).returncode == 0
+            assert env.run("wake", name, "x", "--window", "2").returncode == 1
+        assert retry_until(lambda: "hook closed: failed" in hooks_log(env), seconds=30)
+        assert retry_until(lambda: len(received) == 1, seconds=30)
+        (post,) = received
+        assert post["type"] == "application/json" and post["schema_version"] == 1
+        assert (post["kind"], post["session"], post["rc"]) == ("failed", "api", 7)
+        assert post["summary"] == "boom: something broke"
+        assert "hook web: ok, HTTP 204" in hooks_log(env)
+        assert "POST failed" in hooks_log(env)
+    finally:
+        server.shutdown()
+
+
+def test_broken_hooks_are_logged_and_change_no_verdict(env: Env) -> None:
+    config(
+        env,
+        "[[hook]]\nname = 'missing'\non = ['completed']\nrun = ['/no/such/notifier']\n"
+        "[[hook]]\nname = 'fails'\non = ['completed']\nrun = ['bash', '-c', 'echo nope; exit 3']\n"
+        "[[hook]]\nname = 'hangs'\non = ['completed']\nrun = ['sleep', '30']\ntimeout = 0.5\n",
+    )
+    assert env.run("new", "a", "--", harness("exit0.sh")).returncode == 0
+    r = env.run("wake", "a", "x", "--window", "3", "--json")
+    assert json.loads(r.stdout)["verdict"] == "completed"
+    assert retry_until(lambda: hooks_log(env).count("hook ") >= 3, seconds=30)
+    text = hooks_log(env)
+    assert "hook missing: failed, cannot run '/no/such/notifier'" in text
+    assert "hook fails: failed, exit 3" in text and "  | nope" in text
+    assert "hook hangs: failed, timed out after 0.5s, killed" in text
+    assert json.loads(env.run("show", "a", "--json").stdout)["turn"]["state"] == "complete"
+    assert (env.home / "hooks.log").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_bad_hook_table_is_logged_and_named_by_hooks_test(env: Env) -> None:
+    config(env, "[[hook]]\non = ['finished']\nrun = ['true']\n")
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    assert "hooks of events 1..1 not run: config.toml: [[hook]] #1: 'on'" in hooks_log(env)
+    r = env.run("hooks", "test", "1")
+    assert r.returncode == 1 and r.stderr.startswith("spex: config.toml: [[hook]] #1: 'on'")
+    config(env, "[[hook]]\non = ['created']\nrun = 'notify-send hi'\n")
+    r = env.run("hooks", "test", "1")
+    assert r.returncode == 1 and "'run' must be a non-empty list" in r.stderr
+
+
+def test_hooks_test_runs_by_hand_and_no_hooks_turns_them_off(env: Env) -> None:
+    out = recorder(env, '["created", "removed"]', "{event}")
+    assert env.run("--no-hooks", "new", "a", "--harness", "demo").returncode == 0
+    assert env.run("new", "b", "--harness", "demo", extra={"SPEXSUP_NO_HOOKS": "1"}).returncode == 0
+    # Claimed before started: no claim, no run.
+    assert claims(env) == []
+    assert runs(out) == []
+    r = env.run("hooks", "test", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["hooks"] == [{"hook": "rec", "ok": True, "detail": "exit 0"}]
+    assert len(runs(out)) == 1
+    assert env.run("hooks", "test", "99").returncode == 3
+    assert env.run("hooks", "test", "x").returncode == 2
+    assert env.run("rm", "a").returncode == 0
+    assert retry_until(lambda: len(runs(out)) == 2, seconds=30)
+    assert sorted(a[0][0] for a in runs(out)) == ["created", "removed"]
+
+
+def test_tmux_message_reaches_the_users_own_clients(env: Env) -> None:
+    """A client attached (in a pty) to a tmux server of the user's, not spex's,
+    sees the message; spex's own server is never addressed by the sink."""
+    import pexpect
+
+    contrib = Path(__file__).resolve().parent.parent / "contrib" / "hooks"
+    socket = env.tmux_tmpdir / "user.sock"
+    client = pexpect.spawn(
+        "tmux",
+        ["-S", str(socket), "-f", "/dev/null", "new-session", "-s", "user"],
+        env={**env.vars, "SHELL": "/bin/sh", "TERM": "xterm"},
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(24, 120),
+    )
+    try:
+        client.expect(r"\[user\]")  # its status line: attached
+        argv = ["env", f"SPEX_TMUX_SOCKET={socket}", str(contrib / "tmux-message.sh")]
+        config(env, f"[[hook]]\non = ['created']\nrun = {json.dumps(argv)}\n")
+        assert env.run("new", "a", "--harness", "demo").returncode == 0
+        client.expect("spex: a created", timeout=30)
+        assert retry_until(lambda: ": ok, exit 0" in hooks_log(env), seconds=30), hooks_log(env)
+    finally:
+        subprocess.run(["tmux", "-S", str(socket), "kill-server"], check=False)
+        client.close(force=True)
+
+
+def test_the_contrib_sinks(env: Env) -> None:
+    """notify-desktop.sh with a notify-send on PATH that records its argv, and
+    ntfy.sh posting to a local server."""
+    contrib = Path(__file__).resolve().parent.parent / "contrib" / "hooks"
+    bin_dir = env.root / "bin"
+    bin_dir.mkdir()
+    sent = env.root / "notify-send.args"
+    (bin_dir / "notify-send").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {sent}\n')
+    (bin_dir / "notify-send").chmod(0o755)
+    bodies: list[tuple[str, str]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+            bodies.append((self.headers["Title"], body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/topic"
+        desktop = [str(contrib / "notify-desktop.sh")]
+        ntfy = ["env", f"NTFY_URL={url}", str(contrib / "ntfy.sh")]
+        config(
+            env,
+            f"[[hook]]\non = ['failed']\nrun = {json.dumps(desktop)}\n"
+            f"[[hook]]\non = ['failed']\nrun = {json.dumps(ntfy)}\n",
+        )
+        path = f"{bin_dir}:{env.vars['PATH']}"
+        assert env.run("new", "a", "--", harness("exit7.sh"), extra={"PATH": path}).returncode == 0
+        assert env.run("wake", "a", "x", "--window", "2", extra={"PATH": path}).returncode == 1
+        assert retry_until(lambda: sent.exists() and len(bodies) == 1, seconds=30)
+        assert sent.read_text().splitlines()[-2:] == [
+            "spex: a failed rc=7",
+            "boom: something broke",
+        ]
+        assert bodies == [("spex: a failed", "boom: something broke")]
+    finally:
+        server.shutdown()

@@ -1,0 +1,160 @@
+"""Live progress: `fanout --wait`'s per-leg table on a terminal (pexpect), its
+plain lines through a pipe, NO_COLOR, and `maint --wait` saying what it
+waits for. Every wait here is on output the command prints, with generous
+deadlines, so a loaded machine only makes them slower."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from conftest import SPEX, Env, harness, retry_until
+
+# Colour (SGR with a colour parameter), as opposed to cursor movement.
+COLOUR = re.compile(r"\x1b\[[0-9;]*3[0-7]m")
+# Between two cells of a table row: spaces and style codes.
+GAP = r"(?:\s|\x1b\[[0-9;]*m)+"
+
+
+def until_go(env: Env, name: str, *, chatty: bool = False, rc: int = 0) -> Path:
+    """A session whose turns run until `go-NAME` exists; `chatty` ones print first."""
+    go = env.root / f"go-{name}"
+    command = (
+        ["bash", "-c", f"echo working; exec {harness('until_go.sh')}"]
+        if chatty
+        else [harness("until_go.sh")]
+    )
+    args = ["new", name, "--env", f"GO={go}", "--env", f"RC={rc}", "--", *command]
+    assert env.run(*args).returncode == 0
+    return go
+
+
+def spawn(env: Env, *args: str, extra: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    import pexpect
+
+    return pexpect.spawn(
+        SPEX,
+        list(args),
+        env={**env.vars, **(extra or {})},
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(30, 120),
+    )
+
+
+def test_fanout_wait_on_a_terminal_is_a_live_table_of_stages(env: Env) -> None:
+    import pexpect
+
+    go_a = until_go(env, "a", chatty=True)
+    go_b = until_go(env, "b", rc=3)
+    child = spawn(env, "fanout", "a", "b", "-m", "x", "--window", "0.5", "--wait")
+    child.expect(r"wave \S+: 2 legs")
+    child.expect("SESSION")
+    child.expect("STAGE")
+    child.expect("waiting for the turns to end")
+    # The table is redrawn in place: each expect finds the next frame's text.
+    # a printed a line just now (producing output, for 10 s); b printed nothing.
+    child.expect(rf"a{GAP}producing output{GAP}\dm\d\ds")
+    child.expect(rf"b{GAP}confirmed{GAP}\dm\d\ds")
+    go_b.touch()
+    child.expect(r"ended error rc=3")
+    child.expect(r"\dm\d\ds")
+    go_a.touch()
+    child.expect(r"ended complete rc=0")
+    child.expect(r"wave \S+: partial")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
+
+
+def test_no_color_keeps_the_table_but_drops_the_colours(env: Env) -> None:
+    import pexpect
+
+    go = until_go(env, "a")
+    go.touch()  # the turn ends at once
+    child = spawn(env, "fanout", "a", "-m", "x", "--window", "0.5", "--wait")
+    child.expect(pexpect.EOF)
+    coloured = child.before
+    child.close()
+    assert COLOUR.search(coloured), repr(coloured[-300:])
+    assert env.run("wait", "a").returncode == 0
+    child = spawn(
+        env, "fanout", "a", "-m", "x", "--window", "0.5", "--wait", extra={"NO_COLOR": "1"}
+    )
+    child.expect(pexpect.EOF)
+    plain = child.before
+    child.close()
+    assert child.exitstatus == 0
+    assert "ended complete rc=0" in plain and "SESSION" in plain
+    assert not COLOUR.search(plain), repr(plain[-300:])
+
+
+def test_fanout_wait_through_a_pipe_is_one_plain_line_per_change(env: Env) -> None:
+    go_a = until_go(env, "a")
+    go_b = until_go(env, "b")
+    proc = subprocess.Popen(
+        [SPEX, "fanout", "a", "b", "-m", "x", "--window", "0.5", "--wait"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+
+    def until(pattern: str) -> str:
+        while True:
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            assert line, f"no line matching {pattern!r} in {lines}"
+            lines.append(line)
+            if re.search(pattern, line):
+                return line
+
+    until(r"^waiting for the turns to end")
+    go_b.touch()
+    assert re.fullmatch(r"  b: ended complete rc=0 · \dm\d\ds\n", until(r"^  b: ended"))
+    assert not any(ln.startswith("  a: ended") for ln in lines)
+    go_a.touch()
+    out, err = proc.communicate(timeout=60)
+    lines += out.splitlines(keepends=True)
+    assert proc.returncode == 0, err
+    text = "".join(lines)
+    assert "\x1b" not in text and "\r" not in text
+    stages = [ln.split(":", 1)[1].split("·")[0].strip() for ln in lines if ln.startswith("  a: ")]
+    # Each change once, in order: launching, confirmed, ended (then the summary listing).
+    assert stages[:3] == ["launching", "confirmed", "ended complete rc=0"], lines
+    assert len(set(stages[:3])) == 3
+    assert text.rstrip().splitlines()[-1].startswith("wave ")
+
+
+def test_maint_wait_says_what_it_waits_for(env: Env) -> None:
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    go = env.root / "go"
+    holder = subprocess.Popen(
+        [SPEX, "maint", "--stop", "a", "--", harness("until_go.sh")],
+        env={**env.vars, "GO": str(go)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert retry_until(lambda: "active" in env.run("maint", "--status").stdout, seconds=30), (
+        env.run("maint", "--status").stdout
+    )
+    waiter = subprocess.Popen(
+        [SPEX, "maint", "--stop", "a", "--wait", "60", "--", "true"],
+        env=env.vars,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert waiter.stderr is not None
+    line = waiter.stderr.readline()
+    assert re.fullmatch(
+        r"spex: waiting up to 60s for the maintenance lease"
+        rf" \(epoch 1 is active, held by pid {holder.pid}\)\n",
+        line,
+    ), line
+    go.touch()
+    assert holder.wait(60) == 0
+    _, rest = waiter.communicate(timeout=60)
+    assert waiter.returncode == 0, rest
+    assert "\x1b" not in line + rest
