@@ -340,12 +340,14 @@ def fanout(
             )
             if wait and "signal" not in holder:
                 wave.listeners.clear()
-                if isinstance(progress, LegsView):
-                    progress.print("waiting for the turns to end…")
-                elif not as_json:
-                    typer.echo("waiting for the turns to end…")
                 try:
+                    # The phase first: a Ctrl-C right after the line below
+                    # must stop the wait, not count as one during the launch.
                     holder["phase"] = "wait"
+                    if isinstance(progress, LegsView):
+                        progress.print("waiting for the turns to end…")
+                    elif not as_json:
+                        typer.echo("waiting for the turns to end…")
                     wave.wait_turns(None if progress is None else progress.update)
                     holder["phase"] = "done"
                 except WaitInterrupted:
