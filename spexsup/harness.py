@@ -133,6 +133,23 @@ _DEMO = (sys.executable, "-m", "spexsup.demo_agent")
 # Conversation-store and lock errors that mean nothing ran: safe to retry.
 _LOCKED = (r"database is locked", r"SQLITE_BUSY")
 
+# Usage-limit messages, as the CLIs print them (sources next to each pattern).
+# A reset `clock` as printed: `7pm`, `3:45 PM`, `2:50am (Asia/Muscat)`,
+# `Jul 15 at 12am (Australia/Melbourne)`, `May 11th, 2026 1:36 PM`.
+_CLOCK = (
+    r"(?:[A-Z][a-z]{2,8}\.? [0-9]{1,2}(?:st|nd|rd|th)?,?(?: [0-9]{4},?)?(?: at)? )?"
+    r"[0-9]{1,2}(?::[0-9]{2})? ?[apAP]\.?[mM]\.?(?: \([A-Za-z_/+-]+\))?"
+)
+# A span: `2 days 17 hours 14 minutes`, `~47 min`, `19hr`, `4hr 29min`.
+_SPAN = r"~?[0-9]+ ?[a-z]+(?:,? [0-9]+ ?[a-z]+)*"
+# The ChatGPT backend's own 429 body, passed on verbatim by pi and opencode (also
+# JSON-escaped inside their JSON events): `{"error":{"type":"usage_limit_reached",
+# "message":"The usage limit has been reached","plan_type":"plus","resets_at":1777936568,
+# "resets_in_seconds":13872}}` (github.com/earendil-works/pi/issues/4172).
+_CHATGPT_BODY = Limit(
+    r"usage_limit_reached[^\n]{0,800}?resets_at\\*\"\s*:\s*(?P<reset>[0-9]{9,11})", "epoch"
+)
+
 BUILTIN: dict[str, Harness] = {
     "demo": Harness(
         name="demo",
@@ -192,20 +209,24 @@ BUILTIN: dict[str, Harness] = {
         binary="claude",
         outcome="claude",
         limited=(
-            # Print mode, older releases: the reset as unix seconds.
+            # 1.0.x print mode: `Claude AI usage limit reached|1755615600`, the reset
+            # in unix seconds (github.com/anthropics/claude-code/issues/6119).
             Limit(r"Claude AI usage limit reached\|(?P<reset>[0-9]{9,11})", "epoch"),
-            # `Claude usage limit reached. Your limit will reset at 9am (America/Chicago).`
+            # 1.0.x: `Claude usage limit reached. Your limit will reset at 5pm
+            # (Europe/Warsaw).` (claude-code/issues/6119), also with no zone.
+            Limit(rf"usage limit reached\. Your limit will reset at (?P<reset>{_CLOCK})", "clock"),
+            # 1.0.8x-1.0.11x: `5-hour limit reached ∙ resets 5am` (claude-code/issues/6392,
+            # 7641); 2.1.x: `You've hit your session limit · resets 2:50am (Asia/Muscat)`
+            # (claude-code/issues/76151), `You've hit your weekly limit · resets Jul 15
+            # at 12am (Australia/Melbourne)` (claude-code/issues/77122), `You've hit
+            # your limit · resets 7pm (Europe/Berlin)`.
             Limit(
-                r"usage limit reached\. Your limit will reset at (?P<reset>[0-9:]+ ?[apAP][mM]"
-                r"(?: \([A-Za-z_/+-]+\))?)",
+                rf"(?:limit reached|hit your (?:[A-Za-z0-9-]+ )?limit) (?:[∙·•-]|\\u00b7|\\u2219)"
+                rf" resets"
+                rf" (?P<reset>{_CLOCK})",
                 "clock",
             ),
-            # `You've hit your limit · resets 7pm (Europe/Berlin)`
-            Limit(
-                r"(?:hit your limit|limit reached)[^\n]{0,40}?resets (?:at )?(?P<reset>[0-9:]+ ?"
-                r"[apAP][mM](?: \([A-Za-z_/+-]+\))?)",
-                "clock",
-            ),
+            Limit(r"Claude AI usage limit reached|You've hit your (?:[A-Za-z0-9-]+ )?limit", ""),
         ),
     ),
     # codex refuses to run outside a trusted (git) directory; spex keeps that
@@ -235,13 +256,30 @@ BUILTIN: dict[str, Harness] = {
         binary="codex",
         outcome="codex",
         limited=(
-            # `You've hit your usage limit. … or try again in 2 hours 5 minutes.`
-            Limit(r"hit your usage limit[^\n]*?try again in (?P<reset>[0-9][0-9a-z ,]*)", "in"),
-            # `… try again at 3:45 PM.`
+            # codex-rs/protocol/src/error.rs (core/src/error.rs before), Display for
+            # UsageLimitReachedError + retry_suffix / format_retry_timestamp (codex-cli
+            # 0.5x on): `You've hit your usage limit. Upgrade to Pro (…), visit … or try
+            # again at 3:45 PM.`, `… Try again at May 11th, 2026 1:36 PM.` - local time,
+            # `%-I:%M %p`, the date only when it is not today.
+            Limit(rf"hit your usage limit[^\n]*?[Tt]ry again at (?P<reset>{_CLOCK})", "clock"),
+            # codex-cli 0.27-0.40 (openai/codex issues 3031, 3899, 4104): `… or try again in
+            # 5 days 22 hours 11 minutes.`, `Try again in less than a minute.`
             Limit(
-                r"hit your usage limit[^\n]*?try again at (?P<reset>[0-9:]+ ?[apAP][mM])", "clock"
+                rf"hit your usage limit[^\n]*?[Tt]ry again in"
+                rf" (?P<reset>{_SPAN}|less than a minute)",
+                "in",
             ),
-            Limit(r"You've hit your usage limit|usage_limit_reached", ""),
+            # core/src/error.rs RateLimitedError: `rate limited (status 429 Too Many
+            # Requests), retry after 30s`.
+            Limit(r"rate limited \(status 429[^)\n]*\), retry after (?P<reset>[0-9]+s)", "in"),
+            # No time: `… Try again later.`, the Free plan's `… Upgrade to Plus to continue
+            # using Codex (…).`, 0.23's `… or wait for limits to reset (every 5h and every
+            # week.).` (openai/codex issue 2669), `Quota exceeded. Check your plan and
+            # billing details.`
+            Limit(
+                r"You['\u2019]ve hit your usage limit|Quota exceeded\. Check your plan and billing",
+                "",
+            ),
         ),
     ),
     "opencode": Harness(
@@ -262,11 +300,22 @@ BUILTIN: dict[str, Harness] = {
         binary="opencode",
         outcome="opencode",
         limited=(
+            # opencode retries a retryable provider error itself (session/retry.ts, using
+            # the Retry-After header); `run --format json` prints the one it gives up on
+            # as {"type":"error",…,"error":{"name":"APIError","data":{"message":…,
+            # "statusCode":429,"isRetryable":…,"responseHeaders":{…},"responseBody":…}}}
+            # (MessageV2.APIError; cli/cmd/run). OpenCode Go's body: {"type":
+            # "GoUsageLimitError","message":"Weekly usage limit reached. Resets in 19hr"}.
+            Limit(rf"[Uu]sage limit reached\.? Resets in (?P<reset>{_SPAN})", "in"),
+            _CHATGPT_BODY,
+            Limit(r'"statusCode"\s*:\s*429[^\n]*?"retry-after"\s*:\s*"(?P<reset>[0-9]+)"', "in"),
+            # session/retry.ts: `Free usage exceeded, add credits https://opencode.ai/zen`
+            # (FreeUsageLimitError); any other 429 it stopped on.
             Limit(
-                r"usage limit reached\. Your limit will reset at (?P<reset>[0-9:]+ ?[apAP][mM])",
-                "clock",
+                r"FreeUsageLimitError|GoUsageLimitError|Free usage exceeded"
+                r'|The usage limit has been reached|"statusCode"\s*:\s*429\b',
+                "",
             ),
-            Limit(r"usage limit reached|hit your (?:usage )?limit", ""),
         ),
     ),
     # pi's parser has no `--`, so the prompt always goes on stdin.
@@ -289,11 +338,19 @@ BUILTIN: dict[str, Harness] = {
         binary="pi",
         outcome="pi",
         limited=(
-            Limit(
-                r"usage limit reached\. Your limit will reset at (?P<reset>[0-9:]+ ?[apAP][mM])",
-                "clock",
-            ),
-            Limit(r"usage limit reached|hit your (?:usage )?limit", ""),
+            # packages/ai/src/providers/openai-codex-responses.ts, parseErrorResponse
+            # (badlogic/pi-mono@83378aa, lines 837-843; unchanged in 0.8x): `You have hit
+            # your ChatGPT usage limit (plus plan). Try again in ~47 min.` - stopReason
+            # "error", its errorMessage in the message_end/agent_end events.
+            Limit(rf"hit your ChatGPT usage limit[^\n]*?Try again in (?P<reset>{_SPAN})", "in"),
+            # The same provider's SSE `error` event: `Codex error: {…usage_limit_reached…
+            # "resets_at":1777936568…}` (github.com/earendil-works/pi/issues/4172).
+            _CHATGPT_BODY,
+            # No time: the message without `Try again`, and Anthropic's 429 that pi's
+            # auto-retry gave up on: `429 {"type":"error","error":{"type":
+            # "rate_limit_error","message":"This request would exceed your account's rate
+            # limit. Please try again later."}}`.
+            Limit(r"hit your ChatGPT usage limit|usage_limit_reached|rate_limit_error", ""),
         ),
     ),
 }

@@ -320,7 +320,9 @@ class UsageLimit:
 
 def reset_time(kind: str, text: str, now: float) -> float | None:
     """The epoch a reset text names: `epoch` seconds, a `clock` time (the next
-    one after `now`, in the named zone if any), or a span `in` from now."""
+    one after `now`, in the named zone if any, on the named date if any), or a
+    span `in` from now (`2 hours 5 minutes`, `~47 min`, `19hr`, a bare number
+    of seconds as in a Retry-After header, `less than a minute`)."""
     import re as _re
 
     text = text.strip()
@@ -328,6 +330,10 @@ def reset_time(kind: str, text: str, now: float) -> float | None:
         if kind == "epoch":
             return float(text)
         if kind == "in":
+            if text.isdigit():
+                return now + float(text)
+            if text.lower() == "less than a minute":
+                return now + 60
             total = 0.0
             pairs = _re.findall(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]+)", text.lower())
             for number, unit in pairs:
@@ -343,32 +349,56 @@ def reset_time(kind: str, text: str, now: float) -> float | None:
     return None
 
 
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+# `[Jul 15 at |May 11th, 2026 |Oct 6, ]3:45 PM|7pm|19:30[ (Area/City)]`
+_CLOCK = (
+    r"(?:(?P<mon>[A-Za-z]{3})[a-z]*\.? (?P<day>[0-9]{1,2})(?:st|nd|rd|th)?,?"
+    r"(?: (?P<year>[0-9]{4}),?)?(?: at)? )?"
+    r"(?P<hour>[0-9]{1,2})(?::(?P<minute>[0-9]{2}))?\s*(?P<ampm>[apAP]\.?[mM]\.?)?"
+    r"(?:\s*\((?P<zone>[A-Za-z_/+-]+)\))?"
+)
+
+
 def _next_clock(text: str, now: float) -> float | None:
+    """The next time after `now` a clock text names. Clocks are printed to the
+    minute: a time in the current minute means its end, never tomorrow."""
     import datetime as dt
     import re as _re
 
-    m = _re.fullmatch(
-        r"([0-9]{1,2})(?::([0-9]{2}))?\s*([apAP][mM])?(?:\s*\(([A-Za-z_/+-]+)\))?", text
-    )
+    m = _re.fullmatch(_CLOCK, text)
     if m is None:
         return None
-    hour, minute = int(m.group(1)), int(m.group(2) or 0)
-    if m.group(3):
-        hour = hour % 12 + (12 if m.group(3).lower() == "pm" else 0)
+    hour, minute = int(m["hour"]), int(m["minute"] or 0)
+    if m["ampm"]:
+        hour = hour % 12 + (12 if m["ampm"][0].lower() == "p" else 0)
     if hour > 23 or minute > 59:
         return None
     zone: dt.tzinfo | None = None
-    if m.group(4):
+    if m["zone"]:
         try:
             from zoneinfo import ZoneInfo
 
-            zone = ZoneInfo(m.group(4))
+            zone = ZoneInfo(m["zone"])
         except (ValueError, KeyError, OSError):
             zone = None
     current = dt.datetime.fromtimestamp(now, zone) if zone else dt.datetime.fromtimestamp(now)
-    candidate = current.replace(hour=hour, minute=minute, second=0, microsecond=0)
-    if candidate.timestamp() <= now:
-        candidate += dt.timedelta(days=1)
+    if m["mon"]:
+        if m["mon"].lower() not in _MONTHS:
+            return None
+        month = _MONTHS.index(m["mon"].lower()) + 1
+        year = int(m["year"]) if m["year"] else current.year
+        candidate = current.replace(
+            year=year, month=month, day=int(m["day"]), hour=hour, minute=minute,
+            second=0, microsecond=0,
+        )  # fmt: skip
+        if not m["year"] and candidate.timestamp() < now - 86400:
+            candidate = candidate.replace(year=year + 1)  # `Jan 2` seen on Dec 30
+    else:
+        candidate = current.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        if candidate.timestamp() <= now - 60:
+            candidate += dt.timedelta(days=1)
+    if now - 60 < candidate.timestamp() <= now:
+        candidate += dt.timedelta(minutes=1)
     return candidate.timestamp()
 
 

@@ -4,16 +4,19 @@ tests/fakes/ that print what the real CLIs print."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from conftest import Env, harness, retry_until
 from test_turns import show, turn_processes_alive, wake_json
 
 from spexsup import outcome
-from spexsup.harness import load_registry, parse_duration
+from spexsup.harness import BUILTIN, load_registry, parse_duration
 
 ONLINE = {"FAKE_CLAUDE_LOGGED_IN": "1"}
 
@@ -201,13 +204,194 @@ def test_claude_usage_limit_names_the_reset(env: Env) -> None:
     assert v["error"] == f"claude hit its usage limit (resets {clock})"
 
 
-def test_codex_usage_limit_in_relative_time(env: Env) -> None:
+def limit_of(env: Env, name: str) -> tuple[str | None, float | None]:
+    turn = show(env, name)["turn"]
+    return turn["cause"], turn["limit_reset"]
+
+
+def test_claude_2_1_session_limit_message(env: Env) -> None:
+    new(env, "c", "claude", FAKE_LIMIT_SECONDS="600", FAKE_LIMIT_FORM="session", **ONLINE)
+    code, v = wake_json(env, "c", "go [limit]", "--window", "10")
+    assert code == 1 and v["error"].startswith("claude hit its usage limit (resets "), v
+    cause, reset = limit_of(env, "c")
+    # `resets 2:50am (UTC)`: to the minute.
+    assert cause == "usage-limit" and reset is not None and abs(reset - time.time() - 600) < 90
+
+
+@pytest.mark.parametrize(
+    ("form", "seconds", "ahead"), [("at", 600, 600), ("in", 7500, 7500), ("later", 600, None)]
+)
+def test_codex_usage_limit_messages(env: Env, form: str, seconds: int, ahead: int | None) -> None:
     (env.root / ".git").mkdir()
-    new(env, "x", "codex", FAKE_CODEX_ONLINE="1")
+    new(env, "x", "codex", FAKE_CODEX_ONLINE="1", FAKE_LIMIT_FORM=form,
+        FAKE_LIMIT_SECONDS=str(seconds))  # fmt: skip
     code, v = wake_json(env, "x", "go [limit]", "--window", "10")
-    assert code == 1 and v["error"].startswith("codex hit its usage limit (resets "), v
-    turn = show(env, "x")["turn"]
-    assert turn["cause"] == "usage-limit" and abs(turn["limit_reset"] - time.time() - 60) < 30
+    assert code == 1 and v["verdict"] == "failed", v
+    cause, reset = limit_of(env, "x")
+    assert cause == "usage-limit"
+    if ahead is None:
+        assert reset is None and v["error"] == "codex hit its usage limit (reset time not given)"
+    else:
+        assert reset is not None and abs(reset - time.time() - ahead) < 90, (reset, v)
+
+
+@pytest.mark.parametrize(
+    ("cli", "online", "form", "seconds", "ahead"),
+    [
+        ("opencode", "FAKE_OPENCODE_ONLINE", "go", 7200, 7200),
+        ("opencode", "FAKE_OPENCODE_ONLINE", "free", 7200, None),
+        ("pi", "FAKE_PI_ONLINE", "chatgpt", 1800, 1800),
+        ("pi", "FAKE_PI_ONLINE", "anthropic", 1800, None),
+    ],
+)
+def test_opencode_and_pi_usage_limit_messages(
+    env: Env, cli: str, online: str, form: str, seconds: int, ahead: int | None
+) -> None:
+    new(env, "a", cli, **{online: "1", "FAKE_LIMIT_FORM": form, "FAKE_LIMIT_SECONDS": str(seconds)})
+    code, v = wake_json(env, "a", "go [limit]", "--window", "10")
+    # Both exit 0 after the error; the usage limit still fails the turn.
+    assert code == 1 and v["verdict"] == "failed" and v["rc"] == 0, v
+    cause, reset = limit_of(env, "a")
+    assert cause == "usage-limit", v
+    if ahead is None:
+        assert reset is None and v["error"] == f"{cli} hit its usage limit (reset time not given)"
+    else:
+        assert reset is not None and abs(reset - time.time() - ahead) < 90, (reset, v)
+
+
+@pytest.fixture
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Local time is UTC: codex and claude print resets in the machine's zone."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+NOW = 1_700_000_000.0  # Tue 2023-11-14 22:13:20 UTC
+
+
+def at(year: int, month: int, day: int, hour: int = 0, minute: int = 0, zone: str = "UTC") -> float:
+    return dt.datetime(year, month, day, hour, minute, tzinfo=ZoneInfo(zone)).timestamp()
+
+
+def event(kind: str, **fields: object) -> str:
+    return json.dumps({"type": kind, **fields}, ensure_ascii=False)  # as Node and serde print
+
+
+CHATGPT_429 = json.dumps({"error": {
+    "type": "usage_limit_reached", "message": "The usage limit has been reached",
+    "plan_type": "plus", "resets_at": 1_700_013_872, "eligible_promo": None,
+    "resets_in_seconds": 13872}}, separators=(",", ":"))  # fmt: skip
+
+# What each CLI really prints when it hits its limit (sources in spexsup/harness.py,
+# next to each pattern), and the reset spex reads from it.
+# fmt: off
+REAL_LIMITS: list[tuple[str, str, float | None]] = [
+    # claude, 1.0.x print mode (anthropics/claude-code#6119)
+    ("claude", event("result", subtype="success", is_error=True,
+                     result="Claude AI usage limit reached|1700003600"), 1_700_003_600),
+    ("claude", "Claude usage limit reached. Your limit will reset at 11pm (Europe/Warsaw).",
+     at(2023, 11, 15, 23, 0, zone="Europe/Warsaw")),  # 22:00 UTC has passed: tomorrow
+    ("claude", "Claude usage limit reached. Your limit will reset at 12am.", at(2023, 11, 15)),
+    # 1.0.8x-1.0.11x (#6392, #7641)
+    ("claude", "5-hour limit reached ∙ resets 5am", at(2023, 11, 15, 5, 0)),
+    # 2.1.x (#76151, #77122)
+    ("claude", event("result", subtype="success", is_error=True,
+                     result="You've hit your session limit · resets 2:50am (Asia/Muscat)"),
+     at(2023, 11, 15, 2, 50, zone="Asia/Muscat")),
+    ("claude", json.dumps({"result": "You've hit your session limit · resets 2:50am (UTC)"}),
+     at(2023, 11, 15, 2, 50)),  # written by a JSON encoder that escapes non-ASCII
+    ("claude", "You've hit your weekly limit · resets Nov 17 at 12am (Australia/Melbourne)",
+     at(2023, 11, 17, 0, 0, zone="Australia/Melbourne")),
+    ("claude", "You've hit your limit · resets 7pm (Europe/Berlin)",
+     at(2023, 11, 15, 19, 0, zone="Europe/Berlin")),
+    # codex exec --json, 0.5x on (codex-rs/protocol/src/error.rs): local time, the date
+    # when it is not today
+    ("codex", event("error", message="You've hit your usage limit. Upgrade to Pro"
+                    " (https://chatgpt.com/explore/pro), visit https://chatgpt.com/codex/settings/"
+                    "usage to purchase more credits or try again at 11:45 PM."),
+     at(2023, 11, 14, 23, 45)),
+    ("codex", event("turn.failed", error={"message": "You've hit your usage limit. Try again"
+                                          " at Nov 16th, 2023 1:36 PM."}),
+     at(2023, 11, 16, 13, 36)),
+    ("codex", "ERROR: You've hit your usage limit. Upgrade to Plus to continue using Codex"
+     " (https://chatgpt.com/explore/plus), or try again at Nov 21st, 2023 8:19 PM.",
+     at(2023, 11, 21, 20, 19)),
+    # printed to the minute: a reset within the current minute is its end, not tomorrow
+    ("codex", "You've hit your usage limit. Try again at 10:13 PM.", at(2023, 11, 14, 22, 14)),
+    # 0.27-0.40 (openai/codex#3031, #3899, #4104)
+    ("codex", "■ You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing)"
+     " or try again in 5 days 22 hours 11 minutes.", NOW + 5 * 86400 + 22 * 3600 + 11 * 60),
+    ("codex", "You've hit your usage limit. Try again in 2 hours 5 minutes.", NOW + 7500),
+    ("codex", "You've hit your usage limit. Try again in less than a minute.", NOW + 60),
+    ("codex", event("error", message="rate limited (status 429 Too Many Requests), retry after"
+                    " 30s, request id: req_1"), NOW + 30),
+    ("codex", "You've hit your usage limit. Try again later.", None),
+    ("codex", "You've hit your usage limit. Upgrade to Plus to continue using Codex"
+     " (https://openai.com/chatgpt/pricing).", None),
+    ("codex", "🖐 You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing),"
+     " or wait for limits to reset (every 5h and every week.).", None),
+    ("codex", event("error", message="Quota exceeded. Check your plan and billing details."), None),
+    # opencode run --format json: the APIError it stopped on
+    ("opencode", event("error", sessionID="ses_1", error={"name": "APIError", "data": {
+        "message": "Weekly usage limit reached. Resets in 19hr", "statusCode": 429,
+        "isRetryable": False, "responseHeaders": {"retry-after": "68400"}}}), NOW + 19 * 3600),
+    ("opencode", event("error", sessionID="ses_1", error={"name": "APIError", "data": {
+        "message": "The usage limit has been reached", "statusCode": 429,
+        "responseBody": CHATGPT_429}}), 1_700_013_872),
+    ("opencode", event("error", sessionID="ses_1", error={"name": "APIError", "data": {
+        "message": "Too Many Requests", "statusCode": 429,
+        "responseHeaders": {"retry-after": "3600"}}}), NOW + 3600),
+    ("opencode", event("error", sessionID="ses_1", error={"name": "APIError", "data": {
+        "message": "Free usage exceeded, add credits https://opencode.ai/zen", "statusCode": 429,
+        "responseBody": '{"error":{"type":"FreeUsageLimitError"}}'}}), None),
+    # pi --mode json (packages/ai/src/providers/openai-codex-responses.ts)
+    ("pi", event("message_end", message={"role": "assistant", "stopReason": "error",
+                  "errorMessage": "You have hit your ChatGPT usage limit (plus plan)."
+                  " Try again in ~47 min."}), NOW + 47 * 60),
+    ("pi", event("agent_end", messages=[{"role": "assistant", "stopReason": "error",
+                 "errorMessage": "Codex error: " + CHATGPT_429}]), 1_700_013_872),
+    # pi -p (text): the error on stderr (earendil-works/pi#4172)
+    ("pi", "Error: Codex error: " + CHATGPT_429, 1_700_013_872),
+    ("pi", "You have hit your ChatGPT usage limit (pro plan).", None),
+    ("pi", event("message_end", message={"role": "assistant", "stopReason": "error",
+                  "errorMessage": '429 {"type":"error","error":{"type":"rate_limit_error",'
+                  '"message":"This request would exceed your account\'s rate limit.'
+                  ' Please try again later."}}'}), None),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("cli", "printed", "reset"), REAL_LIMITS)
+def test_real_limit_messages(
+    utc: None, tmp_path: Path, cli: str, printed: str, reset: float | None
+) -> None:
+    (tmp_path / "output.log").write_text(f"{event('step_start')}\n{printed}\n")
+    limits = tuple((lim.pattern, lim.reset) for lim in BUILTIN[cli].limited)
+    found = outcome.find_limit(tmp_path, limits, NOW)
+    assert found is not None, printed
+    assert found.reset == reset, (found, printed)
+
+
+@pytest.mark.parametrize(
+    ("cli", "printed"),
+    [
+        ("claude", "Not logged in · Please run /login"),
+        ("codex", '{"type":"error","message":"Reconnecting... 5/5 (failed to lookup address)"}'),
+        (
+            "opencode",
+            '{"type":"error","error":{"name":"APIError","data":{"message":'
+            '"Provider returned error: 500 Internal Server Error","statusCode":500}}}',
+        ),
+        ("pi", "No API key found for the selected model."),
+    ],
+)
+def test_other_failures_are_no_limit(tmp_path: Path, cli: str, printed: str) -> None:
+    (tmp_path / "output.log").write_text(printed + "\n")
+    limits = tuple((lim.pattern, lim.reset) for lim in BUILTIN[cli].limited)
+    assert outcome.find_limit(tmp_path, limits, NOW) is None
 
 
 def test_reset_times() -> None:
@@ -215,11 +399,21 @@ def test_reset_times() -> None:
     assert outcome.reset_time("epoch", "1700003600", now) == 1700003600
     assert outcome.reset_time("in", "2 hours 5 minutes", now) == now + 7500
     assert outcome.reset_time("in", "5h", now) == now + 18000
+    assert outcome.reset_time("in", "~47 min", now) == now + 47 * 60
+    assert outcome.reset_time("in", "4hr 29min", now) == now + 4 * 3600 + 29 * 60
+    assert outcome.reset_time("in", "3600", now) == now + 3600  # Retry-After
+    assert outcome.reset_time("in", "less than a minute", now) == now + 60
     assert outcome.reset_time("in", "soon", now) is None
     utc = outcome.reset_time("clock", "11pm (UTC)", now)
     assert utc == 1_700_002_800  # the same day, 23:00 UTC
     assert outcome.reset_time("clock", "9:30 AM (UTC)", now) == 1_700_040_600  # the next day
+    assert outcome.reset_time("clock", "Nov 17 at 12am (UTC)", now) == at(2023, 11, 17)
+    assert outcome.reset_time("clock", "Jan 2 at 1pm (UTC)", now) == at(2024, 1, 2, 13, 0)
+    assert outcome.reset_time("clock", "Nov 16th, 2023 1:36 PM (UTC)", now) == at(
+        2023, 11, 16, 13, 36
+    )
     assert outcome.reset_time("clock", "25:00", now) is None
+    assert outcome.reset_time("clock", "Foo 3 at 1pm", now) is None
 
 
 def test_limited_patterns_in_toml(env: Env, tmp_path: Path) -> None:
