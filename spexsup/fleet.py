@@ -10,7 +10,9 @@ child process, so every host is driven the same way) with the prompt on
 stdin. Its document, `fleet/<id>.json` in the local state home, records each
 leg's host and each host's own wave id; `--retry-failed` of a fleet wave runs
 `spex fanout --retry-failed HOSTWAVE` on each host that had failed legs (or
-the saved prompt again where the host was never reached).
+the saved prompt again where the host was never reached), under the fleet
+wave's recorded per-turn options (`turn_options`, as a local wave's) with
+the ones given to the retry winning.
 """
 
 from __future__ import annotations
@@ -168,6 +170,20 @@ def load(state: Path, ident: str) -> dict[str, Any]:
     return doc
 
 
+def list_docs(state: Path) -> list[dict[str, Any]]:
+    """Every fleet wave's document in this state home (unreadable ones skipped)."""
+    d = state / "fleet"
+    docs: list[dict[str, Any]] = []
+    for path in sorted(d.glob(f"{FLEET_PREFIX}*.json")) if d.is_dir() else []:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("legs"), list):
+            docs.append(doc)
+    return docs
+
+
 def save(state: Path, doc: dict[str, Any]) -> None:
     from spexsup.paths import write_atomic
 
@@ -188,6 +204,29 @@ def group_legs(names: Sequence[str]) -> dict[str, list[str]]:
     return groups
 
 
+TURN_OPTIONS = ("window", "timeout", "strict", "on_limit")
+
+
+def turn_argv(turn_options: dict[str, Any]) -> list[str]:
+    """`--window`, `--timeout`, `--strict`/`--no-strict`, `--on-limit` for a
+    host's `spex fanout`, from `turn_options` (None: not given)."""
+    argv: list[str] = []
+    if turn_options.get("window") is not None:
+        argv += ["--window", f"{float(turn_options['window']):f}"]
+    if turn_options.get("timeout") is not None:
+        argv += ["--timeout", f"{float(turn_options['timeout']):f}"]
+    if turn_options.get("strict") is not None:
+        argv.append("--strict" if turn_options["strict"] else "--no-strict")
+    if turn_options.get("on_limit") is not None:
+        argv += ["--on-limit", str(turn_options["on_limit"])]
+    return argv
+
+
+def recorded_options(doc: dict[str, Any]) -> dict[str, Any]:
+    found = doc.get("turn_options") or {}
+    return {k: found.get(k, False if k == "strict" else None) for k in TURN_OPTIONS}
+
+
 def fanout(
     config: Config,
     state: Path,
@@ -195,6 +234,7 @@ def fanout(
     prompt: bytes,
     *,
     options: list[str],
+    turn_options: dict[str, Any] | None = None,
     match: str | None = None,
     retry: dict[str, str] | None = None,
     retry_of: str | None = None,
@@ -202,8 +242,13 @@ def fanout(
     """Run one `spex fanout --json` per host of `groups` (host -> its session
     names, or None for `--match`/`--all` there) in parallel, and record the
     fleet wave. `retry` maps a host to its own wave whose failed legs to
-    relaunch instead."""
+    relaunch instead. `turn_options` (window, timeout, strict, on_limit) go to
+    every host's fan-out and into the fleet wave's document."""
     from spexsup import ids
+
+    turn = {k: (turn_options or {}).get(k) for k in TURN_OPTIONS}
+    options = [*options, *turn_argv(turn)]
+    turn["strict"] = bool(turn["strict"])
 
     for name in groups:
         choose(config, [name])
@@ -260,6 +305,7 @@ def fanout(
         "created_at": time.time(),
         "retry_of": retry_of,
         "retried_by": [],
+        "turn_options": turn,
         "hosts": waves,
         "legs": legs,
     }
@@ -285,9 +331,16 @@ def _failed_leg(host: str, session: str, error: str) -> dict[str, Any]:
 
 
 def retry_failed(
-    config: Config, state: Path, ident: str, *, options: list[str]
+    config: Config,
+    state: Path,
+    ident: str,
+    *,
+    options: list[str],
+    given: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """Relaunch the failed legs of fleet wave `ident`, host by host; None if none failed."""
+    """Relaunch the failed legs of fleet wave `ident`, host by host, under its
+    recorded per-turn options (those in `given` that are not None win); None
+    if none failed."""
     wave_id = resolve(state, ident)
     doc = load(state, wave_id)
     failed = [leg for leg in doc["legs"] if leg.get("verdict") not in SUCCESS]
@@ -308,4 +361,15 @@ def retry_failed(
         raise Failed(f"fleet wave {wave_id}: its prompt is gone: {e.strerror}") from None
     if not prompt:
         raise Invalid(f"fleet wave {wave_id}: its prompt is empty")
-    return fanout(config, state, groups, prompt, options=options, retry=retry, retry_of=wave_id)
+    turn = recorded_options(doc)
+    turn.update({k: v for k, v in (given or {}).items() if v is not None})
+    return fanout(
+        config,
+        state,
+        groups,
+        prompt,
+        options=options,
+        turn_options=turn,
+        retry=retry,
+        retry_of=wave_id,
+    )

@@ -3,7 +3,9 @@
 A wave's document (`<home>/waves/<id>.json`, mirrored in SQLite) is the
 record: id, times, the prompt (its file and first 200 characters), the cwd,
 one leg per session with its launch verdict *and* its turn's end, and a
-history of `wave-started`, `leg-ended` and `wave-ended` events. Legs launch
+history of `wave-started`, `leg-ended` and `wave-ended` events, and the
+per-turn options every leg ran under (`turn_options`: window, timeout,
+strict, on_limit), which `--retry-failed` applies again. Legs launch
 through a gate of `max_concurrent` slots (admission and launch only) and
 confirm concurrently, so a wave takes about one window, not one per leg.
 
@@ -54,6 +56,28 @@ TURN_ENV = ("SPEXSUP_SESSION", "SPEXSUP_TURN", "SPEXSUP_TURN_DIR", "SPEXSUP_PROM
 Doc = dict[str, Any]
 Change = Callable[[Doc], None]
 Listener = Callable[[Doc], None]
+TURN_OPTIONS = ("window", "timeout", "strict", "on_limit")
+
+
+def turn_options(window: float | None, limits: turns.Limits | None) -> Doc:
+    """The per-turn options a wave's legs run under, as its document records
+    them: `window` and `timeout` in seconds, `strict`, `on_limit` (`wait[:H]`);
+    None (False for strict) where not given, so the session's and then the
+    harness's own apply."""
+    limits = limits or turns.Limits()
+    return {
+        "window": window,
+        "timeout": limits.timeout,
+        "strict": limits.strict,
+        "on_limit": limits.on_limit,
+    }
+
+
+def recorded_options(doc: Doc) -> Doc:
+    """A wave's recorded per-turn options (a wave from before they were
+    recorded ran under none)."""
+    found = doc.get("turn_options") or {}
+    return {k: found.get(k, False if k == "strict" else None) for k in TURN_OPTIONS}
 
 
 def new_wave_id() -> str:
@@ -345,6 +369,7 @@ class Wave:
         *,
         retry_of: str | None = None,
         on_complete: str | None = None,
+        options: Doc | None = None,
     ) -> Wave:
         wave = new_wave_id()
         directory = waves_dir(spex)
@@ -365,6 +390,7 @@ class Wave:
             "launcher": {"pid": pid, "start_token": token},
             "retry_of": retry_of,
             "retried_by": [],
+            "turn_options": options if options is not None else turn_options(None, None),
             "detached_at": None,
             "on_complete": (
                 {"command": on_complete, "claimed_at": None} if on_complete is not None else None
@@ -601,7 +627,14 @@ def fanout(
     sessions.validate_window(window)
     if on_complete is not None and not on_complete.strip():
         raise Invalid("--on-complete needs a command")
-    wave = Wave.create(spex, names, prompt, retry_of=retry_of, on_complete=on_complete)
+    wave = Wave.create(
+        spex,
+        names,
+        prompt,
+        retry_of=retry_of,
+        on_complete=on_complete,
+        options=turn_options(window, limits),
+    )
     if retry_of is not None:
 
         def link(doc: Doc) -> None:
@@ -614,8 +647,9 @@ def fanout(
     return wave
 
 
-def retry_plan(spex: Spex, wave: str, only: Sequence[str] = ()) -> tuple[list[str], bytes]:
-    """The sessions of `wave` that did not succeed, and its prompt: launch
+def retry_plan(spex: Spex, wave: str, only: Sequence[str] = ()) -> tuple[list[str], bytes, Doc]:
+    """The sessions of `wave` that did not succeed, its prompt, and the
+    per-turn options it ran under (`recorded_options`): launch
     failures, legs never launched, and turns that ended other than `complete`
     (error, aborted, lost, interrupted, timed-out). `only` narrows it to some
     of the wave's sessions. Refused while the wave is still launching."""
@@ -637,4 +671,4 @@ def retry_plan(spex: Spex, wave: str, only: Sequence[str] = ()) -> tuple[list[st
         prompt = Path(doc["prompt_file"]).read_bytes()
     except OSError as e:
         raise Refused(f"the prompt of wave {wave} is gone: {e.strerror}") from None
-    return failed, prompt
+    return failed, prompt, recorded_options(doc)

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -547,3 +548,124 @@ def test_gone_within_ten_seconds_of_the_first_signal(env: Env) -> None:
     assert time.monotonic() - sent < 10
     doc = wave_on_disk(env)
     assert doc is not None and all(leg["turn"] for leg in doc["legs"])
+
+
+# --- a retry runs under the first attempt's rules --------------------------------
+
+
+def claude_session(env: Env, name: str) -> None:
+    """The fake claude (tests/fakes/claude): `[ask]` in the prompt ends the turn
+    rc 0 flagged `asked-question`."""
+    args = ["new", name, "--harness", "claude", "--cwd", str(env.root)]
+    r = env.run(*args, "--env", "FAKE_CLAUDE_LOGGED_IN=1")
+    assert r.returncode == 0, r.stderr
+
+
+def test_retry_of_a_strict_wave_is_strict_unless_told_otherwise(env: Env) -> None:
+    claude_session(env, "c")
+    code, first = fan(env, "c", "-m", "go [ask]", "--strict", "--window", "10")
+    assert code == 1 and verdicts(first) == {"c": "failed"}, first
+    assert first["turn_options"] == {
+        "window": 10.0,
+        "timeout": None,
+        "strict": True,
+        "on_limit": None,
+    }
+    assert stored(env, first["id"])["turn_options"] == first["turn_options"]
+    # No options given: the retry is strict and uses the wave's window.
+    code, again = fan(env, "--retry-failed", first["id"])
+    assert code == 1 and verdicts(again) == {"c": "failed"}, again
+    assert again["legs"][0]["error"] == "strict: ended asking a question"
+    assert again["legs"][0]["rc"] == 0 and again["legs"][0]["flags"] == ["asked-question"]
+    assert again["turn_options"] == first["turn_options"] and again["retry_of"] == first["id"]
+    turn = json.loads(env.run("wait", "c", "--json").stdout)[0]
+    assert turn["strict"] is True and turn["state"] == "error" and turn["cause"] == "strict"
+    # Explicit options win: --no-strict lets the flagged turn complete.
+    code, relaxed = fan(env, "--retry-failed", again["id"], "--no-strict", "--window", "15")
+    assert code == 0 and verdicts(relaxed) == {"c": "completed"}, relaxed
+    assert relaxed["legs"][0]["flags"] == ["asked-question"]
+    assert relaxed["turn_options"] == {**first["turn_options"], "strict": False, "window": 15.0}
+    assert env.run("fanout", "--retry-failed", relaxed["id"]).stdout.startswith("nothing to retry")
+
+
+def test_retry_of_a_timed_wave_times_out_again(env: Env) -> None:
+    env.run("new", "t", "--cwd", str(env.root), "--", harness("sleeper.sh"))
+    code, first = fan(env, "t", "-m", "work", "--timeout", "2s", "--window", "0.5", "--wait")
+    assert code == 1, first
+    leg = first["legs"][0]
+    assert leg["turn_state"] == "timed-out" and leg["rc"] == 124, leg
+    assert first["turn_options"]["timeout"] == 2.0 and first["turn_options"]["window"] == 0.5
+    started = time.monotonic()
+    code, again = fan(env, "--retry-failed", first["id"], "--wait")
+    assert code == 1, again
+    leg = again["legs"][0]
+    assert leg["verdict"] == "confirmed" and leg["turn_state"] == "timed-out", leg
+    assert leg["rc"] == 124 and again["state"] == "failed"
+    assert time.monotonic() - started < 60  # not sleeper.sh's 300 s
+    turn = json.loads(env.run("wait", "t", "--json").stdout)[0]
+    assert turn["timeout"] == 2.0 and turn["cause"] == "timed-out"
+    # An explicit --timeout replaces the wave's.
+    code, longer = fan(env, "--retry-failed", again["id"], "--timeout", "1h")
+    assert code == 0 and verdicts(longer) == {"t": "confirmed"}, longer
+    assert longer["turn_options"] == {**again["turn_options"], "timeout": 3600.0}
+    assert json.loads(env.run("show", "t", "--json").stdout)["turn"]["timeout"] == 3600.0
+    env.run("stop", "t")
+
+
+def test_retry_of_an_old_wave_without_recorded_options(env: Env) -> None:
+    env.run("new", "bad", "--", harness("exit7.sh"))
+    code, first = fan(env, "bad", "-m", "go", "--window", "5")
+    assert code == 1
+    # A wave written before turn_options existed: the retry runs under none.
+    with sqlite3.connect(env.home / "state.db") as db:
+        row = db.execute("SELECT doc FROM waves WHERE id = ?", (first["id"],)).fetchone()
+        doc = json.loads(row[0])
+        del doc["turn_options"]
+        db.execute("UPDATE waves SET doc = ? WHERE id = ?", (json.dumps(doc), first["id"]))
+    code, again = fan(env, "--retry-failed", first["id"], "--window", "5")
+    assert code == 1 and verdicts(again) == {"bad": "failed"}
+    assert again["turn_options"] == {
+        "window": 5.0,
+        "timeout": None,
+        "strict": False,
+        "on_limit": None,
+    }
+
+
+def test_waves_lists_fleet_waves_beside_local_ones(env: Env) -> None:
+    claude_session(env, "c")
+    code, local = fan(env, "c", "-m", "go", "--window", "10")
+    assert code == 0
+    # A fleet wave whose only host is this machine (no sshd needed), strict.
+    r = env.run(
+        "fanout", "--hosts", "local", "--match", "c", "-m", "go [ask]", "--strict",
+        "--window", "10", "--json", timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    fleet = json.loads(r.stdout)
+    assert fleet["kind"] == "fleet" and fleet["legs"][0]["verdict"] == "failed"
+    assert fleet["turn_options"]["strict"] is True
+    # Its retry runs strict on the host too, and fails again.
+    r = env.run("fanout", "--retry-failed", fleet["id"], "--json", timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    retried = json.loads(r.stdout)
+    assert retried["retry_of"] == fleet["id"] and retried["turn_options"]["strict"] is True
+    assert retried["legs"][0]["error"] == "strict: ended asking a question", retried
+    host_wave = stored(env, retried["hosts"][0]["wave"])
+    assert host_wave["turn_options"]["strict"] is True
+    assert host_wave["retry_of"] == fleet["legs"][0]["wave"]
+    listed = json.loads(env.run("waves", "--json").stdout)
+    kinds = {w["id"]: w["kind"] for w in listed}
+    assert kinds[fleet["id"]] == "fleet" and kinds[retried["id"]] == "fleet"
+    assert kinds[local["id"]] == "local"
+    assert all(w["schema_version"] == 1 for w in listed)
+    assert [w["created_at"] for w in listed] == sorted(
+        (w["created_at"] for w in listed), reverse=True
+    )
+    text = env.run("waves").stdout
+    assert text.splitlines()[0].split()[:3] == ["WAVE", "KIND", "STATE"], text
+    row = next(line for line in text.splitlines() if line.startswith(retried["id"]))
+    assert row.split()[1:3] == ["fleet", "failed"], row
+    assert "1 on 1 host · ok 0 · failed 1" in row and fleet["id"] in row, row
+    row = next(line for line in text.splitlines() if line.startswith(local["id"]))
+    assert row.split()[1] == "local", row

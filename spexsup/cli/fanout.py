@@ -23,7 +23,6 @@ from spexsup.cli.params import (
     OnLimitOpt,
     PromptFileOpt,
     RepoOpt,
-    StrictOpt,
     TimeoutOpt,
     WindowOpt,
 )
@@ -155,7 +154,15 @@ def fanout(
         typer.Option("--fresh", help="Start new conversations instead of resuming (as wake)."),
     ] = False,
     timeout: TimeoutOpt = None,
-    strict: StrictOpt = False,
+    strict: Annotated[
+        bool | None,
+        typer.Option(
+            "--strict/--no-strict",
+            help="Any outcome flag (a denied tool, max turns, an agent error, no answer, a"
+            " question) fails the turn. --no-strict: a retry drops its wave's --strict.",
+            show_default=False,
+        ),
+    ] = None,
     on_limit: OnLimitOpt = None,
     retry_failed: Annotated[
         str | None,
@@ -213,6 +220,7 @@ def fanout(
       spex fanout --match 'api-*' -m "rebase on main" --wait
       spex fanout a b c -f prompt.md --max-concurrent 4
       spex fanout --retry-failed last
+      spex fanout --retry-failed last --timeout 30m --no-strict
       spex fanout --worktrees 3 --repo ~/src/api -m "fix the flaky test"
       spex fanout --all -m "start over: summarise the repo" --fresh
       spex fanout box1:api box2:api web -m "rebase on main"
@@ -227,12 +235,34 @@ def fanout(
             raise Invalid(
                 "--worktrees and --on-complete work on one host", hint="spex -H HOST fanout …"
             )
-        options = [*(["--window", str(window)] if window is not None else [])]
-        options += ["--wait"] * wait + ["--fresh"] * fresh
+        from spexsup.harness import parse_duration
+        from spexsup.sessions import validate_window
+        from spexsup.turns import parse_on_limit
+
+        validate_window(window)
+        if on_limit is not None:
+            parse_on_limit(on_limit)
+        given = {
+            "window": window,
+            "timeout": parse_duration(timeout) if timeout is not None else None,
+            "strict": strict,
+            "on_limit": on_limit,
+        }
+        options = ["--wait"] * wait + ["--fresh"] * fresh
         if max_concurrent is not None:
             options += ["--max-concurrent", str(max_concurrent)]
         fleet_fanout(
-            ctx, names or [], hosts, all_, match, message, file, retry_failed, options, as_json
+            ctx,
+            names or [],
+            hosts,
+            all_,
+            match,
+            message,
+            file,
+            retry_failed,
+            options,
+            given,
+            as_json,
         )
         return
     from spexsup import ids, waves
@@ -242,7 +272,8 @@ def fanout(
 
     if on_limit is not None:
         parse_on_limit(on_limit)
-    limits = Limits(parse_duration(timeout) if timeout is not None else None, strict, on_limit)
+    seconds = parse_duration(timeout) if timeout is not None else None
+    limits = Limits(seconds, bool(strict), on_limit)
     spex = open_spex(ctx)
     defaults = settings(ctx, spex)
     if max_concurrent is None:
@@ -267,7 +298,14 @@ def fanout(
         for n in names or []:
             validate_name(n)
         retry_failed = ids.resolve_wave(spex.store.db, retry_failed)
-        targets, prompt = waves.retry_plan(spex, retry_failed, names or [])
+        targets, prompt, recorded = waves.retry_plan(spex, retry_failed, names or [])
+        # The first attempt's rules, but what is given now wins.
+        window = window if window is not None else recorded["window"]
+        limits = Limits(
+            seconds if seconds is not None else recorded["timeout"],
+            strict if strict is not None else bool(recorded["strict"]),
+            on_limit if on_limit is not None else recorded["on_limit"],
+        )
         if not targets:
             note = f"nothing to retry: no leg of wave {retry_failed} failed"
             if as_json:
@@ -385,9 +423,12 @@ def fleet_fanout(
     file: str | None,
     retry_failed: str | None,
     options: list[str],
+    given: dict[str, Any],
     as_json: bool,
 ) -> None:
-    """A wave across hosts (spexsup.fleet): one remote fan-out per host."""
+    """A wave across hosts (spexsup.fleet): one remote fan-out per host.
+    `given`: the per-turn options given (None where not), as in a wave's
+    `turn_options`; a retry applies the fleet wave's own where not given."""
     from spexsup import config, fleet
     from spexsup.paths import resolve_home
 
@@ -396,7 +437,7 @@ def fleet_fanout(
     if retry_failed is not None:
         if names or hosts or all_ or match or message is not None or file is not None:
             raise Invalid("--retry-failed takes no names, prompt, --hosts, --all or --match")
-        doc = fleet.retry_failed(cfg, state, retry_failed, options=options)
+        doc = fleet.retry_failed(cfg, state, retry_failed, options=options, given=given)
         if doc is None:
             note = f"nothing to retry: no leg of fleet wave {retry_failed} failed"
             if as_json:
@@ -418,7 +459,9 @@ def fleet_fanout(
         elif all_ or match:
             raise Invalid("--all and --match with HOST:NAME legs need --hosts")
         prompt = read_prompt(message, file)
-        doc = fleet.fanout(cfg, state, groups, prompt, options=options, match=match)
+        doc = fleet.fanout(
+            cfg, state, groups, prompt, options=options, turn_options=given, match=match
+        )
     if as_json:
         print_json(doc)
     else:
@@ -446,16 +489,21 @@ def fleet_text(doc: dict[str, Any]) -> None:
 
 @app.command("waves")
 def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List fan-out waves, newest first.
+    """List fan-out waves, newest first: this host's and the fleet waves across hosts.
 
     \b
     Examples:
       spex waves
       spex waves --json | jq -r '.[0].id'
+      spex waves --json | jq -r '.[] | select(.kind == "fleet") | .id'
     """
-    from spexsup import waves
+    from spexsup import fleet, waves
+    from spexsup.paths import resolve_home
 
-    docs = waves.list_waves(open_spex(ctx))
+    spex = open_spex(ctx)
+    docs = [{**d, "kind": d.get("kind", "local")} for d in waves.list_waves(spex)]
+    docs += [{**d, "kind": "fleet"} for d in fleet.list_docs(resolve_home(ctx.find_root().obj))]
+    docs.sort(key=lambda d: float(d.get("created_at") or 0), reverse=True)
     if as_json:
         print_json([document(d) for d in docs])
         return
@@ -463,17 +511,27 @@ def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         typer.echo("no waves yet")
         return
     table(
-        ["WAVE", "STATE", "LEGS", "RETRY OF"],
+        ["WAVE", "KIND", "STATE", "LEGS", "RETRY OF"],
         [
             [
                 d["id"],
+                d["kind"],
                 d["state"],
-                counts_line(d),
-                d["retry_of"] or "-",
+                fleet_counts(d) if d["kind"] == "fleet" else counts_line(d),
+                d.get("retry_of") or "-",
             ]
             for d in docs
         ],
     )
+
+
+def fleet_counts(doc: dict[str, Any]) -> str:
+    """A fleet wave's legs as recorded when it launched: hosts, ok, failed."""
+    legs = doc["legs"]
+    ok = sum(leg.get("verdict") in SUCCESS for leg in legs)
+    hosts_n = len(doc.get("hosts") or [])
+    on = f"{len(legs)} on {hosts_n} host{'s' * (hosts_n != 1)}"
+    return f"{on} · ok {ok} · failed {len(legs) - ok}"
 
 
 @app.command("wave")
