@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
@@ -127,14 +129,15 @@ def test_a_slow_hook_does_not_delay_the_verdict(env: Env) -> None:
     assert retry_until(lambda: hooks_log(env).count(": ok, exit 0") == 1, seconds=60)
 
 
-def test_a_webhook_posts_the_event_to_a_local_server(env: Env) -> None:
-    received: list[dict[str, Any]] = []
+@contextmanager
+def local_http(record: Callable[[Any, bytes], None], *, status: int) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 that hands each POST's headers and body
+    to `record` and answers `status`; yields its base URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            received.append({"type": self.headers["Content-Type"], **json.loads(body)})
-            self.send_response(204)
+            record(self.headers, self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(status)
             self.end_headers()
 
         def log_message(self, *args: object) -> None:
@@ -143,7 +146,19 @@ def test_a_webhook_posts_the_event_to_a_local_server(env: Env) -> None:
     server = HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        url = f"http://127.0.0.1:{server.server_port}/spex"
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+
+
+def test_a_webhook_posts_the_event_to_a_local_server(env: Env) -> None:
+    received: list[dict[str, Any]] = []
+
+    def record(headers: Any, body: bytes) -> None:
+        received.append({"type": headers["Content-Type"], **json.loads(body)})
+
+    with local_http(record, status=204) as base:
+        url = f"{base}/spex"
         config(
             env,
             f"[[hook]]\nname = 'web'\non = ['failed']\nsessions = ['ap*']\nurl = '{url}'\n"
@@ -160,8 +175,6 @@ def test_a_webhook_posts_the_event_to_a_local_server(env: Env) -> None:
         assert post["summary"] == "boom: something broke"
         assert "hook web: ok, HTTP 204" in hooks_log(env)
         assert "POST failed" in hooks_log(env)
-    finally:
-        server.shutdown()
 
 
 def test_broken_hooks_are_logged_and_change_no_verdict(env: Env) -> None:
@@ -250,20 +263,11 @@ def test_the_contrib_sinks(env: Env) -> None:
     (bin_dir / "notify-send").chmod(0o755)
     bodies: list[tuple[str, str]] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"])).decode()
-            bodies.append((self.headers["Title"], body))
-            self.send_response(200)
-            self.end_headers()
+    def record(headers: Any, body: bytes) -> None:
+        bodies.append((headers["Title"], body.decode()))
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_port}/topic"
+    with local_http(record, status=200) as base:
+        url = f"{base}/topic"
         desktop = [str(contrib / "notify-desktop.sh")]
         ntfy = ["env", f"NTFY_URL={url}", str(contrib / "ntfy.sh")]
         config(
@@ -280,5 +284,3 @@ def test_the_contrib_sinks(env: Env) -> None:
             "boom: something broke",
         ]
         assert bodies == [("spex: a failed", "boom: something broke")]
-    finally:
-        server.shutdown()
