@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -327,23 +328,17 @@ class Screen:
         """Run `spex ARGS` in the background; its answer lands on the status line."""
         self.status = "" if quiet else f"{label}…"
 
-        def work() -> None:
-            try:
-                r = subprocess.run(
-                    spex_argv(self.home, *args),
-                    input=data,
-                    stdin=None if data is not None else subprocess.DEVNULL,
-                    capture_output=True,
-                    check=False,
-                )
-                job = Job(label, r.returncode, _text(r.stdout), _text(r.stderr), quiet)
-            except OSError as e:
-                job = Job(label, 1, "", str(e))
-            with self.lock:
-                self.jobs.append(job)
-            self.watcher.poke()
+        def work() -> Job:
+            r = subprocess.run(
+                spex_argv(self.home, *args),
+                input=data,
+                stdin=None if data is not None else subprocess.DEVNULL,
+                capture_output=True,
+                check=False,
+            )
+            return Job(label, r.returncode, _text(r.stdout), _text(r.stderr), quiet)
 
-        threading.Thread(target=work, daemon=True).start()
+        self._in_background(label, work)
 
     def attach(self, name: str) -> None:
         """`spex attach NAME`: inside tmux it opens a popup and the board stays;
@@ -371,17 +366,25 @@ class Screen:
         self.suspend(f"log {name}", argv)
 
     def _background(self, label: str, argv: list[str]) -> None:
-        def work() -> None:
+        def work() -> Job:
+            r = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, check=False)
+            return Job(label, r.returncode, "", _text(r.stderr), quiet=True)
+
+        self._in_background(label, work)
+
+    def _in_background(self, label: str, work: Callable[[], Job]) -> None:
+        """Run `work` in a thread; its Job (or the OSError) lands on the status line."""
+
+        def run() -> None:
             try:
-                r = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, check=False)
-                job = Job(label, r.returncode, "", _text(r.stderr), quiet=True)
+                job = work()
             except OSError as e:
                 job = Job(label, 1, "", str(e))
             with self.lock:
                 self.jobs.append(job)
             self.watcher.poke()
 
-        threading.Thread(target=work, daemon=True).start()
+        threading.Thread(target=run, daemon=True).start()
 
     def suspend(self, label: str, argv: list[str]) -> None:
         """Hand the terminal to `argv` (attach, a pager) and take it back."""
