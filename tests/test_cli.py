@@ -39,6 +39,16 @@ def test_each_command_is_registered_by_the_module_the_table_names() -> None:
     assert {k: f"spexsup.cli.{v}" for k, v in COMMAND_MODULES.items()} == registered
 
 
+def test_command_modules_keep_their_annotations_evaluated() -> None:
+    """See COMMAND_MODULES: string annotations triple typer's command building."""
+    from spexsup.cli.app import COMMAND_MODULES
+
+    cli = Path(__file__).parent.parent / "spexsup" / "cli"
+    for module in {*COMMAND_MODULES.values(), "params", "app"}:
+        source = (cli / f"{module}.py").read_text()
+        assert "from __future__ import annotations" not in source, module
+
+
 def test_a_command_imports_only_its_own_module() -> None:
     """`spex ls` must not pay for fanout's, maint's or worktree's imports."""
     code = (

@@ -1,7 +1,5 @@
 """The typer app and its global options; one module per command group registers on it."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -129,7 +127,7 @@ def root(
     ctx.obj = home
 
 
-def open_spex(ctx: typer.Context) -> Spex:
+def open_spex(ctx: typer.Context) -> "Spex":
     """The state home named by --home (or the environment); config.toml is read
     here so that a broken one fails every command the same way."""
     from spexsup.spex import Spex
@@ -139,7 +137,7 @@ def open_spex(ctx: typer.Context) -> Spex:
     return spex
 
 
-def settings(ctx: typer.Context, spex: Spex) -> Config:
+def settings(ctx: typer.Context, spex: "Spex") -> "Config":
     """config.toml's defaults, read once per command."""
     from spexsup import config
 
@@ -171,6 +169,13 @@ def _command_name(info: Any) -> str:
 # The module that registers each command: `spex CMD` imports that one only
 # (and what it imports), so no command pays for the others' dependencies.
 # tests/test_cli.py checks this table against the commands.
+#
+# These modules (and params.py) do NOT use `from __future__ import
+# annotations`, unlike the rest of the code: typer reads every parameter's
+# `Annotated[…, typer.Option(…)]` with get_type_hints, which compiles and
+# evaluates each annotation string anew; real objects made that 3x faster
+# (`spex --help` builds all commands). Names imported only for type checking
+# are quoted instead. tests/test_cli.py keeps it so.
 COMMAND_MODULES = {
     "new": "sessions",
     "ls": "sessions",

@@ -1,7 +1,5 @@
 """`spex events`, `spex hooks test`, `spex status-line`."""
 
-from __future__ import annotations
-
 import json
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,7 +16,7 @@ if TYPE_CHECKING:
     import sqlite3
 
 
-def event_line(row: sqlite3.Row) -> str:
+def event_line(row: "sqlite3.Row") -> str:
     """`#42 2026-11-30T14:50:00.123Z failed api turn T rc=1: cause`"""
     from spexsup import ids
 

@@ -1,7 +1,5 @@
 """`spex fanout | waves | wave`."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 import signal
@@ -345,7 +343,7 @@ def fanout(
                 printed.add(leg["session"])
                 typer.echo(("  " if live else "") + leg_line(leg))
 
-    def on_create(wave: Wave) -> None:
+    def on_create(wave: "Wave") -> None:
         holder["wave"] = wave
         if best_of:
             wt.mark_best_of(wave, request, best_of)

@@ -1,7 +1,5 @@
 """`spex prune | du`: retention by hand, and where the state home's bytes go."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

@@ -1,7 +1,5 @@
 """`spex maint` and `spex maint-op`."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

@@ -1,7 +1,5 @@
 """Options and arguments shared by several commands, with their metavars and completers."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

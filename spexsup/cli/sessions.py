@@ -1,7 +1,5 @@
 """`spex new | ls | show | rm | attach | doctor | completion`."""
 
-from __future__ import annotations
-
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -204,7 +202,7 @@ def fleet_ls(ctx: typer.Context, names: list[str] | None, *, wide: bool, as_json
         raise typer.Exit(1)
 
 
-def settings_here(state: Path) -> Config:
+def settings_here(state: Path) -> "Config":
     """config.toml for commands that span hosts (no local store needed)."""
     from spexsup import config
 

@@ -1,7 +1,5 @@
 """`spex top`: every session, live (the screen itself is `cli.top_screen`)."""
 
-from __future__ import annotations
-
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -18,7 +16,7 @@ if TYPE_CHECKING:
 HEADERS = ("NAME", "STATE", "TURN", "AGE", "FLAGS", "LAST OUTPUT")
 
 
-def age(row: Row, now: float) -> str:
+def age(row: "Row", now: float) -> str:
     """`12s` for a turn still going (since its start), `3m ago` since one ended."""
     if row.turn is None:
         return "-"
@@ -27,7 +25,7 @@ def age(row: Row, now: float) -> str:
     return span(max(0.0, now - row.turn["ended_at"])) + " ago"
 
 
-def cells(row: Row, now: float) -> list[str]:
+def cells(row: "Row", now: float) -> list[str]:
     turn = "-"
     if row.turn is not None:
         rc = "" if row.turn["rc"] is None else f" rc={row.turn['rc']}"

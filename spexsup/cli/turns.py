@@ -1,7 +1,5 @@
 """`spex wake | wait | stop | resume | log`."""
 
-from __future__ import annotations
-
 import math
 import os
 import sys

@@ -1,7 +1,5 @@
 """`spex worktree status | diff | keep`."""
 
-from __future__ import annotations
-
 import sys
 from typing import Annotated, Any
 
