@@ -24,9 +24,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 CHUNK = 1 << 16
 SCAN_BUDGET = 4 << 20
@@ -35,14 +34,17 @@ LINE_MAX = 1 << 20
 TEXT_MAX = 200
 
 
-@dataclass
 class Outcome:
     """What a parser found. `fails` says the flags fail the turn even without
-    strict mode (opencode exiting 0 after an unrecovered error)."""
+    strict mode (opencode exiting 0 after an unrecovered error). A plain class:
+    this runs in the exit reporter, which must not import `dataclasses`."""
 
-    flags: list[str] = field(default_factory=list)
-    answer: str | None = None
-    fails: bool = False
+    __slots__ = ("answer", "fails", "flags")
+
+    def __init__(self) -> None:
+        self.flags: list[str] = []
+        self.answer: str | None = None
+        self.fails = False
 
     def add(self, flag: str) -> None:
         if flag not in self.flags:
@@ -89,8 +91,7 @@ def lines_backwards(path: Path, budget: int = SCAN_BUDGET) -> Iterator[bytes]:
 Parser = Callable[[dict[str, Any], Outcome], bool]
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(NamedTuple):
     """Which lines to decode (a cheap substring test before json.loads) and the parser."""
 
     wanted: tuple[bytes, ...]
@@ -302,8 +303,7 @@ _IN_UNITS = {
 }
 
 
-@dataclass(frozen=True)
-class UsageLimit:
+class UsageLimit(NamedTuple):
     """A usage-limit message in a turn's output, and when the limit resets
     (unix seconds) if the message said."""
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -167,17 +166,29 @@ def _meta(turn_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-@dataclass
 class Judgement:
     """How a turn that exited with `rc` ended: its state, flags, and for a
     failure its named cause (`timed-out`, `strict`, `agent-error`,
-    `usage-limit`, `not-found`, `no-login-shell`) and message."""
+    `usage-limit`, `not-found`, `no-login-shell`) and message.
 
-    state: str
-    flags: list[str] = field(default_factory=list)
-    cause: str | None = None
-    error: str | None = None
-    limit_reset: float | None = None
+    A plain class, not a dataclass: `dataclasses` imports `inspect`, 10-20 ms
+    on every turn's exit reporter."""
+
+    __slots__ = ("cause", "error", "flags", "limit_reset", "state")
+
+    def __init__(
+        self,
+        state: str,
+        flags: list[str] | None = None,
+        cause: str | None = None,
+        error: str | None = None,
+        limit_reset: float | None = None,
+    ) -> None:
+        self.state = state
+        self.flags = flags if flags is not None else []
+        self.cause = cause
+        self.error = error
+        self.limit_reset = limit_reset
 
 
 def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -> Judgement:

@@ -39,6 +39,19 @@ def test_each_command_is_registered_by_the_module_the_table_names() -> None:
     assert {k: f"spexsup.cli.{v}" for k, v in COMMAND_MODULES.items()} == registered
 
 
+def test_the_exit_reporter_path_imports_no_dataclasses() -> None:
+    """Every turn's end waits on the reporter: `dataclasses` (and `inspect`
+    behind it), typer, psutil and watchdog stay off its path."""
+    code = (
+        "import sys; from spexsup.cli import internal;"
+        "from spexsup import report, outcome, store, paths, events;"
+        "print(' '.join(m for m in ('dataclasses', 'inspect', 'typer', 'psutil', 'watchdog')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
 def test_command_modules_keep_their_annotations_evaluated() -> None:
     """See COMMAND_MODULES: string annotations triple typer's command building."""
     from spexsup.cli.app import COMMAND_MODULES
