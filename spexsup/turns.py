@@ -971,17 +971,18 @@ def load_turn(spex: Spex, turn: str) -> dict[str, Any]:
 
 
 def recent_turns(spex: Spex, names: Sequence[str], limit: int) -> dict[str, list[dict[str, Any]]]:
-    """The newest `limit` turns of each session, newest first, in one query."""
-    if not names:
-        return {}
-    marks = ",".join("?" * len(names))
-    rows = spex.store.db.execute(
-        f"SELECT * FROM (SELECT *, row_number() OVER"
-        f" (PARTITION BY session ORDER BY started_at DESC, id DESC) AS n"
-        f" FROM turns WHERE session IN ({marks})) WHERE n <= ?",
-        (*names, limit),
-    ).fetchall()
+    """The newest `limit` turns of each session, newest first.
+
+    One indexed query per session (`turns_by_session`, stopping after `limit`
+    rows), not one window query: row_number() over every session's whole
+    history read all 200 000 rows of a 1 000-session home (1 s, against 54 ms).
+    """
     out: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        out.setdefault(row["session"], []).append(turn_json(row))
+    for name in names:
+        rows = spex.store.db.execute(
+            "SELECT * FROM turns WHERE session = ? ORDER BY started_at DESC, id DESC LIMIT ?",
+            (name, limit),
+        ).fetchall()
+        if rows:
+            out[name] = [turn_json(row) for row in rows]
     return out
