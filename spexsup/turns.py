@@ -479,24 +479,29 @@ def kill_turn(spex: Spex, session: Session, turn: str, grace: float) -> list[int
     survivors = reap(lambda: turn_processes(turn, wrapper, since=since, until=until), grace)
     if not directory.is_dir():
         return [p.pid for p in survivors]  # removed with its session: nothing to wait for
+    # Wait for the wrapper to record the end and hand the pane back (its exec
+    # of the shell): until then its last steps (reporter, status, input
+    # flush) are processes of the turn, and a stop returns with none left.
     with DirWatch([directory]) as watch:
         deadline = time.monotonic() + WRAPPER_EXIT_WAIT
-        while time.monotonic() < deadline:
+        while (left := deadline - time.monotonic()) > 0:
             m = marker.read(directory)
-            if m.stage is Stage.EXIT or m.pid is None:
+            wrapper = m.pid or wrapper  # `exit:` no longer names it
+            if wrapper is None or wrapper_liveness(wrapper, directory) is Liveness.DEAD:
                 break
-            if wrapper_liveness(m.pid, directory) is Liveness.DEAD:
-                break
-            watch.wait(deadline - time.monotonic())
+            # After `exit:` nothing the wrapper does touches the turn dir.
+            watch.wait(min(left, WRAPPER_TAIL_POLL) if m.stage is Stage.EXIT else left)
     pane = spex.tmux.pane(name)
     if pane is not None and pane.turn == turn and (pane.pane_dead or m.stage is not Stage.EXIT):
         spex.tmux.respawn_shell(name, owner, turn, session.cwd)
     return [p.pid for p in survivors]
 
 
-# How long a stopped turn's wrapper gets to write its final marker before
-# the pane is forced back to a shell.
-WRAPPER_EXIT_WAIT = 3.0
+# How long a stopped turn's wrapper gets to write its final marker and exec
+# the pane's shell before the pane is forced back to a shell.
+WRAPPER_EXIT_WAIT = 5.0
+# Its few steps after `exit:` leave no file event to wait for: re-check at this pace.
+WRAPPER_TAIL_POLL = 0.01
 
 
 # --- confirmation ---------------------------------------------------------

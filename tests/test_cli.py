@@ -208,7 +208,8 @@ def test_failures_print_a_json_document_too(env: Env) -> None:
 def test_ids_by_prefix_and_last(env: Env) -> None:
     assert env.run("new", "a", "--", "bash", "-c", "echo said $0").returncode == 0
     for word in ("one", "two"):
-        assert env.run("wake", "a", word, "--window", "0.3").returncode == 0
+        # A window long enough to see it complete even on a loaded machine.
+        assert env.run("wake", "a", word, "--window", "30").returncode == 0
     first, second = (t["id"] for t in reversed(doc(env, "show", "a")["turns"]))
     assert env.run("log", "a", "--turn", "last").stdout == "said two\n"
     assert env.run("log", "a", "--turn", "last~1").stdout == "said one\n"

@@ -63,6 +63,9 @@ def test_two_readers_racing_over_a_lost_turn_fire_its_hook_once(env: Env) -> Non
     out = recorder(env, '["lost"]', "{session}", "{verdict}", "{rc}", "{nope}")
     assert env.run("new", "a", "--", harness("sleeper.sh")).returncode == 0
     woke = json.loads(env.run("wake", "a", "x", "--window", "0.3", "--json").stdout)
+    # Its first line is in the log (the summary the hook gets) before the kill.
+    output = env.home / "turns" / "a" / woke["turn"] / "output.log"
+    assert retry_until(lambda: "working on: x" in output.read_text(), seconds=30)
     wrapper = psutil.Process(woke["pid"])
     wrapper.kill()
     assert retry_until(lambda: _gone(wrapper), seconds=30)

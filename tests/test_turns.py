@@ -104,6 +104,18 @@ def test_outliving_the_window_is_confirmed(env: Env) -> None:
     assert turn_processes_alive(v["turn"]) == []
 
 
+def test_stop_returns_once_the_wrapper_has_handed_the_pane_back(env: Env) -> None:
+    # The wrapper's steps after its final marker (pane status, input flush)
+    # are slow here, as on a loaded machine: the stop still leaves nothing.
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    extra = {"SPEXSUP_WRAPPER": str(WRAPPERS / "slow_tail.sh")}
+    code, v = wake_json(env, "a", "x", "--window", "0.5", extra=extra)
+    assert code == 0 and v["verdict"] == "confirmed", v
+    assert env.run("stop", "a", "--grace", "1").returncode == 0
+    assert turn_processes_alive(v["turn"]) == []
+    assert marker.read(env.home / "turns" / "a" / v["turn"]).stage is Stage.EXIT
+
+
 def test_window_per_call_overrides_session(env: Env) -> None:
     env.run("new", "a", "--window", "5", "--", harness("sleeper.sh"))
     started = time.monotonic()
