@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from spexsup.errors import Failed
 
@@ -75,8 +75,7 @@ def _days(value: object) -> float | None:
     return float(value) if 0.001 <= value <= 36500 else None
 
 
-@dataclass(frozen=True)
-class Retention:
+class Retention(NamedTuple):
     """`[retention]`: what pruning keeps (issue 17). Counts are per session for
     turns and per home for waves and events; `auto` lets writers prune at most
     once an hour."""
@@ -109,8 +108,7 @@ KEYS: dict[str, Callable[[object], Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(NamedTuple):
     """The merged defaults, and which files they came from (in reading order)."""
 
     default_harness: str | None = None
@@ -127,7 +125,7 @@ class Config:
     limit_margin: float | None = None
     retention: Retention = Retention()
     files: tuple[Path, ...] = ()
-    raw: dict[str, Any] = field(default_factory=dict)
+    raw: Mapping[str, Any] = MappingProxyType({})
 
 
 def config_files(home: Path) -> list[Path]:
@@ -170,7 +168,7 @@ def _retention(path: Path, text: str, value: object, base: Retention) -> Retenti
             what = (check.__doc__ or "true or false").strip()
             raise Failed(f"{where}: field 'retention.{key}' must be {what}")
         fields[key] = checked
-    return replace(base, **fields)
+    return base._replace(**fields)
 
 
 def load(home: Path) -> Config:

@@ -12,8 +12,8 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from spexsup.errors import Invalid
 
@@ -24,14 +24,12 @@ SESSION_ID = "{session_id}"
 MAX_ARG_BYTES = 128 * 1024 - 1
 
 
-@dataclass(frozen=True)
-class Fatal:
+class Fatal(NamedTuple):
     pattern: str
     cause: str
 
 
-@dataclass(frozen=True)
-class Limit:
+class Limit(NamedTuple):
     """A usage-limit message: `pattern` matches it; its group `reset` (if any)
     holds the reset time, read as `reset` says: "epoch" (unix seconds),
     "clock" (`7pm`, `9:30 AM`, `19:30`, optionally `(Area/City)`), "in"
@@ -62,8 +60,7 @@ def parse_duration(text: str | float, what: str = "timeout") -> float:
     return value
 
 
-@dataclass(frozen=True)
-class Harness:
+class Harness(NamedTuple):
     name: str
     fresh: tuple[str, ...]
     resume: tuple[str, ...] | None = None
@@ -382,8 +379,7 @@ def config_files(home: Path) -> list[Path]:
     return [config / "spexsup" / "harnesses.toml", home / "harnesses.toml"]
 
 
-@dataclass
-class Registry:
+class Registry(NamedTuple):
     """Built-ins plus user harnesses; a bad entry is kept as its error, so a
     mistake in one harness never breaks commands that use another."""
 
@@ -493,7 +489,7 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
     for key in ("outcome", "assign_id"):
         if changes.get(key) == "":
             changes[key] = None
-    harness = replace(merged, name=name, **changes)  # type: ignore[arg-type]
+    harness = merged._replace(name=name, **changes)  # type: ignore[arg-type]
     if not harness.fresh:
         raise _bad(path, name, "fresh", "must not be empty")
     for key, template in (("fresh", harness.fresh), ("resume", harness.resume)):
@@ -504,7 +500,7 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
     if harness.assign_id and SESSION_ID not in harness.fresh:
         if "assign_id" in values:
             raise _bad(path, name, "fresh", f'needs a "{SESSION_ID}" element with assign_id')
-        harness = replace(harness, assign_id=None)  # an override that dropped --session-id
+        harness = harness._replace(assign_id=None)  # an override that dropped --session-id
     if not harness.assign_id and SESSION_ID in harness.fresh:
         # An override of claude's fresh argv without --session-id: no id to assign.
         raise _bad(path, name, "fresh", f'"{SESSION_ID}" needs assign_id = "uuid"')

@@ -9,14 +9,12 @@ commands which never touch tmux stay fast.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from spexsup.errors import Failed, Refused
 from spexsup.paths import PACKAGE_DIR
@@ -28,8 +26,7 @@ if TYPE_CHECKING:
 CONFIG = PACKAGE_DIR / "tmux.conf"
 
 
-@dataclass(frozen=True)
-class PaneInfo:
+class PaneInfo(NamedTuple):
     session_name: str
     pane_id: str
     pane_pid: int
@@ -44,8 +41,7 @@ class PaneInfo:
     shell_at: int = 0
 
 
-@dataclass(frozen=True)
-class Census:
+class Census(NamedTuple):
     """One `list-panes -a` reading: every home on the server, or why we can't tell.
 
     `liveness` is DEAD when the server is provably not running (no socket, or
@@ -394,8 +390,7 @@ def pane_activity(pane: PaneInfo, turns_dir: Path) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(NamedTuple):
     """What a fenced launch did: `launched` (with the wrapper's pane_pid),
     `fenced` (a stop or a newer launch claimed the pane; `holder` is the
     turn tagged on it), `foreign` (the tmux session of that name is not
@@ -440,7 +435,19 @@ def _quote_cmd(argv: Sequence[str]) -> str:
 def home_digest(home: Path) -> str:
     """12 hex digits naming a state home by its real path (once per process:
     `ls` tags every session with it)."""
-    return hashlib.sha256(os.fsencode(os.path.realpath(home))).hexdigest()[:12]
+    return _sha256_hex(os.fsencode(os.path.realpath(home)))[:12]
+
+
+def _sha256_hex(data: bytes) -> str:
+    """The interpreter's own sha256: hashlib loads OpenSSL, ~5 ms on every command."""
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found, unused-ignore]  # 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found, no-redef, unused-ignore]
+        except ImportError:
+            from hashlib import sha256  # type: ignore[assignment, unused-ignore]
+    return str(sha256(data).hexdigest())
 
 
 def default_socket(home: Path) -> str:

@@ -16,21 +16,17 @@ Only the token's sha256 is stored; the token never leaves the wrapper.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import sqlite3
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from spexsup import events
 from spexsup.errors import Invalid, Refused
 from spexsup.procs import Liveness, identity_liveness, kill_members
 
 
-@dataclass(frozen=True)
-class Capability:
+class Capability(NamedTuple):
     op: str  # stop | resume
     session: str
     force: bool = False
@@ -53,10 +49,14 @@ def parse_plan(stops: list[str], resumes: list[str]) -> list[Capability]:
 
 
 def hash_token(token: bytes) -> str:
+    import hashlib  # here: OpenSSL's load is the broker's cost, not every command's
+
     return hashlib.sha256(token).hexdigest()
 
 
 def token_matches(token: bytes, stored: str | None) -> bool:
+    import hmac
+
     return stored is not None and hmac.compare_digest(hash_token(token), stored)
 
 

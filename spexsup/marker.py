@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 _GRAMMAR = re.compile(
     rb"running:(?P<rpid>[0-9]{1,10})"
@@ -33,8 +33,7 @@ class Stage(enum.Enum):
     INVALID = "invalid"
 
 
-@dataclass(frozen=True)
-class Marker:
+class Marker(NamedTuple):
     stage: Stage
     pid: int | None = None
     rc: int | None = None

@@ -14,9 +14,8 @@ import shutil
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spexsup import events, ids
 from spexsup import harness as harnesses
@@ -32,8 +31,7 @@ NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-@dataclass(frozen=True)
-class Session:
+class Session(NamedTuple):
     name: str
     harness: str
     command: tuple[str, ...] | None
@@ -462,8 +460,7 @@ def home_status(census: Census, session: Session, home: Path) -> str:
     return "dead" if pane.pane_dead else "ok"
 
 
-@dataclass(frozen=True)
-class HomeReport:
+class HomeReport(NamedTuple):
     name: str
     status: str  # ok | recreated | respawned | dead | cwd missing | foreign | unknown
     detail: str = ""

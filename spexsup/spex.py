@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from spexsup.home import TmuxHome
@@ -10,11 +9,12 @@ from spexsup.paths import resolve_home
 from spexsup.store import Store
 
 
-@dataclass
 class Spex:
-    home: Path
-    store: Store
-    tmux: TmuxHome = field(default_factory=TmuxHome)
+    # A plain class: a dataclass costs every command ~1.5 ms to define.
+    def __init__(self, home: Path, store: Store, tmux: TmuxHome | None = None) -> None:
+        self.home = home
+        self.store = store
+        self.tmux = tmux if tmux is not None else TmuxHome()
 
     @classmethod
     def open(cls, home: str | Path | None = None, tmux: TmuxHome | None = None) -> Spex:

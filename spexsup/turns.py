@@ -16,9 +16,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from spexsup import config, events, ids, marker, report
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
@@ -49,8 +48,7 @@ RETRY_BACKOFF = (0.25, 0.5, 1.0, 2.0)
 TAIL_LINES = 5
 
 
-@dataclass
-class Verdict:
+class Verdict(NamedTuple):
     """What `spex wake` reports (DESIGN §3 `wake --json`)."""
 
     session: str
@@ -61,7 +59,7 @@ class Verdict:
     error: str | None = None
     elapsed_ms: int = 0
     attempts: int = 1
-    flags: list[str] = field(default_factory=list)
+    flags: Sequence[str] = ()
     # Waiting in the pane for a usage limit to reset, until then (epoch).
     waiting_until: float | None = None
 
@@ -70,7 +68,7 @@ class Verdict:
         return self.verdict in ("confirmed", "completed")
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**self._asdict(), "flags": list(self.flags)}
 
 
 def new_turn_id() -> str:
@@ -125,8 +123,7 @@ def failure_message(harness: Harness, directory: Path, rc: int, cas: int | None)
 # --- admission and launch -------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):
     """A wake's own `--timeout` (seconds) and `--strict`; the session's and
     then the harness's apply where these are not given."""
 
@@ -260,8 +257,7 @@ def admit(
 DEFAULT_KILL_GRACE = 5.0
 
 
-@dataclass(frozen=True)
-class Ending:
+class Ending(NamedTuple):
     """What the wrapper and the reporter need to judge the turn's end."""
 
     timeout: float | None
@@ -519,8 +515,7 @@ def _pid_problem(pid: int, pane_pid: int) -> str | None:
     return None
 
 
-@dataclass
-class Startup:
+class Startup(NamedTuple):
     """What the window showed. `verdict` is confirmed, completed or failed;
     `rc` is the harness's exit status when it is known (exit or reporting)."""
 
@@ -671,9 +666,7 @@ def wake(
                 _abort_unlaunched(spex, session, turn, "spex wake was interrupted before launch")
                 interrupt.add_note(f"{name}: turn {turn} aborted before it started")
             raise
-    verdict.attempts = attempts
-    verdict.elapsed_ms = int((time.monotonic() - started) * 1000)
-    return verdict
+    return verdict._replace(attempts=attempts, elapsed_ms=int((time.monotonic() - started) * 1000))
 
 
 def _abort_unlaunched(spex: Spex, session: Session, turn: str, why: str) -> None:
