@@ -135,7 +135,7 @@ input=/dev/null
 if [ -e "$dir/git-start.todo" ]; then
     mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
     [ ${#reporter[@]} -gt 0 ] &&
-        "${reporter[0]}" -m spexsup.worktree record-start "$dir" "$PWD" </dev/null >/dev/null 2>&1
+        "${reporter[0]}" -P -m spexsup.worktree record-start "$dir" "$PWD" </dev/null >/dev/null 2>&1
     rm -f "$dir/git-start.todo"
 fi
 
@@ -156,7 +156,7 @@ if [ -r "$dir/deadline" ] && [ ${#reporter[@]} -gt 0 ] && [ -z "$refused" ]; the
         sleeper=$!
         wait "$sleeper" || exit 0
         : >"$dir/timed-out"
-        "${reporter[0]}" -m spexsup.deadline "$dir" "$pid" "$grace" </dev/null
+        "${reporter[0]}" -P -m spexsup.deadline "$dir" "$pid" "$grace" </dev/null
     ) &
     watchdog=$!
 fi
@@ -182,7 +182,7 @@ else
             [ ${#reporter[@]} -eq 0 ]; then
             break
         fi
-        plan=$("${reporter[0]}" -m spexsup.limit plan "$dir" </dev/null 2> >(tee -a "$dir/output.log" >&2)) ||
+        plan=$("${reporter[0]}" -P -m spexsup.limit plan "$dir" </dev/null 2> >(tee -a "$dir/output.log" >&2)) ||
             break
         read -r reset until <<<"$plan"
         waits=$((waits + 1))
@@ -194,7 +194,7 @@ else
             wait $!
         fi
         # A stop (or the time limit) during the wait ends the turn here.
-        "${reporter[0]}" -m spexsup.limit still "$dir" </dev/null || break
+        "${reporter[0]}" -P -m spexsup.limit still "$dir" </dev/null || break
         mv -f "$dir/output.log" "$dir/limited-$waits.output.log"
         argv=()
         mapfile -d '' -t argv <"$dir/argv"

@@ -62,7 +62,7 @@ def parallel(fn: Callable[[str], T], names: Sequence[str]) -> list[T]:
 def _spex_here(state: Path, args: list[str], stdin: bytes | None = None) -> hosts.Answer:
     """This machine's spex as a child, answering as a host would."""
     done = subprocess.run(
-        [sys.executable, "-m", "spexsup", "--home", str(state), *args],
+        [sys.executable, "-P", "-m", "spexsup", "--home", str(state), *args],
         input=stdin,
         stdin=None if stdin is not None else subprocess.DEVNULL,
         capture_output=True,

@@ -126,7 +126,7 @@ def command_harness(command: Sequence[str]) -> Harness:
     return Harness(name="command", fresh=tuple(command), prompt_via="append")
 
 
-_DEMO = (sys.executable, "-m", "spexsup.demo_agent")
+_DEMO = (sys.executable, "-P", "-m", "spexsup.demo_agent")
 # Conversation-store and lock errors that mean nothing ran: safe to retry.
 _LOCKED = (r"database is locked", r"SQLITE_BUSY")
 

@@ -180,7 +180,7 @@ def _clean_env() -> dict[str, str]:
 
 def spawn(home: Path, event: dict[str, Any], hook: Hook) -> None:
     """Start the runner detached: its own session, stdio away from our tty."""
-    argv = [sys.executable, "-m", "spexsup.hooks", str(home), json.dumps(event)]
+    argv = [sys.executable, "-P", "-m", "spexsup.hooks", str(home), json.dumps(event)]
     argv.append(json.dumps(hook.as_json()))
     try:
         subprocess.Popen(

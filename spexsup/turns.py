@@ -295,8 +295,11 @@ def _prepare(
     }
     if on_stdin:
         files["stdin"] = b""
+    # -P: never the session's cwd on sys.path (a project's own json.py must
+    # not be what the reporter imports).
     reporter = [
         sys.executable,
+        "-P",
         "-m",
         "spexsup",
         "--home",

@@ -61,6 +61,21 @@ def test_exit0_is_completed(env: Env) -> None:
     assert "all good" in env.run("log", "a").stdout
 
 
+def test_a_project_shadowing_the_stdlib_does_not_break_the_reporter(env: Env) -> None:
+    # The wrapper runs in the session's cwd: a project with its own json.py
+    # or sqlite3.py must not be what spex's reporter (or watchdog) imports.
+    project = env.root / "project"
+    project.mkdir()
+    for module in ("json", "sqlite3", "enum", "fnmatch", "shlex"):
+        (project / f"{module}.py").write_text(f"raise SystemExit('the project {module}.py ran')\n")
+    env.run("new", "a", "--cwd", str(project), "--", harness("exit0.sh"))
+    code, v = wake_json(env, "a", "do it", "--window", "10", "--timeout", "1m")
+    assert code == 0 and v["verdict"] == "completed", v
+    m = marker.read(env.home / "turns" / "a" / v["turn"])
+    assert (m.stage, m.rc, m.cas) == (Stage.EXIT, 0, 0)  # recorded by its own reporter
+    assert "the project" not in env.run("log", "a").stdout
+
+
 def test_exit7_is_failed_with_rc_and_output(env: Env) -> None:
     env.run("new", "a", "--", harness("exit7.sh"))
     code, v = wake_json(env, "a", "do it", "--window", "10")

@@ -67,7 +67,7 @@ class Job:
 
 
 def spex_argv(home: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "spexsup", "--home", str(home), *args]
+    return [sys.executable, "-P", "-m", "spexsup", "--home", str(home), *args]
 
 
 def pager(path: Path) -> list[str]:
