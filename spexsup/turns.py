@@ -542,6 +542,12 @@ def confirm_startup(
     confirmed verdict costs nothing beyond the window. A marker still at
     `reporting:` when the window ends is an exit with a known rc, never a
     failure: its reporter gets a grace period and is never killed.
+
+    Inside the window, `reporting:<pid>:0` is already the end: the wake
+    records it itself (by the reporter's compare-and-swap: whichever comes
+    first records it) rather than wait ~80 ms for the reporter's Python to
+    start. A failure still waits for its reporter, which may defer it to us
+    (a lock-class failure is retried) and whose own rc the verdict names.
     """
     deadline = started + window
     settle = min(0.1, window / 4)
@@ -553,6 +559,8 @@ def confirm_startup(
             return Startup("completed" if m.rc == 0 else "failed", m)
         if m.stage is Stage.INVALID:
             return Startup("failed", m, f"invalid outcome marker {m.text!r}")
+        if m.stage is Stage.REPORTING and m.rc == 0:
+            return Startup("completed", m, None, m.pid)
         now = time.monotonic()
         if m.stage is Stage.REPORTING and now >= deadline:
             if now < deadline + REPORTER_GRACE:
