@@ -211,6 +211,10 @@ def admit(
         limits = limits or Limits()
         timeout = limits.timeout or session.timeout or adapter.timeout
         strict = limits.strict or session.strict or adapter.strict or settings.strict
+        while db.execute("SELECT 1 FROM turns WHERE id = ?", (turn,)).fetchone():
+            # 24 random bits per second: a 200-leg fan-out repeats one about
+            # once in 800 waves. We hold the write lock, so a free id stays free.
+            turn = new_turn_id()
         db.execute(
             "INSERT INTO turns (id, session, state, resumed, launcher_pid, launcher_token,"
             " started_at, boot_id, fence, timeout, strict)"

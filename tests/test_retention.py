@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from conftest import SPEX, Env, retry_until
 
 from spexsup import report, retention, sessions, turns
@@ -275,3 +276,33 @@ def test_policy_defaults() -> None:
     )
     assert retention.parse_span("30d") == 30 * DAY
     assert retention.parse_span("12h") == 12 * 3600
+
+
+def test_a_turn_id_taken_this_second_is_never_given_twice(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ids are the second plus 24 random bits: fan-outs repeat one now and
+    # then. The kernel's randomness is made to repeat itself here, so the
+    # second admission in a second draws the id the first one holds.
+    spex = env.spex()
+    sessions.create(spex, "a", harness="demo", cwd=str(tmp_path))
+    real = os.urandom
+    repeats = [0]
+
+    def repeating(n: int) -> bytes:
+        if n == 3 and repeats[0] < 2:
+            repeats[0] += 1
+            return b"\xab\xcd\xef"
+        return real(n)
+
+    for _ in range(20):  # until both admissions fall in one second
+        repeats[0] = 0
+        monkeypatch.setattr(os, "urandom", repeating)
+        second = int(time.time())
+        first = history(spex, "a", 1)[0]
+        again = history(spex, "a", 1)[0]
+        monkeypatch.setattr(os, "urandom", real)
+        if int(time.time()) == second and first.startswith(again.partition("-")[0]):
+            break
+    assert first.endswith("-abcdef") and again != first, (first, again)
+    assert rows(spex, "a") >= {first, again}
