@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from spexsup import hosts
 from spexsup.errors import Failed, Invalid, Refused, SpexError
 from spexsup.ids import SCHEMA_VERSION
+from spexsup.mainwait import results
 
 if TYPE_CHECKING:
     from spexsup.config import Config
@@ -56,7 +57,7 @@ def parallel(fn: Callable[[str], T], names: Sequence[str]) -> list[T]:
     if len(names) <= 1:
         return [fn(n) for n in names]
     with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
-        return list(pool.map(fn, names))
+        return results([pool.submit(fn, n) for n in names])
 
 
 def _spex_here(state: Path, args: list[str], stdin: bytes | None = None) -> hosts.Answer:

@@ -20,6 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from spexsup.mainwait import event_wait
+
 if TYPE_CHECKING:
     from watchdog.events import FileSystemEvent
     from watchdog.observers.api import BaseObserver, ObservedWatch
@@ -138,7 +140,7 @@ class DirWatch:
 
     def wait(self, timeout: float) -> bool:
         """Block until an event or `timeout` (capped at the coarse poll); clears the flag."""
-        fired = self.changed.wait(max(0.0, min(timeout, COARSE_POLL)))
+        fired = event_wait(self.changed, max(0.0, min(timeout, COARSE_POLL)))
         self.changed.clear()
         return fired
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from spexsup import events, ids, sessions, turns
 from spexsup.errors import Invalid, Refused, SpexError
+from spexsup.mainwait import results
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.procs import Liveness, identity_liveness, own_identity
 from spexsup.spex import Spex
@@ -565,8 +566,7 @@ class Wave:
             futures = [
                 pool.submit(self.run_leg, n, prompt, window, gate, fresh, limits) for n in names
             ]
-            for future in futures:
-                future.result()
+            results(futures)  # in the main thread: a signal must get through
 
         def launched(doc: Doc) -> None:
             if doc["state"] == "launching":

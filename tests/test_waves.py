@@ -550,6 +550,41 @@ def test_gone_within_ten_seconds_of_the_first_signal(env: Env) -> None:
     assert doc is not None and all(leg["turn"] for leg in doc["legs"])
 
 
+def tgkill(pid: int, tid: int, sig: int) -> None:
+    """A signal to one thread of another process (not the process as a whole)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, tid, sig) != 0:
+        raise OSError(ctypes.get_errno(), "tgkill")
+
+
+def test_a_signal_that_lands_on_a_helper_thread_still_stops_it(env: Env) -> None:
+    # The kernel may hand Ctrl-C to any thread; Python runs the handler in
+    # the main thread, which must not sleep through it (it waits on the legs,
+    # each in a 60 s window).
+    for n in ("a", "b"):
+        env.run("new", n, "--", harness("sleeper.sh"))
+    proc = subprocess.Popen(
+        [SPEX, "fanout", "a", "b", "-m", "go", "--window", "60", "--json"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    spex = env.spex()
+    launched = "SELECT count(*) FROM turns WHERE state = 'starting' AND pid IS NULL"
+    assert retry_until(lambda: spex.store.db.execute(launched).fetchone()[0] == 2, seconds=20)
+    tasks = Path(f"/proc/{proc.pid}/task").iterdir()
+    helpers = [int(t.name) for t in tasks if int(t.name) != proc.pid]
+    assert helpers
+    sent = time.monotonic()
+    tgkill(proc.pid, max(helpers), signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert time.monotonic() - sent < 10
+
+
 # --- a retry runs under the first attempt's rules --------------------------------
 
 
