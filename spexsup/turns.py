@@ -419,6 +419,7 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
     def attempt() -> Launch:
         return spex.tmux.launch(name, owner, fence, turn, session.cwd, env, argv, force=force)
 
+    _await_reporter(spex, name, session.current_turn)
     result = attempt()
     if result.outcome == "missing" or (result.outcome == "foreign" and not result.holder):
         # Recreate a vanished home, or adopt an older spex's untagged one
@@ -445,6 +446,32 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
         kill_turn(spex, session, turn, grace=0.5)
         raise _stopped(name, turn)
     return result.pane_pid
+
+
+def _await_reporter(spex: Spex, name: str, previous: str | None) -> None:
+    """Let the previous turn's exit reporter finish before our respawn-pane -k.
+
+    A wake records a clean exit at `reporting:` and returns while that turn's
+    reporter still runs in the pane; killed, it would leave its marker short
+    of `exit:` and the hooks it claimed unstarted. A turn that ended long ago
+    is past `reporting:` (one marker read); a stuck reporter gets the same
+    bound as a stopped turn's wrapper.
+    """
+    if previous is None:
+        return
+    directory = turn_dir(spex, name, previous)
+    m = marker.read(directory)
+    if m.stage is not Stage.REPORTING or m.pid is None:
+        return
+    wrapper = m.pid
+    with DirWatch([directory]) as watch:
+        deadline = time.monotonic() + WRAPPER_EXIT_WAIT
+        while (left := deadline - time.monotonic()) > 0:
+            if marker.read(directory).stage is not Stage.REPORTING:
+                return
+            if wrapper_liveness(wrapper, directory) is Liveness.DEAD:
+                return
+            watch.wait(left)
 
 
 def _turn_state(spex: Spex, turn: str) -> str | None:
@@ -495,7 +522,12 @@ def kill_turn(spex: Spex, session: Session, turn: str, grace: float) -> list[int
             # After `exit:` nothing the wrapper does touches the turn dir.
             watch.wait(min(left, WRAPPER_TAIL_POLL) if m.stage is Stage.EXIT else left)
     pane = spex.tmux.pane(name)
-    if pane is not None and pane.turn == turn and (pane.pane_dead or m.stage is not Stage.EXIT):
+    stuck = wrapper is not None and wrapper_liveness(wrapper, directory) is Liveness.ALIVE
+    if (
+        pane is not None
+        and pane.turn == turn
+        and (pane.pane_dead or stuck or m.stage is not Stage.EXIT)
+    ):
         spex.tmux.respawn_shell(name, owner, turn, session.cwd)
     return [p.pid for p in survivors]
 

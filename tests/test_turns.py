@@ -226,6 +226,19 @@ def test_a_clean_exit_is_recorded_without_waiting_for_the_reporter(env: Env) -> 
     assert env.run("stop", "a", "--grace", "0").returncode == 0
 
 
+def test_the_next_wake_leaves_the_last_turns_reporter_to_finish(env: Env) -> None:
+    # The first wake returns at `reporting:` while its reporter (slow here)
+    # still runs in the pane: the next launch must not respawn over it.
+    env.run("new", "a", "--", harness("exit0.sh"))
+    slow = {"SPEXSUP_WRAPPER": str(WRAPPERS / "slow_reporter.sh")}
+    _, first = wake_json(env, "a", "one", "--window", "30", extra=slow)
+    assert first["verdict"] == "completed", first
+    _, second = wake_json(env, "a", "two", "--window", "30", extra=slow)
+    assert second["verdict"] == "completed", second
+    m = marker.read(env.home / "turns" / "a" / first["turn"])
+    assert m.stage is Stage.EXIT and m.cas in (0, 3), m
+
+
 def test_wrapper_sigkilled_inside_the_window(env: Env) -> None:
     env.run("new", "a", "--", harness("kill_wrapper.sh"))
     code, v = wake_json(env, "a", "x", "--window", "1")
