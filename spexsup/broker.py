@@ -49,6 +49,7 @@ from typing import Any
 from spexsup import control, events, lease
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.lease import Capability
+from spexsup.mainwait import SIGNAL_CHECK
 from spexsup.procs import Liveness, belongs_to, identity_liveness, kill_members, own_identity
 from spexsup.sessions import NAME_RE
 from spexsup.spex import Spex
@@ -520,7 +521,9 @@ class Broker:
             # reader is gone, i.e. the command closed fd 4.
             poller.register(self.resp_w, 0)
             while True:
-                ready = {fd for fd, _ in poller.poll()}
+                # Woken at least every SIGNAL_CHECK: a SIGTERM the kernel
+                # gave the heartbeat's thread runs its handler only here.
+                ready = {fd for fd, _ in poller.poll(int(SIGNAL_CHECK * 1000))}
                 self._check_heartbeat()
                 # Tokens and requests first: a client's last token may arrive
                 # together with the command's exit.

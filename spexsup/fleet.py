@@ -56,8 +56,16 @@ def choose(config: Config, names: Sequence[str] | None) -> list[str]:
 def parallel(fn: Callable[[str], T], names: Sequence[str]) -> list[T]:
     if len(names) <= 1:
         return [fn(n) for n in names]
-    with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
+    pool = ThreadPoolExecutor(max_workers=min(16, len(names)))
+    try:
         return results([pool.submit(fn, n) for n in names])
+    except BaseException:
+        # Interrupted: leave now. The hosts' commands run on (their turns
+        # are theirs to record); waiting for them could take hours.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _spex_here(state: Path, args: list[str], stdin: bytes | None = None) -> hosts.Answer:

@@ -147,3 +147,17 @@ def retry_until(check: Callable[[], bool], seconds: float = 10, interval: float 
             return True
         time.sleep(interval)
     return check()
+
+
+def signal_a_helper_thread(pid: int, sig: int) -> None:
+    """Send `sig` to one thread of process `pid` other than its main thread
+    (tgkill). The kernel may hand a process-wide signal to any thread, and
+    Python runs the handler in the main thread only: this makes that happen."""
+    import ctypes
+
+    tasks = Path(f"/proc/{pid}/task").iterdir()
+    helpers = [int(t.name) for t in tasks if int(t.name) != pid]
+    assert helpers, f"process {pid} has no helper thread"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, max(helpers), sig) != 0:
+        raise OSError(ctypes.get_errno(), "tgkill")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -287,6 +289,32 @@ def test_fanout_across_hosts_with_a_failing_leg_and_retry(fleet: Fleet) -> None:
         ("box1", "a"),
         ("box2", "b"),
     ]
+
+
+def test_a_signalled_fleet_fanout_leaves_at_once(fleet: Fleet) -> None:
+    # Each host's fan-out confirms for 60 s; SIGTERM to the local spex ends
+    # it now (143), the hosts' turns running on, not after the slowest host.
+    f = fleet
+    sleeper = ["--", str(HARNESSES / "sleeper.sh")]
+    assert f.spex("new", "box1:a", "--cwd", str(f.h1), *sleeper).returncode == 0
+    assert f.spex("new", "box2:b", "--cwd", str(f.h2), *sleeper).returncode == 0
+    proc = subprocess.Popen(
+        [SPEX, "fanout", "box1:a", "box2:b", "-m", "go", "--window", "60", "--json"],
+        env=f.env.vars,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    starting = "SELECT count(*) FROM turns WHERE state = 'starting'"
+
+    def launched(home: Path) -> bool:
+        db = home / "state.db"
+        return db.exists() and sqlite3.connect(db).execute(starting).fetchone()[0] == 1
+
+    assert retry_until(lambda: launched(f.h1) and launched(f.h2), seconds=60)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    assert time.monotonic() - sent < 5
 
 
 def test_version_mismatch_is_refused_naming_both(fleet: Fleet) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from conftest import HERE, SPEX, Env, harness, retry_until
+from conftest import HERE, SPEX, Env, harness, retry_until, signal_a_helper_thread
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -487,6 +487,17 @@ def test_sigkilled_maint_takes_its_command_with_it(env: Env) -> None:
     holder.kill()
     holder.wait()
     # PR_SET_PDEATHSIG: no reader of the lease is needed for this.
+    assert retry_until(lambda: not alive(command.pid), seconds=5)
+
+
+def test_a_sigterm_on_the_heartbeat_thread_still_ends_the_command(env: Env) -> None:
+    # The main thread waits on the command's fds; a SIGTERM the kernel gave
+    # the heartbeat's thread must still be forwarded to the command.
+    sleepers(env, "a")
+    holder = background_maint(env, "--stop", "a", "--", "sleep", "127")
+    (command,) = procs(env, ["sleep", "127"])
+    signal_a_helper_thread(holder.pid, signal.SIGTERM)
+    assert holder.wait(timeout=20) == 143
     assert retry_until(lambda: not alive(command.pid), seconds=5)
 
 

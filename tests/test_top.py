@@ -16,7 +16,7 @@ from pathlib import Path
 import pexpect
 import pyte
 import pytest
-from conftest import SPEX, Env, harness
+from conftest import SPEX, Env, harness, signal_a_helper_thread
 
 ROWS, COLS = 24, 120
 
@@ -321,3 +321,17 @@ def test_a_running_turns_new_output_line_shows(env: Env, terms: list[Term], tmp_
     t.row_shows("a", r"^a +running +running .* step two$")
     t.send("q")
     assert "EXIT=0" in t.finish()
+
+
+def test_a_signal_on_a_helper_thread_ends_an_idle_board(env: Env, terms: list[Term]) -> None:
+    # Idle, the board waits on the keyboard and its watcher with no timeout
+    # of its own; a SIGTERM the kernel gave the watcher's thread still ends it.
+    import signal
+
+    import psutil
+
+    assert env.run("new", "a", "--", harness("sleeper.sh")).returncode == 0
+    t = top(env, terms)
+    (board,) = psutil.Process(t.child.pid).children()
+    signal_a_helper_thread(board.pid, signal.SIGTERM)
+    assert "EXIT=143" in t.finish()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import SPEX, Env, harness, retry_until
+from conftest import SPEX, Env, harness, retry_until, signal_a_helper_thread
 
 
 def fan(env: Env, *args: str, extra: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
@@ -550,15 +550,6 @@ def test_gone_within_ten_seconds_of_the_first_signal(env: Env) -> None:
     assert doc is not None and all(leg["turn"] for leg in doc["legs"])
 
 
-def tgkill(pid: int, tid: int, sig: int) -> None:
-    """A signal to one thread of another process (not the process as a whole)."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.tgkill(pid, tid, sig) != 0:
-        raise OSError(ctypes.get_errno(), "tgkill")
-
-
 def test_a_signal_that_lands_on_a_helper_thread_still_stops_it(env: Env) -> None:
     # The kernel may hand Ctrl-C to any thread; Python runs the handler in
     # the main thread, which must not sleep through it (it waits on the legs,
@@ -575,11 +566,8 @@ def test_a_signal_that_lands_on_a_helper_thread_still_stops_it(env: Env) -> None
     spex = env.spex()
     launched = "SELECT count(*) FROM turns WHERE state = 'starting' AND pid IS NULL"
     assert retry_until(lambda: spex.store.db.execute(launched).fetchone()[0] == 2, seconds=20)
-    tasks = Path(f"/proc/{proc.pid}/task").iterdir()
-    helpers = [int(t.name) for t in tasks if int(t.name) != proc.pid]
-    assert helpers
     sent = time.monotonic()
-    tgkill(proc.pid, max(helpers), signal.SIGINT)
+    signal_a_helper_thread(proc.pid, signal.SIGINT)
     proc.communicate(timeout=30)
     assert proc.returncode == 130
     assert time.monotonic() - sent < 10

@@ -35,6 +35,7 @@ from typing import Any
 
 from spexsup.cli.top import HEADERS, cells
 from spexsup.errors import SpexError
+from spexsup.mainwait import SIGNAL_CHECK
 from spexsup.top import Board, Changes, Row, Watcher
 
 # Re-reads closer together than these are merged: a transition burst (a
@@ -415,13 +416,25 @@ class Screen:
 
     # --- the loop -------------------------------------------------------
 
+    def wait(self, fds: list[int]) -> list[int]:
+        """select() on `fds` until one is ready, something is due or the window
+        was resized; woken every SIGNAL_CHECK meanwhile, so a signal the kernel
+        gave a helper thread (the watcher's, a job's) runs its handler."""
+        timeout = self.timeout()
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = SIGNAL_CHECK if end is None else max(0.0, end - time.monotonic())
+            ready, _, _ = select.select(fds, [], [], min(left, SIGNAL_CHECK))
+            if ready or self.resized or (end is not None and time.monotonic() >= end):
+                return ready
+
     def loop(self) -> None:
         keyboard = sys.stdin.fileno()
         while not self.done:
             if self.resized:
                 self.resize()
             self.draw()
-            ready, _, _ = select.select([keyboard, self.watcher.fd], [], [], self.timeout())
+            ready = self.wait([keyboard, self.watcher.fd])
             if self.watcher.fd in ready:
                 self.absorb(self.watcher.take())
             if keyboard in ready:
