@@ -131,16 +131,22 @@ fi
 input=/dev/null
 [ -e "$dir/stdin" ] && input=$dir/prompt
 
-# In a git work tree: record its state before the harness touches it (spex diff).
-if [ -e "$dir/git-start.todo" ]; then
-    mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
-    [ ${#reporter[@]} -gt 0 ] &&
-        "${reporter[0]}" -P -m spexsup.worktree record-start "$dir" "$PWD" </dev/null >/dev/null 2>&1
-    rm -f "$dir/git-start.todo"
-fi
-
 reporter=()
 mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
+# spex's own interpreter and its flags (the reporter's argv before its -m):
+# never the project's cwd or PYTHONPATH on its sys.path.
+py=()
+for word in "${reporter[@]}"; do
+    [ "$word" = -m ] && break
+    py+=("$word")
+done
+
+# In a git work tree: record its state before the harness touches it (spex diff).
+if [ -e "$dir/git-start.todo" ]; then
+    [ ${#py[@]} -gt 0 ] &&
+        "${py[@]}" -m spexsup.worktree record-start "$dir" "$PWD" </dev/null >/dev/null 2>&1
+    rm -f "$dir/git-start.todo"
+fi
 
 # A time limit: a watchdog that, when it expires, leaves `timed-out` in the
 # turn dir and ends the harness's process tree (SIGTERM, SIGKILL after the
@@ -156,7 +162,7 @@ if [ -r "$dir/deadline" ] && [ ${#reporter[@]} -gt 0 ] && [ -z "$refused" ]; the
         sleeper=$!
         wait "$sleeper" || exit 0
         : >"$dir/timed-out"
-        "${reporter[0]}" -P -m spexsup.deadline "$dir" "$pid" "$grace" </dev/null
+        "${py[@]}" -m spexsup.deadline "$dir" "$pid" "$grace" </dev/null
     ) &
     watchdog=$!
 fi
@@ -182,7 +188,7 @@ else
             [ ${#reporter[@]} -eq 0 ]; then
             break
         fi
-        plan=$("${reporter[0]}" -P -m spexsup.limit plan "$dir" </dev/null 2> >(tee -a "$dir/output.log" >&2)) ||
+        plan=$("${py[@]}" -m spexsup.limit plan "$dir" </dev/null 2> >(tee -a "$dir/output.log" >&2)) ||
             break
         read -r reset until <<<"$plan"
         waits=$((waits + 1))
@@ -194,7 +200,7 @@ else
             wait $!
         fi
         # A stop (or the time limit) during the wait ends the turn here.
-        "${reporter[0]}" -P -m spexsup.limit still "$dir" </dev/null || break
+        "${py[@]}" -m spexsup.limit still "$dir" </dev/null || break
         mv -f "$dir/output.log" "$dir/limited-$waits.output.log"
         argv=()
         mapfile -d '' -t argv <"$dir/argv"

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +29,7 @@ from spexsup import hosts
 from spexsup.errors import Failed, Invalid, Refused, SpexError
 from spexsup.ids import SCHEMA_VERSION
 from spexsup.mainwait import results
+from spexsup.paths import own_python
 
 if TYPE_CHECKING:
     from spexsup.config import Config
@@ -71,7 +71,7 @@ def parallel(fn: Callable[[str], T], names: Sequence[str]) -> list[T]:
 def _spex_here(state: Path, args: list[str], stdin: bytes | None = None) -> hosts.Answer:
     """This machine's spex as a child, answering as a host would."""
     done = subprocess.run(
-        [sys.executable, "-P", "-m", "spexsup", "--home", str(state), *args],
+        [*own_python("spexsup"), "--home", str(state), *args],
         input=stdin,
         stdin=None if stdin is not None else subprocess.DEVNULL,
         capture_output=True,

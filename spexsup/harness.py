@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from spexsup.errors import Invalid
+from spexsup.paths import own_python
 
 PROMPT = "{prompt}"
 SESSION_ID = "{session_id}"
@@ -126,7 +126,7 @@ def command_harness(command: Sequence[str]) -> Harness:
     return Harness(name="command", fresh=tuple(command), prompt_via="append")
 
 
-_DEMO = (sys.executable, "-P", "-m", "spexsup.demo_agent")
+_DEMO = tuple(own_python("spexsup.demo_agent"))
 # Conversation-store and lock errors that mean nothing ran: safe to retry.
 _LOCKED = (r"database is locked", r"SQLITE_BUSY")
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from spexsup import events
 from spexsup.errors import Failed
+from spexsup.paths import own_python
 
 if TYPE_CHECKING:
     import sqlite3
@@ -180,7 +181,7 @@ def _clean_env() -> dict[str, str]:
 
 def spawn(home: Path, event: dict[str, Any], hook: Hook) -> None:
     """Start the runner detached: its own session, stdio away from our tty."""
-    argv = [sys.executable, "-P", "-m", "spexsup.hooks", str(home), json.dumps(event)]
+    argv = [*own_python("spexsup.hooks"), str(home), json.dumps(event)]
     argv.append(json.dumps(hook.as_json()))
     try:
         subprocess.Popen(

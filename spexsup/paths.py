@@ -17,6 +17,23 @@ from spexsup.errors import Failed
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+def own_python(module: str) -> list[str]:
+    """argv that runs `python -m module` of this spex whatever the cwd and env.
+
+    It runs in sessions' projects with their env: -P keeps the cwd off
+    sys.path and -E ignores PYTHONPATH (a session's relative PYTHONPATH would
+    resolve inside the project), so a project's own json.py is never what
+    spex imports; -E only when spex itself is importable without PYTHONPATH.
+    """
+    import sys
+
+    flags = ["-P"]
+    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    if str(PACKAGE_DIR.parent) not in {os.path.realpath(e) for e in entries}:
+        flags.append("-E")
+    return [sys.executable, *flags, "-m", module]
+
+
 def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
     """`--home`, else `SPEXSUP_HOME`, else `$XDG_STATE_HOME/spexsup`, else ~/.local/state."""
     if explicit:

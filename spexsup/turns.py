@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -24,7 +23,7 @@ from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.harness import Harness
 from spexsup.home import Launch
 from spexsup.marker import Marker, Stage
-from spexsup.paths import ensure_private_dir, wrapper_path, write_atomic
+from spexsup.paths import ensure_private_dir, own_python, wrapper_path, write_atomic
 from spexsup.procs import (
     Liveness,
     boot_id,
@@ -299,13 +298,10 @@ def _prepare(
     }
     if on_stdin:
         files["stdin"] = b""
-    # -P: never the session's cwd on sys.path (a project's own json.py must
-    # not be what the reporter imports).
+    # Never the session's cwd or PYTHONPATH on sys.path (see own_python); the
+    # wrapper runs spex's other helpers with the same interpreter and flags.
     reporter = [
-        sys.executable,
-        "-P",
-        "-m",
-        "spexsup",
+        *own_python("spexsup"),
         "--home",
         str(spex.home),
         "internal",

@@ -68,13 +68,15 @@ def test_exit0_is_completed(env: Env) -> None:
 
 def test_a_project_shadowing_the_stdlib_does_not_break_the_reporter(env: Env) -> None:
     # The wrapper runs in the session's cwd: a project with its own json.py
-    # or sqlite3.py must not be what spex's reporter (or watchdog) imports.
+    # or sqlite3.py must not be what spex's reporter (or its deadline) imports.
     project = env.root / "project"
     project.mkdir()
     for module in ("json", "sqlite3", "enum", "fnmatch", "shlex"):
         (project / f"{module}.py").write_text(f"raise SystemExit('the project {module}.py ran')\n")
     go = env.root / "go"
-    args = ["--cwd", str(project), "--env", f"GO={go}", "--", harness("until_go.sh")]
+    # Its PYTHONPATH (relative: resolved in the project) must not count either.
+    env_ = ["--env", f"GO={go}", "--env", "PYTHONPATH=."]
+    args = ["--cwd", str(project), *env_, "--", harness("until_go.sh")]
     env.run("new", "a", *args)
     code, v = wake_json(env, "a", "do it", "--window", "0.3", "--timeout", "1m")
     assert code == 0 and v["verdict"] == "confirmed", v

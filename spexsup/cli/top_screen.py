@@ -36,6 +36,7 @@ from typing import Any
 from spexsup.cli.top import HEADERS, cells
 from spexsup.errors import SpexError
 from spexsup.mainwait import SIGNAL_CHECK
+from spexsup.paths import own_python
 from spexsup.top import Board, Changes, Row, Watcher
 
 # Re-reads closer together than these are merged: a transition burst (a
@@ -68,7 +69,7 @@ class Job:
 
 
 def spex_argv(home: Path, *args: str) -> list[str]:
-    return [sys.executable, "-P", "-m", "spexsup", "--home", str(home), *args]
+    return [*own_python("spexsup"), "--home", str(home), *args]
 
 
 def pager(path: Path) -> list[str]:
