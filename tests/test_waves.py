@@ -520,7 +520,8 @@ def test_a_second_signal_exits_with_its_own_code_and_keeps_turn_ids(env: Env) ->
     assert not [leg for leg in doc["legs"] if leg["status"] == "launching" and not leg["turn"]]
 
 
-def test_gone_within_ten_seconds_of_the_first_signal(env: Env) -> None:
+def fanout_confirming(env: Env) -> subprocess.Popen[str]:
+    """`spex fanout a b` whose two legs have launched and sit in 60 s windows."""
     for n in ("a", "b"):
         env.run("new", n, "--", harness("sleeper.sh"))
     proc = subprocess.Popen(
@@ -531,16 +532,19 @@ def test_gone_within_ten_seconds_of_the_first_signal(env: Env) -> None:
         text=True,
     )
     spex = env.spex()
+    launched = "SELECT count(*) FROM turns WHERE pid IS NULL AND state = 'starting'"
     assert retry_until(
         lambda: (
-            spex.store.db.execute(
-                "SELECT count(*) FROM turns WHERE pid IS NULL AND state = 'starting'"
-            ).fetchone()[0]
-            == 2
+            spex.store.db.execute(launched).fetchone()[0] == 2
             and all((env.home / "turns" / n).exists() for n in ("a", "b"))
         ),
         seconds=20,
     )
+    return proc
+
+
+def test_gone_within_ten_seconds_of_the_first_signal(env: Env) -> None:
+    proc = fanout_confirming(env)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)
@@ -554,18 +558,7 @@ def test_a_signal_that_lands_on_a_helper_thread_still_stops_it(env: Env) -> None
     # The kernel may hand Ctrl-C to any thread; Python runs the handler in
     # the main thread, which must not sleep through it (it waits on the legs,
     # each in a 60 s window).
-    for n in ("a", "b"):
-        env.run("new", n, "--", harness("sleeper.sh"))
-    proc = subprocess.Popen(
-        [SPEX, "fanout", "a", "b", "-m", "go", "--window", "60", "--json"],
-        env=env.vars,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    spex = env.spex()
-    launched = "SELECT count(*) FROM turns WHERE state = 'starting' AND pid IS NULL"
-    assert retry_until(lambda: spex.store.db.execute(launched).fetchone()[0] == 2, seconds=20)
+    proc = fanout_confirming(env)
     sent = time.monotonic()
     signal_a_helper_thread(proc.pid, signal.SIGINT)
     proc.communicate(timeout=30)
