@@ -457,17 +457,29 @@ def _await_reporter(spex: Spex, name: str, previous: str | None) -> None:
         return
     directory = turn_dir(spex, name, previous)
     m = marker.read(directory)
-    if m.stage is not Stage.REPORTING or m.pid is None:
-        return
-    wrapper = m.pid
+    if m.stage is Stage.REPORTING:
+        _await_wrapper(directory, m.pid, until=lambda m: m.stage is not Stage.REPORTING)
+
+
+def _await_wrapper(
+    directory: Path, wrapper: int | None, until: Callable[[Marker], bool] = lambda m: False
+) -> tuple[Marker, int | None]:
+    """Wait (event-driven, at most WRAPPER_EXIT_WAIT) until the marker satisfies
+    `until` or the wrapper is gone or has exec'd the pane's shell; returns
+    the last marker read and the wrapper's pid."""
+    m = marker.read(directory)
     with DirWatch([directory]) as watch:
         deadline = time.monotonic() + WRAPPER_EXIT_WAIT
         while (left := deadline - time.monotonic()) > 0:
-            if marker.read(directory).stage is not Stage.REPORTING:
-                return
+            m = marker.read(directory)
+            wrapper = m.pid or wrapper  # `exit:` no longer names it
+            if until(m) or wrapper is None:
+                break
             if wrapper_liveness(wrapper, directory) is Liveness.DEAD:
-                return
-            watch.wait(left)
+                break
+            # After `exit:` nothing the wrapper does touches the turn dir.
+            watch.wait(min(left, WRAPPER_TAIL_POLL) if m.stage is Stage.EXIT else left)
+    return m, wrapper
 
 
 def _turn_state(spex: Spex, turn: str) -> str | None:
@@ -508,15 +520,7 @@ def kill_turn(spex: Spex, session: Session, turn: str, grace: float) -> list[int
     # Wait for the wrapper to record the end and hand the pane back (its exec
     # of the shell): until then its last steps (reporter, status, input
     # flush) are processes of the turn, and a stop returns with none left.
-    with DirWatch([directory]) as watch:
-        deadline = time.monotonic() + WRAPPER_EXIT_WAIT
-        while (left := deadline - time.monotonic()) > 0:
-            m = marker.read(directory)
-            wrapper = m.pid or wrapper  # `exit:` no longer names it
-            if wrapper is None or wrapper_liveness(wrapper, directory) is Liveness.DEAD:
-                break
-            # After `exit:` nothing the wrapper does touches the turn dir.
-            watch.wait(min(left, WRAPPER_TAIL_POLL) if m.stage is Stage.EXIT else left)
+    m, wrapper = _await_wrapper(directory, wrapper)
     pane = spex.tmux.pane(name)
     stuck = wrapper is not None and wrapper_liveness(wrapper, directory) is Liveness.ALIVE
     if (
