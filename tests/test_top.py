@@ -182,9 +182,11 @@ def test_wake_with_a_prompt_resume_and_the_log_key(
     t.see("wake a:")
     prompt = '-dash "quotes" $(no) `tick` ünï'
     t.send(prompt + "\r")
-    t.see(r"refused|stopped")  # a stopped session refuses a wake (exit 3)
+    # A stopped session refuses a wake (exit 3): its answer, not the row's state.
+    t.see(r"session 'a' is stopped")
     t.send("r")
     t.row_shows("a", r"^a +idle ")
+    t.see(r"a: resumed")  # its answer is in before the next key
     t.send("w")
     t.send("oops")
     t.send("\x1b")
