@@ -152,15 +152,21 @@ def discard(db: sqlite3.Connection) -> None:
     _claimed.pop(id(db), None)
 
 
+def _open_in(directory: str, name: str, mode: int) -> int:
+    """Open (creating) a private file of `events/`, and the directory first if
+    it is missing; never through a symlink. Raises OSError."""
+    flags = mode | os.O_CREAT | os.O_NOFOLLOW
+    try:
+        return os.open(f"{directory}/{name}", flags, 0o600)
+    except FileNotFoundError:
+        os.mkdir(directory, 0o700)
+        return os.open(f"{directory}/{name}", flags, 0o600)
+
+
 def _touch_tick(directory: str, event: int) -> None:
     """Overwrite `events/tick` in place with the last id (fixed width): no
     truncation, which on ext4 forces a block allocation (0.5-4 ms); raises OSError."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
-    try:
-        fd = os.open(f"{directory}/{TICK}", flags, 0o600)
-    except FileNotFoundError:
-        os.mkdir(directory, 0o700)
-        fd = os.open(f"{directory}/{TICK}", flags, 0o600)
+    fd = _open_in(directory, TICK, os.O_WRONLY)
     try:
         os.pwrite(fd, b"%020d\n" % event, 0)
     finally:
@@ -195,13 +201,8 @@ def write_summary(store: Store) -> None:
 
     directory = f"{store.home}/{DIR}"
     data = seal(summary_text(store.db))
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
     try:
-        try:
-            fd = os.open(f"{directory}/{STATUS}", flags, 0o600)
-        except FileNotFoundError:
-            os.mkdir(directory, 0o700)
-            fd = os.open(f"{directory}/{STATUS}", flags, 0o600)
+        fd = _open_in(directory, STATUS, os.O_RDWR)
         try:
             old = os.pread(fd, 65536, 0)
             if old.rstrip(b"\n") != data.rstrip(b"\n"):
