@@ -604,11 +604,13 @@ def test_racing_new_on_one_branch(env: Env, repo: Repo) -> None:
         for i in range(4)
     ]
     codes = []
+    errs: list[str] = []
     for p in procs:
         _, err = p.communicate(timeout=120)
+        errs.append(err)
         codes.append(p.returncode)
         assert "Traceback" not in err
-    assert sorted(codes) == [0, 3, 3, 3], codes
+    assert sorted(codes) == [0, 3, 3, 3], (codes, errs)
     (winner,) = names(env)
     assert [w for w in repo.worktrees() if w != str(repo.path)] == [str(repo.worktree(winner))]
     spex_dir = repo.worktree(winner).parent
