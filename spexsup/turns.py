@@ -707,7 +707,9 @@ def wake(
                 _abort_unlaunched(spex, session, turn, why)
             raise
         except BaseException as interrupt:
-            if launched_once:
+            # Interrupted inside the tmux call that launched it, the wrapper
+            # may already run: its marker says so, and then it is launched.
+            if launched_once or marker.read(directory).stage is not Stage.NONE:
                 interrupt.add_note(f"{name}: turn {turn} keeps running (spex wait {name})")
             else:
                 _abort_unlaunched(spex, session, turn, "spex wake was interrupted before launch")

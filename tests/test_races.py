@@ -270,6 +270,21 @@ def test_ctrl_c_after_launch_leaves_a_durable_turn(env: Env) -> None:
     assert show(env, "a")["turn"]["state"] == "complete"
 
 
+def test_ctrl_c_inside_the_launch_call_after_tmux_started_the_wrapper(env: Env) -> None:
+    # The tmux call has started the wrapper but not yet returned to spex:
+    # the turn is launched, so Ctrl-C leaves it running, never aborts it.
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    after = {"SLOW_TMUX_AFTER": "1"}
+    wake = Held(env, "respawn-pane", "wake", "a", "x", "--window", "30", extra=after)
+    (directory,) = (env.home / "turns" / "a").iterdir()
+    assert retry_until(lambda: marker.read(directory).stage is Stage.RUNNING, 30)
+    wake.proc.send_signal(signal.SIGINT)
+    code, _, err = wake.finish(timeout=30)
+    assert code == 130, err
+    assert f"turn {directory.name} keeps running (spex wait a)" in err
+    assert show(env, "a")["turn"]["state"] == "running"
+
+
 def test_ctrl_c_before_launch_aborts_the_turn(env: Env) -> None:
     env.run("new", "a", "--", harness("sleeper.sh"))
     wake = Held(env, "respawn-pane", "wake", "a", "x", "--window", "30")
