@@ -47,7 +47,14 @@ TURN_KINDS = (
     "interrupted",
     "timed-out",
 )
-SESSION_KINDS = ("created", "removed", "stopped", "resumed", "home-recreated")
+SESSION_KINDS = (
+    "created",
+    "removed",
+    "stopped",
+    "resumed",
+    "home-recreated",
+    "conversation-gone",
+)
 OTHER_KINDS = (
     "wave-started",
     "wave-ended",

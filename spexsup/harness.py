@@ -86,6 +86,9 @@ class Harness(NamedTuple):
     # "uuid": the caller chooses a fresh conversation's id ({session_id} in
     # `fresh`, claude's --session-id); spex assigns and stores it at admission.
     assign_id: str | None = None
+    # A resume the CLI refused because it no longer knows the id: the stored
+    # id is cleared, and the next wake starts a new conversation.
+    gone: tuple[str, ...] = ()
 
     def argv(
         self, prompt: bytes, session_id: str | None, assigned: str | None = None
@@ -155,12 +158,7 @@ BUILTIN: dict[str, Harness] = {
         stdin_fallback=True,
         window=1.0,
         id_pattern=r"conversation: (demo-[0-9a-f]+)",
-        fatal=(
-            Fatal(
-                r"no conversation found with id",
-                "the demo agent does not know this conversation (wake with --fresh)",
-            ),
-        ),
+        gone=(r"no conversation found with id",),
         notes="bundled agent simulator",
     ),
     # `--` ends the options, so a prompt that starts with `-` stays a prompt.
@@ -198,11 +196,8 @@ BUILTIN: dict[str, Harness] = {
                 r"Please run /login|Not logged in", "claude is not logged in (run claude /login)"
             ),
             Fatal(r"Invalid API key", "claude has an invalid API key (run claude /login)"),
-            Fatal(
-                r"No conversation found with session ID",
-                "claude does not know this conversation id (wake with --fresh)",
-            ),
         ),
+        gone=(r"No conversation found with session ID",),
         binary="claude",
         outcome="claude",
         limited=(
@@ -245,11 +240,8 @@ BUILTIN: dict[str, Harness] = {
             ),
             Fatal(r"Not logged in|codex login", "codex is not logged in (run codex login)"),
             Fatal(r"Invalid API key|invalid_api_key", "codex has an invalid API key"),
-            Fatal(
-                r"no rollout found|session .* not found",
-                "codex does not know this session id (wake with --fresh)",
-            ),
         ),
+        gone=(r"no rollout found|[Ss]ession .* not found",),
         binary="codex",
         outcome="codex",
         limited=(
@@ -290,10 +282,8 @@ BUILTIN: dict[str, Harness] = {
             Fatal(
                 r"ProviderModelNotFound|No provider", "opencode has no model provider configured"
             ),
-            Fatal(
-                r"Session not found", "opencode does not know this session id (wake with --fresh)"
-            ),
         ),
+        gone=(r"Session not found|NotFoundError",),
         binary="opencode",
         outcome="opencode",
         limited=(
@@ -327,11 +317,8 @@ BUILTIN: dict[str, Harness] = {
         fatal=(
             Fatal(r"No API key found", "pi has no API key (run pi, then /login)"),
             Fatal(r"Use /login", "pi is not logged in (run pi, then /login)"),
-            Fatal(
-                r"No session found|Session not found",
-                "pi does not know this session (wake with --fresh)",
-            ),
         ),
+        gone=(r"No session found|Session not found",),
         binary="pi",
         outcome="pi",
         limited=(
@@ -369,6 +356,7 @@ FIELDS = {
     "timeout": object,
     "limited": list,
     "assign_id": str,
+    "gone": list,
 }
 
 
@@ -423,7 +411,7 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
         elif not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             raise _bad(path, name, key, f"must be a {kind.__name__}")
         values[key] = value
-    for key in ("fresh", "resume", "retryable", "version_args"):
+    for key in ("fresh", "resume", "retryable", "version_args", "gone"):
         items = values.get(key)
         if items is not None and not all(isinstance(x, str) and x for x in items):  # type: ignore[attr-defined]
             raise _bad(path, name, key, "must be a list of non-empty strings")
@@ -461,6 +449,7 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
         ("retryable", values.get("retryable", [])),
         ("fatal", [f.pattern for f in fatal]),
         ("limited", [lim.pattern for lim in limited]),
+        ("gone", values.get("gone", [])),
     ):
         for pattern in patterns:  # type: ignore[attr-defined]
             try:

@@ -8,6 +8,8 @@ after an error it never recovered from. Each built-in adapter names a
 - `denied:<tool>`       a tool use the permission system refused
 - `max-turns`           stopped at its turn limit
 - `agent-error:<text>`  the agent reported an error it did not recover from
+                        (a failure whatever the exit code: pi and opencode exit
+                        0 after their retries give up)
 - `no-answer`           no final answer at all
 - `asked-question`      the final answer ends with a question to the user
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -36,24 +39,112 @@ TEXT_MAX = 200
 
 class Outcome:
     """What a parser found. `fails` says the flags fail the turn even without
-    strict mode (opencode exiting 0 after an unrecovered error). A plain class:
-    this runs in the exit reporter, which must not import `dataclasses`."""
+    strict mode: an agent error the run ended on. `error` is then the agent's
+    own human line for it (never a JSON document) and `status` the HTTP status
+    it names, if any. A plain class: this runs in the exit reporter, which must
+    not import `dataclasses`."""
 
-    __slots__ = ("answer", "fails", "flags")
+    __slots__ = ("answer", "error", "fails", "flags", "status")
 
     def __init__(self) -> None:
         self.flags: list[str] = []
         self.answer: str | None = None
         self.fails = False
+        self.error: str | None = None
+        self.status: int | None = None
 
     def add(self, flag: str) -> None:
         if flag not in self.flags:
             self.flags.append(flag)
 
+    def failed(self, message: object, status: object = None) -> None:
+        """The run ended on an agent error: flag it, keep its human line."""
+        line = human(message) or "error"
+        self.add(f"agent-error:{_one_line(line)}")
+        self.fails = True
+        if self.error is None:
+            self.error = line
+            self.status = _status(status, line)
+
 
 def _one_line(text: object) -> str:
     out = " ".join(str(text).split())
     return out[: TEXT_MAX - 1] + "…" if len(out) > TEXT_MAX else out
+
+
+def _json_message(value: object) -> str | None:
+    """The human message inside a provider's error document: `error.message`,
+    `message`, `error` (a string), `detail`, as Anthropic, OpenAI and the
+    ChatGPT backend spell it."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, dict):
+        return None
+    for key in ("error", "message", "detail", "errorMessage"):
+        inner = value.get(key)
+        if isinstance(inner, dict | str):
+            found = _json_message(inner)
+            if found:
+                return found
+    return None
+
+
+def human(text: object, limit: int = TEXT_MAX) -> str:
+    """An error as a person reads it, on one line: a JSON document (whole, or
+    after a prefix such as `API Error: 500 `) is replaced by the message it
+    carries; control characters go."""
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        text = _json_message(text) or json.dumps(text, ensure_ascii=False)
+    start = text.find("{")
+    if start >= 0:
+        decoder = json.JSONDecoder()
+        try:
+            doc, end = decoder.raw_decode(text[start:])
+        except ValueError:
+            doc, end = None, 0
+        message = _json_message(doc)
+        if message:
+            rest = text[start + end :].strip()
+            text = " ".join(x for x in (text[:start].strip(" :"), message, rest) if x)
+    text = "".join(c if c.isprintable() else " " for c in text)
+    return _one_line(text) if len(text) > limit else " ".join(text.split())
+
+
+_STATUS = re.compile(r"(?<![0-9.])([45][0-9]{2})(?![0-9.])")
+
+
+def _status(status: object, line: str) -> int | None:
+    if isinstance(status, int) and not isinstance(status, bool) and 400 <= status < 600:
+        return status
+    if isinstance(status, str) and status.isdigit():
+        return int(status)
+    m = _STATUS.search(line)
+    return int(m.group(1)) if m else None
+
+
+# What an agent error was, from its status and text: the causes a failed end
+# names (DESIGN §9). A usage limit is found first, by the harness's patterns.
+_RATE = re.compile(r"rate.?limit|too many requests|exceed your account's rate", re.IGNORECASE)
+_OVERLOADED = re.compile(r"overloaded|service unavailable|temporarily unavailable", re.IGNORECASE)
+_NO_MODEL = re.compile(
+    r"model[_ ]not[_ ]found|ProviderModelNotFound|(?:unknown|invalid) model"
+    r"|model\b[^\n]{0,80}\b(?:does not exist|not found|not exist)",
+    re.IGNORECASE,
+)
+
+
+def classify(out: Outcome) -> str:
+    """`rate-limited`, `overloaded`, `model-not-found`, or `agent-error`."""
+    text = out.error or ""
+    if out.status == 429 or _RATE.search(text):
+        return "rate-limited"
+    if out.status in (503, 529) or _OVERLOADED.search(text):
+        return "overloaded"
+    if _NO_MODEL.search(text) or (out.status == 404 and "model" in text.lower()):
+        return "model-not-found"
+    return "agent-error"
 
 
 def lines_backwards(path: Path, budget: int = SCAN_BUDGET) -> Iterator[bytes]:
@@ -120,7 +211,7 @@ def _claude(event: dict[str, Any], out: Outcome) -> bool:
         out.add("max-turns")
     elif event.get("is_error") or subtype.startswith("error"):
         why = event.get("result") or (event.get("errors") or [None])[0] or subtype or "error"
-        out.add(f"agent-error:{_one_line(why)}")
+        out.failed(why, event.get("api_error_status"))
     result = event.get("result")
     out.answer = result if isinstance(result, str) and not event.get("is_error") else None
     if out.answer is None and not event.get("is_error") and subtype != "error_max_turns":
@@ -143,12 +234,11 @@ def _codex(event: dict[str, Any], out: Outcome) -> bool:
     if kind == "turn.failed":
         error = event.get("error") or {}
         message = error.get("message") if isinstance(error, dict) else error
-        out.add(f"agent-error:{_one_line(message or 'turn failed')}")
-        out.fails = True
-    elif kind == "error" and not any(f.startswith("agent-error:") for f in out.flags):
+        out.failed(message or "turn failed")
+    elif kind == "error" and not out.fails:
         # An error after the last completed turn was not recovered from.
         if out.answer is None:
-            out.add(f"agent-error:{_one_line(event.get('message') or 'error')}")
+            out.failed(event.get("message") or "error")
     elif kind == "item.completed":
         item = event.get("item") or {}
         if isinstance(item, dict) and item.get("type") == "agent_message":
@@ -160,7 +250,7 @@ def _codex(event: dict[str, Any], out: Outcome) -> bool:
 
 
 def _codex_finish(out: Outcome) -> None:
-    if not any(f.startswith("agent-error:") for f in out.flags):
+    if not out.fails:
         _question(out)
 
 
@@ -177,12 +267,14 @@ def _opencode(event: dict[str, Any], out: Outcome) -> bool:
             return True  # an answer after any earlier error: recovered
     elif kind == "error":
         error = event.get("error") or {}
-        message = None
+        message: object = None
+        status = None
         if isinstance(error, dict):
             data = error.get("data")
-            message = (data.get("message") if isinstance(data, dict) else None) or error.get("name")
-        out.add(f"agent-error:{_one_line(message or error or 'error')}")
-        out.fails = True  # opencode exits 0 after it: a failure even without strict
+            if isinstance(data, dict):
+                message, status = data.get("message"), data.get("statusCode")
+            message = message or error.get("name")
+        out.failed(message or error or "error", status)  # opencode exits 0 after it
     return False
 
 
@@ -215,8 +307,8 @@ def _pi(event: dict[str, Any], out: Outcome) -> bool:
         if not isinstance(message, dict) or message.get("role") != "assistant":
             continue
         if message.get("stopReason") in ("error", "aborted"):
-            why = message.get("errorMessage") or message.get("stopReason")
-            out.add(f"agent-error:{_one_line(why)}")
+            # pi exits 0 after its retries give up: the run still failed.
+            out.failed(message.get("errorMessage") or message.get("stopReason"))
         else:
             out.answer = _pi_text(message)
         return True
@@ -224,7 +316,7 @@ def _pi(event: dict[str, Any], out: Outcome) -> bool:
 
 
 def _pi_finish(out: Outcome) -> None:
-    if not any(f.startswith("agent-error:") for f in out.flags):
+    if not out.fails:
         _question(out)
 
 

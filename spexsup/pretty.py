@@ -11,8 +11,13 @@ call on one line (`→ Bash: make test`), errors and denials marked `✗`
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 RED = "\x1b[31m"
 DIM = "\x1b[2m"
@@ -189,3 +194,45 @@ def render(chunks: Iterable[bytes], parser: str | None, *, color: bool) -> Itera
             yield ("\n".join(out) + "\n").encode()
     if pending:
         yield ("\n".join(render_line(pending, renderer, painter)) + "\n").encode()
+
+
+# What a terminal would act on: CSI sequences, other escapes, C0 and C1 controls.
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]?|[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character and escape sequence removed."""
+    return _CONTROL.sub("", text)
+
+
+def readable_tail(path: Path, parser: str | None, size: int = 65536) -> list[str]:
+    """The non-empty lines at the end of a turn's output as a person reads
+    them: each JSON event rendered for `parser`'s CLI (an event cut by the
+    read, or one with nothing to show, gives nothing), escapes removed.
+    Reads at most `size` bytes; [] when there is no output."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            start = max(0, f.tell() - size)
+            f.seek(start)
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # cut by the read
+    renderer = RENDERERS.get(parser or "")
+    painter = Painter(False)
+    out: list[str] = []
+    for line in lines:
+        if renderer is not None and line.lstrip().startswith(b"{"):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a JSON event is never shown raw
+            shown = renderer(event, painter) if isinstance(event, dict) else []
+        else:
+            shown = [line.decode("utf-8", "replace")]
+        for text in shown:
+            out.extend(t for t in (printable(x).strip() for x in text.splitlines()) if t)
+    return out

@@ -137,21 +137,17 @@ def remember_conversation(
             )
 
 
-def last_line(turn_dir: Path, size: int = 4096) -> str | None:
-    """The last non-empty line of the turn's output, without control characters:
-    what a harness that failed mid-turn said last (`API Error: 529 overloaded`)."""
-    try:
-        with (turn_dir / "output.log").open("rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - size))
-            data = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    for line in reversed(data.splitlines()):
-        line = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x1f\x7f]", "", line).strip()
-        if line:
-            return line[:300]
-    return None
+def last_line(turn_dir: Path, size: int = 65536) -> str | None:
+    """The last line of the turn's output as a person reads it (a JSON event
+    rendered for its CLI, never shown raw; no control characters): what a
+    harness that failed mid-turn said last (`API Error: 529 overloaded`)."""
+    from spexsup import pretty
+
+    parser = _meta(turn_dir).get("outcome")
+    lines = pretty.readable_tail(
+        turn_dir / "output.log", parser if isinstance(parser, str) else None, size
+    )
+    return lines[-1][:300] if lines else None
 
 
 def end_state(rc: int) -> str:
@@ -219,36 +215,82 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
     parser = adapter.outcome if adapter is not None else meta.get("outcome")
     found = outcome.read(turn_dir, parser if isinstance(parser, str) else None)
     verdict = Judgement(end_state(rc), found.flags)
-    if rc != 0 or found.fails or any(f.startswith("agent-error:") for f in found.flags):
-        limit = _usage_limit(home, turn_dir, name, adapter)
-        if limit is not None:
-            verdict.state, verdict.cause = "error", "usage-limit"
-            verdict.error = f"{name or 'the harness'} hit its usage limit ({limit.when()})"
-            verdict.limit_reset = limit.reset
-            return verdict
-    if rc == 0 and found.fails:
-        verdict.state, verdict.cause = "error", "agent-error"
-        verdict.error = f"exited 0 after an error: {outcome.describe(found.flags)}"
-    elif rc == 0 and found.flags and meta.get("strict"):
-        verdict.state, verdict.cause = "error", "strict"
-        verdict.error = f"strict: {outcome.describe(found.flags)}"
+    if rc == 0 and not found.fails:
+        if found.flags and meta.get("strict"):
+            verdict.state, verdict.cause = "error", "strict"
+            verdict.error = f"strict: {outcome.describe(found.flags)}"
+        return verdict
+    # A failed end: name its cause and the agent's own line for it.
+    adapter = _adapter(home, name, adapter)
+    limit = _usage_limit(turn_dir, adapter)
+    if limit is not None:
+        verdict.state, verdict.cause = "error", "usage-limit"
+        verdict.error = f"{name or 'the harness'} hit its usage limit ({limit.when()})"
+        verdict.limit_reset = limit.reset
+        return verdict
+    resumed = meta.get("resumed")
+    if resumed and adapter is not None and _says(turn_dir, adapter.gone):
+        verdict.state, verdict.cause = "error", "conversation-gone"
+        verdict.error = (
+            f"conversation {resumed} is gone; the next wake starts a new one (or --fresh)"
+        )
+        return verdict
+    if found.fails:
+        verdict.state, verdict.cause = "error", outcome.classify(found)
+        line = found.error or outcome.describe(found.flags)
+        fatal = _fatal(turn_dir, adapter)
+        verdict.error = f"{fatal}: {line}" if fatal else line
     return verdict
 
 
-def _usage_limit(
-    home: Path, turn_dir: Path, name: str, adapter: Harness | None
-) -> outcome_mod.UsageLimit | None:
+def _adapter(home: Path, name: str, adapter: Harness | None) -> Harness | None:
+    """The turn's adapter, loaded from the harness files when not given."""
+    if adapter is not None or not name or name == "command":
+        return adapter
+    from spexsup import harness
+
+    try:
+        return harness.load_registry(home).get(name)
+    except Exception:  # a broken harnesses.toml: spex doctor names it
+        return None
+
+
+def _tail(turn_dir: Path) -> str:
+    from spexsup.outcome import LIMIT_TAIL
+
+    try:
+        with (turn_dir / "output.log").open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - LIMIT_TAIL))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _says(turn_dir: Path, patterns: tuple[str, ...]) -> bool:
+    """Does the end of the turn's output match one of the harness's patterns?"""
+    if not patterns:
+        return False
+    text = _tail(turn_dir)
+    return any(re.search(p, text) for p in patterns)
+
+
+def _fatal(turn_dir: Path, adapter: Harness | None) -> str | None:
+    """The cause a harness's fatal pattern names for this output (`claude is not logged in`)."""
+    if adapter is None or not adapter.fatal:
+        return None
+    text = _tail(turn_dir)
+    for fatal in adapter.fatal:
+        if re.search(fatal.pattern, text):
+            return fatal.cause
+    return None
+
+
+def _usage_limit(turn_dir: Path, adapter: Harness | None) -> outcome_mod.UsageLimit | None:
     from spexsup import outcome
 
     if adapter is None:
-        if not name or name == "command":
-            return None
-        from spexsup import harness
-
-        try:
-            adapter = harness.load_registry(home).get(name)
-        except Exception:  # a broken harnesses.toml: spex doctor names it
-            return None
+        return None
     limits = tuple((lim.pattern, lim.reset) for lim in adapter.limited)
     return outcome.find_limit(turn_dir, limits, time.time())
 
@@ -286,6 +328,8 @@ def record_exit(
         found = judge(store.home, turn_dir, rc, adapter)
         state = found.state
         error = error or found.error
+        if found.cause == "conversation-gone":
+            conversation = None  # what it printed is no conversation to resume
     state = state or end_state(rc if rc is not None else 1)
     if error is None and rc and turn_dir is not None:
         error = last_line(turn_dir)
@@ -335,4 +379,14 @@ def record_exit(
             " ELSE ? END, harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",
             ("idle" if state == "complete" else "error", conversation, session),
         )
+        if found is not None and found.cause == "conversation-gone":
+            # Resuming it can only fail the same way again: the next wake
+            # (and a --retry-failed) starts a new conversation.
+            gone = _meta(turn_dir).get("resumed") if turn_dir else None
+            db.execute(
+                "UPDATE sessions SET harness_session_id = NULL"
+                " WHERE name = ? AND harness_session_id IS ?",
+                (session, gone),
+            )
+            events.record(db, "conversation-gone", session=session, turn=turn, conversation=gone)
     return RECORDED

@@ -94,10 +94,15 @@ def output_end(directory: Path, size: int = 65536) -> str:
 
 
 def output_tail(directory: Path, lines: int = TAIL_LINES) -> str:
-    """The last non-empty lines of a turn's output, joined for a one-line message."""
-    data = output_end(directory, 8192)
-    kept = [ln.strip()[:200] for ln in data.splitlines() if ln.strip()][-lines:]
-    return " | ".join(kept)
+    """The last lines of a turn's output as a person reads them (JSON events
+    rendered for its CLI), joined for a one-line message."""
+    from spexsup import pretty
+
+    parser = report._meta(directory).get("outcome")
+    text = pretty.readable_tail(
+        directory / "output.log", parser if isinstance(parser, str) else None
+    )
+    return " | ".join(line[:200] for line in text[-lines:])
 
 
 def _matches(patterns: Sequence[str], text: str) -> bool:
@@ -247,7 +252,8 @@ def admit(
         parse_on_limit(on_limit) if on_limit else None,
         settings.limit_margin if settings.limit_margin is not None else DEFAULT_LIMIT_MARGIN,
     )
-    _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter, ending)
+    resumed = resume_id if resume_id and adapter.resume else None
+    _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter, ending, resumed)
     if _in_git_tree(Path(session.cwd)):
         # The wrapper records the work tree's state (`git-start`, for spex
         # diff) before the harness starts: a dozen git calls are not worth
@@ -288,9 +294,11 @@ def _prepare(
     on_stdin: bool,
     adapter: Harness,
     ending: Ending,
+    resumed: str | None = None,
 ) -> None:
-    """The turn dir: exact prompt bytes, NUL-separated argv/env/reporter, metadata,
-    and `deadline` (`SECONDS GRACE`) for the wrapper's watchdog."""
+    """The turn dir: exact prompt bytes, NUL-separated argv/env/reporter, metadata
+    (with the conversation id it resumes), and `deadline` (`SECONDS GRACE`) for
+    the wrapper's watchdog."""
     files = {
         "prompt": prompt,
         "argv": b"\0".join(argv) + b"\0",
@@ -321,6 +329,7 @@ def _prepare(
         "timeout": ending.timeout,
         "cwd": session.cwd,
         "started": time.time(),
+        "resumed": resumed,
     }
     files["meta.json"] = json.dumps(meta).encode()
     if ending.timeout:

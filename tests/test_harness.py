@@ -12,6 +12,11 @@ from conftest import Env, harness
 from test_turns import show, turn_processes_alive, wake_json
 
 
+def events_of(env: Env, name: str) -> list[dict]:  # type: ignore[type-arg]
+    out = env.run("events", "--json", "--session", name).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
 def argv_log(path: Path) -> list[list[str]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -21,8 +26,9 @@ def test_claude_logged_out_names_the_cause(env: Env) -> None:
     code, v = wake_json(env, "c", "say hi", "--window", "10")
     assert code == 1
     assert v["verdict"] == "failed" and v["rc"] == 1
-    assert v["error"].startswith("claude is not logged in (run claude /login): exited rc=1")
-    assert "Not logged in" in v["error"]
+    assert v["error"] == (
+        "claude is not logged in (run claude /login): Not logged in · Please run /login"
+    )
 
 
 def test_claude_resume_and_fresh(env: Env) -> None:
@@ -62,10 +68,18 @@ def test_rejected_resume_id_says_so_and_fresh_recovers(env: Env) -> None:
     (Path(env.vars["HOME"]) / ".claude" / "projects" / "fake" / f"{conversation}.jsonl").unlink()
     code, v = wake_json(env, "c", "again", "--window", "10")
     assert code == 1
-    assert "does not know this conversation id (wake with --fresh)" in v["error"]
-    assert f"No conversation found with session ID: {conversation}" in v["error"]
-    _, v = wake_json(env, "c", "again", "--fresh", "--window", "10")
-    assert v["verdict"] == "completed"
+    assert v["error"] == (
+        f"conversation {conversation} is gone; the next wake starts a new one (or --fresh)"
+    )
+    assert show(env, "c")["turn"]["cause"] == "conversation-gone"
+    # The id is cleared, and an event says so: the next wake starts anew,
+    # with no --fresh, instead of failing the same way forever.
+    assert show(env, "c")["harness_session_id"] is None
+    gone = [e for e in events_of(env, "c") if e["kind"] == "conversation-gone"]
+    assert len(gone) == 1 and gone[0]["payload"]["conversation"] == conversation
+    _, v = wake_json(env, "c", "again", "--window", "10")
+    assert v["verdict"] == "completed", v
+    assert show(env, "c")["harness_session_id"] not in (None, conversation)
 
 
 def test_codex_untrusted_directory_is_named(env: Env) -> None:

@@ -158,7 +158,7 @@ def test_opencode_error_then_exit_0_is_a_failure_without_strict(env: Env) -> Non
     code, v = wake_json(env, "o", "go [error]", "--window", "10")
     assert code == 1 and v["verdict"] == "failed" and v["rc"] == 0, v
     assert v["flags"] == ["agent-error:Provider returned error: 500 Internal Server Error"]
-    assert v["error"].startswith("exited 0 after an error: agent error: Provider returned")
+    assert v["error"] == "Provider returned error: 500 Internal Server Error"
     assert show(env, "o")["turn"]["cause"] == "agent-error"
     # An error it recovered from (an answer followed) is no failure.
     code, v = wake_json(env, "o", "go [recover]", "--window", "10")
@@ -178,10 +178,15 @@ def test_codex_flags(env: Env) -> None:
 
 def test_pi_flags(env: Env) -> None:
     new(env, "p", "pi", FAKE_PI_ONLINE="1")
+    # pi exits 0 after its retries give up: still a failure, without --strict,
+    # with the agent's own line as the message.
     code, v = wake_json(env, "p", "go [error]", "--window", "10")
-    assert code == 0 and v["flags"] == ["agent-error:Connection error."], v
-    code, v = wake_json(env, "p", "go [error]", "--strict", "--window", "10")
-    assert code == 1 and v["error"] == "strict: agent error: Connection error.", v
+    assert code == 1 and v["verdict"] == "failed" and v["rc"] == 0, v
+    assert v["flags"] == ["agent-error:Connection error."], v
+    assert v["error"] == "Connection error."
+    assert show(env, "p")["turn"]["cause"] == "agent-error"
+    code, v = wake_json(env, "p", "go [ask]", "--strict", "--window", "10")
+    assert code == 1 and v["error"] == "strict: ended asking a question", v
 
 
 def test_command_harness_has_no_flags(env: Env) -> None:

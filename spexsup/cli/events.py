@@ -72,7 +72,7 @@ def events(
 
     \b
     Kinds: launched confirmed completed failed aborted lost interrupted
-    timed-out created removed stopped resumed home-recreated wave-started
+    timed-out created removed stopped resumed home-recreated conversation-gone wave-started
     wave-ended lease-acquired lease-released lease-recovered.
     The last 100000 events are kept.
 
