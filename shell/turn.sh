@@ -168,7 +168,19 @@ if [ -r "$dir/deadline" ] && [ ${#reporter[@]} -gt 0 ] && [ -z "$refused" ]; the
 fi
 
 # Output goes live to the pane and to output.log. PIPESTATUS keeps the
-# harness's own status; bash reports a signal death as 128+signal.
+# harness's own status; bash reports a signal death as 128+signal. A CLI
+# that speaks JSON events (`render` names its parser) shows the pane their
+# rendering, while output.log keeps the raw stream.
+render=""
+if [ -r "$dir/render" ] && [ ${#py[@]} -gt 0 ]; then
+    read -r render <"$dir/render"
+fi
+# The prompt's first line, so a person attaching sees what the turn is about.
+if [ -z "$refused" ] && [ ${#argv[@]} -gt 0 ]; then
+    first=$(head -c 4096 -- "$dir/prompt" 2>/dev/null | head -n 1 | LC_ALL=C tr -d '\000-\037\177')
+    [ ${#first} -gt 160 ] && first="${first:0:159}…"
+    printf '[spex] turn %s: %s\n' "$turn" "$first"
+fi
 if [ ${#argv[@]} -eq 0 ]; then
     echo "spex: empty harness argv in $dir" | tee -a "$dir/output.log"
     rc=127
@@ -182,7 +194,12 @@ else
     # attempt that hit the limit keeps its output as limited-N.output.log.
     waits=0
     while :; do
-        (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 | tee -a "$dir/output.log"
+        if [ -n "$render" ]; then
+            (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 |
+                "${py[@]}" -m spexsup.pretty feed "$dir" "$render"
+        else
+            (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 | tee -a "$dir/output.log"
+        fi
         rc=${PIPESTATUS[0]}
         if [ ! -r "$dir/on-limit" ] || [ $waits -ge 5 ] || [ -e "$dir/timed-out" ] ||
             [ ${#reporter[@]} -eq 0 ]; then
@@ -249,7 +266,14 @@ termios.tcflush(0, termios.TCIFLUSH)
 print(n)' 2>/dev/null)
     [ "${pending:-0}" != 0 ] && note="; input typed during the turn was discarded"
 fi
-printf '\n[spex] turn %s ended rc=%s%s\n' "$turn" "$rc" "$note"
+# The reporter leaves how the turn ended, as a person reads it (flags, a
+# failure's cause, a stop), for this line.
+ended=""
+if [ -r "$dir/ended" ]; then
+    IFS= read -r ended <"$dir/ended"
+    [ -n "$ended" ] && ended=" · $ended"
+fi
+printf '\n[spex] turn %s ended rc=%s%s%s\n' "$turn" "$rc" "$ended" "$note"
 
 unset SPEXSUP_TURN SPEXSUP_TURN_DIR SPEXSUP_PROMPT_FILE
 umask "$user_umask"

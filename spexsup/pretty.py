@@ -1,4 +1,4 @@
-"""`spex log --pretty`: a turn's structured output as text a person reads.
+"""`spex log --pretty` and the pane: a turn's structured output as text a person reads.
 
 The agent CLIs' JSON modes (claude stream-json, codex --json, opencode
 --format json, pi --mode json) become: assistant text as it is, each tool
@@ -6,6 +6,11 @@ call on one line (`→ Bash: make test`), errors and denials marked `✗`
 (red on a terminal), and one closing line. Lines that are not JSON events
 (banners, stderr) pass through unchanged; events with nothing to show
 (deltas, usage, step markers) are left out.
+
+`python -m spexsup.pretty feed TURN_DIR PARSER` sits between the harness and
+the pane (shell/turn.sh): it appends the raw stream to `output.log`, which
+spex parses, and shows the pane the rendering, so attaching to a claude pane
+shows what claude says rather than a wall of JSON events.
 """
 
 from __future__ import annotations
@@ -196,8 +201,13 @@ def render(chunks: Iterable[bytes], parser: str | None, *, color: bool) -> Itera
         yield ("\n".join(render_line(pending, renderer, painter)) + "\n").encode()
 
 
-# What a terminal would act on: CSI sequences, other escapes, C0 and C1 controls.
-_CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]?|[\x00-\x1f\x7f-\x9f]")
+# What a terminal would act on: CSI sequences (colours, cursor moves), OSC
+# strings (titles, links, clipboard writes), other escapes, C0 and C1 controls.
+_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b.?|[\x00-\x1f\x7f-\x9f]"
+)
 
 
 def printable(text: str) -> str:
@@ -236,3 +246,64 @@ def readable_tail(path: Path, parser: str | None, size: int = 65536) -> list[str
         for text in shown:
             out.extend(t for t in (printable(x).strip() for x in text.splitlines()) if t)
     return out
+
+
+def feed(turn_dir: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
+    """Copy the harness's output from `stdin` to the turn's output.log as it
+    comes, and its rendering to `stdout` (the pane).
+
+    The log comes first and never depends on the pane: a rendering error
+    shows the raw bytes instead, and a pane that is gone (EPIPE) only stops
+    the rendering. Ctrl-C in the pane is the harness's to handle; this keeps
+    draining until the harness's end closes the pipe.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    log = os.open(f"{turn_dir}/output.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    renderer = RENDERERS.get(parser)
+    painter = Painter(os.isatty(stdout))
+    pending = b""
+    showing = True
+
+    def show(data: bytes) -> None:
+        nonlocal showing
+        while showing and data:
+            try:
+                data = data[os.write(stdout, data) :]
+            except OSError:
+                showing = False
+
+    while True:
+        try:
+            chunk = os.read(stdin, 65536)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        os.write(log, chunk)
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        if len(pending) > 1 << 20:  # no line end in sight: show it as it is
+            lines.append(pending)
+            pending = b""
+        for line in lines:
+            try:
+                shown = render_line(line, renderer, painter)
+            except Exception:  # a rendering bug must never cost the pane a line
+                shown = [line.decode("utf-8", "replace")]
+            if shown:
+                show(("\n".join(shown) + "\n").encode())
+    if pending:
+        show(pending + b"\n")
+    os.close(log)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 4 or sys.argv[1] != "feed":
+        print("usage: python -m spexsup.pretty feed TURN_DIR PARSER", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(feed(sys.argv[2], sys.argv[3]))

@@ -295,6 +295,33 @@ def _usage_limit(turn_dir: Path, adapter: Harness | None) -> outcome_mod.UsageLi
     return outcome.find_limit(turn_dir, limits, time.time())
 
 
+def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
+    """Leave `ended` in the turn dir: how the turn ended as a person reads it
+    (`2 tool permissions denied: Write, Bash`, a failure's message, `stopped
+    by spex stop`), for the end line the wrapper prints in the pane. Whoever
+    recorded the end (this reporter, the wake, a stop), the row has it."""
+    from spexsup import outcome, pretty
+    from spexsup.paths import write_atomic
+
+    row = store.db.execute("SELECT state, error, flags FROM turns WHERE id = ?", (turn,)).fetchone()
+    if row is None:
+        return
+    flags = json.loads(row["flags"] or "[]")
+    if row["state"] == "complete":
+        text = outcome.describe(flags)
+    elif row["state"] in ACTIVE:
+        # Deferred to the wake still confirming it, which records what we
+        # judge unless it retries the attempt (the pane then shows the next).
+        found = judge(store.home, turn_dir, rc)
+        text = found.error or outcome.describe(found.flags) or last_line(turn_dir) or ""
+    else:
+        text = row["error"] or row["state"]
+        if row["state"] == "aborted" and not row["error"]:
+            text = "stopped"
+    text = " ".join(pretty.printable(text).split())[:300]
+    write_atomic(turn_dir / "ended", text.encode() + b"\n", durable=False)
+
+
 def _launcher_alive(pid: int | None, token: str | None) -> bool:
     from spexsup.procs import Liveness, identity_liveness
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,31 +48,21 @@ if TYPE_CHECKING:
 logging.getLogger("watchdog").addHandler(logging.NullHandler())
 
 ACTIVE = ("starting", "running")
-# Escape sequences (CSI, OSC, two-byte) and other control characters: a
-# harness's colours and cursor moves must not reach the board.
-_ESCAPES = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, links
-    r"|\x1b.|[\x00-\x08\x0b-\x1f\x7f]"
-)
 
 
-def last_line(directory: Path | None, size: int = 4096) -> str:
-    """The last non-empty line of a turn's output, without escapes; "" if none."""
+def last_line(directory: Path | None, size: int = 16384) -> str:
+    """The last line of a turn's output as a person reads it (JSON events
+    rendered for the turn's CLI, no escapes); "" if none."""
     if directory is None:
         return ""
-    try:
-        with (directory / "output.log").open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - size))
-            data = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    for line in reversed(data.replace("\r", "\n").splitlines()):
-        clean = _ESCAPES.sub("", line).strip()
-        if clean:
-            return clean[:500]
-    return ""
+    from spexsup import pretty
+    from spexsup.report import _meta
+
+    parser = _meta(directory).get("outcome")
+    lines = pretty.readable_tail(
+        directory / "output.log", parser if isinstance(parser, str) else None, size
+    )
+    return lines[-1][:500] if lines else ""
 
 
 @dataclass

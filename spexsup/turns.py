@@ -332,6 +332,9 @@ def _prepare(
         "resumed": resumed,
     }
     files["meta.json"] = json.dumps(meta).encode()
+    if adapter.outcome:
+        # A CLI of JSON events: the pane shows their rendering (spexsup.pretty).
+        files["render"] = f"{adapter.outcome}\n".encode()
     if ending.timeout:
         files["deadline"] = f"{ending.timeout:g} {ending.grace:g}\n".encode()
     if ending.login_timeout is not None and argv and b"/" not in argv[0]:

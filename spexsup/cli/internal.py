@@ -9,6 +9,7 @@ recorded.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from pathlib import Path
@@ -38,7 +39,7 @@ def fast_path(argv: list[str]) -> int | None:
         return 2
     from spexsup.errors import SpexError
     from spexsup.paths import resolve_home
-    from spexsup.report import record_exit
+    from spexsup.report import record_exit, write_ended
     from spexsup.store import Store
 
     session, turn, rc = args[0], args[1], int(args[2])
@@ -49,6 +50,9 @@ def fast_path(argv: list[str]) -> int | None:
         cas = record_exit(store, session, turn, rc, directory, reporter=True)
         if cas == 0:
             _settle_wave(store, path, turn)
+        # Best effort: only the pane's end line would go without its detail.
+        with contextlib.suppress(Exception):
+            write_ended(store, turn, directory, rc)
         return cas
     except SpexError as e:
         print(f"spex: turn-exit: {e.line()}", file=sys.stderr)
