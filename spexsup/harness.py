@@ -161,8 +161,10 @@ BUILTIN: dict[str, Harness] = {
         gone=(r"no conversation found with id",),
         notes="bundled agent simulator",
     ),
-    # `--` ends the options, so a prompt that starts with `-` stays a prompt.
-    # With no prompt argument, claude -p reads the prompt from stdin.
+    # Every built-in CLI gets the prompt on stdin: it arrives byte-exact
+    # (opencode re-quotes an argument that holds a space), no local user reads
+    # it in `ps`, and no size limit applies. With no prompt argument, claude -p
+    # reads stdin; codex exec reads it for `-`; so does `opencode run`.
     "claude": Harness(
         name="claude",
         fresh=(
@@ -173,8 +175,6 @@ BUILTIN: dict[str, Harness] = {
             "--verbose",
             "--session-id",
             SESSION_ID,
-            "--",
-            PROMPT,
         ),
         assign_id="uuid",
         resume=(
@@ -185,10 +185,8 @@ BUILTIN: dict[str, Harness] = {
             "--verbose",
             "--resume",
             SESSION_ID,
-            "--",
-            PROMPT,
         ),
-        stdin_fallback=True,
+        prompt_via="stdin",
         id_pattern=r'"session_id"\s*:\s*"([0-9a-fA-F-]{8,})"',
         retryable=_LOCKED,
         fatal=(
@@ -226,9 +224,9 @@ BUILTIN: dict[str, Harness] = {
     # harnesses.toml to lift it. With no prompt argument codex reads stdin.
     "codex": Harness(
         name="codex",
-        fresh=("codex", "exec", "--json", "--", PROMPT),
-        resume=("codex", "exec", "resume", "--json", "--", SESSION_ID, PROMPT),
-        stdin_fallback=True,
+        fresh=("codex", "exec", "--json", "-"),
+        resume=("codex", "exec", "resume", "--json", SESSION_ID, "-"),
+        prompt_via="stdin",
         window=3.0,
         id_pattern=r'"thread_id"\s*:\s*"([0-9a-fA-F-]{8,})"',
         retryable=_LOCKED,
@@ -273,8 +271,9 @@ BUILTIN: dict[str, Harness] = {
     ),
     "opencode": Harness(
         name="opencode",
-        fresh=("opencode", "run", "--format", "json", "--", PROMPT),
-        resume=("opencode", "run", "--format", "json", "--session", SESSION_ID, "--", PROMPT),
+        fresh=("opencode", "run", "--format", "json"),
+        resume=("opencode", "run", "--format", "json", "--session", SESSION_ID),
+        prompt_via="stdin",
         window=3.0,
         id_pattern=r'"sessionID"\s*:\s*"(ses_[A-Za-z0-9]+)"',
         retryable=_LOCKED,
@@ -295,17 +294,19 @@ BUILTIN: dict[str, Harness] = {
             # "GoUsageLimitError","message":"Weekly usage limit reached. Resets in 19hr"}.
             Limit(rf"[Uu]sage limit reached\.? Resets in (?P<reset>{_SPAN})", "in"),
             _CHATGPT_BODY,
-            Limit(r'"statusCode"\s*:\s*429[^\n]*?"retry-after"\s*:\s*"(?P<reset>[0-9]+)"', "in"),
+            # A 429 whose Retry-After is minutes or more is a usage window; a
+            # shorter one (`Rate limit reached … try again in 1s`) is a rate limit.
+            Limit(r'"statusCode"\s*:\s*429[^\n]*?"retry-after"\s*:\s*"(?P<reset>[0-9]{3,})"', "in"),
             # session/retry.ts: `Free usage exceeded, add credits https://opencode.ai/zen`
-            # (FreeUsageLimitError); any other 429 it stopped on.
+            # (FreeUsageLimitError); OpenAI's insufficient_quota (`You exceeded your
+            # current quota, please check your plan and billing details.`).
             Limit(
                 r"FreeUsageLimitError|GoUsageLimitError|Free usage exceeded"
-                r'|The usage limit has been reached|"statusCode"\s*:\s*429\b',
+                r"|The usage limit has been reached|You exceeded your current quota",
                 "",
             ),
         ),
     ),
-    # pi's parser has no `--`, so the prompt always goes on stdin.
     "pi": Harness(
         name="pi",
         fresh=("pi", "-p", "--mode", "json"),
@@ -334,7 +335,13 @@ BUILTIN: dict[str, Harness] = {
             # auto-retry gave up on: `429 {"type":"error","error":{"type":
             # "rate_limit_error","message":"This request would exceed your account's rate
             # limit. Please try again later."}}`.
-            Limit(r"hit your ChatGPT usage limit|usage_limit_reached|rate_limit_error", ""),
+            # Through a Chat Completions provider the body is gone: `429 The usage
+            # limit has been reached`, `429 You exceeded your current quota, …`.
+            Limit(
+                r"hit your ChatGPT usage limit|usage_limit_reached|The usage limit has been reached"
+                r"|You exceeded your current quota",
+                "",
+            ),
         ),
     ),
 }

@@ -112,7 +112,9 @@ def human(text: object, limit: int = TEXT_MAX) -> str:
     return _one_line(text) if len(text) > limit else " ".join(text.split())
 
 
-_STATUS = re.compile(r"(?<![0-9.])([45][0-9]{2})(?![0-9.])")
+# `API Error: 500 …`, `(429)`, `last status: 429 …`, pi's `503 The engine…`;
+# never a port or a count elsewhere in the line.
+_STATUS = re.compile(r"(?:^|status:?|error:?|\()\s*([45][0-9]{2})\b", re.IGNORECASE)
 
 
 def _status(status: object, line: str) -> int | None:
@@ -127,7 +129,9 @@ def _status(status: object, line: str) -> int | None:
 # What an agent error was, from its status and text: the causes a failed end
 # names (DESIGN §9). A usage limit is found first, by the harness's patterns.
 _RATE = re.compile(r"rate.?limit|too many requests|exceed your account's rate", re.IGNORECASE)
-_OVERLOADED = re.compile(r"overloaded|service unavailable|temporarily unavailable", re.IGNORECASE)
+_OVERLOADED = re.compile(
+    r"overloaded|service unavailable|temporarily unavailable|high demand", re.IGNORECASE
+)
 _NO_MODEL = re.compile(
     r"model[_ ]not[_ ]found|ProviderModelNotFound|(?:unknown|invalid) model"
     r"|model\b[^\n]{0,80}\b(?:does not exist|not found|not exist)",
@@ -257,15 +261,28 @@ def _codex_finish(out: Outcome) -> None:
 # --- opencode: `run --format json` ------------------------------------------
 
 
+# What opencode's tool part says when its permission system refused the call:
+# `ask` in a non-interactive run auto-rejects, a rule can deny one command.
+_OPENCODE_DENIED = ("The user rejected permission", "The user has specified a rule")
+
+
 def _opencode(event: dict[str, Any], out: Outcome) -> bool:
+    # Newest first, to the start: every refused tool call counts, and an
+    # error with an answer after it was recovered from.
     kind = event.get("type")
+    part = event.get("part") or {}
+    if not isinstance(part, dict):
+        return False
     if kind == "text":
-        part = event.get("part") or {}
-        text = part.get("text") if isinstance(part, dict) else None
-        if isinstance(text, str) and text.strip():
+        text = part.get("text")
+        if out.answer is None and isinstance(text, str) and text.strip():
             out.answer = text
-            return True  # an answer after any earlier error: recovered
-    elif kind == "error":
+    elif kind == "tool_use":
+        state = part.get("state") or {}
+        error = state.get("error") if isinstance(state, dict) else None
+        if isinstance(error, str) and error.startswith(_OPENCODE_DENIED):
+            out.add(f"denied:{_one_line(part.get('tool') or 'tool')}")
+    elif kind == "error" and out.answer is None and not out.fails:
         error = event.get("error") or {}
         message: object = None
         status = None
@@ -274,7 +291,7 @@ def _opencode(event: dict[str, Any], out: Outcome) -> bool:
             if isinstance(data, dict):
                 message, status = data.get("message"), data.get("statusCode")
             message = message or error.get("name")
-        out.failed(message or error or "error", status)  # opencode exits 0 after it
+        out.failed(message or error or "error", status)  # older opencode exits 0 after it
     return False
 
 
@@ -327,7 +344,7 @@ PARSERS: dict[str, Spec] = {
         _codex,
         _codex_finish,
     ),
-    "opencode": Spec((b'"text"', b'"error"'), _opencode, _opencode_finish),
+    "opencode": Spec((b'"text"', b'"error"', b'"tool_use"'), _opencode, _opencode_finish),
     "pi": Spec((b'"message_end"', b'"agent_end"'), _pi, _pi_finish),
 }
 

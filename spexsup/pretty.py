@@ -130,7 +130,10 @@ def _opencode(e: dict[str, Any], p: Painter) -> list[str]:
         return [str(part.get("text") or "").rstrip()]
     if kind == "tool_use":
         state = part.get("state") or {}
-        return [f"→ {part.get('tool')}: {_short(state.get('input') or '')}"]
+        line = f"→ {part.get('tool')}: {_short(state.get('input') or '')}"
+        if state.get("status") == "error" and state.get("error"):
+            return [line, p.error(_short(state["error"]))]
+        return [line]
     if kind == "error":
         error = e.get("error") or {}
         data = error.get("data") if isinstance(error, dict) else None

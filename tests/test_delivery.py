@@ -3,8 +3,12 @@ harness receives exactly those bytes (argv when it fits, else stdin)."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 
+import psutil
+import pytest
 from conftest import Env, harness
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -72,3 +76,63 @@ def test_prompt_arrives_byte_exact(env: Env, prompt: bytes) -> None:
     # The turn dir keeps the exact bytes too.
     assert verdict.turn is not None
     assert (spex.home / "turns" / "rec" / verdict.turn / "prompt").read_bytes() == prompt
+
+
+# --- the built-in CLIs -----------------------------------------------------------
+
+CLI_PROMPT = "say hi\nreply \"briefly\", please. $(echo x) `y` -lead é ✓ \\ 'q'".encode()
+ONLINE = {
+    "claude": "FAKE_CLAUDE_LOGGED_IN",
+    "codex": "FAKE_CODEX_ONLINE",
+    "opencode": "FAKE_OPENCODE_ONLINE",
+    "pi": "FAKE_PI_ONLINE",
+}
+
+
+@pytest.mark.parametrize("cli", sorted(ONLINE))
+def test_every_built_in_cli_gets_the_prompt_byte_exact_fresh_and_resumed(
+    env: Env, cli: str
+) -> None:
+    """opencode re-quotes an argument that holds a space (`"say hi\\nreply
+    \\"briefly\\"…"` reached its model): every built-in CLI takes the prompt on
+    stdin, where the bytes arrive as given. The fakes receive it as the real
+    CLIs do, re-quoting included."""
+    (env.root / ".git").mkdir()  # codex runs in a trusted directory only
+    got = env.root / "prompt-got"
+    r = env.run(
+        "new", cli, "--harness", cli, "--cwd", str(env.root),
+        "--env", f"{ONLINE[cli]}=1", "--env", f"FAKE_PROMPT_LOG={got}",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    for attempt in ("fresh", "resumed"):
+        got.unlink(missing_ok=True)
+        r = env.run("wake", cli, "-f", "-", "--window", "10", "--json", input=CLI_PROMPT)
+        v = json.loads(r.stdout)
+        assert v["verdict"] in ("completed", "confirmed"), (attempt, v)
+        assert got.read_bytes() == CLI_PROMPT, attempt
+        turn = env.home / "turns" / cli / v["turn"]
+        argv = (turn / "argv").read_bytes().split(b"\0")
+        assert not any(b"say hi" in word for word in argv), argv
+        if attempt == "fresh":
+            assert env.run("wait", cli, "--timeout", "20").returncode == 0
+            assert (
+                env.spex()
+                .store.db.execute("SELECT harness_session_id FROM sessions WHERE name = ?", (cli,))
+                .fetchone()[0]
+            )
+
+
+def test_a_running_cli_has_no_prompt_in_any_process_argv(env: Env) -> None:
+    """Any local user reads argv (`ps`, /proc/PID/cmdline): a planted prompt
+    appears in no process's command line while its turn runs."""
+    secret = "plant-" + os.urandom(6).hex()
+    env.run("new", "c", "--harness", "claude", "--env", "FAKE_CLAUDE_LOGGED_IN=1")
+    r = env.run("wake", "c", f"{secret} [sleep 30]", "--window", "2", "--json")
+    assert json.loads(r.stdout)["verdict"] == "confirmed", r.stdout
+    seen = [
+        proc.info["cmdline"]
+        for proc in psutil.process_iter(["cmdline"])
+        if any(secret in word for word in proc.info["cmdline"] or ())
+    ]
+    assert seen == []
+    assert env.run("stop", "c").returncode == 0

@@ -246,7 +246,6 @@ def test_codex_usage_limit_messages(env: Env, form: str, seconds: int, ahead: in
         ("opencode", "FAKE_OPENCODE_ONLINE", "go", 7200, 7200),
         ("opencode", "FAKE_OPENCODE_ONLINE", "free", 7200, None),
         ("pi", "FAKE_PI_ONLINE", "chatgpt", 1800, 1800),
-        ("pi", "FAKE_PI_ONLINE", "anthropic", 1800, None),
     ],
 )
 def test_opencode_and_pi_usage_limit_messages(
@@ -262,6 +261,18 @@ def test_opencode_and_pi_usage_limit_messages(
         assert reset is None and v["error"] == f"{cli} hit its usage limit (reset time not given)"
     else:
         assert reset is not None and abs(reset - time.time() - ahead) < 90, (reset, v)
+
+
+def test_a_rate_limit_is_named_as_one_not_as_a_usage_limit(env: Env) -> None:
+    """Anthropic's API-key 429 that pi's auto-retry gave up on: a rate limit,
+    with the provider's message as the line, not its JSON body."""
+    new(env, "a", "pi", FAKE_PI_ONLINE="1", FAKE_LIMIT_FORM="anthropic")
+    code, v = wake_json(env, "a", "go [limit]", "--window", "10")
+    assert code == 1 and v["verdict"] == "failed" and v["rc"] == 0, v
+    assert limit_of(env, "a") == ("rate-limited", None)
+    assert v["error"] == (
+        "429 This request would exceed your account's rate limit. Please try again later."
+    )
 
 
 @pytest.fixture
@@ -638,3 +649,116 @@ def test_show_prints_prompt_and_answer(env: Env) -> None:
     doc = show(env, "c")
     assert doc["prompt_line"] == "look at the configs"
     assert doc["answer_line"].endswith("Which one should I change?")
+
+
+# --- what the real CLIs print, replayed ------------------------------------------
+
+REAL = Path(__file__).parent / "fixtures" / "real"
+HUMAN = "the agent's own line"
+
+# (cli, scenario, resumed, end state, cause, the message or a part of it)
+REAL_ENDS = [
+    ("claude", "answer", False, "complete", None, None),
+    ("claude", "tool-denied", False, "complete", None, None),
+    ("claude", "http500", False, "error", "agent-error", "API Error: 500 Internal server error."),
+    ("claude", "http503", False, "error", "overloaded", "API Error: 503 Overloaded."),
+    ("claude", "http529", False, "error", "overloaded", "API Error: 529 Overloaded."),
+    ("claude", "ratelimit429", False, "error", "rate-limited",
+     "API Error: Request rejected (429) · This request would exceed your account's rate limit."),
+    ("claude", "usage429", False, "error", "rate-limited", "API Error: Request rejected (429)"),
+    ("claude", "usage429-oauth", False, "error", "usage-limit",
+     "claude hit its usage limit (resets"),
+    ("claude", "model-not-found", False, "error", "model-not-found",
+     "There's an issue with the selected model (claude-sonnet-4-5)."),
+    ("claude", "unknown-resume", True, "error", "conversation-gone", "is gone;"),
+    ("codex", "answer", False, "complete", None, None),
+    ("codex", "http500", False, "error", "overloaded", "currently experiencing high demand"),
+    ("codex", "http503", False, "error", "overloaded", "unexpected status 503 Service Unavailable"),
+    ("codex", "ratelimit429", False, "error", "rate-limited", "last status: 429 Too Many Requests"),
+    ("codex", "quota429", False, "error", "usage-limit", "codex hit its usage limit"),
+    ("codex", "usage429", False, "error", "usage-limit", "codex hit its usage limit (resets"),
+    ("codex", "model-not-found", False, "error", "model-not-found", "does not exist"),
+    ("codex", "unknown-resume", True, "error", "conversation-gone", "is gone;"),
+    ("opencode", "answer", False, "complete", None, None),
+    ("opencode", "http500", False, "error", "agent-error",
+     "The server had an error while processing your request."),
+    ("opencode", "http503", False, "error", "overloaded", "The engine is currently overloaded"),
+    ("opencode", "ratelimit429", False, "error", "rate-limited",
+     "Rate limit reached for fake-model"),
+    ("opencode", "quota429", False, "error", "usage-limit", "opencode hit its usage limit"),
+    ("opencode", "usage429", False, "error", "usage-limit", "opencode hit its usage limit (resets"),
+    ("opencode", "model-not-found", False, "error", "model-not-found", "does not exist"),
+    ("opencode", "tool-ask", False, "complete", None, None),
+    ("opencode", "tool-denied-pattern", False, "complete", None, None),
+    ("opencode", "unknown-resume", True, "error", "conversation-gone", "is gone;"),
+    ("pi", "answer", False, "complete", None, None),
+    ("pi", "http500", False, "error", "agent-error", "500 The server had an error"),
+    ("pi", "http503", False, "error", "overloaded", "503 The engine is currently overloaded"),
+    ("pi", "ratelimit429", False, "error", "rate-limited", "429 Rate limit reached for fake-model"),
+    ("pi", "quota429", False, "error", "usage-limit", "pi hit its usage limit"),
+    ("pi", "usage429", False, "error", "usage-limit",
+     "pi hit its usage limit (reset time not given)"),
+    ("pi", "usage429-chatgpt", False, "error", "usage-limit", "pi hit its usage limit (resets"),
+    ("pi", "model-not-found", False, "error", "model-not-found", "404 The model `fake-model`"),
+    ("pi", "unknown-resume", True, "error", "conversation-gone", "is gone;"),
+]  # fmt: skip
+
+DENIED = {
+    ("claude", "tool-denied"): ["denied:Bash"],
+    ("opencode", "tool-ask"): ["denied:bash"],
+    ("opencode", "tool-denied-pattern"): ["denied:bash"],
+}
+
+
+@pytest.mark.parametrize(
+    ("cli", "scenario", "resumed", "state", "cause", "message"),
+    REAL_ENDS,
+    ids=[f"{c}-{s}" for c, s, *_ in REAL_ENDS],
+)
+def test_what_a_real_cli_printed_gets_a_true_verdict(
+    env: Env,
+    cli: str,
+    scenario: str,
+    resumed: bool,
+    state: str,
+    cause: str | None,
+    message: str | None,
+) -> None:
+    """The exact bytes and exit code of the real CLI (claude 2.1.197, codex
+    0.171.0, opencode 1.18.33, pi 0.73.1) against a local model server,
+    replayed as that harness: the end, its cause and its human line are
+    what a person would call them."""
+    base = REAL / cli / scenario
+    replay = ["python3", str(Path(__file__).parent / "harnesses" / "replay.py"), str(base)]
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "harnesses.toml").write_text(
+        f"[harness.{cli}]\n"
+        f"fresh = {json.dumps(replay)}\n"
+        f"resume = {json.dumps([*replay, '{session_id}'])}\n"
+    )
+    (env.root / ".git").mkdir()
+    assert env.run("new", "a", "--harness", cli, "--cwd", str(env.root)).returncode == 0
+    gone = "0b6a1c9e-1d7e-4c55-9d3e-5a3f7f1b2c3d"
+    if resumed:
+        with env.spex().store.tx() as db:
+            db.execute("UPDATE sessions SET harness_session_id = ? WHERE name = 'a'", (gone,))
+    code, v = wake_json(env, "a", "say hi", "--window", "15")
+    assert v["verdict"] in ("completed", "failed"), v
+    turn = show(env, "a")["turn"]
+    assert (turn["state"], turn["cause"]) == (state, cause), (turn, v)
+    assert code == (0 if state == "complete" else 1)
+    assert turn["flags"][: len(DENIED.get((cli, scenario), []))] == DENIED.get((cli, scenario), [])
+    if message is None:
+        assert v["error"] is None, v
+        return
+    for error in (v["error"], turn["error"]):
+        assert message in error, (error, HUMAN)
+        assert not error.lstrip().startswith("{") and '"type"' not in error, error
+        assert "\x1b" not in error
+    wait = env.run("wait", "a", "--timeout", "10")
+    assert message in wait.stdout + wait.stderr
+    if cause == "conversation-gone":
+        assert v["error"] == (
+            f"conversation {gone} is gone; the next wake starts a new one (or --fresh)"
+        )
+        assert show(env, "a")["harness_session_id"] is None
