@@ -42,9 +42,11 @@ def fresh(cli: str, prompt: str | None, sid: str = "") -> list[str]:
     """The argv spex uses for a fresh turn (prompt None: left off, for stdin)."""
     tail = ["--", prompt] if prompt is not None else []
     if cli == "claude":
-        return ["claude", "-p", "--output-format", "stream-json", "--verbose"] + (
-            ["--session-id", sid] if sid else []
-        ) + tail
+        return (
+            ["claude", "-p", "--output-format", "stream-json", "--verbose"]
+            + (["--session-id", sid] if sid else [])
+            + tail
+        )
     if cli == "codex":
         return ["codex", "exec", "--json", *tail]
     if cli == "opencode":
@@ -132,7 +134,9 @@ class Box:
             rc, out, err = p.returncode, p.stdout, p.stderr
         except subprocess.TimeoutExpired as e:  # never with timeout(1), but bounded
             rc, out, err = 124, e.stdout or b"", e.stderr or b""
-        run = Run(name, argv, stdin, rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+        run = Run(
+            name, argv, stdin, rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+        )
         run.seconds = round(time.monotonic() - started, 2)
         new = self.server.requests()[seen:]
         run.requests = [summary(r) for r in new]
@@ -330,7 +334,14 @@ def s_sigterm(cli: str, tool: bool = False) -> Box:
         out, err = proc.communicate()
     time.sleep(5)
     after = tree()
-    run = Run("sigterm-tool" if tool else "sigterm", argv, None, rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+    run = Run(
+        "sigterm-tool" if tool else "sigterm",
+        argv,
+        None,
+        rc,
+        out.decode("utf-8", "replace"),
+        err.decode("utf-8", "replace"),
+    )
     run.seconds = round(time.monotonic() - started, 2)
     run.requests = [summary(r) for r in b.server.requests()]
     run.err += "\n[capture] processes before SIGTERM:\n" + "\n".join(before)
@@ -364,6 +375,9 @@ SCENARIOS: dict[str, Callable[[str], Box]] = {
     "opencode-ask": lambda cli: s_tool(cli, "tool-ask", permission={"bash": "ask"}),
     "opencode-deny": lambda cli: s_tool(cli, "tool-denied", permission={"bash": "deny"}),
     "opencode-allow": lambda cli: s_tool(cli, "tool-allowed"),
+    "opencode-deny-pattern": lambda cli: s_tool(
+        cli, "tool-denied-pattern", permission={"bash": {"*": "allow", "touch *": "deny"}}
+    ),
     "prompt": s_prompt,
     "sigterm": s_sigterm,
     "sigterm-tool": lambda cli: s_sigterm(cli, tool=True),
@@ -377,6 +391,7 @@ ONLY = {
     "opencode-ask": ("opencode",),
     "opencode-deny": ("opencode",),
     "opencode-allow": ("opencode",),
+    "opencode-deny-pattern": ("opencode",),
 }
 SKIP = {"tool-denied": ("opencode",)}  # opencode's: opencode-deny
 
@@ -388,7 +403,9 @@ def save(b: Box, index: dict[str, Any]) -> None:
         (directory / f"{run.name}.out").write_text(run.out)
         (directory / f"{run.name}.err").write_text(run.err)
         (directory / f"{run.name}.rc").write_text(f"{run.rc}\n")
-        (directory / f"{run.name}.requests.json").write_text(json.dumps(run.requests, indent=1) + "\n")
+        (directory / f"{run.name}.requests.json").write_text(
+            json.dumps(run.requests, indent=1) + "\n"
+        )
         index[run.name] = {
             "argv": run.argv,
             "stdin": run.stdin.decode() if run.stdin is not None else None,
