@@ -31,8 +31,10 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import realclis  # noqa: E402
-from modelserver import ModelServer, Reply, Request  # noqa: E402
+import contextlib
+
+import realclis
+from modelserver import ModelServer, Reply, Request
 
 OUT = Path(__file__).resolve().parent / "fixtures" / "real"
 TRICKY = 'say hi\nreply "briefly", please. $(echo x) `y` -lead é ✓'
@@ -315,9 +317,9 @@ def s_sigterm(cli: str, tool: bool = False) -> Box:
         for p in psutil.process_iter():
             try:
                 if p.environ().get("SPEX_CAPTURE_MARK") == marker:
+                    ids = f"pid={p.pid} ppid={p.ppid()} pgid={os.getpgid(p.pid)}"
                     found.append(
-                        f"pid={p.pid} ppid={p.ppid()} pgid={os.getpgid(p.pid)} sid={os.getsid(p.pid)}"
-                        f" {p.status()} {' '.join(p.cmdline())[:120]}"
+                        f"{ids} sid={os.getsid(p.pid)} {p.status()} {' '.join(p.cmdline())[:120]}"
                     )
             except (psutil.Error, ProcessLookupError):
                 continue
@@ -348,10 +350,8 @@ def s_sigterm(cli: str, tool: bool = False) -> Box:
     run.err += "\n[capture] processes 5 s after the CLI exited:\n" + "\n".join(after) + "\n"
     for line in after:
         pid = int(line.split()[0].split("=")[1])
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     b.runs.append(run)
     return b
 

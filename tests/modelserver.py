@@ -31,6 +31,7 @@ where the script is a JSON list like `[{"text": "hi"}, {"shell": "ls"},
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import socket
 import threading
@@ -246,8 +247,14 @@ def error_response(reply: Reply, api: str, model: str) -> tuple[int, dict[str, s
     return status, headers, body
 
 
-ERRORS = ("rate_limit", "insufficient_quota", "usage_limit", "server_error", "overloaded")
-ERRORS += ("model_not_found",)
+ERRORS = (
+    "rate_limit",
+    "insufficient_quota",
+    "usage_limit",
+    "server_error",
+    "overloaded",
+    "model_not_found",
+)
 
 
 # --- the log ------------------------------------------------------------------
@@ -321,15 +328,13 @@ def tool_names(body: Any) -> list[str]:
 def _texts(content: Any, kinds: tuple[str, ...]) -> list[str]:
     if isinstance(content, str):
         return [content]
-    out = []
-    for part in content or ():
-        if (
-            isinstance(part, dict)
-            and part.get("type") in kinds
-            and isinstance(part.get("text"), str)
-        ):
-            out.append(part["text"])
-    return out
+    return [
+        part["text"]
+        for part in content or ()
+        if isinstance(part, dict)
+        and part.get("type") in kinds
+        and isinstance(part.get("text"), str)
+    ]
 
 
 def user_texts(path: str, body: Any) -> list[str]:
@@ -374,10 +379,8 @@ class _Server(ThreadingHTTPServer):
 
     def drop_all(self) -> None:
         for conn in list(self.conns):
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def _sse(handler: BaseHTTPRequestHandler, event: str | None, data: Any) -> None:
@@ -395,7 +398,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     # -- plumbing
@@ -561,7 +564,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, message)
             return
         self._start_sse()
-        start = {
+        start: dict[str, Any] = {
             "id": mid,
             "type": "message",
             "role": "assistant",
@@ -967,10 +970,8 @@ def main() -> None:
         script, Reply.from_json(json.loads(args.default)), args.log, args.port, args.model
     )
     print(f"serving on {server.url}", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":
