@@ -70,9 +70,11 @@ $(REAL_CLIS)/node_modules/.bin/pi:
 	mkdir -p $(REAL_CLIS)
 	cd $(REAL_CLIS) && npm install --no-audit --no-fund $(REAL_PKGS)
 
-test-real: $(STAMP) $(REAL_CLIS)/node_modules/.bin/pi
+# Against a fake model server on 127.0.0.1 (tests/modelserver.py): 3 workers
+# keep the ~50 tests near 5 minutes on 2 cores (about 12 serially).
+test-real: $(STAMP) compile $(REAL_CLIS)/node_modules/.bin/pi
 	SPEXSUP_REAL_CLI_BIN=$(REAL_CLIS)/node_modules/.bin \
-	  $(BIN)/python -m pytest -q -s -m real tests/test_real_harnesses.py
+	  $(BIN)/python -m pytest -q -s -n 3 -m real tests/test_real_harnesses.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

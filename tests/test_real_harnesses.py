@@ -1,18 +1,30 @@
-"""Opt-in (`make test-real`): the real agent CLIs from npm, offline, with an
-empty HOME — a new user's machine before login. Not in the default run: it
-needs the npm packages (about 1.2 GB), which `make test-real` installs.
+"""Opt-in (`make test-real`): the real agent CLIs from npm. Not in the
+default run: it needs the npm packages (about 1.2 GB), which `make test-real`
+installs.
+
+The first tests run them offline with an empty HOME — a new user's machine
+before login. The rest point each CLI at a fake model server on 127.0.0.1
+(tests/modelserver.py, configured by tests/realclis.py) and drive it through
+spex: answers, resume, prompt bytes, denials, every error form, stalls, stop
+and fan-out. These define the target verdicts (DESIGN §8, §9).
 
 Each test prints what the CLI printed (run with -s to see it).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
+import realclis
 from conftest import Env, retry_until
+from modelserver import ModelServer, Reply
 from test_turns import show, turn_processes_alive, wake_json
 
 pytestmark = pytest.mark.real
@@ -59,7 +71,10 @@ def test_claude_unknown_resume_id_fails_naming_it(real: Env) -> None:
     code, v = wake_json(real, "c", "say hi", "--window", "30")
     report("claude --resume unknown", real, "c", v)
     assert code == 1
-    assert "does not know this conversation id (wake with --fresh)" in v["error"]
+    assert v["error"].startswith(
+        "conversation 0b6a1c9e-1d7e-4c55-9d3e-5a3f7f1b2c3d is gone;"
+        " the next wake starts a new one (or --fresh)"
+    ), v
 
 
 def test_pi_without_api_key_fails_naming_the_cause(real: Env) -> None:
@@ -94,3 +109,244 @@ def test_codex_outside_git_fails_naming_the_cause(real: Env) -> None:
     report("codex outside git", real, "x", v)
     assert code == 1
     assert v["error"].startswith("codex refuses to run outside a trusted git directory")
+
+
+# --- against the fake model server -------------------------------------------
+
+CLIS = realclis.CLIS
+TRICKY = 'say hi\nreply "briefly", please. $(echo x) `y` -lead é ✓'
+# Long enough for a whole turn on a loaded 2-core machine (opencode takes
+# 3-6 s for one answer), so most turns end inside it: `completed`.
+WINDOW = "45"
+
+
+@pytest.fixture
+def model(real: Env) -> Iterator[ModelServer]:
+    """A running fake model server; errors carry `retry-after-ms: 200`, so the
+    CLIs' own retries (bounded by their settings) are quick."""
+    server = ModelServer(log=real.root / "requests.jsonl", retry_after_ms=200).start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def session(real: Env, server: ModelServer, cli: str, name: str = "s", **options: Any) -> Path:
+    """A spex session on `cli`, configured in the test's HOME to talk to
+    `server` only; its cwd a git repository (codex wants one)."""
+    repo = real.root / f"repo-{name}"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    env = realclis.setup(cli, Path(real.vars["HOME"]), server.url, **options)
+    args = [f"--env={k}={v}" for k, v in env.items() if v]
+    r = real.run("new", name, "--harness", cli, "--cwd", str(repo), *args)
+    assert r.returncode == 0, r.stderr
+    return repo
+
+
+def finish(real: Env, name: str, verdict: dict[str, Any], seconds: float = 150) -> dict[str, Any]:
+    """The turn once it ended: a `confirmed` one is waited for (`spex wait`)."""
+    if verdict["verdict"] == "confirmed":
+        r = real.run("wait", name, "--timeout", str(seconds), timeout=seconds + 30)
+        assert r.returncode in (0, 1), (r.returncode, r.stdout, r.stderr)
+    return show(real, name)["turn"]  # type: ignore[no-any-return]
+
+
+def human(message: str | None) -> bool:
+    """A line a person reads: not a JSON event."""
+    if not message:
+        return False
+    return not message.lstrip().startswith("{") and '"type":' not in message
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_turn_completes_and_the_next_resumes_it(real: Env, model: ModelServer, cli: str) -> None:
+    model.push(Reply.answer("first answer"), Reply.answer("second answer"))
+    session(real, model, cli)
+    code, v = wake_json(real, "s", "remember the word kumquat", "--window", WINDOW)
+    report(cli, real, "s", v)
+    assert code == 0 and v["verdict"] in ("completed", "confirmed"), v
+    turn = finish(real, "s", v)
+    assert (turn["state"], turn["rc"]) == ("complete", 0), turn
+    first_id = show(real, "s")["harness_session_id"]
+    assert first_id, "spex found no conversation id in the turn's output"
+
+    code, v = wake_json(real, "s", "what was the word?", "--window", WINDOW)
+    report(f"{cli} resumed", real, "s", v)
+    assert code == 0, v
+    turn = finish(real, "s", v)
+    assert (turn["state"], turn["rc"], turn["resumed"]) == ("complete", 0, first_id), turn
+    assert show(real, "s")["harness_session_id"] == first_id
+    # The CLI resent the whole conversation: turn 1's prompt and answer.
+    last = model.last_main()
+    assert last is not None
+    texts = last.user_texts()
+    assert any("kumquat" in t for t in texts) and any("what was the word" in t for t in texts)
+    assert "first answer" in json.dumps(last.messages())
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_prompt_arrives_byte_exact(real: Env, model: ModelServer, cli: str) -> None:
+    session(real, model, cli)
+    code, v = wake_json(real, "s", "--window", WINDOW, "--", TRICKY)
+    assert code == 0, v
+    assert finish(real, "s", v)["state"] == "complete"
+    first = model.last_main()
+    assert first is not None
+    assert TRICKY in first.user_texts(), f"fresh turn: the server got {first.user_texts()[-1]!r}"
+    # The resumed form delivers it the same way.
+    code, v = wake_json(real, "s", "--window", WINDOW, "--", TRICKY)
+    assert code == 0, v
+    assert finish(real, "s", v)["state"] == "complete"
+    second = model.last_main()
+    assert second is not None and second is not first
+    assert second.user_texts().count(TRICKY) == 2, f"resumed: {second.user_texts()[-1]!r}"
+
+
+DENIALS = [
+    ("claude", "Bash", {}),
+    # `ask` in a non-interactive run: auto-rejected (state.status error).
+    ("opencode", "bash", {"permission": {"bash": "ask"}}),
+    # A rule that denies this command (bash itself still offered).
+    ("opencode", "bash", {"permission": {"bash": {"*": "allow", "touch *": "deny"}}}),
+]
+
+
+@pytest.mark.parametrize(
+    ("cli", "tool", "options"), DENIALS, ids=["claude", "opencode-ask", "opencode-rule"]
+)
+def test_a_denied_tool_is_flagged_and_strict_fails_it(
+    real: Env, model: ModelServer, cli: str, tool: str, options: dict[str, Any]
+) -> None:
+    model.push(Reply.shell("touch spex-tool-ran.txt"), Reply.answer("I could not run it."))
+    repo = session(real, model, cli, **options)
+    code, v = wake_json(real, "s", "create spex-tool-ran.txt", "--window", WINDOW)
+    report(cli, real, "s", v)
+    turn = finish(real, "s", v)
+    assert not (repo / "spex-tool-ran.txt").exists()
+    assert f"denied:{tool}" in turn["flags"], turn
+    assert turn["state"] == "complete", turn
+    # --strict: the same denial fails the turn.
+    model.push(Reply.shell("touch spex-tool-ran.txt"), Reply.answer("I could not run it."))
+    code, v = wake_json(real, "s", "create it again", "--window", WINDOW, "--strict")
+    report(f"{cli} --strict", real, "s", v)
+    turn = finish(real, "s", v)
+    assert f"denied:{tool}" in turn["flags"], turn
+    assert turn["state"] == "error" and (code == 1 or v["verdict"] == "confirmed"), (v, turn)
+
+
+# (scenario, the reply the server gives every main request, the cause expected)
+ERRORS = [
+    ("http500", Reply.fail("server_error"), "agent-error"),
+    ("http503", Reply.fail("overloaded", status=503), "overloaded"),
+    ("ratelimit429", Reply.fail("rate_limit", retry_after=1), "rate-limited"),
+    ("usage429", Reply.fail("usage_limit"), "usage-limit"),
+    ("model-not-found", Reply.fail("model_not_found"), "model-not-found"),
+]
+ERROR_CASES = [(cli, *e) for cli in CLIS for e in ERRORS]
+ERROR_CASES.append(("claude", "http529", Reply.fail("overloaded", status=529), "overloaded"))
+# The subscription forms: claude with an OAuth token, pi on its ChatGPT provider.
+USAGE_OPTIONS: dict[str, dict[str, Any]] = {"claude": {"oauth": True}, "pi": {"chatgpt": True}}
+
+
+@pytest.mark.parametrize(
+    ("cli", "scenario", "reply", "cause"), ERROR_CASES, ids=[f"{c[0]}-{c[1]}" for c in ERROR_CASES]
+)
+def test_every_error_form_ends_in_error_with_its_cause(
+    real: Env, model: ModelServer, cli: str, scenario: str, reply: Reply, cause: str
+) -> None:
+    model.default = reply
+    options = USAGE_OPTIONS.get(cli, {}) if scenario == "usage429" else {}
+    session(real, model, cli, **options)
+    code, v = wake_json(real, "s", "say hi", "--window", WINDOW)
+    report(f"{cli} {scenario}", real, "s", v)
+    turn = finish(real, "s", v)
+    assert model.main_requests(), "the CLI never reached the server"
+    assert turn["state"] == "error", turn
+    assert turn["cause"] == cause, turn
+    assert human(turn["error"]), turn["error"]
+    if v["verdict"] != "confirmed":
+        assert code == 1 and v["verdict"] == "failed" and human(v["error"]), v
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_stalled_stream_times_out(real: Env, model: ModelServer, cli: str) -> None:
+    model.default = Reply.stall()
+    session(real, model, cli)
+    code, v = wake_json(real, "s", "say hi", "--window", "3", "--timeout", "10s")
+    report(f"{cli} stalled", real, "s", v)
+    assert code == 0 and v["verdict"] == "confirmed", v
+    turn = finish(real, "s", v, seconds=60)
+    assert turn["state"] == "timed-out", turn
+    assert retry_until(lambda: turn_processes_alive(v["turn"]) == [], seconds=15)
+
+
+def _tool_running(turn: str) -> bool:
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("SPEXSUP_TURN") == turn and "sleep 300" in " ".join(
+                proc.cmdline()
+            ):
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_stop_leaves_no_process_of_the_turn(real: Env, model: ModelServer, cli: str) -> None:
+    # The model runs `sleep 300` with the CLI's shell tool: claude's and
+    # opencode's tool shells run in a session of their own (setsid) and
+    # outlive a SIGTERM of the CLI (tests/fixtures/real/*/sigterm-tool.err).
+    model.push(Reply.shell("sleep 300"))
+    model.default = Reply.stall()
+    session(real, model, cli)
+    code, v = wake_json(real, "s", "wait a while", "--window", "3")
+    report(f"{cli} before stop", real, "s", v)
+    assert code == 0 and v["verdict"] == "confirmed", v
+    assert retry_until(lambda: _tool_running(v["turn"]), seconds=60), "the tool never started"
+    r = real.run("stop", "s", "--grace", "3")
+    assert r.returncode == 0, r.stderr
+    assert retry_until(lambda: turn_processes_alive(v["turn"]) == [], seconds=15), [
+        " ".join(psutil.Process(p).cmdline()) for p in turn_processes_alive(v["turn"])
+    ]
+    assert show(real, "s")["turn"]["state"] == "aborted"
+
+
+def test_fanout_to_one_session_per_cli(real: Env, model: ModelServer) -> None:
+    model.default = Reply.answer("fanned out")
+    for cli in CLIS:
+        session(real, model, cli, name=cli)
+    r = real.run(
+        "fanout", *CLIS, "-m", "say hi", "--window", WINDOW, "--wait", "--json", timeout=300
+    )
+    print(r.stdout[-3000:], r.stderr[-2000:])
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    for cli in CLIS:
+        turn = show(real, cli)["turn"]
+        assert (turn["state"], turn["rc"]) == ("complete", 0), (cli, turn)
+    assert len(model.main_requests()) >= 4
+
+
+UNKNOWN = {
+    "claude": "0b6a1c9e-1d7e-4c55-9d3e-5a3f7f1b2c3d",
+    "codex": "0199a1c9-1d7e-7c55-9d3e-5a3f7f1b2c3d",
+    "opencode": "ses_0b6a1c9e1d7eXXXXXXXXXXXXXX",
+    "pi": "0b6a1c9e-1d7e-4c55-9d3e-5a3f7f1b2c3d",
+}
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_an_unknown_resume_id_is_named_and_cleared(real: Env, model: ModelServer, cli: str) -> None:
+    session(real, model, cli)
+    gone = UNKNOWN[cli]
+    with real.spex().store.tx() as db:
+        db.execute("UPDATE sessions SET harness_session_id = ? WHERE name = 's'", (gone,))
+    _, v = wake_json(real, "s", "say hi", "--window", WINDOW)
+    report(f"{cli} unknown resume", real, "s", v)
+    turn = finish(real, "s", v)
+    assert turn["state"] == "error", turn
+    message = f"conversation {gone} is gone; the next wake starts a new one (or --fresh)"
+    assert message in (turn["error"] or ""), turn
+    assert show(real, "s")["harness_session_id"] in (None, ""), show(real, "s")
+    assert not model.main_requests(), "the CLI sent the prompt somewhere"
