@@ -72,8 +72,9 @@ def events(
 
     \b
     Kinds: launched confirmed completed failed aborted lost interrupted
-    timed-out created removed stopped resumed home-recreated conversation-gone wave-started
-    wave-ended lease-acquired lease-released lease-recovered.
+    timed-out created removed stopped resumed home-recreated
+    conversation-gone wave-started wave-ended lease-acquired lease-released
+    lease-recovered.
     The last 100000 events are kept.
 
     \b
