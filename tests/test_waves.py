@@ -685,3 +685,17 @@ def test_waves_lists_fleet_waves_beside_local_ones(env: Env) -> None:
     assert "1 on 1 host · ok 0 · failed 1" in row and fleet["id"] in row, row
     row = next(line for line in text.splitlines() if line.startswith(local["id"]))
     assert row.split()[1] == "local", row
+
+
+def test_a_retry_after_a_gone_conversation_starts_a_new_one(env: Env) -> None:
+    """A leg that failed because the CLI no longer knows its conversation is
+    not retried into the same failure: the id was cleared, so the retry
+    starts a new conversation."""
+    env.run("new", "c", "--harness", "claude", "--env", "FAKE_CLAUDE_LOGGED_IN=1")
+    assert env.run("wake", "c", "first", "--window", "10").returncode == 0
+    with env.spex().store.tx() as db:
+        db.execute("UPDATE sessions SET harness_session_id = ? WHERE name = 'c'", ("0" * 36,))
+    code, first = fan(env, "c", "-m", "again", "--window", "10")
+    assert code == 1 and first["legs"][0]["cause"] == "conversation-gone", first
+    code, second = fan(env, "--retry-failed", first["id"], "--window", "10")
+    assert code == 0 and verdicts(second) == {"c": "completed"}, second
