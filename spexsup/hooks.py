@@ -226,6 +226,8 @@ def variables(home: Path, event: dict[str, Any]) -> dict[str, str]:
         "verdict": event["kind"],
         "rc": text(event.get("rc")),
         "cause": text(event.get("cause")),
+        # What a failed end was (`rate-limited`, `usage-limit`, …); `cause` is its message.
+        "reason": text((event.get("payload") or {}).get("reason")),
         "summary": summary_of(home, event),
         "at": text(event.get("at_iso")),
         "home": str(home),

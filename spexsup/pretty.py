@@ -47,6 +47,10 @@ class Painter:
         self.color = color
 
     def error(self, text: str) -> str:
+        # An error is one line of words: a provider's JSON body becomes its message.
+        from spexsup.outcome import human
+
+        text = human(text, limit=400)
         return f"{RED}✗ {text}{RESET}" if self.color else f"✗ {text}"
 
     def note(self, text: str) -> str:
@@ -162,6 +166,9 @@ def _pi(e: dict[str, Any], p: Painter) -> list[str]:
             out.append(p.error(str(message.get("errorMessage") or message.get("stopReason"))))
         return out
     if kind == "agent_end":
+        last = [m for m in e.get("messages") or [] if isinstance(m, dict)][-1:]
+        if last and last[0].get("stopReason") in ("error", "aborted"):
+            return []  # its error is shown already, and the run is not done
         return [p.note("✓ done")]
     return []
 

@@ -287,3 +287,27 @@ def test_the_contrib_sinks(env: Env) -> None:
             "boom: something broke",
         ]
         assert bodies == [("spex: a failed", "boom: something broke")]
+
+
+def test_a_failed_end_gives_the_hook_its_reason_and_the_agents_line(env: Env) -> None:
+    """pi exits 0 after its retries give up on a rate limit: the hook sees a
+    `failed` event, why (`SPEX_REASON`), the agent's own line (`SPEX_CAUSE`),
+    and a summary rendered from its JSON events, never the raw event."""
+    out = recorder(env, '["failed"]', "{reason}")
+    r = env.run(
+        "new", "p", "--harness", "pi", "--env", "FAKE_PI_ONLINE=1",
+        "--env", "FAKE_LIMIT_FORM=anthropic",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    woke = json.loads(env.run("wake", "p", "go [limit]", "--window", "10", "--json").stdout)
+    assert woke["verdict"] == "failed", woke
+    assert retry_until(lambda: len(runs(out)) == 1, seconds=30)
+    ((args, hook_env),) = runs(out)
+    assert args == ["rate-limited"]
+    assert hook_env["SPEX_REASON"] == "rate-limited"
+    assert hook_env["SPEX_CAUSE"] == (
+        "429 This request would exceed your account's rate limit. Please try again later."
+    )
+    assert hook_env["SPEX_SUMMARY"] == (
+        "✗ 429 This request would exceed your account's rate limit. Please try again later."
+    )
