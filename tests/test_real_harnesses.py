@@ -226,7 +226,9 @@ def test_a_denied_tool_is_flagged_and_strict_fails_it(
     assert not (repo / "spex-tool-ran.txt").exists()
     assert f"denied:{tool}" in turn["flags"], turn
     assert turn["state"] == "complete", turn
-    # --strict: the same denial fails the turn.
+    # --strict: the same denial fails the turn. (opencode ends a run on an
+    # auto-rejected call without asking the model again: drop what is left.)
+    model.script.clear()
     model.push(Reply.shell("touch spex-tool-ran.txt"), Reply.answer("I could not run it."))
     code, v = wake_json(real, "s", "create it again", "--window", WINDOW, "--strict")
     report(f"{cli} --strict", real, "s", v)
@@ -245,6 +247,8 @@ ERRORS = [
 ]
 ERROR_CASES = [(cli, *e) for cli in CLIS for e in ERRORS]
 ERROR_CASES.append(("claude", "http529", Reply.fail("overloaded", status=529), "overloaded"))
+# codex words a 500 as its own `We're currently experiencing high demand, …`.
+ERROR_CASES[ERROR_CASES.index(("codex", *ERRORS[0]))] = ("codex", *ERRORS[0][:2], "overloaded")
 # The subscription forms: claude with an OAuth token, pi on its ChatGPT provider.
 USAGE_OPTIONS: dict[str, dict[str, Any]] = {"claude": {"oauth": True}, "pi": {"chatgpt": True}}
 
