@@ -8,6 +8,7 @@ commands which never touch tmux stay fast.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -24,6 +25,36 @@ if TYPE_CHECKING:
     import libtmux
 
 CONFIG = PACKAGE_DIR / "tmux.conf"
+
+
+# How long a tmux command may take before the server counts as not
+# answering (SPEXSUP_TMUX_TIMEOUT overrides it, in seconds).
+TMUX_TIMEOUT = 5.0
+
+
+# Once a signal has interrupted a tmux call, the clean-up that follows gets a
+# short bound: SIGINT/SIGTERM end spex within a second or two.
+HURRIED = 1.0
+_hurry = False
+
+
+def tmux_timeout() -> float:
+    try:
+        value = float(os.environ.get("SPEXSUP_TMUX_TIMEOUT", "") or TMUX_TIMEOUT)
+    except ValueError:
+        value = TMUX_TIMEOUT
+    value = value if 0 < value <= 600 else TMUX_TIMEOUT
+    return min(value, HURRIED) if _hurry else value
+
+
+class TmuxTimeout(Failed):
+    """The tmux server did not answer one command in time (frozen, wedged)."""
+
+    def __init__(self, where: str, limit: float) -> None:
+        super().__init__(
+            f"tmux server {where} did not answer in {limit:g} s",
+            hint="is it stopped (kill -CONT) or overloaded? nothing was changed in tmux",
+        )
 
 
 class PaneInfo(NamedTuple):
@@ -108,28 +139,55 @@ class TmuxHome:
 
         A plain subprocess, as libtmux's `Server.cmd` runs it, without
         importing libtmux (~40 ms) into every command that reads the census.
+        Bounded: a server that does not answer within `tmux_timeout()` (a
+        frozen or wedged server) is TmuxTimeout, never a hang. The bound is
+        on the client process, not its pipes: a client of a frozen server
+        can leave them open after it is killed, so they are never waited on.
         """
         import subprocess
 
+        limit = tmux_timeout()
         try:
-            res = subprocess.run(
-                [*self.tmux_argv(), *args], capture_output=True, text=True, check=False
+            proc = subprocess.Popen(
+                [*self.tmux_argv(), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )
         except FileNotFoundError:
             raise Failed("tmux is not installed", hint="install tmux >= 3.2") from None
-        out = res.stdout.split("\n")
+        try:
+            stdout, stderr = proc.communicate(timeout=limit)
+        except BaseException as e:  # the time limit, or a signal ending spex
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(1)
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            if isinstance(e, subprocess.TimeoutExpired):
+                raise TmuxTimeout(self.where(), limit) from None
+            global _hurry
+            _hurry = True
+            raise
+        out = stdout.split("\n")
         while out and not out[-1]:
             out.pop()
-        return res.returncode, out, res.stderr.strip()
+        return proc.returncode, out, stderr.strip()
 
     def census(self) -> Census:
-        rc, out, err = self._run(
-            "list-panes",
-            "-a",
-            "-F",
-            "#{session_name}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{window_index}.#{pane_index}"
-            "\t#{@spex_owner}\t#{@spex_turn}",
-        )
+        try:
+            rc, out, err = self._run(
+                "list-panes",
+                "-a",
+                "-F",
+                "#{session_name}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}"
+                "\t#{window_index}.#{pane_index}\t#{@spex_owner}\t#{@spex_turn}",
+            )
+        except TmuxTimeout as e:
+            # A reader still answers from the store: liveness is unproven.
+            return Census(Liveness.UNPROVEN, {}, e.message)
         if rc != 0:
             if any(s in err for s in _NO_SERVER):
                 return Census(Liveness.DEAD, {}, err)

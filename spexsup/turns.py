@@ -724,8 +724,13 @@ def wake(
             if launched_once or marker.read(directory).stage is not Stage.NONE:
                 interrupt.add_note(f"{name}: turn {turn} keeps running (spex wait {name})")
             else:
-                _abort_unlaunched(spex, session, turn, "spex wake was interrupted before launch")
-                interrupt.add_note(f"{name}: turn {turn} aborted before it started")
+                try:
+                    _abort_unlaunched(
+                        spex, session, turn, "spex wake was interrupted before launch"
+                    )
+                    interrupt.add_note(f"{name}: turn {turn} aborted before it started")
+                except Failed as e:  # the signal still decides the exit
+                    interrupt.add_note(e.line())
             raise
     return verdict._replace(attempts=attempts, elapsed_ms=int((time.monotonic() - started) * 1000))
 
@@ -746,7 +751,17 @@ def _abort_unlaunched(spex: Spex, session: Session, turn: str, why: str) -> None
                 (session.name, turn),
             )
             events.record(db, "aborted", session=session.name, turn=turn, cause=why)
-    kill_turn(spex, session, turn, grace=0.5)
+    from spexsup.home import TmuxTimeout
+
+    try:
+        kill_turn(spex, session, turn, grace=0.5)
+    except TmuxTimeout as e:
+        # The turn is recorded aborted; what a wedged server still runs, a
+        # reader finds (its reporter's end is stale) and spex stop ends.
+        raise Failed(
+            f"{session.name}: turn {turn} aborted, but {e.message}",
+            hint=f"once tmux answers: spex stop {session.name}",
+        ) from None
 
 
 def _retryable(adapter: Harness, directory: Path, result: Startup, attempts: int) -> bool:

@@ -7,6 +7,7 @@ import configparser
 import json
 import os
 import shlex
+import signal
 import sqlite3
 import subprocess
 import time
@@ -350,3 +351,48 @@ def test_status_line_shows_the_turn(env: Env) -> None:
     assert "running" in status
     env.run("stop", "a", "--grace", "1")
     assert retry_until(lambda: "ended" in state())
+
+
+# --- a tmux server that does not answer ----------------------------------------
+
+
+def _tmux_server_pid(env: Env) -> int:
+    return int(env.tmux("display-message", "-p", "#{pid}").stdout.strip())
+
+
+def test_a_frozen_tmux_server_is_a_named_failure_never_a_hang(env: Env) -> None:
+    assert env.run("new", "a", "--", harness("sleeper.sh")).returncode == 0
+    server = _tmux_server_pid(env)
+    os.kill(server, signal.SIGSTOP)
+    try:
+        quick = {"SPEXSUP_TMUX_TIMEOUT": "1"}
+        started = time.monotonic()
+        r = env.run("wake", "a", "x", "--window", "1", extra=quick, timeout=60)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert "did not answer in 1 s" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+        assert time.monotonic() - started < 30
+        # Readers still answer from the store.
+        r = env.run("ls", "--json", extra=quick, timeout=60)
+        assert r.returncode == 0 and json.loads(r.stdout)[0]["name"] == "a", r.stderr
+        # A signal ends a command blocked on the frozen server within 2 s,
+        # whatever the bound.
+        proc = subprocess.Popen(
+            [SPEX, "wake", "a", "y", "--window", "1"],
+            env=env.vars,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(0.5)  # let it reach its first tmux call (bounded at 5 s)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+        assert time.monotonic() - sent < 2, "SIGTERM took too long"
+        assert proc.returncode == 143, proc.stderr.read() if proc.stderr else ""
+    finally:
+        os.kill(server, signal.SIGCONT)
+    # Once the server answers again, the session works.
+    assert env.run("resume", "a", "--force").returncode in (0, 3)
+    r = env.run("wake", "a", "z", "--window", "1")
+    assert r.returncode == 0, r.stderr
