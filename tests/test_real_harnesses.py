@@ -94,3 +94,32 @@ def test_codex_outside_git_fails_naming_the_cause(real: Env) -> None:
     report("codex outside git", real, "x", v)
     assert code == 1
     assert v["error"].startswith("codex refuses to run outside a trusted git directory")
+
+
+def test_opencode_sessions_are_read_from_its_real_database(
+    real: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """opencode >= 1.2 keeps sessions in SQLite: the lookup a turn with no id
+    in its output falls back to finds the one the real CLI made."""
+    import time
+
+    from spexsup import convstore
+
+    repo = real.root / "repo"
+    repo.mkdir()
+    real.run("new", "x", "--harness", "opencode", "--cwd", str(repo))
+    started = time.time()
+    code, v = wake_json(real, "x", "say hi", "--window", "5")
+    assert code == 0 and v["verdict"] == "confirmed", v
+    database = Path(real.vars["HOME"]) / ".local" / "share" / "opencode" / "opencode.db"
+    assert retry_until(database.exists, seconds=20)
+    monkeypatch.setenv("HOME", real.vars["HOME"])
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    found: list[str | None] = []
+    assert retry_until(
+        lambda: found.append(convstore.lookup("opencode", str(repo), started)) or bool(found[-1]),
+        seconds=20,
+    )
+    assert str(found[-1]).startswith("ses_")
+    assert real.run("stop", "x", "--grace", "3").returncode == 0
+    assert show(real, "x")["harness_session_id"] in (None, found[-1])
