@@ -115,11 +115,8 @@ def test_opencode_sessions_are_read_from_its_real_database(
     assert retry_until(database.exists, seconds=20)
     monkeypatch.setenv("HOME", real.vars["HOME"])
     monkeypatch.delenv("XDG_DATA_HOME", raising=False)
-    found: list[str | None] = []
-    assert retry_until(
-        lambda: found.append(convstore.lookup("opencode", str(repo), started)) or bool(found[-1]),
-        seconds=20,
-    )
-    assert str(found[-1]).startswith("ses_")
+    assert retry_until(lambda: bool(convstore.lookup("opencode", str(repo), started)), 20)
+    found = convstore.lookup("opencode", str(repo), started)
+    assert found and found.startswith("ses_")
     assert real.run("stop", "x", "--grace", "3").returncode == 0
-    assert show(real, "x")["harness_session_id"] in (None, found[-1])
+    assert show(real, "x")["harness_session_id"] in (None, found)
