@@ -166,6 +166,16 @@ def validate_window(window: float | None) -> float | None:
     return window
 
 
+def no_harness(home: Path, *, command: bool = True) -> Invalid:
+    """The refusal of a session that names no harness: never a silent default,
+    a session must say what it runs (`command`: `-- CMD…` is a way out)."""
+    names = ", ".join(harnesses.load_registry(home).names())
+    return Invalid(
+        "no harness given and no default_harness in config.toml",
+        hint=f"--harness one of: {names}" + ("; or -- CMD ARGS…" if command else ""),
+    )
+
+
 def create(
     spex: Spex,
     name: str,
@@ -197,12 +207,7 @@ def create(
     if command and harness is None:
         harness = "command"
     if harness is None:
-        # Never a silent default: a session must say what it runs.
-        names = ", ".join(harnesses.load_registry(spex.home).names())
-        raise Invalid(
-            "no harness given and no default_harness in config.toml",
-            hint=f"--harness one of: {names}; or -- CMD ARGS…",
-        )
+        raise no_harness(spex.home)
     if harness != "command":
         adapter = harnesses.load_registry(spex.home).get(harness)
         if check and adapter.binary:
