@@ -9,7 +9,9 @@ from spexsup.cli.app import app
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.render import argv_text, print_json
 
-harness_app = typer.Typer(help="Harnesses: built in or from harnesses.toml.", no_args_is_help=True)
+harness_app = typer.Typer(
+    help="What each harness runs, and where it is defined.", no_args_is_help=True
+)
 app.add_typer(harness_app, name="harness")
 
 
@@ -31,7 +33,7 @@ def argv_lines(view: dict[str, Any]) -> list[str]:
 
 @harness_app.command("ls")
 def harness_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List every harness: its fresh and resume argv and where it comes from.
+    """List harnesses: fresh and resume argv, where each is defined.
 
     {args} marks where a session's own arguments go (spex new NAME
     --harness H -- ARGS…). A broken harnesses.toml entry is listed with its

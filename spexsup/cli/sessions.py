@@ -107,7 +107,7 @@ def new(
     Examples:
       spex new api --harness claude --cwd ~/src/api
       spex new tool -- ./my-agent.sh --flag
-      spex new edit --harness claude -- --permission-mode acceptEdits --model sonnet
+      spex new edit --harness claude -- --permission-mode acceptEdits
       spex new fix --harness claude --worktree --base main
     """
     from spexsup import sessions
