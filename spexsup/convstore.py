@@ -4,21 +4,33 @@ has none (it died before printing it, or printed it nowhere we read).
 - pi keeps `~/.pi/agent/sessions/--<cwd, / and : as ->--/<time>_<uuid>.jsonl`
   (`PI_CODING_AGENT_DIR` moves `~/.pi/agent`); the first line is the
   `{"type": "session", "id": …, "cwd": …}` header.
-- opencode keeps `$XDG_DATA_HOME/opencode/storage/session/<project>/ses_….json`
-  (default `~/.local/share`), each with its `id` and `directory`.
+- opencode ≥ 1.2 keeps its sessions in SQLite, `$XDG_DATA_HOME/opencode/opencode.db`
+  (default `~/.local/share`; `opencode-<channel>.db` for a non-release
+  channel; `OPENCODE_DB` names another file, relative to that directory):
+  table `session` with `id`, `directory`, `parent_id` (set for a subagent's
+  session) and `time_updated` in milliseconds. It is read read-only, with a
+  busy timeout; a database that cannot be read counts as no answer.
+- opencode before 1.2 kept `$XDG_DATA_HOME/opencode/storage/session/<project>/
+  ses_….json`, each with its `id` and `directory`: still read when the
+  database has no answer (an older opencode, or one that never migrated).
 
 Only sessions written since the turn started (less a second) and for the
-session's own working directory count; the newest wins. Bounded: one
-directory listing per project, one small read per candidate.
+session's own working directory count; the newest wins. Bounded: one query
+per database; one directory listing per project, one small read per
+candidate file.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 HEADER_BYTES = 4096
+# opencode holds its database for its own busy_timeout (5 s) at most; a turn's
+# end must not wait that long for an id that is only a fallback.
+BUSY_SECONDS = 2.0
 
 
 def _pi(cwd: str, since: float) -> str | None:
@@ -45,9 +57,55 @@ def _pi(cwd: str, since: float) -> str | None:
     return best[1] if best else None
 
 
-def _opencode(cwd: str, since: float) -> str | None:
+def _opencode_data() -> Path:
     data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    root = Path(data) / "opencode" / "storage" / "session"
+    return Path(data) / "opencode"
+
+
+def _opencode_databases() -> list[Path]:
+    """The databases opencode may be using, as its own code picks one."""
+    data = _opencode_data()
+    named = os.environ.get("OPENCODE_DB")
+    if named:
+        return [] if named == ":memory:" else [data / named]  # an absolute path stays
+    try:
+        channels = sorted(p for p in data.glob("opencode-*.db") if p.is_file())
+    except OSError:
+        channels = []
+    return [data / "opencode.db", *channels]
+
+
+def _opencode_db(cwd: str, since: float) -> str | None:
+    best: tuple[int, str] | None = None
+    for path in _opencode_databases():
+        if not path.is_file():
+            continue
+        try:
+            # Read-only, never created; `timeout` is the busy timeout.
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_SECONDS)
+        except sqlite3.Error:
+            continue
+        try:
+            row = db.execute(
+                "SELECT time_updated, id FROM session WHERE directory = ? AND parent_id IS NULL"
+                " AND time_updated >= ? ORDER BY time_updated DESC LIMIT 1",
+                (cwd, int((since - 1) * 1000)),  # opencode's times are in ms
+            ).fetchone()
+        except sqlite3.Error:  # locked past the timeout, another schema, not a database
+            row = None
+        finally:
+            db.close()
+        if row and isinstance(row[1], str) and (best is None or row[0] > best[0]):
+            best = (int(row[0]), row[1])
+    return best[1] if best else None
+
+
+def _opencode(cwd: str, since: float) -> str | None:
+    return _opencode_db(cwd, since) or _opencode_json(cwd, since)
+
+
+def _opencode_json(cwd: str, since: float) -> str | None:
+    root = _opencode_data() / "storage" / "session"
     best: tuple[float, str] | None = None
     try:
         projects = [p.path for p in os.scandir(root) if p.is_dir()]

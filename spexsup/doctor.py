@@ -60,8 +60,12 @@ def run_checks(spex: Spex) -> list[Check]:
     for name, error in registry.errors.items():
         checks.append(Check(f"harness {name}", False, error.line(), required=False))
     for name, h in registry.harnesses.items():
+        source = registry.sources.get(name, harness.BUILT_IN)
+        # Where it comes from, unless it is a built-in as shipped.
+        origin = "" if source == harness.BUILT_IN else f"from {source}"
         if h.binary is None:
-            checks.append(Check(f"harness {name}", True, h.notes or "built in", required=False))
+            detail = ", ".join(x for x in (h.notes, origin) if x) or harness.BUILT_IN
+            checks.append(Check(f"harness {name}", True, detail, required=False))
             continue
         # As a turn finds it: on the login shell's PATH (spex new checks the same).
         from spexsup.errors import SpexError
@@ -74,5 +78,7 @@ def run_checks(spex: Spex) -> list[Check]:
             path, detail = None, e.message
         if path:
             detail = f"{path} {_version([path, *h.version_args]) or '(version unknown)'}"
+        if origin:
+            detail += f" ({origin})"
         checks.append(Check(f"harness {name}", path is not None, detail, required=False))
     return checks

@@ -12,13 +12,15 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from spexsup.errors import Invalid
 from spexsup.paths import own_python
 
 PROMPT = "{prompt}"
 SESSION_ID = "{session_id}"
+# Where a session's own arguments (`spex new NAME --harness H -- ARGS…`) go.
+ARGS = "{args}"
 
 # Linux refuses a single argv string of 32 pages or more (MAX_ARG_STRLEN).
 MAX_ARG_BYTES = 128 * 1024 - 1
@@ -89,6 +91,9 @@ class Harness(NamedTuple):
     # A resume the CLI refused because it no longer knows the id: the stored
     # id is cleared, and the next wake starts a new conversation.
     gone: tuple[str, ...] = ()
+    # The session's own arguments, put in both argv forms (see `args_index`);
+    # passed verbatim: a `{prompt}` or `{session_id}` in them is not expanded.
+    args: tuple[str, ...] = ()
 
     def argv(
         self, prompt: bytes, session_id: str | None, assigned: str | None = None
@@ -106,7 +111,9 @@ class Harness(NamedTuple):
             # `{prompt}` in it stays as typed), the prompt one last argument.
             fits = len(prompt) <= MAX_ARG_BYTES
             return [os.fsencode(a) for a in template] + ([prompt] if fits else []), not fits
-        on_stdin = self.prompt_via == "stdin"
+        # A template with no {prompt} element takes the prompt on stdin: a
+        # built-in's resume form under an override of its fresh one that does.
+        on_stdin = self.prompt_via == "stdin" or PROMPT not in template
         if not on_stdin and len(prompt) > MAX_ARG_BYTES:
             if not self.stdin_fallback:
                 raise Invalid(
@@ -114,14 +121,46 @@ class Harness(NamedTuple):
                     hint=f"at most {MAX_ARG_BYTES} bytes for this harness",
                 )
             on_stdin = True
+        at = args_index(template)
+        parts = [p for p in template if p != ARGS]
         out: list[bytes] = []
-        for part in template:
+        for i, part in enumerate([*parts, None]):
+            if i == at:
+                out.extend(os.fsencode(a) for a in self.args)
+            if part is None:
+                break
             if part == PROMPT:
                 if not on_stdin:
                     out.append(prompt)
             else:
                 out.append(part.replace(SESSION_ID, session_id or "").encode())
         return out, on_stdin
+
+
+def args_index(template: Sequence[str]) -> int:
+    """Where a session's arguments go in `template` once its `{args}` element
+    is dropped: at `{args}`; else before the `--` that ends the options ahead
+    of `{prompt}` (the last one before it) or, with no `{prompt}` (a prompt on
+    stdin), the template's last `--`; else before `{prompt}`, or before a last
+    `-` (codex's "the prompt is on stdin"); else at the end. So an option given
+    per session is always parsed as an option."""
+    if ARGS in template:
+        return list(template).index(ARGS)
+    head = list(template[: template.index(PROMPT)]) if PROMPT in template else list(template)
+    if "--" in head:
+        return len(head) - 1 - head[::-1].index("--")
+    if PROMPT not in template and head[-1:] == ["-"]:
+        return len(head) - 1
+    return len(head)
+
+
+def shown(template: Sequence[str]) -> list[str]:
+    """`template` with `{args}` where a session's arguments go: what
+    `spex harness show` prints, itself a template that means the same."""
+    if ARGS in template:
+        return list(template)
+    at = args_index(template)
+    return [*template[:at], ARGS, *template[at:]]
 
 
 def command_harness(command: Sequence[str]) -> Harness:
@@ -374,12 +413,18 @@ def config_files(home: Path) -> list[Path]:
     return [config / "spexsup" / "harnesses.toml", home / "harnesses.toml"]
 
 
+BUILT_IN = "built in"
+
+
 class Registry(NamedTuple):
     """Built-ins plus user harnesses; a bad entry is kept as its error, so a
-    mistake in one harness never breaks commands that use another."""
+    mistake in one harness never breaks commands that use another. `sources`
+    says where each harness (or error) comes from: BUILT_IN, or the path of
+    the harnesses.toml that last defined it."""
 
     harnesses: dict[str, Harness]
     errors: dict[str, Invalid]
+    sources: dict[str, str]
 
     def names(self) -> list[str]:
         return sorted({*self.harnesses, *self.errors, "command"} - {"*"})
@@ -488,9 +533,28 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
     harness = merged._replace(name=name, **changes)  # type: ignore[arg-type]
     if not harness.fresh:
         raise _bad(path, name, "fresh", "must not be empty")
+    if (
+        "prompt_via" not in values
+        and base is not None
+        and base.prompt_via == "stdin"
+        and any(PROMPT in values.get(k, ()) for k in ("fresh", "resume"))  # type: ignore[operator]
+    ):
+        # An override written for a built-in that once took the prompt as an
+        # argument (`… -- {prompt}`) keeps meaning that.
+        harness = harness._replace(prompt_via="arg", stdin_fallback=True)
     for key, template in (("fresh", harness.fresh), ("resume", harness.resume)):
-        if template is not None and harness.prompt_via == "arg" and PROMPT not in template:
+        given = key in values
+        if (
+            given
+            and template is not None
+            and harness.prompt_via == "arg"
+            and PROMPT not in template
+        ):
             raise _bad(path, name, key, f'needs a "{PROMPT}" element (or prompt_via = "stdin")')
+        if template is not None and template.count(ARGS) > 1:
+            raise _bad(path, name, key, f'"{ARGS}" may appear once')
+        if template is not None and any(ARGS in p and p != ARGS for p in template):
+            raise _bad(path, name, key, f'"{ARGS}" must be an element of its own')
     if harness.resume is not None and SESSION_ID not in harness.resume:
         raise _bad(path, name, "resume", f'needs a "{SESSION_ID}" element')
     if harness.assign_id and SESSION_ID not in harness.fresh:
@@ -509,6 +573,7 @@ def load_registry(home: Path) -> Registry:
 
     harnesses = dict(BUILTIN)
     errors: dict[str, Invalid] = {}
+    sources = dict.fromkeys([*BUILTIN, "command"], BUILT_IN)
     for path in config_files(home):
         try:
             data = tomllib.loads(path.read_text())
@@ -516,6 +581,7 @@ def load_registry(home: Path) -> Registry:
             continue
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
             errors["*"] = Invalid(f"{path}: cannot read harness file: {e}")
+            sources["*"] = str(path)
             continue
         tables = data.get("harness", {})
         unknown = set(data) - {"harness"}
@@ -523,20 +589,107 @@ def load_registry(home: Path) -> Registry:
             errors["*"] = Invalid(
                 f"{path}: expected only [harness.NAME] tables, found {sorted(unknown)}"
             )
+            sources["*"] = str(path)
             continue
         for name, table in tables.items():
+            sources[name] = str(path)
             try:
                 harnesses[name] = _parse_entry(path, name, table, harnesses.get(name))
                 errors.pop(name, None)
             except Invalid as e:
                 errors[name] = e
-    return Registry(harnesses, errors)
+    return Registry(harnesses, errors, sources)
 
 
-def resolve(name: str, command: Sequence[str] | None, home: Path) -> Harness:
-    """The adapter a session uses for its next turn."""
+def resolve(
+    name: str, command: Sequence[str] | None, home: Path, args: Sequence[str] = ()
+) -> Harness:
+    """The adapter a session uses for its next turn, with the session's own `args`."""
     if name == "command":
         if not command:
             raise Invalid("the command harness needs a command", hint="spex new NAME -- CMD ARGS…")
         return command_harness(command)
-    return load_registry(home).get(name)
+    return load_registry(home).get(name)._replace(args=tuple(args))
+
+
+COMMAND_NOTES = "the command after -- (spex new NAME -- CMD ARGS…), the prompt appended"
+
+
+def describe(registry: Registry, name: str) -> dict[str, Any]:
+    """The public view of one harness (`spex harness show --json`): its
+    effective argv forms (after harnesses.toml), with `{args}` where a
+    session's own arguments go, and where it comes from.
+
+    Raises the harness's own Invalid when its entry is broken or unknown.
+    """
+    from spexsup.ids import SCHEMA_VERSION
+
+    source = registry.sources.get(name, BUILT_IN)
+    view: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "name": name,
+        "source": source,
+        "builtin": name in BUILTIN or name == "command",
+        "overrides_builtin": name in BUILTIN and source != BUILT_IN,
+        "error": None,
+    }
+    if name == "command":
+        return view | {
+            "fresh": None,
+            "resume": None,
+            "prompt_via": "append",
+            "stdin_fallback": True,
+            "binary": None,
+            "window": None,
+            "id_pattern": None,
+            "assign_id": None,
+            "outcome": None,
+            "strict": False,
+            "timeout": None,
+            "notes": COMMAND_NOTES,
+        }
+    h = registry.get(name)
+    return view | {
+        "fresh": shown(h.fresh),
+        "resume": shown(h.resume) if h.resume is not None else None,
+        "prompt_via": h.prompt_via,
+        "stdin_fallback": h.stdin_fallback,
+        "binary": h.binary,
+        "window": h.window,
+        "id_pattern": h.id_pattern,
+        "assign_id": h.assign_id,
+        "outcome": h.outcome,
+        "strict": h.strict,
+        "timeout": h.timeout,
+        "notes": h.notes,
+    }
+
+
+def describe_all(registry: Registry) -> list[dict[str, Any]]:
+    """Every harness's view, by name; a broken entry as `{name, source, error}`,
+    and a harness file that could not be read at all as one with name null."""
+    from spexsup.ids import SCHEMA_VERSION
+
+    out: list[dict[str, Any]] = []
+    for name in registry.names():
+        try:
+            out.append(describe(registry, name))
+        except Invalid as e:
+            out.append(
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "name": name,
+                    "source": registry.sources.get(name, BUILT_IN),
+                    "error": e.line(),
+                }
+            )
+    if "*" in registry.errors:
+        out.append(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "name": None,
+                "source": registry.sources["*"],
+                "error": registry.errors["*"].line(),
+            }
+        )
+    return out

@@ -15,6 +15,7 @@ running turn after the wait (a `spex stop` during the wait ends it).
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -82,8 +83,12 @@ def plan(turn_dir: Path, now: float | None = None) -> int:
         return GONE
     wake = found.reset + margin
     row = store.db.execute(
-        "SELECT harness_session_id FROM sessions WHERE name = ?", (session,)
+        "SELECT harness, command, harness_session_id FROM sessions WHERE name = ?", (session,)
     ).fetchone()
+    if row and row["harness"] == name and row["command"]:
+        # A named harness's own arguments (sessions.Session.from_row): the
+        # run after the wait gets them as the first run did.
+        adapter = adapter._replace(args=tuple(json.loads(row["command"])))
     conversation = report.conversation_of(store, turn_dir, adapter) or (
         row["harness_session_id"] if row else None
     )

@@ -48,13 +48,20 @@ class Session(NamedTuple):
     timeout: float | None = None
     strict: bool = False
     on_limit: str | None = None
+    # A named harness's own arguments (`spex new NAME --harness H -- ARGS…`).
+    harness_args: tuple[str, ...] = ()
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Session:
+        # One column, `command`, holds the argv after `--`: the command harness's
+        # command, or a named harness's own arguments (no migration needed).
+        after = tuple(json.loads(row["command"])) if row["command"] else ()
+        named = row["harness"] != "command"
         return cls(
             name=row["name"],
             harness=row["harness"],
-            command=tuple(json.loads(row["command"])) if row["command"] else None,
+            command=None if named or not after else after,
+            harness_args=after if named else (),
             cwd=row["cwd"],
             env=json.loads(row["env"]),
             window=row["window"],
@@ -71,7 +78,7 @@ class Session(NamedTuple):
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
-        return harnesses.resolve(self.harness, self.command, home)
+        return harnesses.resolve(self.harness, self.command, home, self.harness_args)
 
     def owner(self, home: Path) -> str:
         """The tag on this session's tmux home (see `home.owner_tag`)."""
@@ -159,6 +166,16 @@ def validate_window(window: float | None) -> float | None:
     return window
 
 
+def no_harness(home: Path, *, command: bool = True) -> Invalid:
+    """The refusal of a session that names no harness: never a silent default,
+    a session must say what it runs (`command`: `-- CMD…` is a way out)."""
+    names = ", ".join(harnesses.load_registry(home).names())
+    return Invalid(
+        "no harness given and no default_harness in config.toml",
+        hint=f"--harness one of: {names}" + ("; or -- CMD ARGS…" if command else ""),
+    )
+
+
 def create(
     spex: Spex,
     name: str,
@@ -168,6 +185,7 @@ def create(
     env: Mapping[str, str] | None = None,
     window: float | None = None,
     command: Sequence[str] | None = None,
+    harness_args: Sequence[str] = (),
     worktree: Request | None = None,
     timeout: float | None = None,
     strict: bool = False,
@@ -175,6 +193,9 @@ def create(
     check: bool = True,
 ) -> Session:
     """Record the session, then build its tmux home; undo the record if tmux fails.
+
+    `command` is the command harness's argv; `harness_args` are a named
+    harness's own arguments, added to both of its argv forms.
 
     Two racing creates of one name: the primary key lets exactly one win.
     With `worktree`, the session is recorded `creating` (no wake admitted)
@@ -186,12 +207,7 @@ def create(
     if command and harness is None:
         harness = "command"
     if harness is None:
-        # Never a silent default: a session must say what it runs.
-        names = ", ".join(harnesses.load_registry(spex.home).names())
-        raise Invalid(
-            "no harness given and no default_harness in config.toml",
-            hint=f"--harness one of: {names}; or -- CMD ARGS…",
-        )
+        raise no_harness(spex.home)
     if harness != "command":
         adapter = harnesses.load_registry(spex.home).get(harness)
         if check and adapter.binary:
@@ -200,6 +216,12 @@ def create(
         raise Invalid("the command harness needs a command", hint="spex new NAME -- CMD ARGS…")
     if command and harness != "command":
         raise Invalid(f"a command after -- needs --harness command, not {harness!r}")
+    if harness_args and harness == "command":
+        raise Invalid("the command harness takes its arguments in its command")
+    for arg in harness_args:
+        if not isinstance(arg, str) or "\0" in arg:
+            raise Invalid(f"invalid argument for {harness}: {arg!r}", hint="strings with no NUL")
+    after = list(command) if command else list(harness_args)
     env = parse_env([f"{k}={v}" for k, v in (env or {}).items()])
     plan = None
     if worktree is not None:
@@ -229,7 +251,7 @@ def create(
                 (
                     name,
                     harness,
-                    json.dumps(list(command)) if command else None,
+                    json.dumps(after) if after else None,
                     str(directory),
                     json.dumps(env),
                     window,
@@ -555,6 +577,7 @@ def describe(
             "strict": s.strict,
             "on_limit": s.on_limit,
             "command": list(s.command) if s.command else None,
+            "harness_args": list(s.harness_args),
             "created_at": s.created_at,
             "lease": (
                 {"epoch": held["epoch"], "state": held["state"]}

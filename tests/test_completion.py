@@ -43,6 +43,8 @@ def test_bash_completes_commands_names_waves_and_harnesses(env: Env) -> None:
     assert "wake" in bash_complete(env, "spex wa")
     assert "--window" in bash_complete(env, "spex wake alpha --wi")
     assert bash_complete(env, "spex new x --harness de") == ["demo"]
+    assert bash_complete(env, "spex harness show co") == ["codex", "command"]
+    assert bash_complete(env, "spex harness sh") == ["show"]
     assert bash_complete(env, "spex wake alpha --window ") == []
     assert env.run("fanout", "alpha", "-m", "hi", "--window", "0.3").returncode == 0
     wave = json.loads(env.run("wave", "last", "--json").stdout)["id"]
@@ -76,7 +78,9 @@ def test_the_fast_table_agrees_with_the_commands() -> None:
     register()
     group: Any = get_command(app)
     for name, (positional, options) in complete.SPEC.items():
-        command = group.commands[name]
+        command = group
+        for word in name.split():  # a group's command is two words
+            command = command.commands[word]
         takes_value = {
             opt
             for p in command.params

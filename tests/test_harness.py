@@ -54,7 +54,9 @@ def test_claude_resume_and_fresh(env: Env) -> None:
     _, v = wake_json(env, "c", "third", "--fresh", "--window", "10")
     calls = argv_log(log)
     assert "--resume" not in calls[0]
-    assert calls[0][-2:] == ["--", "-first, with a leading dash"]
+    # The prompt, leading dash and all, went on stdin, never into argv.
+    assert "-first, with a leading dash" not in calls[0]
+    assert "turn 1: -first, with a leading dash" in env.run("log", "c", "--turn", "last~2").stdout
     assert calls[1][calls[1].index("--resume") + 1] == conversation
     assert "--resume" not in calls[2]
     assert show(env, "c")["harness_session_id"] != conversation
@@ -237,3 +239,278 @@ def test_doctor_reports_binaries_and_versions(env: Env) -> None:
     assert "harness claude:" in out and "2.1.197 (Claude Code)" in out
     assert "codex-cli 0.171.0" in out
     assert "harness demo: bundled agent simulator" in out
+
+
+# --- a session's own harness arguments -------------------------------------------
+
+SHAPES = [
+    # (template, where the arguments land): every shape a template may have.
+    (("a", "{args}", "-x", "{prompt}"), ["a", "--model", "m", "-x", "P"]),
+    (("a", "-x", "--", "{prompt}"), ["a", "-x", "--model", "m", "--", "P"]),
+    # codex resume: the `--` ends the options two elements before {prompt}.
+    (("a", "--", "{session_id}", "{prompt}"), ["a", "--model", "m", "--", "S", "P"]),
+    (("a", "-x", "{prompt}"), ["a", "-x", "--model", "m", "P"]),
+    (("a", "{prompt}", "--tail"), ["a", "--model", "m", "P", "--tail"]),
+    # A prompt on stdin: pi, or opencode as `run --format json`.
+    (("a", "run", "--session", "{session_id}"), ["a", "run", "--session", "S", "--model", "m"]),
+    (("a", "exec", "--", "{session_id}"), ["a", "exec", "--model", "m", "--", "S"]),
+    # codex: `-` as its prompt means stdin; options go before it.
+    (("a", "exec", "--json", "-"), ["a", "exec", "--json", "--model", "m", "-"]),
+    (("a", "resume", "{session_id}", "-"), ["a", "resume", "S", "--model", "m", "-"]),
+]
+
+
+@pytest.mark.parametrize(("template", "expected"), SHAPES)
+def test_session_arguments_go_before_the_prompt_in_every_template_shape(
+    template: tuple[str, ...], expected: list[str]
+) -> None:
+    from spexsup.harness import ARGS, Harness, args_index, shown
+
+    via = "arg" if "{prompt}" in template else "stdin"
+    h = Harness("x", fresh=template, prompt_via=via, args=("--model", "m"))
+    argv, on_stdin = h.argv(b"P", None, "S")
+    assert [a.decode() for a in argv] == [w for w in expected if w != "P" or not on_stdin]
+    assert on_stdin == (via == "stdin")
+    # Without arguments the template is as it was, less its {args}.
+    bare = Harness("x", fresh=template, prompt_via=via).argv(b"P", None, "S")[0]
+    assert [a.decode() for a in bare] == [w for w in expected if w not in ("--model", "m")]
+    # `spex harness show` prints {args} where they go: a template meaning the same.
+    assert shown(template).index(ARGS) == args_index(template)
+    assert Harness("x", fresh=tuple(shown(template)), prompt_via=via, args=h.args).argv(
+        b"P", None, "S"
+    ) == (argv, on_stdin)
+
+
+def test_session_arguments_are_passed_verbatim() -> None:
+    from spexsup.harness import BUILTIN
+
+    claude = BUILTIN["claude"]._replace(args=("{prompt}", "--x={session_id}", "-"))
+    argv, on_stdin = claude.argv(b"hello", "conv-1")
+    assert on_stdin and argv[-5:] == [
+        b"--resume",
+        b"conv-1",
+        b"{prompt}",
+        b"--x={session_id}",
+        b"-",
+    ]
+    # With the prompt in argv (a harness that takes it there), before `--`.
+    command = BUILTIN["demo"]._replace(args=("{prompt}", "-"))
+    argv, on_stdin = command.argv(b"hello", None)
+    assert not on_stdin and argv[-3:] == [b"{prompt}", b"-", b"hello"]
+
+
+def test_claude_session_arguments_in_fresh_and_resumed_turns(env: Env) -> None:
+    log = env.root / "argv"
+    r = env.run(
+        "new", "c", "--harness", "claude", "--cwd", str(env.root),
+        "--env", "FAKE_CLAUDE_LOGGED_IN=1", "--env", f"FAKE_ARGV_LOG={log}",
+        "--", "--permission-mode", "acceptEdits", "--model", "sonnet",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("created c (claude --permission-mode acceptEdits --model sonnet)")
+    _, v = wake_json(env, "c", "first", "--window", "10")
+    assert v["verdict"] == "completed", v
+    _, v = wake_json(env, "c", "--window", "10", "--", "-second")
+    assert v["verdict"] == "completed", v
+    fresh, resumed = argv_log(log)
+    ours = ["--permission-mode", "acceptEdits", "--model", "sonnet"]
+    # The prompt goes on stdin: the session's options end the argv.
+    assert fresh[-4:] == ours and "--session-id" in fresh
+    assert resumed[-4:] == ours and "--resume" in resumed
+    doc = show(env, "c")
+    assert doc["harness_args"] == ours
+    assert doc["command"] is None
+    assert json.loads(env.run("ls", "--json").stdout)[0]["harness_args"] == ours
+    text = env.run("show", "c").stdout
+    assert "harness   claude\nargs      --permission-mode acceptEdits --model sonnet\n" in text
+
+
+def test_pi_session_arguments_with_the_prompt_on_stdin(env: Env) -> None:
+    log, got = env.root / "argv", env.root / "prompt"
+    r = env.run(
+        "new", "p", "--harness", "pi", "--cwd", str(env.root), "--env", "FAKE_PI_ONLINE=1",
+        "--env", f"FAKE_ARGV_LOG={log}", "--env", f"FAKE_PROMPT_LOG={got}",
+        "--", "--model", "a b",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    for prompt in ("one", "two"):
+        _, v = wake_json(env, "p", prompt, "--window", "10")
+        assert v["verdict"] == "completed", v
+    fresh, resumed = argv_log(log)
+    assert fresh == ["-p", "--mode", "json", "--model", "a b"]
+    assert resumed[-4:] == ["--session", show(env, "p")["harness_session_id"], "--model", "a b"]
+    assert got.read_bytes() == b"two"
+    assert "args      --model 'a b'\n" in env.run("show", "p").stdout
+
+
+def test_session_arguments_reach_the_run_after_a_usage_limit_wait(env: Env) -> None:
+    from test_outcomes import limited_session, wait
+
+    log = limited_session(env, 3, "--", "--model", "opus")
+    code, v = wake_json(env, "c", "go [limit]", "--on-limit", "wait", "--window", "1")
+    assert code == 0, v
+    code, line, _ = wait(env, "c")
+    assert code == 0, line
+    first, again = argv_log(log)
+    assert first[-2:] == again[-2:] == ["--model", "opus"]
+    assert "--resume" in again
+
+
+def test_an_args_placeholder_in_harnesses_toml(env: Env) -> None:
+    log = env.root / "argv"
+    write_harnesses(
+        env,
+        """
+[harness.claude]
+fresh = ["claude", "-p", "--output-format", "stream-json", "--verbose", "{args}",
+         "--session-id", "{session_id}", "--", "{prompt}"]
+""",
+    )
+    r = env.run(
+        "new", "c", "--harness", "claude", "--env", "FAKE_CLAUDE_LOGGED_IN=1",
+        "--env", f"FAKE_ARGV_LOG={log}", "--", "--model", "haiku",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    _, v = wake_json(env, "c", "hi", "--window", "10")
+    assert v["verdict"] == "completed", v
+    (fresh,) = argv_log(log)
+    assert fresh[fresh.index("--verbose") + 1 :][:3] == ["--model", "haiku", "--session-id"]
+
+
+BAD_ARGS_FILES = [
+    ('fresh = ["a", "{args}", "{args}", "{prompt}"]', "'fresh': \"{args}\" may appear once"),
+    (
+        'fresh = ["a", "{prompt}"]\nresume = ["a", "--s={args}", "{session_id}", "{prompt}"]',
+        "'resume': \"{args}\" must be an element of its own",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "expected"), BAD_ARGS_FILES)
+def test_a_bad_args_placeholder_is_refused_and_creates_nothing(
+    env: Env, body: str, expected: str
+) -> None:
+    path = write_harnesses(env, f"[harness.x]\n{body}\n")
+    r = env.run("new", "s", "--harness", "x", "--", "--model", "m")
+    assert r.returncode == 2
+    assert r.stderr == f"spex: {path}: harness 'x', field {expected}\n"
+    assert env.run("ls", "--json").stdout.strip() == "[]"
+    assert env.tmux("has-session", "-t", "=s").returncode != 0
+    r = env.run("harness", "show", "x")
+    assert r.returncode == 2 and r.stderr == f"spex: {path}: harness 'x', field {expected}\n"
+
+
+def test_arguments_for_an_unknown_harness_are_refused(env: Env) -> None:
+    r = env.run("new", "s", "--harness", "nope", "--", "--model", "m")
+    assert r.returncode == 2
+    assert r.stderr.startswith("spex: unknown harness 'nope' (one of: claude, codex, command,")
+    assert len(r.stderr.splitlines()) == 1
+    assert env.run("ls", "--json").stdout.strip() == "[]"
+    r = env.run("new", "s", "--harness", "claude", "--")
+    assert r.returncode == 2 and r.stderr.startswith("spex: nothing after --")
+    assert env.run("ls", "--json").stdout.strip() == "[]"
+
+
+def test_the_command_harness_keeps_its_meaning(env: Env) -> None:
+    assert env.run("new", "a", "--", harness("exit0.sh"), "--flag").returncode == 0
+    assert env.run("new", "b", "--harness", "command", "--", harness("exit0.sh")).returncode == 0
+    for name, command in (("a", [harness("exit0.sh"), "--flag"]), ("b", [harness("exit0.sh")])):
+        doc = show(env, name)
+        assert (doc["harness"], doc["command"], doc["harness_args"]) == ("command", command, [])
+    _, v = wake_json(env, "a", "go", "--window", "10")
+    assert v["verdict"] == "completed", v
+
+
+# --- spex harness ls | show ---------------------------------------------------
+
+
+def test_harness_ls_and_show_say_what_runs_and_where_it_comes_from(env: Env) -> None:
+    path = write_harnesses(
+        env,
+        f"""
+[harness.mine]
+fresh = ["{harness("exit0.sh")}", "--", "{{prompt}}"]
+prompt_via = "arg"
+
+[harness.codex]
+fresh = ["codex", "exec", "--json", "--skip-git-repo-check", "--", "{{prompt}}"]
+
+[harness.broken]
+fresh = ["a"]
+""",
+    )
+    views = {v["name"]: v for v in json.loads(env.run("harness", "ls", "--json").stdout)}
+    assert set(views) == {"broken", "claude", "codex", "command", "demo", "mine", "opencode", "pi"}
+    claude = views["claude"]
+    assert claude["source"] == "built in" and claude["schema_version"] == 1
+    assert claude["fresh"][-3:] == ["--session-id", "{session_id}", "{args}"]
+    assert claude["resume"][-3:] == ["--resume", "{session_id}", "{args}"]
+    assert views["pi"]["fresh"] == ["pi", "-p", "--mode", "json", "{args}"]
+    assert views["codex"]["source"] == str(path) and views["codex"]["overrides_builtin"]
+    assert views["codex"]["fresh"][3:] == ["--skip-git-repo-check", "{args}", "--", "{prompt}"]
+    assert views["codex"]["resume"] == ["codex", "exec", "resume", "--json", "{session_id}",
+                                        "{args}", "-"]  # fmt: skip
+    mine = views["mine"]
+    assert (mine["source"], mine["overrides_builtin"], mine["builtin"]) == (str(path), False, False)
+    assert mine["fresh"] == [harness("exit0.sh"), "{args}", "--", "{prompt}"]
+    assert mine["resume"] is None
+    assert views["broken"]["source"] == str(path)
+    assert 'needs a "{prompt}" element' in views["broken"]["error"]
+
+    text = env.run("harness", "ls").stdout.splitlines()
+    assert "claude    built in" in text
+    fresh = "  fresh   claude -p --output-format stream-json --verbose --session-id {session_id}"
+    assert f"{fresh} {{args}}" in text
+    assert f"codex     {path} (overrides the built-in)" in text
+    assert f"mine      {path}" in text
+    assert f"  fresh   {harness('exit0.sh')} {{args}} -- {{prompt}}" in text
+    assert "  resume  - (never resumes)" in text
+
+    out = env.run("harness", "show", "mine")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[:3] == [
+        "harness mine",
+        f"source  {path}",
+        f"fresh   {harness('exit0.sh')} {{args}} -- {{prompt}}",
+    ]
+    shown = json.loads(env.run("harness", "show", "claude", "--json").stdout)
+    assert shown == claude
+    assert "source  built in" in env.run("harness", "show", "claude").stdout
+    r = env.run("harness", "show", "nope")
+    assert r.returncode == 2 and r.stderr.startswith("spex: unknown harness 'nope' (one of:")
+    r = env.run("harness", "show", "nope", "--json")
+    assert json.loads(r.stdout)["exit_code"] == 2
+
+
+def test_an_unreadable_harness_file_is_listed_as_such(env: Env) -> None:
+    path = write_harnesses(env, "[harness.x\n")
+    r = env.run("harness", "ls", "--json")
+    assert r.returncode == 0
+    last = json.loads(r.stdout)[-1]
+    assert last["name"] is None and last["source"] == str(path)
+    assert last["error"].startswith(f"{path}: cannot read harness file")
+    assert f"(harness file)  {path}" in env.run("harness", "ls").stdout
+
+
+def test_doctor_says_where_a_user_harness_comes_from(env: Env) -> None:
+    path = write_harnesses(
+        env,
+        f"""
+[harness.mine]
+fresh = ["{harness("exit0.sh")}", "{{prompt}}"]
+
+[harness.demo]
+window = 0.5
+""",
+    )
+    out = env.run("doctor").stdout
+    assert f"harness mine: from {path}\n" in out
+    assert f"harness demo: bundled agent simulator, from {path}\n" in out
+    assert "harness claude: " in out and f"(from {path})" not in out.split("harness claude: ")[1]
+    checks = json.loads(env.run("doctor", "--json").stdout)["checks"]
+    assert {
+        "name": "harness mine",
+        "ok": True,
+        "detail": f"from {path}",
+        "required": False,
+    } in checks

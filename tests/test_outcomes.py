@@ -372,11 +372,9 @@ REAL_LIMITS: list[tuple[str, str, float | None]] = [
     # pi -p (text): the error on stderr (earendil-works/pi#4172)
     ("pi", "Error: Codex error: " + CHATGPT_429, 1_700_013_872),
     ("pi", "You have hit your ChatGPT usage limit (pro plan).", None),
-    ("pi", event("message_end", message={"role": "assistant", "stopReason": "error",
-                  "errorMessage": '429 {"type":"error","error":{"type":"rate_limit_error",'
-                  '"message":"This request would exceed your account\'s rate limit.'
-                  ' Please try again later."}}'}), None),
 ]
+# (Anthropic's API-key 429, rate_limit_error, is a rate limit: see
+# test_a_rate_limit_is_named_as_one_not_as_a_usage_limit.)
 # fmt: on
 
 

@@ -354,3 +354,29 @@ def test_an_unknown_resume_id_is_named_and_cleared(real: Env, model: ModelServer
     assert message in (turn["error"] or ""), turn
     assert show(real, "s")["harness_session_id"] in (None, ""), show(real, "s")
     assert not model.main_requests(), "the CLI sent the prompt somewhere"
+
+
+def test_opencode_sessions_are_read_from_its_real_database(
+    real: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """opencode >= 1.2 keeps sessions in SQLite: the lookup a turn with no id
+    in its output falls back to finds the one the real CLI made."""
+    import time
+
+    from spexsup import convstore
+
+    repo = real.root / "repo"
+    repo.mkdir()
+    real.run("new", "x", "--harness", "opencode", "--cwd", str(repo))
+    started = time.time()
+    code, v = wake_json(real, "x", "say hi", "--window", "5")
+    assert code == 0 and v["verdict"] == "confirmed", v
+    database = Path(real.vars["HOME"]) / ".local" / "share" / "opencode" / "opencode.db"
+    assert retry_until(database.exists, seconds=20)
+    monkeypatch.setenv("HOME", real.vars["HOME"])
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    assert retry_until(lambda: bool(convstore.lookup("opencode", str(repo), started)), 20)
+    found = convstore.lookup("opencode", str(repo), started)
+    assert found and found.startswith("ses_")
+    assert real.run("stop", "x", "--grace", "3").returncode == 0
+    assert show(real, "x")["harness_session_id"] in (None, found)

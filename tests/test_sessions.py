@@ -78,7 +78,10 @@ def test_bad_input_is_one_line_and_changes_nothing(env: Env) -> None:
         ["new", "a", "--window", "abc", "--harness", "demo"],
         ["new", "a", "--cwd", str(env.root / "missing"), "--harness", "demo"],
         ["new", "a", "--harness", "command"],
-        ["new", "a", "--harness", "claude", "--", "echo"],
+        # After `--`, a named harness's own arguments (test_harness.py); for an
+        # unknown one they are refused with it.
+        ["new", "a", "--harness", "gpt", "--", "--model", "x"],
+        ["new", "a", "--harness", "claude", "--"],
         ["new"],
         ["ls", "--bogus"],
         ["nosuchcommand"],

@@ -816,6 +816,29 @@ def test_best_of_three_then_keep_one(env: Env, repo: Repo) -> None:
     one_line_error(env.run("keep", wave, "9"), 2)
 
 
+def test_best_of_without_a_harness_is_refused_like_new(env: Env, repo: Repo) -> None:
+    (env.home / "config.toml").unlink()  # no default_harness
+    before = (repo.branches(), repo.worktrees())
+    prompt = env.root / "prompt.md"
+    prompt.write_text("solve it")
+    for args in (["-m", "solve it"], ["-f", str(prompt)], ["-f", "-", "--json"]):
+        r = env.run("fanout", "--worktrees", "2", "--repo", str(repo.path), *args, input=b"x")
+        one_line_error(r, 2)
+        assert r.stderr.startswith(
+            "spex: no harness given and no default_harness in config.toml"
+            " (--harness one of: claude, codex, command, demo, opencode, pi)\n"
+        ), r.stderr
+        if "--json" in args:
+            assert json.loads(r.stdout)["exit_code"] == 2
+    assert (
+        env.run("new", "a", "--cwd", str(env.root)).stderr.split(" (")[0] == r.stderr.split(" (")[0]
+    )
+    assert names(env) == []
+    assert json.loads(env.run("waves", "--json").stdout) == []
+    assert (repo.branches(), repo.worktrees()) == before
+    assert not repo.worktree("proj-1").exists()
+
+
 def test_best_of_refuses_taken_names_before_making_anything(env: Env, repo: Repo) -> None:
     env.run("new", "x-2", "--cwd", str(env.root))
     before = (repo.branches(), repo.worktrees())

@@ -86,6 +86,9 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     "status-line": ((), {"--format": None}),
     "prune": ((), {"--older-than": None, "--session": "session"}),
     "du": ((), {}),
+    # A group's command: its two words.
+    "harness ls": ((), {}),
+    "harness show": (("harness",), {}),
 }
 
 
@@ -148,6 +151,8 @@ def classify(args: Sequence[str]) -> tuple[str | None, str | None] | None:
             next(it, None)
         elif not word.startswith("--home="):
             words.append(word)
+    if words[:1] == ["harness"] and len(words) > 1:
+        words = [" ".join(words[:2]), *words[2:]]
     if not words or words[0] not in SPEC:
         return None
     positional, options = SPEC[words[0]]

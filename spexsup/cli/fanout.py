@@ -194,7 +194,8 @@ def fanout(
         typer.Option(
             "--harness",
             metavar="HARNESS",
-            help="With --worktrees: the harness. [default: config.toml's default_harness]",
+            help="With --worktrees: the harness. [default: config.toml's default_harness;"
+            " none: refused]",
         ),
     ] = None,
     worktree_dir: Annotated[
@@ -283,9 +284,13 @@ def fanout(
     if worktrees is not None:
         if names or all_ or match or retry_failed:
             raise Invalid("--worktrees makes its own sessions: name none, no --all/--match")
+        harness = harness or defaults.default_harness
+        if harness is None:  # as spex new: never the demo simulator by default
+            from spexsup.sessions import no_harness
+
+            raise no_harness(spex.home, command=False)
         prompt = read_prompt(message, file)
         best_of = wt.leg_names(prefix or wt.default_prefix(repo), worktrees)
-        harness = harness or defaults.default_harness or "demo"
         wt.create_legs(spex, best_of, request, harness=harness, window=window)
         targets = best_of
     elif retry_failed is not None:

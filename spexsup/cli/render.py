@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import sys
 import time
@@ -174,10 +176,26 @@ def turn_line(t: dict[str, Any]) -> str:
     return line
 
 
+_PLAIN_WORD = re.compile(r"[\w@%+=:,./{}-]+")
+
+
+def argv_word(word: str) -> str:
+    """One argv element as a shell would need it; `{prompt}` and the like bare."""
+    return word if _PLAIN_WORD.fullmatch(word) else shlex.quote(word)
+
+
+def argv_text(argv: Sequence[str]) -> str:
+    return " ".join(argv_word(w) for w in argv)
+
+
 def show_lines(row: dict[str, Any]) -> list[str]:
     out = [
         f"session   {row['name']}",
         f"harness   {row['harness']}" + (f" {row['command']}" if row["command"] else ""),
+    ]
+    if row.get("harness_args"):  # absent from an older host's spex
+        out.append(f"args      {argv_text(row['harness_args'])}")
+    out += [
         f"state     {row['state']}",
         f"home      {row['home']}",
         f"cwd       {row['cwd']}",

@@ -21,7 +21,15 @@ from spexsup.cli.params import (
     TimeoutOpt,
     WindowOpt,
 )
-from spexsup.cli.render import document, ls_text, print_json, removed_lines, show_lines, table
+from spexsup.cli.render import (
+    argv_word,
+    document,
+    ls_text,
+    print_json,
+    removed_lines,
+    show_lines,
+    table,
+)
 from spexsup.errors import Invalid
 
 if TYPE_CHECKING:
@@ -36,7 +44,8 @@ def new(
         list[str] | None,
         typer.Argument(
             metavar="[-- CMD ARGS…]",
-            help="A command to run as the harness; each turn appends the prompt to it.",
+            help="A command to run as the harness; each turn appends the prompt to it."
+            " With --harness: that harness's own arguments, in every turn.",
             show_default=False,
         ),
     ] = None,
@@ -90,10 +99,15 @@ def new(
 ) -> None:
     """Create a session and its tmux home (with --worktree: in a new git worktree).
 
+    After --: with no --harness, the command to run (the prompt appended);
+    with --harness H, arguments for H, put in its fresh and resumed argv
+    before the prompt (see spex harness show H).
+
     \b
     Examples:
       spex new api --harness claude --cwd ~/src/api
       spex new tool -- ./my-agent.sh --flag
+      spex new edit --harness claude -- --permission-mode acceptEdits
       spex new fix --harness claude --worktree --base main
     """
     from spexsup import sessions
@@ -117,6 +131,10 @@ def new(
     spex = open_spex(ctx)
     if harness is None and not command:
         harness = settings(ctx, spex).default_harness
+    harness_args: list[str] = []
+    if harness is not None and harness != "command" and command:
+        # `--harness H -- ARGS…`: H's own arguments, not a command.
+        harness_args, command = command, None
     s = sessions.create(
         spex,
         name,
@@ -129,13 +147,14 @@ def new(
         on_limit=on_limit,
         check=not no_check,
         command=command,
+        harness_args=harness_args,
         worktree=request if worktree else None,
     )
     if as_json:
         (row,) = sessions.describe(spex, [s.name])
         print_json(row)
         return
-    line = f"created {s.name} ({s.harness}) in {s.cwd}"
+    line = f"created {s.name} ({' '.join([s.harness, *map(argv_word, s.harness_args)])}) in {s.cwd}"
     if s.worktree is not None:
         line += f" on branch {s.worktree.branch} from {s.worktree.base[:12]}"
     typer.echo(line)

@@ -1,0 +1,114 @@
+"""`spex harness ls | show`: what each harness runs, and where it is defined."""
+
+from typing import Annotated, Any
+
+import typer
+
+from spexsup.cli import complete
+from spexsup.cli.app import app
+from spexsup.cli.params import JsonOpt
+from spexsup.cli.render import argv_text, print_json
+
+harness_app = typer.Typer(
+    help="What each harness runs, and where it is defined.", no_args_is_help=True
+)
+app.add_typer(harness_app, name="harness")
+
+
+def _registry(ctx: typer.Context) -> Any:
+    from spexsup import harness
+    from spexsup.paths import resolve_home
+
+    return harness.load_registry(resolve_home(ctx.find_root().obj))
+
+
+def argv_lines(view: dict[str, Any]) -> list[str]:
+    """`fresh   claude -p … {args} -- {prompt}` and its resume twin."""
+    if view["fresh"] is None:
+        return [f"notes   {view['notes']}"]
+    out = [f"fresh   {argv_text(view['fresh'])}"]
+    out.append(f"resume  {argv_text(view['resume']) if view['resume'] else '- (never resumes)'}")
+    return out
+
+
+@harness_app.command("ls")
+def harness_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List harnesses: fresh and resume argv, where each is defined.
+
+    {args} marks where a session's own arguments go (spex new NAME
+    --harness H -- ARGS…). A broken harnesses.toml entry is listed with its
+    error.
+
+    \b
+    Examples:
+      spex harness ls
+      spex harness ls --json | jq -r '.[] | select(.source != "built in") | .name'
+    """
+    from spexsup import harness
+
+    views = harness.describe_all(_registry(ctx))
+    if as_json:
+        print_json(views)
+        return
+    width = max(len(v["name"] or "") for v in views)
+    for view in views:
+        name = view["name"] or "(harness file)"
+        typer.echo(f"{name.ljust(width)}  {view['source']}" + _overrides(view))
+        lines = [f"error   {view['error']}"] if view["error"] else argv_lines(view)
+        for line in lines:
+            typer.echo(f"  {line}")
+
+
+def _overrides(view: dict[str, Any]) -> str:
+    return " (overrides the built-in)" if view.get("overrides_builtin") else ""
+
+
+@harness_app.command("show")
+def harness_show(
+    ctx: typer.Context,
+    name: Annotated[
+        str,
+        typer.Argument(
+            metavar="NAME", help="A harness name.", autocompletion=complete.harness_names
+        ),
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one harness: argv forms, prompt delivery, id pattern, source.
+
+    \b
+    Examples:
+      spex harness show claude
+      spex harness show myagent --json
+    """
+    from spexsup import harness
+
+    view = harness.describe(_registry(ctx), name)
+    if as_json:
+        print_json(view)
+        return
+    typer.echo(f"harness {view['name']}")
+    typer.echo(f"source  {view['source']}" + _overrides(view))
+    for line in argv_lines(view):
+        typer.echo(line)
+    if view["fresh"] is not None:
+        via = {"arg": "as an argument", "stdin": "on stdin", "append": "appended"}
+        prompt = via.get(str(view["prompt_via"]), str(view["prompt_via"]))
+        if view["prompt_via"] == "arg" and view["stdin_fallback"]:
+            prompt += " (on stdin when too big for argv)"
+        typer.echo(f"prompt  {prompt}")
+        typer.echo(
+            "args    a session's own arguments go at {args}"
+            f" (spex new NAME --harness {view['name']} -- ARGS…)"
+        )
+    for key, label in (
+        ("binary", "binary "),
+        ("window", "window "),
+        ("id_pattern", "id     "),
+        ("timeout", "timeout"),
+    ):
+        if view.get(key) is not None:
+            value = view[key]
+            typer.echo(f"{label} {value:g}s" if isinstance(value, float) else f"{label} {value}")
+    if view["fresh"] is not None and view["notes"]:
+        typer.echo(f"notes   {view['notes']}")
