@@ -82,8 +82,10 @@ def plan(turn_dir: Path, now: float | None = None) -> int:
         return GONE
     wake = found.reset + margin
     row = store.db.execute(
-        "SELECT harness_session_id FROM sessions WHERE name = ?", (session,)
+        "SELECT harness_session_id, binary FROM sessions WHERE name = ?", (session,)
     ).fetchone()
+    if row is not None and row["binary"]:
+        adapter = adapter.pinned(row["binary"])
     conversation = report.conversation_of(store, turn_dir, adapter) or (
         row["harness_session_id"] if row else None
     )

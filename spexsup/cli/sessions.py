@@ -131,6 +131,9 @@ def new(
         command=command,
         worktree=request if worktree else None,
     )
+    note = sessions.pinned_note(s)
+    if note:
+        typer.echo(f"spex: note: {note}", err=True)
     if as_json:
         (row,) = sessions.describe(spex, [s.name])
         print_json(row)
