@@ -219,7 +219,19 @@ def ours(env: Env, argv: list[str] | None = None) -> list[psutil.Process]:
         try:
             if proc.environ().get("HOME") == env.vars["HOME"] and argv in (None, proc.cmdline()):
                 found.append(proc)
-        except psutil.Error:
+        except (psutil.Error, OSError):  # gone meanwhile
+            continue
+    return found
+
+
+def stopped(env: Env) -> list[str]:
+    """Those of `ours` stopped by a signal (SIGTTIN, SIGTTOU, SIGSTOP)."""
+    found = []
+    for proc in ours(env):
+        try:
+            if proc.status() == psutil.STATUS_STOPPED:
+                found.append(" ".join(proc.cmdline()))
+        except (psutil.Error, OSError):
             continue
     return found
 
@@ -280,8 +292,7 @@ def test_an_rc_file_that_reaches_for_the_terminal_does_not_stop_the_turn(
     code, v = wake_json(env, "t", "x", "--window", "10")
     assert code == 0 and v["verdict"] == "completed", v
     assert harness_env(env)["NO_TTY"] == "yes"
-    stopped = [p for p in ours(env) if p.status() == psutil.STATUS_STOPPED]
-    assert stopped == []
+    assert stopped(env) == []
 
 
 def test_a_cached_wake_never_runs_the_login_shell(env: Env) -> None:
