@@ -4,14 +4,17 @@
 #
 #   bash turn.sh TURN_DIR
 #   bash turn.sh --which NAME [SECONDS]   (the path NAME resolves to on the
-#        login PATH; exit 1 not found, 126 no login shell; `spex new` uses it)
+#        login PATH; exit 1 not found, 126 no login shell)
+#   bash turn.sh --login [SECONDS]   (the login shell and flags, whether the
+#        answer was cached, how long the shell took, its PATH; exit 124 timed
+#        out, 126 no login shell; `spex new` and `spex doctor` use it)
 #
 # TURN_DIR holds `argv` (NUL-separated; the prompt is one element, never
 # parsed by a shell), `env` (NUL-separated KEY=VALUE), `reporter` (the argv of
 # `spex internal turn-exit SESSION TURN`, NUL-separated), `prompt`, and
 # `stdin` when the prompt goes on the harness's stdin, and `deadline`
 # ("SECONDS GRACE") when the turn has a time limit, and `login` (SECONDS)
-# when the harness runs with the PATH of the user's login shell.
+# when the harness runs in the environment of the user's login shell.
 #
 # Marker states, each written atomically (tmp + mv -f):
 #   running:<pid>  ->  reporting:<pid>:<rc>  ->  exit:<rc>:cas:<cas>
@@ -20,49 +23,135 @@
 # then the pane becomes a shell again.
 set -u
 
-# The PATH of the user's login shell, as a person at a terminal has it:
-# `"$SHELL" -lc`, else the passwd entry's shell, given at most $1 seconds.
-# Cached in the state home per shell and rc-file change times (a login
-# shell can cost from milliseconds to a minute of rc files).
-login_path() {
-    local limit=$1 sh=${SHELL:-} key cache="" out cached_key="" cached_path=""
+# The environment of the user's interactive login shell, as a person at a
+# terminal has it (PATH lines that nvm, volta, asdf or fnm put in ~/.bashrc
+# after its "interactive only" guard; API keys exported there): the output
+# of `env -0` run by `"$SHELL" -ilc`, else by the passwd entry's shell, given
+# at most $1 seconds. Sets `login_vars` (KEY=VALUE each, without what must
+# stay the pane's own: see `login_keep`), `login_shell` ("/bin/bash -il"),
+# `login_ms` (how long the shell took when it ran) and `login_source`
+# (cache or shell). Returns 1 when no shell answers, 124 when it timed out.
+#
+# Run detached from the pane's terminal (setsid, stdin /dev/null): an
+# interactive shell, or an rc file that reads /dev/tty or calls stty, would
+# otherwise take the terminal's job control and be stopped (SIGTTIN) for good.
+# Cached in the state home per shell and rc files (path:mtime:size): a login
+# shell can cost from milliseconds to a minute of rc files, a cached turn
+# only this stat and a file read.
+login_env() {
+    local limit=$1 sh=${SHELL:-} key cache="" tmp="" cached_key="" cached_ms="" h=${HOME:-}
+    local started rc=0 i found="" rec k
+    local -a recs=()
+    login_vars=() login_shell="" login_ms="" login_source=""
     if [ -z "$sh" ] || [ ! -x "$sh" ]; then
         sh=$(getent passwd "$(id -u)" 2>/dev/null | cut -d: -f7)
     fi
     if [ -z "$sh" ] || [ ! -x "$sh" ]; then
         return 1
     fi
-    key="$sh $(cd ~ 2>/dev/null && stat -c '%n:%.9Y:%s' -- /etc/profile /etc/profile.d .profile \
-        .bash_profile .bash_login .bashrc .zprofile .zshenv .zshrc .zlogin \
-        .config/fish/config.fish 2>/dev/null | tr '\n' ' ')"
-    [ -n "${SPEXSUP_HOME:-}" ] && cache=$SPEXSUP_HOME/login-path
+    login_shell="$sh -il"
+    key="env1 $login_shell $(stat --printf '%n:%.9Y:%s ' -- /etc/profile /etc/profile.d \
+        /etc/bash.bashrc /etc/zsh/zshenv /etc/zsh/zprofile /etc/zsh/zshrc /etc/zsh/zlogin \
+        "$h/.profile" "$h/.bash_profile" "$h/.bash_login" "$h/.bashrc" "$h/.bash_aliases" \
+        "$h/.zprofile" "$h/.zshenv" "$h/.zshrc" "$h/.zlogin" \
+        "$h/.config/fish/config.fish" 2>/dev/null)"
+    [ -n "${SPEXSUP_HOME:-}" ] && cache=$SPEXSUP_HOME/login-env
     if [ -n "$cache" ] && [ -r "$cache" ]; then
-        { IFS= read -r cached_key && IFS= read -r cached_path; } <"$cache"
-        if [ "$cached_key" = "$key" ] && [ -n "$cached_path" ]; then
-            printf '%s' "$cached_path"
+        { IFS= read -r cached_key && IFS= read -r cached_ms && mapfile -d '' -t login_vars; } <"$cache"
+        if [ "$cached_key" = "$key" ] && [ ${#login_vars[@]} -gt 0 ]; then
+            login_ms=$cached_ms login_source=cache
             return 0
         fi
+        login_vars=()
     fi
-    # rc files may print: the PATH is what follows the last sentinel.
-    out=$(timeout -k 1 "$limit" "$sh" -lc 'printf "\n@spex-path@%s" "$PATH"' </dev/null 2>/dev/null) ||
-        return 1
-    case $out in *@spex-path@*) ;; *) return 1 ;; esac
-    out=${out##*@spex-path@}
-    [ -n "$out" ] || return 1
     if [ -n "$cache" ]; then
-        printf '%s\n%s\n' "$key" "$out" >"$cache.$$" 2>/dev/null && mv -f "$cache.$$" "$cache"
+        tmp=$cache.$$
+    else
+        tmp=$(mktemp) || return 1
     fi
-    printf '%s' "$out"
+    # rc files may print: the environment is what follows the sentinel. `exec`:
+    # no logout file (~/.bash_logout's clear_console) runs after it.
+    started=${EPOCHREALTIME//[!0-9]/}
+    # (Braces: bash's own "Killed" line, when -k had to, is not for the pane.)
+    { setsid -w timeout -k 1 "$limit" "$sh" -ilc 'printf "\n%s\n" @spex-env@; exec env -0' \
+        </dev/null >"$tmp" || rc=$?; } 2>/dev/null
+    login_ms=$(((${EPOCHREALTIME//[!0-9]/} - started) / 1000))
+    mapfile -d '' -t recs <"$tmp"
+    rm -f "$tmp"
+    [ "$rc" = 124 ] || [ "$rc" = 137 ] && return 124
+    for i in "${!recs[@]}"; do
+        case ${recs[i]} in *$'\n@spex-env@\n'*)
+            found=$i
+            break
+            ;;
+        esac
+    done
+    [ -n "$found" ] || return 1
+    recs[found]=${recs[found]##*$'\n@spex-env@\n'}
+    for rec in "${recs[@]:found}"; do
+        k=${rec%%=*}
+        [ "$k" != "$rec" ] && [[ $k =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] && login_keep "$k" || continue
+        login_vars+=("$rec")
+    done
+    case " ${login_vars[*]%%=*} " in *" PATH "*) ;; *) return 1 ;; esac
+    login_source=shell
+    if [ -n "$cache" ]; then
+        { printf '%s\n%s\n' "$key" "$login_ms" && printf '%s\0' "${login_vars[@]}"; } \
+            >"$cache.$$" 2>/dev/null && mv -f "$cache.$$" "$cache"
+    fi
+    return 0
+}
+
+# Is the login shell's KEY one the turn takes? Not the lookup shell's own
+# bookkeeping (PWD, SHLVL, `_`, prompts), not what must stay the pane's
+# (TERM, tmux's, the terminal's size) nor spex's own SPEXSUP_* as the launch
+# set them, and not bash's read-only ones, which `export` refuses.
+login_keep() {
+    case $1 in
+    PWD | OLDPWD | SHLVL | _ | PS[1-4] | PROMPT_COMMAND | COLUMNS | LINES | TERM | TMUX | \
+        TMUX_PANE | TMUX_TMPDIR | SPEXSUP_* | SHELLOPTS | BASHOPTS | BASH_VERSINFO | EUID | \
+        UID | PPID | GROUPS)
+        return 1
+        ;;
+    esac
+    return 0
+}
+
+# The login environment exported into this shell; 126 when there is none.
+export_login() {
+    local kv
+    login_env "$1" || return 126
+    for kv in "${login_vars[@]}"; do
+        export "${kv?}"
+    done
 }
 
 if [ "${1:-}" = "--which" ]; then
     name=${2:?usage: turn.sh --which NAME [SECONDS]}
-    if ! login=$(login_path "${3:-10}"); then
+    umask 077
+    if ! export_login "${3:-10}"; then
         echo "spex: no login shell could be resolved" >&2
         exit 126
     fi
-    PATH=$login type -P -- "$name" || exit 1
+    type -P -- "$name" || exit 1
     exit 0
+fi
+
+# What `spex doctor` and `spex new` read: the shell and flags, where the
+# answer came from, how long the shell took (ms), then the login PATH.
+if [ "${1:-}" = "--login" ]; then
+    umask 077
+    login_env "${2:-10}"
+    rc=$?
+    printf 'shell %s\nsource %s\nms %s\n' "$login_shell" "$login_source" "$login_ms"
+    if [ $rc = 0 ]; then
+        for kv in "${login_vars[@]}"; do
+            [ "${kv%%=*}" = PATH ] && printf '%s\n' "$kv"
+        done
+        exit 0
+    fi
+    [ $rc = 124 ] && exit 124
+    exit 126
 fi
 
 dir=${1:?usage: turn.sh TURN_DIR}
@@ -99,13 +188,12 @@ fi
 argv=()
 mapfile -d '' -t argv <"$dir/argv"
 
-# The login shell's PATH first, then the session's --env, which wins.
+# The pane's environment overlaid by the login shell's, then the session's
+# --env, which wins.
 refused=""
 if [ -r "$dir/login" ]; then
     read -r login_limit <"$dir/login"
-    if login=$(login_path "$login_limit"); then
-        export PATH="$login"
-    else
+    if ! export_login "$login_limit"; then
         refused="no login shell could be resolved - turn NOT started"
         refused_rc=126
         : >"$dir/no-login-shell"
@@ -120,9 +208,10 @@ if [ -z "$refused" ] && [ ${#argv[@]} -gt 0 ]; then
     if binary=$(type -P -- "${argv[0]}"); then
         printf '%s\n' "$binary" >"$dir/binary"
     else
-        where="the login PATH"
-        [ -r "$dir/login" ] || where="PATH"
-        refused="${argv[0]} not found on $where"
+        where=" on the login PATH"
+        [ -r "$dir/login" ] || where=" on PATH"
+        case ${argv[0]} in */*) where="" ;; esac
+        refused="${argv[0]} not found$where"
         refused_rc=127
         : >"$dir/not-found"
     fi

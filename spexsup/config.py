@@ -117,8 +117,8 @@ class Config(NamedTuple):
     max_concurrent: int | None = None
     strict: bool = False
     tmux_prefix: str | None = None
-    # Turns run with the PATH of the user's login shell (`"$SHELL" -lc`), which
-    # must answer within login_timeout seconds.
+    # Turns run in the environment of the user's interactive login shell
+    # (`"$SHELL" -ilc`), which must answer within login_timeout seconds.
     login_shell: bool = True
     login_timeout: float = 10.0
     # After a usage limit's reset time, this long before resuming.

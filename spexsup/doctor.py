@@ -56,6 +56,7 @@ def run_checks(spex: Spex) -> list[Check]:
     checks.extend(Check("notice", False, n["message"], required=False) for n in notices)
     mode = stat.S_IMODE(spex.home.stat().st_mode)
     checks.append(Check("state", mode == 0o700, f"{spex.home} mode {mode:o}"))
+    login_path = _login(spex, checks)
     registry = harness.load_registry(spex.home)
     for name, error in registry.errors.items():
         checks.append(Check(f"harness {name}", False, error.line(), required=False))
@@ -67,18 +68,50 @@ def run_checks(spex: Spex) -> list[Check]:
             detail = ", ".join(x for x in (h.notes, origin) if x) or harness.BUILT_IN
             checks.append(Check(f"harness {name}", True, detail, required=False))
             continue
-        # As a turn finds it: on the login shell's PATH (spex new checks the same).
-        from spexsup.errors import SpexError
-        from spexsup.sessions import check_binary
-
-        try:
-            path: str | None = check_binary(spex.home, h.binary)
-            detail = ""
-        except SpexError as e:
-            path, detail = None, e.message
-        if path:
-            detail = f"{path} {_version([path, *h.version_args]) or '(version unknown)'}"
+        # As a turn finds it: on the login PATH (spex new checks the same).
+        path = shutil.which(h.binary, path=login_path) if login_path is not None else None
+        mine = None if path else shutil.which(h.binary)
+        if path or mine:
+            found = path or mine or ""
+            detail = f"{found} {_version([found, *h.version_args]) or '(version unknown)'}"
+            if not path:
+                detail += " (not on the login PATH: spex new makes its turns run this path)"
+        elif login_path is None:
+            detail = "not checked: no login environment"
+        else:
+            detail = "not installed or not on your login PATH"
         if origin:
             detail += f" ({origin})"
         checks.append(Check(f"harness {name}", path is not None, detail, required=False))
     return checks
+
+
+def _login(spex: Spex, checks: list[Check]) -> str | None:
+    """The login environment's checks (its shell and flags, how long it took,
+    whether cached, its PATH); its PATH, or None when there is none."""
+    import os
+
+    from spexsup import config, login
+    from spexsup.errors import SpexError
+
+    try:
+        settings = config.load(spex.home)
+    except SpexError:
+        return None  # the config check reports it
+    if not settings.login_shell:
+        checks.append(
+            Check("login", True, "off (login_shell = false): turns use the pane's environment")
+        )
+        path = os.environ.get("PATH", os.defpath)
+        checks.append(Check("PATH", True, path, required=False))
+        return path
+    try:
+        found = login.resolve(spex.home, settings.login_timeout)
+    except SpexError as e:
+        checks.append(Check("login", False, e.line()))
+        return None
+    took = f"{found.seconds * 1000:.0f} ms" if found.seconds < 1 else f"{found.seconds:.1f} s"
+    source = f"cached (the shell took {took})" if found.cached else f"took {took}, now cached"
+    checks.append(Check("login", True, f"{found.shell}: {source}"))
+    checks.append(Check("login PATH", True, found.path))
+    return found.path

@@ -95,6 +95,18 @@ class Harness(NamedTuple):
     # passed verbatim: a `{prompt}` or `{session_id}` in them is not expanded.
     args: tuple[str, ...] = ()
 
+    def pinned(self, path: str) -> Harness:
+        """This harness with its binary run as `path` (an absolute path that
+        `spex new` found on the caller's PATH only) wherever its argv starts
+        with the binary's name."""
+
+        def pin(template: tuple[str, ...] | None) -> tuple[str, ...] | None:
+            if template and self.binary and template[0] == self.binary:
+                return (path, *template[1:])
+            return template
+
+        return self._replace(fresh=pin(self.fresh) or self.fresh, resume=pin(self.resume))
+
     def argv(
         self, prompt: bytes, session_id: str | None, assigned: str | None = None
     ) -> tuple[list[bytes], bool]:

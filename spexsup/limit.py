@@ -83,12 +83,15 @@ def plan(turn_dir: Path, now: float | None = None) -> int:
         return GONE
     wake = found.reset + margin
     row = store.db.execute(
-        "SELECT harness, command, harness_session_id FROM sessions WHERE name = ?", (session,)
+        "SELECT harness, command, harness_session_id, binary FROM sessions WHERE name = ?",
+        (session,),
     ).fetchone()
     if row and row["harness"] == name and row["command"]:
         # A named harness's own arguments (sessions.Session.from_row): the
         # run after the wait gets them as the first run did.
         adapter = adapter._replace(args=tuple(json.loads(row["command"])))
+    if row is not None and row["binary"]:
+        adapter = adapter.pinned(row["binary"])
     conversation = report.conversation_of(store, turn_dir, adapter) or (
         row["harness_session_id"] if row else None
     )

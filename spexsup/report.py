@@ -205,6 +205,12 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
             " (check $SHELL and its rc files; or login_shell = false in config.toml)",
         )
     if rc == 127 and (turn_dir / "not-found").exists():
+        try:
+            first = (turn_dir / "argv").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+        except OSError:
+            first = ""
+        if "/" in first:  # a path, or a pinned binary (see sessions.check_binary) gone since
+            return Judgement("error", cause="not-found", error=f"{first} not found")
         where = "the login PATH" if (turn_dir / "login").exists() else "PATH"
         binary = name if name and name != "command" else "the harness"
         return Judgement("error", cause="not-found", error=f"{binary} not found on {where}")

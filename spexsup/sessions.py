@@ -50,6 +50,9 @@ class Session(NamedTuple):
     on_limit: str | None = None
     # A named harness's own arguments (`spex new NAME --harness H -- ARGS…`).
     harness_args: tuple[str, ...] = ()
+    # The harness binary's absolute path, when `spex new` found it only on
+    # the caller's PATH (see `check_binary`): turns run it instead of the name.
+    binary: str | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Session:
@@ -75,10 +78,12 @@ class Session(NamedTuple):
             timeout=row["timeout"],
             strict=bool(row["strict"]),
             on_limit=row["on_limit"],
+            binary=row["binary"],
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
-        return harnesses.resolve(self.harness, self.command, home, self.harness_args)
+        found = harnesses.resolve(self.harness, self.command, home, self.harness_args)
+        return found.pinned(self.binary) if self.binary else found
 
     def owner(self, home: Path) -> str:
         """The tag on this session's tmux home (see `home.owner_tag`)."""
@@ -94,47 +99,69 @@ def _worktree(text: str | None) -> Worktree | None:
     return Worktree.from_json(text)
 
 
-def check_binary(home: Path, binary: str) -> str:
-    """The path `binary` resolves to as a turn will resolve it: on the login
-    shell's PATH (the wrapper's own `--which`), or on ours when config.toml
-    sets login_shell = false. Refused naming it when it does not resolve."""
-    import os
-    import subprocess
+class Binary(NamedTuple):
+    """Where a harness binary resolves for a session's turns."""
 
-    from spexsup import config
-    from spexsup.paths import wrapper_path
+    path: str
+    # Not where turns look (the login PATH, or the session's --env PATH) but
+    # on the caller's own PATH: the session's turns run this path.
+    pinned: bool = False
+    # Where turns look, for messages: "your login PATH".
+    where: str = "your login PATH"
+
+
+def check_binary(home: Path, binary: str, env: Mapping[str, str] | None = None) -> Binary:
+    """Where `binary` resolves as a turn will resolve it: on the session's
+    `--env PATH` when it sets one (it wins), else on the login shell's PATH,
+    else (config.toml's login_shell = false) on ours. Not there but on the
+    caller's own PATH: that path, `pinned`. Refused naming it when neither
+    has it, or when no login shell answers (see `login.resolve`)."""
+    from spexsup import config, login
 
     settings = config.load(home)
-    if not settings.login_shell:
-        found = shutil.which(binary)
-        if found is None:
-            raise Refused(
-                f"{binary} is not installed or not on your PATH", hint="spex doctor; or --no-check"
-            )
-        return found
-    wrapper = os.environ.get("SPEXSUP_WRAPPER") or str(wrapper_path())
-    try:
-        r = subprocess.run(
-            ["bash", wrapper, "--which", binary, f"{settings.login_timeout:g}"],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "SPEXSUP_HOME": str(home)},
-            timeout=settings.login_timeout + 5,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise Refused(f"cannot check for {binary} on your login PATH: {e}") from None
-    if r.returncode == 126:
-        raise Refused(
-            "no login shell could be resolved (check $SHELL and its rc files)",
-            hint="login_shell = false in config.toml, or --no-check",
-        )
-    if r.returncode != 0 or not r.stdout.strip():
-        raise Refused(
-            f"{binary} is not installed or not on your login PATH",
-            hint="spex doctor; or --no-check",
-        )
-    return r.stdout.strip()
+    if env is not None and "PATH" in env:
+        path, where = env["PATH"], "the session's --env PATH"
+    elif settings.login_shell:
+        path, where = login.resolve(home, settings.login_timeout).path, "your login PATH"
+    else:
+        path, where = os.environ.get("PATH", os.defpath), "your PATH"
+    found = shutil.which(binary, path=path)
+    if found is not None:
+        return Binary(str(Path(found).absolute()), where=where)
+    mine = shutil.which(binary)
+    if mine is not None:
+        return Binary(str(Path(mine).absolute()), pinned=True, where=where)
+    raise Refused(f"{binary} is not installed or not on {where}", hint="spex doctor; or --no-check")
+
+
+def pinned_note(session: Session) -> str | None:
+    """What `spex new` says when the session's turns run a pinned binary."""
+    if session.binary is None:
+        return None
+    from spexsup import login
+
+    if "PATH" in session.env:
+        where, fix = "the session's --env PATH", "add its directory to --env PATH to use that PATH"
+    else:
+        where = "your login PATH"
+        fix = f"add its directory to PATH in {login.rc_file()} to use the login PATH"
+    name = Path(session.binary).name
+    return f"{name} is not on {where}; turns will run {session.binary} ({fix} instead)"
+
+
+def check_command(argv0: str, cwd: Path) -> None:
+    """A command given as a path (`-- ./agent.sh`, relative to the session's
+    cwd) must be an executable file; refused naming it otherwise. A bare
+    name is looked up on the turn's PATH when it runs."""
+    if "/" not in argv0:
+        return
+    target = cwd / argv0
+    shown = argv0 if argv0.startswith("/") else f"{argv0} (in {cwd})"
+    if not target.exists():
+        raise Refused(f"{shown} does not exist", hint="the command's path, or --no-check")
+    if target.is_dir() or not os.access(target, os.X_OK):
+        what = "a directory" if target.is_dir() else "not executable"
+        raise Refused(f"{shown} is {what}", hint="chmod +x it, or --no-check")
 
 
 def validate_name(name: str) -> str:
@@ -210,8 +237,6 @@ def create(
         raise no_harness(spex.home)
     if harness != "command":
         adapter = harnesses.load_registry(spex.home).get(harness)
-        if check and adapter.binary:
-            check_binary(spex.home, adapter.binary)
     if harness == "command" and not command:
         raise Invalid("the command harness needs a command", hint="spex new NAME -- CMD ARGS…")
     if command and harness != "command":
@@ -223,6 +248,10 @@ def create(
             raise Invalid(f"invalid argument for {harness}: {arg!r}", hint="strings with no NUL")
     after = list(command) if command else list(harness_args)
     env = parse_env([f"{k}={v}" for k, v in (env or {}).items()])
+    pinned = None
+    if check and harness != "command" and adapter.binary:
+        found = check_binary(spex.home, adapter.binary, env)
+        pinned = found.path if found.pinned else None
     plan = None
     if worktree is not None:
         from spexsup import worktree as worktrees
@@ -241,13 +270,16 @@ def create(
         ) from None
     if plan is None and not directory.is_dir():
         raise Invalid(f"no such directory {str(directory)!r}", hint="--cwd DIR")
+    if check and command and (plan is None or command[0].startswith("/")):
+        # (A worktree's files are not there yet: only an absolute path is checked.)
+        check_command(command[0], directory)
     incarnation = os.urandom(6).hex()  # secrets' source, without its hmac import
     try:
         with spex.store.tx() as db:
             db.execute(
                 "INSERT INTO sessions (name, harness, command, cwd, env, window, created_at,"
-                " incarnation, state, worktree, timeout, strict, on_limit)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " incarnation, state, worktree, timeout, strict, on_limit, binary)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     harness,
@@ -262,6 +294,7 @@ def create(
                     timeout,
                     int(strict),
                     on_limit,
+                    pinned,
                 ),
             )
     except sqlite3.IntegrityError:
@@ -578,6 +611,7 @@ def describe(
             "on_limit": s.on_limit,
             "command": list(s.command) if s.command else None,
             "harness_args": list(s.harness_args),
+            "pinned_binary": s.binary,
             "created_at": s.created_at,
             "lease": (
                 {"epoch": held["epoch"], "state": held["state"]}

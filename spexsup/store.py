@@ -177,6 +177,11 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (event, hook)
     );
     """,
+    # 10: a harness binary found by `spex new` only on the caller's PATH, not
+    # on the login PATH: its absolute path, which the session's turns run.
+    """
+    ALTER TABLE sessions ADD COLUMN binary TEXT;
+    """,
 )
 
 

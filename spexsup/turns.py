@@ -272,7 +272,7 @@ class Ending(NamedTuple):
     timeout: float | None
     grace: float
     strict: bool
-    # Resolve PATH through the login shell, waiting at most this long.
+    # Run in the login shell's environment, waiting at most this long for it.
     login_timeout: float | None = None
     # Wait in the pane for a usage limit to reset, at most this long.
     limit_wait: float | None = None
@@ -337,9 +337,9 @@ def _prepare(
         files["render"] = f"{adapter.outcome}\n".encode()
     if ending.timeout:
         files["deadline"] = f"{ending.timeout:g} {ending.grace:g}\n".encode()
-    if ending.login_timeout is not None and argv and b"/" not in argv[0]:
-        # A bare name is looked up on the login shell's PATH; a path (the
-        # demo's interpreter, `-- ./agent.sh`) needs no lookup.
+    if ending.login_timeout is not None:
+        # Every harness, a path too (the demo's interpreter, `-- ./agent.sh`):
+        # what the login shell exports (an API key in ~/.bashrc) is its own.
         files["login"] = f"{ending.login_timeout:g}\n".encode()
     if ending.limit_wait is not None:
         files["on-limit"] = f"{ending.limit_wait:g} {ending.limit_margin:g}\n".encode()

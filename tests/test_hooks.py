@@ -65,7 +65,10 @@ def test_two_readers_racing_over_a_lost_turn_fire_its_hook_once(env: Env) -> Non
     woke = json.loads(env.run("wake", "a", "x", "--window", "0.3", "--json").stdout)
     # Its first line is in the log (the summary the hook gets) before the kill.
     output = env.home / "turns" / "a" / woke["turn"] / "output.log"
-    assert retry_until(lambda: "working on: x" in output.read_text(), seconds=30)
+    # (The wrapper makes output.log only once the login environment is read.)
+    assert retry_until(
+        lambda: output.exists() and "working on: x" in output.read_text(), seconds=30
+    )
     wrapper = psutil.Process(woke["pid"])
     wrapper.kill()
     assert retry_until(lambda: _gone(wrapper), seconds=30)

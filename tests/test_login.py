@@ -1,14 +1,21 @@
-"""Turns run with the user's login-shell PATH (issue 14): a harness found only
-there, a missing one refused at `new` and failed at wake by name, --env
-winning, a login shell that fails or hangs, and the cache that keeps a slow
-login shell off every turn. Each test's HOME has a tiny .profile."""
+"""Turns run in the user's interactive login environment (issues 14, 21): a
+harness found only there (an nvm line after ~/.bashrc's interactive-only
+guard, for bash and for zsh), an API key exported there, --env winning, a
+binary only on the caller's PATH pinned by `spex new`, a command path that
+does not exist refused, a login shell that fails, hangs or reaches for the
+terminal, the cache that keeps it off every turn, and what `spex doctor`
+says of it. Each test's HOME has a tiny .profile (conftest)."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from pathlib import Path
 
-from conftest import Env
+import psutil
+import pytest
+from conftest import FAKES, Env, retry_until
 from test_turns import show, wake_json
 
 
@@ -98,26 +105,316 @@ def test_login_shell_off_uses_the_panes_path(env: Env) -> None:
     assert code == 0 and v["verdict"] == "completed", v
 
 
-def test_the_login_path_is_cached_until_an_rc_file_changes(env: Env) -> None:
+# Ubuntu's /etc/skel/.bashrc starts so: nothing after it reaches a
+# non-interactive shell, which is where nvm, volta, asdf and fnm add theirs.
+GUARD = "case $- in\n    *i*) ;;\n      *) return;;\nesac\n"
+NVM = "$HOME/.nvm/versions/node/v20/bin"
+
+
+def user_home(env: Env) -> Path:
+    return Path(env.vars["HOME"])
+
+
+def base_path(env: Env) -> str:
+    """The test PATH without the fake CLIs: where no `claude` is."""
+    return ":".join(p for p in env.vars["PATH"].split(":") if p != str(FAKES))
+
+
+def ubuntu_profile(env: Env, path: str) -> None:
+    """~/.profile as /etc/skel has it (it sources ~/.bashrc under bash), with
+    `path` as the PATH it starts from."""
+    (user_home(env) / ".profile").write_text(
+        f"PATH='{path}'\nexport PATH\n"
+        'if [ -n "$BASH_VERSION" ]; then\n'
+        '    if [ -f "$HOME/.bashrc" ]; then\n        . "$HOME/.bashrc"\n    fi\nfi\n'
+    )
+
+
+def dumping_cli(directory: Path, name: str, then: Path | None = None) -> Path:
+    """A CLI named `name` in `directory` that records its environment in
+    $HOME/harness-env (NUL-separated), then runs `then`, else echoes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    run = f'exec "{then}" "$@"' if then else f'echo "{name} ran:" "$@"'
+    path.write_text(f'#!/bin/sh\nenv -0 > "$HOME/harness-env"\n{run}\n')
+    path.chmod(0o755)
+    return path
+
+
+def harness_env(env: Env) -> dict[str, str]:
+    data = (user_home(env) / "harness-env").read_bytes()
+    pairs = (item.decode().partition("=") for item in data.split(b"\0") if item)
+    return {k: v for k, _, v in pairs}
+
+
+def nvm_user(env: Env) -> Path:
+    """A bash user whose claude came from nvm: the PATH line and an API key in
+    ~/.bashrc after the guard; a fake claude (logged in) only in nvm's bin."""
+    home = user_home(env)
+    nvm = Path(NVM.replace("$HOME", str(home)))
+    claude = dumping_cli(nvm, "claude", then=FAKES / "claude")
+    ubuntu_profile(env, base_path(env))
+    (home / ".bashrc").write_text(
+        GUARD + f'export PATH="{NVM}:$PATH"\nexport MY_API_KEY=from-bashrc\n'
+        "export FAKE_CLAUDE_LOGGED_IN=1\n"
+    )
+    return claude
+
+
+def test_an_nvm_cli_after_the_bashrc_guard_runs_with_the_bashrc_exports(env: Env) -> None:
+    claude = nvm_user(env)
+    r = env.run("new", "x", "--harness", "claude", "--cwd", str(env.root))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    code, v = wake_json(env, "x", "hello", "--window", "10")
+    assert code == 0 and v["verdict"] == "completed", v
+    assert show(env, "x")["binary"] == str(claude)
+    seen = harness_env(env)
+    assert seen["MY_API_KEY"] == "from-bashrc"
+    assert seen["PATH"].split(":")[0] == str(claude.parent)
+    # The pane's own, not the lookup shell's: its terminal, spex's names.
+    assert seen["SPEXSUP_TURN"] == v["turn"]
+    assert seen["TMUX_PANE"].startswith("%")
+    assert seen["PWD"] == str(env.root)
+
+
+def test_the_sessions_env_wins_over_the_login_environment(env: Env) -> None:
+    nvm_user(env)
+    r = env.run(
+        "new", "x", "--harness", "claude", "--cwd", str(env.root), "--env", "MY_API_KEY=other"
+    )
+    assert r.returncode == 0, r.stderr
+    code, v = wake_json(env, "x", "hello", "--window", "10")
+    assert code == 0 and v["verdict"] == "completed", v
+    assert harness_env(env)["MY_API_KEY"] == "other"
+
+
+def test_a_zsh_user_gets_the_zshrc_environment(env: Env) -> None:
+    zsh = shutil.which("zsh")
+    if zsh is None:
+        pytest.skip("zsh is not installed (.ci/run installs it)")
+    home = user_home(env)
+    env.vars["SHELL"] = zsh
+    agent = dumping_cli(home / ".local" / "zbin", "myagent")
+    (home / ".zshrc").write_text(
+        f"PATH='{base_path(env)}'\n"
+        'path=("$HOME/.local/zbin" $path)\nexport PATH\nexport MY_API_KEY=from-zshrc\n'
+    )
+    harness_file(env, MINE)
+    r = env.run("new", "z", "--harness", "mine", "--cwd", str(env.root))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    code, v = wake_json(env, "z", "hi", "--window", "10")
+    assert code == 0 and v["verdict"] == "completed", v
+    assert "myagent ran: hi" in env.run("log", "z").stdout
+    assert show(env, "z")["binary"] == str(agent)
+    assert harness_env(env)["MY_API_KEY"] == "from-zshrc"
+    assert f"{zsh} -il" in env.run("doctor").stdout
+
+
+def ours(env: Env, argv: list[str] | None = None) -> list[psutil.Process]:
+    """Live processes under the test's HOME (with this argv)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("HOME") == env.vars["HOME"] and argv in (None, proc.cmdline()):
+                found.append(proc)
+        except (psutil.Error, OSError):  # gone meanwhile
+            continue
+    return found
+
+
+def stopped(env: Env) -> list[str]:
+    """Those of `ours` stopped by a signal (SIGTTIN, SIGTTOU, SIGSTOP)."""
+    found = []
+    for proc in ours(env):
+        try:
+            if proc.status() == psutil.STATUS_STOPPED:
+                found.append(" ".join(proc.cmdline()))
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def test_an_rc_file_that_hangs_is_bounded_by_login_timeout(env: Env) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text("login_timeout = 1\n")
+    marker = env.root / "ran"
+    env.run("new", "t", "--cwd", str(env.root), "--", "touch", str(marker))
+    ubuntu_profile(env, env.vars["PATH"])
+    # Only an interactive shell gets past the guard, and sticks there (the
+    # lookup's: the pane's own shell, on the terminal, reads .bashrc too).
+    (user_home(env) / ".bashrc").write_text(GUARD + "trap '' TERM HUP\n[ -t 0 ] || sleep 100\n")
+    started = time.monotonic()
+    code, v = wake_json(env, "t", "x", "--window", "10")
+    assert code == 1 and v["rc"] == 126, v
+    assert v["error"].startswith("no login shell could be resolved - turn NOT started")
+    assert time.monotonic() - started < 8
+    assert not marker.exists()
+    assert show(env, "t")["turn"]["cause"] == "no-login-shell"
+    # Its whole process group went with it (timeout -k: SIGKILL after 1 s).
+    assert retry_until(lambda: not ours(env, ["sleep", "100"]), 5)
+    # And `spex new` says what happened in one line, without waiting longer.
+    harness_file(env, MINE)
+    started = time.monotonic()
+    r = env.run("new", "m", "--harness", "mine", "--cwd", str(env.root))
+    assert r.returncode == 3
+    assert r.stderr == (
+        "spex: no login shell could be resolved (/bin/bash -il ran past login_timeout = 1 s;"
+        " check its rc files) (login_shell = false in config.toml, or --no-check)\n"
+    )
+    assert time.monotonic() - started < 8
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_an_rc_file_that_reaches_for_the_terminal_does_not_stop_the_turn(
+    env: Env, shell: str
+) -> None:
+    # A shell started in the pane under a process group of its own (timeout's)
+    # that touches the terminal is stopped by SIGTTIN/SIGTTOU for good, and an
+    # interactive zsh opens /dev/tty by itself; the lookup runs with no
+    # terminal at all (setsid, stdin /dev/null). (Only without a terminal on
+    # stdin: the pane's own shells read these files too.)
+    path = shutil.which(shell)
+    if path is None:
+        pytest.skip(f"{shell} is not installed (.ci/run installs it)")
+    env.vars["SHELL"] = path
+    rc = ".profile" if shell == "bash" else ".zprofile"
+    (user_home(env) / rc).write_text(
+        f"PATH='{env.vars['PATH']}'\nexport PATH\n"
+        "if [ ! -t 0 ]; then\n"
+        "    stty sane </dev/tty; read -r line </dev/tty; stty size; read -r line\n"
+        "    export NO_TTY=yes\n    set -m\n"
+        "fi\n"
+    )
+    agent = dumping_cli(env.root / "bin", "a")
+    env.run("new", "t", "--cwd", str(env.root), "--", str(agent))
+    code, v = wake_json(env, "t", "x", "--window", "10")
+    assert code == 0 and v["verdict"] == "completed", v
+    assert harness_env(env)["NO_TTY"] == "yes"
+    assert stopped(env) == []
+
+
+def test_a_cached_wake_never_runs_the_login_shell(env: Env) -> None:
     count = env.root / "logins"
-    profile = Path(env.vars["HOME"]) / ".profile"
-    # Counted only when not interactive: the pane's own login shell is not ours.
-    once = "case $- in *i*) ;; *) echo {} >> " + str(count) + ";; esac\n"
-    profile.write_text(once.format("x") + f"PATH='{env.vars['PATH']}'\n")
+    bashrc = user_home(env) / ".bashrc"
+    ubuntu_profile(env, env.vars["PATH"])
+    # Counted only without a terminal: the pane's own shells read .bashrc too.
+    once = GUARD + "[ -t 0 ] || echo {} >> " + str(count) + "\n"
+    bashrc.write_text(once.format("x"))
     env.run("new", "t", "--cwd", str(env.root), "--", "echo")
     for _ in range(2):
         code, v = wake_json(env, "t", "x", "--window", "8")
         assert code == 0, v
-    assert count.read_text().count("x") == 1
-    profile.write_text(once.format("y") + f"PATH='{env.vars['PATH']}'\n")
+    assert count.read_text().split() == ["x"]
+    bashrc.write_text(once.format("y"))
     code, v = wake_json(env, "t", "x", "--window", "8")
     assert code == 0, v
-    assert count.read_text().count("y") == 1
+    assert count.read_text().split() == ["x", "y"]
+    cache = env.home / "login-env"
+    assert cache.stat().st_mode & 0o777 == 0o600
 
 
-def test_a_harness_given_as_a_path_needs_no_login_shell(env: Env) -> None:
-    (Path(env.vars["HOME"]) / ".profile").write_text("sleep 30\n")
-    env.run("new", "t", "--cwd", str(env.root), "--", "/bin/echo")
+def test_a_binary_only_on_the_callers_path_is_pinned(env: Env) -> None:
+    mine = agent(env.root / "my-bin", "myagent", "pinned")
+    harness_file(env, MINE)
+    caller = {"PATH": f"{mine.parent}:{env.vars['PATH']}"}
+    r = env.run("new", "m", "--harness", "mine", "--cwd", str(env.root), extra=caller)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == (
+        f"spex: note: myagent is not on your login PATH; turns will run {mine}"
+        " (add its directory to PATH in ~/.profile to use the login PATH instead)\n"
+    )
+    assert show(env, "m")["pinned_binary"] == str(mine)
+    code, v = wake_json(env, "m", "hi", "--window", "8")
+    assert code == 0 and v["verdict"] == "completed", v
+    assert "pinned: hi" in env.run("log", "m").stdout
+    assert show(env, "m")["binary"] == str(mine)
+    # Gone since: the turn names the path it was to run.
+    mine.unlink()
+    code, v = wake_json(env, "m", "hi", "--window", "8")
+    assert code == 1 and v["rc"] == 127, v
+    assert v["error"] == f"{mine} not found"
+
+
+def test_new_checks_the_binary_on_the_sessions_env_path(env: Env) -> None:
+    harness_file(env, MINE)
+    only_env = agent(env.root / "env-bin", "myagent", "env")
+    path = f"{only_env.parent}:/usr/bin:/bin"
+    r = env.run("new", "a", "--harness", "mine", "--cwd", str(env.root), "--env", f"PATH={path}")
+    assert (r.returncode, r.stderr) == (0, "")
+    code, v = wake_json(env, "a", "hi", "--window", "8")
+    assert code == 0 and v["verdict"] == "completed", v
+    # On the login PATH but not on the --env PATH, which wins: refused.
+    agent(env.root / "login-bin", "myagent", "login")
+    env.login_path(f"{env.root / 'login-bin'}:{env.vars['PATH']}")
+    r = env.run("new", "b", "--harness", "mine", "--cwd", str(env.root), "--env", "PATH=/usr/bin")
+    assert r.returncode == 3
+    assert r.stderr == (
+        "spex: myagent is not installed or not on the session's --env PATH"
+        " (spex doctor; or --no-check)\n"
+    )
+
+
+def test_a_command_path_that_does_not_exist_is_refused_at_new(env: Env) -> None:
+    (env.root / "not-exec.sh").write_text("echo\n")
+    (env.root / "sub").mkdir()
+    for command, why in (
+        ("./missing.sh", f"./missing.sh (in {env.root}) does not exist"),
+        (str(env.root / "gone"), f"{env.root / 'gone'} does not exist"),
+        ("./not-exec.sh", f"./not-exec.sh (in {env.root}) is not executable"),
+        ("sub", None),  # a bare name: looked up on the turn's PATH at wake
+        ("./sub", f"./sub (in {env.root}) is a directory"),
+    ):
+        r = env.run("new", "x", "--cwd", str(env.root), "--", command)
+        if why is None:
+            assert r.returncode == 0, r.stderr
+            assert env.run("rm", "x").returncode == 0
+            continue
+        assert r.returncode == 3, (command, r.stderr)
+        hint = (
+            "chmod +x it, or --no-check"
+            if "exist" not in why
+            else "the command's path, or --no-check"
+        )
+        assert r.stderr == f"spex: {why} ({hint})\n"
+        assert json.loads(env.run("ls", "--json").stdout) == []
+        assert env.tmux("has-session", "-t", "=x").returncode != 0
+    r = env.run("new", "x", "--cwd", str(env.root), "--no-check", "--", "./missing.sh")
+    assert r.returncode == 0, r.stderr
+    code, v = wake_json(env, "x", "hi", "--window", "8")
+    assert code == 1 and v["rc"] == 127, v
+    assert v["error"] == "./missing.sh not found"
+
+
+def test_a_command_given_as_a_path_gets_the_login_environment_too(env: Env) -> None:
+    ubuntu_profile(env, env.vars["PATH"])
+    (user_home(env) / ".bashrc").write_text(GUARD + "export MY_API_KEY=for-scripts\n")
+    dumping_cli(env.root / "bin", "agent.sh")
+    env.run("new", "t", "--cwd", str(env.root / "bin"), "--", "./agent.sh")
     code, v = wake_json(env, "t", "x", "--window", "8")
     assert code == 0 and v["verdict"] == "completed", v
-    assert show(env, "t")["binary"] == "/bin/echo"
+    assert harness_env(env)["MY_API_KEY"] == "for-scripts"
+    assert show(env, "t")["binary"] == "./agent.sh"
+
+
+def test_doctor_prints_the_login_environment(env: Env) -> None:
+    r = env.run("doctor")
+    lines = r.stdout.splitlines()
+    login = next(line for line in lines if " login: " in line)
+    assert login.startswith("ok    login: /bin/bash -il: took "), login
+    assert login.endswith(" ms, now cached")
+    assert f"ok    login PATH: {env.vars['PATH']}" in lines
+    again = next(line for line in env.run("doctor").stdout.splitlines() if " login: " in line)
+    assert again.startswith("ok    login: /bin/bash -il: cached (the shell took "), again
+    doc = json.loads(env.run("doctor", "--json").stdout)
+    checks = {c["name"]: c for c in doc["checks"]}
+    assert checks["login PATH"]["detail"] == env.vars["PATH"]
+    # A login shell that fails: named, and the doctor fails.
+    (user_home(env) / ".profile").write_text("exit 3\n")
+    r = env.run("doctor")
+    assert r.returncode == 1
+    assert (
+        "FAIL  login: no login shell could be resolved (check $SHELL and its rc files)"
+        " (login_shell = false in config.toml, or --no-check)"
+    ) in r.stdout.splitlines()

@@ -150,6 +150,9 @@ def new(
         harness_args=harness_args,
         worktree=request if worktree else None,
     )
+    note = sessions.pinned_note(s)
+    if note:
+        typer.echo(f"spex: note: {note}", err=True)
     if as_json:
         (row,) = sessions.describe(spex, [s.name])
         print_json(row)
