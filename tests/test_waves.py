@@ -692,7 +692,11 @@ def test_a_retry_after_a_gone_conversation_starts_a_new_one(env: Env) -> None:
     not retried into the same failure: the id was cleared, so the retry
     starts a new conversation."""
     env.run("new", "c", "--harness", "claude", "--env", "FAKE_CLAUDE_LOGGED_IN=1")
-    assert env.run("wake", "c", "first", "--window", "10").returncode == 0
+    woke = json.loads(env.run("wake", "c", "first", "--window", "10", "--json").stdout)
+    assert woke["verdict"] == "completed", woke
+    # The turn's own reporter stores the id it saw: let it finish first.
+    outcome = env.home / "turns" / "c" / woke["turn"] / "outcome"
+    assert retry_until(lambda: outcome.read_text().startswith("exit:"), seconds=20)
     with env.spex().store.tx() as db:
         db.execute("UPDATE sessions SET harness_session_id = ? WHERE name = 'c'", ("0" * 36,))
     code, first = fan(env, "c", "-m", "again", "--window", "10")
