@@ -246,9 +246,14 @@ def after_commit(store: Store) -> None:
         log_line(store.home, f"hooks of events {ids[0]}..{ids[-1]} not started: {e}")
 
 
+# `spex --no-hooks …`: this process only. Never an environment variable, which
+# would reach the tmux server this command may start, and every later turn.
+NO_HOOKS = False
+
+
 def hooks_disabled() -> bool:
-    """`--no-hooks` (which sets it) or SPEXSUP_NO_HOOKS=1."""
-    return os.environ.get("SPEXSUP_NO_HOOKS", "") not in ("", "0")
+    """`--no-hooks` on this command, or SPEXSUP_NO_HOOKS=1 in its environment."""
+    return NO_HOOKS or os.environ.get("SPEXSUP_NO_HOOKS", "") not in ("", "0")
 
 
 def hooks_configured(home: Path | str) -> bool:

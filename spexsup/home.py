@@ -150,6 +150,9 @@ class TmuxHome:
         try:
             proc = subprocess.Popen(
                 [*self.tmux_argv(), *args],
+                # The client that starts the server gives it its environment:
+                # a command's own SPEXSUP_NO_HOOKS must not reach later turns.
+                env={k: v for k, v in os.environ.items() if k != "SPEXSUP_NO_HOOKS"},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

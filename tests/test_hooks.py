@@ -314,3 +314,20 @@ def test_a_failed_end_gives_the_hook_its_reason_and_the_agents_line(env: Env) ->
     assert hook_env["SPEX_SUMMARY"] == (
         "✗ 429 This request would exceed your account's rate limit. Please try again later."
     )
+
+
+def test_no_hooks_on_the_command_that_starts_the_server_stays_with_that_command(
+    env: Env, tmp_path: Path
+) -> None:
+    """`spex --no-hooks new …` starts the tmux server; its `--no-hooks` must not
+    land in the server's environment and silence every later turn's reporter."""
+    out = recorder(env, '["completed"]', "{event}")
+    go = tmp_path / "go"
+    r = env.run("--no-hooks", "new", "a", "--env", f"GO={go}", "--", harness("until_go.sh"))
+    assert r.returncode == 0, r.stderr
+    assert "SPEXSUP_NO_HOOKS" not in env.tmux("show-environment", "-g").stdout
+    woke = json.loads(env.run("wake", "a", "x", "--window", "1", "--json").stdout)
+    assert woke["verdict"] == "confirmed", woke
+    go.touch()  # the turn ends after its wake: the pane's reporter records it
+    assert retry_until(lambda: len(runs(out)) == 1, seconds=30), hooks_log(env)
+    assert runs(out)[0][0] == ["completed"]

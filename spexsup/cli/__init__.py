@@ -67,7 +67,9 @@ def no_hooks(argv: list[str]) -> list[str]:
     end = argv.index("--") if "--" in argv else len(argv)
     if "--no-hooks" not in argv[:end]:
         return argv
-    os.environ["SPEXSUP_NO_HOOKS"] = "1"
+    from spexsup import events
+
+    events.NO_HOOKS = True
     return [w for w in argv[:end] if w != "--no-hooks"] + argv[end:]
 
 
