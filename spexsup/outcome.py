@@ -511,19 +511,34 @@ def _next_clock(text: str, now: float) -> float | None:
     return candidate.timestamp()
 
 
-def find_limit(
-    turn_dir: Path, limits: tuple[tuple[str, str], ...], now: float, timeout: float = 0.25
-) -> UsageLimit | None:
-    """The last usage-limit message (patterns and reset kinds from the harness
-    table) in the end of a turn's output, or None."""
-    if not limits:
-        return None
+def output_end(turn_dir: Path, size: int = LIMIT_TAIL) -> str:
+    """The last `size` bytes of a turn's output, decoded; "" if there is none.
+
+    Causes and patterns show at the end of the output, and a harness may
+    have written megabytes before it: never read it all.
+    """
     try:
         with (turn_dir / "output.log").open("rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - LIMIT_TAIL))
-            text = f.read().decode("utf-8", "replace")
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode("utf-8", "replace")
     except OSError:
+        return ""
+
+
+def find_limit(
+    turn_dir: Path,
+    limits: tuple[tuple[str, str], ...],
+    now: float,
+    timeout: float = 0.25,
+    text: str | None = None,
+) -> UsageLimit | None:
+    """The last usage-limit message (patterns and reset kinds from the harness
+    table) in the end of a turn's output (`text`, when read already), or None."""
+    if not limits:
+        return None
+    text = output_end(turn_dir) if text is None else text
+    if not text:
         return None
     import regex
 

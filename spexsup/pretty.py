@@ -317,3 +317,15 @@ if __name__ == "__main__":
         print("usage: python -m spexsup.pretty feed TURN_DIR PARSER", file=sys.stderr)
         sys.exit(2)
     sys.exit(feed(sys.argv[2], sys.argv[3]))
+
+
+def turn_lines(turn_dir: Path, size: int = 65536) -> list[str]:
+    """`readable_tail` of a turn's output, rendered for the CLI its
+    `meta.json` names (`outcome`): the one view spex's one-line messages
+    (a failure's tail, `spex top`, a hook's summary) take of a turn."""
+    try:
+        meta = json.loads((turn_dir / "meta.json").read_bytes())
+    except (OSError, ValueError):
+        meta = None
+    parser = meta.get("outcome") if isinstance(meta, dict) else None
+    return readable_tail(turn_dir / "output.log", parser if isinstance(parser, str) else None, size)

@@ -143,10 +143,7 @@ def last_line(turn_dir: Path, size: int = 65536) -> str | None:
     harness that failed mid-turn said last (`API Error: 529 overloaded`)."""
     from spexsup import pretty
 
-    parser = _meta(turn_dir).get("outcome")
-    lines = pretty.readable_tail(
-        turn_dir / "output.log", parser if isinstance(parser, str) else None, size
-    )
+    lines = pretty.turn_lines(turn_dir, size)
     return lines[-1][:300] if lines else None
 
 
@@ -170,7 +167,7 @@ class Judgement:
     A plain class, not a dataclass: `dataclasses` imports `inspect`, 10-20 ms
     on every turn's exit reporter."""
 
-    __slots__ = ("cause", "error", "flags", "limit_reset", "state")
+    __slots__ = ("cause", "error", "flags", "gone", "limit_reset", "state")
 
     def __init__(
         self,
@@ -185,6 +182,8 @@ class Judgement:
         self.cause = cause
         self.error = error
         self.limit_reset = limit_reset
+        # The conversation id a `conversation-gone` end found unknown.
+        self.gone: str | None = None
 
 
 def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -> Judgement:
@@ -226,17 +225,20 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
             verdict.state, verdict.cause = "error", "strict"
             verdict.error = f"strict: {outcome.describe(found.flags)}"
         return verdict
-    # A failed end: name its cause and the agent's own line for it.
+    # A failed end: name its cause and the agent's own line for it, from
+    # one read of the output's end.
     adapter = _adapter(home, name, adapter)
-    limit = _usage_limit(turn_dir, adapter)
+    tail = outcome.output_end(turn_dir)
+    limit = _usage_limit(turn_dir, adapter, tail)
     if limit is not None:
         verdict.state, verdict.cause = "error", "usage-limit"
         verdict.error = f"{name or 'the harness'} hit its usage limit ({limit.when()})"
         verdict.limit_reset = limit.reset
         return verdict
     resumed = meta.get("resumed")
-    if resumed and adapter is not None and _says(turn_dir, adapter.gone):
+    if resumed and adapter is not None and any(re.search(p, tail) for p in adapter.gone):
         verdict.state, verdict.cause = "error", "conversation-gone"
+        verdict.gone = str(resumed)
         verdict.error = (
             f"conversation {resumed} is gone; the next wake starts a new one (or --fresh)"
         )
@@ -244,7 +246,7 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
     if found.fails:
         verdict.state, verdict.cause = "error", outcome.classify(found)
         line = found.error or outcome.describe(found.flags)
-        fatal = _fatal(turn_dir, adapter)
+        fatal = _fatal(tail, adapter)
         verdict.error = f"{fatal}: {line}" if fatal else line
     return verdict
 
@@ -261,44 +263,25 @@ def _adapter(home: Path, name: str, adapter: Harness | None) -> Harness | None:
         return None
 
 
-def _tail(turn_dir: Path) -> str:
-    from spexsup.outcome import LIMIT_TAIL
-
-    try:
-        with (turn_dir / "output.log").open("rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - LIMIT_TAIL))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _says(turn_dir: Path, patterns: tuple[str, ...]) -> bool:
-    """Does the end of the turn's output match one of the harness's patterns?"""
-    if not patterns:
-        return False
-    text = _tail(turn_dir)
-    return any(re.search(p, text) for p in patterns)
-
-
-def _fatal(turn_dir: Path, adapter: Harness | None) -> str | None:
+def _fatal(text: str, adapter: Harness | None) -> str | None:
     """The cause a harness's fatal pattern names for this output (`claude is not logged in`)."""
-    if adapter is None or not adapter.fatal:
+    if adapter is None:
         return None
-    text = _tail(turn_dir)
     for fatal in adapter.fatal:
         if re.search(fatal.pattern, text):
             return fatal.cause
     return None
 
 
-def _usage_limit(turn_dir: Path, adapter: Harness | None) -> outcome_mod.UsageLimit | None:
+def _usage_limit(
+    turn_dir: Path, adapter: Harness | None, text: str
+) -> outcome_mod.UsageLimit | None:
     from spexsup import outcome
 
     if adapter is None:
         return None
     limits = tuple((lim.pattern, lim.reset) for lim in adapter.limited)
-    return outcome.find_limit(turn_dir, limits, time.time())
+    return outcome.find_limit(turn_dir, limits, time.time(), text=text)
 
 
 def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
@@ -415,11 +398,12 @@ def record_exit(
         if found is not None and found.cause == "conversation-gone":
             # Resuming it can only fail the same way again: the next wake
             # (and a --retry-failed) starts a new conversation.
-            gone = _meta(turn_dir).get("resumed") if turn_dir else None
             db.execute(
                 "UPDATE sessions SET harness_session_id = NULL"
                 " WHERE name = ? AND harness_session_id IS ?",
-                (session, gone),
+                (session, found.gone),
             )
-            events.record(db, "conversation-gone", session=session, turn=turn, conversation=gone)
+            events.record(
+                db, "conversation-gone", session=session, turn=turn, conversation=found.gone
+            )
     return RECORDED

@@ -56,12 +56,8 @@ def last_line(directory: Path | None, size: int = 16384) -> str:
     if directory is None:
         return ""
     from spexsup import pretty
-    from spexsup.report import _meta
 
-    parser = _meta(directory).get("outcome")
-    lines = pretty.readable_tail(
-        directory / "output.log", parser if isinstance(parser, str) else None, size
-    )
+    lines = pretty.turn_lines(directory, size)
     return lines[-1][:500] if lines else ""
 
 

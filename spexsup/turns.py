@@ -79,18 +79,10 @@ def turn_dir(spex: Spex, session: str, turn: str) -> Path:
 
 
 def output_end(directory: Path, size: int = 65536) -> str:
-    """The last `size` bytes of a turn's output, decoded; "" if there is none.
+    """The last `size` bytes of a turn's output, decoded (see outcome.output_end)."""
+    from spexsup.outcome import output_end as end
 
-    Causes and retryable patterns show at the end of the output, and a
-    harness may have written megabytes before it: never read it all.
-    """
-    try:
-        with (directory / "output.log").open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - size))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
+    return end(directory, size)
 
 
 def output_tail(directory: Path, lines: int = TAIL_LINES) -> str:
@@ -98,11 +90,7 @@ def output_tail(directory: Path, lines: int = TAIL_LINES) -> str:
     rendered for its CLI), joined for a one-line message."""
     from spexsup import pretty
 
-    parser = report._meta(directory).get("outcome")
-    text = pretty.readable_tail(
-        directory / "output.log", parser if isinstance(parser, str) else None
-    )
-    return " | ".join(line[:200] for line in text[-lines:])
+    return " | ".join(line[:200] for line in pretty.turn_lines(directory)[-lines:])
 
 
 def _matches(patterns: Sequence[str], text: str) -> bool:
