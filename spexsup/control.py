@@ -49,11 +49,14 @@ def stop(
             aborted = None
             turn = session.current_turn
             if turn is not None:
+                # An attempt that already exited (its end deferred to a
+                # launcher that would retry it) keeps its rc on the abort.
+                exited = marker.read(turn_dir(spex, name, turn))
                 cur = db.execute(
-                    "UPDATE turns SET state = 'aborted', ended_at = ?,"
+                    "UPDATE turns SET state = 'aborted', ended_at = ?, rc = coalesce(rc, ?),"
                     " error = coalesce(error, 'stopped by spex stop')"
                     " WHERE id = ? AND state IN ('starting', 'running')",
-                    (time.time(), turn),
+                    (time.time(), exited.rc if exited.stage is Stage.EXIT else None, turn),
                 )
                 aborted = turn if cur.rowcount else None
                 if aborted:
@@ -182,7 +185,7 @@ def wait(
     with DirWatch([]) as watch:
         watched: set[str] = set()
         while True:
-            reconcile(spex, [n for n in names if n not in ended])
+            due = reconcile(spex, [n for n in names if n not in ended])
             for name in names:
                 if name in ended:
                     continue
@@ -205,6 +208,8 @@ def wait(
             if on_tick is not None:
                 on_tick()
             remaining = 3600.0 if deadline is None else deadline - time.monotonic()
+            if due is not None:  # a deferred end falls to us then
+                remaining = min(remaining, max(0.05, due - time.time()))
             watch.wait(remaining if on_tick is None else min(remaining, 1.0))
 
 

@@ -251,6 +251,10 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
     return verdict
 
 
+def _harness_name(turn_dir: Path) -> str:
+    return str(_meta(turn_dir).get("harness") or "")
+
+
 def _adapter(home: Path, name: str, adapter: Harness | None) -> Harness | None:
     """The turn's adapter, loaded from the harness files when not given."""
     if adapter is not None or not name or name == "command":
@@ -311,6 +315,37 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
     write_atomic(turn_dir / "ended", text.encode() + b"\n", durable=False)
 
 
+# A launcher retries a lock-class startup failure this many times (see
+# turns.RETRY_BACKOFF); past that, or for any other end, nothing defers to it.
+MAX_RETRIES = 4
+# The output of an attempt worth retrying is a lock message, nothing more.
+RETRYABLE_OUTPUT_MAX = 4096
+# How long a reader leaves a deferred end to a launcher that is alive: one
+# that is suspended (Ctrl-Z, SIGSTOP) or starved must not hold it hostage.
+DEFER_BOUND = 5.0
+
+
+def worth_retrying(turn_dir: Path, adapter: Harness | None) -> bool:
+    """Would a launcher retry this failed attempt? Only when nothing ran: no
+    conversation id, and every line of output is a retryable (lock) message
+    of the harness (one that edited files and then hit a lock must not run
+    the same prompt again)."""
+    from spexsup.outcome import output_end
+
+    if adapter is None or not adapter.retryable:
+        return False
+    try:
+        if (turn_dir / "output.log").stat().st_size > RETRYABLE_OUTPUT_MAX:
+            return False
+    except OSError:
+        return False
+    text = output_end(turn_dir, RETRYABLE_OUTPUT_MAX)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines or not all(any(re.search(p, ln) for p in adapter.retryable) for ln in lines):
+        return False
+    return find_conversation_id(turn_dir, adapter.id_pattern) is None
+
+
 def _launcher_alive(pid: int | None, token: str | None) -> bool:
     from spexsup.procs import Liveness, identity_liveness
 
@@ -333,8 +368,10 @@ def record_exit(
     """CAS the turn's end; RECORDED if this call recorded it, STALE if it was a no-op.
 
     From the wrapper's `reporter`, a failure of a turn still `starting` under
-    a live launcher is DEFERRED to that launcher (which decides whether the
-    attempt is retried, and records it otherwise). `launched` says the turn
+    a live launcher that the launcher would retry (`worth_retrying`) is
+    DEFERRED to it; any other end is recorded here, so a suspended launcher
+    holds nothing hostage (readers take a deferred one over after
+    DEFER_BOUND, see turns.reconcile). `launched` says the turn
     provably launched (default: it has an rc), so its `launched` event is
     recorded first if no one has yet.
     """
@@ -351,7 +388,7 @@ def record_exit(
         error = last_line(turn_dir)
     with store.tx() as db:
         row = db.execute(
-            "SELECT t.state, t.launcher_pid, t.launcher_token FROM sessions s"
+            "SELECT t.state, t.attempts, t.launcher_pid, t.launcher_token FROM sessions s"
             " JOIN turns t ON t.id = s.current_turn WHERE s.name = ? AND t.id = ?",
             (session, turn),
         ).fetchone()
@@ -367,6 +404,10 @@ def record_exit(
             reporter
             and (rc != 0 or state != "complete")
             and row["state"] == "starting"
+            and rc
+            and (row["attempts"] or 1) <= MAX_RETRIES
+            and turn_dir is not None
+            and worth_retrying(turn_dir, _adapter(store.home, _harness_name(turn_dir), adapter))
             and _launcher_alive(row["launcher_pid"], row["launcher_token"])
         ):
             return DEFERRED

@@ -44,6 +44,7 @@ DEFAULT_WINDOW = 2.0
 # exit reporter to finish, rather than a verdict that races the reporter.
 REPORTER_GRACE = 1.0
 RETRY_BACKOFF = (0.25, 0.5, 1.0, 2.0)
+assert len(RETRY_BACKOFF) == report.MAX_RETRIES
 TAIL_LINES = 5
 
 
@@ -91,10 +92,6 @@ def output_tail(directory: Path, lines: int = TAIL_LINES) -> str:
     from spexsup import pretty
 
     return " | ".join(line[:200] for line in pretty.turn_lines(directory)[-lines:])
-
-
-def _matches(patterns: Sequence[str], text: str) -> bool:
-    return any(re.search(p, text) for p in patterns)
 
 
 def failure_message(harness: Harness, directory: Path, rc: int, cas: int | None) -> str:
@@ -698,7 +695,8 @@ def wake(
                     result = confirm_startup(directory, span, launched, watch, pane_pid)
                 if not _retryable(adapter, directory, result, attempts):
                     break
-                _rotate_attempt(spex, name, turn, directory, attempts)
+                if not _rotate_attempt(spex, name, turn, directory, attempts):
+                    break  # a reader recorded the end while we were not running
                 time.sleep(RETRY_BACKOFF[attempts - 1])
             verdict = _settle(spex, session, turn, directory, adapter, result)
         except Exception as e:
@@ -754,43 +752,40 @@ def _abort_unlaunched(spex: Spex, session: Session, turn: str, why: str) -> None
 
 def _retryable(adapter: Harness, directory: Path, result: Startup, attempts: int) -> bool:
     """A lock-class startup failure is retried up to 4 times, but only when
-    nothing ran: no conversation id, and every line of output is a retryable
-    message (a harness that edited files and then hit a lock must not run
-    the same prompt again)."""
+    nothing ran (see report.worth_retrying)."""
     if result.verdict != "failed" or result.rc is None or result.rc == 0:
         return False
-    if not adapter.retryable or attempts > len(RETRY_BACKOFF):
+    if attempts > len(RETRY_BACKOFF):
         return False
-    if (directory / "output.log").stat().st_size > RETRYABLE_OUTPUT_MAX:
-        return False
-    lines = [ln for ln in output_end(directory, RETRYABLE_OUTPUT_MAX).splitlines() if ln.strip()]
-    if not lines or not all(_matches(adapter.retryable, ln) for ln in lines):
-        return False
-    return report.find_conversation_id(directory, adapter.id_pattern) is None
+    return report.worth_retrying(directory, adapter)
 
 
-# The output of an attempt worth retrying is a lock message, nothing more.
-RETRYABLE_OUTPUT_MAX = 4096
-
-
-def _rotate_attempt(spex: Spex, name: str, turn: str, directory: Path, attempt: int) -> None:
+def _rotate_attempt(spex: Spex, name: str, turn: str, directory: Path, attempt: int) -> bool:
     """Keep attempt N's marker and output beside the turn for the next attempt.
 
     The failed attempt was never published (its reporter deferred to us), so
-    the turn is still `starting`; if it is not, a stop won: Refused.
+    the turn is still `starting`. If it is not, either a stop won (Refused)
+    or a reader recorded the deferred end because we took too long (a
+    suspended wake; see report.DEFER_BOUND): False, there is nothing to retry.
     """
-    _claim_fence(spex, name, turn)
-    with spex.store.tx() as db:
-        cur = db.execute(
-            "UPDATE turns SET attempts = ? WHERE id = ? AND state = 'starting'",
-            (attempt + 1, turn),
-        )
-        if not cur.rowcount:
-            raise _stopped(name, turn)
+    try:
+        _claim_fence(spex, name, turn)
+        with spex.store.tx() as db:
+            cur = db.execute(
+                "UPDATE turns SET attempts = ? WHERE id = ? AND state = 'starting'",
+                (attempt + 1, turn),
+            )
+            if not cur.rowcount:
+                raise _stopped(name, turn)
+    except Refused:
+        if _turn_state(spex, turn) in (None, "aborted"):
+            raise
+        return False
     for file in ("outcome", "output.log"):
         src = directory / file
         if src.exists():
             src.rename(directory / f"attempt-{attempt}.{file}")
+    return True
 
 
 def _settle(
@@ -891,11 +886,15 @@ def _unlaunched(spex: Spex, row: Any, directory: Path) -> Liveness:
     return wrapper_liveness(pane.pane_pid, directory)
 
 
-def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
+def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
     """Settle current unfinished turns from their markers and process liveness.
 
     A turn still `starting` under a live launcher is the launcher's to settle
-    (it may retry a failed attempt), so it is left alone. Otherwise: a
+    (it may retry a failed attempt), so it is left alone, but an end its
+    reporter deferred to it is taken over once DEFER_BOUND has passed since
+    the final marker: a suspended or starved launcher must not hold it
+    hostage. Returns when the next such
+    end falls due (a clock time), for a waiter's timer. Otherwise: a
     wrapper that is provably gone without a final marker makes the turn
     `lost`; an exit the reporter did not record is recorded; a turn whose
     launcher died after a good start moves on to `running`; a probe that
@@ -908,6 +907,7 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
     )
     rows = spex.store.db.execute(query).fetchall()
     boot = boot_id() if rows else ""
+    due: float | None = None
     for row in rows:
         name, turn = row["session"], row["id"]
         if names is not None and name not in names:
@@ -928,9 +928,14 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
             )
             continue
         launcher = identity_liveness(row["launcher_pid"], row["launcher_token"])
-        if row["state"] == "starting" and launcher is not Liveness.DEAD:
-            continue
         directory = turn_dir(spex, name, turn)
+        if row["state"] == "starting" and launcher is not Liveness.DEAD:
+            deferred = _deferred_until(directory)
+            if deferred is None:
+                continue
+            if time.time() < deferred:
+                due = deferred if due is None else min(due, deferred)
+                continue
         m = marker.read(directory)
         if m.stage is Stage.EXIT:
             report.record_exit(spex.store, name, turn, m.rc, directory)
@@ -964,6 +969,18 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> None:
         elif _unlaunched(spex, row, directory) is Liveness.DEAD:
             why = "its launcher died before the turn confirmed startup"
             report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+    return due
+
+
+def _deferred_until(directory: Path) -> float | None:
+    """When a final marker (an end the reporter may have deferred to the
+    launcher) becomes any reader's to record; None while there is none."""
+    if marker.read(directory).stage is not Stage.EXIT:
+        return None
+    try:
+        return (directory / "outcome").stat().st_mtime + report.DEFER_BOUND
+    except OSError:  # rotated away for a retry meanwhile
+        return None
 
 
 def turn_json(row: Any) -> dict[str, Any]:

@@ -209,6 +209,86 @@ retryable = ["database is locked"]
     assert json.loads(r.stdout)[0]["state"] == "complete"
 
 
+def _suspended_wake(env: Env, name: str) -> tuple[subprocess.Popen[str], Path]:
+    """A wake of `name` that is SIGSTOPped (as by Ctrl-Z) once its turn runs."""
+    wake = subprocess.Popen(
+        [SPEX, "wake", name, "go", "--window", "60", "--json"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    turns = env.home / "turns" / name
+    assert retry_until(lambda: turns.exists() and any(turns.iterdir()), 30)
+    directory = next(turns.iterdir())
+    assert retry_until(lambda: marker.read(directory).stage is Stage.RUNNING, 30)
+    os.kill(wake.pid, signal.SIGSTOP)
+    return wake, directory
+
+
+def test_a_suspended_wake_does_not_hold_a_finished_turn_hostage(env: Env) -> None:
+    assert env.run("new", "a", "--", harness("exit7_later.sh")).returncode == 0
+    wake, directory = _suspended_wake(env, "a")
+    try:
+        assert retry_until(lambda: marker.read(directory).stage is Stage.EXIT, 30)
+        # Its end is recorded with no help from the launcher: waiters, the
+        # event log and a stop all see rc 7.
+        r = env.run("wait", "a", "--timeout", "20", "--json")
+        assert r.returncode == 1, r.stdout + r.stderr
+        (ended,) = json.loads(r.stdout)
+        assert (ended["state"], ended["rc"]) == ("error", 7), ended
+        kinds = [
+            json.loads(line)["kind"]
+            for line in env.run("events", "--json", "--session", "a").stdout.splitlines()
+        ]
+        assert "ended" in kinds or "failed" in kinds, kinds
+        assert env.run("stop", "a", "--grace", "1").returncode == 0
+        turn = show(env, "a")["turn"]
+        assert (turn["state"], turn["rc"]) == ("error", 7), turn
+    finally:
+        os.kill(wake.pid, signal.SIGCONT)
+    out, err = wake.communicate(timeout=30)
+    assert wake.returncode == 1, (out, err)
+    assert json.loads(out)["verdict"] == "failed"
+
+
+def test_an_end_deferred_to_a_suspended_launcher_falls_to_a_reader(env: Env) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    _locky(env, "slow_always_locked.sh")
+    env.run("new", "l", "--harness", "locky")
+    wake, directory = _suspended_wake(env, "l")
+    try:
+        # A lock-class failure the launcher would retry: deferred to it, but
+        # only for a bounded time while it is not progressing.
+        assert retry_until(lambda: marker.read(directory).stage is Stage.EXIT, 30)
+        r = env.run("wait", "l", "--timeout", "30", "--json")
+        assert r.returncode == 1, r.stdout + r.stderr
+        (ended,) = json.loads(r.stdout)
+        assert (ended["state"], ended["rc"]) == ("error", 1), ended
+    finally:
+        os.kill(wake.pid, signal.SIGCONT)
+    out, err = wake.communicate(timeout=30)
+    assert wake.returncode == 1, (out, err)
+    # Nothing was retried after a reader recorded the end.
+    assert not (directory / "attempt-1.outcome").exists()
+
+
+def test_a_stop_during_a_deferred_end_keeps_its_rc(env: Env) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    _locky(env, "slow_always_locked.sh")
+    env.run("new", "l", "--harness", "locky")
+    wake, directory = _suspended_wake(env, "l")
+    try:
+        assert retry_until(lambda: marker.read(directory).stage is Stage.EXIT, 30)
+        assert env.run("stop", "l", "--grace", "1").returncode == 0
+        turn = show(env, "l")["turn"]
+        assert (turn["state"], turn["rc"]) == ("aborted", 1), turn
+    finally:
+        os.kill(wake.pid, signal.SIGCONT)
+    wake.communicate(timeout=30)
+    assert wake.returncode == 3
+
+
 # --- 4, 5. a launcher that dies ---------------------------------------------
 
 
