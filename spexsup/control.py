@@ -4,23 +4,32 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spexsup import events, marker
+from spexsup import events, marker, report
 from spexsup.errors import Failed, Invalid, Refused, TimedOut, UnknownSession
 from spexsup.marker import Stage
+from spexsup.paths import write_atomic
 from spexsup.procs import Liveness, turn_processes
 from spexsup.sessions import Session, get
 from spexsup.spex import Spex
+from spexsup.store import StateLocked
 from spexsup.tickets import ticket
 from spexsup.turns import kill_turn, reconcile, turn_dir, wrapper_liveness
 from spexsup.watch import DirWatch
 
 DEFAULT_GRACE = 5.0
+
+
+# How long a stop waits for the write lock before it kills the turn without
+# recording first (see _stop_under_lock).
+STOP_LOCK_WAIT = 2.0
 
 
 def stop(
@@ -32,50 +41,105 @@ def stop(
     (aborted, lost, ended with survivors): SIGTERM, rescans, SIGKILL after
     `grace`. The session becomes `stopped` whether or not a turn was running.
     Returns the aborted turn id; raises Failed naming the survivors if any
-    process outlived SIGKILL.
+    process outlived SIGKILL. When another process holds the state's write
+    lock, the turn is killed first and recorded after (`_stop_under_lock`).
     """
     if not 0 <= grace <= 3600:
         raise Invalid(f"invalid grace {grace}", hint="between 0 and 3600 seconds")
     get(spex, name)
-    with ticket(spex, name, "stop", bearer):
+    with ExitStack() as held:
+        try:
+            held.enter_context(ticket(spex, name, "stop", bearer, wait=STOP_LOCK_WAIT))
+        except StateLocked:
+            return _stop_under_lock(spex, name, grace, bearer)
         reconcile(spex, [name])
         with spex.store.tx() as db:
-            row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
-            if row is None:
-                raise UnknownSession(name)
-            session = Session.from_row(row)
-            if session.state == "removing":
-                raise Refused(f"session {name!r} is being removed")
-            aborted = None
-            turn = session.current_turn
-            if turn is not None:
-                # An attempt that already exited (its end deferred to a
-                # launcher that would retry it) keeps its rc on the abort.
-                exited = marker.read(turn_dir(spex, name, turn))
-                cur = db.execute(
-                    "UPDATE turns SET state = 'aborted', ended_at = ?, rc = coalesce(rc, ?),"
-                    " error = coalesce(error, 'stopped by spex stop')"
-                    " WHERE id = ? AND state IN ('starting', 'running')",
-                    (time.time(), exited.rc if exited.stage is Stage.EXIT else None, turn),
-                )
-                aborted = turn if cur.rowcount else None
-                if aborted:
-                    events.record(
-                        db, "aborted", session=name, turn=turn, cause="stopped by spex stop"
-                    )
-            db.execute("UPDATE sessions SET state = 'stopped' WHERE name = ?", (name,))
-            if aborted or session.state != "stopped":
-                by_lease = bearer is not None
-                events.record(db, "stopped", session=name, turn=aborted, by_lease=by_lease)
+            session, aborted = _record_stop(db, spex, name, bearer)
+        turn = session.current_turn
         if turn is not None:
-            survivors = kill_turn(spex, session, turn, grace)
-            if survivors:
-                pids = ", ".join(map(str, survivors))
-                raise Failed(
-                    f"{name}: stopped, but process(es) {pids} of turn {turn} survived SIGKILL",
-                    hint="see ps; they may be stuck in the kernel",
-                )
+            _kill(spex, session, turn, grace)
     return aborted
+
+
+def _record_stop(
+    db: sqlite3.Connection, spex: Spex, name: str, bearer: int | None
+) -> tuple[Session, str | None]:
+    """In the caller's transaction: abort the current turn if it runs, and
+    stop the session. Returns the session as read and the aborted turn."""
+    row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+    if row is None:
+        raise UnknownSession(name)
+    session = Session.from_row(row)
+    if session.state == "removing":
+        raise Refused(f"session {name!r} is being removed")
+    aborted = None
+    turn = session.current_turn
+    if turn is not None:
+        # An attempt that already exited (its end deferred to a launcher
+        # that would retry it) keeps its rc on the abort.
+        exited = marker.read(turn_dir(spex, name, turn))
+        cur = db.execute(
+            "UPDATE turns SET state = 'aborted', ended_at = ?, rc = coalesce(rc, ?),"
+            " error = coalesce(error, ?) WHERE id = ? AND state IN ('starting', 'running')",
+            (time.time(), exited.rc if exited.stage is Stage.EXIT else None, STOPPED_BY, turn),
+        )
+        aborted = turn if cur.rowcount else None
+        if aborted:
+            events.record(db, "aborted", session=name, turn=turn, cause=STOPPED_BY)
+    db.execute("UPDATE sessions SET state = 'stopped' WHERE name = ?", (name,))
+    if aborted or session.state != "stopped":
+        events.record(db, "stopped", session=name, turn=aborted, by_lease=bearer is not None)
+    return session, aborted
+
+
+STOPPED_BY = "stopped by spex stop"
+
+
+def _kill(spex: Spex, session: Session, turn: str, grace: float) -> None:
+    survivors = kill_turn(spex, session, turn, grace)
+    if survivors:
+        pids = ", ".join(map(str, survivors))
+        raise Failed(
+            f"{session.name}: stopped, but process(es) {pids} of turn {turn} survived SIGKILL",
+            hint="see ps; they may be stuck in the kernel",
+        )
+
+
+def _stop_under_lock(spex: Spex, name: str, grace: float, bearer: int | None) -> str | None:
+    """Stop while another process holds the write lock: the agent must not
+    run on because spex cannot write. Read what runs (no write), leave the
+    abort in the turn dir for whoever records the end (`report.record_exit`
+    honors it, so a late exit report cannot turn it into a failure), kill the
+    turn, then record the stop, waiting for the lock as long as any writer
+    does. Raises Failed naming the lock if it is still held."""
+    from spexsup import lease
+
+    db = spex.store.db
+    row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+    if row is None:
+        raise UnknownSession(name)
+    session = Session.from_row(row)
+    if session.state == "removing":
+        raise Refused(f"session {name!r} is being removed")
+    lease.check_admission_unsettled(db, name, bearer)
+    turn = session.current_turn
+    if turn is not None:
+        state = db.execute("SELECT state FROM turns WHERE id = ?", (turn,)).fetchone()
+        directory = turn_dir(spex, name, turn)
+        if state is not None and state["state"] in ("starting", "running") and directory.is_dir():
+            write_atomic(directory / report.STOP_REQUEST, STOPPED_BY.encode() + b"\n")
+        _kill(spex, session, turn, grace)
+    try:
+        with spex.store.tx() as tx:
+            lease.check_admission(tx, name, bearer)
+            return _record_stop(tx, spex, name, bearer)[1]
+    except StateLocked as still:
+        what = f"turn {turn} was killed" if turn else "no turn was running"
+        raise Failed(
+            f"{name}: {what}, but the stop is not recorded: {still.message}",
+            hint="its end is recorded (aborted) by the next spex command once the lock is"
+            f" free; or spex stop {name} again",
+        ) from None
 
 
 def resume(

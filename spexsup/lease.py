@@ -135,7 +135,19 @@ def kill_command(row: sqlite3.Row) -> None:
 
 def check_admission(db: sqlite3.Connection, session: str, bearer: int | None = None) -> None:
     """Raise Refused when the lease bars operations on `session` (inside the caller's tx)."""
-    row = recover(db)
+    _admit(recover(db), session, bearer)
+
+
+def check_admission_unsettled(
+    db: sqlite3.Connection, session: str, bearer: int | None = None
+) -> None:
+    """check_admission without settling the lease (no write: for a stop while
+    another process holds the write lock); a lease that recovery would end
+    still bars."""
+    _admit(_row(db), session, bearer)
+
+
+def _admit(row: sqlite3.Row, session: str, bearer: int | None) -> None:
     if row["state"] == "open" or not in_scope(row, session):
         return
     if bearer == row["epoch"] and row["state"] == "active" and not row["revoked"]:

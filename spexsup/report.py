@@ -346,6 +346,20 @@ def worth_retrying(turn_dir: Path, adapter: Harness | None) -> bool:
     return find_conversation_id(turn_dir, adapter.id_pattern) is None
 
 
+# A stop that could not record its abort first (another process held the write
+# lock) leaves it here, so whoever records the end records the abort.
+STOP_REQUEST = "stop-requested"
+
+
+def _stop_request(turn_dir: Path | None) -> str | None:
+    if turn_dir is None:
+        return None
+    try:
+        return (turn_dir / STOP_REQUEST).read_text().strip() or "stopped"
+    except OSError:
+        return None
+
+
 def _launcher_alive(pid: int | None, token: str | None) -> bool:
     from spexsup.procs import Liveness, identity_liveness
 
@@ -377,6 +391,9 @@ def record_exit(
     """
     conversation = conversation_of(store, turn_dir, adapter) if turn_dir else None
     found = None
+    stop_request = _stop_request(turn_dir)
+    if stop_request is not None:
+        state, error = "aborted", stop_request
     if state is None and rc is not None and turn_dir is not None:
         found = judge(store.home, turn_dir, rc, adapter)
         state = found.state
@@ -402,6 +419,7 @@ def record_exit(
             return STALE
         if (
             reporter
+            and stop_request is None
             and (rc != 0 or state != "complete")
             and row["state"] == "starting"
             and rc
@@ -431,11 +449,14 @@ def record_exit(
             events.launched(db, session=session, turn=turn)
         extra = {"flags": found.flags, "reason": found.cause} if found is not None else {}
         events.turn_ended(db, state, session=session, turn=turn, rc=rc, cause=error, **extra)
+        after = "idle" if state == "complete" else "error"
         db.execute(
             "UPDATE sessions SET state = CASE WHEN state IN ('stopped', 'removing') THEN state"
             " ELSE ? END, harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",
-            ("idle" if state == "complete" else "error", conversation, session),
+            ("stopped" if stop_request is not None else after, conversation, session),
         )
+        if stop_request is not None:
+            events.record(db, "stopped", session=session, turn=turn, by_lease=False)
         if found is not None and found.cause == "conversation-gone":
             # Resuming it can only fail the same way again: the next wake
             # (and a --retry-failed) starts a new conversation.

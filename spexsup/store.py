@@ -7,6 +7,7 @@ at once cannot both migrate it.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,51 @@ from spexsup.errors import Failed
 from spexsup.paths import ensure_private_dir
 
 BUSY_TIMEOUT_MS = 30_000
+# SQLite's WAL write lock: byte 120 of the -shm file (WALINDEX_LOCK_OFFSET).
+_WAL_WRITE_LOCK = 120
+
+
+class StateLocked(Failed):
+    """Another process held the state database's write lock past our wait."""
+
+
+def write_lock_holder(db_path: Path) -> int | None:
+    """The pid holding the WAL write lock of `db_path`, from /proc/locks (Linux), or None."""
+    try:
+        st = (db_path.parent / (db_path.name + "-shm")).stat()
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in text.splitlines():
+        # `1: POSIX  ADVISORY  WRITE 4242 00:2d:1234 120 120`
+        parts = line.split()
+        if len(parts) < 8 or parts[1] != "POSIX" or parts[3] != "WRITE" or parts[5] != device:
+            continue
+        try:
+            start, end = int(parts[6]), (None if parts[7] == "EOF" else int(parts[7]))
+            if start <= _WAL_WRITE_LOCK and (end is None or end >= _WAL_WRITE_LOCK):
+                return int(parts[4])
+        except ValueError:
+            continue
+    return None
+
+
+def locked_message(db_path: Path, waited: float) -> str:
+    """`state database … is write-locked by pid N (its command) for more than N s`."""
+    holder = write_lock_holder(db_path)
+    who = ""
+    if holder is not None:
+        who = f" by pid {holder}"
+        try:
+            words = Path(f"/proc/{holder}/cmdline").read_bytes().split(b"\0")
+            command = " ".join(w.decode(errors="replace") for w in words if w)[:120]
+            if command:
+                who += f" ({command})"
+        except OSError:
+            pass
+    return f"state database {db_path} is write-locked{who} for more than {waited:g} s"
+
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: sessions, turns, tickets.
@@ -229,13 +275,15 @@ class Store:
             events.write_summary(self)
 
     @contextmanager
-    def tx(self) -> Iterator[sqlite3.Connection]:
+    def tx(self, wait: float | None = None) -> Iterator[sqlite3.Connection]:
         """An immediate (write-locked) transaction: commit on success, else roll back.
 
-        Events recorded in it refresh the status summary before the COMMIT
-        and are announced after it (`events.before_commit`, `after_commit`).
+        Waits up to `wait` seconds (default BUSY_TIMEOUT_MS) for the write
+        lock, then raises StateLocked naming its holder. Events recorded in
+        it refresh the status summary before the COMMIT and are announced
+        after it (`events.before_commit`, `after_commit`).
         """
-        self.db.execute("BEGIN IMMEDIATE")
+        self._begin(wait)
         try:
             yield self.db
             if events.pending(self.db):
@@ -251,6 +299,23 @@ class Store:
             raise
         if events.pending(self.db):
             events.after_commit(self)
+
+    def _begin(self, wait: float | None) -> None:
+        if wait is not None:
+            self.db.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e):
+                raise
+            waited = BUSY_TIMEOUT_MS / 1000 if wait is None else wait
+            raise StateLocked(
+                locked_message(self.path, waited),
+                hint="that process holds a write transaction open; retry once it ends",
+            ) from None
+        finally:
+            if wait is not None:
+                self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
     def setting(self, key: str) -> str | None:
         row = self.db.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()

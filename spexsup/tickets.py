@@ -17,16 +17,19 @@ from spexsup.spex import Spex
 
 
 @contextmanager
-def ticket(spex: Spex, session: str, op: str, bearer: int | None = None) -> Iterator[int]:
+def ticket(
+    spex: Spex, session: str, op: str, bearer: int | None = None, *, wait: float | None = None
+) -> Iterator[int]:
     """Hold a ticket on `session`, admitted by the lease in the same transaction.
 
     `bearer` is the epoch of the maintenance lease this operation runs under
-    (the broker's own operations); None for ordinary ones.
+    (the broker's own operations); None for ordinary ones. `wait` bounds the
+    wait for the write lock (see Store.tx).
     """
     from spexsup import lease
 
     pid, token = own_identity()
-    with spex.store.tx() as db:
+    with spex.store.tx(wait) as db:
         lease.check_admission(db, session, bearer)
         cur = db.execute(
             "INSERT INTO tickets (session, op, pid, start_token, created_at)"

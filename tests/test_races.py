@@ -509,6 +509,33 @@ def test_slow_reporter_under_a_held_write_lock(env: Env) -> None:
     assert marker.read(directory).cas in (0, 3)
 
 
+def test_stop_kills_the_agent_while_another_process_holds_the_write_lock(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    code, v = wake_json(env, "a", "x", "--window", "0.5")
+    assert v["verdict"] == "confirmed", v
+    turn = v["turn"]
+    assert turn_processes_alive(turn)
+    db = sqlite3.connect(env.home / "state.db", isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        r = env.run("stop", "a", "--grace", "1", timeout=120)
+        # The agent is gone although nothing could be written, and the
+        # message names the lock and who holds it (not permissions).
+        assert turn_processes_alive(turn) == []
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "write-locked by pid" in r.stderr and f"pid {os.getpid()}" in r.stderr, r.stderr
+        assert "permission" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+    # Once the lock is free, the end is recorded as the stop's abort, not
+    # as a failure of the killed agent.
+    t = show(env, "a")
+    assert t["turn"]["state"] == "aborted", t["turn"]
+    assert t["state"] == "stopped", t
+
+
 def test_a_missing_working_directory_runs_nothing(env: Env) -> None:
     cwd = env.root / "work"
     cwd.mkdir()
