@@ -237,11 +237,13 @@ class TmuxHome:
             int(shell_at) if shell_at.isdigit() else 0,
         )
 
-    def create(self, name: str, cwd: str, env: Mapping[str, str], owner: str) -> None:
+    def create(self, name: str, cwd: str, env: Mapping[str, str], owner: str) -> bool:
         """Create the home, a detached tmux session with a shell in `cwd`, tagged `owner`.
 
         The tag is set in the same tmux call, so no reader ever sees the home
-        untagged. A session of that name that is not ours is refused.
+        untagged. True if this call created it, False if it was already ours
+        (another process made it first); a session of that name that is not
+        ours is refused.
         """
         args = ["new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50"]
         for key, value in env.items():
@@ -252,14 +254,14 @@ class TmuxHome:
             args += [";", "source-file", "-q", str(conf)]
         rc, _, err = self._run(*args)
         if rc == 0:
-            return
+            return True
         if "duplicate session" in err:
             pane = self.pane(name)
             if pane is not None and pane.owner == owner:
-                return
+                return False
             if pane is not None and not pane.owner and self._proves_ours(pane):
                 self._run("set-option", "-t", f"={name}:", "@spex_owner", owner)
-                return
+                return False
             raise Refused(
                 f"tmux session {name!r} on this server belongs to "
                 + (

@@ -13,7 +13,8 @@ import re
 import shutil
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -371,9 +372,10 @@ def get(spex: Spex, name: str) -> Session:
     return Session.from_row(row)
 
 
-def ensure_home(spex: Spex, session: Session) -> None:
-    """Recreate the tmux home if it vanished; the record survives in SQLite."""
-    spex.tmux.create(session.name, session.cwd, session.env, session.owner(spex.home))
+def ensure_home(spex: Spex, session: Session) -> bool:
+    """Recreate the tmux home if it vanished (True if this call did); the
+    record survives in SQLite."""
+    return spex.tmux.create(session.name, session.cwd, session.env, session.owner(spex.home))
 
 
 def remove(
@@ -547,14 +549,64 @@ def up(spex: Spex, names: Sequence[str] | None = None) -> list[HomeReport]:
             continue
         if status == "missing":
             try:
-                ensure_home(spex, session)
+                created = ensure_home(spex, session)
             except Refused as e:
                 out.append(HomeReport(session.name, "foreign", e.line()))
                 continue
-            events.emit(spex.store, "home-recreated", session=session.name)
-            status = "recreated"
+            if created:  # a concurrent `spex up` may have made it first
+                events.emit(spex.store, "home-recreated", session=session.name)
+            status = "recreated" if created else "ok"
         out.append(HomeReport(session.name, status, session.cwd))
     return out
+
+
+@contextmanager
+def revivals(spex: Spex, names: Sequence[str] | None = None) -> Iterator[list[str]]:
+    """Claim the sessions (of `names`, default all) whose current turn a
+    reboot interrupted, for one `spex up --revive` to wake, and hold the
+    claims while it does.
+
+    A claim is a `revive` ticket taken in the transaction that finds the turn
+    interrupted, so of two concurrent revives only one wakes each session;
+    a claim whose holder died (pid + start token) no longer counts.
+    """
+    from spexsup import turns
+    from spexsup.procs import identity_liveness, own_identity
+
+    turns.reconcile(spex, names)
+    pid, token = own_identity()
+    claimed: list[str] = []
+    ids_: list[int] = []
+    with spex.store.tx() as db:
+        rows = db.execute(
+            "SELECT s.name FROM sessions s JOIN turns t ON t.id = s.current_turn"
+            " WHERE t.state = 'interrupted' ORDER BY s.name"
+        ).fetchall()
+        for row in rows:
+            name = row["name"]
+            if names is not None and name not in names:
+                continue
+            held = db.execute(
+                "SELECT id, pid, start_token FROM tickets WHERE session = ? AND op = 'revive'",
+                (name,),
+            ).fetchall()
+            if any(
+                identity_liveness(t["pid"], t["start_token"]) is not Liveness.DEAD for t in held
+            ):
+                continue
+            cur = db.execute(
+                "INSERT INTO tickets (session, op, pid, start_token, created_at)"
+                " VALUES (?, 'revive', ?, ?, ?)",
+                (name, pid, token, time.time()),
+            )
+            assert cur.lastrowid is not None
+            ids_.append(cur.lastrowid)
+            claimed.append(name)
+    try:
+        yield claimed
+    finally:
+        with spex.store.tx() as db:
+            db.executemany("DELETE FROM tickets WHERE id = ?", [(i,) for i in ids_])
 
 
 def all_sessions(spex: Spex) -> list[Session]:

@@ -417,8 +417,8 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
     if result.outcome == "missing" or (result.outcome == "foreign" and not result.holder):
         # Recreate a vanished home, or adopt an older spex's untagged one
         # (create refuses a session of that name that is not provably ours).
-        spex.tmux.create(name, session.cwd, session.env, owner)
-        events.emit(spex.store, "home-recreated", session=name, turn=turn)
+        if spex.tmux.create(name, session.cwd, session.env, owner):
+            events.emit(spex.store, "home-recreated", session=name, turn=turn)
         result = attempt()
     if result.outcome == "busy":
         raise _busy(spex, session, turn, directory, result.holder)

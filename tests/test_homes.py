@@ -200,6 +200,50 @@ id_pattern = 'conversation: (demo-[0-9a-f]+)'
     assert turn_processes_alive(s["turn"]["id"]) == []
 
 
+def test_concurrent_up_revives_wake_each_session_once(env: Env) -> None:
+    boot = env.root / "boot_id"
+    boot.write_text("boot-one\n")
+    extra = {"SPEXSUP_BOOT_ID_FILE": str(boot)}
+    names = [f"s{i}" for i in range(6)]
+    for name in names:
+        env.run("new", name, "--", harness("sleeper.sh"), extra=extra)
+        assert wake_json(env, name, "first", "--window", "0.3", extra=extra)[1]["verdict"] == (
+            "confirmed"
+        )
+    env.tmux("kill-server")
+    boot.write_text("boot-two\n")
+    assert env.run("ls", extra=extra).returncode == 0  # records the interruptions
+    # Three revives at once, as three login units or a person and a timer.
+    ups = [
+        subprocess.Popen(
+            [SPEX, "up", "--revive", "--all", "--json"],
+            env={**env.vars, **extra},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    results = [(p.communicate(timeout=120), p.returncode) for p in ups]
+    woken: list[str] = []
+    for (out, err), code in results:
+        assert code == 0, (out, err)
+        doc = json.loads(out)
+        woken += [leg["session"] for leg in doc.get("legs", [])]
+        assert all(leg["verdict"] == "confirmed" for leg in doc.get("legs", [])), doc
+    assert sorted(woken) == names  # each once, by one of them
+    events = [
+        json.loads(line) for line in env.run("events", "--json", extra=extra).stdout.splitlines()
+    ]
+    for name in names:
+        recreated = [e for e in events if e["kind"] == "home-recreated" and e["session"] == name]
+        assert len(recreated) == 1, (name, recreated)
+        launched = [e for e in events if e["kind"] == "launched" and e["session"] == name]
+        assert len(launched) == 2, (name, launched)  # the first turn and one revival
+    for name in names:
+        env.run("stop", name, "--grace", "1", extra=extra)
+
+
 def test_systemd_unit_runs_spex_up(env: Env) -> None:
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.optionxform = str  # type: ignore[assignment,method-assign]

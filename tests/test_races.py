@@ -511,7 +511,7 @@ def test_slow_reporter_under_a_held_write_lock(env: Env) -> None:
 
 def test_stop_kills_the_agent_while_another_process_holds_the_write_lock(env: Env) -> None:
     env.run("new", "a", "--", harness("sleeper.sh"))
-    code, v = wake_json(env, "a", "x", "--window", "0.5")
+    _, v = wake_json(env, "a", "x", "--window", "0.5")
     assert v["verdict"] == "confirmed", v
     turn = v["turn"]
     assert turn_processes_alive(turn)

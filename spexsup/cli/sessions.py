@@ -380,25 +380,22 @@ def up(
         for r in reports:
             typer.echo(f"{r.name}: {r.status}" + (f" ({r.detail})" if r.detail else ""))
     if revive:
-        from spexsup import turns
-
-        turns.reconcile(spex, names)
-        targets = [
-            r["name"]
-            for r in sessions.describe(spex, names)
-            if r["turn"] is not None and r["turn"]["state"] == "interrupted"
-        ]
-        if not targets:
-            if as_json:
-                print_json({"revived": [], "homes": [r.as_json() for r in reports]})
+        with sessions.revivals(spex, names) as targets:
+            if not targets:
+                if as_json:
+                    print_json({"revived": [], "homes": [r.as_json() for r in reports]})
+                else:
+                    typer.echo("nothing to revive: no turn was interrupted by a reboot")
             else:
-                typer.echo("nothing to revive: no turn was interrupted by a reboot")
-        else:
-            from spexsup.cli.fanout import fanout
+                from spexsup.cli.fanout import fanout
 
-            ctx.invoke(
-                fanout, ctx=ctx, names=targets, message=message or REVIVE_PROMPT, as_json=as_json
-            )
+                ctx.invoke(
+                    fanout,
+                    ctx=ctx,
+                    names=targets,
+                    message=message or REVIVE_PROMPT,
+                    as_json=as_json,
+                )
     if not all(r.ok for r in reports):
         raise typer.Exit(1)
 
