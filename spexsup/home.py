@@ -308,9 +308,8 @@ class TmuxHome:
     ) -> Launch:
         """Respawn the home's pane with `argv`, only if the home is `owner`'s, no
         launch or stop with a fence >= `fence` has claimed the pane, and
-        (unless `force`) the pane is idle: dead, its foreground process the
-        shell itself, or nobody attached since spex last put a shell there (a
-        shell still running its rc files is not a person at work).
+        (unless `force`) the pane is idle: dead, or its foreground process a
+        shell (turns.launch waits out a shell still running its rc files).
 
         The test and the respawn run as one `if-shell -F` inside the tmux
         server, which executes a client's command list without interleaving
@@ -337,6 +336,7 @@ class TmuxHome:
         state = (
             "refused #{session_name}\t#{@spex_turn}\t#{@spex_owner}"
             f"\t#{{<:#{{@spex_fence}},{_fence(fence)}}}\t#{{pane_current_command}}"
+            "\t#{@spex_shell_at}\t#{pane_pid}"
         )
         refused = _quote_cmd(["display-message", "-p", "-t", target, state])
         cond = _owned_and_below(owner, fence)
@@ -347,14 +347,20 @@ class TmuxHome:
         if rc == 0 and last.startswith("launched ") and last[9:].isdigit():
             return Launch("launched", int(last[9:]))
         if rc == 0 and last.startswith("refused "):
-            session_name, holder, tag, below, command = [*last[8:].split("\t"), "", "", ""][:5]
+            fields = [*last[8:].split("\t"), "", "", "", "", "", ""][:7]
+            session_name, holder, tag, below, command, shell_at, pane_pid = fields
             if session_name != name:
                 return Launch("missing")
             if tag != owner:
                 return Launch("foreign", holder=tag)
             if below != "1":
                 return Launch("fenced", holder=holder)
-            return Launch("busy", holder=command)
+            return Launch(
+                "busy",
+                int(pane_pid) if pane_pid.isdigit() else None,
+                holder=command,
+                shell_at=int(shell_at) if shell_at.isdigit() else 0,
+            )
         if any(s in err for s in _NO_SERVER) or "can't find" in err:
             return Launch("missing")
         raise Failed(f"tmux could not start the turn in {name!r}: {err or out}")
@@ -413,43 +419,65 @@ def _now() -> str:
     return str(int(time.time()))
 
 
+def _stat(pid: int) -> list[bytes]:
+    """/proc/<pid>/stat's fields after the command name (state is [0], pgrp [2], tpgid [5])."""
+    return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def foreground(pane_pid: int) -> int | None:
+    """The pane's foreground process group when it is not the shell's own
+    (a job: a person's command, or one zsh's rc files run), else None."""
+    try:
+        fields = _stat(pane_pid)
+        pgrp, tpgid = int(fields[2]), int(fields[5])
+    except (OSError, IndexError, ValueError):
+        return None
+    return tpgid if tpgid > 0 and tpgid != pgrp else None
+
+
 def pane_activity(pane: PaneInfo, turns_dir: Path) -> str | None:
     """What a person is running in the pane, or None when it is idle: dead, a
-    turn's wrapper (under `turns_dir`) finishing up, a shell with no children
-    (the shell spex or a turn's wrapper left), or anything at all when no
-    client has attached since spex last put a shell or a turn there (a shell
-    still running its rc files is spex's, not a person's work).
+    turn's wrapper (under `turns_dir`) finishing up, or a shell whose
+    terminal's foreground process group is its own and that has no job of
+    its own (a process in another group, in the foreground or not). A
+    command bash's rc files run is in the shell's group, so a shell starting
+    up is idle; one sent with `tmux send-keys` while nobody is attached is a
+    job like any other.
 
-    Read from /proc, not psutil: it runs on every wake.
+    Read from /proc, not psutil: it runs on every wake that finds the pane busy.
     """
-    if pane.pane_dead or not pane.pane_pid or pane.last_attached < pane.shell_at:
+    if pane.pane_dead or not pane.pane_pid:
         return None
     pid = pane.pane_pid
     try:
         if os.fsencode(str(turns_dir)) in Path(f"/proc/{pid}/cmdline").read_bytes():
             return None
-    except OSError:
+        own = _stat(pid)[2]
+    except (OSError, IndexError):
         return None
-
-    def comm(p: int) -> str:
-        try:
-            return Path(f"/proc/{p}/comm").read_text().strip()
-        except OSError:
-            return ""
-
-    if comm(pid) not in SHELLS:
-        return f"{comm(pid) or 'something'} (pid {pid})"
+    if _comm(pid) not in SHELLS:
+        return f"{_comm(pid) or 'something'} (pid {pid})"
+    job = foreground(pid)
+    if job is not None:
+        return f"{_comm(job) or 'something'} (pid {job})"
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         return None
     for child in map(int, children):
         try:
-            state = Path(f"/proc/{child}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+            fields = _stat(child)
         except (OSError, IndexError):
             continue
-        if state not in (b"Z", b"X"):
-            return f"{comm(child) or 'something'} (pid {child})"
+        if fields[0] not in (b"Z", b"X") and fields[2] != own:
+            return f"{_comm(child) or 'something'} (pid {child})"
     return None
 
 
@@ -458,12 +486,14 @@ class Launch(NamedTuple):
     `fenced` (a stop or a newer launch claimed the pane; `holder` is the
     turn tagged on it), `foreign` (the tmux session of that name is not
     this session's home; `holder` is its tag), `busy` (a person runs
-    something in the pane; `holder` is its command), or `missing` (no such
-    home, or no server)."""
+    something in the pane; `holder` is its command, `pane_pid` the shell's,
+    `shell_at` when spex put that shell there), or `missing` (no such home,
+    or no server)."""
 
     outcome: str
     pane_pid: int | None = None
     holder: str = ""
+    shell_at: int = 0
 
 
 FENCE_DIGITS = 15
@@ -474,11 +504,9 @@ def _fence(value: int) -> str:
     return f"{value:0{FENCE_DIGITS}d}"
 
 
-# A pane a launch may replace without --force (see TmuxHome.launch).
-_IDLE = (
-    "#{||:#{pane_dead},#{||:#{e|<|:#{session_last_attached},#{@spex_shell_at}},"
-    "#{m/r:^(" + "|".join(sorted(SHELLS)) + ")$,#{pane_current_command}}}}"
-)
+# A pane a launch may replace without --force (see TmuxHome.launch): dead, or
+# its terminal's foreground process is a shell.
+_IDLE = "#{||:#{pane_dead},#{m/r:^(" + "|".join(sorted(SHELLS)) + ")$,#{pane_current_command}}}"
 
 
 def _owned_and_below(owner: str, fence: int) -> str:

@@ -420,6 +420,8 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
         if spex.tmux.create(name, session.cwd, session.env, owner):
             events.emit(spex.store, "home-recreated", session=name, turn=turn)
         result = attempt()
+    if result.outcome == "busy" and not force:
+        result = _after_startup(result, attempt)
     if result.outcome == "busy":
         raise _busy(spex, session, turn, directory, result.holder)
     if result.outcome == "fenced" or (
@@ -439,6 +441,36 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
         kill_turn(spex, session, turn, grace=0.5)
         raise _stopped(name, turn)
     return result.pane_pid
+
+
+# How long after spex put a shell in the pane a foreground job may still be
+# its rc files (zsh runs them as jobs; pyenv or nvm init can take seconds).
+STARTUP_GRACE = 15.0
+
+
+def _after_startup(busy: Launch, attempt: Callable[[], Launch]) -> Launch:
+    """A shell spex started moments ago whose foreground is a job may still be
+    running its rc files: wait for each such job to end (bounded by
+    STARTUP_GRACE from the shell's start) and try again. A person's command
+    does not end, so past the grace the pane is busy."""
+    import psutil
+
+    from spexsup.home import foreground
+
+    result = busy
+    deadline = busy.shell_at + STARTUP_GRACE
+    while result.outcome == "busy" and result.pane_pid and time.time() < deadline:
+        job = foreground(result.pane_pid)
+        if job is not None:
+            try:
+                psutil.Process(job).wait(timeout=max(0.0, deadline - time.time()))
+            except psutil.TimeoutExpired:
+                break
+            except psutil.Error:
+                if foreground(result.pane_pid) == job:
+                    break  # a group whose leader is gone: nothing to wait on
+        result = attempt()
+    return result
 
 
 def _await_reporter(spex: Spex, name: str, previous: str | None) -> None:

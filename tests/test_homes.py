@@ -7,12 +7,15 @@ import configparser
 import json
 import os
 import shlex
+import shutil
 import signal
 import sqlite3
 import subprocess
 import time
+from pathlib import Path
 
 import pexpect
+import pytest
 from conftest import HERE, SPEX, Env, harness, retry_until
 from test_turns import show, turn_processes_alive, wake_json
 
@@ -305,18 +308,49 @@ def test_a_pane_in_use_is_not_replaced_without_force(env: Env) -> None:
 # --- 6. attaching -----------------------------------------------------------
 
 
-def test_a_shell_still_starting_is_not_a_person_at_work(env: Env) -> None:
-    """Nobody attached since spex made the home: whatever runs there (a slow
-    rc file) is the shell starting up, and the wake goes ahead."""
+def test_a_command_sent_to_the_pane_without_a_client_is_not_replaced(env: Env) -> None:
+    """Nobody ever attached, but a script started something in the pane's
+    shell (`tmux send-keys … vim notes Enter`): the pane is in use."""
     env.run("new", "a", "--", "bash", "-c", "echo ran")
-    env.tmux("send-keys", "-t", "=a:0.0", "sleep 300", "Enter")
+    assert retry_until(lambda: "$" in capture(env, "a") or "#" in capture(env, "a"))
+    env.tmux("send-keys", "-t", "=a:0.0", "exec 2>/dev/null; sleep 300", "Enter")
     assert retry_until(
         lambda: (
             "sleep"
             in env.tmux("display-message", "-p", "-t", "=a:0.0", "#{pane_current_command}").stdout
         )
     )
-    assert wake_json(env, "a", "x", "--window", "5")[1]["verdict"] == "completed"
+    r = env.run("wake", "a", "x")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "the pane is running sleep (pid" in r.stderr, r.stderr
+    assert (
+        "sleep"
+        in env.tmux("display-message", "-p", "-t", "=a:0.0", "#{pane_current_command}").stdout
+    )
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_a_shell_still_reading_its_rc_files_is_not_in_use(env: Env, shell: str) -> None:
+    """A wake right after spex new, while the pane's shell runs a slow rc
+    file: the shell is starting up, not a person at work (bash runs rc
+    commands in its own process group, zsh as jobs of their own)."""
+    path = shutil.which(shell)
+    if path is None:
+        pytest.skip(f"{shell} is not installed (.ci/run installs it)")
+    home = Path(env.vars["HOME"])
+    rc = home / (".zshrc" if shell == "zsh" else ".profile")
+    flag = env.root / "rc-ran"
+    slow = f"[ -n \"$TMUX\" ] && {{ sleep 2; : >'{flag}'; }}\n"
+    rc.write_text((rc.read_text() if rc.exists() else "") + slow)
+    env.vars["SHELL"] = path
+    env.run("new", "a", "--", "bash", "-c", "echo ran")
+    assert (
+        env.tmux("display-message", "-p", "-t", "=a:0.0", "#{pane_current_command}").returncode == 0
+    )
+    _, v = wake_json(env, "a", "x", "--window", "10")
+    assert v["verdict"] == "completed", v
+    if shell == "zsh":
+        assert flag.exists()  # its rc job was waited for, not killed
 
 
 def test_attach_read_only(env: Env) -> None:
