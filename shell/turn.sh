@@ -162,11 +162,21 @@ pid=$$
 user_umask=$(umask)
 umask 077
 
-mark() {
-    printf '%s' "$1" >"$dir/outcome.tmp" && mv -f "$dir/outcome.tmp" "$dir/outcome"
+mark_file() {
+    printf '%s' "$1" 2>/dev/null >"$dir/outcome.tmp" && mv -f "$dir/outcome.tmp" "$dir/outcome"
 }
 
-if ! mark "running:$pid"; then
+# A marker the disk has no room for (it is full) is kept in the tmux server's
+# memory, a pane option naming the turn, for the reader that records the end
+# once the wrapper is gone (turns.reconcile): a full disk must not lose the rc.
+mark() {
+    mark_file "$1" && return 0
+    rm -f "$dir/outcome.tmp"
+    [ -n "${TMUX_PANE:-}" ] &&
+        tmux set-option -p -t "$TMUX_PANE" @spex_outcome "${dir##*/} $1" 2>/dev/null
+}
+
+if ! mark_file "running:$pid"; then
     echo "spex: cannot write the outcome marker in $dir" >&2
     exit 125
 fi

@@ -44,3 +44,13 @@ class TimedOut(SpexError):
 class UnknownSession(Refused):
     def __init__(self, name: str) -> None:
         super().__init__(f"no session named {name!r}", hint="see spex ls")
+
+
+# What a command could not do but carried on without (a full disk kept a
+# reader from settling turns): printed on stderr by the CLI, once each.
+WARNINGS: list[str] = []
+
+
+def warn(message: str) -> None:
+    if message not in WARNINGS:
+        WARNINGS.append(message)

@@ -237,6 +237,12 @@ class TmuxHome:
             int(shell_at) if shell_at.isdigit() else 0,
         )
 
+    def kept_outcome(self, name: str) -> str:
+        """The outcome marker a turn's wrapper kept in the pane (`TURN MARKER`)
+        when the disk had no room for it (shell/turn.sh), or ''."""
+        rc, out, _ = self._run("display-message", "-p", "-t", f"={name}:0.0", "#{@spex_outcome}")
+        return out[0] if rc == 0 and out else ""
+
     def create(self, name: str, cwd: str, env: Mapping[str, str], owner: str) -> bool:
         """Create the home, a detached tmux session with a shell in `cwd`, tagged `owner`.
 

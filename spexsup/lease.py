@@ -138,6 +138,11 @@ def check_admission(db: sqlite3.Connection, session: str, bearer: int | None = N
     _admit(recover(db), session, bearer)
 
 
+def current(db: sqlite3.Connection) -> sqlite3.Row:
+    """The lease's row as last recorded, not settled (no write)."""
+    return _row(db)
+
+
 def check_admission_unsettled(
     db: sqlite3.Connection, session: str, bearer: int | None = None
 ) -> None:

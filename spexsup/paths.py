@@ -123,3 +123,27 @@ def wrapper_path() -> Path:
         if candidate.is_file():
             return candidate
     raise FileNotFoundError("shell/turn.sh is missing from this spexsup install")
+
+
+def disk_full(e: BaseException) -> bool:
+    """Is `e` a full disk (or quota): an OSError, or SQLite's SQLITE_FULL?"""
+    import errno
+
+    if isinstance(e, OSError):
+        return e.errno in (errno.ENOSPC, errno.EDQUOT)
+    return type(e).__module__ == "sqlite3" and "disk is full" in str(e)
+
+
+def no_space(path: Path) -> str:
+    """`no space left on /mnt (holding /mnt/state): 0 bytes free`, naming the
+    file system that holds `path`."""
+    mount = Path(os.path.realpath(path))
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    try:
+        st = os.statvfs(path)
+        free = f": {st.f_bavail * st.f_frsize} bytes free"
+    except OSError:
+        free = ""
+    held = "" if mount == path else f" (holding {path})"
+    return f"no space left on {mount}{held}{free}"

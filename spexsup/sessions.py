@@ -632,8 +632,15 @@ def describe(
     from spexsup import turns as turn_mod
 
     turn_mod.reconcile(spex, names)
-    with spex.store.tx() as db:
-        held = lease.recover(db)
+    try:
+        with spex.store.tx() as db:
+            held = lease.recover(db)
+    except Exception as e:
+        from spexsup.paths import disk_full
+
+        if not disk_full(e):
+            raise
+        held = lease.current(spex.store.db)  # as last recorded: a full disk
     db = spex.store.db
     if names is None:
         rows = db.execute("SELECT * FROM sessions ORDER BY name").fetchall()

@@ -19,11 +19,18 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from spexsup import config, events, ids, marker, report
-from spexsup.errors import Failed, Invalid, Refused, UnknownSession
+from spexsup.errors import Failed, Invalid, Refused, UnknownSession, warn
 from spexsup.harness import Harness
 from spexsup.home import Launch
 from spexsup.marker import Marker, Stage
-from spexsup.paths import ensure_private_dir, own_python, wrapper_path, write_atomic
+from spexsup.paths import (
+    disk_full,
+    ensure_private_dir,
+    no_space,
+    own_python,
+    wrapper_path,
+    write_atomic,
+)
 from spexsup.procs import (
     Liveness,
     boot_id,
@@ -968,40 +975,75 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
             if time.time() < deferred:
                 due = deferred if due is None else min(due, deferred)
                 continue
-        m = marker.read(directory)
-        if m.stage is Stage.EXIT:
-            report.record_exit(spex.store, name, turn, m.rc, directory)
-        elif m.stage in (Stage.RUNNING, Stage.LIMITED, Stage.REPORTING):
-            assert m.pid is not None
-            alive = wrapper_liveness(m.pid, directory)
-            if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:
-                with spex.store.tx() as db:
-                    cur = db.execute(
-                        "UPDATE turns SET state = 'running', pid = coalesce(pid, ?)"
-                        " WHERE id = ? AND state = 'starting'",
-                        (m.pid, turn),
-                    )
-                    if cur.rowcount:
-                        events.launched(db, session=name, turn=turn)
-                        why = "its launcher died; its wrapper runs"
-                        events.record(db, "confirmed", session=name, turn=turn, cause=why)
-            if alive is not Liveness.DEAD:
-                continue
-            if m.stage is Stage.REPORTING:
-                why = f"wrapper pid {m.pid} died while reporting rc={m.rc}"
-                report.record_exit(spex.store, name, turn, m.rc, directory, error=why)
-            else:
-                why = f"wrapper pid {m.pid} vanished without a final marker"
-                report.record_exit(
-                    spex.store, name, turn, None, directory, state="lost", error=why, launched=True
-                )
-        elif m.stage is Stage.INVALID:
-            why = f"invalid outcome marker {m.text!r}"
-            report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
-        elif _unlaunched(spex, row, directory) is Liveness.DEAD:
-            why = "its launcher died before the turn confirmed startup"
-            report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+        try:
+            _settle_current(spex, row, directory)
+        except Exception as e:
+            if not disk_full(e):
+                raise
+            # Reads go on with the state as last recorded; a waiter tries again.
+            warn(f"{no_space(spex.home)}: turn {turn} of {name} is not settled")
+            retry = time.time() + DISK_FULL_RETRY
+            due = retry if due is None else min(due, retry)
     return due
+
+
+# How soon a waiter tries again to record an end a full disk kept it from.
+DISK_FULL_RETRY = 2.0
+
+
+def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
+    """Record what the markers and processes say of one unfinished turn (see reconcile)."""
+    name, turn = row["session"], row["id"]
+    m = marker.read(directory)
+    if m.stage is Stage.EXIT:
+        report.record_exit(spex.store, name, turn, m.rc, directory)
+    elif m.stage in (Stage.RUNNING, Stage.LIMITED, Stage.REPORTING):
+        assert m.pid is not None
+        alive = wrapper_liveness(m.pid, directory)
+        if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:
+            with spex.store.tx() as db:
+                cur = db.execute(
+                    "UPDATE turns SET state = 'running', pid = coalesce(pid, ?)"
+                    " WHERE id = ? AND state = 'starting'",
+                    (m.pid, turn),
+                )
+                if cur.rowcount:
+                    events.launched(db, session=name, turn=turn)
+                    why = "its launcher died; its wrapper runs"
+                    events.record(db, "confirmed", session=name, turn=turn, cause=why)
+        if alive is not Liveness.DEAD:
+            return
+        # Its last markers may be in the pane, where the wrapper kept what a
+        # full disk had no room for.
+        kept = _kept_marker(spex, name, turn)
+        if kept is not None and kept.stage is Stage.EXIT:
+            report.record_exit(spex.store, name, turn, kept.rc, directory)
+            return
+        if kept is not None and kept.stage is Stage.REPORTING:
+            m = kept._replace(pid=m.pid)
+        if m.stage is Stage.REPORTING:
+            why = f"wrapper pid {m.pid} died while reporting rc={m.rc}"
+            report.record_exit(spex.store, name, turn, m.rc, directory, error=why)
+        else:
+            why = f"wrapper pid {m.pid} vanished without a final marker"
+            report.record_exit(
+                spex.store, name, turn, None, directory, state="lost", error=why, launched=True
+            )
+    elif m.stage is Stage.INVALID:
+        why = f"invalid outcome marker {m.text!r}"
+        report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+    elif _unlaunched(spex, row, directory) is Liveness.DEAD:
+        why = "its launcher died before the turn confirmed startup"
+        report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+
+
+def _kept_marker(spex: Spex, name: str, turn: str) -> Marker | None:
+    """The marker the wrapper kept in the pane for `turn` (a full disk), if any."""
+    kept_turn, _, text = spex.tmux.kept_outcome(name).partition(" ")
+    if kept_turn != turn:
+        return None
+    kept = marker.parse(text.encode())
+    return None if kept.stage is Stage.INVALID else kept
 
 
 def _deferred_until(directory: Path) -> float | None:

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 import psutil
-from conftest import HERE, SPEX, WRAPPERS, Env, harness, retry_until
+import pytest
+from conftest import HERE, SPEX, WRAPPERS, Env, harness, kill_everything, retry_until
 from test_turns import show, turn_processes_alive, wake_json
 
 from spexsup import marker
@@ -715,3 +716,79 @@ def test_rm_says_what_it_could_not_remove(env: Env) -> None:
     assert env.run("rm", "a").returncode == 0
     assert not (env.home / "turns" / "a").exists()
     assert env.run("ls", "--json").stdout.strip() == "[]"
+
+
+# --- a full disk ---------------------------------------------------------------
+
+
+def _mount_tiny_tmpfs(where: Path) -> bool:
+    where.mkdir()
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(where)],
+        capture_output=True,
+        check=False,
+    )
+    return r.returncode == 0
+
+
+def _fill(where: Path) -> Path:
+    filler = where / "filler"
+    with filler.open("wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_disk_keeps_the_rc_and_reads_working(env: Env) -> None:
+    mount = env.root / "tiny"
+    if os.geteuid() != 0 or not _mount_tiny_tmpfs(mount):
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    try:
+        home = mount / "state"
+        extra = {"SPEXSUP_HOME": str(home)}
+        go = env.root / "go"
+        assert (
+            env.run(
+                "new",
+                "a",
+                "--env",
+                f"GO={go}",
+                "--env",
+                "RC=7",
+                "--",
+                harness("until_go.sh"),
+                extra=extra,
+            ).returncode
+            == 0
+        )
+        _, v = wake_json(env, "a", "x", "--window", "0.5", extra=extra)
+        assert v["verdict"] == "confirmed", v
+        directory = home / "turns" / "a" / v["turn"]
+        filler = _fill(mount)
+        go.touch()
+        # The wrapper is gone without a final marker on disk...
+        assert retry_until(lambda: not turn_processes_alive(v["turn"]), 30)
+        assert marker.read(directory).stage is not Stage.EXIT
+        # ...and reads still work while the disk is full, naming it.
+        r = env.run("ls", extra=extra)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"no space left on {mount}" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+        r = env.run("show", "a", "--json", extra=extra)
+        assert r.returncode == 0, r.stderr
+        r = env.run("wait", "a", "--timeout", "1", extra=extra)
+        assert r.returncode == 124 and "Traceback" not in r.stderr, r.stderr
+        # Room again: the end is recorded with its rc, not as a vanished wrapper.
+        filler.unlink()
+        r = env.run("wait", "a", "--timeout", "30", "--json", extra=extra)
+        assert r.returncode == 1, r.stdout + r.stderr
+        (ended,) = json.loads(r.stdout)
+        assert (ended["state"], ended["rc"]) == ("error", 7), ended
+    finally:
+        env.tmux("kill-server")
+        kill_everything(str(env.tmux_tmpdir))
+        subprocess.run(["umount", "-l", str(mount)], check=False)

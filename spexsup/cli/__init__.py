@@ -146,6 +146,11 @@ def run(argv: list[str]) -> int:
         return _dispatch(argv, options, completing)
     except (KeyboardInterrupt, Signalled) as e:
         return interrupted(e)
+    finally:
+        from spexsup.errors import WARNINGS
+
+        for warning in WARNINGS:
+            print(f"spex: warning: {warning}", file=sys.stderr)
 
 
 def interrupted(e: BaseException) -> int:
@@ -198,8 +203,16 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
         # The environment, not a bug: a state home that is a file, a
         # read-only disk, a working directory deleted under the shell.
         where = f": {e.filename}" if e.filename else ""
+        from spexsup.paths import disk_full
+
+        if disk_full(e):
+            return fail(_full(home, e.filename), 1, as_json)
         return fail(f"{e.strerror or e}{where}", 1, as_json)
     except Exception as e:
+        from spexsup.paths import disk_full
+
+        if _is_sqlite_error(e) and disk_full(e):
+            return fail(f"state database: {_full(home, None)}", 1, as_json)
         if _is_sqlite_error(e):
             if "locked" in str(e) or "busy" in str(e):
                 return fail(f"state database: {e} (another process holds it)", 1, as_json)
@@ -209,6 +222,19 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
     if not completing and rest and rest[0] in WRITERS:
         _housekeep(home)
     return code if isinstance(code, int) else 0
+
+
+def _full(home: str | None, filename: str | None) -> str:
+    """The full file system named: the one holding the file, else the state home."""
+    from pathlib import Path
+
+    from spexsup.paths import no_space, resolve_home
+
+    try:
+        path = Path(filename).parent if filename else resolve_home(home)
+    except SpexError:
+        return "no space left on device"
+    return no_space(path)
 
 
 def _is_sqlite_error(e: Exception) -> bool:
