@@ -344,7 +344,9 @@ mark "reporting:$pid:$rc"
 reporter=()
 mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
 if [ ${#reporter[@]} -gt 0 ]; then
-    "${reporter[@]}" "$rc" </dev/null
+    # Marked as the wrapper's own step: a stop killing the turn spares it
+    # (procs.turn_processes), so the end and its line are still recorded.
+    SPEXSUP_STEP=report "${reporter[@]}" "$rc" </dev/null
     cas=$?
 else
     echo "spex: the exit reporter is missing from $dir" >&2

@@ -117,7 +117,8 @@ def turn_processes(
     if it carries no other turn's marker: after the turn the wrapper execs
     the pane's shell, whose children are the user's, not the turn's. The
     wrapper must outlive the harness to write the final marker, so it is
-    never included.
+    never included, nor is its exit reporter (`SPEXSUP_STEP=report`) or
+    what that starts (hook runners).
     """
     import psutil
 
@@ -145,7 +146,14 @@ def turn_processes(
                 found[proc.pid] = proc
         except (psutil.Error, OSError):
             continue
-    return [p for p in found.values() if _living(p)]
+    return [p for p in found.values() if _living(p) and not _wrapper_step(p)]
+
+
+def _wrapper_step(proc: psutil.Process) -> bool:
+    try:
+        return proc.environ().get("SPEXSUP_STEP") == "report"
+    except psutil.Error:
+        return False
 
 
 def _living(proc: psutil.Process) -> bool:
