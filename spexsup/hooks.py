@@ -623,18 +623,22 @@ def _main(argv: list[str]) -> int:
     except SpexError as e:
         events.log_line(home, f"hook runner: {e.line()}")
         return 1
-    while True:
-        while (taken := _take(store)) is not None:
-            _run_claim(home, store, *taken)
-        os.close(slot)
-        # Unlocked first, then looked: a claim committed after this look
-        # finds a free slot for its own runner.
-        if not _queued(store):
-            return 0
-        fd = _free_slot(_slot_dir(home))
-        if fd is None:
-            return 0
-        slot = fd
+    try:
+        while True:
+            while (taken := _take(store)) is not None:
+                _run_claim(home, store, *taken)
+            os.close(slot)
+            # Unlocked first, then looked: a claim committed after this look
+            # finds a free slot for its own runner.
+            if not _queued(store):
+                return 0
+            fd = _free_slot(_slot_dir(home))
+            if fd is None:
+                return 0
+            slot = fd
+    except Exception as e:  # what it has not taken waits for the next runner or reader
+        events.log_line(home, f"hook runner stopped: {e}")
+        return 1
 
 
 if __name__ == "__main__":
