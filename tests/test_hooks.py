@@ -495,3 +495,33 @@ def test_many_hooks_at_once_never_run_more_than_the_slots(env: Env) -> None:
         running += step
         most = max(most, running)
     assert 2 <= most <= SLOTS, most
+
+
+def test_the_ntfy_sink_keeps_the_topic_url_and_the_message_off_curls_argv(env: Env) -> None:
+    contrib = Path(__file__).resolve().parent.parent / "contrib" / "hooks"
+    bodies: list[tuple[str, str]] = []
+
+    def record(headers: Any, body: bytes) -> None:
+        bodies.append((headers["Title"], body.decode()))
+
+    with local_http(record, status=200, delay=1.5) as base:
+        url = f"{base}/topic-SeCrEt-9d2e"
+        ntfy = ["env", f"NTFY_URL={url}", str(contrib / "ntfy.sh")]
+        config(env, f"[[hook]]\non = ['failed']\nrun = {json.dumps(ntfy)}\n")
+        assert env.run("new", "a", "--", harness("exit7.sh")).returncode == 0
+        assert env.run("wake", "a", "x", "--window", "2").returncode == 1
+        curls: list[list[bytes]] = []
+
+        def posted() -> bool:
+            for line in _command_lines():
+                argv = line.split(b"\0")
+                if argv[0].endswith(b"curl"):
+                    curls.append(argv)
+            return ": ok, exit 0" in hooks_log(env)
+
+        # Scanned while curl waits for the (slow) server.
+        assert retry_until(posted, seconds=30), hooks_log(env)
+    assert bodies == [("spex: a failed", "boom: something broke")]
+    assert curls, "curl was never seen running"
+    leaked = [a for a in curls if any(b"SeCrEt" in w or b"boom" in w for w in a)]
+    assert leaked == []
