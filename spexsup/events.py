@@ -77,9 +77,9 @@ TICK = "tick"
 STATUS = "status"
 
 # Event ids recorded in each connection's open transaction (by id(connection)),
-# and the (event, hook) pairs it claimed, to start after the COMMIT.
+# and how many (event, hook) pairs it claimed: the runners to start after the COMMIT.
 _pending: dict[int, list[int]] = {}
-_claimed: dict[int, list[tuple[dict[str, Any], Any]]] = {}
+_claimed: dict[int, int] = {}
 
 
 def record(
@@ -240,10 +240,29 @@ def after_commit(store: Store) -> None:
     try:
         from spexsup import hooks
 
-        for event, hook in claimed:
-            hooks.spawn(store.home, event, hook)
+        hooks.fault_after_claim()
+        hooks.start_runners(store.home, claimed)
     except Exception as e:
         log_line(store.home, f"hooks of events {ids[0]}..{ids[-1]} not started: {e}")
+
+
+_resumed: set[str] = set()
+
+
+def resume_hooks(store: Store) -> None:
+    """What a reconciling reader does for the hooks (once per process and
+    home): start the claims that nobody started (see `hooks.resume`). Costs
+    a file read or two without a `[[hook]]` table; never raises."""
+    home = str(store.home)
+    if home in _resumed or hooks_disabled() or not hooks_configured(home):
+        return
+    _resumed.add(home)
+    try:
+        from spexsup import hooks
+
+        hooks.resume(store.home, store.db)
+    except Exception as e:
+        log_line(home, f"queued hooks not started: {e}")
 
 
 # `spex --no-hooks …`: this process only. Never an environment variable, which

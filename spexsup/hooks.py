@@ -5,18 +5,40 @@ either `run = [argv…]` (placeholders such as `{session}` filled in each word;
 never a shell string) or `url = "http…"` (the event POSTed as JSON, 5 s
 timeout); optional `name` and `timeout` (seconds, default 30, for `run`).
 
-The process that commits an event fires its hooks: inside the transaction
-that records the event it claims each matching (event, hook) pair in SQLite
-(`claim`; `hook_runs`, first claim wins), and after the COMMIT it starts a
-detached runner (`spawn`: `python -m spexsup.hooks`, its own session, no tty, none of
-the turn's SPEXSUP_* variables) that runs the hook and appends what happened
-to `$SPEXSUP_HOME/hooks.log`. The committer never waits for it, so a slow or
-broken hook can delay or change no verdict.
+Firing is a queue in SQLite. The process that commits an event claims each
+matching (event, hook) pair inside the transaction that records the event
+(`claim`: a `hook_runs` row, first claim wins, naming the claimer by pid and
+start token), so a hook is claimed exactly when its event commits. After the
+COMMIT it starts up to one detached runner per claim (`start_runners`:
+`python -m spexsup.hooks HOME FD`, its own session, no tty, none of the
+turn's SPEXSUP_* variables), each holding one of `SLOTS` slot files of
+`$SPEXSUP_HOME/hooks/` locked (flock): so no more than `SLOTS` runners ever
+run per home, and when none is free the claims wait in the table. A runner
+takes the oldest claim nobody took (`started_at`, set in a transaction of
+its own, so each claim is taken once), runs it, records its outcome, and
+takes the next until none is left; then it unlocks its slot and looks once
+more, so a claim committed meanwhile is never left behind (its committer
+found the slot free, or this runner sees the claim).
+
+A claimer that dies between its COMMIT and starting a runner leaves its
+claims untaken: the next reconciling reader (`resume`: `spex ls`, `show`,
+`wait`, `events`…) starts runners for claims whose claimer is dead or that
+waited `STALE` seconds. The runner learns the event and the hook from SQLite
+and config.toml, never from its argv, which every local user can read (a
+webhook URL is a secret). It is a child subreaper: whatever the hook leaves
+running is its child, waited for until the hook's timeout and then killed.
+Output is kept up to `OUTPUT_LIMIT` bytes (the head), the rest counted and
+dropped, and goes to `$SPEXSUP_HOME/hooks.log`. The committer never waits
+for any of it, so a slow or broken hook can delay or change no verdict.
+
+`SPEXSUP_FAULT=after-hook-claim` makes a committer SIGKILL itself right
+after committing a claim: the test suite's way to lose one, nothing else's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import fnmatch
 import hashlib
 import json
@@ -32,8 +54,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup import events
-from spexsup.errors import Failed
-from spexsup.paths import own_python
+from spexsup.errors import Failed, SpexError
+from spexsup.paths import ensure_private_dir, own_python
+from spexsup.procs import Liveness, descendants, identity_liveness, own_identity
 
 if TYPE_CHECKING:
     import sqlite3
@@ -42,7 +65,17 @@ if TYPE_CHECKING:
 
 URL_TIMEOUT = 5.0
 DEFAULT_TIMEOUT = 30.0
+# The head of a hook's output that hooks.log keeps; the rest is counted.
 OUTPUT_LIMIT = 16384
+# Runners at once per home: an 80-leg fan-out must not start 160 of them.
+SLOTS = 4
+SLOT_DIR = "hooks"
+# A claim nobody took this long after its COMMIT is a reader's to start,
+# even under a live claimer (one stopped between COMMIT and start).
+STALE = 10.0
+# After a kill at the timeout, how long to wait for the killed to be reaped.
+KILL_WAIT = 2.0
+FAULT = "SPEXSUP_FAULT"
 PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 # A hook started from the exit reporter must not look like the turn's process,
 # nor find spex's private tmux server in TMUX (its tmux commands reach the user's).
@@ -73,16 +106,6 @@ class Hook:
         if not self.sessions:
             return True
         return session is not None and any(fnmatch.fnmatchcase(session, g) for g in self.sessions)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "on": list(self.on),
-            "sessions": list(self.sessions),
-            "run": list(self.run) if self.run else None,
-            "url": self.url,
-            "timeout": self.timeout,
-        }
 
 
 def _strings(value: object) -> tuple[str, ...] | None:
@@ -148,55 +171,115 @@ def load(home: Path) -> list[Hook]:
 # --- firing, from the committing process ---------------------------------------
 
 
-Claimed = list[tuple[dict[str, Any], "Hook"]]
-
-
-def claim(db: sqlite3.Connection, ids: Sequence[int], hooks: Sequence[Hook]) -> Claimed:
+def claim(db: sqlite3.Connection, ids: Sequence[int], hooks: Sequence[Hook]) -> int:
     """Inside the transaction that records events `ids`: claim every (event,
     matching hook) pair (first claim wins), so a hook is claimed exactly when
-    its event commits. Returns the pairs this call claimed, to `spawn` after
-    the COMMIT."""
+    its event commits. Returns how many this call claimed: the runners to
+    start after the COMMIT (`start_runners`)."""
     if not hooks or not ids:
-        return []
+        return 0
     marks = ",".join("?" * len(ids))
-    rows = db.execute(f"SELECT * FROM events WHERE id IN ({marks})", tuple(ids)).fetchall()
-    claimed: Claimed = []
+    rows = db.execute(
+        f"SELECT id, kind, session FROM events WHERE id IN ({marks})", tuple(ids)
+    ).fetchall()
+    pid, token = own_identity()
+    claimed = 0
     for row in rows:
         for h in hooks:
             if not h.matches(row["kind"], row["session"]):
                 continue
             cur = db.execute(
-                "INSERT OR IGNORE INTO hook_runs (event, hook, claimed_at, pid)"
-                " VALUES (?, ?, ?, ?)",
-                (row["id"], h.key, time.time(), os.getpid()),
+                "INSERT OR IGNORE INTO hook_runs (event, hook, claimed_at, pid, token)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (row["id"], h.key, time.time(), pid, token),
             )
-            if cur.rowcount:
-                claimed.append((events.as_json(row), h))
+            claimed += cur.rowcount
     return claimed
+
+
+def fault_after_claim() -> None:
+    """The test suite's fault point between a claim's COMMIT and its runner."""
+    if os.environ.get(FAULT) == "after-hook-claim":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in TURN_ENV and not k.startswith("SPEX_")}
 
 
-def spawn(home: Path, event: dict[str, Any], hook: Hook) -> None:
-    """Start the runner detached: its own session, stdio away from our tty."""
-    argv = [*own_python("spexsup.hooks"), str(home), json.dumps(event)]
-    argv.append(json.dumps(hook.as_json()))
+def _slot_dir(home: Path) -> str:
+    return str(ensure_private_dir(home / SLOT_DIR, under=home))
+
+
+def _free_slot(directory: str) -> int | None:
+    """A slot file locked by us (its fd), or None when all `SLOTS` are held."""
+    for number in range(SLOTS):
+        try:
+            fd = os.open(
+                f"{directory}/slot-{number}",
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+            )
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        return fd
+    return None
+
+
+def start_runners(home: Path, wanted: int) -> int:
+    """Start up to `wanted` detached runners, one per free slot, each holding
+    its slot's lock (the fd it inherits) for as long as it lives; returns
+    how many started. Claims left over wait for the runners that hold the
+    slots. Never raises: failures go to hooks.log, the claims stay queued."""
+    started = 0
     try:
-        subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-            env=_clean_env(),
-        )
-    except OSError as e:
-        events.log_line(
-            home, f"event {event['id']} {event['kind']} hook {hook.key}: not started: {e}"
-        )
+        directory = _slot_dir(home)
+        while started < wanted:
+            fd = _free_slot(directory)
+            if fd is None:
+                break
+            try:
+                subprocess.Popen(
+                    [*own_python("spexsup.hooks"), str(home), str(fd)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                    pass_fds=(fd,),
+                    env=_clean_env(),
+                )
+            finally:
+                os.close(fd)
+            started += 1
+    except (OSError, SpexError) as e:
+        events.log_line(home, f"hook runner not started: {getattr(e, 'strerror', None) or e}")
+    return started
+
+
+def resume(home: Path, db: sqlite3.Connection) -> int:
+    """A reconciling reader's part (`events.resume_hooks`): start runners for
+    claims nobody took whose claimer is dead (it died between its COMMIT and
+    starting them) or that waited `STALE` seconds; returns how many started.
+    One indexed query when nothing waits."""
+    rows = db.execute(
+        "SELECT pid, token, claimed_at FROM hook_runs WHERE started_at IS NULL"
+        " ORDER BY claimed_at LIMIT ?",
+        (SLOTS,),
+    ).fetchall()
+    now = time.time()
+    orphaned = sum(
+        1
+        for r in rows
+        if now - r["claimed_at"] >= STALE
+        or r["pid"] is None
+        or identity_liveness(r["pid"], r["token"]) is Liveness.DEAD
+    )
+    return start_runners(home, orphaned) if orphaned else 0
 
 
 # --- running one hook -------------------------------------------------------------
@@ -242,51 +325,191 @@ def fill(word: str, values: dict[str, str]) -> str:
 @dataclass
 class Outcome:
     ok: bool
-    detail: str  # "exit 0", "exit 3", "timed out after 5s", "HTTP 200", "no such file …"
+    detail: str  # "exit 0", "exit 3", "timed out after 5s, killed", "HTTP 200", …
+
+
+def _head(event: dict[str, Any], key: str) -> str:
+    return f"event {event['id']} {event['kind']} {event.get('session') or '-'} hook {key}"
 
 
 def run_hook(home: Path, event: dict[str, Any], hook: Hook) -> Outcome:
-    """Run one hook now, in the foreground; what happened goes to hooks.log."""
+    """Run one hook now, in the foreground; what happened goes to hooks.log.
+
+    Call it in a child subreaper (`become_subreaper`) that has no children
+    of its own: a `run` hook's leftovers are reaped with `waitpid(-1)`."""
     values = variables(home, event)
-    head = f"event {event['id']} {event['kind']} {values['session'] or '-'} hook {hook.key}"
     started = time.monotonic()
-    output = b""
+    output, dropped = b"", 0
     if hook.url is not None:
         outcome = _post(hook.url, {**event, "summary": values["summary"]})
     else:
         assert hook.run is not None
         argv = [fill(w, values) for w in hook.run]
         env = {**_clean_env(), **{f"SPEX_{k.upper()}": v for k, v in values.items()}}
-        outcome, output = _run(argv, env, hook.timeout)
+        outcome, output, dropped = _run(argv, env, hook.timeout)
     took = time.monotonic() - started
-    text = f"{head}: {'ok' if outcome.ok else 'failed'}, {outcome.detail} ({took:.2f}s)"
+    text = f"{_head(event, hook.key)}: {'ok' if outcome.ok else 'failed'}, {outcome.detail}"
+    text += f" ({took:.2f}s)"
     if output.strip():
-        body = output[-OUTPUT_LIMIT:].decode("utf-8", "replace").rstrip("\n")
+        body = output.decode("utf-8", "replace").rstrip("\n")
         text += "\n" + "\n".join(f"  | {line}" for line in body.splitlines())
+    if dropped:
+        text += f"\n  | [output truncated: {dropped} more bytes after the first {len(output)}]"
     events.log_line(home, text)
     return outcome
 
 
-def _run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[Outcome, bytes]:
+def become_subreaper() -> None:
+    """Adopt our orphaned descendants (prctl PR_SET_CHILD_SUBREAPER), so a
+    hook's background process stays ours to wait for and kill. Best effort:
+    without it, leftovers outside the hook's tree are out of reach."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+
+
+def _run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[Outcome, bytes, int]:
+    """Run `argv` in a session of its own; its output (the head kept, the
+    rest counted) and what became of it and of whatever it left running."""
+    out_r, out_w = os.pipe()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    # SIGCHLD writes a byte to wake_r: the wait below is woken by every exit.
+    previous = signal.signal(signal.SIGCHLD, lambda *_: None)
+    old_wakeup = signal.set_wakeup_fd(wake_w)
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    except OSError as e:
-        return Outcome(False, f"cannot run {argv[0]!r}: {e.strerror or e}"), b""
+        try:
+            pid = os.posix_spawnp(
+                argv[0],
+                argv,
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, out_w, 1),
+                    (os.POSIX_SPAWN_DUP2, out_w, 2),
+                ],
+                setsid=True,
+                # Python ignores SIGPIPE and SIGXFSZ; an exec'd program expects them.
+                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+            )
+        except OSError as e:
+            return Outcome(False, f"cannot run {argv[0]!r}: {e.strerror or e}"), b"", 0
+        finally:
+            os.close(out_w)
+        return _watch(pid, out_r, wake_r, timeout)
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        signal.signal(signal.SIGCHLD, previous)
+        for fd in (out_r, wake_r, wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _reap() -> tuple[list[tuple[int, int]], bool]:
+    """(pid, wait status) of every child that ended; and whether any is left."""
+    ended: list[tuple[int, int]] = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return ended, False
+        if pid == 0:
+            return ended, True
+        ended.append((pid, status))
+
+
+def _drain(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 4096):
+            pass
+
+
+def _status_text(status: int) -> tuple[bool, str]:
+    code = os.waitstatus_to_exitcode(status)
+    if code >= 0:
+        return code == 0, f"exit {code}"
     try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        return Outcome(False, f"timed out after {timeout:g}s, killed"), out
-    return Outcome(proc.returncode == 0, f"exit {proc.returncode}"), out
+        return False, f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return False, f"killed by signal {-code}"
+
+
+def _watch(pid: int, out_r: int, wake_r: int, timeout: float) -> tuple[Outcome, bytes, int]:
+    """Until the hook and everything it started have ended and its output is
+    closed, or `timeout`: then kill what is left, the group and every
+    descendant (adopted orphans included), and say so."""
+    import select
+
+    deadline = time.monotonic() + timeout
+    head = bytearray()
+    dropped = 0
+    status: int | None = None
+    reading = True
+    while True:
+        ended, left = _reap()
+        for child, child_status in ended:
+            if child == pid:
+                status = child_status
+        if not reading and not left:
+            break
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return _kill_left(pid, status, wake_r, timeout), bytes(head), dropped
+        ready, _, _ = select.select([wake_r, *([out_r] if reading else [])], [], [], remaining)
+        if out_r in ready:
+            chunk = os.read(out_r, 65536)
+            if not chunk:
+                reading = False
+            else:
+                room = OUTPUT_LIMIT - len(head)
+                head += chunk[:room]
+                dropped += max(0, len(chunk) - room)
+        if wake_r in ready:
+            _drain(wake_r)
+    assert status is not None  # reaped: no child is left
+    ok, text = _status_text(status)
+    return Outcome(ok, text), bytes(head), dropped
+
+
+def _kill_left(pid: int, status: int | None, wake_r: int, timeout: float) -> Outcome:
+    """SIGKILL the hook's group (while its leader is unreaped, so the group id
+    is still ours) and every descendant, until none is left or `KILL_WAIT`."""
+    import select
+
+    ran_out = status is None  # the hook itself was still running
+    killed: set[int] = set()
+    give_up = time.monotonic() + KILL_WAIT
+    left = True
+    while left:
+        if status is None:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        for child in descendants(os.getpid()):
+            with contextlib.suppress(OSError):
+                os.kill(child, signal.SIGKILL)
+                killed.add(child)
+        ended, left = _reap()
+        for child, child_status in ended:
+            killed.add(child)
+            if child == pid:
+                status = child_status
+        if left and time.monotonic() >= give_up:
+            break
+        if left:
+            select.select([wake_r], [], [], 0.05)
+            _drain(wake_r)
+    survivors = f", {len(descendants(os.getpid()))} would not die" if left else ""
+    if ran_out or status is None:
+        return Outcome(False, f"timed out after {timeout:g}s, killed{survivors}")
+    others = len(killed - {pid})
+    _, text = _status_text(status)
+    noun = "process" if others == 1 else "processes"
+    return Outcome(
+        False,
+        f"{text}, but left {others} {noun} running: killed at the {timeout:g}s timeout{survivors}",
+    )
 
 
 def _post(url: str, body: dict[str, Any]) -> Outcome:
@@ -324,33 +547,98 @@ def test(home: Path, store: Store, event_id: int) -> list[tuple[Hook, Outcome]]:
             hint="see the [[hook]] tables in config.toml",
         )
     event = events.as_json(row)
+    become_subreaper()
     return [(h, run_hook(home, event, h)) for h in hooks]
 
 
-def _main(argv: list[str]) -> int:
-    """The detached runner: `python -m spexsup.hooks HOME EVENT_JSON HOOK_JSON`."""
-    home, event, spec = Path(argv[0]), json.loads(argv[1]), json.loads(argv[2])
-    hook = Hook(
-        spec["key"],
-        tuple(spec["on"]),
-        tuple(spec["sessions"]),
-        tuple(spec["run"]) if spec["run"] else None,
-        spec["url"],
-        float(spec["timeout"]),
-    )
-    outcome = run_hook(home, event, hook)
-    try:
-        from spexsup.store import Store
+# --- the detached runner ----------------------------------------------------------
 
-        store = Store(home)
+
+def _take(store: Store) -> tuple[int, str] | None:
+    """The oldest claim nobody took, taken by this runner (in one write
+    transaction, so by one runner only); None when the queue is empty."""
+    pid, token = own_identity()
+    with store.tx() as db:
+        row = db.execute(
+            "SELECT event, hook FROM hook_runs WHERE started_at IS NULL ORDER BY claimed_at LIMIT 1"
+        ).fetchone()
+        if row is None:
+            return None
+        db.execute(
+            "UPDATE hook_runs SET started_at = ?, runner_pid = ?, runner_token = ?"
+            " WHERE event = ? AND hook = ?",
+            (time.time(), pid, token, row["event"], row["hook"]),
+        )
+        return int(row["event"]), str(row["hook"])
+
+
+def _run_claim(home: Path, store: Store, event_id: int, key: str) -> None:
+    """Run one taken claim and record its outcome; never raises."""
+    try:
+        row = store.db.execute("SELECT * FROM events WHERE id = ?", (event_id,)).fetchone()
+        if row is None:
+            outcome = Outcome(False, "not run: its event is no longer kept")
+            events.log_line(home, f"event {event_id} hook {key}: {outcome.detail}")
+        else:
+            event = events.as_json(row)
+            why = "not run: config.toml has no such hook now"
+            try:
+                hook = next((h for h in load(home) if h.key == key), None)
+            except SpexError as e:
+                hook, why = None, f"not run: {e.line()}"
+            if hook is None:
+                outcome = Outcome(False, why)
+                events.log_line(home, f"{_head(event, key)}: failed, {why}")
+            else:
+                outcome = run_hook(home, event, hook)
+    except Exception as e:
+        outcome = Outcome(False, f"runner failed: {e}")
+        events.log_line(home, f"event {event_id} hook {key}: {outcome.detail}")
+    try:
         with store.tx() as db:
             db.execute(
                 "UPDATE hook_runs SET outcome = ? WHERE event = ? AND hook = ?",
-                (outcome.detail, event["id"], hook.key),
+                (outcome.detail, event_id, key),
             )
     except Exception as e:
-        events.log_line(home, f"event {event['id']} hook {hook.key}: outcome not recorded: {e}")
-    return 0 if outcome.ok else 1
+        events.log_line(home, f"event {event_id} hook {key}: outcome not recorded: {e}")
+
+
+def _queued(store: Store) -> bool:
+    row = store.db.execute("SELECT 1 FROM hook_runs WHERE started_at IS NULL LIMIT 1").fetchone()
+    return row is not None
+
+
+def _main(argv: list[str]) -> int:
+    """The detached runner: `python -m spexsup.hooks HOME SLOT_FD`, holding the
+    slot locked through SLOT_FD. Takes claims until none is left."""
+    from spexsup.store import Store
+
+    home, slot = Path(argv[0]), int(argv[1])
+    # What the hook starts must not hold the slot: the lock ends with us.
+    os.set_inheritable(slot, False)
+    become_subreaper()
+    try:
+        store = Store(home)
+    except SpexError as e:
+        events.log_line(home, f"hook runner: {e.line()}")
+        return 1
+    try:
+        while True:
+            while (taken := _take(store)) is not None:
+                _run_claim(home, store, *taken)
+            os.close(slot)
+            # Unlocked first, then looked: a claim committed after this look
+            # finds a free slot for its own runner.
+            if not _queued(store):
+                return 0
+            fd = _free_slot(_slot_dir(home))
+            if fd is None:
+                return 0
+            slot = fd
+    except Exception as e:  # what it has not taken waits for the next runner or reader
+        events.log_line(home, f"hook runner stopped: {e}")
+        return 1
 
 
 if __name__ == "__main__":

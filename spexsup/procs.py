@@ -228,6 +228,30 @@ def session_members(sid: int, born_from: str) -> list[int]:
     return members
 
 
+def descendants(pid: int) -> list[int]:
+    """Live pids below `pid` in the process tree (one scan of /proc); zombies
+    are left out. A process that `setsid`s stays a descendant; an orphan
+    leaves the tree unless `pid` is a child subreaper, which adopts it."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = _stat_fields(int(entry.name))
+        except OSError:
+            continue
+        if fields is None or fields[0] in (b"Z", b"X"):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def parent_pid(pid: int) -> int | None:
     fields = _stat_fields(pid)
     return int(fields[1]) if fields else None

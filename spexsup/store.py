@@ -228,6 +228,17 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN binary TEXT;
     """,
+    # 11: a hook claim is a queue entry (see `hooks`): the claimer's start
+    # token beside its pid, and when a runner (pid, token) took it on. Claims
+    # made before this have been handed to a runner already: never again.
+    """
+    ALTER TABLE hook_runs ADD COLUMN token TEXT;
+    ALTER TABLE hook_runs ADD COLUMN started_at REAL;
+    ALTER TABLE hook_runs ADD COLUMN runner_pid INTEGER;
+    ALTER TABLE hook_runs ADD COLUMN runner_token TEXT;
+    UPDATE hook_runs SET started_at = claimed_at;
+    CREATE INDEX hook_runs_queued ON hook_runs (claimed_at) WHERE started_at IS NULL;
+    """,
 )
 
 

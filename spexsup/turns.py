@@ -945,6 +945,8 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
         " WHERE t.state IN ('starting', 'running')"
     )
     rows = spex.store.db.execute(query).fetchall()
+    # Hooks whose claimer died before starting them are a reader's to start.
+    events.resume_hooks(spex.store)
     boot = boot_id() if rows else ""
     due: float | None = None
     for row in rows:

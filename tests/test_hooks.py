@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -136,13 +137,16 @@ def test_a_slow_hook_does_not_delay_the_verdict(env: Env) -> None:
 
 
 @contextmanager
-def local_http(record: Callable[[Any, bytes], None], *, status: int) -> Iterator[str]:
+def local_http(
+    record: Callable[[Any, bytes], None], *, status: int, delay: float = 0.0
+) -> Iterator[str]:
     """A real HTTP server on 127.0.0.1 that hands each POST's headers and body
-    to `record` and answers `status`; yields its base URL."""
+    to `record` and answers `status` (after `delay` seconds); yields its base URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             record(self.headers, self.rfile.read(int(self.headers["Content-Length"])))
+            time.sleep(delay)
             self.send_response(status)
             self.end_headers()
 
@@ -331,3 +335,193 @@ def test_no_hooks_on_the_command_that_starts_the_server_stays_with_that_command(
     go.touch()  # the turn ends after its wake: the pane's reporter records it
     assert retry_until(lambda: len(runs(out)) == 1, seconds=30), hooks_log(env)
     assert runs(out)[0][0] == ["completed"]
+
+
+def _command_lines() -> list[bytes]:
+    """Every process's argv as /proc shows it to any local user."""
+    lines = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                lines.append((entry / "cmdline").read_bytes())
+            except OSError:
+                continue
+    return lines
+
+
+def test_no_hook_runner_shows_the_event_or_a_webhook_url_in_its_argv(env: Env) -> None:
+    secret = "SeCrEt-webhook-token-5b1f"
+    planted = "PlAnTeD-in-the-event-77c3"
+    agent = env.root / "agent.sh"
+    agent.write_text(f"#!/bin/sh\necho '{planted}' >&2\nexit 7\n")
+    agent.chmod(0o755)
+    started = env.root / "slow-started"
+    posts: list[bytes] = []
+    with local_http(lambda _h, body: posts.append(body), status=200, delay=3) as base:
+        config(
+            env,
+            f"[[hook]]\nname = 'web'\non = ['failed']\nurl = '{base}/hooks/{secret}'\n"
+            "[[hook]]\nname = 'slow'\non = ['failed']\n"
+            f"run = ['bash', '-c', 'touch {started}; sleep 3']\n",
+        )
+        assert env.run("new", "a", "--", str(agent)).returncode == 0
+        woke = subprocess.Popen(
+            [SPEX, "wake", "a", "x", "--window", "2"], env=env.vars, stdout=subprocess.DEVNULL
+        )
+        seen: list[bytes] = []
+
+        def scan() -> bool:
+            seen.extend(line for line in _command_lines() if secret.encode() in line)
+            seen.extend(line for line in _command_lines() if planted.encode() in line)
+            return hooks_log(env).count("ok, ") == 2
+
+        # Scanned all along: while the wake runs, the POST waits and the hook sleeps.
+        assert retry_until(scan, seconds=60), hooks_log(env)
+        assert woke.wait(30) == 1
+    assert started.exists() and len(posts) == 1
+    assert json.loads(posts[0])["cause"] == planted  # the event did carry it
+    assert seen == []
+
+
+def test_a_hook_whose_claimer_died_before_starting_it_fires_once_from_the_next_reader(
+    env: Env,
+) -> None:
+    out = recorder(env, '["created"]', "{session}")
+    assert env.run("new", "first", "--harness", "demo").returncode == 0
+    assert retry_until(lambda: len(runs(out)) == 1, seconds=30)
+    # `spex new` SIGKILLs itself right after committing `created` and its claim.
+    r = env.run("new", "a", "--harness", "demo", extra={"SPEXSUP_FAULT": "after-hook-claim"})
+    assert r.returncode == -signal.SIGKILL
+    assert claims(env) == [("rec", "exit 0"), ("rec", None)]
+    # The next reconciling reader finds the claim untaken under a dead claimer.
+    assert env.run("ls").returncode == 0
+    assert retry_until(lambda: claims(env) == [("rec", "exit 0")] * 2, seconds=30), claims(env)
+    for command in (("ls",), ("events",), ("show", "a")):
+        assert env.run(*command).returncode == 0
+    assert retry_until(lambda: _runners(env) == [], seconds=30)
+    assert sorted(args[0] for args, _ in runs(out)) == ["a", "first"]
+    assert hooks_log(env).count("hook rec: ok") == 2
+
+
+def _runners(env: Env) -> list[psutil.Process]:
+    """The hook runners of this test's home."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            argv = proc.cmdline()
+        except psutil.Error:
+            continue
+        if "spexsup.hooks" in argv and str(env.home) in argv:
+            found.append(proc)
+    return found
+
+
+def test_a_yes_hook_keeps_the_head_of_its_output_within_the_cap(env: Env) -> None:
+    from spexsup.hooks import OUTPUT_LIMIT
+
+    config(env, "[[hook]]\nname = 'yes'\non = ['created']\nrun = ['yes', 'spam']\ntimeout = 3\n")
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    biggest = [0]
+
+    def done() -> bool:
+        for runner in _runners(env):
+            try:
+                rss = runner.memory_info().rss
+            except psutil.Error:
+                continue
+            biggest[0] = max(biggest[0], rss)
+            if rss > 200 * 2**20:  # never let a runner that hoards eat the machine
+                runner.kill()
+                return True
+        return claims(env) != [("yes", None)]
+
+    assert retry_until(done, seconds=60)
+    assert biggest[0] < 200 * 2**20, f"runner grew to {biggest[0] >> 20} MiB"
+    assert claims(env) == [("yes", "timed out after 3s, killed")]
+    text = hooks_log(env)
+    assert len(text) < 2 * OUTPUT_LIMIT + 1024
+    assert "  | spam\n" in text and "[output truncated: " in text
+
+
+def test_a_hook_that_leaves_processes_running_is_killed_with_them_at_its_timeout(
+    env: Env,
+) -> None:
+    left = env.root / "left"
+    script = (
+        f"sleep 1000 >/dev/null 2>&1 & echo $! >> {left}; "
+        f"setsid sleep 1001 >/dev/null 2>&1 & echo $! >> {left}; exit 0"
+    )
+    config(
+        env,
+        f"[[hook]]\nname = 'bg'\non = ['created']\nrun = ['bash', '-c', '{script}']\ntimeout = 1\n",
+    )
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    assert retry_until(lambda: claims(env) != [("bg", None)], seconds=30)
+    assert claims(env) == [("bg", "exit 0, but left 2 processes running: killed at the 1s timeout")]
+    pids = [int(p) for p in left.read_text().split()]
+    assert len(pids) == 2
+    assert retry_until(lambda: not any(psutil.pid_exists(p) for p in pids), seconds=10)
+    assert "hook bg: failed, exit 0, but left 2 processes" in hooks_log(env)
+
+
+def test_many_hooks_at_once_never_run_more_than_the_slots(env: Env) -> None:
+    from spexsup.hooks import SLOTS
+
+    spans = env.root / "spans"
+    spans.mkdir()
+    script = f"d={spans}/$$; date +%s.%N > $d.start; sleep 0.4; date +%s.%N > $d.end"
+    tables = [
+        f"[[hook]]\nname = 'h{n}'\non = ['created']\nrun = ['bash', '-c', '{script}']\n"
+        for n in range(8)
+    ]
+    config(env, "".join(tables))
+    for name in ("a", "b", "c"):
+        assert env.run("new", name, "--harness", "demo").returncode == 0
+
+    def finished() -> bool:
+        done = claims(env)
+        return len(done) == 24 and all(outcome is not None for _, outcome in done)
+
+    assert retry_until(finished, seconds=90), claims(env)
+    assert {outcome for _, outcome in claims(env)} == {"exit 0"}
+    times = []
+    for start in spans.glob("*.start"):
+        end = start.with_suffix(".end")
+        times.append((float(start.read_text()), float(end.read_text())))
+    assert len(times) == 24
+    edges = sorted([(a, 1) for a, _ in times] + [(b, -1) for _, b in times])
+    running = most = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    assert 2 <= most <= SLOTS, most
+
+
+def test_the_ntfy_sink_keeps_the_topic_url_and_the_message_off_curls_argv(env: Env) -> None:
+    contrib = Path(__file__).resolve().parent.parent / "contrib" / "hooks"
+    bodies: list[tuple[str, str]] = []
+
+    def record(headers: Any, body: bytes) -> None:
+        bodies.append((headers["Title"], body.decode()))
+
+    with local_http(record, status=200, delay=1.5) as base:
+        url = f"{base}/topic-SeCrEt-9d2e"
+        ntfy = ["env", f"NTFY_URL={url}", str(contrib / "ntfy.sh")]
+        config(env, f"[[hook]]\non = ['failed']\nrun = {json.dumps(ntfy)}\n")
+        assert env.run("new", "a", "--", harness("exit7.sh")).returncode == 0
+        assert env.run("wake", "a", "x", "--window", "2").returncode == 1
+        curls: list[list[bytes]] = []
+
+        def posted() -> bool:
+            for line in _command_lines():
+                argv = line.split(b"\0")
+                if argv[0].endswith(b"curl"):
+                    curls.append(argv)
+            return ": ok, exit 0" in hooks_log(env)
+
+        # Scanned while curl waits for the (slow) server.
+        assert retry_until(posted, seconds=30), hooks_log(env)
+    assert bodies == [("spex: a failed", "boom: something broke")]
+    assert curls, "curl was never seen running"
+    leaked = [a for a in curls if any(b"SeCrEt" in w or b"boom" in w for w in a)]
+    assert leaked == []

@@ -94,6 +94,7 @@ def events(
             raise Invalid(f"unknown event kind {k!r}", hint=f"one of: {', '.join(log.KINDS)}")
     names = tuple(validate_name(n) for n in dict.fromkeys(session or ()))
     spex = open_spex(ctx)
+    log.resume_hooks(spex.store)
     for row in log.follow(spex.store, since, sessions=names, kinds=kinds, forever=follow):
         text = json.dumps(log.as_json(row)) if as_json else event_line(row)
         sys.stdout.write(text + "\n")
