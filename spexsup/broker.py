@@ -21,7 +21,11 @@ command's exit code (128+N when `spex maint` itself got signal N).
 
 The command never outlives its lease: it is recorded with the lease (pid and
 start token of its session leader) so recovery kills it, and the kernel
-sends it SIGKILL when `spex maint` dies (PR_SET_PDEATHSIG). Heartbeats run
+sends it SIGKILL when `spex maint` dies (PR_SET_PDEATHSIG). Nor does anything
+that kept its broker fds: after the reap, the lease is released only once
+every copy of fds 3, 4, 5 is closed (2 s, then their holders, found in
+`/proc/*/fd`, are killed with their groups; if they stay open, exit 1 and
+no release). Heartbeats run
 in a thread of their own, so a slow brokered operation cannot let the lease
 lapse.
 """
@@ -32,6 +36,7 @@ import contextlib
 import ctypes
 import fcntl
 import json
+import math
 import os
 import secrets
 import select
@@ -50,7 +55,14 @@ from spexsup import control, events, lease
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.lease import Capability
 from spexsup.mainwait import SIGNAL_CHECK
-from spexsup.procs import Liveness, belongs_to, identity_liveness, kill_members, own_identity
+from spexsup.procs import (
+    Liveness,
+    belongs_to,
+    fd_holders,
+    identity_liveness,
+    kill_members,
+    own_identity,
+)
 from spexsup.sessions import NAME_RE
 from spexsup.spex import Spex
 from spexsup.store import Store
@@ -59,6 +71,9 @@ MAX_FRAME = 4096
 TOKEN = b"\x01"
 BROKER_FDS = "3,4,5"
 KILL_AFTER = 1.0
+# After the command is reaped, how long its broker fds may stay open elsewhere
+# (a `setsid` child that kept them) before their holders are killed.
+HOLDERS_WAIT = 2.0
 DRAIN_LIMIT = 60.0
 PR_SET_PDEATHSIG = 1
 
@@ -365,8 +380,11 @@ class Maintenance:
 
     # --- the command -------------------------------------------------------
 
-    def spawn(self, command: Sequence[str]) -> tuple[int, int, int, socket.socket]:
+    def spawn(self, command: Sequence[str]) -> tuple[int, int, int, socket.socket, int]:
         """Start CMD in a new session with the broker fds at exactly 3, 4, 5.
+
+        Returns its pid, our ends of the three channels and the inode of the
+        command's end of the socketpair (the pipes share one inode per pipe).
 
         A plain fork from the main thread (no other thread runs yet), so the
         child can ask for PR_SET_PDEATHSIG: the kernel SIGKILLs the command
@@ -404,6 +422,7 @@ class Maintenance:
         os.close(err_w)
         for fd in (req_w, resp_r, *high):
             os.close(fd)
+        peer = os.fstat(theirs.fileno()).st_ino
         theirs.close()
         with os.fdopen(err_r, "rb") as errors:
             failure = errors.read()
@@ -414,7 +433,7 @@ class Maintenance:
             ours.close()
             errno = int(failure)
             raise CommandNotFound(f"cannot run {argv[0]!r}: {os.strerror(errno)}")
-        return pid, req_r, resp_w, ours
+        return pid, req_r, resp_w, ours, peer
 
     def run(self, command: Sequence[str]) -> int:
         """Acquire, run CMD, broker its requests; the exit code per DESIGN §5."""
@@ -424,7 +443,7 @@ class Maintenance:
         self.acquire()
         with Signals() as signals:
             try:
-                pid, req_r, resp_w, sock = self.spawn(command)
+                pid, req_r, resp_w, sock, peer = self.spawn(command)
             except BaseException:
                 self.release()
                 raise
@@ -432,7 +451,7 @@ class Maintenance:
             self.record_command(pid, token)
             signals.target = pid
             signals.forward()  # a signal that came while spawning
-            return Broker(self, pid, token, req_r, resp_w, sock, signals).serve()
+            return Broker(self, pid, token, req_r, resp_w, sock, peer, signals).serve()
 
 
 def start_token_of(pid: int) -> str:
@@ -442,6 +461,24 @@ def start_token_of(pid: int) -> str:
     token = start_token(pid)
     assert token is not None
     return token
+
+
+def signal_with_groups(pids: Sequence[int], sig: signal.Signals) -> None:
+    """Signal each process and its process group, never our own group.
+    psutil refuses a pid reused since it was found."""
+    import psutil
+
+    own = os.getpgrp()
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            group = os.getpgid(pid)
+            proc.send_signal(sig)
+        except (psutil.Error, OSError):
+            continue
+        if group not in (own, 0, 1):
+            with contextlib.suppress(OSError):
+                os.killpg(group, sig)
 
 
 class Heartbeat:
@@ -492,6 +529,7 @@ class Broker:
         req_r: int,
         resp_w: int,
         sock: socket.socket,
+        peer: int,
         signals: Signals,
     ) -> None:
         self.maint = maint
@@ -501,6 +539,12 @@ class Broker:
         self.resp_w = resp_w
         self.sock = sock
         self.signals = signals
+        # What `/proc/<pid>/fd` shows for the command's ends of the channels.
+        self.links = {
+            f"pipe:[{os.fstat(req_r).st_ino}]",
+            f"pipe:[{os.fstat(resp_w).st_ino}]",
+            f"socket:[{peer}]",
+        }
         self.buffer = b""
         self.discarding = False  # dropping the rest of an oversize frame
         self.token_out = False  # a response was sent and its token not yet returned
@@ -725,6 +769,21 @@ class Broker:
         rc = 128 - rc if rc < 0 else rc
         if self.signals.received is not None:
             rc = 128 + self.signals.received
+        # Whatever escaped the session with fds 3, 4, 5 (a double fork with
+        # setsid) still speaks for the lease: it must be gone before release.
+        holders = self._close_channels()
+        if holders is not None:
+            who = (
+                f"process(es) {', '.join(map(str, holders))} still hold"
+                if holders
+                else "no process we can see holds"
+            )
+            print(
+                f"spex: maint: {who} the broker fds (3, 4, 5) after the command ended,"
+                " and they are still open (lease left for recovery)",
+                file=sys.stderr,
+            )
+            return rc if self.signals.received is not None else 1
         try:  # a lease revoked behind our back is not ours to release
             self._check_heartbeat()
             self.maint.heartbeat()
@@ -744,6 +803,51 @@ class Broker:
         self.maint.release()
         return rc
 
+    def _channels_closed(self, seconds: float) -> bool:
+        """Wait up to `seconds` until every copy of the command's ends of the
+        broker channels is closed: POLLHUP on the request pipe and the socket,
+        POLLERR on the response pipe. No events are asked for, so a frame or a
+        token still queued does not count as open."""
+        pending = {self.req_r, self.resp_w, self.sock.fileno()}
+        poller = select.poll()
+        for fd in pending:
+            poller.register(fd, 0)
+        until = time.monotonic() + seconds
+        while True:
+            left = max(until - time.monotonic(), 0.0)
+            for fd, _ in poller.poll(math.ceil(left * 1000)):
+                pending.discard(fd)
+                poller.unregister(fd)
+            if not pending:
+                return True
+            if time.monotonic() >= until:
+                return False
+
+    def _close_channels(self) -> list[int] | None:
+        """After the reap: None once the broker channels are closed everywhere,
+        waiting up to HOLDERS_WAIT; else whoever holds them (found in
+        `/proc/*/fd`) gets SIGTERM with its process group, SIGKILL after
+        KILL_AFTER, rescanning for what forked meanwhile. Returns the holders
+        last found when the channels stay open (empty: held by no process we
+        can see, e.g. an fd in flight in a unix socket)."""
+        if self._channels_closed(HOLDERS_WAIT):
+            return None
+        holders: list[int] = []
+        rounds = (
+            (signal.SIGTERM, KILL_AFTER),
+            (signal.SIGKILL, 0.5),
+            (signal.SIGKILL, 0.5),
+            (signal.SIGKILL, HOLDERS_WAIT),
+        )
+        for sig, wait in rounds:
+            holders = fd_holders(self.links, skip={os.getpid()})
+            if not holders:
+                break
+            signal_with_groups(holders, sig)
+            if self._channels_closed(wait):
+                return None
+        return None if self._channels_closed(0) else holders
+
     def _lose(self, reason: str) -> int:
         print(
             f"spex: maint: authority lost: {reason}; stopping the command"
@@ -758,4 +862,5 @@ class Broker:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
         os.waitpid(self.pid, 0)
+        self._close_channels()  # and whatever escaped the session with its fds
         return 1

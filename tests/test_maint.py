@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -467,17 +468,79 @@ def test_what_the_command_leaves_behind_dies_before_release(env: Env) -> None:
     pidfile = env.root / "bg.pid"
     body = (
         f"sleep 123 & echo $! >{pidfile}\n"
-        f"setsid sleep 124 >/dev/null 2>&1 & echo $! >>{pidfile}\n"
+        f"setsid sleep 124 >/dev/null 2>&1 3>&- 4>&- 5>&- & echo $! >>{pidfile}\n"
         "exit 0\n"
     )
     r = env.run("maint", "--stop", "a", "--", script(env, body))
     assert r.returncode == 0, r.stderr
     background, escaped = (int(x) for x in pidfile.read_text().split())
     assert not alive(background)
-    # A setsid'd child has left the session and group: it is not the lease's to kill.
+    # A setsid'd child that let go of the broker fds has left the session,
+    # the group and the lease: it is not the lease's to kill.
     assert alive(escaped)
     os.kill(escaped, signal.SIGKILL)
     assert status(env)["state"] == "open"
+
+
+def lease_events(env: Env) -> dict[str, float]:
+    """When each lease event happened (the last of each kind)."""
+    spex = env.spex()
+    try:
+        rows = spex.store.db.execute(
+            "SELECT kind, at FROM events WHERE kind LIKE 'lease-%' ORDER BY id"
+        ).fetchall()
+    finally:
+        spex.close()
+    return {row["kind"]: row["at"] for row in rows}
+
+
+def test_a_setsid_grandchild_holding_the_broker_fds_dies_before_release(env: Env) -> None:
+    sleepers(env, "a")
+    d = env.root / "escape"
+    d.mkdir()
+    escape = [sys.executable, str(MAINT / "escape.py")]
+    r = env.run("maint", "--stop", "a", "--", *escape, extra={"DIR": str(d)}, timeout=30)
+    assert r.returncode == 0, r.stderr
+    grandchild = int((d / "pid").read_text())
+    # It left the command's session and group but kept fds 3, 4, 5: it is
+    # gone when spex maint returns, and was asked to go while the lease held.
+    assert not alive(grandchild)
+    term = json.loads((d / "term").read_text())
+    assert (term["state"], term["epoch"]) == ("active", 1)
+    # It ignored SIGTERM: only the SIGKILL that followed ended it, and the
+    # release came after that.
+    released = lease_events(env)["lease-released"]
+    assert released >= term["at"] + 0.5
+    assert status(env)["state"] == "open"
+
+
+def test_broker_fds_nobody_can_be_killed_for_leave_the_lease_to_recovery(env: Env) -> None:
+    sleepers(env, "a")
+    path = env.root / "fds.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as inbox:
+        inbox.bind(str(path))
+        # The command sends its fds 3, 4, 5 here and exits; they stay open in
+        # the socket's queue, held by no process.
+        r = env.run(
+            "maint",
+            "--stop",
+            "a",
+            "--",
+            sys.executable,
+            str(MAINT / "escape.py"),
+            "--in-flight",
+            extra={"SOCK": str(path)},
+            timeout=30,
+        )
+        assert r.returncode == 1, r.stderr
+        assert "no process we can see holds the broker fds" in r.stderr
+        assert "lease left for recovery" in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+        kinds = lease_events(env)
+    # Not released by spex maint: the next reader recovered it.
+    assert "lease-released" not in kinds
+    assert status(env)["state"] == "open"
+    assert "lease-recovered" in lease_events(env)
 
 
 def test_sigkilled_maint_takes_its_command_with_it(env: Env) -> None:
