@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,10 +10,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from conftest import HERE, SPEX, Env, harness, retry_until, signal_a_helper_thread
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -533,7 +536,8 @@ def test_broker_fds_nobody_can_be_killed_for_leave_the_lease_to_recovery(env: En
             timeout=30,
         )
         assert r.returncode == 1, r.stderr
-        assert "no process we can see holds the broker fds" in r.stderr
+        assert "broker fds (3, 4, 5) are still open" in r.stderr
+        assert "held by no process we can see" in r.stderr
         assert "lease left for recovery" in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
         kinds = lease_events(env)
@@ -610,13 +614,15 @@ def test_a_request_whose_answer_cannot_be_delivered_loses_authority(env: Env) ->
     assert not procs(env, [sys.executable, str(MAINT / "close_replies.py")])
 
 
-def test_heartbeats_go_on_during_a_slow_stop(env: Env) -> None:
+def test_a_brokered_stop_fits_its_deadline_and_heartbeats_go_on(env: Env) -> None:
     assert env.run("new", "a", "--", harness("ignore_term.sh")).returncode == 0
     assert env.run("wake", "a", "go", "--window", "1").returncode == 0
     holder = background_maint(
-        env, "--ttl", "0.6", "--stop", "a", "--", "spex", "maint-op", "stop", "a"
+        env, "--ttl", "4", "--stop", "a", "--", "spex", "maint-op", "stop", "a"
     )
-    # The stop waits out its 5 s grace; readers keep recovering the lease meanwhile.
+    # The stop waits out a grace of half its deadline (min(5 s, ttl)), longer
+    # than a heartbeat's interval, then SIGKILLs; readers keep recovering the
+    # lease meanwhile.
     seen = set()
     while holder.poll() is None:
         view = status(env)
@@ -691,3 +697,93 @@ def test_a_command_that_exits_at_once_passes_its_exit_code(env: Env) -> None:
     for code in (0, 0, 7, 0, 0):
         r = env.run("maint", "--stop", "a", "--", "bash", "-c", f"exit {code}")
         assert (r.returncode, r.stderr) == (code, "")
+
+
+@contextlib.contextmanager
+def frozen_tmux(env: Env) -> Iterator[None]:
+    """The test's tmux server, SIGSTOPped: every tmux call of spex hangs."""
+    server = int(env.tmux("display-message", "-p", "#{pid}").stdout)
+    os.kill(server, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server, signal.SIGCONT)
+
+
+def wedged(env: Env, *args: str, ttl: str) -> tuple[subprocess.Popen[str], Path]:
+    """`spex maint --stop a` running tests/maint/wedged.py, waiting at `go1`.
+    tmux calls may hang for a minute (SPEXSUP_TMUX_TIMEOUT): what bounds the
+    operation is the broker's own deadline."""
+    sleepers(env, "a")
+    assert env.run("wake", "a", "go", "--window", "1").returncode == 0
+    d = env.root / "wedge"
+    d.mkdir()
+    for fifo in ("go1", "go2"):
+        os.mkfifo(d / fifo)
+    wedge = [sys.executable, str(MAINT / "wedged.py")]
+    # stderr to a file: a tmux client stuck on the frozen server keeps its
+    # parent's pipes open.
+    with (env.root / "maint.err").open("w") as err:
+        holder = subprocess.Popen(
+            [SPEX, "maint", "--ttl", ttl, "--stop", "a", "--resume", "a", "--", *wedge, *args],
+            env={**env.vars, "DIR": str(d), "SESSION": "a", "SPEXSUP_TMUX_TIMEOUT": "60"},
+            stderr=err,
+            text=True,
+        )
+    assert retry_until(lambda: (d / "ready").exists(), seconds=20)
+    return holder, d
+
+
+def test_a_wedged_operation_is_indeterminate_at_its_deadline(env: Env) -> None:
+    holder, d = wedged(env, ttl="2")  # the deadline: min(5 s, ttl)
+    with frozen_tmux(env):
+        (d / "go1").write_text("x")
+        assert retry_until(lambda: (d / "reply").exists(), seconds=8)
+        reply = json.loads((d / "reply").read_text())
+        assert (reply["outcome"], reply["code"]) == ("indeterminate", "maintenance_deadline")
+        assert 1.9 <= reply["elapsed"] <= 3.5, reply
+        # Nothing else runs beside it, and asking changes nothing.
+        assert reply["after"] == "maintenance_busy"
+        view = status(env)
+        assert (view["state"], view["revoked"]) == ("active", False)
+        assert [c["state"] for c in view["plan"]] == ["inflight", "unused"]  # it still runs
+        # Heartbeats go on past the ttl while it does.
+        assert retry_until(lambda: status(env)["deadline"] > view["deadline"] + 2.5, seconds=8)
+        assert not status(env)["revoked"]
+    # tmux answers again: the stop finishes, and its capability says so.
+    assert retry_until(lambda: status(env)["plan"][0]["state"] == "committed", seconds=30)
+    (d / "go2").write_text("x")
+    assert holder.wait(timeout=20) == 0, (env.root / "maint.err").read_text()
+    assert status(env)["state"] == "open"
+    assert json.loads(env.run("show", "a", "--json").stdout)["state"] == "stopped"
+
+
+@pytest.mark.parametrize("loss", ["close-token", "revoke"])
+def test_authority_lost_mid_operation_ends_the_lease_at_once(env: Env, loss: str) -> None:
+    holder, d = wedged(env, "--close-token" if loss == "close-token" else "--hold", ttl="30")
+    command = [sys.executable, str(MAINT / "wedged.py")]
+    with frozen_tmux(env):
+        (d / "go1").write_text("x")
+        assert retry_until(lambda: (d / "sent").exists())
+        assert retry_until(lambda: status(env)["plan"][0]["state"] == "inflight", seconds=10)
+        if loss == "close-token":
+            (d / "go2").write_text("x")
+            assert retry_until(lambda: (d / "closed").exists())
+        else:
+            spex = env.spex()
+            with spex.store.tx() as db:  # the plan rewritten behind the holder
+                db.execute("UPDATE capabilities SET session = 'other' WHERE op = 'stop'")
+            spex.close()
+        # Not after the operation (it waits a minute for tmux), nor at its
+        # 5 s deadline: at once.
+        assert holder.wait(timeout=4) == 1
+        err = (env.root / "maint.err").read_text()
+        assert "authority lost" in err and "lease left for recovery" in err
+        if loss == "close-token":
+            assert "turn-token channel (fd 5)" in err
+        assert retry_until(
+            lambda: (
+                not procs(env, [*command, "--close-token" if loss == "close-token" else "--hold"])
+            ),
+            seconds=5,
+        )
