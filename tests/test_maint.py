@@ -787,3 +787,17 @@ def test_authority_lost_mid_operation_ends_the_lease_at_once(env: Env, loss: str
             ),
             seconds=5,
         )
+
+
+def test_a_command_that_exits_while_an_operation_runs_leaves_the_lease(env: Env) -> None:
+    holder, d = wedged(env, ttl="2")
+    with frozen_tmux(env):
+        (d / "go1").write_text("x")
+        assert retry_until(lambda: (d / "reply").exists(), seconds=8)
+        (d / "go2").write_text("x")  # the command exits; the stop still waits for tmux
+        assert holder.wait(timeout=10) == 1
+    err = (env.root / "maint.err").read_text()
+    assert "exited while stop a was still running (lease left for recovery)" in err
+    assert "lease-released" not in lease_events(env)
+    assert status(env)["state"] == "open"  # recovered by this reader
+    assert "lease-recovered" in lease_events(env)
