@@ -21,9 +21,15 @@ command's exit code (128+N when `spex maint` itself got signal N).
 
 The command never outlives its lease: it is recorded with the lease (pid and
 start token of its session leader) so recovery kills it, and the kernel
-sends it SIGKILL when `spex maint` dies (PR_SET_PDEATHSIG). Heartbeats run
+sends it SIGKILL when `spex maint` dies (PR_SET_PDEATHSIG). Nor does anything
+that kept its broker fds: after the reap, the lease is released only once
+every copy of fds 3, 4, 5 is closed (2 s, then their holders, found in
+`/proc/*/fd`, are killed with their groups; if they stay open, exit 1 and
+no release). Heartbeats run
 in a thread of their own, so a slow brokered operation cannot let the lease
-lapse.
+lapse; each operation runs in a thread too (`Operation`), so the broker acts
+on a loss of authority at once and answers `indeterminate` at the
+operation's deadline, min(OP_DEADLINE, ttl).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import contextlib
 import ctypes
 import fcntl
 import json
+import math
 import os
 import secrets
 import select
@@ -48,9 +55,17 @@ from typing import Any
 
 from spexsup import control, events, lease
 from spexsup.errors import Invalid, Refused, SpexError
+from spexsup.home import TmuxHome
 from spexsup.lease import Capability
 from spexsup.mainwait import SIGNAL_CHECK
-from spexsup.procs import Liveness, belongs_to, identity_liveness, kill_members, own_identity
+from spexsup.procs import (
+    Liveness,
+    belongs_to,
+    fd_holders,
+    identity_liveness,
+    kill_members,
+    own_identity,
+)
 from spexsup.sessions import NAME_RE
 from spexsup.spex import Spex
 from spexsup.store import Store
@@ -59,6 +74,12 @@ MAX_FRAME = 4096
 TOKEN = b"\x01"
 BROKER_FDS = "3,4,5"
 KILL_AFTER = 1.0
+# After the command is reaped, how long its broker fds may stay open elsewhere
+# (a `setsid` child that kept them) before their holders are killed.
+HOLDERS_WAIT = 2.0
+# A brokered operation answers within min(OP_DEADLINE, ttl), `indeterminate`
+# if it has not ended by then.
+OP_DEADLINE = 5.0
 DRAIN_LIMIT = 60.0
 PR_SET_PDEATHSIG = 1
 
@@ -365,8 +386,11 @@ class Maintenance:
 
     # --- the command -------------------------------------------------------
 
-    def spawn(self, command: Sequence[str]) -> tuple[int, int, int, socket.socket]:
+    def spawn(self, command: Sequence[str]) -> tuple[int, int, int, socket.socket, int]:
         """Start CMD in a new session with the broker fds at exactly 3, 4, 5.
+
+        Returns its pid, our ends of the three channels and the inode of the
+        command's end of the socketpair (the pipes share one inode per pipe).
 
         A plain fork from the main thread (no other thread runs yet), so the
         child can ask for PR_SET_PDEATHSIG: the kernel SIGKILLs the command
@@ -404,6 +428,7 @@ class Maintenance:
         os.close(err_w)
         for fd in (req_w, resp_r, *high):
             os.close(fd)
+        peer = os.fstat(theirs.fileno()).st_ino
         theirs.close()
         with os.fdopen(err_r, "rb") as errors:
             failure = errors.read()
@@ -414,7 +439,7 @@ class Maintenance:
             ours.close()
             errno = int(failure)
             raise CommandNotFound(f"cannot run {argv[0]!r}: {os.strerror(errno)}")
-        return pid, req_r, resp_w, ours
+        return pid, req_r, resp_w, ours, peer
 
     def run(self, command: Sequence[str]) -> int:
         """Acquire, run CMD, broker its requests; the exit code per DESIGN §5."""
@@ -424,7 +449,7 @@ class Maintenance:
         self.acquire()
         with Signals() as signals:
             try:
-                pid, req_r, resp_w, sock = self.spawn(command)
+                pid, req_r, resp_w, sock, peer = self.spawn(command)
             except BaseException:
                 self.release()
                 raise
@@ -432,7 +457,7 @@ class Maintenance:
             self.record_command(pid, token)
             signals.target = pid
             signals.forward()  # a signal that came while spawning
-            return Broker(self, pid, token, req_r, resp_w, sock, signals).serve()
+            return Broker(self, pid, token, req_r, resp_w, sock, peer, signals).serve()
 
 
 def start_token_of(pid: int) -> str:
@@ -442,6 +467,24 @@ def start_token_of(pid: int) -> str:
     token = start_token(pid)
     assert token is not None
     return token
+
+
+def signal_with_groups(pids: Sequence[int], sig: signal.Signals) -> None:
+    """Signal each process and its process group, never our own group.
+    psutil refuses a pid reused since it was found."""
+    import psutil
+
+    own = os.getpgrp()
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            group = os.getpgid(pid)
+            proc.send_signal(sig)
+        except (psutil.Error, OSError):
+            continue
+        if group not in (own, 0, 1):
+            with contextlib.suppress(OSError):
+                os.killpg(group, sig)
 
 
 class Heartbeat:
@@ -483,6 +526,93 @@ class Heartbeat:
         os.close(self.wake_w)
 
 
+class Operation:
+    """One brokered operation, carried out in a thread of its own with its own
+    connection and tmux handle, so the broker keeps watching the command, the
+    token and the heartbeat while it runs, and answers `indeterminate` at
+    its deadline, min(OP_DEADLINE, ttl), if it has not ended by then.
+
+    The thread records what the operation did in the capability (committed,
+    unused after a refusal, indeterminate after an error) whenever it ends,
+    deadline or not; `reply` and `answered` are settled under `lock`.
+    """
+
+    def __init__(self, broker: Broker, frame: Frame, index: int) -> None:
+        self.maint = broker.maint
+        self.frame = frame
+        self.index = index
+        self.what = f"{frame.op} {frame.session}"
+        self.limit = min(OP_DEADLINE, self.maint.ttl)
+        self.deadline = time.monotonic() + self.limit
+        self.lock = threading.Lock()
+        self.reply: dict[str, Any] | None = None  # set by the thread as it ends
+        self.answered = False  # by the broker: at the deadline
+        self.lost: str | None = None  # authority lost, found by the operation
+        self._done_w = broker.done_w
+        self.thread = threading.Thread(target=self._run, name="spex-maint-op", daemon=True)
+
+    def _run(self) -> None:
+        reply = response(self.frame.id, "indeterminate", "indeterminate", "the operation failed")
+        try:
+            reply = self._carry_out()
+        except AuthorityLost as e:
+            self.lost = str(e)
+        except Exception as e:
+            reply = response(self.frame.id, "indeterminate", "indeterminate", str(e))
+        finally:
+            with self.lock:
+                self.reply = reply
+            os.write(self._done_w, b".")
+
+    def _carry_out(self) -> dict[str, Any]:
+        maint, frame, index = self.maint, self.frame, self.index
+        tmux = maint.spex.tmux
+        home = TmuxHome(tmux.socket_name, tmux.socket_path, home=tmux.home)
+        spex = Spex(maint.spex.home, Store(maint.spex.home), home)
+        try:
+            maint.heartbeat(store=spex.store)
+            with spex.store.tx() as db:
+                cur = db.execute(
+                    "UPDATE capabilities SET state = 'inflight'"
+                    " WHERE epoch = ? AND idx = ? AND state = 'unused'",
+                    (maint.epoch, index),
+                )
+                claimed = cur.rowcount == 1
+            if not claimed:
+                return response(
+                    frame.id,
+                    "refused",
+                    "maintenance_capability_used",
+                    f"{self.what} was already used",
+                )
+            try:
+                if frame.op == "stop":
+                    # Half the deadline as the turn's grace: SIGKILL and its
+                    # rescans must fit in the rest.
+                    grace = self.limit / 2
+                    control.stop(spex, frame.session, grace=grace, bearer=maint.epoch)
+                else:
+                    control.resume(spex, frame.session, force=frame.force, bearer=maint.epoch)
+            except Refused as e:
+                self._mark(spex, "unused")
+                return response(frame.id, "refused", "refused", e.line())
+            except Exception as e:
+                self._mark(spex, "indeterminate")
+                return response(frame.id, "indeterminate", "indeterminate", str(e))
+            self._mark(spex, "committed")
+            return response(frame.id, "committed")
+        finally:
+            spex.close()
+
+    def _mark(self, spex: Spex, state: str) -> None:
+        with spex.store.tx() as db:
+            db.execute(
+                "UPDATE capabilities SET state = ?"
+                " WHERE epoch = ? AND idx = ? AND state = 'inflight'",
+                (state, self.maint.epoch, self.index),
+            )
+
+
 class Broker:
     def __init__(
         self,
@@ -492,6 +622,7 @@ class Broker:
         req_r: int,
         resp_w: int,
         sock: socket.socket,
+        peer: int,
         signals: Signals,
     ) -> None:
         self.maint = maint
@@ -501,11 +632,22 @@ class Broker:
         self.resp_w = resp_w
         self.sock = sock
         self.signals = signals
+        # What `/proc/<pid>/fd` shows for the command's ends of the channels.
+        self.links = {
+            f"pipe:[{os.fstat(req_r).st_ino}]",
+            f"pipe:[{os.fstat(resp_w).st_ino}]",
+            f"socket:[{peer}]",
+        }
         self.buffer = b""
         self.discarding = False  # dropping the rest of an oversize frame
         self.token_out = False  # a response was sent and its token not yet returned
         self.pidfd = os.pidfd_open(pid)
         self.heart = Heartbeat(maint)
+        self.poller = select.poll()
+        # The operation being carried out (one at a time), and the pipe its
+        # thread wakes the broker through when it ends.
+        self.op: Operation | None = None
+        self.done_r, self.done_w = os.pipe()
 
     def serve(self) -> int:
         self.heart.start()
@@ -514,8 +656,8 @@ class Broker:
             # through the pidfd below, decides the outcome, not EPIPE here.
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 self.sock.sendall(TOKEN)
-            poller = select.poll()
-            for fd in (self.pidfd, self.sock.fileno(), self.req_r, self.heart.wake_r):
+            poller = self.poller
+            for fd in (self.pidfd, self.sock.fileno(), self.req_r, self.heart.wake_r, self.done_r):
                 poller.register(fd, select.POLLIN)
             # No events asked: a pipe's write end reports POLLERR once its
             # reader is gone, i.e. the command closed fd 4.
@@ -523,8 +665,16 @@ class Broker:
             while True:
                 # Woken at least every SIGNAL_CHECK: a SIGTERM the kernel
                 # gave the heartbeat's thread runs its handler only here.
-                ready = {fd for fd, _ in poller.poll(int(SIGNAL_CHECK * 1000))}
+                wait = SIGNAL_CHECK
+                if self.op is not None and not self.op.answered:
+                    wait = min(wait, max(self.op.deadline - time.monotonic(), 0.0))
+                ready = {fd for fd, _ in poller.poll(math.ceil(wait * 1000))}
                 self._check_heartbeat()
+                if self.done_r in ready:
+                    self._operation_done()
+                op = self.op
+                if op is not None and not op.answered and time.monotonic() >= op.deadline:
+                    self._operation_overdue()
                 # Tokens and requests first: a client's last token may arrive
                 # together with the command's exit.
                 ended = self.pidfd in ready
@@ -542,6 +692,8 @@ class Broker:
             return self._lose(str(e))
         finally:
             self.heart.stop()
+            os.close(self.done_r)
+            os.close(self.done_w)
 
     def _check_heartbeat(self) -> None:
         if self.heart.lost:
@@ -579,20 +731,33 @@ class Broker:
         return True
 
     def _read_requests(self) -> bool:
-        """Read and answer complete request lines; False at end of file."""
+        """Read and answer complete request lines; False at end of file.
+
+        While an operation awaits its answer, nothing is read (its client
+        holds the token, so nobody entitled can be writing); the pipe is only
+        watched for its close (see `_start`)."""
+        if self.op is not None and not self.op.answered:
+            return False  # watched for POLLHUP only: the command closed fd 3
         data = os.read(self.req_r, MAX_FRAME + 1)
         if data == b"":
             return False
         # Whoever holds the token has taken it from the socket; a frame that
         # arrives while it is still unread there was sent by nobody entitled.
-        held = not self._token_unread()
         self.buffer += data
-        while b"\n" in self.buffer:
+        self._serve_buffer(held=not self._token_unread())
+        return True
+
+    def _serve_buffer(self, held: bool) -> None:
+        """Answer the complete lines read so far, stopping at one that starts an
+        operation: the rest waits for its answer."""
+        while b"\n" in self.buffer and (self.op is None or self.op.answered):
             line, self.buffer = self.buffer.split(b"\n", 1)
             if self.discarding:  # the tail of an oversize frame, already answered
                 self.discarding = False
                 continue
-            self._answer(*self.handle(line, held))
+            answer = self.handle(line, held)
+            if answer is not None:
+                self._answer(*answer)
         if len(self.buffer) > MAX_FRAME and not self.discarding:
             self.discarding = True
             self._answer(
@@ -601,7 +766,6 @@ class Broker:
             )
         if self.discarding:
             self.buffer = b""
-        return True
 
     def _answer(self, reply: dict[str, Any], pending: bool) -> None:
         """Write one response; `pending` when a token holder now awaits it."""
@@ -614,12 +778,13 @@ class Broker:
             if self._exiting("the command closed the broker response pipe (fd 4)"):
                 raise _CommandExited from None
 
-    def handle(self, line: bytes, held: bool = True) -> tuple[dict[str, Any], bool]:
-        """One request: validate, match the plan, run the operation, map the outcome.
+    def handle(self, line: bytes, held: bool = True) -> tuple[dict[str, Any], bool] | None:
+        """One request: validate, match the plan, and start the operation.
 
         Returns the response and whether a token holder is waiting for it
         (never for a refused stranger, so a stranger cannot leave a request
-        "pending" and cost the holder its lease).
+        "pending" and cost the holder its lease), or None when an operation
+        started: its answer comes when it ends or at its deadline.
         """
         try:
             frame = parse_frame(line)
@@ -634,9 +799,6 @@ class Broker:
                 " nor one of its descendants"
             )
             return response(frame.id, "refused", "maintenance_invalid", error), False
-        return self._carry_out(frame), True
-
-    def _carry_out(self, frame: Frame) -> dict[str, Any]:
         maint = self.maint
         index = next(
             (
@@ -647,48 +809,52 @@ class Broker:
             None,
         )
         if index is None:
-            return response(
-                frame.id,
-                "refused",
-                "maintenance_capability_missing",
-                f"{frame.op} {frame.session}{' --force' if frame.force else ''} is not in the plan",
+            error = (
+                f"{frame.op} {frame.session}{' --force' if frame.force else ''} is not in the plan"
             )
-        maint.heartbeat()
-        with maint.spex.store.tx() as db:
-            cur = db.execute(
-                "UPDATE capabilities SET state = 'inflight'"
-                " WHERE epoch = ? AND idx = ? AND state = 'unused'",
-                (maint.epoch, index),
-            )
-            claimed = cur.rowcount == 1
-        if not claimed:
-            return response(
-                frame.id,
-                "refused",
-                "maintenance_capability_used",
-                f"{frame.op} {frame.session} was already used",
-            )
-        try:
-            if frame.op == "stop":
-                control.stop(maint.spex, frame.session, bearer=maint.epoch)
-            else:
-                control.resume(maint.spex, frame.session, force=frame.force, bearer=maint.epoch)
-        except Refused as e:
-            self._mark(index, "unused")
-            return response(frame.id, "refused", "refused", e.line())
-        except Exception as e:
-            self._mark(index, "indeterminate")
-            return response(frame.id, "indeterminate", "indeterminate", str(e))
-        self._mark(index, "committed")
-        return response(frame.id, "committed")
+            return response(frame.id, "refused", "maintenance_capability_missing", error), True
+        if self.op is not None:
+            error = f"{self.op.what} passed its deadline and is still running"
+            return response(frame.id, "refused", "maintenance_busy", error), True
+        self._start(Operation(self, frame, index))
+        return None
 
-    def _mark(self, index: int, state: str) -> None:
-        with self.maint.spex.store.tx() as db:
-            db.execute(
-                "UPDATE capabilities SET state = ?"
-                " WHERE epoch = ? AND idx = ? AND state = 'inflight'",
-                (state, self.maint.epoch, index),
-            )
+    def _start(self, op: Operation) -> None:
+        self.op = op
+        # Until it is answered only the pipe's close is of interest (POLLHUP).
+        self.poller.modify(self.req_r, 0)
+        op.thread.start()
+
+    def _operation_done(self) -> None:
+        """The operation's thread ended: answer it unless its deadline already did."""
+        os.read(self.done_r, 1)
+        op = self.op
+        assert op is not None
+        op.thread.join()
+        self.op = None
+        if op.lost is not None:
+            raise AuthorityLost(op.lost)
+        if not op.answered:
+            assert op.reply is not None
+            self._reopen(op.reply)
+
+    def _operation_overdue(self) -> None:
+        """Its deadline passed: `indeterminate`, and the broker serves on while
+        it runs (its thread records what it did, if it ever ends)."""
+        op = self.op
+        assert op is not None
+        with op.lock:
+            if op.reply is not None:
+                return  # it has just ended: its own answer follows
+            op.answered = True
+        error = f"{op.what} did not finish within {op.limit:g}s; it may still take effect"
+        self._reopen(response(op.frame.id, "indeterminate", "maintenance_deadline", error))
+
+    def _reopen(self, reply: dict[str, Any]) -> None:
+        """Answer the operation's client, then read requests again."""
+        self._answer(reply, True)
+        self.poller.modify(self.req_r, select.POLLIN)
+        self._serve_buffer(held=False)  # queued behind an awaited answer: nobody entitled
 
     def _unanswered(self) -> bool:
         """Was a request written that the exited command never saw answered?
@@ -725,15 +891,38 @@ class Broker:
         rc = 128 - rc if rc < 0 else rc
         if self.signals.received is not None:
             rc = 128 + self.signals.received
+        # Whatever escaped the session with fds 3, 4, 5 (a double fork with
+        # setsid) still speaks for the lease: it must be gone before release.
+        holders = self._close_channels()
+        if holders is not None:
+            who = (
+                f"held by process(es) {', '.join(map(str, holders))}, which survived SIGKILL"
+                if holders
+                else "held by no process we can see (in flight in a unix socket?)"
+            )
+            print(
+                f"spex: maint: the broker fds (3, 4, 5) are still open after the command"
+                f" ended, {who} (lease left for recovery)",
+                file=sys.stderr,
+            )
+            return rc if self.signals.received is not None else 1
         try:  # a lease revoked behind our back is not ours to release
             self._check_heartbeat()
             self.maint.heartbeat()
+            running = self._still_running()
         except AuthorityLost as e:
             print(f"spex: maint: authority lost: {e} (lease left for recovery)", file=sys.stderr)
             return 1
         if select.select([self.sock.fileno()], [], [], 0)[0]:
             with contextlib.suppress(AuthorityLost):
                 self._token_returned()
+        if running:
+            print(
+                f"spex: maint: the command exited while {running} was still running"
+                " (lease left for recovery)",
+                file=sys.stderr,
+            )
+            return rc if self.signals.received is not None else 1
         if self.token_out or self._unanswered():
             print(
                 "spex: maint: the command exited with a broker request pending"
@@ -743,6 +932,68 @@ class Broker:
             return rc if self.signals.received is not None else 1
         self.maint.release()
         return rc
+
+    def _still_running(self) -> str | None:
+        """The operation still running (past its deadline or unanswered), if any.
+        One that ended unanswered leaves its request pending (`token_out`)."""
+        op = self.op
+        if op is None:
+            return None
+        with op.lock:
+            ended = op.reply is not None
+        if not ended:
+            return op.what
+        if op.lost is not None:
+            raise AuthorityLost(op.lost)
+        if not op.answered:
+            self.token_out = True
+        self.op = None
+        return None
+
+    def _channels_closed(self, seconds: float) -> bool:
+        """Wait up to `seconds` until every copy of the command's ends of the
+        broker channels is closed: POLLHUP on the request pipe and the socket,
+        POLLERR on the response pipe. No events are asked for, so a frame or a
+        token still queued does not count as open."""
+        pending = {self.req_r, self.resp_w, self.sock.fileno()}
+        poller = select.poll()
+        for fd in pending:
+            poller.register(fd, 0)
+        until = time.monotonic() + seconds
+        while True:
+            left = max(until - time.monotonic(), 0.0)
+            for fd, _ in poller.poll(math.ceil(left * 1000)):
+                pending.discard(fd)
+                poller.unregister(fd)
+            if not pending:
+                return True
+            if time.monotonic() >= until:
+                return False
+
+    def _close_channels(self) -> list[int] | None:
+        """After the reap: None once the broker channels are closed everywhere,
+        waiting up to HOLDERS_WAIT; else whoever holds them (found in
+        `/proc/*/fd`) gets SIGTERM with its process group, SIGKILL after
+        KILL_AFTER, rescanning for what forked meanwhile. Returns the holders
+        last found when the channels stay open (empty: held by no process we
+        can see, e.g. an fd in flight in a unix socket)."""
+        if self._channels_closed(HOLDERS_WAIT):
+            return None
+        holders: list[int] = []
+        rounds = (
+            (signal.SIGTERM, KILL_AFTER),
+            (signal.SIGKILL, 0.5),
+            (signal.SIGKILL, 0.5),
+            (signal.SIGKILL, HOLDERS_WAIT),
+        )
+        for sig, wait in rounds:
+            holders = fd_holders(self.links, skip={os.getpid()})
+            if not holders:
+                break
+            signal_with_groups(holders, sig)
+            if self._channels_closed(wait):
+                return None
+        return None if self._channels_closed(0) else holders
 
     def _lose(self, reason: str) -> int:
         print(
@@ -758,4 +1009,5 @@ class Broker:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
         os.waitpid(self.pid, 0)
+        self._close_channels()  # and whatever escaped the session with its fds
         return 1

@@ -13,7 +13,7 @@ import enum
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -289,3 +289,31 @@ def kill_members(sid: int, born_from: str, grace: float) -> list[int]:
     pids = [p.pid for p in find()]
     reap(find, max(grace, 0.0))
     return pids
+
+
+def fd_holders(links: Collection[str], skip: Collection[int] = ()) -> list[int]:
+    """Live pids (other than `skip`) with an open fd whose `/proc/<pid>/fd` link
+    is one of `links` (`pipe:[N]`, `socket:[N]`).
+
+    A process whose fds we may not read is left out: it is not found, so the
+    caller cannot count an end as closed on its account. An fd in flight in a
+    unix socket's queue (SCM_RIGHTS, not yet received) is held by no process.
+    """
+    wanted = set(links)
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in skip:
+            continue
+        try:
+            fds = list((entry / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = str(fd.readlink())
+            except OSError:
+                continue
+            if link in wanted:
+                found.append(int(entry.name))
+                break
+    return found

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from conftest import HERE, SPEX, Env, harness, retry_until, signal_a_helper_thread
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -467,17 +471,80 @@ def test_what_the_command_leaves_behind_dies_before_release(env: Env) -> None:
     pidfile = env.root / "bg.pid"
     body = (
         f"sleep 123 & echo $! >{pidfile}\n"
-        f"setsid sleep 124 >/dev/null 2>&1 & echo $! >>{pidfile}\n"
+        f"setsid sleep 124 >/dev/null 2>&1 3>&- 4>&- 5>&- & echo $! >>{pidfile}\n"
         "exit 0\n"
     )
     r = env.run("maint", "--stop", "a", "--", script(env, body))
     assert r.returncode == 0, r.stderr
     background, escaped = (int(x) for x in pidfile.read_text().split())
     assert not alive(background)
-    # A setsid'd child has left the session and group: it is not the lease's to kill.
+    # A setsid'd child that let go of the broker fds has left the session,
+    # the group and the lease: it is not the lease's to kill.
     assert alive(escaped)
     os.kill(escaped, signal.SIGKILL)
     assert status(env)["state"] == "open"
+
+
+def lease_events(env: Env) -> dict[str, float]:
+    """When each lease event happened (the last of each kind)."""
+    spex = env.spex()
+    try:
+        rows = spex.store.db.execute(
+            "SELECT kind, at FROM events WHERE kind LIKE 'lease-%' ORDER BY id"
+        ).fetchall()
+    finally:
+        spex.close()
+    return {row["kind"]: row["at"] for row in rows}
+
+
+def test_a_setsid_grandchild_holding_the_broker_fds_dies_before_release(env: Env) -> None:
+    sleepers(env, "a")
+    d = env.root / "escape"
+    d.mkdir()
+    escape = [sys.executable, str(MAINT / "escape.py")]
+    r = env.run("maint", "--stop", "a", "--", *escape, extra={"DIR": str(d)}, timeout=30)
+    assert r.returncode == 0, r.stderr
+    grandchild = int((d / "pid").read_text())
+    # It left the command's session and group but kept fds 3, 4, 5: it is
+    # gone when spex maint returns, and was asked to go while the lease held.
+    assert not alive(grandchild)
+    term = json.loads((d / "term").read_text())
+    assert (term["state"], term["epoch"]) == ("active", 1)
+    # It ignored SIGTERM: only the SIGKILL that followed ended it, and the
+    # release came after that.
+    released = lease_events(env)["lease-released"]
+    assert released >= term["at"] + 0.5
+    assert status(env)["state"] == "open"
+
+
+def test_broker_fds_nobody_can_be_killed_for_leave_the_lease_to_recovery(env: Env) -> None:
+    sleepers(env, "a")
+    path = env.root / "fds.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as inbox:
+        inbox.bind(str(path))
+        # The command sends its fds 3, 4, 5 here and exits; they stay open in
+        # the socket's queue, held by no process.
+        r = env.run(
+            "maint",
+            "--stop",
+            "a",
+            "--",
+            sys.executable,
+            str(MAINT / "escape.py"),
+            "--in-flight",
+            extra={"SOCK": str(path)},
+            timeout=30,
+        )
+        assert r.returncode == 1, r.stderr
+        assert "broker fds (3, 4, 5) are still open" in r.stderr
+        assert "held by no process we can see" in r.stderr
+        assert "lease left for recovery" in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+        kinds = lease_events(env)
+    # Not released by spex maint: the next reader recovered it.
+    assert "lease-released" not in kinds
+    assert status(env)["state"] == "open"
+    assert "lease-recovered" in lease_events(env)
 
 
 def test_sigkilled_maint_takes_its_command_with_it(env: Env) -> None:
@@ -547,13 +614,15 @@ def test_a_request_whose_answer_cannot_be_delivered_loses_authority(env: Env) ->
     assert not procs(env, [sys.executable, str(MAINT / "close_replies.py")])
 
 
-def test_heartbeats_go_on_during_a_slow_stop(env: Env) -> None:
+def test_a_brokered_stop_fits_its_deadline_and_heartbeats_go_on(env: Env) -> None:
     assert env.run("new", "a", "--", harness("ignore_term.sh")).returncode == 0
     assert env.run("wake", "a", "go", "--window", "1").returncode == 0
     holder = background_maint(
-        env, "--ttl", "0.6", "--stop", "a", "--", "spex", "maint-op", "stop", "a"
+        env, "--ttl", "4", "--stop", "a", "--", "spex", "maint-op", "stop", "a"
     )
-    # The stop waits out its 5 s grace; readers keep recovering the lease meanwhile.
+    # The stop waits out a grace of half its deadline (min(5 s, ttl)), longer
+    # than a heartbeat's interval, then SIGKILLs; readers keep recovering the
+    # lease meanwhile.
     seen = set()
     while holder.poll() is None:
         view = status(env)
@@ -628,3 +697,107 @@ def test_a_command_that_exits_at_once_passes_its_exit_code(env: Env) -> None:
     for code in (0, 0, 7, 0, 0):
         r = env.run("maint", "--stop", "a", "--", "bash", "-c", f"exit {code}")
         assert (r.returncode, r.stderr) == (code, "")
+
+
+@contextlib.contextmanager
+def frozen_tmux(env: Env) -> Iterator[None]:
+    """The test's tmux server, SIGSTOPped: every tmux call of spex hangs."""
+    server = int(env.tmux("display-message", "-p", "#{pid}").stdout)
+    os.kill(server, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server, signal.SIGCONT)
+
+
+def wedged(env: Env, *args: str, ttl: str) -> tuple[subprocess.Popen[str], Path]:
+    """`spex maint --stop a` running tests/maint/wedged.py, waiting at `go1`.
+    tmux calls may hang for a minute (SPEXSUP_TMUX_TIMEOUT): what bounds the
+    operation is the broker's own deadline."""
+    sleepers(env, "a")
+    assert env.run("wake", "a", "go", "--window", "1").returncode == 0
+    d = env.root / "wedge"
+    d.mkdir()
+    for fifo in ("go1", "go2"):
+        os.mkfifo(d / fifo)
+    wedge = [sys.executable, str(MAINT / "wedged.py")]
+    # stderr to a file: a tmux client stuck on the frozen server keeps its
+    # parent's pipes open.
+    with (env.root / "maint.err").open("w") as err:
+        holder = subprocess.Popen(
+            [SPEX, "maint", "--ttl", ttl, "--stop", "a", "--resume", "a", "--", *wedge, *args],
+            env={**env.vars, "DIR": str(d), "SESSION": "a", "SPEXSUP_TMUX_TIMEOUT": "60"},
+            stderr=err,
+            text=True,
+        )
+    assert retry_until(lambda: (d / "ready").exists(), seconds=20)
+    return holder, d
+
+
+def test_a_wedged_operation_is_indeterminate_at_its_deadline(env: Env) -> None:
+    holder, d = wedged(env, ttl="2")  # the deadline: min(5 s, ttl)
+    with frozen_tmux(env):
+        (d / "go1").write_text("x")
+        assert retry_until(lambda: (d / "reply").exists(), seconds=8)
+        reply = json.loads((d / "reply").read_text())
+        assert (reply["outcome"], reply["code"]) == ("indeterminate", "maintenance_deadline")
+        assert 1.9 <= reply["elapsed"] <= 3.5, reply
+        # Nothing else runs beside it, and asking changes nothing.
+        assert reply["after"] == "maintenance_busy"
+        view = status(env)
+        assert (view["state"], view["revoked"]) == ("active", False)
+        assert [c["state"] for c in view["plan"]] == ["inflight", "unused"]  # it still runs
+        # Heartbeats go on past the ttl while it does.
+        assert retry_until(lambda: status(env)["deadline"] > view["deadline"] + 2.5, seconds=8)
+        assert not status(env)["revoked"]
+    # tmux answers again: the stop finishes, and its capability says so.
+    assert retry_until(lambda: status(env)["plan"][0]["state"] == "committed", seconds=30)
+    (d / "go2").write_text("x")
+    assert holder.wait(timeout=20) == 0, (env.root / "maint.err").read_text()
+    assert status(env)["state"] == "open"
+    assert json.loads(env.run("show", "a", "--json").stdout)["state"] == "stopped"
+
+
+@pytest.mark.parametrize("loss", ["close-token", "revoke"])
+def test_authority_lost_mid_operation_ends_the_lease_at_once(env: Env, loss: str) -> None:
+    holder, d = wedged(env, "--close-token" if loss == "close-token" else "--hold", ttl="30")
+    command = [sys.executable, str(MAINT / "wedged.py")]
+    with frozen_tmux(env):
+        (d / "go1").write_text("x")
+        assert retry_until(lambda: (d / "sent").exists())
+        assert retry_until(lambda: status(env)["plan"][0]["state"] == "inflight", seconds=10)
+        if loss == "close-token":
+            (d / "go2").write_text("x")
+            assert retry_until(lambda: (d / "closed").exists())
+        else:
+            spex = env.spex()
+            with spex.store.tx() as db:  # the plan rewritten behind the holder
+                db.execute("UPDATE capabilities SET session = 'other' WHERE op = 'stop'")
+            spex.close()
+        # Not after the operation (it waits a minute for tmux), nor at its
+        # 5 s deadline: at once.
+        assert holder.wait(timeout=4) == 1
+        err = (env.root / "maint.err").read_text()
+        assert "authority lost" in err and "lease left for recovery" in err
+        if loss == "close-token":
+            assert "turn-token channel (fd 5)" in err
+        assert retry_until(
+            lambda: (
+                not procs(env, [*command, "--close-token" if loss == "close-token" else "--hold"])
+            ),
+            seconds=5,
+        )
+
+
+def test_a_command_that_exits_while_an_operation_runs_leaves_the_lease(env: Env) -> None:
+    holder, d = wedged(env, ttl="2")
+    with frozen_tmux(env):
+        (d / "go1").write_text("x")
+        assert retry_until(lambda: (d / "reply").exists(), seconds=8)
+        (d / "go2").write_text("x")  # the command exits; the stop still waits for tmux
+        assert holder.wait(timeout=10) == 1
+    err = (env.root / "maint.err").read_text()
+    assert "exited while stop a was still running (lease left for recovery)" in err
+    assert "lease-released" not in lease_events(env)
+    assert status(env)["state"] == "open"  # recovered by this reader
+    assert "lease-recovered" in lease_events(env)
