@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from spexsup import events, ids
 from spexsup import harness as harnesses
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
-from spexsup.home import Census, owner_tag
+from spexsup.home import Census, owner_tag, write_shell_env
+from spexsup.paths import ensure_private_dir
 from spexsup.procs import Liveness
 from spexsup.spex import Spex
 
@@ -303,12 +304,15 @@ def create(
         session = get(spex, name)
         if plan is None:
             _clear_stale_home(spex, session)
-            spex.tmux.create(name, str(directory), env, session.owner(spex.home))
+            spex.tmux.create(
+                name, str(directory), session.owner(spex.home), shell_env(spex, session)
+            )
         else:
             _create_in_worktree(spex, session, plan)
     except BaseException:
         with spex.store.tx() as db:
             db.execute("DELETE FROM sessions WHERE name = ?", (name,))
+        (spex.home / "turns" / name / HOME_ENV).unlink(missing_ok=True)
         raise
     if plan is None:
         events.emit(spex.store, "created", session=name, harness=harness, cwd=str(directory))
@@ -327,7 +331,7 @@ def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:
         made_parent = worktrees.add(plan)
         try:
             _clear_stale_home(spex, session)
-            spex.tmux.create(name, session.cwd, session.env, session.owner(spex.home))
+            spex.tmux.create(name, session.cwd, session.owner(spex.home), shell_env(spex, session))
             if plan.setup.post_create:
                 worktrees.post_create(spex, session, plan.setup.post_create)
         except BaseException as e:
@@ -373,7 +377,22 @@ def get(spex: Spex, name: str) -> Session:
 
 def ensure_home(spex: Spex, session: Session) -> None:
     """Recreate the tmux home if it vanished; the record survives in SQLite."""
-    spex.tmux.create(session.name, session.cwd, session.env, session.owner(spex.home))
+    spex.tmux.create(session.name, session.cwd, session.owner(spex.home), shell_env(spex, session))
+
+
+# The session's --env for its home's shell, in the session's turns dir.
+HOME_ENV = "home.env"
+
+
+def shell_env(spex: Spex, session: Session) -> Path | None:
+    """The file the home's shell takes the session's env from
+    (`turns/NAME/home.env`, 0600), written afresh on every call, so a home
+    recreated after the file was lost still gets it; None when the session
+    sets no env. Gone with the session's turns on rm."""
+    if not session.env:
+        return None
+    directory = ensure_private_dir(spex.home / "turns" / session.name, under=spex.home)
+    return write_shell_env(directory / HOME_ENV, session.env)
 
 
 def remove(
@@ -540,7 +559,9 @@ def up(spex: Spex, names: Sequence[str] | None = None) -> list[HomeReport]:
         if status == "dead" and Path(session.cwd).is_dir():
             pane = census.panes[session.name]
             owner = session.owner(spex.home)
-            if spex.tmux.respawn_shell(session.name, owner, pane.turn, session.cwd):
+            if spex.tmux.respawn_shell(
+                session.name, owner, pane.turn, session.cwd, shell_env(spex, session)
+            ):
                 status = "respawned"
         if status == "missing" and not Path(session.cwd).is_dir():
             out.append(HomeReport(session.name, "cwd missing", session.cwd))
