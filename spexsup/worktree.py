@@ -33,6 +33,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -265,12 +266,39 @@ def plan(name: str, request: Request) -> Plan:
         parent = Path(request.parent).expanduser().absolute()
     else:
         parent = repo.parent / f"{repo.name}.spex"
+    check_parent(parent)
     path = parent / name
     if path.exists() or path.is_symlink():
         raise Refused(f"{path} already exists", hint="--worktree-dir DIR, or remove it")
     setup = load_setup(repo)
     worktree = Worktree(str(repo), branch, base, base_ref, str(path), setup.copy, setup.symlink)
     return Plan(worktree, setup)
+
+
+def check_parent(parent: Path) -> None:
+    """Refused when the directory the worktree goes in exists and is not ours
+    (or root's), or is a symlink another user made: whoever owns it can swap
+    the worktree's files under the agent. A missing one `add` makes, ours."""
+    try:
+        link = parent.lstat()
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise Failed(f"cannot read {parent}: {e.strerror}") from None
+    target = link
+    if stat.S_ISLNK(link.st_mode):
+        try:
+            target = parent.stat()
+        except OSError:
+            raise Refused(f"{parent} is a symlink to nothing", hint="--worktree-dir DIR") from None
+    for st in (link, target):
+        if st.st_uid not in (os.geteuid(), 0):
+            raise Refused(
+                f"the worktree directory {parent} belongs to uid {st.st_uid}, not to you",
+                hint="--worktree-dir DIR of your own",
+            )
+    if not stat.S_ISDIR(target.st_mode):
+        raise Refused(f"{parent} is not a directory", hint="--worktree-dir DIR")
 
 
 def add(p: Plan) -> bool:
@@ -295,6 +323,7 @@ def add(p: Plan) -> bool:
     made = False
     try:
         Path(wt.path).parent.mkdir(parents=True, exist_ok=True)
+        check_parent(Path(wt.path).parent)  # again: it may have been planted since `plan`
         try:
             git(wt.repo, "worktree", "add", "--end-of-options", wt.path, wt.branch)
         except GitError as e:

@@ -247,6 +247,38 @@ def test_bad_worktree_input_is_one_line_and_changes_nothing(env: Env, repo: Repo
     assert sorted(p.name for p in repo.worktree("x").parent.iterdir()) == ["taken"]
 
 
+NOBODY = 65534
+
+
+def test_a_worktree_parent_of_another_user_is_refused(env: Env, repo: Repo) -> None:
+    """Whoever owns the directory a worktree goes in can swap the worktree's
+    files under the agent: another user's parent is refused, nothing made."""
+    before = (repo.branches(), repo.worktrees())
+    theirs = repo.worktree("a").parent
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, NOBODY)
+    r = new(env, repo, "a")
+    one_line_error(r, 3)
+    assert str(theirs) in r.stderr and f"uid {NOBODY}" in r.stderr, r.stderr
+    # --worktree-dir too; and a symlink planted by another user to a directory of ours.
+    mine = env.root / "mine"
+    mine.mkdir()
+    link = env.root / "link"
+    link.symlink_to(mine)
+    os.lchown(link, NOBODY, NOBODY)
+    for where in (theirs, link):
+        r = new(env, repo, "b", "--worktree-dir", str(where))
+        one_line_error(r, 3)
+        assert str(where) in r.stderr and f"uid {NOBODY}" in r.stderr, r.stderr
+    assert names(env) == []
+    assert (repo.branches(), repo.worktrees()) == before
+    assert list(theirs.iterdir()) == [] and list(mine.iterdir()) == []
+    # A parent of our own, through a symlink of our own, is fine.
+    os.lchown(link, os.getuid(), os.getgid())
+    assert new(env, repo, "c", "--worktree-dir", str(link)).returncode == 0
+    assert (mine / "c").is_dir()
+
+
 @pytest.mark.parametrize(
     "toml",
     [
