@@ -13,7 +13,7 @@ import re
 import shutil
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -26,7 +26,7 @@ from spexsup.procs import Liveness
 from spexsup.spex import Spex
 
 if TYPE_CHECKING:
-    from spexsup.worktree import Plan, Removal, Request, Worktree
+    from spexsup.worktree import Plan, Removal, Request, Setup, Worktree
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -219,6 +219,7 @@ def create(
     strict: bool = False,
     on_limit: str | None = None,
     check: bool = True,
+    confirm: Callable[[Setup], bool] | None = None,
 ) -> Session:
     """Record the session, then build its tmux home; undo the record if tmux fails.
 
@@ -229,6 +230,8 @@ def create(
     With `worktree`, the session is recorded `creating` (no wake admitted)
     and, holding its ticket, gets its branch, worktree (its cwd), tmux home
     and post_create; any failure undoes all of them (see `worktree.add`).
+    A post_create whose file is not trusted is refused before anything is
+    made, unless `confirm` (the CLI's prompt on a terminal) says yes.
     """
     validate_name(name)
     validate_window(window)
@@ -262,6 +265,7 @@ def create(
         if spex.store.db.execute("SELECT 1 FROM sessions WHERE name = ?", (name,)).fetchone():
             raise Refused(f"session {name!r} already exists", hint="see spex ls")
         plan = worktrees.plan(name, worktree)
+        worktrees.require_trust(spex.home, plan.setup, confirm)
         cwd = plan.worktree.path
     try:
         directory = Path(cwd or ".").expanduser().resolve()
