@@ -8,6 +8,8 @@
 #   bash turn.sh --login [SECONDS]   (the login shell and flags, whether the
 #        answer was cached, how long the shell took, its PATH; exit 124 timed
 #        out, 126 no login shell; `spex new` and `spex doctor` use it)
+#   bash turn.sh --shell ENV_FILE [SHELL_PATH]   (the home's shell, with the
+#        session's --env)
 #
 # TURN_DIR holds `argv` (NUL-separated; the prompt is one element, never
 # parsed by a shell), `env` (NUL-separated KEY=VALUE), `reporter` (the argv of
@@ -152,6 +154,17 @@ if [ "${1:-}" = "--login" ]; then
     fi
     [ $rc = 124 ] && exit 124
     exit 126
+fi
+
+# The home's shell (a new or recreated home, a pane handed back to a shell):
+# the session's --env from ENV_FILE (NUL-separated KEY=VALUE, 0600), which
+# never goes on a command line (any local user reads those with ps), then
+# SHELL_PATH (default $SHELL) as a login shell, the way tmux starts one.
+if [ "${1:-}" = "--shell" ]; then
+    while IFS= read -r -d '' kv; do
+        export "${kv?}"
+    done <"${2:?usage: turn.sh --shell ENV_FILE [SHELL_PATH]}"
+    exec -l "${3:-${SHELL:-/bin/bash}}"
 fi
 
 dir=${1:?usage: turn.sh TURN_DIR}

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from spexsup.errors import Failed, Refused
-from spexsup.paths import PACKAGE_DIR
+from spexsup.paths import PACKAGE_DIR, wrapper_path, write_atomic
 from spexsup.procs import Liveness
 
 if TYPE_CHECKING:
@@ -243,17 +243,20 @@ class TmuxHome:
         rc, out, _ = self._run("display-message", "-p", "-t", f"={name}:0.0", "#{@spex_outcome}")
         return out[0] if rc == 0 and out else ""
 
-    def create(self, name: str, cwd: str, env: Mapping[str, str], owner: str) -> bool:
+    def create(self, name: str, cwd: str, owner: str, shell_env: Path | None = None) -> bool:
         """Create the home, a detached tmux session with a shell in `cwd`, tagged `owner`.
 
-        The tag is set in the same tmux call, so no reader ever sees the home
+        The shell exports the session's env from the file `shell_env` (see
+        `shell_argv`): a value on tmux's command line would stay readable by
+        every local user in the argv of the server that client became. The
+        tag is set in the same tmux call, so no reader ever sees the home
         untagged. True if this call created it, False if it was already ours
         (another process made it first); a session of that name that is not
         ours is refused.
         """
         args = ["new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50"]
-        for key, value in env.items():
-            args += ["-e", f"{key}={value}"]
+        if shell_env is not None:
+            args += ["--", *shell_argv(shell_env)]
         args += [";", "set-option", "-t", f"={name}:", "@spex_owner", owner]
         args += [";", "set-option", "-p", "-t", f"={name}:0.0", "@spex_shell_at", _now()]
         for conf in self.user_configs():
@@ -383,20 +386,24 @@ class TmuxHome:
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
         )
 
-    def respawn_shell(self, name: str, owner: str, turn: str, cwd: str) -> bool:
+    def respawn_shell(
+        self, name: str, owner: str, turn: str, cwd: str, shell_env: Path | None = None
+    ) -> bool:
         """Hand the pane back to a fresh shell, killing whatever runs in it, but
         only while the pane still belongs to `turn` (never to a newer turn).
+        The shell exports the session's env from `shell_env`, as `create`'s.
 
         `respawn-pane` with no command would rerun the pane's last command
         (the wrapper), so the shell is named explicitly. True if respawned.
         """
         rc, out, _ = self._run("show-options", "-gv", "default-shell")
         shell = out[0] if rc == 0 and out else os.environ.get("SHELL", "/bin/sh")
+        command = [shell] if shell_env is None else shell_argv(shell_env, shell)
         target = f"={name}:0.0"
         cond = f"#{{&&:#{{==:#{{@spex_owner}},{owner}}},#{{==:#{{@spex_turn}},{turn}}}}}"
         taken = " ; ".join(
             [
-                _quote_cmd(["respawn-pane", "-k", "-t", target, "-c", cwd, "--", shell]),
+                _quote_cmd(["respawn-pane", "-k", "-t", target, "-c", cwd, "--", *command]),
                 _quote_cmd(["set-option", "-p", "-t", target, "@spex_shell_at", _now()]),
                 _quote_cmd(["display-message", "-p", "-t", target, "respawned"]),
             ]
@@ -414,6 +421,21 @@ class TmuxHome:
             f"#{{==:#{{@spex_owner}},{owner}}}",
             _quote_cmd(["kill-session", "-t", f"={name}:"]),
         )
+
+
+def shell_argv(shell_env: Path, shell: str | None = None) -> list[str]:
+    """The home's shell with the env in the file `shell_env` (NUL-separated
+    KEY=VALUE, see `write_shell_env`): the wrapper's `--shell` exports it and
+    execs `shell` (default: the pane's $SHELL) as a login shell. Always the
+    packaged wrapper, never a test's SPEXSUP_WRAPPER."""
+    return ["bash", str(wrapper_path()), "--shell", str(shell_env), *([shell] if shell else [])]
+
+
+def write_shell_env(path: Path, env: Mapping[str, str]) -> Path:
+    """Write `env` for `shell_argv` to `path`, 0600 and atomically (a shell
+    starting meanwhile reads the old file or the new one, never half)."""
+    write_atomic(path, b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+    return path
 
 
 SHELLS = frozenset(

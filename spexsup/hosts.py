@@ -134,7 +134,16 @@ def split_address(word: str) -> tuple[str | None, str]:
 
 
 def control_dir(state_home: Path) -> Path:
-    """A 0700 directory for control sockets, short enough for a unix socket path."""
+    """A 0700 directory of ours for control sockets, short enough for a unix
+    socket path: `$XDG_RUNTIME_DIR/spexsup-ssh`, else the state home's `ssh`,
+    else `spexsup-ssh-UID` in the temp dir.
+
+    One that cannot be made is skipped; one that is a symlink, not a
+    directory or another user's (in a shared temp dir anyone can plant
+    one) is refused, never followed or chmod'ed (see `ensure_private_dir`).
+    """
+    from spexsup.paths import ensure_private_dir
+
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     candidates = [Path(runtime) / "spexsup-ssh"] if runtime else []
     candidates += [state_home / "ssh", Path(tempfile.gettempdir()) / f"spexsup-ssh-{os.getuid()}"]
@@ -142,13 +151,11 @@ def control_dir(state_home: Path) -> Path:
         if len(str(d)) > 60:  # sun_path is 108 bytes; the socket's name takes ~30
             continue
         try:
-            d.mkdir(mode=0o700, parents=True, exist_ok=True)
-            st = d.stat()
-            if st.st_uid != os.getuid():
-                continue
-            if st.st_mode & 0o077:
-                d.chmod(0o700)
-            return d
+            return ensure_private_dir(d)
+        except Failed as e:
+            raise Failed(
+                f"ssh control sockets: {e.message}", hint="remove it, or set XDG_RUNTIME_DIR"
+            ) from None
         except OSError:
             continue
     raise Failed("no directory for ssh control sockets", hint="set XDG_RUNTIME_DIR")

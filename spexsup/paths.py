@@ -92,7 +92,19 @@ def _private_dir(path: Path) -> None:
             hint="use a state home of your own (SPEXSUP_HOME or --home)",
         )
     if stat.S_IMODE(st.st_mode) != 0o700:
-        path.chmod(0o700)
+        # Through a descriptor of the very directory checked above: a symlink
+        # swapped in since then is refused (O_NOFOLLOW), never chmod'ed.
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            raise Failed(f"{path} changed while spex checked it", hint="look at it") from None
+        try:
+            now = os.fstat(fd)
+            if (now.st_dev, now.st_ino, now.st_uid) != (st.st_dev, st.st_ino, st.st_uid):
+                raise Failed(f"{path} changed while spex checked it", hint="look at it")
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
 
 
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:

@@ -13,7 +13,7 @@ import re
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from spexsup import events, ids
 from spexsup import harness as harnesses
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
-from spexsup.home import Census, owner_tag
+from spexsup.home import Census, owner_tag, write_shell_env
+from spexsup.paths import ensure_private_dir
 from spexsup.procs import Liveness
 from spexsup.spex import Spex
 
 if TYPE_CHECKING:
-    from spexsup.worktree import Plan, Removal, Request, Worktree
+    from spexsup.worktree import Plan, Removal, Request, Setup, Worktree
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -219,6 +220,7 @@ def create(
     strict: bool = False,
     on_limit: str | None = None,
     check: bool = True,
+    confirm: Callable[[Setup], bool] | None = None,
 ) -> Session:
     """Record the session, then build its tmux home; undo the record if tmux fails.
 
@@ -229,6 +231,8 @@ def create(
     With `worktree`, the session is recorded `creating` (no wake admitted)
     and, holding its ticket, gets its branch, worktree (its cwd), tmux home
     and post_create; any failure undoes all of them (see `worktree.add`).
+    A post_create whose file is not trusted is refused before anything is
+    made, unless `confirm` (the CLI's prompt on a terminal) says yes.
     """
     validate_name(name)
     validate_window(window)
@@ -262,6 +266,7 @@ def create(
         if spex.store.db.execute("SELECT 1 FROM sessions WHERE name = ?", (name,)).fetchone():
             raise Refused(f"session {name!r} already exists", hint="see spex ls")
         plan = worktrees.plan(name, worktree)
+        worktrees.require_trust(spex.home, plan.setup, confirm)
         cwd = plan.worktree.path
     try:
         directory = Path(cwd or ".").expanduser().resolve()
@@ -304,12 +309,15 @@ def create(
         session = get(spex, name)
         if plan is None:
             _clear_stale_home(spex, session)
-            spex.tmux.create(name, str(directory), env, session.owner(spex.home))
+            spex.tmux.create(
+                name, str(directory), session.owner(spex.home), shell_env(spex, session)
+            )
         else:
             _create_in_worktree(spex, session, plan)
     except BaseException:
         with spex.store.tx() as db:
             db.execute("DELETE FROM sessions WHERE name = ?", (name,))
+        (spex.home / "turns" / name / HOME_ENV).unlink(missing_ok=True)
         raise
     if plan is None:
         events.emit(spex.store, "created", session=name, harness=harness, cwd=str(directory))
@@ -328,7 +336,7 @@ def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:
         made_parent = worktrees.add(plan)
         try:
             _clear_stale_home(spex, session)
-            spex.tmux.create(name, session.cwd, session.env, session.owner(spex.home))
+            spex.tmux.create(name, session.cwd, session.owner(spex.home), shell_env(spex, session))
             if plan.setup.post_create:
                 worktrees.post_create(spex, session, plan.setup.post_create)
         except BaseException as e:
@@ -375,7 +383,23 @@ def get(spex: Spex, name: str) -> Session:
 def ensure_home(spex: Spex, session: Session) -> bool:
     """Recreate the tmux home if it vanished (True if this call did); the
     record survives in SQLite."""
-    return spex.tmux.create(session.name, session.cwd, session.env, session.owner(spex.home))
+    owner = session.owner(spex.home)
+    return spex.tmux.create(session.name, session.cwd, owner, shell_env(spex, session))
+
+
+# The session's --env for its home's shell, in the session's turns dir.
+HOME_ENV = "home.env"
+
+
+def shell_env(spex: Spex, session: Session) -> Path | None:
+    """The file the home's shell takes the session's env from
+    (`turns/NAME/home.env`, 0600), written afresh on every call, so a home
+    recreated after the file was lost still gets it; None when the session
+    sets no env. Gone with the session's turns on rm."""
+    if not session.env:
+        return None
+    directory = ensure_private_dir(spex.home / "turns" / session.name, under=spex.home)
+    return write_shell_env(directory / HOME_ENV, session.env)
 
 
 def remove(
@@ -542,7 +566,9 @@ def up(spex: Spex, names: Sequence[str] | None = None) -> list[HomeReport]:
         if status == "dead" and Path(session.cwd).is_dir():
             pane = census.panes[session.name]
             owner = session.owner(spex.home)
-            if spex.tmux.respawn_shell(session.name, owner, pane.turn, session.cwd):
+            if spex.tmux.respawn_shell(
+                session.name, owner, pane.turn, session.cwd, shell_env(spex, session)
+            ):
                 status = "respawned"
         if status == "missing" and not Path(session.cwd).is_dir():
             out.append(HomeReport(session.name, "cwd missing", session.cwd))

@@ -40,7 +40,7 @@ from spexsup.procs import (
     own_identity,
     start_token,
 )
-from spexsup.sessions import Session, get, validate_window
+from spexsup.sessions import Session, get, shell_env, validate_window
 from spexsup.spex import Spex
 from spexsup.tickets import ticket
 from spexsup.watch import DirWatch
@@ -424,7 +424,7 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
     if result.outcome == "missing" or (result.outcome == "foreign" and not result.holder):
         # Recreate a vanished home, or adopt an older spex's untagged one
         # (create refuses a session of that name that is not provably ours).
-        if spex.tmux.create(name, session.cwd, session.env, owner):
+        if spex.tmux.create(name, session.cwd, owner, shell_env(spex, session)):
             events.emit(spex.store, "home-recreated", session=name, turn=turn)
         result = attempt()
     if result.outcome == "busy" and not force:
@@ -546,7 +546,7 @@ def kill_turn(spex: Spex, session: Session, turn: str, grace: float) -> list[int
     ours = pane is not None and pane.owner == owner and pane.turn == turn
     if m.stage is Stage.NONE and ours:
         # The wrapper may be about to start: replace the pane's process first.
-        spex.tmux.respawn_shell(name, owner, turn, session.cwd)
+        spex.tmux.respawn_shell(name, owner, turn, session.cwd, shell_env(spex, session))
     wrapper = m.pid if m.pid is not None else (pane.pane_pid if pane and ours else None)
     since = float(row["started_at"]) if row else 0.0
     until = row["ended_at"] if row else None
@@ -564,7 +564,7 @@ def kill_turn(spex: Spex, session: Session, turn: str, grace: float) -> list[int
         and pane.turn == turn
         and (pane.pane_dead or stuck or m.stage is not Stage.EXIT)
     ):
-        spex.tmux.respawn_shell(name, owner, turn, session.cwd)
+        spex.tmux.respawn_shell(name, owner, turn, session.cwd, shell_env(spex, session))
     return [p.pid for p in survivors]
 
 

@@ -6,6 +6,9 @@ base and checks it out in a worktree of its own, at
 session's cwd. `.spexsup.toml` at the repo root may ask for files to copy or
 symlink from the repo and an argv to run in the new worktree (`post_create`,
 run in the session's pane by the turn wrapper, its failure undoes it all).
+A repository's post_create is arbitrary code: it runs only once the user
+trusted that file's exact bytes (`spex trust`, or a confirmation on a
+terminal), recorded by content hash under the state home.
 
 Removal never loses work. Unsaved work is: tracked files modified, untracked
 files (not ignored, and not a copy or symlink setup made that is still
@@ -33,10 +36,11 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -117,6 +121,10 @@ class Setup:
     copy: tuple[str, ...] = ()
     symlink: tuple[str, ...] = ()
     post_create: tuple[str, ...] = ()
+    # The file's real path and the sha256 of the bytes these fields came from
+    # (empty when there is no file): what trust is recorded against.
+    path: str = ""
+    sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,8 @@ class Worktree:
     path: str
     copy: tuple[str, ...] = ()
     symlink: tuple[str, ...] = ()
+    # The post_create argv that ran when the worktree was made (empty: none).
+    post_create: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -146,6 +156,7 @@ class Worktree:
         data = json.loads(text)
         data["copy"] = tuple(data.get("copy", ()))
         data["symlink"] = tuple(data.get("symlink", ()))
+        data["post_create"] = tuple(data.get("post_create", ()))
         return cls(**data)
 
     @property
@@ -160,6 +171,7 @@ class Worktree:
             "base": self.base,
             "base_ref": self.base_ref,
             "path": self.path,
+            "post_create": list(self.post_create),
             "state": "missing" if self.missing else "ok",
         }
 
@@ -181,7 +193,8 @@ def load_setup(repo: Path) -> Setup:
 
     path = repo / SETUP_FILE
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         return Setup()
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
@@ -203,7 +216,141 @@ def load_setup(repo: Path) -> Setup:
         lists[key] = checked
     if lists["post_create"] and any("\0" in a for a in lists["post_create"]):
         raise Invalid(f"{path}: post_create holds a NUL byte")
-    return Setup(lists["copy"], lists["symlink"], lists["post_create"])
+    return Setup(
+        lists["copy"],
+        lists["symlink"],
+        lists["post_create"],
+        os.path.realpath(path),
+        _sha256(raw),
+    )
+
+
+# --- trust in a repository's post_create -------------------------------------
+
+# Under the state home: one JSON file per trusted .spexsup.toml.
+TRUST_DIR = "trust"
+
+
+@dataclass(frozen=True)
+class Trust:
+    """A `.spexsup.toml` (by real path) whose post_create the user trusted, by
+    the sha256 of its bytes: a changed file is not trusted until trusted
+    again. It covers the file, not the scripts its argv may name."""
+
+    path: str
+    sha256: str
+    trusted_at: float
+    post_create: tuple[str, ...]
+
+    def state(self) -> str:
+        """`current` (the file still has these bytes), `changed` or `missing`."""
+        try:
+            digest = _sha256(Path(self.path).read_bytes())
+        except OSError:
+            return "missing"
+        return "current" if digest == self.sha256 else "changed"
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "schema_version": 1,
+            "path": self.path,
+            "sha256": self.sha256,
+            "trusted_at": self.trusted_at,
+            "post_create": list(self.post_create),
+            "state": self.state(),
+        }
+
+
+def setup_path(word: str) -> Path:
+    """PATH as `spex trust` takes it: a `.spexsup.toml`, or a directory that
+    holds one; its real path (which need not exist, for a revoke)."""
+    path = Path(word).expanduser()
+    if path.name != SETUP_FILE:
+        path = path / SETUP_FILE
+    return Path(os.path.realpath(path))
+
+
+def _entry(home: Path, path: str) -> Path:
+    return home / TRUST_DIR / f"{_sha256(os.fsencode(path))[:32]}.json"
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib  # lazily: `spex ls` loads this module for any worktree session
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_trust(entry: Path) -> Trust | None:
+    try:
+        data = json.loads(entry.read_bytes())
+        return Trust(
+            str(data["path"]),
+            str(data["sha256"]),
+            float(data["trusted_at"]),
+            tuple(str(a) for a in data["post_create"]),
+        )
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # absent, or not ours: trusts nothing
+
+
+def trust(home: Path, word: str) -> Trust:
+    """Trust the post_create of the `.spexsup.toml` at `word` as it is now
+    (replacing an earlier trust of that file). Invalid when there is no such
+    file or it is not a valid setup file; nothing is recorded then."""
+    path = setup_path(word)
+    if not path.is_file():
+        raise Invalid(f"no {SETUP_FILE} at {path}", hint="spex trust REPO or REPO/.spexsup.toml")
+    return record_trust(home, load_setup(path.parent))
+
+
+def record_trust(home: Path, setup: Setup) -> Trust:
+    """Record trust in exactly the bytes `setup` was read from (atomically)."""
+    from spexsup.paths import ensure_private_dir, write_atomic
+
+    t = Trust(setup.path, setup.sha256, time.time(), setup.post_create)
+    ensure_private_dir(home / TRUST_DIR, under=home)
+    write_atomic(_entry(home, setup.path), json.dumps(asdict(t)).encode())
+    return t
+
+
+def revoke_trust(home: Path, word: str) -> Trust:
+    """Forget the trust of the `.spexsup.toml` at `word`; Refused if it has none."""
+    path = setup_path(word)
+    entry = _entry(home, str(path))
+    t = _read_trust(entry)
+    if t is None:
+        raise Refused(f"{path} is not trusted", hint="see spex trust --list")
+    entry.unlink(missing_ok=True)
+    return t
+
+
+def trusted(home: Path) -> list[Trust]:
+    """Every recorded trust, by path."""
+    try:
+        entries = sorted((home / TRUST_DIR).glob("*.json"))
+    except OSError:
+        return []
+    found = (_read_trust(e) for e in entries)
+    return sorted((t for t in found if t is not None), key=lambda t: t.path)
+
+
+def require_trust(home: Path, setup: Setup, confirm: Callable[[Setup], bool] | None) -> None:
+    """Pass when `setup` has no post_create or its exact bytes are trusted;
+    else ask `confirm` (the CLI's prompt on a terminal), recording the trust
+    when it says yes. Refused otherwise: nothing has been made yet."""
+    if not setup.post_create:
+        return
+    t = _read_trust(_entry(home, setup.path))
+    if t is not None and t.sha256 == setup.sha256:
+        return
+    if confirm is not None and confirm(setup):
+        record_trust(home, setup)
+        return
+    why = "changed since it was trusted" if t is not None else "not trusted"
+    raise Refused(
+        f"the post_create of {setup.path} is {why}; it runs arbitrary commands",
+        hint=f"read it, then: spex trust {setup.path}",
+    )
 
 
 # --- creation ---------------------------------------------------------------
@@ -265,12 +412,41 @@ def plan(name: str, request: Request) -> Plan:
         parent = Path(request.parent).expanduser().absolute()
     else:
         parent = repo.parent / f"{repo.name}.spex"
+    check_parent(parent)
     path = parent / name
     if path.exists() or path.is_symlink():
         raise Refused(f"{path} already exists", hint="--worktree-dir DIR, or remove it")
     setup = load_setup(repo)
-    worktree = Worktree(str(repo), branch, base, base_ref, str(path), setup.copy, setup.symlink)
+    worktree = Worktree(
+        str(repo), branch, base, base_ref, str(path), setup.copy, setup.symlink, setup.post_create
+    )
     return Plan(worktree, setup)
+
+
+def check_parent(parent: Path) -> None:
+    """Refused when the directory the worktree goes in exists and is not ours
+    (or root's), or is a symlink another user made: whoever owns it can swap
+    the worktree's files under the agent. A missing one `add` makes, ours."""
+    try:
+        link = parent.lstat()
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise Failed(f"cannot read {parent}: {e.strerror}") from None
+    target = link
+    if stat.S_ISLNK(link.st_mode):
+        try:
+            target = parent.stat()
+        except OSError:
+            raise Refused(f"{parent} is a symlink to nothing", hint="--worktree-dir DIR") from None
+    for st in (link, target):
+        if st.st_uid not in (os.geteuid(), 0):
+            raise Refused(
+                f"the worktree directory {parent} belongs to uid {st.st_uid}, not to you",
+                hint="--worktree-dir DIR of your own",
+            )
+    if not stat.S_ISDIR(target.st_mode):
+        raise Refused(f"{parent} is not a directory", hint="--worktree-dir DIR")
 
 
 def add(p: Plan) -> bool:
@@ -295,6 +471,7 @@ def add(p: Plan) -> bool:
     made = False
     try:
         Path(wt.path).parent.mkdir(parents=True, exist_ok=True)
+        check_parent(Path(wt.path).parent)  # again: it may have been planted since `plan`
         try:
             git(wt.repo, "worktree", "add", "--end-of-options", wt.path, wt.branch)
         except GitError as e:
@@ -951,11 +1128,13 @@ def create_legs(
     *,
     harness: str | None = None,
     window: float | None = None,
+    confirm: Callable[[Setup], bool] | None = None,
 ) -> list[Session]:
     """Create one worktree session per name, each on its own branch
     `spex/<name>` from the same base. All or nothing: refused up front when a
     name is taken; a failure part-way removes the legs made so far (they are
-    fresh, but still only through `spex rm`'s guards)."""
+    fresh, but still only through `spex rm`'s guards). `confirm`: as for
+    `sessions.create` (asked at most once: a yes trusts the file)."""
     from spexsup import sessions
 
     taken = [
@@ -969,7 +1148,9 @@ def create_legs(
     try:
         for n in names:  # a loop, not extend: `made` must hold the legs made so far
             made.append(  # noqa: PERF401
-                sessions.create(spex, n, harness=harness, window=window, worktree=request)
+                sessions.create(
+                    spex, n, harness=harness, window=window, worktree=request, confirm=confirm
+                )
             )
     except BaseException as e:
         for s in made:

@@ -474,3 +474,59 @@ def test_a_frozen_tmux_server_is_a_named_failure_never_a_hang(env: Env) -> None:
     assert env.run("resume", "a", "--force").returncode in (0, 3)
     r = env.run("wake", "a", "z", "--window", "1")
     assert r.returncode == 0, r.stderr
+
+
+# --- a session's --env never on a command line ---------------------------------
+
+
+def _argv_holding(needle: bytes) -> list[str]:
+    """Every process whose argv (/proc/PID/cmdline, what any local user reads
+    with ps) holds `needle`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            found.append(f"{proc.name}: {cmdline!r}")
+    return found
+
+
+def _environ(path: Path) -> dict[bytes, bytes]:
+    pairs = [kv.partition(b"=") for kv in path.read_bytes().split(b"\0") if kv]
+    return {k: v for k, _, v in pairs}
+
+
+def test_env_values_never_reach_any_argv(env: Env) -> None:
+    secret = os.urandom(12).hex()
+    # Spaces, quotes, a newline, `=`, `$`, a tab: given back byte for byte.
+    value = f'{secret} it\'s "quoted" $HOME `x`\nline two=still\t'
+    dump, go = env.root / "dump", env.root / "go"
+    r = env.run(
+        "new", "a", "--env", f"SECRET={value}", "--env", "EMPTY=", "--env", f"DUMP={dump}",
+        "--env", f"GO={go}", "--", harness("env_until_go.sh"),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    # The client that started the tmux server became the server.
+    assert _argv_holding(secret.encode()) == []
+    # The home's shell has the session's env, as it always had.
+    pane = env.pane_pid("a")
+    assert retry_until(lambda: b"SECRET" in _environ(Path(f"/proc/{pane}/environ")))
+    assert _environ(Path(f"/proc/{pane}/environ"))[b"SECRET"] == value.encode()
+
+    for wake in ("first", "after the home was recreated"):
+        dump.unlink(missing_ok=True)
+        go.unlink(missing_ok=True)
+        _, v = wake_json(env, "a", "x", "--window", "1")
+        assert v["verdict"] == "confirmed", (wake, v)
+        assert retry_until(dump.exists), wake
+        seen = _environ(dump)
+        assert seen[b"SECRET"] == value.encode(), wake
+        assert seen[b"EMPTY"] == b"", wake
+        assert _argv_holding(secret.encode()) == [], wake
+        go.touch()
+        assert env.run("wait", "a", "--timeout", "20").returncode == 0, wake
+        env.tmux("kill-session", "-t", "=a")

@@ -9,12 +9,15 @@ same command run there, output and exit code.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -415,3 +418,36 @@ def test_attach_runs_ssh_t_to_the_far_pane(fleet: Fleet) -> None:
     assert child.exitstatus == 0
     r = f.spex("show", "box1:far", "--json")
     assert json.loads(r.stdout)["state"] == "running"
+
+
+def test_a_planted_symlink_at_the_control_socket_fallback_is_refused(env: Env) -> None:
+    """No XDG_RUNTIME_DIR and a state home too deep for a socket path: the
+    control sockets would go to TMPDIR/spexsup-ssh-UID, where another local
+    user can plant a symlink. It is refused, never followed or chmod'ed."""
+    tmp = Path(tempfile.mkdtemp(prefix="spx"))
+    try:
+        target = tmp / "theirs"
+        target.mkdir()
+        target.chmod(0o755)
+        (tmp / f"spexsup-ssh-{os.getuid()}").symlink_to(target)
+        home = env.root / ("deep" * 16)
+        home.mkdir()
+        (home / "config.toml").write_text(
+            '[host.far]\nssh = "127.0.0.1"\nssh_options = ["-p", "1"]\nconnect_timeout = 1\n'
+        )
+        vars_ = {k: v for k, v in env.vars.items() if k != "XDG_RUNTIME_DIR"}
+        r = subprocess.run(
+            [SPEX, "--home", str(home), "show", "far:api"],
+            capture_output=True,
+            text=True,
+            env={**vars_, "TMPDIR": str(tmp)},
+            timeout=60,
+            check=False,
+        )
+        assert r.returncode == 1, r
+        assert r.stderr.startswith("spex: ") and r.stderr.count("\n") == 1, r.stderr
+        assert "symlink" in r.stderr and f"spexsup-ssh-{os.getuid()}" in r.stderr, r.stderr
+        assert stat.S_IMODE(target.stat().st_mode) == 0o755
+        assert list(target.iterdir()) == []
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

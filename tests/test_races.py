@@ -189,10 +189,13 @@ retryable = ["database is locked"]
     )
     turns = env.home / "turns" / "l"
 
-    def outcome() -> marker.Marker:
-        return marker.read(next(turns.iterdir()))
+    def turn_dirs() -> list[Path]:  # (the home's env file lives beside them)
+        return [p for p in turns.iterdir() if p.is_dir()] if turns.exists() else []
 
-    assert retry_until(lambda: turns.exists() and any(turns.iterdir()), 30)
+    def outcome() -> marker.Marker:
+        return marker.read(turn_dirs()[0])
+
+    assert retry_until(lambda: bool(turn_dirs()), 30)
     # Freeze the launcher while its first attempt runs, before it can retry.
     assert retry_until(lambda: outcome().stage is Stage.RUNNING, 30)
     os.kill(wake.pid, signal.SIGSTOP)

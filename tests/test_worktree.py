@@ -122,6 +122,13 @@ def one_line_error(r: subprocess.CompletedProcess[str], code: int) -> None:
     assert "Traceback" not in r.stderr
 
 
+def trusted_setup(env: Env, repo: Repo, text: str) -> None:
+    """Write the repo's .spexsup.toml and trust it, as its user would."""
+    (repo.path / ".spexsup.toml").write_text(text)
+    r = env.run("trust", str(repo.path))
+    assert r.returncode == 0, r.stderr
+
+
 def files_of(top: Path) -> dict[str, bytes]:
     """Every file and symlink under `top` but .git, as git would store it."""
     out = {}
@@ -247,6 +254,38 @@ def test_bad_worktree_input_is_one_line_and_changes_nothing(env: Env, repo: Repo
     assert sorted(p.name for p in repo.worktree("x").parent.iterdir()) == ["taken"]
 
 
+NOBODY = 65534
+
+
+def test_a_worktree_parent_of_another_user_is_refused(env: Env, repo: Repo) -> None:
+    """Whoever owns the directory a worktree goes in can swap the worktree's
+    files under the agent: another user's parent is refused, nothing made."""
+    before = (repo.branches(), repo.worktrees())
+    theirs = repo.worktree("a").parent
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, NOBODY)
+    r = new(env, repo, "a")
+    one_line_error(r, 3)
+    assert str(theirs) in r.stderr and f"uid {NOBODY}" in r.stderr, r.stderr
+    # --worktree-dir too; and a symlink planted by another user to a directory of ours.
+    mine = env.root / "mine"
+    mine.mkdir()
+    link = env.root / "link"
+    link.symlink_to(mine)
+    os.lchown(link, NOBODY, NOBODY)
+    for where in (theirs, link):
+        r = new(env, repo, "b", "--worktree-dir", str(where))
+        one_line_error(r, 3)
+        assert str(where) in r.stderr and f"uid {NOBODY}" in r.stderr, r.stderr
+    assert names(env) == []
+    assert (repo.branches(), repo.worktrees()) == before
+    assert list(theirs.iterdir()) == [] and list(mine.iterdir()) == []
+    # A parent of our own, through a symlink of our own, is fine.
+    os.lchown(link, os.getuid(), os.getgid())
+    assert new(env, repo, "c", "--worktree-dir", str(link)).returncode == 0
+    assert (mine / "c").is_dir()
+
+
 @pytest.mark.parametrize(
     "toml",
     [
@@ -275,12 +314,21 @@ def test_setup_copies_symlinks_and_runs_post_create_in_the_pane(env: Env, repo: 
     (repo.path / "node_modules" / "dep" / "index.js").write_text("module.exports = 1\n")
     (repo.path / "conf.d").mkdir()
     (repo.path / "conf.d" / "a.conf").write_text("a\n")
-    (repo.path / ".spexsup.toml").write_text(
+    trusted_setup(
+        env,
+        repo,
         'copy = [".env", "conf.d"]\nsymlink = ["node_modules"]\n'
         'post_create = ["sh", "-c", '
-        '"echo SETUP-RAN-IN-$(basename \\"$PWD\\"); echo made > built.txt"]\n'
+        '"echo SETUP-RAN-IN-$(basename \\"$PWD\\"); echo made > built.txt"]\n',
     )
-    wt = made(env, repo, "web")
+    r = new(env, repo, "web")
+    assert r.returncode == 0, r.stderr
+    wt = repo.worktree("web")
+    # It says what ran.
+    assert (
+        f"ran post_create of {repo.path}/.spexsup.toml: sh -c"
+        " 'echo SETUP-RAN-IN-$(basename \"$PWD\"); echo made > built.txt'"
+    ) in r.stdout, r.stdout
     assert (wt / ".env").read_bytes() == b"SECRET=1\n\x00\xff"
     assert not (wt / ".env").is_symlink()
     assert (wt / "conf.d" / "a.conf").read_text() == "a\n"
@@ -318,8 +366,10 @@ def test_setup_copies_symlinks_and_runs_post_create_in_the_pane(env: Env, repo: 
 
 
 def test_failing_post_create_fails_new_and_removes_everything(env: Env, repo: Repo) -> None:
-    (repo.path / ".spexsup.toml").write_text(
-        'post_create = ["sh", "-c", "echo half > half.txt; echo npm ERR broken; exit 7"]\n'
+    trusted_setup(
+        env,
+        repo,
+        'post_create = ["sh", "-c", "echo half > half.txt; echo npm ERR broken; exit 7"]\n',
     )
     before = (repo.branches(), repo.worktrees())
     r = new(env, repo, "bad")
@@ -335,6 +385,112 @@ def test_failing_post_create_fails_new_and_removes_everything(env: Env, repo: Re
     # The name and the branch are free again.
     (repo.path / ".spexsup.toml").unlink()
     assert new(env, repo, "bad").returncode == 0
+
+
+def nothing_made(env: Env, repo: Repo, name: str, before: Any) -> None:
+    assert names(env) == []
+    assert (repo.branches(), repo.worktrees()) == before
+    assert not repo.worktree(name).exists()
+    assert not (env.home / "turns" / name).exists()
+    assert env.tmux("has-session", "-t", f"={name}").returncode != 0
+
+
+def test_post_create_runs_only_when_its_exact_file_is_trusted(env: Env, repo: Repo) -> None:
+    ran = env.root / "ran"
+    setup = repo.path / ".spexsup.toml"
+    setup.write_text(f'post_create = ["touch", "{ran}"]\n')
+    before = (repo.branches(), repo.worktrees())
+    # Off a terminal (stdin a pipe): refused, naming the way to trust it.
+    r = env.run("new", "a", "--worktree", "--repo", str(repo.path), input=b"y\n")
+    one_line_error(r, 3)
+    assert f"post_create of {setup} is not trusted" in r.stderr, r.stderr
+    assert f"spex trust {setup}" in r.stderr, r.stderr
+    nothing_made(env, repo, "a", before)
+    assert not ran.exists()
+    assert json.loads(env.run("trust", "--list", "--json").stdout) == []
+
+    r = env.run("trust", str(repo.path))
+    assert r.returncode == 0, r.stderr
+    assert f"trusted: {setup} (sha256 " in r.stdout
+    assert f"post_create: touch {ran}" in r.stdout
+    for entry in (env.home / "trust").iterdir():
+        assert entry.stat().st_mode & 0o777 == 0o600, entry
+    r = env.run("new", "a", "--worktree", "--repo", str(repo.path), input=b"")
+    assert r.returncode == 0, r.stderr
+    assert f"ran post_create of {repo.path}/.spexsup.toml: touch {ran}" in r.stdout
+    assert ran.exists()
+    assert session(env, "a")["worktree"]["post_create"] == ["touch", str(ran)]
+
+    # One byte changed: not trusted until trusted again.
+    ran.unlink()
+    setup.write_text(f'post_create = ["touch", "{ran}"]  # changed\n')
+    before = (repo.branches(), repo.worktrees())
+    r = env.run("new", "b", "--worktree", "--repo", str(repo.path), input=b"")
+    one_line_error(r, 3)
+    assert "changed since it was trusted" in r.stderr, r.stderr
+    assert "b" not in names(env) and not ran.exists()
+    assert (repo.branches(), repo.worktrees()) == before
+    (row,) = json.loads(env.run("trust", "--list", "--json").stdout)
+    assert row["path"] == str(setup) and row["state"] == "changed"
+    assert row["post_create"] == ["touch", str(ran)]
+    assert "changed" in env.run("trust", "--list").stdout
+
+    r = env.run("trust", "--revoke", str(setup))
+    assert r.returncode == 0, r.stderr
+    assert f"no longer trusted: {setup}" in r.stdout
+    assert json.loads(env.run("trust", "--list", "--json").stdout) == []
+    one_line_error(env.run("trust", "--revoke", str(repo.path)), 3)
+    # Bad input: one line, exit 2, nothing recorded.
+    for args in ([], ["--list", str(repo.path)], ["--revoke"], [str(env.root / "nope")]):
+        one_line_error(env.run("trust", *args), 2)
+    (repo.path / "src" / ".spexsup.toml").write_text("colour = 1\n")
+    one_line_error(env.run("trust", str(repo.path / "src")), 2)
+    assert json.loads(env.run("trust", "--list", "--json").stdout) == []
+
+
+def test_post_create_on_a_terminal_shows_the_commands_and_asks(env: Env, repo: Repo) -> None:
+    import pexpect
+
+    ran = env.root / "ran"
+    setup = repo.path / ".spexsup.toml"
+    # A title escape hidden in the argv is shown, never sent to the terminal.
+    setup.write_text(f'post_create = ["sh", "-c", "touch {ran} # \\u001b]0;owned\\u0007"]\n')
+    before = (repo.branches(), repo.worktrees())
+
+    def spawn(name: str) -> pexpect.spawn:
+        argv = ["new", name, "--worktree", "--repo", str(repo.path)]
+        return pexpect.spawn(SPEX, argv, env=env.vars, timeout=60, dimensions=(30, 200))
+
+    child = spawn("a")
+    try:
+        child.expect_exact(f"{setup} runs this in the new worktree (post_create):")
+        child.expect_exact(f"sh -c $'touch {ran} # \\e]0;owned\\x07'")
+        child.expect(r"Trust this file \(sha256 [0-9a-f]{12}\) and run it\? \[y/N\]: ")
+        assert b"\x1b]0;owned" not in (child.before or b"")
+        child.sendline("n")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 3
+    assert b"spex trust" in (child.before or b"")
+    nothing_made(env, repo, "a", before)
+    assert not ran.exists()
+
+    child = spawn("a")
+    try:
+        child.expect(r"\[y/N\]: ")
+        child.sendline("y")
+        child.expect_exact(f"ran post_create of {repo.path}/.spexsup.toml: sh -c $'touch")
+        child.expect_exact("created a (demo)")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert ran.exists()
+    # The yes trusted that file: no question the next time, even off a terminal.
+    (row,) = json.loads(env.run("trust", "--list", "--json").stdout)
+    assert row["path"] == str(setup) and row["state"] == "current"
+    assert env.run("new", "b", "--worktree", "--repo", str(repo.path), input=b"").returncode == 0
 
 
 def test_setup_path_tracked_in_git_fails_cleanly(env: Env, repo: Repo) -> None:
@@ -557,9 +713,11 @@ def test_worktree_status_and_show(env: Env, repo: Repo) -> None:
 def blocking_post_create(env: Env, repo: Repo) -> tuple[Path, Path]:
     """A post_create that says it started, then waits for a release file."""
     started, release = env.root / "started", env.root / "release"
-    (repo.path / ".spexsup.toml").write_text(
+    trusted_setup(
+        env,
+        repo,
         'post_create = ["sh", "-c", '
-        f'"touch {started}; while [ ! -e {release} ]; do sleep 0.05; done"]\n'
+        f'"touch {started}; while [ ! -e {release} ]; do sleep 0.05; done"]\n',
     )
     return started, release
 

@@ -205,6 +205,7 @@ COMMAND_MODULES = {
     "worktree": "worktree",
     "diff": "worktree",
     "keep": "worktree",
+    "trust": "worktree",
     "events": "events",
     "hooks": "events",
     "status-line": "events",

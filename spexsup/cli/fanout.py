@@ -291,7 +291,15 @@ def fanout(
             raise no_harness(spex.home, command=False)
         prompt = read_prompt(message, file)
         best_of = wt.leg_names(prefix or wt.default_prefix(repo), worktrees)
-        wt.create_legs(spex, best_of, request, harness=harness, window=window)
+        from spexsup.cli.worktree import confirm_post_create, ran_post_create
+
+        legs = wt.create_legs(
+            spex, best_of, request, harness=harness, window=window, confirm=confirm_post_create
+        )
+        for leg in legs:
+            ran = ran_post_create(leg.worktree) if leg.worktree else None
+            if ran:
+                typer.echo(f"spex: {leg.name}: {ran}", err=True)
         targets = best_of
     elif retry_failed is not None:
         if all_ or match or message is not None or file is not None:

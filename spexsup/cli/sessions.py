@@ -34,6 +34,7 @@ from spexsup.errors import Invalid
 
 if TYPE_CHECKING:
     from spexsup.config import Config
+    from spexsup.worktree import Setup
 
 
 @app.command()
@@ -149,6 +150,7 @@ def new(
         command=command,
         harness_args=harness_args,
         worktree=request if worktree else None,
+        confirm=_confirm_post_create if worktree else None,
     )
     note = sessions.pinned_note(s)
     if note:
@@ -159,8 +161,19 @@ def new(
         return
     line = f"created {s.name} ({' '.join([s.harness, *map(argv_word, s.harness_args)])}) in {s.cwd}"
     if s.worktree is not None:
+        from spexsup.cli.worktree import ran_post_create
+
+        ran = ran_post_create(s.worktree)
+        if ran:
+            typer.echo(ran)
         line += f" on branch {s.worktree.branch} from {s.worktree.base[:12]}"
     typer.echo(line)
+
+
+def _confirm_post_create(setup: "Setup") -> bool:
+    from spexsup.cli.worktree import confirm_post_create
+
+    return confirm_post_create(setup)
 
 
 @app.command("ls")

@@ -1,12 +1,17 @@
-"""`spex worktree status | diff | keep`."""
+"""`spex worktree status | diff | keep`, `spex trust`."""
 
+import re
 import sys
-from typing import Annotated, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from spexsup.cli.app import app, open_spex
-from spexsup.cli.render import print_json
+from spexsup.cli.render import argv_word, print_json
+
+if TYPE_CHECKING:
+    from spexsup.worktree import Setup, Worktree
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -107,3 +112,97 @@ def keep(
     worst = max(o.exit_code for o in outcomes)
     if worst:
         raise typer.Exit(worst)
+
+
+# --- trust in a repository's post_create ----------------------------------------
+
+# Controls (C0, DEL, C1) a config file may hide in an argv word: shown escaped.
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def shown_argv(argv: Sequence[str]) -> str:
+    """A config file's argv as a person must read it before running it: shell
+    quoting, and every control character visible as an escape (`$'…'`)."""
+
+    def word(w: str) -> str:
+        if not _CONTROLS.search(w):
+            return argv_word(w)
+        body = w.replace("\\", "\\\\").replace("'", "\\'")
+        return "$'" + _CONTROLS.sub(lambda m: _escape(m.group()), body) + "'"
+
+    return " ".join(word(w) for w in argv)
+
+
+def _escape(c: str) -> str:
+    named = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x1b": "\\e"}
+    return named.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}")
+
+
+def confirm_post_create(setup: "Setup") -> bool:
+    """On a terminal, show the post_create of an untrusted file and ask; a yes
+    trusts that file's bytes (the caller records it). False off a terminal."""
+    if not sys.stdin.isatty():
+        return False
+    typer.echo(f"{setup.path} runs this in the new worktree (post_create):", err=True)
+    typer.echo(f"  {shown_argv(setup.post_create)}", err=True)
+    try:
+        return typer.confirm(f"Trust this file (sha256 {setup.sha256[:12]}) and run it?", err=True)
+    except typer.Abort:  # EOF or Ctrl-C at the prompt: no
+        typer.echo("", err=True)
+        return False
+
+
+def ran_post_create(w: "Worktree") -> str | None:
+    """The line that says what post_create ran, if it ran."""
+    if not w.post_create:
+        return None
+    return f"ran post_create of {w.repo}/.spexsup.toml: {shown_argv(w.post_create)}"
+
+
+@app.command()
+def trust(
+    ctx: typer.Context,
+    path: Annotated[
+        str | None, typer.Argument(help="A .spexsup.toml, or the repository that holds it.")
+    ] = None,
+    revoke: Annotated[bool, typer.Option("--revoke", help="Forget the trust of PATH.")] = False,
+    list_: Annotated[bool, typer.Option("--list", help="List what is trusted.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Trust a repository's .spexsup.toml: its post_create (arbitrary commands)
+    then runs at spex new --worktree without asking. Recorded by the file's
+    content hash: a changed file needs trusting again.
+
+    \b
+    Examples:
+      spex trust ~/src/api             # after reading ~/src/api/.spexsup.toml
+      spex trust --list
+      spex trust --revoke ~/src/api
+    """
+    from spexsup import worktree
+    from spexsup.errors import Invalid
+
+    if list_ == (path is not None) or (revoke and path is None):
+        raise Invalid("give PATH, --revoke PATH or --list", hint="see spex trust --help")
+    spex = open_spex(ctx)
+    if list_:
+        rows = [t.public() for t in worktree.trusted(spex.home)]
+        if as_json:
+            print_json(rows)
+            return
+        if not rows:
+            typer.echo("nothing trusted (trust a repository's .spexsup.toml with: spex trust PATH)")
+        for r in rows:
+            typer.echo(f"{r['path']}  sha256 {r['sha256'][:12]}  {r['state']}")
+            if r["post_create"]:
+                typer.echo(f"  post_create: {shown_argv(r['post_create'])}")
+        return
+    assert path is not None
+    t = worktree.revoke_trust(spex.home, path) if revoke else worktree.trust(spex.home, path)
+    if as_json:
+        print_json(t.public())
+        return
+    verb = "no longer trusted" if revoke else "trusted"
+    typer.echo(f"{verb}: {t.path} (sha256 {t.sha256[:12]})")
+    if not revoke:
+        typer.echo(f"  post_create: {shown_argv(t.post_create) if t.post_create else '(none)'}")
