@@ -56,9 +56,20 @@ def stop(
         with spex.store.tx() as db:
             session, aborted = _record_stop(db, spex, name, bearer)
         turn = session.current_turn
-        if turn is not None:
-            _kill(spex, session, turn, grace)
+        try:
+            if turn is not None:
+                _kill(spex, session, turn, grace)
+        finally:
+            if aborted is not None:
+                _settle_wave(spex, aborted)
     return aborted
+
+
+def _settle_wave(spex: Spex, turn: str) -> None:
+    """A stopped leg moves its wave on now, not when someone reads it."""
+    from spexsup import waves
+
+    waves.settle_turn_end(spex, turn)
 
 
 def _record_stop(

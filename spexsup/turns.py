@@ -986,7 +986,40 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
             warn(f"{no_space(spex.home)}: turn {turn} of {name} is not settled")
             retry = time.time() + DISK_FULL_RETRY
             due = retry if due is None else min(due, retry)
+    _settle_waves(spex, [row["id"] for row in rows])
     return due
+
+
+def _settle_waves(spex: Spex, settled: Sequence[str]) -> None:
+    """Move on the waves whose legs' ends a reader recorded here (their
+    reporter would have, had it lived), and start an on-complete command
+    whose claimer died before starting it (`waves.resume`): no wave waits
+    for its reader. Two queries; waves is imported only when one answers."""
+    db = spex.store.db
+    ended: list[str] = []
+    if settled:
+        marks = ",".join("?" * len(settled))
+        ended = [
+            r["turn"]
+            for r in db.execute(
+                "SELECT wt.turn FROM wave_turns wt JOIN turns t ON t.id = wt.turn"
+                f" WHERE wt.turn IN ({marks}) AND t.state NOT IN ('starting', 'running')",
+                list(settled),
+            )
+        ]
+    waiting = db.execute(
+        "SELECT 1 FROM waves WHERE ended_at IS NOT NULL"
+        " AND json_extract(doc, '$.on_complete.claimed_at') IS NOT NULL"
+        " AND json_type(doc, '$.on_complete.started_at') = 'null' LIMIT 1"
+    ).fetchone()
+    if not ended and waiting is None:
+        return
+    from spexsup import waves
+
+    for turn in ended:
+        waves.settle_turn_end(spex, turn)
+    if waiting is not None:
+        waves.resume(spex)
 
 
 # How soon a waiter tries again to record an end a full disk kept it from.

@@ -228,10 +228,34 @@ def _settle(doc: Doc) -> bool:
         doc["ended_at"] = time.time()
         _event(doc, "wave-ended", state=doc["state"], **counts(doc))
     hook = doc.get("on_complete")
-    if doc["state"] in FINAL and hook and hook["claimed_at"] is None:
-        hook["claimed_at"] = time.time()
+    if doc["state"] not in FINAL or not hook or not _claimable(hook):
+        return False
+    pid, token = own_identity()
+    hook.update(claimed_at=time.time(), claimer={"pid": pid, "start_token": token})
+    hook["started_at"] = None
+    return True
+
+
+# How long a claimed on-complete command may wait for its claimer to start it
+# before any reader of the wave does.
+ON_COMPLETE_STALE = 10.0
+
+
+def _claimable(hook: dict[str, Any]) -> bool:
+    """Unclaimed, or claimed by a process that died (or waited ON_COMPLETE_STALE)
+    before it started the command. A document from before `started_at` was
+    kept counts as started once claimed."""
+    if hook["claimed_at"] is None:
         return True
-    return False
+    if "started_at" not in hook or hook["started_at"] is not None:
+        return False
+    claimer = hook.get("claimer") or {}
+    pid = claimer.get("pid")
+    return (
+        time.time() - hook["claimed_at"] >= ON_COMPLETE_STALE
+        or not isinstance(pid, int)
+        or identity_liveness(pid, claimer.get("start_token")) is Liveness.DEAD
+    )
 
 
 def mutate(spex: Spex, wave: str, change: Change | None = None) -> Doc:
@@ -260,6 +284,32 @@ def mutate(spex: Spex, wave: str, change: Change | None = None) -> Doc:
             path = waves_dir(spex) / f"{wave}.json"
             write_atomic(path, json.dumps(doc, indent=2).encode(), durable=claimed)
     if claimed:
+        from spexsup.hooks import fault_after_claim
+
+        fault_after_claim()
+        return _start_on_complete(spex, wave) or doc
+    return doc
+
+
+def _start_on_complete(spex: Spex, wave: str) -> Doc | None:
+    """Take the on-complete command this process claimed (`started_at`, in a
+    transaction of its own, so a reader that took the claim over meanwhile
+    and this process never both run it), then run it."""
+    pid, token = own_identity()
+    taken = False
+
+    def take(doc: Doc) -> None:
+        nonlocal taken
+        hook = doc["on_complete"]
+        if hook.get("started_at") is None and hook.get("claimer") == {
+            "pid": pid,
+            "start_token": token,
+        }:
+            hook["started_at"] = time.time()
+            taken = True
+
+    doc = mutate(spex, wave, take)
+    if taken:
         run_on_complete(spex, doc)
     return doc
 
@@ -320,10 +370,24 @@ def list_waves(spex: Spex) -> list[Doc]:
 
 
 def settle_turn_end(spex: Spex, turn: str) -> None:
-    """The exit reporter's hook: a turn that is a wave leg moves its wave on."""
+    """Whoever records a turn's end (its reporter, a reconciling reader, a
+    stop) moves the wave it is a leg of on, and may so run its on-complete."""
     row = spex.store.db.execute("SELECT wave FROM wave_turns WHERE turn = ?", (turn,)).fetchone()
     if row is not None:
         mutate(spex, row["wave"])
+
+
+def resume(spex: Spex) -> None:
+    """A reconciling reader's part: ended waves whose on-complete command was
+    claimed but never started (its claimer died in between) get it started
+    now, exactly once (see `_claimable`). One query when none waits."""
+    rows = spex.store.db.execute(
+        "SELECT id FROM waves WHERE ended_at IS NOT NULL"
+        " AND json_extract(doc, '$.on_complete.claimed_at') IS NOT NULL"
+        " AND json_type(doc, '$.on_complete.started_at') = 'null'"
+    ).fetchall()
+    for row in rows:
+        mutate(spex, row["id"])
 
 
 # --- launching ----------------------------------------------------------------
@@ -394,7 +458,9 @@ class Wave:
             "turn_options": options if options is not None else turn_options(None, None),
             "detached_at": None,
             "on_complete": (
-                {"command": on_complete, "claimed_at": None} if on_complete is not None else None
+                {"command": on_complete, "claimed_at": None, "claimer": None, "started_at": None}
+                if on_complete is not None
+                else None
             ),
             "legs": [
                 {

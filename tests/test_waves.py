@@ -355,6 +355,42 @@ def test_on_complete_runs_on_every_terminal_path(env: Env) -> None:
     assert sorted(out.read_text().splitlines()) == ["complete 1", "failed 1", "partial 2"]
 
 
+def test_an_on_complete_whose_claimer_died_runs_once_from_the_next_reader(env: Env) -> None:
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    out = env.root / "ran"
+    code, doc = fan(env, "a", "-m", "x", "--window", "0.5", "--on-complete", f"echo ran >>{out}")
+    assert code == 0, doc
+    # The stop ends the wave's last leg, claims its on-complete command, and
+    # is SIGKILLed right after that commit (the test's fault point).
+    r = env.run("stop", "a", "--grace", "1", extra={"SPEXSUP_FAULT": "after-hook-claim"})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    time.sleep(0.5)
+    assert not out.exists()
+    # Any reconciling reader starts it (not only a reader of the wave), once.
+    assert env.run("ls").returncode == 0
+    assert retry_until(lambda: out.exists(), 30)
+    for command in (("ls",), ("waves",), ("wave", doc["id"]), ("show", "a")):
+        assert env.run(*command).returncode == 0
+    time.sleep(0.5)
+    assert out.read_text() == "ran\n"
+
+
+def test_a_leg_ended_by_a_reader_runs_the_on_complete_without_reading_the_wave(
+    env: Env,
+) -> None:
+    go = env.root / "go"
+    until_go(env, "a", go)
+    out = env.root / "ran"
+    code, doc = fan(env, "a", "-m", "x", "--window", "0.5", "--on-complete", f"echo ran >>{out}")
+    assert code == 0, doc
+    # The wrapper dies without reporting: only a reader can record the end.
+    pane = env.pane_pid("a")
+    os.kill(pane, signal.SIGKILL)
+    assert env.run("show", "a").returncode == 0
+    assert retry_until(lambda: out.exists(), 30)
+    assert out.read_text() == "ran\n"
+
+
 def test_retry_failed_covers_every_failed_end_and_can_be_narrowed(env: Env) -> None:
     go = env.root / "go"
     until_go(env, "ok", go)
