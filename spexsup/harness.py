@@ -68,8 +68,9 @@ class Harness(NamedTuple):
     resume: tuple[str, ...] | None = None
     # "arg": the prompt is the argv element spelled {prompt}; "stdin": it is
     # fed on stdin; "append" (the command harness only): one last argument.
-    # A prompt too big for argv falls back to stdin when `stdin_fallback`
-    # ("append" always does), else the wake is refused.
+    # A prompt too big for argv falls back to stdin when `stdin_fallback`,
+    # else the wake is refused ("append" never falls back: a command that
+    # reads its argument would run with no prompt and "complete").
     prompt_via: str = "arg"
     stdin_fallback: bool = False
     window: float | None = None
@@ -121,8 +122,13 @@ class Harness(NamedTuple):
         if self.prompt_via == "append":
             # The command harness: the user's argv verbatim (a literal
             # `{prompt}` in it stays as typed), the prompt one last argument.
-            fits = len(prompt) <= MAX_ARG_BYTES
-            return [os.fsencode(a) for a in template] + ([prompt] if fits else []), not fits
+            if len(prompt) > MAX_ARG_BYTES:
+                raise Invalid(
+                    f"the prompt is {len(prompt)} bytes, too big for the command's argv",
+                    hint=f"at most {MAX_ARG_BYTES} bytes; for more, a harnesses.toml entry"
+                    ' with prompt_via = "stdin"',
+                )
+            return [os.fsencode(a) for a in template] + [prompt], False
         # A template with no {prompt} element takes the prompt on stdin: a
         # built-in's resume form under an override of its fresh one that does.
         on_stdin = self.prompt_via == "stdin" or PROMPT not in template
@@ -650,7 +656,7 @@ def describe(registry: Registry, name: str) -> dict[str, Any]:
             "fresh": None,
             "resume": None,
             "prompt_via": "append",
-            "stdin_fallback": True,
+            "stdin_fallback": False,
             "binary": None,
             "window": None,
             "id_pattern": None,
