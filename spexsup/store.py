@@ -182,6 +182,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN binary TEXT;
     """,
+    # 11: the pids that survived SIGKILL when a turn's time limit ended it
+    # (a JSON list; see `spexsup.deadline`), NULL when none did.
+    """
+    ALTER TABLE turns ADD COLUMN survivors TEXT;
+    """,
 )
 
 
