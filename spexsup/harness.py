@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup.errors import Invalid
+from spexsup.errors import Invalid, clip
 from spexsup.paths import own_python
 
 PROMPT = "{prompt}"
@@ -458,7 +458,7 @@ class Registry(NamedTuple):
 
 
 def _bad(path: Path, name: str, field_: str, why: str) -> Invalid:
-    return Invalid(f"{path}: harness {name!r}, field {field_!r}: {why}")
+    return Invalid(f"{path}: harness {clip(repr(name))}, field {clip(repr(field_))}: {why}")
 
 
 def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> Harness:
@@ -485,6 +485,14 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
         items = values.get(key)
         if items is not None and not all(isinstance(x, str) and x for x in items):  # type: ignore[attr-defined]
             raise _bad(path, name, key, "must be a list of non-empty strings")
+        # An argv word cannot hold a NUL (the turn's argv file is
+        # NUL-separated: it would split the word in two).
+        if (
+            items is not None
+            and key in ("fresh", "resume", "version_args")
+            and any("\0" in x for x in items)  # type: ignore[attr-defined]
+        ):
+            raise _bad(path, name, key, "an argv word must not contain a NUL (\\u0000)")
     fatal: list[Fatal] = []
     for item in values.get("fatal", []):  # type: ignore[attr-defined]
         if (
@@ -601,12 +609,15 @@ def load_registry(home: Path) -> Registry:
             errors["*"] = Invalid(f"{path}: cannot read harness file: {e}")
             sources["*"] = str(path)
             continue
+        except RecursionError:
+            errors["*"] = Invalid(f"{path}: cannot read harness file: nested too deeply")
+            sources["*"] = str(path)
+            continue
         tables = data.get("harness", {})
         unknown = set(data) - {"harness"}
         if unknown or not isinstance(tables, dict):
-            errors["*"] = Invalid(
-                f"{path}: expected only [harness.NAME] tables, found {sorted(unknown)}"
-            )
+            found = ", ".join(clip(repr(k), 40) for k in sorted(unknown)[:5])
+            errors["*"] = Invalid(f"{path}: expected only [harness.NAME] tables, found {found}")
             sources["*"] = str(path)
             continue
         for name, table in tables.items():

@@ -294,3 +294,28 @@ def test_ok_paths_leave_no_stray_output(env: Env) -> None:
     assert (r.returncode, r.stderr) == (0, "")
     assert "spex new NAME --harness HARNESS" in r.stdout
     assert os.environ.get("SPEXSUP_HOME") == str(env.home)
+
+
+def test_a_closed_or_full_stdout_is_one_line_never_a_traceback(env: Env) -> None:
+    """`spex ls --json >/dev/full` printed two tracebacks: the write failed,
+    then the failure's own JSON document failed to write again."""
+    for i in range(40):
+        assert env.run("new", f"s{i}", "--", "true").returncode == 0
+    for args in (["ls"], ["ls", "--json"], ["show", "s1", "--json"], ["events"]):
+        with Path("/dev/full").open("w") as full:
+            r = subprocess.run(
+                [SPEX, *args], stdout=full, stderr=subprocess.PIPE, text=True,
+                env=env.vars, timeout=60, check=False,
+            )  # fmt: skip
+        assert r.returncode == 1, (args, r.stderr)
+        assert r.stderr == "spex: cannot write to stdout: No space left on device\n", args
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            r = subprocess.run(
+                [SPEX, *args], stdout=write, stderr=subprocess.PIPE, text=True,
+                env=env.vars, timeout=60, check=False,
+            )  # fmt: skip
+        finally:
+            os.close(write)
+        assert r.returncode == 1 and r.stderr == "", (args, r.stderr)

@@ -119,6 +119,17 @@ def test_timeout_within_the_window_is_a_failed_verdict(env: Env) -> None:
     assert retry_until(lambda: turn_processes_alive(v["turn"]) == [], 10)
 
 
+def test_a_tiny_time_limit_reads_in_milliseconds(env: Env) -> None:
+    """A 0.001 s limit read "ran past its time limit (0h)"."""
+    env.run("new", "t", "--cwd", str(env.root), "--", harness("sleeper.sh"))
+    code, v = wake_json(env, "t", "work", "--timeout", "0.001", "--window", "8")
+    assert code == 1 and v["rc"] == 124, v
+    assert v["error"] == "ran past its time limit (1ms)"
+    assert outcome.span(0.25) == "250ms" and outcome.span(1.5) == "1.5s"
+    assert outcome.span(60) == "1m" and outcome.span(5400) == "90m" and outcome.span(0) == "0s"
+    assert retry_until(lambda: turn_processes_alive(v["turn"]) == [], 10)
+
+
 def test_a_turn_that_ends_in_time_is_not_touched(env: Env) -> None:
     env.run("new", "t", "--cwd", str(env.root), "--", harness("exit0.sh"))
     code, v = wake_json(env, "t", "quick", "--timeout", "1h", "--window", "8")

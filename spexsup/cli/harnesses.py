@@ -50,9 +50,12 @@ def harness_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(views)
         return
-    width = max(len(v["name"] or "") for v in views)
+    from spexsup.errors import clip
+
+    # A name comes from harnesses.toml: a 5 MB one is shown cut, not padded to.
+    width = max(len(clip(v["name"] or "", 64)) for v in views)
     for view in views:
-        name = view["name"] or "(harness file)"
+        name = clip(view["name"] or "(harness file)", 64)
         typer.echo(f"{name.ljust(width)}  {view['source']}" + _overrides(view))
         lines = [f"error   {view['error']}"] if view["error"] else argv_lines(view)
         for line in lines:
