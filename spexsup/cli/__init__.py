@@ -40,7 +40,9 @@ def fail(line: str, code: int, as_json: bool = False) -> int:
             sys.stdout.flush()
         except OSError:
             pass  # stdout is what failed (closed, full): the line below still says why
-    print(f"spex: {line}", file=sys.stderr)
+    from spexsup.pretty import one_line
+
+    print(f"spex: {one_line(line)}", file=sys.stderr)
     return code
 
 

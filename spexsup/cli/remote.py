@@ -203,7 +203,7 @@ def _render(command: str, words: list[str], doc: Any) -> None:
         if doc.get("error"):
             sys.stdout.write("\n".join(out) + "\n")
             sys.stdout.flush()
-            print(f"spex: {doc['session']}: {doc['error']}", file=sys.stderr)
+            print(render.error_line(doc["session"], doc["error"]), file=sys.stderr)
             return
     elif command == "wait":
         out = [render.ended_line(d) for d in render.as_list(doc)]
