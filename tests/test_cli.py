@@ -387,8 +387,8 @@ def test_escapes_in_agent_output_reach_no_command_output(env: Env) -> None:
         views[" ".join(args)] = out.stdout + out.stderr
         doc = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
         assert doc, args
-    for name, out in views.items():
-        assert _unsafe(out) == [], (name, out)
+    for name, seen in views.items():
+        assert _unsafe(seen) == [], (name, seen)
     assert b"boom" in views["show"] and b"boom" in views["events"] and b"boom" in views["wait"]
     assert b"json-done" in views["show j"] and b"json-done" in views["wait j"]
     assert b"json-done" in views["events"] and b"json-done" in views["top"]
