@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from spexsup.errors import Failed
+from spexsup.errors import Failed, clip
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # tmux key names: C-a, M-x, C-Space, F12, ` …
@@ -162,7 +162,9 @@ def _retention(path: Path, text: str, value: object, base: Retention) -> Retenti
         check = RETENTION_KEYS.get(key)
         if check is None:
             known = ", ".join(RETENTION_KEYS)
-            raise Failed(f"{where}: unknown field 'retention.{key}'", hint=f"known: {known}")
+            raise Failed(
+                f"{where}: unknown field {clip(repr('retention.' + key))}", hint=f"known: {known}"
+            )
         checked = check(item)
         if checked is None:
             what = (check.__doc__ or "true or false").strip()
@@ -190,6 +192,8 @@ def load(home: Path) -> Config:
         except tomllib.TOMLDecodeError as e:
             # tomllib's message ends with "(at line N, column M)".
             raise Failed(f"{path}: {e}", hint="fix or remove the file") from None
+        except RecursionError:
+            raise Failed(f"{path}: nested too deeply", hint="fix or remove the file") from None
         for key, value in data.items():
             if key == "retention":
                 values[key] = _retention(path, text, value, values.get(key, Retention()))
@@ -201,7 +205,7 @@ def load(home: Path) -> Config:
             where = f"{path}:{_line_of(text, key)}"
             if check is None:
                 known = ", ".join([*KEYS, "[retention]"])
-                raise Failed(f"{where}: unknown field {key!r}", hint=f"known: {known}")
+                raise Failed(f"{where}: unknown field {clip(repr(key))}", hint=f"known: {known}")
             checked = check(value)
             if checked is None:
                 raise Failed(f"{where}: field {key!r} must be {(check.__doc__ or '').strip()}")

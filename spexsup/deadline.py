@@ -5,6 +5,9 @@ Started by the wrapper's watchdog (a child of the wrapper, so inside the
 turn's own process tree): it ends every process of the turn except the
 wrapper and its own ancestors, SIGTERM first and SIGKILL after the grace,
 the way `spex stop` does. The wrapper then reports rc 124 (`timed-out`).
+What survived SIGKILL (a process in uninterruptible sleep, a frozen one) is
+left in the turn dir's `survivors` file, which the exit reporter records on
+the turn (`spex show`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,12 @@ def main(argv: list[str]) -> int:
         return 2
     survivors = end_turn(directory, wrapper, grace)
     if survivors:
+        from spexsup.paths import write_atomic
+
+        try:
+            write_atomic(directory / "survivors", " ".join(map(str, survivors)).encode() + b"\n")
+        except OSError as e:
+            print(f"spex: cannot record the survivors in {directory}: {e}", file=sys.stderr)
         print(f"spex: process(es) {survivors} survived SIGKILL", file=sys.stderr)
         return 1
     return 0

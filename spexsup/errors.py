@@ -6,6 +6,14 @@ line on stderr (`spex: <message> (<hint>)`) and its exit code.
 
 from __future__ import annotations
 
+# The longest message line: a 5 MB key in a config file is not echoed whole.
+MAX_LINE = 1000
+
+
+def clip(text: str, limit: int = 80) -> str:
+    """`text`, or its start and `… (N chars)` when it is longer than `limit`."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} chars)"
+
 
 class SpexError(Exception):
     exit_code = 1
@@ -16,7 +24,13 @@ class SpexError(Exception):
         super().__init__(self.line())
 
     def line(self) -> str:
-        return f"{self.message} ({self.hint})" if self.hint else self.message
+        """The message and its hint; a line longer than MAX_LINE keeps its
+        start and its end (where the hint is) around `…`."""
+        line = f"{self.message} ({self.hint})" if self.hint else self.message
+        if len(line) <= MAX_LINE:
+            return line
+        cut = len(line) - MAX_LINE + 40
+        return f"{line[: MAX_LINE * 2 // 3]}… ({cut} chars cut) …{line[-(MAX_LINE // 3 - 40) :]}"
 
 
 class Failed(SpexError):

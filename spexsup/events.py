@@ -373,6 +373,18 @@ def read(
     return list(db.execute(query, (*args, limit)))
 
 
+def pruned_after(db: sqlite3.Connection, since: int) -> tuple[int, int] | None:
+    """The ids after `since` that existed and have been pruned, (first, last),
+    or None. Pruning removes the oldest events first and AUTOINCREMENT never
+    reuses an id, so they are the ids between `since` and the oldest kept
+    (every id up to sqlite_sequence's, when none is kept)."""
+    oldest = db.execute("SELECT min(id) FROM events").fetchone()[0]
+    if oldest is None:
+        row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+        oldest = int(row[0]) + 1 if row else 1
+    return (since + 1, int(oldest) - 1) if oldest > since + 1 else None
+
+
 def last_id(db: sqlite3.Connection) -> int:
     row = db.execute("SELECT max(id) FROM events").fetchone()
     return int(row[0] or 0)

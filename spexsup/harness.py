@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup.errors import Invalid
+from spexsup.errors import Invalid, clip
 from spexsup.paths import own_python
 
 PROMPT = "{prompt}"
@@ -68,8 +68,9 @@ class Harness(NamedTuple):
     resume: tuple[str, ...] | None = None
     # "arg": the prompt is the argv element spelled {prompt}; "stdin": it is
     # fed on stdin; "append" (the command harness only): one last argument.
-    # A prompt too big for argv falls back to stdin when `stdin_fallback`
-    # ("append" always does), else the wake is refused.
+    # A prompt too big for argv falls back to stdin when `stdin_fallback`,
+    # else the wake is refused ("append" never falls back: a command that
+    # reads its argument would run with no prompt and "complete").
     prompt_via: str = "arg"
     stdin_fallback: bool = False
     window: float | None = None
@@ -121,8 +122,13 @@ class Harness(NamedTuple):
         if self.prompt_via == "append":
             # The command harness: the user's argv verbatim (a literal
             # `{prompt}` in it stays as typed), the prompt one last argument.
-            fits = len(prompt) <= MAX_ARG_BYTES
-            return [os.fsencode(a) for a in template] + ([prompt] if fits else []), not fits
+            if len(prompt) > MAX_ARG_BYTES:
+                raise Invalid(
+                    f"the prompt is {len(prompt)} bytes, too big for the command's argv",
+                    hint=f"at most {MAX_ARG_BYTES} bytes; for more, a harnesses.toml entry"
+                    ' with prompt_via = "stdin"',
+                )
+            return [os.fsencode(a) for a in template] + [prompt], False
         # A template with no {prompt} element takes the prompt on stdin: a
         # built-in's resume form under an override of its fresh one that does.
         on_stdin = self.prompt_via == "stdin" or PROMPT not in template
@@ -452,7 +458,7 @@ class Registry(NamedTuple):
 
 
 def _bad(path: Path, name: str, field_: str, why: str) -> Invalid:
-    return Invalid(f"{path}: harness {name!r}, field {field_!r}: {why}")
+    return Invalid(f"{path}: harness {clip(repr(name))}, field {clip(repr(field_))}: {why}")
 
 
 def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> Harness:
@@ -479,6 +485,14 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
         items = values.get(key)
         if items is not None and not all(isinstance(x, str) and x for x in items):  # type: ignore[attr-defined]
             raise _bad(path, name, key, "must be a list of non-empty strings")
+        # An argv word cannot hold a NUL (the turn's argv file is
+        # NUL-separated: it would split the word in two).
+        if (
+            items is not None
+            and key in ("fresh", "resume", "version_args")
+            and any("\0" in x for x in items)  # type: ignore[attr-defined]
+        ):
+            raise _bad(path, name, key, "an argv word must not contain a NUL (\\u0000)")
     fatal: list[Fatal] = []
     for item in values.get("fatal", []):  # type: ignore[attr-defined]
         if (
@@ -595,12 +609,15 @@ def load_registry(home: Path) -> Registry:
             errors["*"] = Invalid(f"{path}: cannot read harness file: {e}")
             sources["*"] = str(path)
             continue
+        except RecursionError:
+            errors["*"] = Invalid(f"{path}: cannot read harness file: nested too deeply")
+            sources["*"] = str(path)
+            continue
         tables = data.get("harness", {})
         unknown = set(data) - {"harness"}
         if unknown or not isinstance(tables, dict):
-            errors["*"] = Invalid(
-                f"{path}: expected only [harness.NAME] tables, found {sorted(unknown)}"
-            )
+            found = ", ".join(clip(repr(k), 40) for k in sorted(unknown)[:5])
+            errors["*"] = Invalid(f"{path}: expected only [harness.NAME] tables, found {found}")
             sources["*"] = str(path)
             continue
         for name, table in tables.items():
@@ -650,7 +667,7 @@ def describe(registry: Registry, name: str) -> dict[str, Any]:
             "fresh": None,
             "resume": None,
             "prompt_via": "append",
-            "stdin_fallback": True,
+            "stdin_fallback": False,
             "binary": None,
             "window": None,
             "id_pattern": None,

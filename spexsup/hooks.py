@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup import events
-from spexsup.errors import Failed, SpexError
+from spexsup.errors import Failed, SpexError, clip
 from spexsup.paths import ensure_private_dir, own_python
 from spexsup.procs import Liveness, descendants, identity_liveness, own_identity
 
@@ -109,7 +109,7 @@ class Hook:
 
 
 def _strings(value: object) -> tuple[str, ...] | None:
-    if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
+    if isinstance(value, list) and all(isinstance(v, str) and v and "\0" not in v for v in value):
         return tuple(value)
     return None
 
@@ -126,7 +126,8 @@ def parse(raw: object) -> list[Hook]:
         unknown = sorted(set(table) - set(FIELDS))
         if unknown:
             raise Failed(
-                f"{where}: unknown field {unknown[0]!r}", hint=f"known: {', '.join(FIELDS)}"
+                f"{where}: unknown field {clip(repr(unknown[0]))}",
+                hint=f"known: {', '.join(FIELDS)}",
             )
         on = _strings(table.get("on"))
         if not on or any(k != "*" and k not in events.KINDS for k in on):

@@ -225,6 +225,54 @@ def printable(text: str) -> str:
     return _CONTROL.sub("", text)
 
 
+def one_line(text: str) -> str:
+    """A line spex prints from what an agent or a file said: newlines and tabs
+    as spaces, every other control and escape removed (no OSC 52 clipboard
+    write, title, screen clear or 8-bit CSI reaches the terminal)."""
+    return _CONTROL.sub(_blank_or_nothing, text)
+
+
+def _blank_or_nothing(m: re.Match[str]) -> str:
+    return " " if m.group() in ("\n", "\t", "\r") else ""
+
+
+_SGR = re.compile(r"\x1b\[[0-9;:]*m")
+# The start of an escape a chunk may have cut: ESC, a CSI without its final
+# byte, an OSC without its terminator.
+_CUT = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*)?$")
+
+
+def _kept_for_terminal(m: re.Match[str]) -> str:
+    s = m.group()
+    return s if s in ("\n", "\t") or _SGR.fullmatch(s) else ""
+
+
+def _kept_plain(m: re.Match[str]) -> str:
+    return m.group() if m.group() in ("\n", "\t") else ""
+
+
+class TerminalText:
+    """A turn's output made safe for a terminal as it streams (`spex log` on
+    one): newlines, tabs and, with `colours`, colours (SGR) stay; every other
+    escape and control goes. An escape cut by a chunk boundary waits for its
+    end (at most 4 KiB of it)."""
+
+    def __init__(self, *, colours: bool = True) -> None:
+        import codecs
+
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._pending = ""
+        self._keep = _kept_for_terminal if colours else _kept_plain
+
+    def feed(self, data: bytes, *, final: bool = False) -> bytes:
+        text = self._pending + self._decoder.decode(data, final)
+        self._pending = ""
+        cut = None if final else _CUT.search(text, max(0, len(text) - 4096))
+        if cut is not None:
+            text, self._pending = text[: cut.start()], text[cut.start() :]
+        return _CONTROL.sub(self._keep, text).encode("utf-8", "replace")
+
+
 def readable_tail(path: Path, parser: str | None, size: int = 65536) -> list[str]:
     """The non-empty lines at the end of a turn's output as a person reads
     them: each JSON event rendered for `parser`'s CLI (an event cut by the

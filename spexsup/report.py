@@ -167,7 +167,7 @@ class Judgement:
     A plain class, not a dataclass: `dataclasses` imports `inspect`, 10-20 ms
     on every turn's exit reporter."""
 
-    __slots__ = ("cause", "error", "flags", "gone", "limit_reset", "state")
+    __slots__ = ("cause", "error", "flags", "gone", "limit_reset", "state", "survivors")
 
     def __init__(
         self,
@@ -184,6 +184,8 @@ class Judgement:
         self.limit_reset = limit_reset
         # The conversation id a `conversation-gone` end found unknown.
         self.gone: str | None = None
+        # The pids a time limit's SIGKILL left alive (`spexsup.deadline`).
+        self.survivors: list[int] = []
 
 
 def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -> Judgement:
@@ -216,7 +218,12 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
     if rc == 124 and (turn_dir / "timed-out").exists():
         limit = meta.get("timeout")
         spent = f" ({outcome.span(limit)})" if isinstance(limit, int | float) else ""
-        return Judgement("timed-out", cause="timed-out", error=f"ran past its time limit{spent}")
+        ended = Judgement("timed-out", cause="timed-out", error=f"ran past its time limit{spent}")
+        ended.survivors = _survivors(turn_dir)
+        if ended.survivors:
+            pids = ", ".join(map(str, ended.survivors))
+            ended.error = f"{ended.error}; process(es) {pids} survived SIGKILL"
+        return ended
     parser = adapter.outcome if adapter is not None else meta.get("outcome")
     found = outcome.read(turn_dir, parser if isinstance(parser, str) else None)
     verdict = Judgement(end_state(rc), found.flags)
@@ -253,6 +260,15 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
 
 def _harness_name(turn_dir: Path) -> str:
     return str(_meta(turn_dir).get("harness") or "")
+
+
+def _survivors(turn_dir: Path) -> list[int]:
+    """The pids in the deadline's `survivors` file (none when it is absent or garbled)."""
+    try:
+        words = (turn_dir / "survivors").read_text().split()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [int(w) for w in words if w.isdigit()][:64]
 
 
 def _adapter(home: Path, name: str, adapter: Harness | None) -> Harness | None:
@@ -431,7 +447,8 @@ def record_exit(
             return DEFERRED
         db.execute(
             "UPDATE turns SET state = ?, rc = ?, ended_at = ?, error = coalesce(?, error),"
-            " flags = ?, cause = ?, limit_reset = ?, waiting_until = NULL WHERE id = ?",
+            " flags = ?, cause = ?, limit_reset = ?, waiting_until = NULL, survivors = ?"
+            " WHERE id = ?",
             (
                 state,
                 rc,
@@ -440,6 +457,7 @@ def record_exit(
                 json.dumps(found.flags) if found is not None else None,
                 found.cause if found is not None else None,
                 found.limit_reset if found is not None else None,
+                json.dumps(found.survivors) if found is not None and found.survivors else None,
                 turn,
             ),
         )
@@ -447,7 +465,11 @@ def record_exit(
             # The turn launched (an rc means its wrapper ran): if nothing
             # recorded that yet, its event comes first.
             events.launched(db, session=session, turn=turn)
-        extra = {"flags": found.flags, "reason": found.cause} if found is not None else {}
+        extra: dict[str, Any] = {}
+        if found is not None:
+            extra = {"flags": found.flags, "reason": found.cause}
+            if found.survivors:
+                extra["survivors"] = found.survivors
         events.turn_ended(db, state, session=session, turn=turn, rc=rc, cause=error, **extra)
         after = "idle" if state == "complete" else "error"
         db.execute(

@@ -239,6 +239,11 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE hook_runs SET started_at = claimed_at;
     CREATE INDEX hook_runs_queued ON hook_runs (claimed_at) WHERE started_at IS NULL;
     """,
+    # 12: the pids that survived SIGKILL when a turn's time limit ended it
+    # (a JSON list; see `spexsup.deadline`), NULL when none did.
+    """
+    ALTER TABLE turns ADD COLUMN survivors TEXT;
+    """,
 )
 
 

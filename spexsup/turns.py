@@ -1109,6 +1109,7 @@ def turn_json(row: Any) -> dict[str, Any]:
         "cause": row["cause"],
         "timeout": row["timeout"],
         "strict": bool(row["strict"]),
+        "survivors": json.loads(row["survivors"]) if row["survivors"] else [],
         "limit_reset": row["limit_reset"],
         "limit_reset_iso": ids.iso(row["limit_reset"]),
         "waiting_until": row["waiting_until"],

@@ -199,6 +199,8 @@ def load_setup(repo: Path) -> Setup:
         return Setup()
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise Invalid(f"cannot read {path}: {e}") from None
+    except RecursionError:
+        raise Invalid(f"cannot read {path}: nested too deeply") from None
     unknown = sorted(set(data) - set(SETUP_KEYS))
     if unknown:
         raise Invalid(f"{path}: unknown key {unknown[0]!r}", hint="copy, symlink, post_create")

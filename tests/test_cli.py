@@ -294,3 +294,127 @@ def test_ok_paths_leave_no_stray_output(env: Env) -> None:
     assert (r.returncode, r.stderr) == (0, "")
     assert "spex new NAME --harness HARNESS" in r.stdout
     assert os.environ.get("SPEXSUP_HOME") == str(env.home)
+
+
+def test_a_closed_or_full_stdout_is_one_line_never_a_traceback(env: Env) -> None:
+    """`spex ls --json >/dev/full` printed two tracebacks: the write failed,
+    then the failure's own JSON document failed to write again."""
+    for i in range(40):
+        assert env.run("new", f"s{i}", "--", "true").returncode == 0
+    for args in (["ls"], ["ls", "--json"], ["show", "s1", "--json"], ["events"]):
+        with Path("/dev/full").open("w") as full:
+            r = subprocess.run(
+                [SPEX, *args], stdout=full, stderr=subprocess.PIPE, text=True,
+                env=env.vars, timeout=60, check=False,
+            )  # fmt: skip
+        assert r.returncode == 1, (args, r.stderr)
+        assert r.stderr == "spex: cannot write to stdout: No space left on device\n", args
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            r = subprocess.run(
+                [SPEX, *args], stdout=write, stderr=subprocess.PIPE, text=True,
+                env=env.vars, timeout=60, check=False,
+            )  # fmt: skip
+        finally:
+            os.close(write)
+        assert r.returncode == 1 and r.stderr == "", (args, r.stderr)
+
+
+# --- escapes from agents never reach the terminal ------------------------------
+
+
+def _unsafe(data: bytes, *, colours: bool = False) -> list[str]:
+    """The controls in `data` a terminal would act on: C0 but newline and tab,
+    DEL, C1 (encoded, or a raw byte). With `colours`, SGR sequences are fine."""
+    text = data.decode("utf-8", "surrogateescape")
+    if colours:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    return [
+        repr(c)
+        for c in text
+        if (ord(c) < 0x20 and c not in "\n\t")
+        or 0x7F <= ord(c) <= 0x9F
+        or 0xDC80 <= ord(c) <= 0xDC9F
+    ]
+
+
+def test_escapes_in_agent_output_reach_no_command_output(env: Env) -> None:
+    """OSC 52 clipboard writes, titles, screen clears and the 8-bit CSI from
+    an agent (tests/harnesses/escapes.sh), and in a working directory's
+    name, came through the wake failure line, show, wait, events, ls, top and
+    log. Every text view is printable; JSON escapes them (ensure_ascii)."""
+    from conftest import harness
+
+    cwd = env.root / "work\x1b]0;cwd-title\x07\u009bdir"
+    cwd.mkdir()
+    r = env.run("new", "x", "--cwd", str(cwd), "--", harness("escapes.sh"))
+    assert r.returncode == 0, r.stderr
+
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [SPEX, *args], capture_output=True, env=env.vars, timeout=60, check=False
+        )
+
+    woke = run("wake", "x", "go", "--window", "10")
+    assert woke.returncode == 1, woke
+    assert b"boom" in woke.stdout and b"boom" in woke.stderr
+    # An agent whose failure message (parsed from its JSON events) holds them.
+    (env.home / "harnesses.toml").write_text(
+        f'[harness.hostile]\nfresh = ["{harness("escapes_json.sh")}", "{{prompt}}"]\n'
+        'outcome = "claude"\n'
+    )
+    assert env.run("new", "j", "--harness", "hostile").returncode == 0
+    woke_j = run("wake", "j", "go", "--window", "10")
+    assert woke_j.returncode == 1 and b"json-done" in woke_j.stderr, woke_j
+    views = {
+        "wake j": woke_j.stdout + woke_j.stderr,
+        "show j": run("show", "j").stdout,
+        "wait j": run("wait", "j").stdout,
+        "wake": woke.stdout + woke.stderr,
+        "show": run("show", "x").stdout,
+        "wait": run("wait", "x").stdout,
+        "events": run("events").stdout,
+        "ls": run("ls").stdout,
+        "ls --wide": run("ls", "--wide").stdout,
+        "top": run("top").stdout,
+        "log --pretty": run("log", "x", "--pretty").stdout,
+        "harness": run("harness", "ls").stdout,
+    }
+    for args in (["wake", "x", "go", "--json"], ["show", "x", "--json"], ["wait", "x", "--json"],
+                 ["events", "--json"], ["ls", "--json"], ["top", "--json"]):  # fmt: skip
+        out = run(*args)
+        views[" ".join(args)] = out.stdout + out.stderr
+        doc = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+        assert doc, args
+    for name, seen in views.items():
+        assert _unsafe(seen) == [], (name, seen)
+    assert b"boom" in views["show"] and b"boom" in views["events"] and b"boom" in views["wait"]
+    assert b"json-done" in views["show j"] and b"json-done" in views["wait j"]
+    assert b"json-done" in views["events"] and b"json-done" in views["top"]
+    assert str(env.root / "workdir").encode() in views["ls"]
+    # JSON keeps the agent's text, escaped: a reader gets the bytes back.
+    shown = json.loads(run("show", "x", "--json").stdout)
+    assert "\x1b" in shown["cwd"] and "\u009b" in shown["cwd"]
+    # On a terminal, `spex log` keeps colours and drops every other escape;
+    # to a pipe it is the agent's bytes as written (output.log's).
+    turn = shown["turns"][0]["id"]
+    logged = (env.home / "turns" / "x" / turn / "output.log").read_bytes()
+    assert run("log", "x").stdout == logged and b"\x1b]52;" in logged
+    child = pexpect.spawn(SPEX, ["log", "x"], env=env.vars, timeout=30)
+    on_tty = child.read()
+    child.close()
+    assert b"boom" in on_tty and b"\x1b[31mred" in on_tty
+    assert _unsafe(on_tty.replace(b"\r\n", b"\n"), colours=True) == [], on_tty
+    # `spex top` on a terminal: curses draws with escapes of its own, but none
+    # of the agent's (no OSC, no title, no C1).
+    from test_top import Term
+
+    t = Term(env, f"{SPEX} top")
+    t.row_shows("x", "boom")
+    t.row_shows("j", "API Error")
+    t.send("q")
+    t.finish()
+    screen = t.raw
+    assert b"\x1b]" not in screen and b"pwned-title" not in screen
+    assert not re.search(rb"\xc2[\x80-\x9f]|\x9b", screen)

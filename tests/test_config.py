@@ -88,3 +88,35 @@ def test_attach_sets_the_configured_tmux_prefix(env: Env) -> None:
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
+
+
+def test_hostile_config_files_are_one_short_line(env: Env) -> None:
+    """A deeply nested config.toml was `internal error: RecursionError`; a
+    5 MB key was echoed whole in the error."""
+    env.home.mkdir(parents=True, exist_ok=True)
+    path = env.home / "config.toml"
+    path.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    r = env.run("ls")
+    assert (r.returncode, r.stderr) == (
+        1,
+        f"spex: {path}: nested too deeply (fix or remove the file)\n",
+    )
+    path.write_text("k" * 5_000_000 + " = 1\n")
+    r = env.run("ls")
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"spex: {path}:1: unknown field 'kkkk")
+    assert "(5000002 chars)" in r.stderr and len(r.stderr) < 1000 and r.stderr.count("\n") == 1
+    path.write_text("[host.box]\n" + "k" * 5_000_000 + " = 1\n")
+    r = env.run("hosts")
+    assert r.returncode == 1 and len(r.stderr) < 1100 and r.stderr.count("\n") == 1, len(r.stderr)
+    path.unlink()
+    harnesses = env.home / "harnesses.toml"
+    harnesses.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    r = env.run("new", "x", "--harness", "mine")
+    assert r.returncode == 2
+    assert r.stderr == f"spex: {harnesses}: cannot read harness file: nested too deeply\n"
+    harnesses.write_text(f"[harness.{'h' * 5_000_000}]\nfresh = ['a']\n")
+    r = env.run("harness", "ls")
+    assert len(r.stdout) < 5000, len(r.stdout)
+    r = env.run("new", "x", "--harness", "nosuch")
+    assert r.returncode == 2 and len(r.stderr) < 1100, len(r.stderr)

@@ -64,9 +64,14 @@ def test_prompt_arrives_byte_exact(env: Env, prompt: bytes) -> None:
     try:
         sessions.get(spex, "rec")
     except UnknownSession:
-        sessions.create(
-            spex, "rec", env={"RECORD_TO": str(out)}, command=[sys.executable, harness("record.py")]
+        # A harness that declares the stdin fallback (the command harness
+        # refuses a prompt too big for argv instead, see below).
+        env.home.mkdir(parents=True, exist_ok=True)
+        (env.home / "harnesses.toml").write_text(
+            f'[harness.rec]\nfresh = ["{sys.executable}", "{harness("record.py")}", "{{prompt}}"]\n'
+            "stdin_fallback = true\n"
         )
+        sessions.create(spex, "rec", harness="rec", env={"RECORD_TO": str(out)})
     out.unlink(missing_ok=True)
     verdict = turns.wake(spex, "rec", prompt, window=30)
     assert verdict.verdict == "completed", verdict
@@ -76,6 +81,42 @@ def test_prompt_arrives_byte_exact(env: Env, prompt: bytes) -> None:
     # The turn dir keeps the exact bytes too.
     assert verdict.turn is not None
     assert (spex.home / "turns" / "rec" / verdict.turn / "prompt").read_bytes() == prompt
+
+
+BIG = b"x" * (200 * 1024)
+
+
+def test_a_command_harness_refuses_a_prompt_too_big_for_its_argv(env: Env) -> None:
+    """`spex new NAME -- CMD` appends the prompt as one argument: a 200 KiB
+    prompt used to move to stdin silently, so a command that reads its
+    argument ran with no prompt and "completed". Refused, nothing launched."""
+    out = env.root / "received"
+    r = env.run("new", "c", "--env", f"RECORD_TO={out}", "--", sys.executable, harness("record.py"))
+    assert r.returncode == 0, r.stderr
+    (env.root / "big").write_bytes(BIG)
+    r = env.run("wake", "c", "-f", str(env.root / "big"), "--window", "10")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.startswith("spex: the prompt is 204800 bytes, too big for the command's argv")
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    shown = json.loads(env.run("show", "c", "--json").stdout)
+    assert shown["turns"] == [] and shown["state"] == "idle"
+    assert not out.exists()
+    assert not (env.home / "turns" / "c").exists() or not any((env.home / "turns" / "c").iterdir())
+
+
+def test_a_harness_that_declares_stdin_gets_a_big_prompt_there(env: Env) -> None:
+    out = env.root / "received"
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "harnesses.toml").write_text(
+        f'[harness.rin]\nfresh = ["{sys.executable}", "{harness("record.py")}"]\n'
+        'prompt_via = "stdin"\n'
+    )
+    r = env.run("new", "s", "--harness", "rin", "--env", f"RECORD_TO={out}")
+    assert r.returncode == 0, r.stderr
+    r = env.run("wake", "s", "-f", "-", "--window", "20", "--json", input=BIG + b"!")
+    assert json.loads(r.stdout)["verdict"] == "completed", r.stdout
+    assert out.read_bytes() == BIG + b"!"
+    assert "via=stdin" in (env.root / "received.env").read_text()
 
 
 # --- the built-in CLIs -----------------------------------------------------------

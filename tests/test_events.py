@@ -377,3 +377,28 @@ def test_a_reader_never_sees_a_torn_summary(tmp_path: Path) -> None:
     assert statusline.unseal(b"ok=1\nsum=00000000\n") is None
     sealed = statusline.seal(b"ok=1\n")
     assert statusline.unseal(sealed + b"\n\n") == b"ok=1\n"
+
+
+def test_since_an_id_that_was_pruned_says_so(env: Env) -> None:
+    """`events --since N` skipped pruned ids silently: a follower resuming
+    after a prune took the gap for quiet."""
+    for name in ("a", "b", "c", "d"):
+        assert env.run("new", name, "--", "true").returncode == 0  # one `created` each
+    (env.home / "config.toml").write_text("[retention]\nkeep_events = 2\n")
+    assert env.run("prune").returncode == 0
+    kept = [e["id"] for e in log(env)]
+    assert kept == [3, 4]
+    r = env.run("events", "--since", "0")
+    assert r.returncode == 0
+    assert r.stderr == "spex: events 1..2 were pruned (the oldest kept is 3)\n"
+    assert [line.split()[0] for line in r.stdout.splitlines()] == ["#3", "#4"]
+    r = env.run("events", "--since", "1", "--json")
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert lines[0] == {
+        "schema_version": 1, "pruned": {"first": 2, "last": 2}, "note": "event 2 was pruned",
+    }  # fmt: skip
+    assert [e["id"] for e in lines[1:]] == [3, 4]
+    # Nothing requested was pruned: nothing said.
+    for args in (["--since", "2"], ["--since", "9"], []):
+        r = env.run("events", *args)
+        assert r.returncode == 0 and r.stderr == "", args

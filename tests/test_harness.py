@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -514,3 +515,19 @@ window = 0.5
         "detail": f"from {path}",
         "required": False,
     } in checks
+
+
+def test_a_nul_in_an_argv_word_is_refused(env: Env) -> None:
+    """The turn's argv file is NUL-separated: a NUL in a harnesses.toml word
+    split it into two arguments. Refused, naming the file and the field."""
+    got = env.root / "got"
+    path = write_harnesses(
+        env, f'[harness.nul]\nfresh = ["{sys.executable}", "{harness("record.py")}", "a\\u0000b"]\n'
+    )
+    r = env.run("new", "n", "--harness", "nul", "--env", f"RECORD_TO={got}")
+    assert r.returncode == 2
+    assert r.stderr == (
+        f"spex: {path}: harness 'nul', field 'fresh': an argv word must not contain a NUL"
+        " (\\u0000)\n"
+    )
+    assert json.loads(env.run("ls", "--json").stdout) == []

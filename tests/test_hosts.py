@@ -206,6 +206,29 @@ def test_prompt_arrives_byte_exact_on_stdin_never_in_argv(fleet: Fleet) -> None:
     assert "-f -" in logged
 
 
+def test_remote_wake_options_keep_their_values(fleet: Fleet) -> None:
+    """`--timeout 30` was forwarded without its value, which became the
+    prompt; every option of wake that takes a value keeps it, as locally."""
+    f = fleet
+    got = f.h1 / "got"
+    r = f.spex(
+        "new", "box1:rec", "--cwd", str(f.h1), "--env", f"RECORD_TO={got}",
+        "--", PY, str(HARNESSES / "record.py"),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = f.spex(
+        "wake", "box1:rec", "--timeout", "30", "deliver me", "--on-limit", "wait:2",
+        "--window", "10", "--json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    assert v["verdict"] == "completed", v
+    assert got.read_bytes() == b"deliver me"
+    turn = json.loads(f.spex("show", "box1:rec", "--json").stdout)["turns"][0]
+    assert turn["timeout"] == 30
+    assert (f.h1 / "turns" / "rec" / v["turn"] / "on-limit").read_text().split()[0] == "7200"
+
+
 def test_ls_all_hosts_with_one_host_unreachable(fleet: Fleet) -> None:
     f = fleet
     assert f.spex("-H", "box1", "new", "a", "--cwd", str(f.h1), "--", "true").returncode == 0

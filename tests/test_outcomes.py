@@ -4,8 +4,11 @@ tests/fakes/ that print what the real CLIs print."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +61,54 @@ def test_timeout_ends_the_tree_with_rc_124(env: Env) -> None:
     assert show(env, "t")["state"] == "error"
 
 
+FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+@pytest.mark.skipif(not os.access(FREEZER, os.W_OK), reason="needs a writable cgroup v1 freezer")
+def test_a_process_that_survives_the_time_limit_is_recorded_on_the_turn(env: Env) -> None:
+    """A frozen process outlives SIGKILL: the deadline used to print it in the
+    pane only. Its pid is recorded on the turn and shown by `spex show`."""
+    (env.home).mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text("grace = 0.5\n")
+    child = env.root / "child-pid"
+    r = env.run(
+        "new", "t", "--cwd", str(env.root), "--env", f"CHILD_PID={child}",
+        "--", harness("frozen_child.sh"),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    cgroup = FREEZER / f"spex-test-{os.getpid()}-{env.root.name}"
+    cgroup.mkdir()
+    pid = 0
+    try:
+        code, v = wake_json(env, "t", "work", "--timeout", "3s", "--window", "0.3")
+        assert code == 0 and v["verdict"] == "confirmed", v
+        assert retry_until(child.exists)
+        pid = int(child.read_text())
+        (cgroup / "cgroup.procs").write_text(f"{pid}\n")
+        (cgroup / "freezer.state").write_text("FROZEN\n")
+        assert retry_until(lambda: (cgroup / "freezer.state").read_text().strip() == "FROZEN")
+        code, line, turn = wait(env, "t")
+        assert code == 1, line
+        assert turn["state"] == "timed-out" and turn["survivors"] == [pid], turn
+        shown = show(env, "t")["turns"][0]
+        assert shown["survivors"] == [pid]
+        assert f"process(es) {pid} survived SIGKILL" in shown["error"]
+        text = env.run("show", "t").stdout
+        assert f"ran past its time limit (3s); process(es) {pid} survived SIGKILL" in text, text
+        assert Path(f"/proc/{pid}").exists()  # it did survive
+        ended = [json.loads(x) for x in env.run("events", "--json").stdout.splitlines()]
+        assert [e["payload"].get("survivors") for e in ended if e["kind"] == "timed-out"] == [
+            [pid]
+        ], ended
+    finally:
+        (cgroup / "freezer.state").write_text("THAWED\n")
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        assert retry_until(lambda: not (cgroup / "cgroup.procs").read_text().strip())
+        cgroup.rmdir()
+
+
 def test_timeout_within_the_window_is_a_failed_verdict(env: Env) -> None:
     env.run("new", "t", "--cwd", str(env.root), "--timeout", "1s", "--", harness("sleeper.sh"))
     assert show(env, "t")["timeout"] == 1.0
@@ -65,6 +116,17 @@ def test_timeout_within_the_window_is_a_failed_verdict(env: Env) -> None:
     assert code == 1 and v["verdict"] == "failed" and v["rc"] == 124, v
     assert v["error"] == "ran past its time limit (1s)"
     # The wrapper's own last steps (after the final marker) may still be exiting.
+    assert retry_until(lambda: turn_processes_alive(v["turn"]) == [], 10)
+
+
+def test_a_tiny_time_limit_reads_in_milliseconds(env: Env) -> None:
+    """A 0.001 s limit read "ran past its time limit (0h)"."""
+    env.run("new", "t", "--cwd", str(env.root), "--", harness("sleeper.sh"))
+    code, v = wake_json(env, "t", "work", "--timeout", "0.001", "--window", "8")
+    assert code == 1 and v["rc"] == 124, v
+    assert v["error"] == "ran past its time limit (1ms)"
+    assert outcome.span(0.25) == "250ms" and outcome.span(1.5) == "1.5s"
+    assert outcome.span(60) == "1m" and outcome.span(5400) == "90m" and outcome.span(0) == "0s"
     assert retry_until(lambda: turn_processes_alive(v["turn"]) == [], 10)
 
 

@@ -433,8 +433,15 @@ def test_command_harness_gets_prompt_and_env(env: Env) -> None:
 
 
 def test_big_prompts_via_file_and_stdin(env: Env) -> None:
+    """A harness that declares the stdin fallback gets a prompt too big for
+    argv there (the command harness refuses one: see test_delivery)."""
     out = env.root / "got"
-    env.run("new", "c", "--env", f"RECORD_TO={out}", "--", sys.executable, harness("record.py"))
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "harnesses.toml").write_text(
+        f'[harness.rec]\nfresh = ["{sys.executable}", "{harness("record.py")}", "{{prompt}}"]\n'
+        "stdin_fallback = true\n"
+    )
+    env.run("new", "c", "--harness", "rec", "--env", f"RECORD_TO={out}")
     big = (b"x$(rm -rf /)`id`'\"\n-\xc3\xa9" * 80000)[: 1 << 20]
     (env.root / "p").write_bytes(big)
     _code, v = wake_json(env, "c", "-f", str(env.root / "p"), "--window", "30")

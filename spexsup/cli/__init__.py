@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from types import FrameType
+from typing import Any
 
 from spexsup.errors import SpexError
 
@@ -34,10 +35,52 @@ def fail(line: str, code: int, as_json: bool = False) -> int:
         import json
 
         doc = {"schema_version": 1, "ok": False, "error": line, "exit_code": code}
-        sys.stdout.write(json.dumps(doc) + "\n")
-        sys.stdout.flush()
-    print(f"spex: {line}", file=sys.stderr)
+        try:
+            sys.stdout.write(json.dumps(doc) + "\n")
+            sys.stdout.flush()
+        except OSError:
+            pass  # stdout is what failed (closed, full): the line below still says why
+    from spexsup.pretty import one_line
+
+    print(f"spex: {one_line(line)}", file=sys.stderr)
     return code
+
+
+def guard_stdout() -> None:
+    """Make a failed write to stdout name stdout: `spex ls >/dev/full` says
+    `cannot write to stdout: No space left on device` (one line, exit 1); a
+    closed pipe stays a BrokenPipeError, which ends the command quietly.
+    After the first failure the rest of the output is dropped, so it is
+    reported once."""
+    import io
+
+    class Stdout(io.FileIO):
+        failed = False
+
+        def write(self, data: Any) -> int:
+            if self.failed:
+                return len(data)
+            try:
+                return super().write(data)
+            except BrokenPipeError:
+                self.failed = True
+                raise
+            except OSError as e:
+                self.failed = True
+                raise OSError(e.errno, f"cannot write to stdout: {e.strerror}") from None
+
+    try:
+        sys.stdout.flush()
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):
+        return  # no usable stdout to wrap (closed at start): leave it be
+    old = sys.stdout
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(Stdout(fd, "w", closefd=False)),
+        encoding=old.encoding,
+        errors=old.errors,
+        line_buffering=bool(old.line_buffering),
+    )
 
 
 def hoist_home(argv: list[str]) -> list[str]:
@@ -142,6 +185,7 @@ def run(argv: list[str]) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_signal)
+    guard_stdout()
     try:
         return _dispatch(argv, options, completing)
     except (KeyboardInterrupt, Signalled) as e:
@@ -280,8 +324,13 @@ def main() -> None:
     code = run(sys.argv[1:])
     try:
         sys.stdout.flush()
-        sys.stderr.flush()
     except BrokenPipeError:
+        code = code or 1
+    except OSError as e:
+        code = fail(str(e.strerror or e), 1)
+    try:
+        sys.stderr.flush()
+    except OSError:
         code = code or 1
     # The work is done and recorded; the interpreter's teardown would only
     # collect garbage and checkpoint SQLite's WAL on close (50-150 ms on a

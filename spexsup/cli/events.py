@@ -33,7 +33,9 @@ def event_line(row: "sqlite3.Row") -> str:
             line += f" {key} {payload[key]}"
     if row["cause"]:
         line += f": {row['cause']}"
-    return line
+    from spexsup.pretty import one_line
+
+    return one_line(line)
 
 
 @app.command()
@@ -43,13 +45,15 @@ def events(
         bool, typer.Option("-f", "--follow", help="Keep printing events as they commit.")
     ] = False,
     since: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--since",
             metavar="ID",
-            help="Only events after event ID (resume a follower where it stopped).",
+            help="Only events after event ID (resume a follower where it stopped); says so"
+            " when some of those were pruned.",
+            show_default=False,
         ),
-    ] = 0,
+    ] = None,
     session: Annotated[
         list[str] | None,
         typer.Option(
@@ -86,7 +90,7 @@ def events(
     from spexsup import events as log
     from spexsup.sessions import validate_name
 
-    if since < 0:
+    if since is not None and since < 0:
         raise Invalid(f"invalid --since {since}", hint="an event id, 0 or more")
     kinds = tuple(dict.fromkeys(kind or ()))
     for k in kinds:
@@ -95,7 +99,21 @@ def events(
     names = tuple(validate_name(n) for n in dict.fromkeys(session or ()))
     spex = open_spex(ctx)
     log.resume_hooks(spex.store)
-    for row in log.follow(spex.store, since, sessions=names, kinds=kinds, forever=follow):
+    gone = log.pruned_after(spex.store.db, since) if since is not None else None
+    if gone is not None:
+        # Asked for by id and no longer there: a follower resuming after a
+        # prune must not take the gap for quiet.
+        first, last = gone
+        note = (
+            f"events {first}..{last} were pruned" if first < last else f"event {first} was pruned"
+        )
+        if as_json:
+            doc = {"schema_version": 1, "pruned": {"first": first, "last": last}, "note": note}
+            sys.stdout.write(json.dumps(doc) + "\n")
+        else:
+            sys.stderr.write(f"spex: {note} (the oldest kept is {last + 1})\n")
+        sys.stdout.flush()
+    for row in log.follow(spex.store, since or 0, sessions=names, kinds=kinds, forever=follow):
         text = json.dumps(log.as_json(row)) if as_json else event_line(row)
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
@@ -142,7 +160,9 @@ def hooks_test(
         print_json(document({"ok": all(o.ok for _, o in results), "event": event, "hooks": runs}))
     else:
         for h, o in results:
-            typer.echo(f"hook {h.key}: {'ok' if o.ok else 'failed'}, {o.detail}")
+            from spexsup.pretty import one_line
+
+            typer.echo(one_line(f"hook {h.key}: {'ok' if o.ok else 'failed'}, {o.detail}"))
     if not all(o.ok for _, o in results):
         raise typer.Exit(1)
 

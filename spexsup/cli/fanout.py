@@ -60,7 +60,9 @@ def leg_line(leg: dict[str, Any]) -> str:
         from spexsup.outcome import describe
 
         parts.append(f"({describe(leg['flags'])})")
-    return " ".join(parts)
+    from spexsup.pretty import one_line
+
+    return one_line(" ".join(parts))
 
 
 def counts_line(doc: dict[str, Any]) -> str:

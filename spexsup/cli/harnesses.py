@@ -50,13 +50,16 @@ def harness_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(views)
         return
-    width = max(len(v["name"] or "") for v in views)
+    from spexsup.errors import clip
+
+    # A name comes from harnesses.toml: a 5 MB one is shown cut, not padded to.
+    width = max(len(clip(v["name"] or "", 64)) for v in views)
     for view in views:
-        name = view["name"] or "(harness file)"
-        typer.echo(f"{name.ljust(width)}  {view['source']}" + _overrides(view))
+        name = clip(view["name"] or "(harness file)", 64)
+        _echo(f"{name.ljust(width)}  {view['source']}" + _overrides(view))
         lines = [f"error   {view['error']}"] if view["error"] else argv_lines(view)
         for line in lines:
-            typer.echo(f"  {line}")
+            _echo(f"  {line}")
 
 
 def _overrides(view: dict[str, Any]) -> str:
@@ -87,17 +90,17 @@ def harness_show(
     if as_json:
         print_json(view)
         return
-    typer.echo(f"harness {view['name']}")
-    typer.echo(f"source  {view['source']}" + _overrides(view))
+    _echo(f"harness {view['name']}")
+    _echo(f"source  {view['source']}" + _overrides(view))
     for line in argv_lines(view):
-        typer.echo(line)
+        _echo(line)
     if view["fresh"] is not None:
         via = {"arg": "as an argument", "stdin": "on stdin", "append": "appended"}
         prompt = via.get(str(view["prompt_via"]), str(view["prompt_via"]))
         if view["prompt_via"] == "arg" and view["stdin_fallback"]:
             prompt += " (on stdin when too big for argv)"
-        typer.echo(f"prompt  {prompt}")
-        typer.echo(
+        _echo(f"prompt  {prompt}")
+        _echo(
             "args    a session's own arguments go at {args}"
             f" (spex new NAME --harness {view['name']} -- ARGS…)"
         )
@@ -109,6 +112,13 @@ def harness_show(
     ):
         if view.get(key) is not None:
             value = view[key]
-            typer.echo(f"{label} {value:g}s" if isinstance(value, float) else f"{label} {value}")
+            _echo(f"{label} {value:g}s" if isinstance(value, float) else f"{label} {value}")
     if view["fresh"] is not None and view["notes"]:
-        typer.echo(f"notes   {view['notes']}")
+        _echo(f"notes   {view['notes']}")
+
+
+def _echo(line: str) -> None:
+    """A line that shows harnesses.toml's text: printable (no escapes from the file)."""
+    from spexsup.pretty import one_line
+
+    typer.echo(one_line(line))

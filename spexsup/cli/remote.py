@@ -203,7 +203,7 @@ def _render(command: str, words: list[str], doc: Any) -> None:
         if doc.get("error"):
             sys.stdout.write("\n".join(out) + "\n")
             sys.stdout.flush()
-            print(f"spex: {doc['session']}: {doc['error']}", file=sys.stderr)
+            print(render.error_line(doc["session"], doc["error"]), file=sys.stderr)
             return
     elif command == "wait":
         out = [render.ended_line(d) for d in render.as_list(doc)]
@@ -267,7 +267,12 @@ def _positionals(words: list[str], valued: set[str]) -> list[int]:
 
 
 def _wake_prompt(words: list[str]) -> tuple[list[str], bytes | None]:
-    """`wake NAME [TEXT] [-f FILE|-] [options]` -> `wake NAME [options] -f -` and the bytes."""
+    """`wake NAME [TEXT] [-f FILE|-] [options]` -> `wake NAME [options] -f -` and the bytes.
+    Options that take a value (`--timeout 30`, `--on-limit wait:2`) keep it, as
+    the local command parses them: it is never taken for the prompt."""
+    from spexsup.cli.complete import SPEC
+
+    valued = set(SPEC["wake"][1]) - {"-f", "--file"}
     rest = words[1:]
     name: str | None = None
     text: str | None = None
@@ -284,7 +289,7 @@ def _wake_prompt(words: list[str]) -> tuple[list[str], bytes | None]:
             i += 1
         elif not dashdash and w.startswith("--file="):
             file = w.partition("=")[2]
-        elif not dashdash and w == "--window" and i + 1 < len(rest):
+        elif not dashdash and w in valued and i + 1 < len(rest):
             keep += [w, rest[i + 1]]
             i += 1
         elif not dashdash and w.startswith("-"):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from spexsup.ids import SCHEMA_VERSION, iso
+from spexsup.pretty import one_line as clean
 
 
 def print_json(data: Any) -> None:
@@ -100,7 +101,8 @@ def table(
     terminal shortens to fit (a path)."""
     tty = sys.stdout.isatty() if tty is None else tty
     width = _columns() if tty else 0
-    grid = [list(headers), *[list(r) for r in rows]]
+    # Cells hold what agents and files said (a cwd, an error): no escapes.
+    grid = [[clean(c) for c in r] for r in [headers, *rows]]
     if tty and squeeze is not None and squeeze in headers:
         col = list(headers).index(squeeze)
         others = sum(max(len(r[i]) for r in grid) + 2 for i in range(len(headers)) if i != col)
@@ -173,7 +175,7 @@ def turn_line(t: dict[str, Any]) -> str:
         from spexsup.outcome import describe
 
         line += f"  ({describe(t['flags'])})"
-    return line
+    return clean(line)
 
 
 _PLAIN_WORD = re.compile(r"[\w@%+=:,./{}-]+")
@@ -224,10 +226,15 @@ def show_lines(row: dict[str, Any]) -> list[str]:
     turns = row.get("turns") or []
     if not turns:
         out.append("turns     none yet")
-        return out
+        return [clean(line) for line in out]
     out.append("turns:")
     out.extend(f"  {turn_line(t)}" for t in turns)
-    return out
+    return [clean(line) for line in out]
+
+
+def error_line(name: str, error: str) -> str:
+    """`spex: api: <the agent's failure line>`, printable."""
+    return clean(f"spex: {name}: {error}")
 
 
 def verdict_line(name: str, v: dict[str, Any]) -> str:
@@ -248,7 +255,7 @@ def verdict_line(name: str, v: dict[str, Any]) -> str:
         line += f" ({describe(v['flags'])})"
     elif v.get("waiting_until"):
         line += f" (waiting for usage reset {clock(v['waiting_until'])})"
-    return line
+    return clean(line)
 
 
 def clock(epoch: float) -> str:
@@ -268,12 +275,12 @@ def ended_line(e: dict[str, Any]) -> str:
         from spexsup.outcome import describe
 
         cause = f" ({describe(list(e['flags']))})"
-    return f"{e['session']}: turn {e['turn']} {e['state']}{rc}{cause}"
+    return clean(f"{e['session']}: turn {e['turn']} {e['state']}{rc}{cause}")
 
 
 def stopped_line(d: dict[str, Any]) -> str:
     aborted = d.get("aborted")
-    return f"{d['session']}: stopped" + (f" (turn {aborted} aborted)" if aborted else "")
+    return clean(f"{d['session']}: stopped" + (f" (turn {aborted} aborted)" if aborted else ""))
 
 
 def resumed_line(d: dict[str, Any]) -> str:
@@ -283,7 +290,7 @@ def resumed_line(d: dict[str, Any]) -> str:
 
 def removed_lines(d: dict[str, Any]) -> list[str]:
     n = d["session"]
-    return [*(f"{n}: {line}" for line in d.get("notes") or []), f"removed {n}"]
+    return [*(clean(f"{n}: {line}") for line in d.get("notes") or []), f"removed {n}"]
 
 
 class WaitProgress:

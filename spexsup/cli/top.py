@@ -30,7 +30,13 @@ def cells(row: "Row", now: float) -> list[str]:
     if row.turn is not None:
         rc = "" if row.turn["rc"] is None else f" rc={row.turn['rc']}"
         turn = f"{row.turn['state']}{rc}"
-    return [row.name, row.state, turn, age(row, now), ",".join(row.flags) or "-", row.last]
+    from spexsup.pretty import one_line
+
+    # What agents said (the last output line, flags) reaches the screen printable.
+    return [
+        one_line(c)
+        for c in (row.name, row.state, turn, age(row, now), ",".join(row.flags) or "-", row.last)
+    ]
 
 
 @app.command()

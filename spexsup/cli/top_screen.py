@@ -239,8 +239,10 @@ class Screen:
         return self.colors.get("running", 0) if row.active else 0
 
     def _put(self, y: int, x: int, text: str, width: int, attr: int = 0) -> None:
+        from spexsup.pretty import one_line
+
         with contextlib.suppress(curses.error):  # the last cell of the screen
-            self.scr.addnstr(y, x, text, max(0, width - x), attr)
+            self.scr.addnstr(y, x, one_line(text), max(0, width - x), attr)
 
     # --- keys -----------------------------------------------------------
 

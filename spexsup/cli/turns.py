@@ -25,6 +25,7 @@ from spexsup.cli.params import (
 )
 from spexsup.cli.render import (
     document,
+    error_line,
     print_json,
     resumed_line,
     stopped_line,
@@ -127,7 +128,7 @@ def wake_and_report(
     else:
         typer.echo(verdict_line(name, verdict.as_json()))
         if verdict.error:
-            typer.echo(f"spex: {name}: {verdict.error}", err=True)
+            typer.echo(error_line(name, verdict.error), err=True)
     if not verdict.ok:
         raise typer.Exit(1)
 
@@ -384,6 +385,10 @@ def log(
         return
     out = sys.stdout.buffer
     chunks = control.log(spex, name, turn=turn, follow=follow, tail=tail)
+    # A pipe gets the agent's bytes as written (output.log's); a terminal gets
+    # them without escapes (no clipboard write, title or screen clear), and
+    # --pretty's rendering is made printable wherever it goes: colours stay.
+    safe = pretty or sys.stdout.isatty()
     if pretty:
         from spexsup import pretty as renderer
         from spexsup.report import _meta
@@ -393,6 +398,12 @@ def log(
         chunks = renderer.render(
             chunks, parser if isinstance(parser, str) else None, color=sys.stdout.isatty()
         )
+    from spexsup.pretty import TerminalText
+
+    screen = TerminalText(colours=sys.stdout.isatty()) if safe else None
     for chunk in chunks:
-        out.write(chunk)
+        out.write(screen.feed(chunk) if screen is not None else chunk)
+        out.flush()
+    if screen is not None:
+        out.write(screen.feed(b"", final=True))
         out.flush()
