@@ -1,6 +1,8 @@
 """`make stress`: random wake/stop/resume/rm/wait/ls on 10 sessions by 8
-concurrent workers for a fixed time, then invariants checked in SQLite and
-in the process table.
+concurrent workers for a fixed time, while a freezer suspends a random spex
+process (a command, or a turn's exit reporter) with SIGSTOP for up to 2.5 s
+and then resumes it, then invariants checked in SQLite and in the process
+table.
 
 Runs the installed `spex` the way users do, on a private tmux server and a
 throwaway state home. Prints what it checked and what it found; exits 1 on
@@ -12,10 +14,12 @@ any wrong verdict, stuck turn, surviving process or traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -52,11 +56,30 @@ class Run:
     problems: list[str] = field(default_factory=list)
     verdicts: list[dict[str, object]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    live: set[int] = field(default_factory=set)
+    frozen: int = 0
 
     def spex(self, op: str, *args: str) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run(
-            [SPEX, *args], env=self.env, capture_output=True, text=True, timeout=120, check=False
+        proc = subprocess.Popen(
+            [SPEX, *args],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
+        with self.lock:
+            self.live.add(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            with self.lock:
+                self.problems.append(f"spex {' '.join(args)} hung for 120 s")
+        finally:
+            with self.lock:
+                self.live.discard(proc.pid)
+        r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
         with self.lock:
             self.ops[op] += 1
             self.codes[f"{op}:{r.returncode}"] += 1
@@ -93,6 +116,43 @@ def worker(run: Run, rng: random.Random, names: list[str], deadline: float) -> N
             run.spex("wait", "wait", name, "--timeout", "2")
         else:
             run.spex("ls", "ls", "--json")
+
+
+def reporters(home: Path) -> list[int]:
+    """The exit reporters running now for this run's turns."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        argv = proc.info["cmdline"] or []
+        if "turn-exit" in argv:
+            try:
+                if proc.environ().get("SPEXSUP_HOME") == str(home):
+                    found.append(proc.pid)
+            except psutil.Error:
+                continue
+    return found
+
+
+def freezer(run: Run, rng: random.Random, deadline: float) -> None:
+    """Suspend a random spex process (as Ctrl-Z or a starved machine would)
+    for up to 2.5 s, then let it go on; it must still tell the truth."""
+    while time.monotonic() < deadline:
+        time.sleep(rng.uniform(0.2, 0.8))
+        with run.lock:
+            candidates = sorted(run.live)
+        candidates += reporters(run.home) if rng.random() < 0.3 else []
+        if not candidates:
+            continue
+        pid = rng.choice(candidates)
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            continue
+        try:
+            time.sleep(rng.uniform(0.1, 2.5))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        run.frozen += 1
 
 
 def check(run: Run, names: list[str]) -> dict[str, int]:
@@ -177,6 +237,9 @@ def main() -> int:
         threading.Thread(target=worker, args=(run, random.Random(rng.random()), names, deadline))
         for _ in range(args.workers)
     ]
+    threads.append(
+        threading.Thread(target=freezer, args=(run, random.Random(rng.random()), deadline))
+    )
     started = time.monotonic()
     try:
         for t in threads:
@@ -195,6 +258,7 @@ def main() -> int:
         f" on {args.sessions} sessions (seed {args.seed})"
     )
     print("  operations: " + ", ".join(f"{k} {v}" for k, v in sorted(run.ops.items())))
+    print(f"  suspended (SIGSTOP, then SIGCONT): {run.frozen} spex processes")
     print("  exit codes: " + ", ".join(f"{k} {v}" for k, v in sorted(run.codes.items())))
     print("  checked: " + ", ".join(f"{k} {v}" for k, v in found.items()))
     for problem in run.problems[:20]:

@@ -286,6 +286,9 @@ def test_the_contrib_sinks(env: Env) -> None:
             f"[[hook]]\non = ['failed']\nrun = {json.dumps(ntfy)}\n",
         )
         path = f"{bin_dir}:{env.vars['PATH']}"
+        # Whoever records the end runs the hooks: the wake, or the turn's
+        # own reporter (with the login PATH): notify-send is on both.
+        env.login_path(path)
         assert env.run("new", "a", "--", harness("exit7.sh"), extra={"PATH": path}).returncode == 0
         assert env.run("wake", "a", "x", "--window", "2", extra={"PATH": path}).returncode == 1
         assert retry_until(lambda: sent.exists() and len(bodies) == 1, seconds=30)

@@ -736,13 +736,14 @@ def _mount_tiny_tmpfs(where: Path) -> bool:
 
 def _fill(where: Path) -> Path:
     filler = where / "filler"
-    with filler.open("wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     return filler
 
 

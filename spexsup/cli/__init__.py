@@ -249,7 +249,7 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
         where = f": {e.filename}" if e.filename else ""
         from spexsup.paths import disk_full
 
-        if disk_full(e):
+        if disk_full(e) and e.filename:  # (stdout's own is said above as is)
             return fail(_full(home, e.filename), 1, as_json)
         return fail(f"{e.strerror or e}{where}", 1, as_json)
     except Exception as e:
