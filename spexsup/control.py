@@ -77,12 +77,7 @@ def _record_stop(
 ) -> tuple[Session, str | None]:
     """In the caller's transaction: abort the current turn if it runs, and
     stop the session. Returns the session as read and the aborted turn."""
-    row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
-    if row is None:
-        raise UnknownSession(name)
-    session = Session.from_row(row)
-    if session.state == "removing":
-        raise Refused(f"session {name!r} is being removed")
+    session = _stoppable(db, name)
     aborted = None
     turn = session.current_turn
     if turn is not None:
@@ -106,6 +101,17 @@ def _record_stop(
 STOPPED_BY = "stopped by spex stop"
 
 
+def _stoppable(db: sqlite3.Connection, name: str) -> Session:
+    """The session as stored now; refused when it is gone or being removed."""
+    row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+    if row is None:
+        raise UnknownSession(name)
+    session = Session.from_row(row)
+    if session.state == "removing":
+        raise Refused(f"session {name!r} is being removed")
+    return session
+
+
 def _kill(spex: Spex, session: Session, turn: str, grace: float) -> None:
     survivors = kill_turn(spex, session, turn, grace)
     if survivors:
@@ -126,12 +132,7 @@ def _stop_under_lock(spex: Spex, name: str, grace: float, bearer: int | None) ->
     from spexsup import lease
 
     db = spex.store.db
-    row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
-    if row is None:
-        raise UnknownSession(name)
-    session = Session.from_row(row)
-    if session.state == "removing":
-        raise Refused(f"session {name!r} is being removed")
+    session = _stoppable(db, name)
     lease.check_admission_unsettled(db, name, bearer)
     turn = session.current_turn
     if turn is not None:

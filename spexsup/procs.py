@@ -13,7 +13,7 @@ import enum
 import os
 import signal
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -211,8 +211,17 @@ def session_members(sid: int, born_from: str) -> list[int]:
     its session or group id, and the start-time bound keeps out a process
     that had the leader's pid before it. Zombies are left out (they are dead).
     """
-    members = []
     floor = int(born_from)
+    # fields[2] is the process group (field 5), fields[3] the session (field 6).
+    return [
+        pid
+        for pid, fields in _living_stats()
+        if sid in (int(fields[2]), int(fields[3])) and int(fields[19]) >= floor
+    ]
+
+
+def _living_stats() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, /proc/<pid>/stat fields) of every process but zombies, one scan."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -220,12 +229,8 @@ def session_members(sid: int, born_from: str) -> list[int]:
             fields = _stat_fields(int(entry.name))
         except OSError:
             continue
-        if fields is None or fields[0] in (b"Z", b"X"):
-            continue
-        # fields[2] is the process group (field 5), fields[3] the session (field 6).
-        if sid in (int(fields[2]), int(fields[3])) and int(fields[19]) >= floor:
-            members.append(int(entry.name))
-    return members
+        if fields is not None and fields[0] not in (b"Z", b"X"):
+            yield int(entry.name), fields
 
 
 def descendants(pid: int) -> list[int]:
@@ -233,16 +238,8 @@ def descendants(pid: int) -> list[int]:
     are left out. A process that `setsid`s stays a descendant; an orphan
     leaves the tree unless `pid` is a child subreaper, which adopts it."""
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = _stat_fields(int(entry.name))
-        except OSError:
-            continue
-        if fields is None or fields[0] in (b"Z", b"X"):
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    for child, fields in _living_stats():
+        children.setdefault(int(fields[1]), []).append(child)
     found: list[int] = []
     todo = [pid]
     while todo:
