@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spexsup import events, marker, report
+from spexsup import ledger, marker, report
 from spexsup.errors import Failed, Invalid, Refused, TimedOut, UnknownSession
 from spexsup.marker import Stage
 from spexsup.paths import write_atomic
@@ -84,17 +84,10 @@ def _record_stop(
         # An attempt that already exited (its end deferred to a launcher
         # that would retry it) keeps its rc on the abort.
         exited = marker.read(turn_dir(spex, name, turn))
-        cur = db.execute(
-            "UPDATE turns SET state = 'aborted', ended_at = ?, rc = coalesce(rc, ?),"
-            " error = coalesce(error, ?) WHERE id = ? AND state IN ('starting', 'running')",
-            (time.time(), exited.rc if exited.stage is Stage.EXIT else None, STOPPED_BY, turn),
-        )
-        aborted = turn if cur.rowcount else None
-        if aborted:
-            events.record(db, "aborted", session=name, turn=turn, cause=STOPPED_BY)
-    db.execute("UPDATE sessions SET state = 'stopped' WHERE name = ?", (name,))
-    if aborted or session.state != "stopped":
-        events.record(db, "stopped", session=name, turn=aborted, by_lease=bearer is not None)
+        rc = exited.rc if exited.stage is Stage.EXIT else None
+        if ledger.abort_current(db, name, turn, STOPPED_BY, rc=rc):
+            aborted = turn
+    ledger.mark_stopped(db, name, was=session.state, aborted=aborted, by_lease=bearer is not None)
     return session, aborted
 
 
@@ -196,11 +189,7 @@ def resume(
                     hint=f"spex stop {name} again, or spex resume {name} --force",
                 )
         with spex.store.tx() as db:
-            cur = db.execute(
-                "UPDATE sessions SET state = 'idle' WHERE name = ? AND state = 'stopped'", (name,)
-            )
-            if cur.rowcount:
-                events.record(db, "resumed", session=name, force=force)
+            ledger.mark_resumed(db, name, force=force)
     return True
 
 

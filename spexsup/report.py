@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import events
+from spexsup import events, ledger
+from spexsup.states import ACTIVE
 from spexsup.store import Store
 
 if TYPE_CHECKING:
@@ -29,7 +30,6 @@ STALE = 3
 # not be published first.
 DEFERRED = 4
 
-ACTIVE = ("starting", "running")
 
 # Conversation ids show early (claude's init event) or late: scan both ends,
 # line by line, each line cut to a bounded length, with a time limit on the
@@ -420,11 +420,7 @@ def record_exit(
     if error is None and rc and turn_dir is not None:
         error = last_line(turn_dir)
     with store.tx() as db:
-        row = db.execute(
-            "SELECT t.state, t.attempts, t.launcher_pid, t.launcher_token FROM sessions s"
-            " JOIN turns t ON t.id = s.current_turn WHERE s.name = ? AND t.id = ?",
-            (session, turn),
-        ).fetchone()
+        row = ledger.current_turn(db, session, turn)
         if row is None or row["state"] not in ACTIVE:
             if row is not None and conversation:
                 # An aborted turn's conversation still exists: keep its id.
@@ -445,40 +441,28 @@ def record_exit(
             and _launcher_alive(row["launcher_pid"], row["launcher_token"])
         ):
             return DEFERRED
-        db.execute(
-            "UPDATE turns SET state = ?, rc = ?, ended_at = ?, error = coalesce(?, error),"
-            " flags = ?, cause = ?, limit_reset = ?, waiting_until = NULL, survivors = ?"
-            " WHERE id = ?",
-            (
-                state,
-                rc,
-                time.time(),
-                error,
-                json.dumps(found.flags) if found is not None else None,
-                found.cause if found is not None else None,
-                found.limit_reset if found is not None else None,
-                json.dumps(found.survivors) if found is not None and found.survivors else None,
-                turn,
-            ),
-        )
-        if launched or (launched is None and rc is not None):
-            # The turn launched (an rc means its wrapper ran): if nothing
-            # recorded that yet, its event comes first.
-            events.launched(db, session=session, turn=turn)
         extra: dict[str, Any] = {}
         if found is not None:
             extra = {"flags": found.flags, "reason": found.cause}
             if found.survivors:
                 extra["survivors"] = found.survivors
-        events.turn_ended(db, state, session=session, turn=turn, rc=rc, cause=error, **extra)
-        after = "idle" if state == "complete" else "error"
-        db.execute(
-            "UPDATE sessions SET state = CASE WHEN state IN ('stopped', 'removing') THEN state"
-            " ELSE ? END, harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",
-            ("stopped" if stop_request is not None else after, conversation, session),
+        ledger.record_end(
+            db,
+            session,
+            turn,
+            state,
+            rc=rc,
+            error=error,
+            flags=found.flags if found is not None else None,
+            cause=found.cause if found is not None else None,
+            limit_reset=found.limit_reset if found is not None else None,
+            survivors=found.survivors if found is not None else (),
+            # An rc means its wrapper ran: the turn launched.
+            launched=bool(launched or (launched is None and rc is not None)),
+            conversation=conversation,
+            stopped=stop_request is not None,
+            event=extra,
         )
-        if stop_request is not None:
-            events.record(db, "stopped", session=session, turn=turn, by_lease=False)
         if found is not None and found.cause == "conversation-gone":
             # Resuming it can only fail the same way again: the next wake
             # (and a --retry-failed) starts a new conversation.

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from spexsup.config import Retention
 from spexsup.errors import Invalid, UnknownSession
+from spexsup.states import ACTIVE
 
 if TYPE_CHECKING:
     import sqlite3
@@ -56,7 +57,6 @@ BATCH = 1000
 # younger than this may belong to a wave being created.
 WAVE_ORPHAN_AGE = 3600.0
 FINAL_WAVES = ("complete", "partial", "failed", "aborted")
-ACTIVE_TURNS = ("starting", "running")
 WAVE_SUFFIXES = (".json", ".prompt", ".on-complete.log")
 # Test-only: stop between a batch's commit and its directories' removal.
 PAUSE_ENV = "SPEXSUP_TEST_PRUNE_PAUSE"
@@ -199,7 +199,7 @@ def _turn_candidates(
         out += [
             (name, r[0])
             for r in rows
-            if r[1] not in ACTIVE_TURNS and r[0] not in current and r[0] not in in_waves
+            if r[1] not in ACTIVE and r[0] not in current and r[0] not in in_waves
         ]
     return out
 
@@ -332,7 +332,7 @@ def _prune_turns(store: Store, turns_dir: Path, batch: list[tuple[str, str]], ou
             if session not in held
             and turn not in current
             and turn not in in_waves
-            and states.get(turn, ACTIVE_TURNS[0]) not in ACTIVE_TURNS
+            and states.get(turn, ACTIVE[0]) not in ACTIVE
         ]
         db.executemany("DELETE FROM turns WHERE id = ?", [(turn,) for _, turn in gone])
         db.executemany("DELETE FROM wave_turns WHERE turn = ?", [(turn,) for _, turn in gone])

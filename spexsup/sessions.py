@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from spexsup import events, ids
+from spexsup import events, ids, ledger
 from spexsup import harness as harnesses
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.home import Census, owner_tag, write_shell_env
@@ -282,26 +282,22 @@ def create(
     incarnation = os.urandom(6).hex()  # secrets' source, without its hmac import
     try:
         with spex.store.tx() as db:
-            db.execute(
-                "INSERT INTO sessions (name, harness, command, cwd, env, window, created_at,"
-                " incarnation, state, worktree, timeout, strict, on_limit, binary)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    name,
-                    harness,
-                    json.dumps(after) if after else None,
-                    str(directory),
-                    json.dumps(env),
-                    window,
-                    time.time(),
-                    incarnation,
-                    "idle" if plan is None else "creating",
-                    None if plan is None else plan.worktree.to_json(),
-                    timeout,
-                    int(strict),
-                    on_limit,
-                    pinned,
-                ),
+            ledger.insert_session(
+                db,
+                creating=plan is not None,
+                name=name,
+                harness=harness,
+                command=json.dumps(after) if after else None,
+                cwd=str(directory),
+                env=json.dumps(env),
+                window=window,
+                created_at=time.time(),
+                incarnation=incarnation,
+                worktree=None if plan is None else plan.worktree.to_json(),
+                timeout=timeout,
+                strict=int(strict),
+                on_limit=on_limit,
+                binary=pinned,
             )
     except sqlite3.IntegrityError:
         raise Refused(f"session {name!r} already exists", hint="see spex ls") from None
@@ -316,7 +312,7 @@ def create(
             _create_in_worktree(spex, session, plan)
     except BaseException:
         with spex.store.tx() as db:
-            db.execute("DELETE FROM sessions WHERE name = ?", (name,))
+            ledger.discard_session(db, name)
         (spex.home / "turns" / name / HOME_ENV).unlink(missing_ok=True)
         raise
     if plan is None:
@@ -345,18 +341,7 @@ def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:
             _remove_tree(spex.home / "turns" / name)
             raise
         with spex.store.tx() as db:
-            db.execute(
-                "UPDATE sessions SET state = 'idle' WHERE name = ? AND state = 'creating'",
-                (name,),
-            )
-            events.record(
-                db,
-                "created",
-                session=name,
-                harness=session.harness,
-                cwd=session.cwd,
-                worktree=True,
-            )
+            ledger.mark_created(db, name, harness=session.harness, cwd=session.cwd, worktree=True)
 
 
 def _clear_stale_home(spex: Spex, session: Session) -> None:
@@ -466,21 +451,9 @@ def remove(
                     for t in makers
                 ):
                     raise Refused(f"session {name!r} is still being created")
-            cur = db.execute(
-                "UPDATE turns SET state = 'aborted', ended_at = ?,"
-                " error = coalesce(error, 'removed by spex rm')"
-                " WHERE session = ? AND state IN ('starting', 'running')",
-                (time.time(), name),
-            )
-            if cur.rowcount:
-                events.record(
-                    db,
-                    "aborted",
-                    session=name,
-                    turn=session.current_turn,
-                    cause="removed by spex rm",
-                )
-            db.execute("UPDATE sessions SET state = 'removing' WHERE name = ?", (name,))
+            if session.current_turn is not None:
+                ledger.abort_current(db, name, session.current_turn, "removed by spex rm")
+            ledger.mark_removing(db, name)
         if session.current_turn is not None:
             survivors = turns.kill_turn(spex, session, session.current_turn, grace)
             if survivors:
@@ -502,13 +475,7 @@ def remove(
                 hint=f"fix the permissions, then spex rm {name} again",
             )
         with spex.store.tx() as db:
-            db.execute("DELETE FROM turns WHERE session = ?", (name,))
-            cur = db.execute(
-                "DELETE FROM sessions WHERE name = ? AND incarnation = ?",
-                (name, session.incarnation),
-            )
-            if cur.rowcount:
-                events.record(db, "removed", session=name)
+            ledger.delete_session(db, name, session.incarnation)
     return removal
 
 

@@ -40,14 +40,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup.spex import Spex
+from spexsup.states import ACTIVE
 
 if TYPE_CHECKING:
     from watchdog.events import FileSystemEvent
     from watchdog.observers.api import BaseObserver, ObservedWatch
 
 logging.getLogger("watchdog").addHandler(logging.NullHandler())
-
-ACTIVE = ("starting", "running")
 
 
 def last_line(directory: Path | None, size: int = 16384) -> str:

@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup import config, events, ids, marker, report
+from spexsup import config, events, ids, ledger, marker, report, states
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession, warn
 from spexsup.harness import Harness
 from spexsup.home import Launch
@@ -45,7 +45,6 @@ from spexsup.spex import Spex
 from spexsup.tickets import ticket
 from spexsup.watch import DirWatch
 
-ACTIVE = report.ACTIVE
 DEFAULT_WINDOW = 2.0
 # A turn that exited just before the window closed gets this long for its
 # exit reporter to finish, rather than a verdict that races the reporter.
@@ -211,27 +210,19 @@ def admit(
             # 24 random bits per second: a 200-leg fan-out repeats one about
             # once in 800 waves. We hold the write lock, so a free id stays free.
             turn = new_turn_id()
-        db.execute(
-            "INSERT INTO turns (id, session, state, resumed, launcher_pid, launcher_token,"
-            " started_at, boot_id, fence, timeout, strict)"
-            " VALUES (?, ?, 'starting', ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                turn,
-                name,
-                resume_id,
-                pid,
-                token,
-                time.time(),
-                boot_id() or None,
-                fence,
-                timeout,
-                int(strict),
-            ),
-        )
-        db.execute(
-            "UPDATE sessions SET current_turn = ?, state = 'running', launch_fence = ?,"
-            " harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",
-            (turn, fence, assigned, name),
+        ledger.admit_turn(
+            db,
+            turn=turn,
+            session=name,
+            fence=fence,
+            assigned=assigned,
+            resumed=resume_id,
+            launcher_pid=pid,
+            launcher_token=token,
+            started_at=time.time(),
+            boot_id=boot_id() or None,
+            timeout=timeout,
+            strict=int(strict),
         )
     directory = ensure_private_dir(turn_dir(spex, name, turn), under=spex.home)
     grace = settings.grace if timeout else None
@@ -376,13 +367,9 @@ def _busy(spex: Spex, session: Session, turn: str, directory: Path, command: str
     from spexsup.home import pane_activity
 
     with spex.store.tx() as db:
-        cur = db.execute("DELETE FROM turns WHERE id = ? AND state = 'starting'", (turn,))
-        if cur.rowcount:
-            db.execute(
-                "UPDATE sessions SET current_turn = ?, state = ? WHERE name = ?"
-                " AND current_turn = ?",
-                (session.current_turn, session.state, session.name, turn),
-            )
+        ledger.undo_admission(
+            db, session.name, turn, previous_turn=session.current_turn, was=session.state
+        )
     shutil.rmtree(directory, ignore_errors=True)
     pane = spex.tmux.pane(session.name)
     activity = pane_activity(pane, spex.home / "turns") if pane else None
@@ -764,18 +751,9 @@ def _abort_unlaunched(spex: Spex, session: Session, turn: str, why: str) -> None
     """End a turn that never (provably) launched: abort it, then fence and kill,
     in case the tmux call was already on its way when we were interrupted."""
     with spex.store.tx() as db:
-        cur = db.execute(
-            "UPDATE turns SET state = 'aborted', ended_at = ?, error = coalesce(error, ?)"
-            " WHERE id = ? AND state = 'starting'",
-            (time.time(), why, turn),
+        ledger.abort_current(
+            db, session.name, turn, why, only_starting=True, session_after=states.FAILED
         )
-        if cur.rowcount:
-            db.execute(
-                "UPDATE sessions SET state = 'error' WHERE name = ? AND current_turn = ?"
-                " AND state = 'running'",
-                (session.name, turn),
-            )
-            events.record(db, "aborted", session=session.name, turn=turn, cause=why)
     from spexsup.home import TmuxTimeout
 
     try:
@@ -871,12 +849,7 @@ def _settle(
             (verdict, error, result.pid, turn),
         )
         if verdict == "confirmed":
-            cur = db.execute(
-                "UPDATE turns SET state = 'running' WHERE id = ? AND state = 'starting'", (turn,)
-            )
-            if cur.rowcount:
-                events.launched(db, session=name, turn=turn)
-                events.record(db, "confirmed", session=name, turn=turn, pid=result.pid)
+            ledger.mark_running(db, name, turn, pid=result.pid)
     waiting_until = None
     if verdict == "confirmed":
         row = spex.store.db.execute(
@@ -1037,15 +1010,8 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
         alive = wrapper_liveness(m.pid, directory)
         if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:
             with spex.store.tx() as db:
-                cur = db.execute(
-                    "UPDATE turns SET state = 'running', pid = coalesce(pid, ?)"
-                    " WHERE id = ? AND state = 'starting'",
-                    (m.pid, turn),
-                )
-                if cur.rowcount:
-                    events.launched(db, session=name, turn=turn)
-                    why = "its launcher died; its wrapper runs"
-                    events.record(db, "confirmed", session=name, turn=turn, cause=why)
+                why = "its launcher died; its wrapper runs"
+                ledger.mark_running(db, name, turn, pid=m.pid, cause=why)
         if alive is not Liveness.DEAD:
             return
         # Its last markers may be in the pane, where the wrapper kept what a

@@ -1,0 +1,246 @@
+"""Every change of a turn's or a session's state, each with its event.
+
+The only module that writes `turns.state` or `sessions.state` (a test reads
+the source to keep it so). Each function runs inside the caller's
+transaction (`Store.tx()`), so the checks a caller makes and the change it
+makes commit together. The invariants live here:
+
+- abort wins: an end is recorded only while the turn is still active
+  (`record_end` is a compare-and-swap), so a late exit report after a stop
+  or a reader's verdict changes nothing;
+- a stopped or removing session stays so whatever its turn's end says;
+- a turn's `launched` event comes first, once, in the transaction that
+  proves the launch (see `events.launched`).
+
+Lean on purpose: the exit reporter imports it on every turn's end.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from spexsup import events
+from spexsup.states import (
+    ABORTED,
+    ACTIVE,
+    BUSY,
+    CREATING,
+    IDLE,
+    REMOVING,
+    RUNNING,
+    STARTING,
+    STOPPED,
+    session_state_after,
+)
+
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Mapping, Sequence
+
+_ACTIVE_SQL = "('starting', 'running')"
+
+
+# --- sessions ------------------------------------------------------------------
+
+
+def insert_session(db: sqlite3.Connection, *, creating: bool, **columns: Any) -> None:
+    """A new session, `idle`, or `creating` while its worktree is made.
+    Raises sqlite3.IntegrityError when the name is taken."""
+    columns["state"] = CREATING if creating else IDLE
+    names = ", ".join(columns)
+    marks = ", ".join("?" * len(columns))
+    db.execute(f"INSERT INTO sessions ({names}) VALUES ({marks})", tuple(columns.values()))
+
+
+def mark_created(db: sqlite3.Connection, name: str, **payload: Any) -> None:
+    """A `creating` session is made: `idle`, and its `created` event."""
+    db.execute("UPDATE sessions SET state = ? WHERE name = ? AND state = ?", (IDLE, name, CREATING))
+    events.record(db, "created", session=name, **payload)
+
+
+def discard_session(db: sqlite3.Connection, name: str) -> None:
+    """Undo an insert whose home could not be made (it never existed for anyone)."""
+    db.execute("DELETE FROM sessions WHERE name = ?", (name,))
+
+
+def mark_removing(db: sqlite3.Connection, name: str) -> None:
+    db.execute("UPDATE sessions SET state = ? WHERE name = ?", (REMOVING, name))
+
+
+def delete_session(db: sqlite3.Connection, name: str, incarnation: str) -> bool:
+    """The end of `spex rm`: the session (this incarnation only, never a
+    newer one of the same name) and its turns; `removed` if it was there."""
+    db.execute("DELETE FROM turns WHERE session = ?", (name,))
+    cur = db.execute("DELETE FROM sessions WHERE name = ? AND incarnation = ?", (name, incarnation))
+    if cur.rowcount:
+        events.record(db, "removed", session=name)
+    return bool(cur.rowcount)
+
+
+def mark_stopped(
+    db: sqlite3.Connection, name: str, *, was: str, aborted: str | None, by_lease: bool
+) -> None:
+    """The session is `stopped` (its `stopped` event unless it already was)."""
+    db.execute("UPDATE sessions SET state = ? WHERE name = ?", (STOPPED, name))
+    if aborted or was != STOPPED:
+        events.record(db, "stopped", session=name, turn=aborted, by_lease=by_lease)
+
+
+def mark_resumed(db: sqlite3.Connection, name: str, *, force: bool) -> bool:
+    """`stopped` -> `idle`; False (and no event) if it was not stopped."""
+    cur = db.execute(
+        "UPDATE sessions SET state = ? WHERE name = ? AND state = ?", (IDLE, name, STOPPED)
+    )
+    if cur.rowcount:
+        events.record(db, "resumed", session=name, force=force)
+    return bool(cur.rowcount)
+
+
+# --- turns -------------------------------------------------------------------------
+
+
+def admit_turn(
+    db: sqlite3.Connection,
+    *,
+    turn: str,
+    session: str,
+    fence: int,
+    assigned: str | None,
+    **columns: Any,
+) -> None:
+    """A new turn `starting`, its session `running` with it as its current
+    turn and its launch fence claimed (a stop fences the pane above it)."""
+    row = {"id": turn, "session": session, "state": STARTING, "fence": fence, **columns}
+    names = ", ".join(row)
+    marks = ", ".join("?" * len(row))
+    db.execute(f"INSERT INTO turns ({names}) VALUES ({marks})", tuple(row.values()))
+    db.execute(
+        "UPDATE sessions SET current_turn = ?, state = ?, launch_fence = ?,"
+        " harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",
+        (turn, BUSY, fence, assigned, session),
+    )
+
+
+def undo_admission(
+    db: sqlite3.Connection, session: str, turn: str, *, previous_turn: str | None, was: str
+) -> None:
+    """Forget a turn that never launched (the pane was busy): as if never admitted."""
+    cur = db.execute("DELETE FROM turns WHERE id = ? AND state = ?", (turn, STARTING))
+    if cur.rowcount:
+        db.execute(
+            "UPDATE sessions SET current_turn = ?, state = ? WHERE name = ? AND current_turn = ?",
+            (previous_turn, was, session, turn),
+        )
+
+
+def abort_current(
+    db: sqlite3.Connection,
+    session: str,
+    turn: str,
+    why: str,
+    *,
+    rc: int | None = None,
+    only_starting: bool = False,
+    session_after: str | None = None,
+) -> bool:
+    """Abort `turn` if it is still active (only while `starting` with
+    `only_starting`), keeping an rc it already had (else `rc`), with its
+    `aborted` event; then, if given, the session's `session_after` state
+    while it is still busy with this turn. True if this call aborted it."""
+    states = (STARTING,) if only_starting else ACTIVE
+    marks = ", ".join("?" * len(states))
+    cur = db.execute(
+        "UPDATE turns SET state = ?, ended_at = ?, rc = coalesce(rc, ?),"
+        f" error = coalesce(error, ?) WHERE id = ? AND state IN ({marks})",
+        (ABORTED, time.time(), rc, why, turn, *states),
+    )
+    if not cur.rowcount:
+        return False
+    if session_after is not None:
+        db.execute(
+            "UPDATE sessions SET state = ? WHERE name = ? AND current_turn = ? AND state = ?",
+            (session_after, session, turn, BUSY),
+        )
+    events.record(db, "aborted", session=session, turn=turn, cause=why)
+    return True
+
+
+def mark_running(
+    db: sqlite3.Connection, session: str, turn: str, *, pid: int | None, **confirmed: Any
+) -> bool:
+    """`starting` -> `running` (its `launched` and `confirmed` events); False
+    if it was no longer starting (ended, or aborted meanwhile)."""
+    cur = db.execute(
+        "UPDATE turns SET state = ?, pid = coalesce(pid, ?) WHERE id = ? AND state = ?",
+        (RUNNING, pid, turn, STARTING),
+    )
+    if not cur.rowcount:
+        return False
+    events.launched(db, session=session, turn=turn)
+    if pid is not None and "cause" not in confirmed:
+        confirmed["pid"] = pid
+    events.record(db, "confirmed", session=session, turn=turn, **confirmed)
+    return True
+
+
+def current_turn(db: sqlite3.Connection, session: str, turn: str) -> Any:
+    """The session's current turn if it is `turn` (its state, attempts and
+    launcher), else None: the read a compare-and-swap of its end starts with."""
+    return db.execute(
+        "SELECT t.state, t.attempts, t.launcher_pid, t.launcher_token FROM sessions s"
+        " JOIN turns t ON t.id = s.current_turn WHERE s.name = ? AND t.id = ?",
+        (session, turn),
+    ).fetchone()
+
+
+def record_end(
+    db: sqlite3.Connection,
+    session: str,
+    turn: str,
+    state: str,
+    *,
+    rc: int | None,
+    error: str | None,
+    flags: Sequence[str] | None,
+    cause: str | None,
+    limit_reset: float | None,
+    launched: bool,
+    conversation: str | None,
+    stopped: bool,
+    survivors: Sequence[int] = (),
+    event: Mapping[str, Any] | None = None,
+) -> None:
+    """The end of an active turn (the caller read it active in this
+    transaction: `current_turn`), its `launched` event first if none
+    was, its end event, and the session's state after it (`stopped` when a
+    stop asked for this end; a stopped or removing session stays so)."""
+    db.execute(
+        "UPDATE turns SET state = ?, rc = ?, ended_at = ?, error = coalesce(?, error),"
+        " flags = ?, cause = ?, limit_reset = ?, waiting_until = NULL,"
+        " survivors = ? WHERE id = ? AND state IN " + _ACTIVE_SQL,
+        (
+            state,
+            rc,
+            time.time(),
+            error,
+            json.dumps(list(flags)) if flags is not None else None,
+            cause,
+            limit_reset,
+            json.dumps(list(survivors)) if survivors else None,
+            turn,
+        ),
+    )
+    if launched:
+        events.launched(db, session=session, turn=turn)
+    payload = dict(event or {})
+    events.turn_ended(db, state, session=session, turn=turn, rc=rc, cause=error, **payload)
+    after = STOPPED if stopped else session_state_after(state)
+    db.execute(
+        "UPDATE sessions SET state = CASE WHEN state IN (?, ?) THEN state ELSE ? END,"
+        " harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",
+        (STOPPED, REMOVING, after, conversation, session),
+    )
+    if stopped:
+        events.record(db, "stopped", session=session, turn=turn, by_lease=False)
