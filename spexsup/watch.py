@@ -135,8 +135,14 @@ class DirWatch:
         return self
 
     def add(self, d: Path) -> None:
-        """Watch one more directory (e.g. a turn dir created after entering)."""
-        self.keys.append(_hub.add(str(d), self.changed, self.names))
+        """Watch one more directory (e.g. a turn dir created after entering).
+
+        A directory removed meanwhile (a concurrent `spex rm`) is not watched:
+        the waiter is woken at once to read what is left, never an error."""
+        try:
+            self.keys.append(_hub.add(str(d), self.changed, self.names))
+        except FileNotFoundError:
+            self.changed.set()
 
     def wait(self, timeout: float) -> bool:
         """Block until an event or `timeout` (capped at the coarse poll); clears the flag."""

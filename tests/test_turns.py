@@ -646,3 +646,16 @@ def test_marker_changing_while_settling_fails(env: Env) -> None:
 def test_wrapper_dying_while_settling_fails(env: Env) -> None:
     error = _confirm_with_a_change(env, "kill")
     assert "died while settling" in error or "is a zombie" in error or "is dead" in error
+
+
+def test_a_turn_dir_removed_before_it_is_watched_is_no_error(tmp_path: Path) -> None:
+    """`spex rm` racing another rm (or a stop) of the same session: the turn
+    dir a waiter is about to watch can vanish first (make stress found it as
+    `spex: No such file or directory`). The waiter is woken to look again."""
+    from spexsup.watch import DirWatch
+
+    gone = tmp_path / "turn"
+    gone.mkdir()
+    gone.rmdir()
+    with DirWatch([gone]) as watch:
+        assert watch.wait(5.0)  # at once, not after the timeout
