@@ -150,6 +150,10 @@ def turn_processes(
 
 
 def _wrapper_step(proc: psutil.Process) -> bool:
+    """Is `proc` the wrapper's exit reporter (or started by it)? False for a
+    process that is gone or hidden: it is no reporter to spare."""
+    import psutil
+
     try:
         return proc.environ().get("SPEXSUP_STEP") == "report"
     except psutil.Error:

@@ -659,3 +659,16 @@ def test_a_turn_dir_removed_before_it_is_watched_is_no_error(tmp_path: Path) -> 
     gone.rmdir()
     with DirWatch([gone]) as watch:
         assert watch.wait(5.0)  # at once, not after the timeout
+
+
+def test_a_process_that_vanishes_during_the_turn_scan_is_no_error() -> None:
+    """A stop's hunt for a turn's processes meets processes that exit as it
+    reads them (opencode forks short-lived helpers): one that is gone by the
+    time its environment is read is simply not the reporter to spare."""
+    from spexsup.procs import _wrapper_step
+
+    child = subprocess.Popen(["sleep", "30"])
+    proc = psutil.Process(child.pid)
+    child.kill()
+    child.wait()
+    assert _wrapper_step(proc) is False
