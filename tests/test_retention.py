@@ -288,15 +288,18 @@ def test_a_turn_id_taken_this_second_is_never_given_twice(
     sessions.create(spex, "a", harness="demo", cwd=str(tmp_path))
     real = os.urandom
     repeats = [0]
+    drawn = [b""]
 
     def repeating(n: int) -> bytes:
         if n == 3 and repeats[0] < 2:
             repeats[0] += 1
-            return b"\xab\xcd\xef"
+            return drawn[0]
         return real(n)
 
-    for _ in range(20):  # until both admissions fall in one second
-        repeats[0] = 0
+    for attempt in range(20):  # until both admissions fall in one second
+        # A value of its own each time: an attempt that crossed a second
+        # boundary left its ids behind, which the next must not draw again.
+        repeats[0], drawn[0] = 0, bytes([0xAB, 0xCD, attempt])
         monkeypatch.setattr(os, "urandom", repeating)
         second = int(time.time())
         first = history(spex, "a", 1)[0]
@@ -304,5 +307,5 @@ def test_a_turn_id_taken_this_second_is_never_given_twice(
         monkeypatch.setattr(os, "urandom", real)
         if int(time.time()) == second and first.startswith(again.partition("-")[0]):
             break
-    assert first.endswith("-abcdef") and again != first, (first, again)
+    assert first.endswith("-" + drawn[0].hex()) and again != first, (first, again)
     assert rows(spex, "a") >= {first, again}
