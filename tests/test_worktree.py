@@ -529,11 +529,13 @@ def make_untracked(repo: Repo, wt: Path) -> str:
     return "2 untracked files"
 
 
-def make_commits(repo: Repo, wt: Path) -> str:
+def make_commits(repo: Repo, wt: Path, salt: str = "") -> str:
+    """Two commits; `salt` makes them differ from another worktree's made in
+    the same second from the same base (else they are the very same commits)."""
     for i in range(2):
-        (wt / f"c{i}").write_text(f"{i}\n")
+        (wt / f"c{i}").write_text(f"{i}{salt}\n")
         repo.git("add", f"c{i}", cwd=wt)
-        repo.git("commit", "-qm", f"c{i}", cwd=wt)
+        repo.git("commit", "-qm", f"c{i}{salt}", cwd=wt)
     return "2 commits not pushed or merged"
 
 
@@ -579,7 +581,7 @@ def test_pushed_or_merged_commits_are_saved(env: Env, repo: Repo) -> None:
     assert repo.git("rev-parse", "origin/spex/p")  # still on the remote
 
     wt = made(env, repo, "m")
-    make_commits(repo, wt)
+    make_commits(repo, wt, salt="m")  # not the commits of p just pushed
     one_line_error(env.run("rm", "m"), 3)
     repo.git("merge", "-q", "--no-edit", "spex/m")  # into main, the base
     r = env.run("rm", "m")
