@@ -261,15 +261,24 @@ def test_a_suspended_wake_does_not_hold_a_finished_turn_hostage(env: Env) -> Non
     assert json.loads(out)["verdict"] == "failed"
 
 
-def test_an_end_deferred_to_a_suspended_launcher_falls_to_a_reader(env: Env) -> None:
+def _deferred_lock_failure(env: Env) -> tuple[subprocess.Popen[str], Path]:
+    """Session `l` whose attempt failed with a lock message (an end its reporter
+    defers to the launcher, which would retry it) while its wake is suspended."""
     env.home.mkdir(parents=True, exist_ok=True)
     _locky(env, "slow_always_locked.sh")
     env.run("new", "l", "--harness", "locky")
     wake, directory = _suspended_wake(env, "l")
+    if not retry_until(lambda: marker.read(directory).stage is Stage.EXIT, 30):
+        os.kill(wake.pid, signal.SIGCONT)
+        raise AssertionError("the attempt never exited")
+    return wake, directory
+
+
+def test_an_end_deferred_to_a_suspended_launcher_falls_to_a_reader(env: Env) -> None:
+    wake, directory = _deferred_lock_failure(env)
     try:
-        # A lock-class failure the launcher would retry: deferred to it, but
-        # only for a bounded time while it is not progressing.
-        assert retry_until(lambda: marker.read(directory).stage is Stage.EXIT, 30)
+        # Deferred to the launcher, but only for a bounded time while it is
+        # not progressing.
         assert _waited_end(env, "l") == ("error", 1)
     finally:
         os.kill(wake.pid, signal.SIGCONT)
@@ -280,12 +289,8 @@ def test_an_end_deferred_to_a_suspended_launcher_falls_to_a_reader(env: Env) -> 
 
 
 def test_a_stop_during_a_deferred_end_keeps_its_rc(env: Env) -> None:
-    env.home.mkdir(parents=True, exist_ok=True)
-    _locky(env, "slow_always_locked.sh")
-    env.run("new", "l", "--harness", "locky")
-    wake, directory = _suspended_wake(env, "l")
+    wake, _ = _deferred_lock_failure(env)
     try:
-        assert retry_until(lambda: marker.read(directory).stage is Stage.EXIT, 30)
         assert env.run("stop", "l", "--grace", "1").returncode == 0
         turn = show(env, "l")["turn"]
         assert (turn["state"], turn["rc"]) == ("aborted", 1), turn
