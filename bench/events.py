@@ -70,7 +70,7 @@ def reporter(home: Path, n: int) -> tuple[list[float], list[float]]:
     """The exit reporter as a turn's wrapper runs it (`python -m spexsup
     internal turn-exit`), wall time per end; and in-process, its record_exit
     (the end, its event, the summary rewrite that the end changes, the tick)."""
-    from spexsup.report import record_exit
+    from spexsup.pane.report import record_exit
 
     store = Store(home)
     with store.tx() as db:

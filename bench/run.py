@@ -25,8 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from spexsup import marker, report, sessions, turns  # noqa: E402
-from spexsup.marker import Stage  # noqa: E402
+from spexsup import sessions, turns  # noqa: E402
+from spexsup.pane import marker, report, turndir  # noqa: E402
+from spexsup.pane.marker import Stage  # noqa: E402
 from spexsup.spex import Spex  # noqa: E402
 from spexsup.watch import DirWatch  # noqa: E402
 
@@ -119,7 +120,7 @@ class Bench:
             v = turns.wake(self.spex, a, b"bench", window=5)
             known = time.time_ns()
             assert v.verdict == "failed" and v.turn
-            written = (turns.turn_dir(self.spex, a, v.turn) / "outcome").stat().st_ctime_ns
+            written = (turndir.path(self.spex.home, a, v.turn) / turndir.OUTCOME).stat().st_ctime_ns
             ours.append((known - written) / 1e6)
             session, turn, directory, _ = turns.admit(self.spex, b, b"bench", fresh=True)
             turns.launch(self.spex, session, turn, directory)

@@ -256,7 +256,7 @@ done
 # In a git work tree: record its state before the harness touches it (spex diff).
 if [ -e "$dir/git-start.todo" ]; then
     [ ${#py[@]} -gt 0 ] &&
-        "${py[@]}" -m spexsup.worktree record-start "$dir" "$PWD" </dev/null >/dev/null 2>&1
+        "${py[@]}" -m spexsup.pane.snapshot "$dir" "$PWD" </dev/null >/dev/null 2>&1
     rm -f "$dir/git-start.todo"
 fi
 
@@ -274,7 +274,7 @@ if [ -r "$dir/deadline" ] && [ ${#reporter[@]} -gt 0 ] && [ -z "$refused" ]; the
         sleeper=$!
         wait "$sleeper" || exit 0
         : >"$dir/timed-out"
-        "${py[@]}" -m spexsup.deadline "$dir" "$pid" "$grace" </dev/null
+        "${py[@]}" -m spexsup.pane.deadline "$dir" "$pid" "$grace" </dev/null
     ) &
     watchdog=$!
 fi
@@ -308,7 +308,7 @@ else
     while :; do
         if [ -n "$render" ]; then
             (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 |
-                "${py[@]}" -m spexsup.pretty feed "$dir" "$render"
+                "${py[@]}" -m spexsup.pane.pretty feed "$dir/output.log" "$render"
         else
             (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 | tee -a "$dir/output.log"
         fi
@@ -317,7 +317,7 @@ else
             [ ${#reporter[@]} -eq 0 ]; then
             break
         fi
-        plan=$("${py[@]}" -m spexsup.limit plan "$dir" </dev/null 2> >(tee -a "$dir/output.log" >&2)) ||
+        plan=$("${py[@]}" -m spexsup.pane.limit plan "$dir" </dev/null 2> >(tee -a "$dir/output.log" >&2)) ||
             break
         read -r reset until <<<"$plan"
         waits=$((waits + 1))
@@ -329,7 +329,7 @@ else
             wait $!
         fi
         # A stop (or the time limit) during the wait ends the turn here.
-        "${py[@]}" -m spexsup.limit still "$dir" </dev/null || break
+        "${py[@]}" -m spexsup.pane.limit still "$dir" </dev/null || break
         mv -f "$dir/output.log" "$dir/limited-$waits.output.log"
         argv=()
         mapfile -d '' -t argv <"$dir/argv"

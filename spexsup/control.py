@@ -12,16 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spexsup import ledger, marker, report
+from spexsup import ledger
 from spexsup.errors import Failed, Invalid, Refused, TimedOut, UnknownSession
-from spexsup.marker import Stage
+from spexsup.pane import marker, turndir
+from spexsup.pane.marker import Stage
 from spexsup.paths import write_atomic
 from spexsup.procs import Liveness, turn_processes
 from spexsup.sessions import Session, get
 from spexsup.spex import Spex
 from spexsup.store import StateLocked
 from spexsup.tickets import ticket
-from spexsup.turns import kill_turn, reconcile, turn_dir, wrapper_liveness
+from spexsup.turns import kill_turn, reconcile
 from spexsup.watch import DirWatch
 
 DEFAULT_GRACE = 5.0
@@ -83,7 +84,7 @@ def _record_stop(
     if turn is not None:
         # An attempt that already exited (its end deferred to a launcher
         # that would retry it) keeps its rc on the abort.
-        exited = marker.read(turn_dir(spex, name, turn))
+        exited = marker.read(turndir.path(spex.home, name, turn))
         rc = exited.rc if exited.stage is Stage.EXIT else None
         if ledger.abort_current(db, name, turn, STOPPED_BY, rc=rc):
             aborted = turn
@@ -130,9 +131,9 @@ def _stop_under_lock(spex: Spex, name: str, grace: float, bearer: int | None) ->
     turn = session.current_turn
     if turn is not None:
         state = db.execute("SELECT state FROM turns WHERE id = ?", (turn,)).fetchone()
-        directory = turn_dir(spex, name, turn)
+        directory = turndir.path(spex.home, name, turn)
         if state is not None and state["state"] in ("starting", "running") and directory.is_dir():
-            write_atomic(directory / report.STOP_REQUEST, STOPPED_BY.encode() + b"\n")
+            write_atomic(directory / turndir.STOP_REQUEST, STOPPED_BY.encode() + b"\n")
         _kill(spex, session, turn, grace)
     try:
         with spex.store.tx() as tx:
@@ -169,7 +170,7 @@ def resume(
                 return False
             raise Refused(f"session {name!r} is not stopped (it is {session.state})")
         if session.current_turn and not force:
-            directory = turn_dir(spex, name, session.current_turn)
+            directory = turndir.path(spex.home, name, session.current_turn)
             m = marker.read(directory)
             row = spex.store.db.execute(
                 "SELECT started_at, ended_at FROM turns WHERE id = ?", (session.current_turn,)
@@ -178,7 +179,7 @@ def resume(
                 session.current_turn, m.pid, since=row["started_at"], until=row["ended_at"]
             )
             wrapper = (
-                wrapper_liveness(m.pid, directory)
+                turndir.wrapper_liveness(m.pid, directory)
                 if m.pid is not None and m.stage is not Stage.EXIT
                 else Liveness.DEAD
             )
@@ -263,7 +264,7 @@ def wait(
                     if on_end is not None:
                         on_end(ended[name])
                 elif turn not in watched:
-                    watch.add(turn_dir(spex, name, turn))
+                    watch.add(turndir.path(spex.home, name, turn))
                     watched.add(turn)
             if len(ended) == len(names):
                 return [ended[n] for n in names]
@@ -323,8 +324,8 @@ def log(
     ).fetchone()
     if row is None:
         raise Refused(f"session {name!r} has no turn {turn!r}", hint=f"spex show {name}")
-    directory = turn_dir(spex, name, turn)
-    path = directory / "output.log"
+    directory = turndir.path(spex.home, name, turn)
+    path = directory / turndir.OUTPUT
     offset = 0 if tail is None else tail_offset(path, tail)
 
     inode: int | None = None

@@ -290,9 +290,9 @@ def summary_of(home: Path, event: dict[str, Any]) -> str:
     """The last non-empty line of the event's turn output ("" without a turn)."""
     if not event.get("session") or not event.get("turn"):
         return ""
-    from spexsup.report import last_line
+    from spexsup.pane import turndir
 
-    return last_line(home / "turns" / event["session"] / event["turn"]) or ""
+    return turndir.last_line(turndir.path(home, event["session"], event["turn"])) or ""
 
 
 def variables(home: Path, event: dict[str, Any]) -> dict[str, str]:

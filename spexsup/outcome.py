@@ -349,14 +349,14 @@ PARSERS: dict[str, Spec] = {
 }
 
 
-def read(turn_dir: Path, parser: str | None, budget: int = SCAN_BUDGET) -> Outcome:
-    """The outcome flags of a turn's output.log under `parser` (empty without one)."""
+def read(output: Path, parser: str | None, budget: int = SCAN_BUDGET) -> Outcome:
+    """The outcome flags of a turn's output (its output.log) under `parser` (empty without one)."""
     out = Outcome()
     spec = PARSERS.get(parser or "")
     if spec is None:
         return out
     try:
-        for line in lines_backwards(turn_dir / "output.log", budget):
+        for line in lines_backwards(output, budget):
             if not any(w in line for w in spec.wanted):
                 continue
             start = line.find(b"{")
@@ -511,14 +511,14 @@ def _next_clock(text: str, now: float) -> float | None:
     return candidate.timestamp()
 
 
-def output_end(turn_dir: Path, size: int = LIMIT_TAIL) -> str:
-    """The last `size` bytes of a turn's output, decoded; "" if there is none.
+def output_end(output: Path, size: int = LIMIT_TAIL) -> str:
+    """The last `size` bytes of a turn's output (its output.log), decoded; "" if there is none.
 
     Causes and patterns show at the end of the output, and a harness may
     have written megabytes before it: never read it all.
     """
     try:
-        with (turn_dir / "output.log").open("rb") as f:
+        with output.open("rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - size))
             return f.read().decode("utf-8", "replace")
@@ -527,7 +527,7 @@ def output_end(turn_dir: Path, size: int = LIMIT_TAIL) -> str:
 
 
 def find_limit(
-    turn_dir: Path,
+    output: Path,
     limits: tuple[tuple[str, str], ...],
     now: float,
     timeout: float = 0.25,
@@ -537,7 +537,7 @@ def find_limit(
     table) in the end of a turn's output (`text`, when read already), or None."""
     if not limits:
         return None
-    text = output_end(turn_dir) if text is None else text
+    text = output_end(output) if text is None else text
     if not text:
         return None
     import regex

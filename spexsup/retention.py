@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from spexsup.config import Retention
 from spexsup.errors import Invalid, UnknownSession
+from spexsup.pane import turndir
 from spexsup.states import ACTIVE
 
 if TYPE_CHECKING:
@@ -274,7 +275,7 @@ def prune(
     out = Pruned(dry_run)
     candidates = _turn_candidates(db, policy, cutoff, sessions, turn_limit)
     waves = [] if sessions is not None else _wave_candidates(db, policy, cutoff, wave_limit)
-    turns_dir = home / "turns"
+    turns_dir = turndir.root(home)
     waves_dir = home / "waves"
     if dry_run:
         with store.tx() as tx:
@@ -379,7 +380,7 @@ def orphans(store: Store, home: Path, *, now: float | None = None) -> list[Path]
     now = time.time() if now is None else now
     db = store.db
     found: list[Path] = []
-    turns_dir = home / "turns"
+    turns_dir = turndir.root(home)
     for session_dir in _listdir(turns_dir):
         row = db.execute(
             "SELECT state FROM sessions WHERE name = ?", (session_dir.name,)
@@ -491,9 +492,9 @@ def du(store: Store, home: Path, policy: Retention) -> dict[str, Any]:
         r[0]: r[1] for r in db.execute("SELECT session, count(*) FROM turns GROUP BY session")
     }
     sessions: list[dict[str, Any]] = []
-    turns_dir = home / "turns"
+    turns_dir = turndir.root(home)
     for session_dir in _listdir(turns_dir):
-        logs = sum(tree_bytes(d / "output.log") for d in _listdir(session_dir))
+        logs = sum(tree_bytes(d / turndir.OUTPUT) for d in _listdir(session_dir))
         sessions.append(
             {
                 "name": session_dir.name,

@@ -22,6 +22,7 @@ from spexsup import events, ids, ledger
 from spexsup import harness as harnesses
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.home import Census, owner_tag, write_shell_env
+from spexsup.pane import turndir
 from spexsup.paths import ensure_private_dir
 from spexsup.procs import Liveness
 from spexsup.spex import Spex
@@ -313,7 +314,7 @@ def create(
     except BaseException:
         with spex.store.tx() as db:
             ledger.discard_session(db, name)
-        (spex.home / "turns" / name / HOME_ENV).unlink(missing_ok=True)
+        (turndir.of_session(spex.home, name) / HOME_ENV).unlink(missing_ok=True)
         raise
     if plan is None:
         events.emit(spex.store, "created", session=name, harness=harness, cwd=str(directory))
@@ -338,7 +339,7 @@ def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:
         except BaseException as e:
             spex.tmux.kill(name, session.owner(spex.home))
             worktrees.discard(plan.worktree, made=True, made_parent=made_parent, cause=e)
-            _remove_tree(spex.home / "turns" / name)
+            _remove_tree(turndir.of_session(spex.home, name))
             raise
         with spex.store.tx() as db:
             ledger.mark_created(db, name, harness=session.harness, cwd=session.cwd, worktree=True)
@@ -383,7 +384,7 @@ def shell_env(spex: Spex, session: Session) -> Path | None:
     sets no env. Gone with the session's turns on rm."""
     if not session.env:
         return None
-    directory = ensure_private_dir(spex.home / "turns" / session.name, under=spex.home)
+    directory = ensure_private_dir(turndir.of_session(spex.home, session.name), under=spex.home)
     return write_shell_env(directory / HOME_ENV, session.env)
 
 
@@ -466,7 +467,7 @@ def remove(
         removal = None
         if session.worktree is not None:
             removal = worktrees.dispose(name, session.worktree, salvage=salvage, keep=keep_worktree)
-        problems = _remove_tree(spex.home / "turns" / name)
+        problems = _remove_tree(turndir.of_session(spex.home, name))
         if problems:
             raise Failed(
                 f"{name}: could not remove {problems[0]}"

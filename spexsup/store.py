@@ -240,7 +240,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX hook_runs_queued ON hook_runs (claimed_at) WHERE started_at IS NULL;
     """,
     # 12: the pids that survived SIGKILL when a turn's time limit ended it
-    # (a JSON list; see `spexsup.deadline`), NULL when none did.
+    # (a JSON list; see `spexsup.pane.deadline`), NULL when none did.
     """
     ALTER TABLE turns ADD COLUMN survivors TEXT;
     """,

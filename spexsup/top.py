@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spexsup.pane import turndir
 from spexsup.spex import Spex
 from spexsup.states import ACTIVE
 
@@ -54,9 +55,7 @@ def last_line(directory: Path | None, size: int = 16384) -> str:
     rendered for the turn's CLI, no escapes); "" if none."""
     if directory is None:
         return ""
-    from spexsup import pretty
-
-    lines = pretty.turn_lines(directory, size)
+    lines = turndir.output_lines(directory, size)
     return lines[-1][:500] if lines else ""
 
 
@@ -117,7 +116,7 @@ class Board:
         rows = []
         for entry in described:
             turn = entry["turn"]
-            directory = self.spex.home / "turns" / entry["name"] / turn["id"] if turn else None
+            directory = turndir.path(self.spex.home, entry["name"], turn["id"]) if turn else None
             name, harness, state = entry["name"], entry["harness"], entry["state"]
             row = Row(name, harness, state, turn, _flags(entry), directory, entry=entry)
             row.last = last_line(directory)
@@ -131,7 +130,7 @@ class Board:
             if not row.active or row.turn_dir is None:
                 continue
             try:
-                size = (row.turn_dir / "output.log").stat().st_size
+                size = (row.turn_dir / turndir.OUTPUT).stat().st_size
             except OSError:
                 continue
             if size != row.read_size:
@@ -173,7 +172,7 @@ class Board:
 
     def watched_dirs(self) -> list[Path]:
         """The turn directories to watch: each session's, and its current turn's."""
-        base = self.spex.home / "turns"
+        base = turndir.root(self.spex.home)
         out = []
         for row in self.rows:
             out.append(base / row.name)
@@ -241,21 +240,21 @@ class Watcher:
         self._observer.daemon = True
         self._observer.start()
         self._schedule(self.home, self._home_event)
-        for directory in (self.home / "turns", self.home / "events"):
+        for directory in (turndir.root(self.home), self.home / "events"):
             self._schedule(directory, self._dir_event)
 
     def arm(self, directories: list[Path]) -> bool:
         """Watch exactly these turn directories (plus the fixed ones): new
         ones are added, ones no longer current are dropped. True when a
         directory was added: what changed in it before now was not seen."""
-        fixed = {self.home, self.home / "turns", self.home / "events"}
+        fixed = {self.home, turndir.root(self.home), self.home / "events"}
         wanted = set(directories)
         for directory in list(self._watches):
             if directory not in wanted and directory not in fixed:
                 self._unschedule(directory)
         before = set(self._watches)
         for directory in wanted - before:
-            turn_level = directory.parent.parent == self.home / "turns"
+            turn_level = directory.parent.parent == turndir.root(self.home)
             self._schedule(directory, self._turn_event if turn_level else self._dir_event)
         # events/ and turns/ may have been made since start(): try again.
         for directory in fixed - before:

@@ -18,11 +18,12 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup import config, events, ids, ledger, marker, report, states
+from spexsup import config, events, ids, ledger, states
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession, warn
 from spexsup.harness import Harness
 from spexsup.home import Launch
-from spexsup.marker import Marker, Stage
+from spexsup.pane import marker, report, turndir
+from spexsup.pane.marker import Marker, Stage
 from spexsup.paths import (
     disk_full,
     ensure_private_dir,
@@ -34,7 +35,6 @@ from spexsup.paths import (
 from spexsup.procs import (
     Liveness,
     boot_id,
-    command_line_liveness,
     identity_liveness,
     is_zombie,
     own_identity,
@@ -51,7 +51,6 @@ DEFAULT_WINDOW = 2.0
 REPORTER_GRACE = 1.0
 RETRY_BACKOFF = (0.25, 0.5, 1.0, 2.0)
 assert len(RETRY_BACKOFF) == report.MAX_RETRIES
-TAIL_LINES = 5
 
 
 class Verdict(NamedTuple):
@@ -81,28 +80,9 @@ def new_turn_id() -> str:
     return ids.new_id()
 
 
-def turn_dir(spex: Spex, session: str, turn: str) -> Path:
-    return spex.home / "turns" / session / turn
-
-
-def output_end(directory: Path, size: int = 65536) -> str:
-    """The last `size` bytes of a turn's output, decoded (see outcome.output_end)."""
-    from spexsup.outcome import output_end as end
-
-    return end(directory, size)
-
-
-def output_tail(directory: Path, lines: int = TAIL_LINES) -> str:
-    """The last lines of a turn's output as a person reads them (JSON events
-    rendered for its CLI), joined for a one-line message."""
-    from spexsup import pretty
-
-    return " | ".join(line[:200] for line in pretty.turn_lines(directory)[-lines:])
-
-
 def failure_message(harness: Harness, directory: Path, rc: int, cas: int | None) -> str:
     """`exited rc=N`, the reporter's rc when non-zero, a named cause, the last output lines."""
-    decoded = output_end(directory)
+    decoded = turndir.output_end(directory)
     parts = [f"exited rc={rc}"]
     if cas not in (None, report.RECORDED, report.STALE, report.DEFERRED):
         parts.append(f"exit reporter rc={cas}")
@@ -111,7 +91,7 @@ def failure_message(harness: Harness, directory: Path, rc: int, cas: int | None)
         if re.search(fatal.pattern, decoded):
             message = f"{fatal.cause}: {message}"
             break
-    tail = output_tail(directory)
+    tail = turndir.output_tail(directory)
     return f"{message}: {tail}" if tail else message
 
 
@@ -224,7 +204,7 @@ def admit(
             timeout=timeout,
             strict=int(strict),
         )
-    directory = ensure_private_dir(turn_dir(spex, name, turn), under=spex.home)
+    directory = ensure_private_dir(turndir.path(spex.home, name, turn), under=spex.home)
     grace = settings.grace if timeout else None
     on_limit = limits.on_limit or session.on_limit
     ending = Ending(
@@ -241,7 +221,7 @@ def admit(
         # The wrapper records the work tree's state (`git-start`, for spex
         # diff) before the harness starts: a dozen git calls are not worth
         # holding the verdict for.
-        write_atomic(directory / "git-start.todo", b"", durable=False)
+        write_atomic(directory / turndir.GIT_START_TODO, b"", durable=False)
     return session, turn, directory, adapter
 
 
@@ -283,12 +263,12 @@ def _prepare(
     (with the conversation id it resumes), and `deadline` (`SECONDS GRACE`) for
     the wrapper's watchdog."""
     files = {
-        "prompt": prompt,
-        "argv": b"\0".join(argv) + b"\0",
-        "env": b"".join(f"{k}={v}".encode() + b"\0" for k, v in session.env.items()),
+        turndir.PROMPT: prompt,
+        turndir.ARGV: b"\0".join(argv) + b"\0",
+        turndir.ENV: b"".join(f"{k}={v}".encode() + b"\0" for k, v in session.env.items()),
     }
     if on_stdin:
-        files["stdin"] = b""
+        files[turndir.STDIN] = b""
     # Never the session's cwd or PYTHONPATH on sys.path (see own_python); the
     # wrapper runs spex's other helpers with the same interpreter and flags.
     reporter = [
@@ -300,7 +280,7 @@ def _prepare(
         session.name,
         turn,
     ]
-    files["reporter"] = "\0".join(reporter).encode() + b"\0"
+    files[turndir.REPORTER] = "\0".join(reporter).encode() + b"\0"
     # The harness is named, not its id pattern: fixing harnesses.toml fixes
     # every later read of this turn.
     meta = {
@@ -314,18 +294,18 @@ def _prepare(
         "started": time.time(),
         "resumed": resumed,
     }
-    files["meta.json"] = json.dumps(meta).encode()
+    files[turndir.META] = json.dumps(meta).encode()
     if adapter.outcome:
-        # A CLI of JSON events: the pane shows their rendering (spexsup.pretty).
-        files["render"] = f"{adapter.outcome}\n".encode()
+        # A CLI of JSON events: the pane shows their rendering (spexsup.pane.pretty).
+        files[turndir.RENDER] = f"{adapter.outcome}\n".encode()
     if ending.timeout:
-        files["deadline"] = f"{ending.timeout:g} {ending.grace:g}\n".encode()
+        files[turndir.DEADLINE] = f"{ending.timeout:g} {ending.grace:g}\n".encode()
     if ending.login_timeout is not None:
         # Every harness, a path too (the demo's interpreter, `-- ./agent.sh`):
         # what the login shell exports (an API key in ~/.bashrc) is its own.
-        files["login"] = f"{ending.login_timeout:g}\n".encode()
+        files[turndir.LOGIN] = f"{ending.login_timeout:g}\n".encode()
     if ending.limit_wait is not None:
-        files["on-limit"] = f"{ending.limit_wait:g} {ending.limit_margin:g}\n".encode()
+        files[turndir.ON_LIMIT] = f"{ending.limit_wait:g} {ending.limit_margin:g}\n".encode()
     # Not fsync'd: after a crash the turn is lost anyway, and these die with it.
     for name, data in files.items():
         write_atomic(directory / name, data, durable=False)
@@ -372,7 +352,7 @@ def _busy(spex: Spex, session: Session, turn: str, directory: Path, command: str
         )
     shutil.rmtree(directory, ignore_errors=True)
     pane = spex.tmux.pane(session.name)
-    activity = pane_activity(pane, spex.home / "turns") if pane else None
+    activity = pane_activity(pane, turndir.root(spex.home)) if pane else None
     return Refused(
         f"{session.name}: the pane is running {activity or command}",
         hint="spex wake --force to replace it",
@@ -396,7 +376,7 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
         "SPEXSUP_SESSION": name,
         "SPEXSUP_TURN": turn,
         "SPEXSUP_TURN_DIR": str(directory),
-        "SPEXSUP_PROMPT_FILE": str(directory / "prompt"),
+        "SPEXSUP_PROMPT_FILE": str(directory / turndir.PROMPT),
         "SPEXSUP_HOME": str(spex.home),
     }
     wrapper = os.environ.get("SPEXSUP_WRAPPER") or str(wrapper_path())
@@ -478,7 +458,7 @@ def _await_reporter(spex: Spex, name: str, previous: str | None) -> None:
     """
     if previous is None:
         return
-    directory = turn_dir(spex, name, previous)
+    directory = turndir.path(spex.home, name, previous)
     m = marker.read(directory)
     if m.stage is Stage.REPORTING:
         _await_wrapper(directory, m.pid, until=lambda m: m.stage is not Stage.REPORTING)
@@ -498,7 +478,7 @@ def _await_wrapper(
             wrapper = m.pid or wrapper  # `exit:` no longer names it
             if until(m) or wrapper is None:
                 break
-            if wrapper_liveness(wrapper, directory) is Liveness.DEAD:
+            if turndir.wrapper_liveness(wrapper, directory) is Liveness.DEAD:
                 break
             # After `exit:` nothing the wrapper does touches the turn dir.
             watch.wait(min(left, WRAPPER_TAIL_POLL) if m.stage is Stage.EXIT else left)
@@ -527,7 +507,7 @@ def kill_turn(spex: Spex, session: Session, turn: str, grace: float) -> list[int
     ).fetchone()
     if row is not None:
         spex.tmux.fence(name, owner, max(int(row["launch_fence"]), int(row["fence"] or 0)))
-    directory = turn_dir(spex, name, turn)
+    directory = turndir.path(spex.home, name, turn)
     m = marker.read(directory)
     pane = spex.tmux.pane(name)
     ours = pane is not None and pane.owner == owner and pane.turn == turn
@@ -545,7 +525,7 @@ def kill_turn(spex: Spex, session: Session, turn: str, grace: float) -> list[int
     # flush) are processes of the turn, and a stop returns with none left.
     m, wrapper = _await_wrapper(directory, wrapper)
     pane = spex.tmux.pane(name)
-    stuck = wrapper is not None and wrapper_liveness(wrapper, directory) is Liveness.ALIVE
+    stuck = wrapper is not None and turndir.wrapper_liveness(wrapper, directory) is Liveness.ALIVE
     if (
         pane is not None
         and pane.turn == turn
@@ -798,7 +778,7 @@ def _rotate_attempt(spex: Spex, name: str, turn: str, directory: Path, attempt: 
         if _turn_state(spex, turn) in (None, "aborted"):
             raise
         return False
-    for file in ("outcome", "output.log"):
+    for file in (turndir.OUTCOME, turndir.OUTPUT):
         src = directory / file
         if src.exists():
             src.rename(directory / f"attempt-{attempt}.{file}")
@@ -872,11 +852,6 @@ def _abandon(spex: Spex, session: Session, turn: str, directory: Path, error: st
 # --- reading and reconciliation --------------------------------------------
 
 
-def wrapper_liveness(pid: int, directory: Path) -> Liveness:
-    """Is the wrapper of this turn dir alive as `pid`? (reuse-proof: its argv names the dir)."""
-    return command_line_liveness(pid, str(directory))
-
-
 def _unlaunched(spex: Spex, row: Any, directory: Path) -> Liveness:
     """Did a turn with no marker (and no launcher left) start a wrapper?
 
@@ -895,7 +870,7 @@ def _unlaunched(spex: Spex, row: Any, directory: Path) -> Liveness:
     pane = census.panes.get(session.name)
     if pane is None or pane.owner != owner or pane.turn != row["id"] or pane.pane_dead:
         return Liveness.DEAD
-    return wrapper_liveness(pane.pane_pid, directory)
+    return turndir.wrapper_liveness(pane.pane_pid, directory)
 
 
 def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
@@ -929,7 +904,7 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
         if row["boot_id"] and boot and row["boot_id"] != boot:
             # Nothing of an earlier boot runs now; pids and start tokens of
             # then mean nothing. The conversation is kept for `up --revive`.
-            directory = turn_dir(spex, name, turn)
+            directory = turndir.path(spex.home, name, turn)
             report.record_exit(
                 spex.store,
                 name,
@@ -942,7 +917,7 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
             )
             continue
         launcher = identity_liveness(row["launcher_pid"], row["launcher_token"])
-        directory = turn_dir(spex, name, turn)
+        directory = turndir.path(spex.home, name, turn)
         if row["state"] == "starting" and launcher is not Liveness.DEAD:
             deferred = _deferred_until(directory)
             if deferred is None:
@@ -1007,7 +982,7 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
         report.record_exit(spex.store, name, turn, m.rc, directory)
     elif m.stage in (Stage.RUNNING, Stage.LIMITED, Stage.REPORTING):
         assert m.pid is not None
-        alive = wrapper_liveness(m.pid, directory)
+        alive = turndir.wrapper_liveness(m.pid, directory)
         if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:
             with spex.store.tx() as db:
                 why = "its launcher died; its wrapper runs"
@@ -1053,7 +1028,7 @@ def _deferred_until(directory: Path) -> float | None:
     if marker.read(directory).stage is not Stage.EXIT:
         return None
     try:
-        return (directory / "outcome").stat().st_mtime + report.DEFER_BOUND
+        return (directory / turndir.OUTCOME).stat().st_mtime + report.DEFER_BOUND
     except OSError:  # rotated away for a retry meanwhile
         return None
 
@@ -1087,31 +1062,19 @@ def turn_json(row: Any) -> dict[str, Any]:
     }
 
 
-def _first_line(path: Path, size: int = 4096) -> str | None:
-    try:
-        with path.open("rb") as f:
-            data = f.read(size).decode("utf-8", "replace")
-    except OSError:
-        return None
-    for line in data.splitlines():
-        if line.strip():
-            return line.strip()[:200]
-    return None
-
-
 def turn_summary(spex: Spex, session: str, turn: str) -> dict[str, str | None]:
     """What `spex show` adds about a turn: the harness binary it resolved, its
     prompt's first line and the last line of its final answer (from the
     structured output, bounded as the exit reporter reads it)."""
     from spexsup import outcome
 
-    directory = turn_dir(spex, session, turn)
-    binary = _first_line(directory / "binary")
-    prompt = _first_line(directory / "prompt")
+    directory = turndir.path(spex.home, session, turn)
+    binary = turndir.first_line(directory / turndir.BINARY)
+    prompt = turndir.first_line(directory / turndir.PROMPT)
     answer = None
-    parser = report._meta(directory).get("outcome")
+    parser = turndir.meta(directory).get("outcome")
     if isinstance(parser, str):
-        text = outcome.read(directory, parser).answer
+        text = outcome.read(directory / turndir.OUTPUT, parser).answer
         lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
         answer = lines[-1][:200] if lines else None
     return {"binary": binary, "prompt_line": prompt, "answer_line": answer}

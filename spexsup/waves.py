@@ -40,6 +40,7 @@ from typing import Any
 from spexsup import events, ids, sessions, turns
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.mainwait import results
+from spexsup.pane import turndir
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.procs import Liveness, identity_liveness, own_identity
 from spexsup.spex import Spex
@@ -661,7 +662,7 @@ class Wave:
                     return
                 for leg in running:
                     if leg["turn"] not in watched:
-                        watch.add(turns.turn_dir(spex, leg["session"], leg["turn"]))
+                        watch.add(turndir.path(spex.home, leg["session"], leg["turn"]))
                         watched.add(leg["turn"])
                 watch.wait(3600 if on_refresh is None else 1.0)
 

@@ -38,14 +38,15 @@ import secrets
 import shutil
 import stat
 import subprocess
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from spexsup.errors import Failed, Invalid, Refused
+from spexsup.git import GitError, git, identity, scratch_index, sha, snapshot, snapshot_tree
+from spexsup.pane import turndir
 
 if TYPE_CHECKING:
     from spexsup.sessions import Session
@@ -56,58 +57,6 @@ SETUP_FILE = ".spexsup.toml"
 SETUP_KEYS = ("copy", "symlink", "post_create")
 # The turn id that tags the pane (and SPEXSUP_TURN) while post_create runs.
 POST_CREATE = "post-create"
-# The fallback identity for salvage commits when the user has none configured:
-# salvage must never fail for want of a name.
-SALVAGE_IDENT = {
-    "GIT_AUTHOR_NAME": "spex",
-    "GIT_AUTHOR_EMAIL": "spex@localhost",
-    "GIT_COMMITTER_NAME": "spex",
-    "GIT_COMMITTER_EMAIL": "spex@localhost",
-}
-
-
-# --- git --------------------------------------------------------------------
-
-
-class GitError(Failed):
-    def __init__(self, argv: Sequence[str], rc: int, stderr: str) -> None:
-        last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {rc}"
-        super().__init__(f"git {' '.join(argv)}: {last}")
-        self.rc = rc
-        self.stderr = stderr
-
-
-def git(
-    cwd: str | Path,
-    *args: str,
-    env: Mapping[str, str] | None = None,
-    check: bool = True,
-) -> str:
-    """Run `git -C cwd ARGS…` and return its stdout (surrogate-escaped).
-
-    Messages in C locale, no prompts, no optional locks (a `git status` of
-    ours must not fight the user's git over the index lock).
-    """
-    argv = ["git", "--no-optional-locks", "-C", str(cwd), *args]
-    full_env = {
-        **os.environ,
-        "LC_ALL": "C",
-        "GIT_TERMINAL_PROMPT": "0",
-        **(env or {}),
-    }
-    try:
-        res = subprocess.run(argv, capture_output=True, env=full_env, check=False)
-    except FileNotFoundError:
-        raise Failed("git is not installed", hint="install git") from None
-    out = os.fsdecode(res.stdout)
-    if check and res.returncode != 0:
-        raise GitError(list(args), res.returncode, os.fsdecode(res.stderr))
-    return out
-
-
-def _sha(cwd: str | Path, rev: str) -> str | None:
-    out = git(cwd, "rev-parse", "--verify", "--quiet", "--end-of-options", rev, check=False)
-    return out.strip() or None
 
 
 # --- the record kept with a session -----------------------------------------
@@ -397,12 +346,12 @@ def plan(name: str, request: Request) -> Plan:
     ok = git(repo, "check-ref-format", "--branch", branch, check=False).strip()
     if not ok or branch.startswith("-") or branch.startswith("spex/salvage/"):
         raise Invalid(f"invalid branch name {branch!r}", hint="see git check-ref-format")
-    if _sha(repo, f"refs/heads/{branch}") is not None:
+    if sha(repo, f"refs/heads/{branch}") is not None:
         raise Refused(f"branch {branch!r} already exists in {repo}", hint="--branch NAME")
     base_arg = request.base or "HEAD"
     if base_arg.startswith("-"):
         raise Invalid(f"invalid base {base_arg!r}")
-    base = _sha(repo, f"{base_arg}^{{commit}}")
+    base = sha(repo, f"{base_arg}^{{commit}}")
     if base is None:
         why = "has no commits yet" if request.base is None else f"has no commit {base_arg!r}"
         raise Invalid(f"{repo} {why}", hint="--base REF")
@@ -538,16 +487,15 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
     supersedes it. Failed when it exits non-zero or its wrapper dies; on any
     exception its processes are killed before this returns.
     """
-    from spexsup import marker
-    from spexsup.marker import Marker, Stage
+    from spexsup.pane import marker
+    from spexsup.pane.marker import Marker, Stage
     from spexsup.paths import ensure_private_dir, wrapper_path, write_atomic
     from spexsup.procs import Liveness, reap, turn_processes
-    from spexsup.turns import output_tail, wrapper_liveness
     from spexsup.watch import DirWatch
 
     name = session.name
     tag = f"{POST_CREATE}-{secrets.token_hex(3)}"
-    directory = ensure_private_dir(spex.home / "turns" / name / POST_CREATE, under=spex.home)
+    directory = ensure_private_dir(turndir.path(spex.home, name, POST_CREATE), under=spex.home)
     files = {
         "argv": b"\0".join(os.fsencode(a) for a in argv) + b"\0",
         "env": b"".join(f"{k}={v}".encode() + b"\0" for k, v in session.env.items()),
@@ -579,7 +527,7 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
                 why = f"invalid outcome marker {m.text!r}"
             elif (
                 m.pid is not None
-                and wrapper_liveness(m.pid, directory) is Liveness.DEAD
+                and turndir.wrapper_liveness(m.pid, directory) is Liveness.DEAD
                 # It may have written its exit and exec'd the shell meanwhile.
                 and marker.read(directory).stage is not Stage.EXIT
             ):
@@ -597,7 +545,7 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
             reap(lambda: turn_processes(tag, result.pane_pid, since=since), 0.5)
             raise
     if m.rc != 0:
-        tail = output_tail(directory)
+        tail = turndir.output_tail(directory)
         raise Failed(
             f"{name}: post_create {' '.join(argv)!r} exited rc={m.rc}"
             + (f": {tail}" if tail else "")
@@ -708,7 +656,7 @@ def _base_now(wt: Worktree) -> str:
     """The base as it is now (the base branch may have moved on), else the
     commit the worktree started from."""
     if wt.base_ref.startswith("refs/"):
-        return _sha(wt.repo, f"{wt.base_ref}^{{commit}}") or wt.base
+        return sha(wt.repo, f"{wt.base_ref}^{{commit}}") or wt.base
     return wt.base
 
 
@@ -734,8 +682,8 @@ def inspect(wt: Worktree) -> Status:
             hint="spex rm NAME --keep-worktree removes just the session",
         )
     missing = wt.missing
-    branch_tip = _sha(wt.repo, f"refs/heads/{wt.branch}")
-    head = None if missing else _sha(wt.path, "HEAD")
+    branch_tip = sha(wt.repo, f"refs/heads/{wt.branch}")
+    head = None if missing else sha(wt.path, "HEAD")
     modified, untracked = (0, []) if missing else _porcelain(wt.path)
     exempt = tuple(rel for rel in untracked if _exempt(wt, rel))
     tips = list(dict.fromkeys(t for t in (head, branch_tip) if t))
@@ -765,70 +713,6 @@ def inspect(wt: Worktree) -> Status:
         last_commit=last,
         exempt=exempt,
     )
-
-
-# --- snapshots ----------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _scratch_index(cwd: str | Path) -> Iterator[dict[str, str]]:
-    """A private copy of `cwd`'s index (its stat cache saves rehashing every
-    file), as the env for git commands that must not touch the real one."""
-    real = Path(cwd) / git(cwd, "rev-parse", "--git-path", "index").strip()
-    with tempfile.TemporaryDirectory(prefix="spex-index-") as tmp:
-        scratch = Path(tmp) / "index"
-        if real.exists():
-            shutil.copyfile(real, scratch)
-        yield {"GIT_INDEX_FILE": str(scratch)}
-
-
-def _identity(cwd: str | Path) -> dict[str, str]:
-    ok = all(
-        git(cwd, "var", var, check=False).strip()
-        for var in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT")
-    )
-    return {} if ok else SALVAGE_IDENT
-
-
-def snapshot_tree(cwd: str | Path, exclude: Sequence[str] = ()) -> str:
-    """The tree of the working tree at `cwd` as it is now: tracked changes and
-    untracked files (not ignored), without touching the real index."""
-    specs = ["."] + [f":(exclude,literal){rel}" for rel in exclude]
-    with _scratch_index(cwd) as env:
-        git(cwd, "add", "-A", "--", *specs, env=env)
-        return git(cwd, "write-tree", env=env).strip()
-
-
-def snapshot(cwd: str | Path, message: str) -> tuple[str | None, str]:
-    """(HEAD, a commit of the working tree now whose parent is HEAD): what
-    `git stash create` makes, untracked files included. Nothing is referenced:
-    the commit lives as long as git keeps unreachable objects (2 weeks by
-    default), like `git stash create`'s."""
-    head = _sha(cwd, "HEAD")
-    tree = snapshot_tree(cwd)
-    parents = ["-p", head] if head else []
-    commit = git(cwd, "commit-tree", tree, *parents, "-m", message, env=_identity(cwd)).strip()
-    return head, commit
-
-
-def record_start(cwd: str, directory: Path) -> None:
-    """Best effort, before a turn launches: write `git-start` in its turn dir
-    (JSON: toplevel, head, snapshot) when `cwd` is in a git work tree. A
-    failure is recorded in the file, never raised: the turn goes ahead."""
-    from spexsup.paths import write_atomic
-
-    try:
-        top = git(cwd, "rev-parse", "--show-toplevel", check=False).strip()
-    except Failed:
-        return  # no git: nothing to record
-    if not top:
-        return
-    doc: dict[str, Any] = {"toplevel": top, "head": None, "snapshot": None, "error": None}
-    try:
-        doc["head"], doc["snapshot"] = snapshot(top, f"spex: start of turn {directory.name}")
-    except (Failed, OSError) as e:
-        doc["error"] = str(e)
-    write_atomic(directory / "git-start", json.dumps(doc).encode(), durable=False)
 
 
 # --- removal ------------------------------------------------------------------
@@ -888,13 +772,13 @@ def _salvage(name: str, wt: Worktree, status: Status) -> tuple[str, list[str]]:
     """
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     branch = f"spex/salvage/{name}-{stamp}"
-    ident = _identity(wt.repo)
+    ident = identity(wt.repo)
     parents = [t for t in dict.fromkeys((status.head, status.branch_tip)) if t]
     if status.state == "ok":
         tree = snapshot_tree(wt.path, status.exempt)
-        with _scratch_index(wt.path) as env:
+        with scratch_index(wt.path) as env:
             index_tree = git(wt.path, "write-tree", env=env, check=False).strip()
-        head_tree = _sha(wt.path, "HEAD^{tree}")
+        head_tree = sha(wt.path, "HEAD^{tree}")
         if parents and index_tree and index_tree not in (tree, head_tree):
             msg = f"spex salvage of {name}: the index of {wt.path}"
             index_commit = git(
@@ -912,9 +796,9 @@ def _salvage(name: str, wt: Worktree, status: Status) -> tuple[str, list[str]]:
     commit = git(wt.repo, "commit-tree", tree, *args, "-m", message, env=ident).strip()
     git(wt.repo, "update-ref", f"refs/heads/{branch}", commit, "")
     stash_branches = []
-    for i, sha in enumerate(status.stashes):
+    for i, stash in enumerate(status.stashes):
         b = f"{branch}-stash-{i}"
-        git(wt.repo, "update-ref", f"refs/heads/{b}", sha, "")
+        git(wt.repo, "update-ref", f"refs/heads/{b}", stash, "")
         stash_branches.append(b)
     if status.state == "ok" and snapshot_tree(wt.path, status.exempt) != tree:
         raise Failed(
@@ -963,7 +847,7 @@ def dispose(name: str, wt: Worktree, *, salvage: bool, keep: bool) -> Removal:
     if status.branch_tip is not None:
         ref = f"refs/heads/{wt.branch}"
         git(wt.repo, "update-ref", "-d", ref, status.branch_tip, check=False)
-        if _sha(wt.repo, f"refs/heads/{wt.branch}") is not None:
+        if sha(wt.repo, f"refs/heads/{wt.branch}") is not None:
             removal.branch_kept = "it moved while the worktree was removed"
     else:
         removal.branch_kept = "it was already gone"
@@ -1028,7 +912,7 @@ class DiffRange:
 
 
 def _git_start(spex: Spex, session: str, turn: str) -> dict[str, Any] | None:
-    path = spex.home / "turns" / session / turn / "git-start"
+    path = turndir.path(spex.home, session, turn) / turndir.GIT_START
     try:
         doc = json.loads(path.read_bytes())
     except (OSError, ValueError):
@@ -1256,12 +1140,3 @@ def leg_stat(spex: Spex, session: str) -> str | None:
     except Failed as e:
         return f"({e.message})"
     return out or "no changes"
-
-
-if __name__ == "__main__":
-    # `python -m spexsup.worktree record-start TURN_DIR CWD`: run by the turn
-    # wrapper before the harness starts (see shell/turn.sh).
-    import sys
-
-    if len(sys.argv) == 4 and sys.argv[1] == "record-start":
-        record_start(sys.argv[3], Path(sys.argv[2]))

@@ -44,7 +44,8 @@ def test_the_exit_reporter_path_imports_no_dataclasses() -> None:
     behind it), typer, psutil and watchdog stay off its path."""
     code = (
         "import sys; from spexsup.cli import internal;"
-        "from spexsup import report, outcome, store, paths, events;"
+        "from spexsup.pane import report, turndir;"
+        "from spexsup import outcome, store, paths, events;"
         "print(' '.join(m for m in ('dataclasses', 'inspect', 'typer', 'psutil', 'watchdog')"
         " if m in sys.modules))"
     )

@@ -446,7 +446,7 @@ def test_real_limit_messages(
 ) -> None:
     (tmp_path / "output.log").write_text(f"{event('step_start')}\n{printed}\n")
     limits = tuple((lim.pattern, lim.reset) for lim in BUILTIN[cli].limited)
-    found = outcome.find_limit(tmp_path, limits, NOW)
+    found = outcome.find_limit(tmp_path / "output.log", limits, NOW)
     assert found is not None, printed
     assert found.reset == reset, (found, printed)
 
@@ -467,7 +467,7 @@ def test_real_limit_messages(
 def test_other_failures_are_no_limit(tmp_path: Path, cli: str, printed: str) -> None:
     (tmp_path / "output.log").write_text(printed + "\n")
     limits = tuple((lim.pattern, lim.reset) for lim in BUILTIN[cli].limited)
-    assert outcome.find_limit(tmp_path, limits, NOW) is None
+    assert outcome.find_limit(tmp_path / "output.log", limits, NOW) is None
 
 
 def test_reset_times() -> None:
@@ -507,7 +507,9 @@ def test_limited_patterns_in_toml(env: Env, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="limited"):
         registry.get("bad")
     (tmp_path / "output.log").write_text("working\nquota until 1900000000\n")
-    found = outcome.find_limit(tmp_path, (("quota until (?P<reset>[0-9]+)", "epoch"),), 0)
+    found = outcome.find_limit(
+        tmp_path / "output.log", (("quota until (?P<reset>[0-9]+)", "epoch"),), 0
+    )
     assert found is not None and found.reset == 1900000000
 
 
@@ -530,8 +532,10 @@ def test_the_decisive_event_is_found_at_the_end_of_a_big_output(tmp_path: Path) 
     with (tmp_path / "output.log").open("wb") as f:
         f.write(line * 4000)
         f.write(json.dumps(result).encode() + b"\n")
-    assert outcome.read(tmp_path, "claude").flags == ["asked-question"]
-    assert outcome.read(tmp_path, "claude", budget=1 << 16).flags == ["asked-question"]
+    assert outcome.read(tmp_path / "output.log", "claude").flags == ["asked-question"]
+    assert outcome.read(tmp_path / "output.log", "claude", budget=1 << 16).flags == [
+        "asked-question"
+    ]
 
 
 # --- waves ----------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """What a person sees in a session's pane, and in spex's own one-line views
-of a turn's output: a CLI of JSON events is rendered (spexsup.pretty), while
+of a turn's output: a CLI of JSON events is rendered (spexsup.pane.pretty), while
 output.log keeps the raw stream spex parses."""
 
 from __future__ import annotations

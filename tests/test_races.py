@@ -21,8 +21,8 @@ import pytest
 from conftest import HERE, SPEX, WRAPPERS, Env, harness, kill_everything, retry_until
 from test_turns import show, turn_processes_alive, wake_json
 
-from spexsup import marker
-from spexsup.marker import Stage
+from spexsup.pane import marker
+from spexsup.pane.marker import Stage
 
 SHIMS = HERE / "shims"
 REAL_TMUX = shutil.which("tmux") or "tmux"

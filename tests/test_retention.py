@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from conftest import SPEX, Env, retry_until
 
-from spexsup import report, retention, sessions, turns
+from spexsup import retention, sessions, turns
 from spexsup.config import Retention
+from spexsup.pane import report
 from spexsup.procs import own_identity
 from spexsup.spex import Spex
 from spexsup.waves import Wave

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 from conftest import SPEX, WRAPPERS, Env, harness, retry_until
 
-from spexsup import marker, report
-from spexsup.marker import Stage
+from spexsup.pane import marker, report
+from spexsup.pane.marker import Stage
 from spexsup.turns import Startup
 
 

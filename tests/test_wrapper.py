@@ -9,7 +9,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from spexsup.marker import Stage, read
+from spexsup.pane.marker import Stage, read
 from spexsup.paths import wrapper_path
 
 REPORTER = """#!/bin/bash

@@ -40,7 +40,7 @@ def fail(line: str, code: int, as_json: bool = False) -> int:
             sys.stdout.flush()
         except OSError:
             pass  # stdout is what failed (closed, full): the line below still says why
-    from spexsup.pretty import one_line
+    from spexsup.pane.pretty import one_line
 
     print(f"spex: {one_line(line)}", file=sys.stderr)
     return code

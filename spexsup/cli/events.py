@@ -33,7 +33,7 @@ def event_line(row: "sqlite3.Row") -> str:
             line += f" {key} {payload[key]}"
     if row["cause"]:
         line += f": {row['cause']}"
-    from spexsup.pretty import one_line
+    from spexsup.pane.pretty import one_line
 
     return one_line(line)
 
@@ -160,7 +160,7 @@ def hooks_test(
         print_json(document({"ok": all(o.ok for _, o in results), "event": event, "hooks": runs}))
     else:
         for h, o in results:
-            from spexsup.pretty import one_line
+            from spexsup.pane.pretty import one_line
 
             typer.echo(one_line(f"hook {h.key}: {'ok' if o.ok else 'failed'}, {o.detail}"))
     if not all(o.ok for _, o in results):

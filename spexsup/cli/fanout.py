@@ -60,7 +60,7 @@ def leg_line(leg: dict[str, Any]) -> str:
         from spexsup.outcome import describe
 
         parts.append(f"({describe(leg['flags'])})")
-    from spexsup.pretty import one_line
+    from spexsup.pane.pretty import one_line
 
     return one_line(" ".join(parts))
 

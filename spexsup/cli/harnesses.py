@@ -119,6 +119,6 @@ def harness_show(
 
 def _echo(line: str) -> None:
     """A line that shows harnesses.toml's text: printable (no escapes from the file)."""
-    from spexsup.pretty import one_line
+    from spexsup.pane.pretty import one_line
 
     typer.echo(one_line(line))

@@ -38,15 +38,16 @@ def fast_path(argv: list[str]) -> int | None:
         print("spex: usage: spex internal turn-exit SESSION TURN RC", file=sys.stderr)
         return 2
     from spexsup.errors import SpexError
+    from spexsup.pane import turndir
+    from spexsup.pane.report import record_exit, write_ended
     from spexsup.paths import resolve_home
-    from spexsup.report import record_exit, write_ended
     from spexsup.store import Store
 
     session, turn, rc = args[0], args[1], int(args[2])
     try:
         path = resolve_home(home)
         store = Store(path)
-        directory = path / "turns" / session / turn
+        directory = turndir.path(path, session, turn)
         cas = record_exit(store, session, turn, rc, directory, reporter=True)
         if cas == 0:
             _settle_wave(store, path, turn)

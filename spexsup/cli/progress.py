@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spexsup.pane import turndir
+
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.live import Live
@@ -38,7 +40,7 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
         return f"{leg['verdict']}: {leg['error']}" if leg["error"] else str(leg["verdict"])
     state = leg.get("turn_state")
     if state in ACTIVE:
-        if leg["turn"] and _fresh(home / "turns" / leg["session"] / leg["turn"], now):
+        if leg["turn"] and _fresh(turndir.path(home, leg["session"], leg["turn"]), now):
             return "producing output"
         return "confirmed"
     rc = "" if leg["rc"] is None else f" rc={leg['rc']}"
@@ -49,7 +51,7 @@ def _fresh(turn_dir: Path, now: float) -> bool:
     """Did the output log grow lately? (Appends move its mtime; the wrapper
     creates it empty, which is no output.)"""
     try:
-        st = (turn_dir / "output.log").stat()
+        st = (turn_dir / turndir.OUTPUT).stat()
     except OSError:
         return False
     return st.st_size > 0 and now - st.st_mtime < OUTPUT_FRESH

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from spexsup.ids import SCHEMA_VERSION, iso
-from spexsup.pretty import one_line as clean
+from spexsup.pane.pretty import one_line as clean
 
 
 def print_json(data: Any) -> None:

@@ -30,7 +30,7 @@ def cells(row: "Row", now: float) -> list[str]:
     if row.turn is not None:
         rc = "" if row.turn["rc"] is None else f" rc={row.turn['rc']}"
         turn = f"{row.turn['state']}{rc}"
-    from spexsup.pretty import one_line
+    from spexsup.pane.pretty import one_line
 
     # What agents said (the last output line, flags) reaches the screen printable.
     return [

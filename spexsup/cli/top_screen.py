@@ -36,6 +36,7 @@ from typing import Any
 from spexsup.cli.top import HEADERS, cells
 from spexsup.errors import SpexError
 from spexsup.mainwait import SIGNAL_CHECK
+from spexsup.pane import turndir
 from spexsup.paths import own_python
 from spexsup.top import Board, Changes, Row, Watcher
 
@@ -239,7 +240,7 @@ class Screen:
         return self.colors.get("running", 0) if row.active else 0
 
     def _put(self, y: int, x: int, text: str, width: int, attr: int = 0) -> None:
-        from spexsup.pretty import one_line
+        from spexsup.pane.pretty import one_line
 
         with contextlib.suppress(curses.error):  # the last cell of the screen
             self.scr.addnstr(y, x, one_line(text), max(0, width - x), attr)
@@ -354,7 +355,7 @@ class Screen:
 
     def log(self, name: str) -> None:
         row = next((r for r in self.board.rows if r.name == name), None)
-        path = row.turn_dir / "output.log" if row and row.turn_dir else None
+        path = row.turn_dir / turndir.OUTPUT if row and row.turn_dir else None
         if path is None or not path.is_file():
             self.status = f"log {name}: no output yet"
             return

@@ -390,15 +390,17 @@ def log(
     # --pretty's rendering is made printable wherever it goes: colours stay.
     safe = pretty or sys.stdout.isatty()
     if pretty:
-        from spexsup import pretty as renderer
-        from spexsup.report import _meta
+        from spexsup.pane import pretty as renderer
+        from spexsup.pane import turndir
 
         shown = turn or sessions.get(spex, name).current_turn
-        parser = _meta(turns.turn_dir(spex, name, shown)).get("outcome") if shown else None
+        parser = (
+            turndir.meta(turndir.path(spex.home, name, shown)).get("outcome") if shown else None
+        )
         chunks = renderer.render(
             chunks, parser if isinstance(parser, str) else None, color=sys.stdout.isatty()
         )
-    from spexsup.pretty import TerminalText
+    from spexsup.pane.pretty import TerminalText
 
     screen = TerminalText(colours=sys.stdout.isatty()) if safe else None
     for chunk in chunks:

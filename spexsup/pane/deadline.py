@@ -1,4 +1,4 @@
-"""`python -m spexsup.deadline TURN_DIR WRAPPER_PID GRACE`: end a turn that ran
+"""`python -m spexsup.pane.deadline TURN_DIR WRAPPER_PID GRACE`: end a turn that ran
 past its time limit.
 
 Started by the wrapper's watchdog (a child of the wrapper, so inside the
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+from spexsup.pane import turndir
 
 
 def _ancestors(pid: int) -> set[int]:
@@ -46,14 +48,19 @@ def main(argv: list[str]) -> int:
     try:
         directory, wrapper, grace = Path(argv[0]), int(argv[1]), float(argv[2])
     except (IndexError, ValueError):
-        print("spex: usage: python -m spexsup.deadline TURN_DIR WRAPPER_PID GRACE", file=sys.stderr)
+        print(
+            "spex: usage: python -m spexsup.pane.deadline TURN_DIR WRAPPER_PID GRACE",
+            file=sys.stderr,
+        )
         return 2
     survivors = end_turn(directory, wrapper, grace)
     if survivors:
         from spexsup.paths import write_atomic
 
         try:
-            write_atomic(directory / "survivors", " ".join(map(str, survivors)).encode() + b"\n")
+            write_atomic(
+                directory / turndir.SURVIVORS, " ".join(map(str, survivors)).encode() + b"\n"
+            )
         except OSError as e:
             print(f"spex: cannot record the survivors in {directory}: {e}", file=sys.stderr)
         print(f"spex: process(es) {survivors} survived SIGKILL", file=sys.stderr)

@@ -1,7 +1,7 @@
 """The wrapper's usage-limit helper (`--on-limit wait`), run in the pane:
 
-    python -m spexsup.limit plan TURN_DIR    -> "RESET_EPOCH WAKE_EPOCH", exit 0
-    python -m spexsup.limit still TURN_DIR   -> exit 0 if the turn may go on
+    python -m spexsup.pane.limit plan TURN_DIR    -> "RESET_EPOCH WAKE_EPOCH", exit 0
+    python -m spexsup.pane.limit still TURN_DIR   -> exit 0 if the turn may go on
 
 `plan` runs after the harness exited: when its output ends with a usage-limit
 message (the harness table's `limited` patterns) naming a reset within the
@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from spexsup.pane import turndir
+
 PLAN = 0
 NO_WAIT = 1
 GONE = 3
@@ -34,7 +36,7 @@ def still(turn_dir: Path) -> int:
     from spexsup.store import Store
 
     home, session, turn = _turn(turn_dir)
-    if (turn_dir / "timed-out").exists():
+    if (turn_dir / turndir.TIMED_OUT).exists():
         return GONE
     store = Store(home)
     row = store.db.execute(
@@ -50,17 +52,18 @@ def still(turn_dir: Path) -> int:
 
 
 def plan(turn_dir: Path, now: float | None = None) -> int:
-    from spexsup import harness, outcome, report
+    from spexsup import harness, outcome
+    from spexsup.pane import report
     from spexsup.paths import write_atomic
     from spexsup.store import Store
 
     now = time.time() if now is None else now
     try:
-        longest, margin = (float(x) for x in (turn_dir / "on-limit").read_text().split())
+        longest, margin = (float(x) for x in (turn_dir / turndir.ON_LIMIT).read_text().split())
     except (OSError, ValueError):
         return NO_WAIT
     home, session, turn = _turn(turn_dir)
-    name = str(report._meta(turn_dir).get("harness") or "")
+    name = str(turndir.meta(turn_dir).get("harness") or "")
     if not name or name == "command":
         return NO_WAIT
     try:
@@ -68,7 +71,7 @@ def plan(turn_dir: Path, now: float | None = None) -> int:
     except Exception:  # a broken harnesses.toml: the turn ends as it is
         return NO_WAIT
     limits = tuple((lim.pattern, lim.reset) for lim in adapter.limited)
-    found = outcome.find_limit(turn_dir, limits, now)
+    found = outcome.find_limit(turn_dir / turndir.OUTPUT, limits, now)
     if found is None:
         return NO_WAIT
     say = f"[spex] {name} hit its usage limit ({found.when()})"
@@ -98,13 +101,13 @@ def plan(turn_dir: Path, now: float | None = None) -> int:
     if not conversation or adapter.resume is None:
         print(f"{say}: no conversation id to resume, not waiting", file=sys.stderr)
         return NO_WAIT
-    prompt = (turn_dir / "prompt").read_bytes()
+    prompt = (turn_dir / turndir.PROMPT).read_bytes()
     argv, on_stdin = adapter.argv(prompt, conversation)
-    write_atomic(turn_dir / "argv", b"\0".join(argv) + b"\0", durable=False)
+    write_atomic(turn_dir / turndir.ARGV, b"\0".join(argv) + b"\0", durable=False)
     if on_stdin:
-        write_atomic(turn_dir / "stdin", b"", durable=False)
+        write_atomic(turn_dir / turndir.STDIN, b"", durable=False)
     else:
-        (turn_dir / "stdin").unlink(missing_ok=True)
+        (turn_dir / turndir.STDIN).unlink(missing_ok=True)
     with store.tx() as db:
         db.execute(
             "UPDATE turns SET limit_reset = ?, waiting_until = ?, resumed = ? WHERE id = ?",
@@ -124,7 +127,7 @@ def plan(turn_dir: Path, now: float | None = None) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("plan", "still"):
-        print("spex: usage: python -m spexsup.limit plan|still TURN_DIR", file=sys.stderr)
+        print("spex: usage: python -m spexsup.pane.limit plan|still TURN_DIR", file=sys.stderr)
         return 2
     directory = Path(argv[1])
     try:

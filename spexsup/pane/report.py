@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup import events, ledger
+from spexsup.pane import turndir
 from spexsup.states import ACTIVE
 from spexsup.store import Store
 
@@ -40,7 +41,7 @@ PATTERN_TIMEOUT = 0.25
 
 
 def _scan_text(turn_dir: Path) -> str:
-    with (turn_dir / "output.log").open("rb") as f:
+    with (turn_dir / turndir.OUTPUT).open("rb") as f:
         head = f.read(_SCAN_BYTES)
         f.seek(0, 2)
         size = f.tell()
@@ -81,10 +82,7 @@ def find_conversation_id(turn_dir: Path, pattern: str | None) -> str | None:
 def id_pattern(home: Path, turn_dir: Path) -> tuple[str, str | None]:
     """The harness a turn ran and its id pattern, read from harnesses.toml now
     (not copied at prepare time, so fixing the file fixes every later read)."""
-    try:
-        name = json.loads((turn_dir / "meta.json").read_text()).get("harness", "")
-    except (OSError, ValueError):
-        return "", None
+    name = turndir.meta(turn_dir).get("harness", "")
     if not name or name == "command":
         return name, None
     from spexsup import harness  # only when there is a pattern to look up
@@ -108,7 +106,7 @@ def conversation_of(store: Store, turn_dir: Path, adapter: Harness | None = None
             # Nothing in the stream: the CLI's own session store may have it.
             from spexsup import convstore
 
-            meta = _meta(turn_dir)
+            meta = turndir.meta(turn_dir)
             found = convstore.lookup(name, meta.get("cwd"), meta.get("started"))
         return found
     except PatternTimeout:
@@ -137,26 +135,8 @@ def remember_conversation(
             )
 
 
-def last_line(turn_dir: Path, size: int = 65536) -> str | None:
-    """The last line of the turn's output as a person reads it (a JSON event
-    rendered for its CLI, never shown raw; no control characters): what a
-    harness that failed mid-turn said last (`API Error: 529 overloaded`)."""
-    from spexsup import pretty
-
-    lines = pretty.turn_lines(turn_dir, size)
-    return lines[-1][:300] if lines else None
-
-
 def end_state(rc: int) -> str:
     return "complete" if rc == 0 else "error"
-
-
-def _meta(turn_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((turn_dir / "meta.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 class Judgement:
@@ -184,7 +164,7 @@ class Judgement:
         self.limit_reset = limit_reset
         # The conversation id a `conversation-gone` end found unknown.
         self.gone: str | None = None
-        # The pids a time limit's SIGKILL left alive (`spexsup.deadline`).
+        # The pids a time limit's SIGKILL left alive (`spexsup.pane.deadline`).
         self.survivors: list[int] = []
 
 
@@ -196,26 +176,28 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
     """
     from spexsup import outcome
 
-    meta = _meta(turn_dir)
+    meta = turndir.meta(turn_dir)
     name = adapter.name if adapter is not None else str(meta.get("harness") or "")
-    if rc == 126 and (turn_dir / "no-login-shell").exists():
+    if rc == 126 and (turn_dir / turndir.NO_LOGIN_SHELL).exists():
         return Judgement(
             "error",
             cause="no-login-shell",
             error="no login shell could be resolved - turn NOT started"
             " (check $SHELL and its rc files; or login_shell = false in config.toml)",
         )
-    if rc == 127 and (turn_dir / "not-found").exists():
+    if rc == 127 and (turn_dir / turndir.NOT_FOUND).exists():
         try:
-            first = (turn_dir / "argv").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+            first = (
+                (turn_dir / turndir.ARGV).read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+            )
         except OSError:
             first = ""
         if "/" in first:  # a path, or a pinned binary (see sessions.check_binary) gone since
             return Judgement("error", cause="not-found", error=f"{first} not found")
-        where = "the login PATH" if (turn_dir / "login").exists() else "PATH"
+        where = "the login PATH" if (turn_dir / turndir.LOGIN).exists() else "PATH"
         binary = name if name and name != "command" else "the harness"
         return Judgement("error", cause="not-found", error=f"{binary} not found on {where}")
-    if rc == 124 and (turn_dir / "timed-out").exists():
+    if rc == 124 and (turn_dir / turndir.TIMED_OUT).exists():
         limit = meta.get("timeout")
         spent = f" ({outcome.span(limit)})" if isinstance(limit, int | float) else ""
         ended = Judgement("timed-out", cause="timed-out", error=f"ran past its time limit{spent}")
@@ -225,7 +207,7 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
             ended.error = f"{ended.error}; process(es) {pids} survived SIGKILL"
         return ended
     parser = adapter.outcome if adapter is not None else meta.get("outcome")
-    found = outcome.read(turn_dir, parser if isinstance(parser, str) else None)
+    found = outcome.read(turn_dir / turndir.OUTPUT, parser if isinstance(parser, str) else None)
     verdict = Judgement(end_state(rc), found.flags)
     if rc == 0 and not found.fails:
         if found.flags and meta.get("strict"):
@@ -235,7 +217,7 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
     # A failed end: name its cause and the agent's own line for it, from
     # one read of the output's end.
     adapter = _adapter(home, name, adapter)
-    tail = outcome.output_end(turn_dir)
+    tail = turndir.output_end(turn_dir)
     limit = _usage_limit(turn_dir, adapter, tail)
     if limit is not None:
         verdict.state, verdict.cause = "error", "usage-limit"
@@ -259,13 +241,13 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
 
 
 def _harness_name(turn_dir: Path) -> str:
-    return str(_meta(turn_dir).get("harness") or "")
+    return str(turndir.meta(turn_dir).get("harness") or "")
 
 
 def _survivors(turn_dir: Path) -> list[int]:
     """The pids in the deadline's `survivors` file (none when it is absent or garbled)."""
     try:
-        words = (turn_dir / "survivors").read_text().split()
+        words = (turn_dir / turndir.SURVIVORS).read_text().split()
     except (OSError, UnicodeDecodeError):
         return []
     return [int(w) for w in words if w.isdigit()][:64]
@@ -301,7 +283,7 @@ def _usage_limit(
     if adapter is None:
         return None
     limits = tuple((lim.pattern, lim.reset) for lim in adapter.limited)
-    return outcome.find_limit(turn_dir, limits, time.time(), text=text)
+    return outcome.find_limit(turn_dir / turndir.OUTPUT, limits, time.time(), text=text)
 
 
 def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
@@ -309,7 +291,8 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
     (`2 tool permissions denied: Write, Bash`, a failure's message, `stopped
     by spex stop`), for the end line the wrapper prints in the pane. Whoever
     recorded the end (this reporter, the wake, a stop), the row has it."""
-    from spexsup import outcome, pretty
+    from spexsup import outcome
+    from spexsup.pane import pretty
     from spexsup.paths import write_atomic
 
     row = store.db.execute("SELECT state, error, flags FROM turns WHERE id = ?", (turn,)).fetchone()
@@ -322,13 +305,13 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
         # Deferred to the wake still confirming it, which records what we
         # judge unless it retries the attempt (the pane then shows the next).
         found = judge(store.home, turn_dir, rc)
-        text = found.error or outcome.describe(found.flags) or last_line(turn_dir) or ""
+        text = found.error or outcome.describe(found.flags) or turndir.last_line(turn_dir) or ""
     else:
         text = row["error"] or row["state"]
         if row["state"] == "aborted" and not row["error"]:
             text = "stopped"
     text = " ".join(pretty.printable(text).split())[:300]
-    write_atomic(turn_dir / "ended", text.encode() + b"\n", durable=False)
+    write_atomic(turn_dir / turndir.ENDED, text.encode() + b"\n", durable=False)
 
 
 # A launcher retries a lock-class startup failure this many times (see
@@ -346,16 +329,15 @@ def worth_retrying(turn_dir: Path, adapter: Harness | None) -> bool:
     conversation id, and every line of output is a retryable (lock) message
     of the harness (one that edited files and then hit a lock must not run
     the same prompt again)."""
-    from spexsup.outcome import output_end
 
     if adapter is None or not adapter.retryable:
         return False
     try:
-        if (turn_dir / "output.log").stat().st_size > RETRYABLE_OUTPUT_MAX:
+        if (turn_dir / turndir.OUTPUT).stat().st_size > RETRYABLE_OUTPUT_MAX:
             return False
     except OSError:
         return False
-    text = output_end(turn_dir, RETRYABLE_OUTPUT_MAX)
+    text = turndir.output_end(turn_dir, RETRYABLE_OUTPUT_MAX)
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines or not all(any(re.search(p, ln) for p in adapter.retryable) for ln in lines):
         return False
@@ -364,14 +346,13 @@ def worth_retrying(turn_dir: Path, adapter: Harness | None) -> bool:
 
 # A stop that could not record its abort first (another process held the write
 # lock) leaves it here, so whoever records the end records the abort.
-STOP_REQUEST = "stop-requested"
 
 
 def _stop_request(turn_dir: Path | None) -> str | None:
     if turn_dir is None:
         return None
     try:
-        return (turn_dir / STOP_REQUEST).read_text().strip() or "stopped"
+        return (turn_dir / turndir.STOP_REQUEST).read_text().strip() or "stopped"
     except OSError:
         return None
 
@@ -418,7 +399,7 @@ def record_exit(
             conversation = None  # what it printed is no conversation to resume
     state = state or end_state(rc if rc is not None else 1)
     if error is None and rc and turn_dir is not None:
-        error = last_line(turn_dir)
+        error = turndir.last_line(turn_dir)
     with store.tx() as db:
         row = ledger.current_turn(db, session, turn)
         if row is None or row["state"] not in ACTIVE:

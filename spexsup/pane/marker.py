@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from spexsup.pane import turndir
+
 _GRAMMAR = re.compile(
     rb"running:(?P<rpid>[0-9]{1,10})"
     rb"|limited:(?P<lpid>[0-9]{1,10}):(?P<reset>[0-9]{1,12})"
@@ -59,7 +61,7 @@ def parse(raw: bytes) -> Marker:
 
 def read(turn_dir: Path) -> Marker:
     try:
-        with (turn_dir / "outcome").open("rb") as f:
+        with (turn_dir / turndir.OUTCOME).open("rb") as f:
             raw = f.read(MAX_MARKER_BYTES + 1)
     except FileNotFoundError:
         return Marker(Stage.NONE)

@@ -7,7 +7,7 @@ call on one line (`→ Bash: make test`), errors and denials marked `✗`
 (banners, stderr) pass through unchanged; events with nothing to show
 (deltas, usage, step markers) are left out.
 
-`python -m spexsup.pretty feed TURN_DIR PARSER` sits between the harness and
+`python -m spexsup.pane.pretty feed OUTPUT_LOG PARSER` sits between the harness and
 the pane (shell/turn.sh): it appends the raw stream to `output.log`, which
 spex parses, and shows the pane the rendering, so attaching to a claude pane
 shows what claude says rather than a wall of JSON events.
@@ -306,7 +306,7 @@ def readable_tail(path: Path, parser: str | None, size: int = 65536) -> list[str
     return out
 
 
-def feed(turn_dir: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
+def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
     """Copy the harness's output from `stdin` to the turn's output.log as it
     comes, and its rendering to `stdout` (the pane).
 
@@ -318,7 +318,7 @@ def feed(turn_dir: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    log = os.open(f"{turn_dir}/output.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    log = os.open(output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     renderer = RENDERERS.get(parser)
     painter = Painter(os.isatty(stdout))
     pending = b""
@@ -362,18 +362,6 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 4 or sys.argv[1] != "feed":
-        print("usage: python -m spexsup.pretty feed TURN_DIR PARSER", file=sys.stderr)
+        print("usage: python -m spexsup.pane.pretty feed OUTPUT_LOG PARSER", file=sys.stderr)
         sys.exit(2)
     sys.exit(feed(sys.argv[2], sys.argv[3]))
-
-
-def turn_lines(turn_dir: Path, size: int = 65536) -> list[str]:
-    """`readable_tail` of a turn's output, rendered for the CLI its
-    `meta.json` names (`outcome`): the one view spex's one-line messages
-    (a failure's tail, `spex top`, a hook's summary) take of a turn."""
-    try:
-        meta = json.loads((turn_dir / "meta.json").read_bytes())
-    except (OSError, ValueError):
-        meta = None
-    parser = meta.get("outcome") if isinstance(meta, dict) else None
-    return readable_tail(turn_dir / "output.log", parser if isinstance(parser, str) else None, size)

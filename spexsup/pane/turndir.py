@@ -1,0 +1,124 @@
+"""The turn directory, `<home>/turns/<session>/<turn>/`: the one owner of its layout.
+
+A turn's directory is the contract between the launcher, the wrapper
+(`shell/turn.sh`, which spells the same names: tests/test_layers.py holds the
+two together) and every reader. Its files, written once by the launcher
+unless said otherwise:
+
+    prompt  argv  env  stdin  reporter  login  render  deadline  on-limit  meta.json
+    output.log   what the harness printed (the wrapper appends)
+    outcome      the outcome marker (spexsup.pane.marker)
+    ended        the end's one-line detail, for the pane (the reporter)
+    binary  not-found  no-login-shell  timed-out  survivors  git-start  git-start.todo
+    stop-requested   a stop that could not take the write lock (spexsup.turn.stop)
+
+Imports only the standard library at import time: the exit reporter loads it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spexsup.procs import Liveness
+
+TURNS = "turns"
+
+# Written by the launcher (spexsup.turn.launch) before the wrapper starts.
+PROMPT = "prompt"
+ARGV = "argv"
+ENV = "env"
+STDIN = "stdin"
+REPORTER = "reporter"
+LOGIN = "login"
+RENDER = "render"
+DEADLINE = "deadline"
+ON_LIMIT = "on-limit"
+META = "meta.json"
+GIT_START_TODO = "git-start.todo"
+# Written inside the pane, by the wrapper and the processes it starts.
+OUTPUT = "output.log"
+OUTCOME = "outcome"
+ENDED = "ended"
+BINARY = "binary"
+NOT_FOUND = "not-found"
+NO_LOGIN_SHELL = "no-login-shell"
+TIMED_OUT = "timed-out"
+SURVIVORS = "survivors"
+GIT_START = "git-start"
+# Left by a stop that could not take the write lock; honored by whoever records the end.
+STOP_REQUEST = "stop-requested"
+
+# How many output lines a one-line message quotes.
+TAIL_LINES = 5
+
+
+def root(home: Path) -> Path:
+    """`<home>/turns`: every session's turn directories."""
+    return home / TURNS
+
+
+def of_session(home: Path, session: str) -> Path:
+    return home / TURNS / session
+
+
+def path(home: Path, session: str, turn: str) -> Path:
+    return home / TURNS / session / turn
+
+
+def meta(directory: Path) -> dict[str, Any]:
+    """`meta.json` (harness, outcome parser, prompt's shape…); {} if unreadable."""
+    try:
+        data = json.loads((directory / META).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def output_end(directory: Path, size: int = 65536) -> str:
+    """The last `size` bytes of the turn's output, decoded; "" if there is none."""
+    from spexsup.outcome import output_end as end
+
+    return end(directory / OUTPUT, size)
+
+
+def output_lines(directory: Path, size: int = 65536) -> list[str]:
+    """The end of the turn's output as a person reads it (JSON events rendered
+    for its CLI, never shown raw; no control characters)."""
+    from spexsup.pane.pretty import readable_tail
+
+    parser = meta(directory).get("outcome")
+    return readable_tail(directory / OUTPUT, parser if isinstance(parser, str) else None, size)
+
+
+def output_tail(directory: Path, lines: int = TAIL_LINES) -> str:
+    """The last lines of the turn's output, joined for a one-line message."""
+    return " | ".join(line[:200] for line in output_lines(directory)[-lines:])
+
+
+def last_line(directory: Path, size: int = 65536) -> str | None:
+    """What a harness that failed mid-turn said last (`API Error: 529 overloaded`)."""
+    lines = output_lines(directory, size)
+    return lines[-1][:300] if lines else None
+
+
+def first_line(file: Path, size: int = 4096) -> str | None:
+    """The first non-blank line of one of the turn's files (its prompt, its end)."""
+    try:
+        with file.open("rb") as f:
+            data = f.read(size).decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in data.splitlines():
+        if line.strip():
+            return line.strip()[:200]
+    return None
+
+
+def wrapper_liveness(pid: int, directory: Path) -> Liveness:
+    """Is the wrapper of this turn dir alive as `pid`? (reuse-proof: its argv names the dir)."""
+    from spexsup.procs import command_line_liveness
+
+    return command_line_liveness(pid, str(directory))
