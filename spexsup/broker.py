@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spexsup import control, events, lease
+from spexsup import events, lease
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.home import TmuxHome
 from spexsup.lease import Capability
@@ -69,6 +69,7 @@ from spexsup.procs import (
 from spexsup.sessions import NAME_RE
 from spexsup.spex import Spex
 from spexsup.store import Store
+from spexsup.turn.stop import resume, stop
 
 MAX_FRAME = 4096
 TOKEN = b"\x01"
@@ -590,9 +591,9 @@ class Operation:
                     # Half the deadline as the turn's grace: SIGKILL and its
                     # rescans must fit in the rest.
                     grace = self.limit / 2
-                    control.stop(spex, frame.session, grace=grace, bearer=maint.epoch)
+                    stop(spex, frame.session, grace=grace, bearer=maint.epoch)
                 else:
-                    control.resume(spex, frame.session, force=frame.force, bearer=maint.epoch)
+                    resume(spex, frame.session, force=frame.force, bearer=maint.epoch)
             except Refused as e:
                 self._mark(spex, "unused")
                 return response(frame.id, "refused", "refused", e.line())

@@ -60,6 +60,49 @@ class UnknownSession(Refused):
         super().__init__(f"no session named {name!r}", hint="see spex ls")
 
 
+class SessionBusy(Refused):
+    """A turn runs: the session takes no other one until it ends."""
+
+    def __init__(self, session: str, turn: str | None) -> None:
+        super().__init__(
+            f"session {session!r} is busy with turn {turn}",
+            hint=f"spex wait {session}, or spex stop {session}",
+        )
+        self.session = session
+        self.turn = turn
+
+
+class SessionStopped(Refused):
+    def __init__(self, session: str) -> None:
+        super().__init__(f"session {session!r} is stopped", hint=f"spex resume {session}")
+        self.session = session
+
+
+class TurnStopped(Refused):
+    """A stop (or rm) aborted the turn while it was starting."""
+
+    def __init__(self, session: str, turn: str, when: str = "before it started") -> None:
+        by = "(spex stop or rm) " if when == "before it started" else ""
+        super().__init__(
+            f"turn {turn} of {session!r} was stopped {by}{when}", hint=f"spex show {session}"
+        )
+        self.session = session
+        self.turn = turn
+
+
+class UnderLease(Refused):
+    """A maintenance lease holds the session: only its bearer may change it."""
+
+    def __init__(self, session: str, epoch: int, state: str, holder: int | None) -> None:
+        super().__init__(
+            f"session {session!r} is under a maintenance lease"
+            f" (epoch {epoch}, {state}, holder pid {holder})",
+            hint="spex maint --status",
+        )
+        self.session = session
+        self.epoch = epoch
+
+
 # What a command could not do but carried on without (a full disk kept a
 # reader from settling turns): printed on stderr by the CLI, once each.
 WARNINGS: list[str] = []

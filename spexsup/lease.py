@@ -22,7 +22,7 @@ import time
 from typing import Any, NamedTuple
 
 from spexsup import events
-from spexsup.errors import Invalid, Refused
+from spexsup.errors import Invalid, UnderLease
 from spexsup.procs import Liveness, identity_liveness, kill_members
 
 
@@ -157,11 +157,7 @@ def _admit(row: sqlite3.Row, session: str, bearer: int | None) -> None:
         return
     if bearer == row["epoch"] and row["state"] == "active" and not row["revoked"]:
         return
-    raise Refused(
-        f"session {session!r} is under a maintenance lease"
-        f" (epoch {row['epoch']}, {row['state']}, holder pid {row['holder_pid']})",
-        hint="spex maint --status",
-    )
+    raise UnderLease(session, row["epoch"], row["state"], row["holder_pid"])
 
 
 def status(db: sqlite3.Connection) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -159,3 +160,17 @@ def no_space(path: Path) -> str:
         free = ""
     held = "" if mount == path else f" (holding {path})"
     return f"no space left on {mount}{held}{free}"
+
+
+def remove_tree(path: Path) -> list[str]:
+    """Remove `path` without following symlinks; the paths that could not be removed."""
+    problems: list[str] = []
+
+    def failed(func: object, where: str, exc: object) -> None:
+        problems.append(where)
+
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path, onerror=failed)
+    return problems

@@ -1,8 +1,7 @@
 """Sessions: named, durable homes (a tmux pane, a cwd, a harness).
 
 The record in SQLite is the truth; the tmux home is recreated on demand when
-it has vanished (killed, server gone, reboot).
-"""
+it has vanished (killed, server gone, reboot)."""
 
 from __future__ import annotations
 
@@ -10,27 +9,30 @@ import fnmatch
 import json
 import os
 import re
+import secrets
 import shutil
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from spexsup import events, ids, ledger
+from spexsup import events, ledger
 from spexsup import harness as harnesses
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.home import Census, owner_tag, write_shell_env
-from spexsup.pane import turndir
-from spexsup.paths import ensure_private_dir
-from spexsup.procs import Liveness
+from spexsup.pane import marker, turndir
+from spexsup.pane.marker import Marker, Stage
+from spexsup.paths import ensure_private_dir, remove_tree, wrapper_path, write_atomic
+from spexsup.procs import Liveness, reap, turn_processes
 from spexsup.spex import Spex
 
 if TYPE_CHECKING:
-    from spexsup.worktree import Plan, Removal, Request, Setup, Worktree
+    from spexsup.worktree import Plan, Request, Setup, Worktree
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -335,11 +337,11 @@ def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:
             _clear_stale_home(spex, session)
             spex.tmux.create(name, session.cwd, session.owner(spex.home), shell_env(spex, session))
             if plan.setup.post_create:
-                worktrees.post_create(spex, session, plan.setup.post_create)
+                post_create(spex, session, plan.setup.post_create)
         except BaseException as e:
             spex.tmux.kill(name, session.owner(spex.home))
             worktrees.discard(plan.worktree, made=True, made_parent=made_parent, cause=e)
-            _remove_tree(turndir.of_session(spex.home, name))
+            remove_tree(turndir.of_session(spex.home, name))
             raise
         with spex.store.tx() as db:
             ledger.mark_created(db, name, harness=session.harness, cwd=session.cwd, worktree=True)
@@ -386,112 +388,6 @@ def shell_env(spex: Spex, session: Session) -> Path | None:
         return None
     directory = ensure_private_dir(turndir.of_session(spex.home, session.name), under=spex.home)
     return write_shell_env(directory / HOME_ENV, session.env)
-
-
-def remove(
-    spex: Spex,
-    name: str,
-    *,
-    force: bool = False,
-    grace: float = 5.0,
-    salvage: bool = False,
-    keep_worktree: bool = False,
-) -> Removal | None:
-    """Delete the session, its turns and its home; refused while a turn runs
-    (unless `force`, which aborts it and kills what it left) or while a
-    `spex stop` of it is in progress.
-
-    A worktree session's worktree and branch go too, never with unsaved work
-    in them: refused before anything changes, and checked again once its
-    turn and home are gone (`worktree.dispose`). `salvage` commits unsaved
-    work to a branch first; `keep_worktree` leaves worktree and branch be.
-
-    All destruction happens while the session is `removing`, before its
-    name is free again, so a `spex new` of the same name right after can
-    never lose its home or turn directories to this removal. A removal cut
-    short leaves the session `removing`; `spex rm` again finishes it.
-    """
-    from spexsup import turns
-    from spexsup import worktree as worktrees
-    from spexsup.procs import identity_liveness
-    from spexsup.tickets import ticket
-
-    if salvage and keep_worktree:
-        raise Invalid("--salvage and --keep-worktree: choose one")
-    get(spex, name)
-    with ticket(spex, name, "rm") as mine:
-        turns.reconcile(spex, [name])
-        early = get(spex, name)
-        # A session still `creating` is refused below while its maker lives.
-        if early.worktree is not None and not keep_worktree and early.state != "creating":
-            worktrees.guard(name, early.worktree, salvage=salvage)
-        with spex.store.tx() as db:
-            row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
-            if row is None:
-                raise UnknownSession(name)
-            session = Session.from_row(row)
-            if session.state == "running" and not force:
-                raise Refused(
-                    f"session {name!r} has a running turn {session.current_turn}",
-                    hint="spex stop it first, or spex rm --force",
-                )
-            stops = db.execute(
-                "SELECT pid, start_token FROM tickets WHERE session = ? AND op = 'stop'"
-                " AND id != ?",
-                (name, mine),
-            ).fetchall()
-            if any(identity_liveness(t["pid"], t["start_token"]) is Liveness.ALIVE for t in stops):
-                raise Refused(f"a spex stop of {name!r} is in progress", hint="try again after it")
-            if session.state == "creating":
-                makers = db.execute(
-                    "SELECT pid, start_token FROM tickets WHERE session = ? AND op = 'new'",
-                    (name,),
-                ).fetchall()
-                if any(
-                    identity_liveness(t["pid"], t["start_token"]) is not Liveness.DEAD
-                    for t in makers
-                ):
-                    raise Refused(f"session {name!r} is still being created")
-            if session.current_turn is not None:
-                ledger.abort_current(db, name, session.current_turn, "removed by spex rm")
-            ledger.mark_removing(db, name)
-        if session.current_turn is not None:
-            survivors = turns.kill_turn(spex, session, session.current_turn, grace)
-            if survivors:
-                raise Failed(
-                    f"{name}: process(es) {', '.join(map(str, survivors))} of turn"
-                    f" {session.current_turn} survived SIGKILL; the session is left removing",
-                    hint=f"spex rm {name} again once they are gone",
-                )
-        spex.tmux.kill(name, session.owner(spex.home))
-        removal = None
-        if session.worktree is not None:
-            removal = worktrees.dispose(name, session.worktree, salvage=salvage, keep=keep_worktree)
-        problems = _remove_tree(turndir.of_session(spex.home, name))
-        if problems:
-            raise Failed(
-                f"{name}: could not remove {problems[0]}"
-                + (f" and {len(problems) - 1} more" if len(problems) > 1 else "")
-                + "; the session is left removing",
-                hint=f"fix the permissions, then spex rm {name} again",
-            )
-        with spex.store.tx() as db:
-            ledger.delete_session(db, name, session.incarnation)
-    return removal
-
-
-def _remove_tree(path: Path) -> list[str]:
-    """Remove `path` without following symlinks; the paths that could not be removed."""
-    problems: list[str] = []
-
-    def failed(func: object, where: str, exc: object) -> None:
-        problems.append(where)
-
-    if path.is_symlink():
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path, onerror=failed)
-    return problems
 
 
 def home_status(census: Census, session: Session, home: Path) -> str:
@@ -554,139 +450,9 @@ def up(spex: Spex, names: Sequence[str] | None = None) -> list[HomeReport]:
     return out
 
 
-@contextmanager
-def revivals(spex: Spex, names: Sequence[str] | None = None) -> Iterator[list[str]]:
-    """Claim the sessions (of `names`, default all) whose current turn a
-    reboot interrupted, for one `spex up --revive` to wake, and hold the
-    claims while it does.
-
-    A claim is a `revive` ticket taken in the transaction that finds the turn
-    interrupted, so of two concurrent revives only one wakes each session;
-    a claim whose holder died (pid + start token) no longer counts.
-    """
-    from spexsup import turns
-    from spexsup.procs import identity_liveness, own_identity
-
-    turns.reconcile(spex, names)
-    pid, token = own_identity()
-    claimed: list[str] = []
-    ids_: list[int] = []
-    with spex.store.tx() as db:
-        rows = db.execute(
-            "SELECT s.name FROM sessions s JOIN turns t ON t.id = s.current_turn"
-            " WHERE t.state = 'interrupted' ORDER BY s.name"
-        ).fetchall()
-        for row in rows:
-            name = row["name"]
-            if names is not None and name not in names:
-                continue
-            held = db.execute(
-                "SELECT id, pid, start_token FROM tickets WHERE session = ? AND op = 'revive'",
-                (name,),
-            ).fetchall()
-            if any(
-                identity_liveness(t["pid"], t["start_token"]) is not Liveness.DEAD for t in held
-            ):
-                continue
-            cur = db.execute(
-                "INSERT INTO tickets (session, op, pid, start_token, created_at)"
-                " VALUES (?, 'revive', ?, ?, ?)",
-                (name, pid, token, time.time()),
-            )
-            assert cur.lastrowid is not None
-            ids_.append(cur.lastrowid)
-            claimed.append(name)
-    try:
-        yield claimed
-    finally:
-        with spex.store.tx() as db:
-            db.executemany("DELETE FROM tickets WHERE id = ?", [(i,) for i in ids_])
-
-
 def all_sessions(spex: Spex) -> list[Session]:
     rows = spex.store.db.execute("SELECT * FROM sessions ORDER BY name").fetchall()
     return [Session.from_row(r) for r in rows]
-
-
-def describe(
-    spex: Spex,
-    names: Sequence[str] | None = None,
-    *,
-    turns: int = 1,
-    worktree_status: bool = False,
-) -> list[dict[str, Any]]:
-    """The public view of sessions (DESIGN §3 `ls --json`), after reconciliation.
-
-    One query for the sessions, one for their turns and one `list-panes -a`
-    for every home, however many sessions there are. A worktree session's
-    `worktree` says whether it is `missing` (a stat, no git); its full git
-    status only with `worktree_status` (git runs per session).
-    """
-    from spexsup import lease
-    from spexsup import turns as turn_mod
-
-    turn_mod.reconcile(spex, names)
-    try:
-        with spex.store.tx() as db:
-            held = lease.recover(db)
-    except Exception as e:
-        from spexsup.paths import disk_full
-
-        if not disk_full(e):
-            raise
-        held = lease.current(spex.store.db)  # as last recorded: a full disk
-    db = spex.store.db
-    if names is None:
-        rows = db.execute("SELECT * FROM sessions ORDER BY name").fetchall()
-    else:
-        rows = [db.execute("SELECT * FROM sessions WHERE name = ?", (n,)).fetchone() for n in names]
-        for n, row in zip(names, rows, strict=True):
-            if row is None:
-                raise UnknownSession(n)
-    recent = turn_mod.recent_turns(spex, [r["name"] for r in rows], turns)
-    census = spex.tmux.census() if rows else None
-    out = []
-    for row in rows:
-        s = Session.from_row(row)
-        history = recent.get(s.name, [])
-        entry: dict[str, Any] = {
-            "schema_version": ids.SCHEMA_VERSION,
-            "name": s.name,
-            "harness": s.harness,
-            "state": s.state,
-            "cwd": s.cwd,
-            "harness_session_id": s.harness_session_id,
-            "turn": history[0] if history else None,
-            "home": home_status(census, s, spex.home) if census else "unknown",
-            "window": s.window,
-            "timeout": s.timeout,
-            "strict": s.strict,
-            "on_limit": s.on_limit,
-            "command": list(s.command) if s.command else None,
-            "harness_args": list(s.harness_args),
-            "pinned_binary": s.binary,
-            "created_at": s.created_at,
-            "lease": (
-                {"epoch": held["epoch"], "state": held["state"]}
-                if held["state"] != "open" and lease.in_scope(held, s.name)
-                else None
-            ),
-            "created_at_iso": ids.iso(s.created_at),
-            "worktree": s.worktree.public() if s.worktree else None,
-        }
-        if s.worktree is not None and worktree_status:
-            from spexsup import worktree as worktrees
-
-            entry["worktree"] = worktrees.describe(s.name, s.worktree)
-        # The latest turn's resolved binary, prompt and answer: read from its
-        # files, so only where a session is shown (null in `ls`).
-        entry.update(binary=None, prompt_line=None, answer_line=None)
-        if turns > 1:
-            entry["turns"] = history
-            if history:
-                entry.update(turn_mod.turn_summary(spex, s.name, history[0]["id"]))
-        out.append(entry)
-    return out
 
 
 def select(
@@ -705,3 +471,93 @@ def select(
     if not chosen:
         raise Refused("no sessions" + (f" match {match!r}" if match else ""), hint="see spex ls")
     return chosen
+
+
+def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
+    """Run `.spexsup.toml`'s post_create in the session's pane, in the new
+    worktree, through the turn wrapper (so its output shows in the pane and
+    lands in `turns/NAME/post-create/output.log`); wait for its exit.
+
+    The pane is launched with a fence like a turn's, so a later turn's launch
+    supersedes it. Failed when it exits non-zero or its wrapper dies; on any
+    exception its processes are killed before this returns.
+    """
+    from spexsup.watch import DirWatch  # watchdog: only a post_create pays for it
+    from spexsup.worktree import POST_CREATE, SETUP_FILE
+
+    name = session.name
+    tag = f"{POST_CREATE}-{secrets.token_hex(3)}"
+    directory = ensure_private_dir(turndir.path(spex.home, name, POST_CREATE), under=spex.home)
+    files = {
+        turndir.ARGV: b"\0".join(os.fsencode(a) for a in argv) + b"\0",
+        turndir.ENV: b"".join(f"{k}={v}".encode() + b"\0" for k, v in session.env.items()),
+        # The wrapper passes the rc to its reporter; nothing is recorded.
+        turndir.REPORTER: b"true\0",
+        turndir.PROMPT: b"",
+    }
+    for file, data in files.items():
+        write_atomic(directory / file, data, durable=False)
+    with spex.store.tx() as db:
+        db.execute("UPDATE sessions SET launch_fence = launch_fence + 1 WHERE name = ?", (name,))
+        fence = int(
+            db.execute("SELECT launch_fence FROM sessions WHERE name = ?", (name,)).fetchone()[0]
+        )
+    env = {"SPEXSUP_SESSION": name, "SPEXSUP_TURN": tag, "SPEXSUP_TURN_DIR": str(directory)}
+    wrapper = os.environ.get("SPEXSUP_WRAPPER") or str(wrapper_path())
+    owner = session.owner(spex.home)
+    since = time.time()
+    with DirWatch([directory]) as watch:
+        result = spex.tmux.launch(
+            name, owner, fence, tag, session.cwd, env, ["bash", wrapper, str(directory)]
+        )
+        if result.outcome != "launched":
+            raise Failed(f"{name}: could not start post_create in the pane ({result.outcome})")
+
+        def check(m: Marker) -> None:
+            why = None
+            if m.stage is Stage.INVALID:
+                why = f"invalid outcome marker {m.text!r}"
+            elif (
+                m.pid is not None
+                and turndir.wrapper_liveness(m.pid, directory) is Liveness.DEAD
+                # It may have written its exit and exec'd the shell meanwhile.
+                and marker.read(directory).stage is not Stage.EXIT
+            ):
+                why = "its wrapper died without an exit status"
+            elif m.stage is Stage.NONE and spex.tmux.pane(name) is None:
+                why = "the pane vanished before it started"
+            if why:
+                raise Failed(f"{name}: post_create: {why}; the worktree was removed")
+
+        try:
+            while (m := marker.read(directory)).stage is not Stage.EXIT:
+                check(m)
+                watch.wait(1.0)
+        except BaseException:
+            reap(lambda: turn_processes(tag, result.pane_pid, since=since), 0.5)
+            raise
+    if m.rc != 0:
+        tail = turndir.output_tail(directory)
+        raise Failed(
+            f"{name}: post_create {' '.join(argv)!r} exited rc={m.rc}"
+            + (f": {tail}" if tail else "")
+            + "; the worktree was removed",
+            hint=f"fix {SETUP_FILE}, then spex new again",
+        )
+
+
+def status_rows(spex: Spex, names: Sequence[str]) -> list[dict[str, Any]]:
+    """`spex worktree status`: every worktree session (or those named)."""
+    from spexsup.worktree import describe as worktree_view
+
+    if names:
+        chosen = [get(spex, n) for n in names]
+        for s in chosen:
+            if s.worktree is None:
+                raise Refused(f"session {s.name!r} has no worktree", hint="see spex ls")
+    else:
+        rows = spex.store.db.execute(
+            "SELECT name FROM sessions WHERE worktree IS NOT NULL ORDER BY name"
+        ).fetchall()
+        chosen = [get(spex, r["name"]) for r in rows]
+    return [worktree_view(s.name, s.worktree) for s in chosen if s.worktree is not None]

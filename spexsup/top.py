@@ -110,9 +110,9 @@ class Board:
 
     def refresh(self) -> None:
         """Read every session and its current or last turn (reconciling, as `ls` does)."""
-        from spexsup import sessions
+        from spexsup.turn.read import describe
 
-        described = sessions.describe(self.spex)
+        described = describe(self.spex)
         rows = []
         for entry in described:
             turn = entry["turn"]

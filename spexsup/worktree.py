@@ -24,8 +24,7 @@ when it was inspected.
 Every turn records the git state of its cwd at its start in `git-start`
 (HEAD and a snapshot commit of the working tree, untracked files included),
 which is what `spex diff` compares. Git runs as a subprocess with an argv
-list; user input never reaches a shell.
-"""
+list; user input never reaches a shell."""
 
 from __future__ import annotations
 
@@ -33,33 +32,25 @@ import contextlib
 import filecmp
 import json
 import os
-import re
-import secrets
 import shutil
 import stat
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spexsup.errors import Failed, Invalid, Refused
-from spexsup.git import GitError, git, identity, scratch_index, sha, snapshot, snapshot_tree
-from spexsup.pane import turndir
-
-if TYPE_CHECKING:
-    from spexsup.sessions import Session
-    from spexsup.spex import Spex
-    from spexsup.waves import Doc, Wave
+from spexsup.git import GitError, git, identity, scratch_index, sha, snapshot_tree
 
 SETUP_FILE = ".spexsup.toml"
+
+
 SETUP_KEYS = ("copy", "symlink", "post_create")
+
+
 # The turn id that tags the pane (and SPEXSUP_TURN) while post_create runs.
 POST_CREATE = "post-create"
-
-
-# --- the record kept with a session -----------------------------------------
 
 
 @dataclass(frozen=True)
@@ -175,8 +166,6 @@ def load_setup(repo: Path) -> Setup:
         _sha256(raw),
     )
 
-
-# --- trust in a repository's post_create -------------------------------------
 
 # Under the state home: one JSON file per trusted .spexsup.toml.
 TRUST_DIR = "trust"
@@ -302,9 +291,6 @@ def require_trust(home: Path, setup: Setup, confirm: Callable[[Setup], bool] | N
         f"the post_create of {setup.path} is {why}; it runs arbitrary commands",
         hint=f"read it, then: spex trust {setup.path}",
     )
-
-
-# --- creation ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -478,85 +464,6 @@ def discard(
             Path(wt.path).parent.rmdir()
 
 
-def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
-    """Run `.spexsup.toml`'s post_create in the session's pane, in the new
-    worktree, through the turn wrapper (so its output shows in the pane and
-    lands in `turns/NAME/post-create/output.log`); wait for its exit.
-
-    The pane is launched with a fence like a turn's, so a later turn's launch
-    supersedes it. Failed when it exits non-zero or its wrapper dies; on any
-    exception its processes are killed before this returns.
-    """
-    from spexsup.pane import marker
-    from spexsup.pane.marker import Marker, Stage
-    from spexsup.paths import ensure_private_dir, wrapper_path, write_atomic
-    from spexsup.procs import Liveness, reap, turn_processes
-    from spexsup.watch import DirWatch
-
-    name = session.name
-    tag = f"{POST_CREATE}-{secrets.token_hex(3)}"
-    directory = ensure_private_dir(turndir.path(spex.home, name, POST_CREATE), under=spex.home)
-    files = {
-        "argv": b"\0".join(os.fsencode(a) for a in argv) + b"\0",
-        "env": b"".join(f"{k}={v}".encode() + b"\0" for k, v in session.env.items()),
-        # The wrapper passes the rc to its reporter; nothing is recorded.
-        "reporter": b"true\0",
-        "prompt": b"",
-    }
-    for file, data in files.items():
-        write_atomic(directory / file, data, durable=False)
-    with spex.store.tx() as db:
-        db.execute("UPDATE sessions SET launch_fence = launch_fence + 1 WHERE name = ?", (name,))
-        fence = int(
-            db.execute("SELECT launch_fence FROM sessions WHERE name = ?", (name,)).fetchone()[0]
-        )
-    env = {"SPEXSUP_SESSION": name, "SPEXSUP_TURN": tag, "SPEXSUP_TURN_DIR": str(directory)}
-    wrapper = os.environ.get("SPEXSUP_WRAPPER") or str(wrapper_path())
-    owner = session.owner(spex.home)
-    since = time.time()
-    with DirWatch([directory]) as watch:
-        result = spex.tmux.launch(
-            name, owner, fence, tag, session.cwd, env, ["bash", wrapper, str(directory)]
-        )
-        if result.outcome != "launched":
-            raise Failed(f"{name}: could not start post_create in the pane ({result.outcome})")
-
-        def check(m: Marker) -> None:
-            why = None
-            if m.stage is Stage.INVALID:
-                why = f"invalid outcome marker {m.text!r}"
-            elif (
-                m.pid is not None
-                and turndir.wrapper_liveness(m.pid, directory) is Liveness.DEAD
-                # It may have written its exit and exec'd the shell meanwhile.
-                and marker.read(directory).stage is not Stage.EXIT
-            ):
-                why = "its wrapper died without an exit status"
-            elif m.stage is Stage.NONE and spex.tmux.pane(name) is None:
-                why = "the pane vanished before it started"
-            if why:
-                raise Failed(f"{name}: post_create: {why}; the worktree was removed")
-
-        try:
-            while (m := marker.read(directory)).stage is not Stage.EXIT:
-                check(m)
-                watch.wait(1.0)
-        except BaseException:
-            reap(lambda: turn_processes(tag, result.pane_pid, since=since), 0.5)
-            raise
-    if m.rc != 0:
-        tail = turndir.output_tail(directory)
-        raise Failed(
-            f"{name}: post_create {' '.join(argv)!r} exited rc={m.rc}"
-            + (f": {tail}" if tail else "")
-            + "; the worktree was removed",
-            hint=f"fix {SETUP_FILE}, then spex new again",
-        )
-
-
-# --- inspection ---------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Status:
     """What a worktree holds now. `unsaved_commits` counts commits on HEAD or
@@ -715,9 +622,6 @@ def inspect(wt: Worktree) -> Status:
     )
 
 
-# --- removal ------------------------------------------------------------------
-
-
 @dataclass
 class Removal:
     """What `spex rm` did to a worktree session's worktree and branch."""
@@ -862,26 +766,6 @@ def _remove_empty_dirs(top: Path) -> None:
         top.rmdir()
 
 
-# --- reading --------------------------------------------------------------------
-
-
-def status_rows(spex: Spex, names: Sequence[str]) -> list[dict[str, Any]]:
-    """`spex worktree status`: every worktree session (or those named)."""
-    from spexsup.sessions import get
-
-    if names:
-        chosen = [get(spex, n) for n in names]
-        for s in chosen:
-            if s.worktree is None:
-                raise Refused(f"session {s.name!r} has no worktree", hint="see spex ls")
-    else:
-        rows = spex.store.db.execute(
-            "SELECT name FROM sessions WHERE worktree IS NOT NULL ORDER BY name"
-        ).fetchall()
-        chosen = [get(spex, r["name"]) for r in rows]
-    return [describe(s.name, s.worktree) for s in chosen if s.worktree is not None]
-
-
 def describe(name: str, wt: Worktree) -> dict[str, Any]:
     """A worktree's public view with its status; an unreadable one says why."""
     entry: dict[str, Any] = {"name": name, **wt.public()}
@@ -890,253 +774,3 @@ def describe(name: str, wt: Worktree) -> dict[str, Any]:
     except Failed as e:
         entry["error"] = e.line()
     return entry
-
-
-# --- review: spex diff ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DiffRange:
-    """What `spex diff` compares: a turn's start snapshot and its end, which is
-    the next turn's start snapshot, or for the latest turn the state now."""
-
-    session: str
-    turn: str
-    toplevel: str
-    start: str
-    end: str
-    end_is_now: bool
-
-    def public(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _git_start(spex: Spex, session: str, turn: str) -> dict[str, Any] | None:
-    path = turndir.path(spex.home, session, turn) / turndir.GIT_START
-    try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-TURN_ID_RE = re.compile(r"[0-9A-Za-z-]{1,64}")
-
-
-def turn_range(spex: Spex, name: str, turn: str | None = None) -> DiffRange:
-    """The range `spex diff NAME [--turn ID]` shows (default: the latest turn).
-
-    Refused when the session has no such turn, or the turn recorded no git
-    state (its cwd was not a git work tree when it started).
-    """
-    from spexsup.sessions import get
-
-    get(spex, name)
-    if turn is not None and not TURN_ID_RE.fullmatch(turn):
-        raise Invalid(f"invalid turn id {turn!r}", hint=f"see spex show {name}")
-    rows = spex.store.db.execute(
-        "SELECT id FROM turns WHERE session = ? ORDER BY started_at, id", (name,)
-    ).fetchall()
-    ids = [r["id"] for r in rows]
-    if not ids:
-        raise Refused(f"session {name!r} has no turns yet", hint=f"spex wake {name} TEXT")
-    if turn is None:
-        turn = ids[-1]
-    if turn not in ids:
-        raise Refused(f"session {name!r} has no turn {turn!r}", hint=f"see spex show {name}")
-    start = _git_start(spex, name, turn)
-    if start is None or not start.get("snapshot"):
-        why = start.get("error") if start else None
-        raise Refused(
-            f"turn {turn} of {name!r} recorded no git state at its start"
-            + (f" ({why})" if why else " (its cwd was not a git work tree)"),
-        )
-    top = str(start["toplevel"])
-    for later in ids[ids.index(turn) + 1 :]:
-        nxt = _git_start(spex, name, later)
-        if nxt and nxt.get("snapshot") and nxt.get("toplevel") == top:
-            return DiffRange(name, turn, top, str(start["snapshot"]), str(nxt["snapshot"]), False)
-    if not Path(top).is_dir():
-        raise Refused(f"{top}, where turn {turn} of {name!r} ran, is gone")
-    _, now = snapshot(top, f"spex: state of {name} after turn {turn}")
-    return DiffRange(name, turn, top, str(start["snapshot"]), now, True)
-
-
-def diff_files(r: DiffRange) -> list[dict[str, Any]]:
-    """Per file: path, lines added and deleted (None for binary files)."""
-    out = git(r.toplevel, "diff", "--numstat", "-z", "--no-renames", r.start, r.end)
-    files = []
-    for entry in out.split("\0"):
-        if not entry:
-            continue
-        added, deleted, path = entry.split("\t", 2)
-        files.append(
-            {
-                "path": path,
-                "added": None if added == "-" else int(added),
-                "deleted": None if deleted == "-" else int(deleted),
-            }
-        )
-    return files
-
-
-def show_diff(r: DiffRange, *, stat: bool = False) -> int:
-    """Run `git diff` for the range with our stdout (git colours a terminal)."""
-    argv = ["git", "-C", r.toplevel, "--no-pager", "diff", *(["--stat"] if stat else [])]
-    return subprocess.run([*argv, r.start, r.end], check=False).returncode
-
-
-# --- best of N --------------------------------------------------------------------
-
-
-def leg_names(prefix: str, count: int) -> list[str]:
-    from spexsup.sessions import validate_name
-
-    if not 1 <= count <= 64:
-        raise Invalid(f"invalid --worktrees {count}", hint="between 1 and 64")
-    return [validate_name(f"{prefix}-{i}") for i in range(1, count + 1)]
-
-
-def default_prefix(repo: str | None) -> str:
-    """The repo directory's name, cut to what a session name allows."""
-    try:
-        base = Path(repo or ".").expanduser().absolute().name
-    except FileNotFoundError:
-        base = ""
-    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "-", base).strip("-")[:50]
-    return cleaned or "best"
-
-
-def create_legs(
-    spex: Spex,
-    names: Sequence[str],
-    request: Request,
-    *,
-    harness: str | None = None,
-    window: float | None = None,
-    confirm: Callable[[Setup], bool] | None = None,
-) -> list[Session]:
-    """Create one worktree session per name, each on its own branch
-    `spex/<name>` from the same base. All or nothing: refused up front when a
-    name is taken; a failure part-way removes the legs made so far (they are
-    fresh, but still only through `spex rm`'s guards). `confirm`: as for
-    `sessions.create` (asked at most once: a yes trusts the file)."""
-    from spexsup import sessions
-
-    taken = [
-        n
-        for n in names
-        if spex.store.db.execute("SELECT 1 FROM sessions WHERE name = ?", (n,)).fetchone()
-    ]
-    if taken:
-        raise Refused(f"session {taken[0]!r} already exists", hint="--prefix P")
-    made: list[Session] = []
-    try:
-        for n in names:  # a loop, not extend: `made` must hold the legs made so far
-            made.append(  # noqa: PERF401
-                sessions.create(
-                    spex, n, harness=harness, window=window, worktree=request, confirm=confirm
-                )
-            )
-    except BaseException as e:
-        for s in made:
-            try:
-                sessions.remove(spex, s.name)
-            except Exception as undo:
-                e.add_note(f"{s.name}: left in place: {undo}")
-        raise
-    return made
-
-
-def mark_best_of(wave: Wave, request: Request, names: Sequence[str]) -> None:
-    """Record in the wave's document that it is a best-of-N wave (what `keep` needs)."""
-    info = {"repo": request.repo, "base": request.base, "sessions": list(names), "kept": None}
-
-    def change(doc: Doc) -> None:
-        doc["best_of"] = info
-
-    wave.update(change)
-
-
-@dataclass
-class LegOutcome:
-    session: str
-    outcome: str  # kept | removed | gone | refused | failed
-    detail: list[str] = field(default_factory=list)
-    exit_code: int = 0
-
-    def public(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def keep(spex: Spex, wave_id: str, leg: str, *, force: bool = False) -> list[LegOutcome]:
-    """Keep one leg of a best-of-N wave (its session and branch) and remove the
-    other legs' sessions and worktrees through `spex rm --salvage`: unsaved
-    work is salvaged, never dropped. Each leg's outcome is reported; one that
-    cannot be removed (a running turn without `force`, say) stays."""
-    from spexsup import sessions, waves
-
-    doc = waves.load(spex, wave_id)
-    if not doc.get("best_of"):
-        raise Refused(
-            f"wave {wave_id} is not a best-of-N wave", hint="spex fanout --worktrees N made those"
-        )
-    if doc["state"] == "launching":
-        raise Refused(f"wave {wave_id} is still launching", hint=f"spex wave {wave_id}")
-    legs = [entry["session"] for entry in doc["legs"]]
-    if leg in legs:
-        chosen = leg
-    elif leg.isdigit() and 1 <= int(leg) <= len(legs):
-        chosen = legs[int(leg) - 1]
-    else:
-        raise Invalid(f"wave {wave_id} has no leg {leg!r}", hint=f"see spex wave {wave_id}")
-    outcomes = [LegOutcome(chosen, "kept")]
-    try:
-        kept = sessions.get(spex, chosen)
-        if kept.worktree is not None:
-            outcomes[0].detail.append(f"branch {kept.worktree.branch} in {kept.worktree.path}")
-    except Refused:
-        outcomes[0] = LegOutcome(chosen, "gone", ["the kept leg's session no longer exists"], 3)
-    for other in legs:
-        if other == chosen:
-            continue
-        try:
-            removal = sessions.remove(spex, other, force=force, salvage=True)
-        except Refused as e:
-            try:
-                sessions.get(spex, other)
-            except Refused:
-                outcomes.append(LegOutcome(other, "gone", ["already removed"]))
-                continue
-            outcomes.append(LegOutcome(other, "refused", [e.line()], e.exit_code))
-            continue
-        except Failed as e:
-            outcomes.append(LegOutcome(other, "failed", [e.line()], e.exit_code))
-            continue
-        outcomes.append(LegOutcome(other, "removed", removal.lines() if removal else []))
-
-    def change(d: Doc) -> None:
-        d["best_of"]["kept"] = chosen
-
-    waves.Wave(spex, doc).update(change)
-    return outcomes
-
-
-def leg_stat(spex: Spex, session: str) -> str | None:
-    """`git diff --shortstat` of a leg's worktree now (untracked files included)
-    against its base; None when the session or its worktree is gone."""
-    from spexsup.sessions import get
-
-    try:
-        s = get(spex, session)
-    except Refused:
-        return None
-    wt = s.worktree
-    if wt is None or wt.missing:
-        return None
-    try:
-        tree = snapshot_tree(wt.path)
-        out = git(wt.path, "diff", "--shortstat", wt.base, tree).strip()
-    except Failed as e:
-        return f"({e.message})"
-    return out or "no changes"

@@ -13,9 +13,10 @@ from conftest import Env, harness
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spexsup import sessions, turns
+from spexsup import sessions
 from spexsup.errors import UnknownSession
 from spexsup.harness import MAX_ARG_BYTES
+from spexsup.turn.wake import wake
 
 NASTY = [
     "$(touch /tmp/pwned)",
@@ -73,7 +74,7 @@ def test_prompt_arrives_byte_exact(env: Env, prompt: bytes) -> None:
         )
         sessions.create(spex, "rec", harness="rec", env={"RECORD_TO": str(out)})
     out.unlink(missing_ok=True)
-    verdict = turns.wake(spex, "rec", prompt, window=30)
+    verdict = wake(spex, "rec", prompt, window=30)
     assert verdict.verdict == "completed", verdict
     assert out.read_bytes() == prompt
     via = "stdin" if len(prompt) > MAX_ARG_BYTES else "argv"

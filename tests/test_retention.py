@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 from conftest import SPEX, Env, retry_until
 
-from spexsup import retention, sessions, turns
+from spexsup import retention, sessions
 from spexsup.config import Retention
 from spexsup.pane import report
 from spexsup.procs import own_identity
 from spexsup.spex import Spex
+from spexsup.turn.admit import admit
 from spexsup.waves import Wave
 
 DAY = 86400.0
@@ -32,7 +33,7 @@ def history(spex: Spex, name: str, count: int, *, age_days: float = 0.0) -> list
     `age_days` ago and each a second after the one before."""
     made = []
     for _ in range(count):
-        _, turn, directory, _ = turns.admit(spex, name, b"hello", fresh=True)
+        _, turn, directory, _ = admit(spex, name, b"hello", fresh=True)
         (directory / "output.log").write_bytes(b"x" * 100)
         report.record_exit(spex.store, name, turn, 0, directory)
         made.append(turn)
@@ -80,7 +81,7 @@ def test_prune_by_count_and_age_keeps_what_is_referenced(env: Env, tmp_path: Pat
             [(old_a[0], running.id), (old_a[1], running.id), (old_a[2], done.id)],
         )
     # A turn of c runs now (admitted by this live process, never ended).
-    _, running_turn, _, _ = turns.admit(spex, "c", b"go", fresh=True)
+    _, running_turn, _, _ = admit(spex, "c", b"go", fresh=True)
     config = env.home / "config.toml"
     config.write_text("[retention]\nkeep_turns = 100\nkeep_days = 90\n")
 

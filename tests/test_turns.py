@@ -15,7 +15,7 @@ from conftest import SPEX, WRAPPERS, Env, harness, retry_until
 
 from spexsup.pane import marker, report
 from spexsup.pane.marker import Stage
-from spexsup.turns import Startup
+from spexsup.turn.confirm import Startup
 
 
 def wake_json(env: Env, *args: str, extra: dict[str, str] | None = None) -> tuple[int, dict]:  # type: ignore[type-arg]
@@ -605,7 +605,7 @@ def _confirm_with_a_change(env: Env, change: str) -> str:
 def _one_change(directory: Path, change: str, window: float) -> tuple[Startup, float | None]:
     import threading
 
-    from spexsup.turns import confirm_startup
+    from spexsup.turn.confirm import confirm_startup
     from spexsup.watch import DirWatch
 
     directory.mkdir()

@@ -66,7 +66,7 @@ def leg_line(leg: dict[str, Any]) -> str:
 
 
 def counts_line(doc: dict[str, Any]) -> str:
-    from spexsup.waves import counts
+    from spexsup.wavedoc import counts
 
     c = counts(doc)
     parts = [f"launched {c['launched']}/{c['legs']}"]
@@ -238,7 +238,7 @@ def fanout(
             )
         from spexsup.harness import parse_duration
         from spexsup.sessions import validate_window
-        from spexsup.turns import parse_on_limit
+        from spexsup.turn.admit import parse_on_limit
 
         validate_window(window)
         if on_limit is not None:
@@ -266,10 +266,10 @@ def fanout(
             as_json,
         )
         return
-    from spexsup import ids, waves
+    from spexsup import bestof, ids, wavedoc, waves
     from spexsup import worktree as wt
     from spexsup.harness import parse_duration
-    from spexsup.turns import Limits, parse_on_limit
+    from spexsup.turn.admit import Limits, parse_on_limit
 
     if on_limit is not None:
         parse_on_limit(on_limit)
@@ -292,10 +292,10 @@ def fanout(
 
             raise no_harness(spex.home, command=False)
         prompt = read_prompt(message, file)
-        best_of = wt.leg_names(prefix or wt.default_prefix(repo), worktrees)
+        best_of = bestof.leg_names(prefix or bestof.default_prefix(repo), worktrees)
         from spexsup.cli.worktree import confirm_post_create, ran_post_create
 
-        legs = wt.create_legs(
+        legs = bestof.create_legs(
             spex, best_of, request, harness=harness, window=window, confirm=confirm_post_create
         )
         for leg in legs:
@@ -324,7 +324,7 @@ def fanout(
             if as_json:
                 print_json(
                     {
-                        "schema_version": waves.SCHEMA_VERSION,
+                        "schema_version": wavedoc.SCHEMA_VERSION,
                         "ok": True,
                         "retry_of": retry_failed,
                         "wave": None,
@@ -361,7 +361,7 @@ def fanout(
     def on_create(wave: "Wave") -> None:
         holder["wave"] = wave
         if best_of:
-            wt.mark_best_of(wave, request, best_of)
+            bestof.mark_best_of(wave, request, best_of)
         nonlocal progress
         if not as_json:
             typer.echo(
@@ -421,7 +421,7 @@ def fanout(
             typer.echo(f"keep waiting with: spex wait {' '.join(detached)}")
     if "signal" in holder:
         raise typer.Exit(holder["code"])
-    ok = doc["state"] == "complete" if wait else waves.succeeded(doc)
+    ok = doc["state"] == "complete" if wait else wavedoc.succeeded(doc)
     if not ok:
         raise typer.Exit(1)
 
@@ -572,7 +572,7 @@ def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> No
     spex = open_spex(ctx)
     doc = waves.load(spex, ids.resolve_wave(spex.store.db, wave))
     if doc.get("best_of"):
-        from spexsup.worktree import leg_stat
+        from spexsup.bestof import leg_stat
 
         for leg in doc["legs"]:
             leg["diffstat"] = leg_stat(spex, leg["session"])

@@ -69,7 +69,7 @@ def _settle_wave(store: Store, home: Path, turn: str) -> None:
     if store.db.execute("SELECT 1 FROM wave_turns WHERE turn = ?", (turn,)).fetchone() is None:
         return
     from spexsup.spex import Spex
-    from spexsup.waves import settle_turn_end
+    from spexsup.wavedoc import settle_turn_end
 
     try:
         settle_turn_end(Spex(home, store), turn)

@@ -113,6 +113,7 @@ def new(
     """
     from spexsup import sessions
     from spexsup.errors import Invalid
+    from spexsup.turn.read import describe
     from spexsup.worktree import Request
 
     sessions.validate_name(name)
@@ -126,7 +127,7 @@ def new(
 
     limit = parse_duration(timeout) if timeout is not None else None
     if on_limit is not None:
-        from spexsup.turns import parse_on_limit
+        from spexsup.turn.admit import parse_on_limit
 
         parse_on_limit(on_limit)
     spex = open_spex(ctx)
@@ -156,7 +157,7 @@ def new(
     if note:
         typer.echo(f"spex: note: {note}", err=True)
     if as_json:
-        (row,) = sessions.describe(spex, [s.name])
+        (row,) = describe(spex, [s.name])
         print_json(row)
         return
     line = f"created {s.name} ({' '.join([s.harness, *map(argv_word, s.harness_args)])}) in {s.cwd}"
@@ -203,12 +204,12 @@ def ls(
       spex ls --all-hosts
       spex -H box1 ls
     """
-    from spexsup import sessions
+    from spexsup.turn.read import describe
 
     if all_hosts or hosts is not None:
         fleet_ls(ctx, None if hosts is None else hosts.split(","), wide=wide, as_json=as_json)
         return
-    rows = sessions.describe(open_spex(ctx))
+    rows = describe(open_spex(ctx))
     if as_json:
         print_json(rows)
         return
@@ -293,9 +294,10 @@ def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
       spex show api --json | jq '.turns[0]'
     """
     from spexsup import sessions
+    from spexsup.turn.read import describe
 
     sessions.validate_name(name)
-    (row,) = sessions.describe(open_spex(ctx), [name], turns=10, worktree_status=True)
+    (row,) = describe(open_spex(ctx), [name], turns=10, worktree_status=True)
     if as_json:
         print_json(row)
         return
@@ -330,14 +332,13 @@ def rm(
       spex rm fix --salvage
     """
     from spexsup import sessions
+    from spexsup.turn.remove import remove
 
     spex = open_spex(ctx)
     chosen = sessions.select(spex, names or [], all_=all_, match=match)
     done = []
     for n in chosen:
-        removal = sessions.remove(
-            spex, n, force=force, salvage=salvage, keep_worktree=keep_worktree
-        )
+        removal = remove(spex, n, force=force, salvage=salvage, keep_worktree=keep_worktree)
         notes = removal.lines() if removal else []
         done.append(document({"ok": True, "session": n, "removed": True, "notes": notes}))
         if not as_json:
@@ -376,6 +377,7 @@ def up(
       spex up --revive -m "the machine restarted; carry on"
     """
     from spexsup import sessions
+    from spexsup.turn.revive import revivals
 
     if names and all_:
         raise Invalid("name the sessions or give --all, not both")
@@ -393,7 +395,7 @@ def up(
         for r in reports:
             typer.echo(f"{r.name}: {r.status}" + (f" ({r.detail})" if r.detail else ""))
     if revive:
-        with sessions.revivals(spex, names) as targets:
+        with revivals(spex, names) as targets:
             if not targets:
                 if as_json:
                     print_json({"revived": [], "homes": [r.as_json() for r in reports]})

@@ -115,14 +115,16 @@ def wake_and_report(
     strict: bool = False,
     on_limit: str | None = None,
 ) -> None:
-    from spexsup import harness, turns
+    from spexsup import harness
+    from spexsup.turn.admit import Limits, parse_on_limit
+    from spexsup.turn.wake import wake as wake_turn
 
     limit = harness.parse_duration(timeout) if timeout is not None else None
     if on_limit is not None:
-        turns.parse_on_limit(on_limit)
-    limits = turns.Limits(limit, strict, on_limit)
+        parse_on_limit(on_limit)
+    limits = Limits(limit, strict, on_limit)
     spex = open_spex(ctx)
-    verdict = turns.wake(spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits)
+    verdict = wake_turn(spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits)
     if as_json:
         print_json(document({"ok": verdict.ok, **verdict.as_json()}))
     else:
@@ -205,27 +207,26 @@ def wait(
       spex wait api --timeout 600
       spex wait --match 'api-*' --json
     """
-    from spexsup import sessions, turns
+    from spexsup import sessions
+    from spexsup.turn.read import load_turn
+    from spexsup.turn.read import wait as wait_for
 
     if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
         raise Invalid(f"invalid timeout {timeout}", hint="a number of seconds, 0 or more")
-    from spexsup import control
 
     spex = open_spex(ctx)
     names = sessions.select(spex, names or [], all_=all_, match=match)
     if as_json:
-        ended = control.wait(spex, names, timeout=timeout)
+        ended = wait_for(spex, names, timeout=timeout)
         # Each entry is the turn's one JSON shape, plus `turn` (its id) as before.
-        print_json([{**turns.load_turn(spex, e.turn), "turn": e.turn} for e in ended if e.turn])
+        print_json([{**load_turn(spex, e.turn), "turn": e.turn} for e in ended if e.turn])
         raise typer.Exit(int(any(e.exit_code for e in ended)))
     from spexsup.cli.render import WaitProgress
 
     # Each end is printed as it happens; on a terminal a counter line follows.
     progress = WaitProgress(len(names), live=sys.stdout.isatty() and len(names) > 1)
     try:
-        ended = control.wait(
-            spex, names, timeout=timeout, on_end=progress.ended, on_tick=progress.tick
-        )
+        ended = wait_for(spex, names, timeout=timeout, on_end=progress.ended, on_tick=progress.tick)
     finally:
         progress.close()
     raise typer.Exit(int(any(e.exit_code for e in ended)))
@@ -247,7 +248,9 @@ def stop(
       spex stop api
       spex stop --all --grace 1
     """
-    from spexsup import control, sessions
+    from spexsup import sessions
+    from spexsup.turn.stop import DEFAULT_GRACE
+    from spexsup.turn.stop import stop as stop_turn
 
     spex = open_spex(ctx)
     chosen = sessions.select(spex, names or [], all_=all_, match=match)
@@ -255,7 +258,7 @@ def stop(
         grace = settings(ctx, spex).grace
     docs = []
     for name in chosen:
-        aborted = control.stop(spex, name, grace=control.DEFAULT_GRACE if grace is None else grace)
+        aborted = stop_turn(spex, name, grace=DEFAULT_GRACE if grace is None else grace)
         docs.append(document({"ok": True, "session": name, "state": "stopped", "aborted": aborted}))
         if not as_json:
             typer.echo(stopped_line(docs[-1]))
@@ -294,7 +297,8 @@ def resume(
       spex resume api fix the flaky test
       spex resume --match 'api-*' --force
     """
-    from spexsup import control, sessions
+    from spexsup import sessions
+    from spexsup.turn.stop import resume as resume_session
 
     if prompt and (all_ or match is not None):
         raise Invalid("a prompt resumes and wakes one session, not --all or --match")
@@ -302,7 +306,7 @@ def resume(
     chosen = sessions.select(spex, [name] if name else [], all_=all_, match=match)
     docs = []
     for n in chosen:
-        resumed = control.resume(spex, n, force=force, not_stopped_ok=True)
+        resumed = resume_session(spex, n, force=force, not_stopped_ok=True)
         docs.append(document({"ok": True, "session": n, "resumed": resumed}))
         if not as_json:
             typer.echo(resumed_line(docs[-1]))
@@ -364,10 +368,11 @@ def log(
       spex log api --tail 20 -f
       spex log api --pretty
     """
-    from spexsup import sessions, turns
+    from spexsup import ids, sessions
+    from spexsup.turn.read import load_turn
+    from spexsup.turn.read import log as turn_log
 
     sessions.validate_name(name)
-    from spexsup import control, ids
 
     spex = open_spex(ctx)
     sessions.get(spex, name)
@@ -381,10 +386,10 @@ def log(
             from spexsup.errors import Refused
 
             raise Refused(f"session {name!r} has no turn yet")
-        print_json(turns.load_turn(spex, turn))
+        print_json(load_turn(spex, turn))
         return
     out = sys.stdout.buffer
-    chunks = control.log(spex, name, turn=turn, follow=follow, tail=tail)
+    chunks = turn_log(spex, name, turn=turn, follow=follow, tail=tail)
     # A pipe gets the agent's bytes as written (output.log's); a terminal gets
     # them without escapes (no clipboard write, title or screen clear), and
     # --pretty's rendering is made printable wherever it goes: colours stay.

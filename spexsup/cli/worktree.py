@@ -39,11 +39,11 @@ def status(
 ) -> None:
     """Per worktree session: branch, ahead/behind base, dirty and untracked
     counts, unsaved work, last commit."""
-    from spexsup import sessions, worktree
+    from spexsup import sessions
 
     for n in names or []:
         sessions.validate_name(n)
-    rows = worktree.status_rows(open_spex(ctx), names or [])
+    rows = sessions.status_rows(open_spex(ctx), names or [])
     if as_json:
         print_json(rows)
         return
@@ -77,15 +77,15 @@ def diff(
 ) -> None:
     """Show what a turn changed in its git working tree (from its start to its end:
     the next turn's start, or now for the latest turn)."""
-    from spexsup import sessions, worktree
+    from spexsup import diff, sessions
 
     sessions.validate_name(name)
-    r = worktree.turn_range(open_spex(ctx), name, turn)
+    r = diff.turn_range(open_spex(ctx), name, turn)
     if as_json:
-        print_json({**r.public(), "files": worktree.diff_files(r)})
+        print_json({**r.public(), "files": diff.diff_files(r)})
         return
     sys.stdout.flush()
-    rc = worktree.show_diff(r, stat=stat)
+    rc = diff.show_diff(r, stat=stat)
     if rc != 0:
         raise typer.Exit(1)
 
@@ -101,9 +101,9 @@ def keep(
     as_json: JsonOpt = False,
 ) -> None:
     """Keep one leg of a best-of-N wave; remove the others (salvaging unsaved work)."""
-    from spexsup import worktree
+    from spexsup import bestof
 
-    outcomes = worktree.keep(open_spex(ctx), wave, leg, force=force)
+    outcomes = bestof.keep(open_spex(ctx), wave, leg, force=force)
     if as_json:
         print_json([o.public() for o in outcomes])
     else:

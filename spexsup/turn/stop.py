@@ -1,19 +1,18 @@
-"""Controlling turns after they start: stop, resume, wait, log."""
+"""Stopping and resuming: `spex stop` ends a session's turn and holds the
+session; `spex resume` lets it take turns again.
+
+A stop records the end `aborted` before it kills (abort wins over a late exit
+report); under a held write lock it leaves `stop-requested` in the turn
+directory, which whoever records the end honors.
+"""
 
 from __future__ import annotations
 
-import json
-import os
 import sqlite3
-import time
-from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from spexsup import ledger
-from spexsup.errors import Failed, Invalid, Refused, TimedOut, UnknownSession
+from spexsup import ledger, wavedoc
+from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Stage
 from spexsup.paths import write_atomic
@@ -22,8 +21,8 @@ from spexsup.sessions import Session, get
 from spexsup.spex import Spex
 from spexsup.store import StateLocked
 from spexsup.tickets import ticket
-from spexsup.turns import kill_turn, reconcile
-from spexsup.watch import DirWatch
+from spexsup.turn.launch import kill_turn
+from spexsup.turn.reconcile import reconcile
 
 DEFAULT_GRACE = 5.0
 
@@ -68,9 +67,7 @@ def stop(
 
 def _settle_wave(spex: Spex, turn: str) -> None:
     """A stopped leg moves its wave on now, not when someone reads it."""
-    from spexsup import waves
-
-    waves.settle_turn_end(spex, turn)
+    wavedoc.settle_turn_end(spex, turn)
 
 
 def _record_stop(
@@ -192,169 +189,3 @@ def resume(
         with spex.store.tx() as db:
             ledger.mark_resumed(db, name, force=force)
     return True
-
-
-@dataclass
-class Ended:
-    session: str
-    turn: str | None
-    state: str | None
-    rc: int | None
-    error: str | None
-    flags: tuple[str, ...] = ()
-
-    @property
-    def exit_code(self) -> int:
-        """0 for `complete`, 1 for any other end; the turn's own rc is in `rc`
-        (an agent's rc must not collide with spex's own exit codes)."""
-        return 0 if self.state == "complete" else 1
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "session": self.session,
-            "turn": self.turn,
-            "state": self.state,
-            "rc": self.rc,
-            "error": self.error,
-            "flags": list(self.flags),
-        }
-
-
-def _current(spex: Spex, name: str) -> tuple[str | None, Any]:
-    row = spex.store.db.execute(
-        "SELECT t.* FROM sessions s JOIN turns t ON t.id = s.current_turn WHERE s.name = ?",
-        (name,),
-    ).fetchone()
-    return (row["id"] if row else None), row
-
-
-def wait(
-    spex: Spex,
-    names: Sequence[str],
-    *,
-    timeout: float | None = None,
-    on_end: Callable[[Ended], None] | None = None,
-    on_tick: Callable[[], None] | None = None,
-) -> list[Ended]:
-    """Block until each session's current turn has ended (event-driven).
-
-    `on_end` hears each end as it is found (turns already over first), and
-    `on_tick` runs after every wake-up, at least once a second, for a live
-    clock. Raises TimedOut (124) when `timeout` passes first. A session with
-    no turn at all is refused.
-    """
-    names = list(dict.fromkeys(names))
-    for name in names:
-        get(spex, name)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    ended: dict[str, Ended] = {}
-    with DirWatch([]) as watch:
-        watched: set[str] = set()
-        while True:
-            due = reconcile(spex, [n for n in names if n not in ended])
-            for name in names:
-                if name in ended:
-                    continue
-                turn, row = _current(spex, name)
-                if turn is None:
-                    raise Refused(f"session {name!r} has no turn to wait for")
-                if row["state"] not in ("starting", "running"):
-                    flags = tuple(json.loads(row["flags"])) if row["flags"] else ()
-                    ended[name] = Ended(name, turn, row["state"], row["rc"], row["error"], flags)
-                    if on_end is not None:
-                        on_end(ended[name])
-                elif turn not in watched:
-                    watch.add(turndir.path(spex.home, name, turn))
-                    watched.add(turn)
-            if len(ended) == len(names):
-                return [ended[n] for n in names]
-            if deadline is not None and time.monotonic() >= deadline:
-                pending = ", ".join(n for n in names if n not in ended)
-                raise TimedOut(f"timed out waiting for {pending}")
-            if on_tick is not None:
-                on_tick()
-            remaining = 3600.0 if deadline is None else deadline - time.monotonic()
-            if due is not None:  # a deferred end falls to us then
-                remaining = min(remaining, max(0.05, due - time.time()))
-            watch.wait(remaining if on_tick is None else min(remaining, 1.0))
-
-
-def tail_offset(path: Path, lines: int) -> int:
-    """Where the last `lines` lines of `path` begin, as `tail -n` counts them (a
-    final newline ends the last line). Reads backwards in blocks: agent logs run
-    to megabytes."""
-    try:
-        f = path.open("rb")
-    except FileNotFoundError:
-        return 0
-    with f:
-        end = f.seek(0, os.SEEK_END)
-        if lines == 0:
-            return end
-        pos, seen, limit = end, 0, end - 1
-        while pos > 0:
-            size = min(65536, pos)
-            pos -= size
-            f.seek(pos)
-            block = f.read(size)
-            at = min(len(block), limit - pos)
-            while (at := block.rfind(b"\n", 0, at)) >= 0:
-                seen += 1
-                if seen == lines:
-                    return pos + at + 1
-    return 0
-
-
-def log(
-    spex: Spex,
-    name: str,
-    *,
-    turn: str | None = None,
-    follow: bool = False,
-    tail: int | None = None,
-) -> Iterator[bytes]:
-    """A turn's output (default: the current or last turn), from its last `tail`
-    lines when given; `follow` until it ends."""
-    session = get(spex, name)
-    turn = turn or session.current_turn
-    if turn is None:
-        raise Refused(f"session {name!r} has no turn yet")
-    row = spex.store.db.execute(
-        "SELECT state FROM turns WHERE id = ? AND session = ?", (turn, name)
-    ).fetchone()
-    if row is None:
-        raise Refused(f"session {name!r} has no turn {turn!r}", hint=f"spex show {name}")
-    directory = turndir.path(spex.home, name, turn)
-    path = directory / turndir.OUTPUT
-    offset = 0 if tail is None else tail_offset(path, tail)
-
-    inode: int | None = None
-
-    def drain() -> Iterator[bytes]:
-        nonlocal offset, inode
-        try:
-            with path.open("rb") as f:
-                # A usage-limit wait starts the resumed run in a new output.log.
-                current = os.fstat(f.fileno()).st_ino
-                if inode is not None and current != inode:
-                    offset = 0
-                inode = current
-                f.seek(offset)
-                while chunk := f.read(65536):
-                    offset += len(chunk)
-                    yield chunk
-        except FileNotFoundError:
-            return
-
-    yield from drain()
-    if not follow:
-        return
-    with DirWatch([directory], names=frozenset({"outcome", "output.log"})) as watch:
-        while True:
-            reconcile(spex, [name])
-            state = spex.store.db.execute("SELECT state FROM turns WHERE id = ?", (turn,))
-            done = state.fetchone()["state"] not in ("starting", "running")
-            yield from drain()
-            if done:
-                return
-            watch.wait(1.0)

@@ -1,0 +1,175 @@
+"""Best of N: one prompt to N sessions, each in a worktree of its own, and keep one.
+
+`create_legs` makes the legs (`spex fanout --worktrees N`), `keep` keeps the
+chosen leg and removes the others through `spex rm --salvage`, so their
+unsaved work goes to `spex/salvage/…` branches and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spexsup import sessions, waves
+from spexsup.errors import Failed, Invalid, Refused
+from spexsup.git import git, snapshot_tree
+from spexsup.sessions import Session
+from spexsup.spex import Spex
+from spexsup.turn.remove import remove
+from spexsup.wavedoc import Doc
+from spexsup.waves import Wave
+from spexsup.worktree import Request, Setup
+
+
+def leg_names(prefix: str, count: int) -> list[str]:
+    from spexsup.sessions import validate_name
+
+    if not 1 <= count <= 64:
+        raise Invalid(f"invalid --worktrees {count}", hint="between 1 and 64")
+    return [validate_name(f"{prefix}-{i}") for i in range(1, count + 1)]
+
+
+def default_prefix(repo: str | None) -> str:
+    """The repo directory's name, cut to what a session name allows."""
+    try:
+        base = Path(repo or ".").expanduser().absolute().name
+    except FileNotFoundError:
+        base = ""
+    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "-", base).strip("-")[:50]
+    return cleaned or "best"
+
+
+def create_legs(
+    spex: Spex,
+    names: Sequence[str],
+    request: Request,
+    *,
+    harness: str | None = None,
+    window: float | None = None,
+    confirm: Callable[[Setup], bool] | None = None,
+) -> list[Session]:
+    """Create one worktree session per name, each on its own branch
+    `spex/<name>` from the same base. All or nothing: refused up front when a
+    name is taken; a failure part-way removes the legs made so far (they are
+    fresh, but still only through `spex rm`'s guards). `confirm`: as for
+    `sessions.create` (asked at most once: a yes trusts the file)."""
+
+    taken = [
+        n
+        for n in names
+        if spex.store.db.execute("SELECT 1 FROM sessions WHERE name = ?", (n,)).fetchone()
+    ]
+    if taken:
+        raise Refused(f"session {taken[0]!r} already exists", hint="--prefix P")
+    made: list[Session] = []
+    try:
+        for n in names:  # a loop, not extend: `made` must hold the legs made so far
+            made.append(  # noqa: PERF401
+                sessions.create(
+                    spex, n, harness=harness, window=window, worktree=request, confirm=confirm
+                )
+            )
+    except BaseException as e:
+        for s in made:
+            try:
+                remove(spex, s.name)
+            except Exception as undo:
+                e.add_note(f"{s.name}: left in place: {undo}")
+        raise
+    return made
+
+
+def mark_best_of(wave: Wave, request: Request, names: Sequence[str]) -> None:
+    """Record in the wave's document that it is a best-of-N wave (what `keep` needs)."""
+    info = {"repo": request.repo, "base": request.base, "sessions": list(names), "kept": None}
+
+    def change(doc: Doc) -> None:
+        doc["best_of"] = info
+
+    wave.update(change)
+
+
+@dataclass
+class LegOutcome:
+    session: str
+    outcome: str  # kept | removed | gone | refused | failed
+    detail: list[str] = field(default_factory=list)
+    exit_code: int = 0
+
+    def public(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def keep(spex: Spex, wave_id: str, leg: str, *, force: bool = False) -> list[LegOutcome]:
+    """Keep one leg of a best-of-N wave (its session and branch) and remove the
+    other legs' sessions and worktrees through `spex rm --salvage`: unsaved
+    work is salvaged, never dropped. Each leg's outcome is reported; one that
+    cannot be removed (a running turn without `force`, say) stays."""
+
+    doc = waves.load(spex, wave_id)
+    if not doc.get("best_of"):
+        raise Refused(
+            f"wave {wave_id} is not a best-of-N wave", hint="spex fanout --worktrees N made those"
+        )
+    if doc["state"] == "launching":
+        raise Refused(f"wave {wave_id} is still launching", hint=f"spex wave {wave_id}")
+    legs = [entry["session"] for entry in doc["legs"]]
+    if leg in legs:
+        chosen = leg
+    elif leg.isdigit() and 1 <= int(leg) <= len(legs):
+        chosen = legs[int(leg) - 1]
+    else:
+        raise Invalid(f"wave {wave_id} has no leg {leg!r}", hint=f"see spex wave {wave_id}")
+    outcomes = [LegOutcome(chosen, "kept")]
+    try:
+        kept = sessions.get(spex, chosen)
+        if kept.worktree is not None:
+            outcomes[0].detail.append(f"branch {kept.worktree.branch} in {kept.worktree.path}")
+    except Refused:
+        outcomes[0] = LegOutcome(chosen, "gone", ["the kept leg's session no longer exists"], 3)
+    for other in legs:
+        if other == chosen:
+            continue
+        try:
+            removal = remove(spex, other, force=force, salvage=True)
+        except Refused as e:
+            try:
+                sessions.get(spex, other)
+            except Refused:
+                outcomes.append(LegOutcome(other, "gone", ["already removed"]))
+                continue
+            outcomes.append(LegOutcome(other, "refused", [e.line()], e.exit_code))
+            continue
+        except Failed as e:
+            outcomes.append(LegOutcome(other, "failed", [e.line()], e.exit_code))
+            continue
+        outcomes.append(LegOutcome(other, "removed", removal.lines() if removal else []))
+
+    def change(d: Doc) -> None:
+        d["best_of"]["kept"] = chosen
+
+    Wave(spex, doc).update(change)
+    return outcomes
+
+
+def leg_stat(spex: Spex, session: str) -> str | None:
+    """`git diff --shortstat` of a leg's worktree now (untracked files included)
+    against its base; None when the session or its worktree is gone."""
+    from spexsup.sessions import get
+
+    try:
+        s = get(spex, session)
+    except Refused:
+        return None
+    wt = s.worktree
+    if wt is None or wt.missing:
+        return None
+    try:
+        tree = snapshot_tree(wt.path)
+        out = git(wt.path, "diff", "--shortstat", wt.base, tree).strip()
+    except Failed as e:
+        return f"({e.message})"
+    return out or "no changes"

@@ -1,0 +1,276 @@
+"""Admission: may this session take a turn now, and under which limits?
+
+`admit` takes the session's ticket, checks its state, lease and fence, and
+records the turn `starting` (DESIGN §2.5); a refusal changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from spexsup import config, ids, ledger
+from spexsup.errors import (
+    Failed,
+    Invalid,
+    Refused,
+    SessionBusy,
+    SessionStopped,
+    UnknownSession,
+)
+from spexsup.harness import Harness
+from spexsup.pane import turndir
+from spexsup.paths import (
+    ensure_private_dir,
+    own_python,
+    write_atomic,
+)
+from spexsup.procs import (
+    boot_id,
+    own_identity,
+)
+from spexsup.sessions import Session
+from spexsup.spex import Spex
+from spexsup.turn.reconcile import reconcile
+
+DEFAULT_WINDOW = 2.0
+
+
+class Verdict(NamedTuple):
+    """What `spex wake` reports (DESIGN §3 `wake --json`)."""
+
+    session: str
+    turn: str | None
+    verdict: str  # confirmed | completed | failed | refused
+    rc: int | None = None
+    pid: int | None = None
+    error: str | None = None
+    elapsed_ms: int = 0
+    attempts: int = 1
+    flags: Sequence[str] = ()
+    # Waiting in the pane for a usage limit to reset, until then (epoch).
+    waiting_until: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in ("confirmed", "completed")
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self._asdict(), "flags": list(self.flags)}
+
+
+def new_turn_id() -> str:
+    return ids.new_id()
+
+
+class Limits(NamedTuple):
+    """A wake's own `--timeout` (seconds) and `--strict`; the session's and
+    then the harness's apply where these are not given."""
+
+    timeout: float | None = None
+    strict: bool = False
+    on_limit: str | None = None
+
+
+def parse_on_limit(text: str) -> float:
+    """`wait` or `wait:HOURS`: the longest usage-limit wait, in seconds."""
+    head, _, hours = text.partition(":")
+    try:
+        value = float(hours) if hours else DEFAULT_LIMIT_WAIT_HOURS
+    except ValueError:
+        value = -1
+    if head != "wait" or not 0 < value <= 24 * 14:
+        raise Invalid(f"invalid --on-limit {text!r}", hint="wait, or wait:HOURS (the longest wait)")
+    return value * 3600
+
+
+DEFAULT_LIMIT_WAIT_HOURS = 12.0
+# After the reset time a CLI names, this long before the harness runs again.
+DEFAULT_LIMIT_MARGIN = 60.0
+
+
+def admit(
+    spex: Spex, name: str, prompt: bytes, *, fresh: bool, limits: Limits | None = None
+) -> tuple[Session, str, Path, Harness]:
+    """One transaction: check the session can take a turn, insert it (`starting`).
+
+    Returns the session, the turn id, its prepared directory and the adapter
+    that built its argv (loaded once per wake: it reads the harness files).
+    """
+    if b"\0" in prompt:
+        raise Invalid("the prompt contains a NUL byte", hint="prompts are NUL-free text")
+    reconcile(spex, [name])
+    turn = new_turn_id()
+    pid, token = own_identity()
+    settings = config.load(spex.home)
+    with spex.store.tx() as db:
+        row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise UnknownSession(name)
+        session = Session.from_row(row)
+        if session.state == "stopped":
+            raise SessionStopped(name)
+        if session.state == "removing":
+            raise Refused(f"session {name!r} is being removed")
+        if session.state == "creating":
+            raise Refused(
+                f"session {name!r} is still being created",
+                hint=f"wait for spex new; if it was killed, spex rm {name}",
+            )
+        if session.worktree is not None and session.worktree.missing:
+            # Never run elsewhere: tmux would start the turn in $HOME.
+            raise Refused(
+                f"{name}: its worktree {session.worktree.path} was removed behind spex",
+                hint=f"spex rm {name} (its branch {session.worktree.branch} is checked first)",
+            )
+        if session.state == "running":
+            raise SessionBusy(name, session.current_turn)
+        if not Path(session.cwd).is_dir():
+            # tmux would silently start the turn somewhere else.
+            raise Failed(
+                f"{name}: working directory {session.cwd} no longer exists",
+                hint=f"restore it, or spex rm {name} and create the session again",
+            )
+        adapter = session.adapter(spex.home)
+        resume_id = None if fresh else session.harness_session_id
+        # A harness that lets us choose a new conversation's id gets one now,
+        # stored with the admission: a turn that dies before it prints its
+        # init event can still be resumed.
+        assigned = None
+        if adapter.assign_id == "uuid" and not (resume_id and adapter.resume):
+            import uuid
+
+            assigned = str(uuid.uuid4())
+        argv, on_stdin = adapter.argv(prompt, resume_id, assigned)
+        # The first attempt's launch fence (see `claim_fence`), claimed here
+        # so the launch needs no transaction of its own.
+        fence = session.launch_fence + 1
+        limits = limits or Limits()
+        timeout = limits.timeout or session.timeout or adapter.timeout
+        strict = limits.strict or session.strict or adapter.strict or settings.strict
+        while db.execute("SELECT 1 FROM turns WHERE id = ?", (turn,)).fetchone():
+            # 24 random bits per second: a 200-leg fan-out repeats one about
+            # once in 800 waves. We hold the write lock, so a free id stays free.
+            turn = new_turn_id()
+        ledger.admit_turn(
+            db,
+            turn=turn,
+            session=name,
+            fence=fence,
+            assigned=assigned,
+            resumed=resume_id,
+            launcher_pid=pid,
+            launcher_token=token,
+            started_at=time.time(),
+            boot_id=boot_id() or None,
+            timeout=timeout,
+            strict=int(strict),
+        )
+    directory = ensure_private_dir(turndir.path(spex.home, name, turn), under=spex.home)
+    grace = settings.grace if timeout else None
+    on_limit = limits.on_limit or session.on_limit
+    ending = Ending(
+        timeout,
+        DEFAULT_KILL_GRACE if grace is None else grace,
+        strict,
+        settings.login_timeout if settings.login_shell else None,
+        parse_on_limit(on_limit) if on_limit else None,
+        settings.limit_margin if settings.limit_margin is not None else DEFAULT_LIMIT_MARGIN,
+    )
+    resumed = resume_id if resume_id and adapter.resume else None
+    _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter, ending, resumed)
+    if _in_git_tree(Path(session.cwd)):
+        # The wrapper records the work tree's state (`git-start`, for spex
+        # diff) before the harness starts: a dozen git calls are not worth
+        # holding the verdict for.
+        write_atomic(directory / turndir.GIT_START_TODO, b"", durable=False)
+    return session, turn, directory, adapter
+
+
+# Between the watchdog's SIGTERM and SIGKILL when config.toml sets no grace.
+DEFAULT_KILL_GRACE = 5.0
+
+
+class Ending(NamedTuple):
+    """What the wrapper and the reporter need to judge the turn's end."""
+
+    timeout: float | None
+    grace: float
+    strict: bool
+    # Run in the login shell's environment, waiting at most this long for it.
+    login_timeout: float | None = None
+    # Wait in the pane for a usage limit to reset, at most this long.
+    limit_wait: float | None = None
+    limit_margin: float = 60.0
+
+
+def _in_git_tree(cwd: Path) -> bool:
+    """Is `cwd` inside a git work tree? (stat calls only; git itself decides later)"""
+    return any((d / ".git").exists() for d in (cwd, *cwd.parents))
+
+
+def _prepare(
+    spex: Spex,
+    session: Session,
+    turn: str,
+    directory: Path,
+    prompt: bytes,
+    argv: list[bytes],
+    on_stdin: bool,
+    adapter: Harness,
+    ending: Ending,
+    resumed: str | None = None,
+) -> None:
+    """The turn dir: exact prompt bytes, NUL-separated argv/env/reporter, metadata
+    (with the conversation id it resumes), and `deadline` (`SECONDS GRACE`) for
+    the wrapper's watchdog."""
+    files = {
+        turndir.PROMPT: prompt,
+        turndir.ARGV: b"\0".join(argv) + b"\0",
+        turndir.ENV: b"".join(f"{k}={v}".encode() + b"\0" for k, v in session.env.items()),
+    }
+    if on_stdin:
+        files[turndir.STDIN] = b""
+    # Never the session's cwd or PYTHONPATH on sys.path (see own_python); the
+    # wrapper runs spex's other helpers with the same interpreter and flags.
+    reporter = [
+        *own_python("spexsup"),
+        "--home",
+        str(spex.home),
+        "internal",
+        "turn-exit",
+        session.name,
+        turn,
+    ]
+    files[turndir.REPORTER] = "\0".join(reporter).encode() + b"\0"
+    # The harness is named, not its id pattern: fixing harnesses.toml fixes
+    # every later read of this turn.
+    meta = {
+        "session": session.name,
+        "turn": turn,
+        "harness": adapter.name,
+        "outcome": adapter.outcome,
+        "strict": ending.strict,
+        "timeout": ending.timeout,
+        "cwd": session.cwd,
+        "started": time.time(),
+        "resumed": resumed,
+    }
+    files[turndir.META] = json.dumps(meta).encode()
+    if adapter.outcome:
+        # A CLI of JSON events: the pane shows their rendering (spexsup.pane.pretty).
+        files[turndir.RENDER] = f"{adapter.outcome}\n".encode()
+    if ending.timeout:
+        files[turndir.DEADLINE] = f"{ending.timeout:g} {ending.grace:g}\n".encode()
+    if ending.login_timeout is not None:
+        # Every harness, a path too (the demo's interpreter, `-- ./agent.sh`):
+        # what the login shell exports (an API key in ~/.bashrc) is its own.
+        files[turndir.LOGIN] = f"{ending.login_timeout:g}\n".encode()
+    if ending.limit_wait is not None:
+        files[turndir.ON_LIMIT] = f"{ending.limit_wait:g} {ending.limit_margin:g}\n".encode()
+    # Not fsync'd: after a crash the turn is lost anyway, and these die with it.
+    for name, data in files.items():
+        write_atomic(directory / name, data, durable=False)

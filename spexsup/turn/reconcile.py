@@ -1,0 +1,209 @@
+"""Reconciliation: settle turns whose wrapper is gone, and what follows their end.
+
+Any reader runs it before it reports a session: a turn whose wrapper
+vanished without a final marker, or whose launcher died before it started
+one, is recorded lost (or by its kept marker); a deferred end past its bound
+is taken over; the waves its turns are legs of move on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from spexsup import events, ledger, wavedoc
+from spexsup.errors import warn
+from spexsup.pane import marker, report, turndir
+from spexsup.pane.marker import Marker, Stage
+from spexsup.paths import (
+    disk_full,
+    no_space,
+)
+from spexsup.procs import (
+    Liveness,
+    boot_id,
+    identity_liveness,
+)
+from spexsup.sessions import get
+from spexsup.spex import Spex
+
+
+def _unlaunched(spex: Spex, row: Any, directory: Path) -> Liveness:
+    """Did a turn with no marker (and no launcher left) start a wrapper?
+
+    ALIVE: the pane is tagged with the turn and runs its wrapper (about to
+    write its marker). DEAD: provably never will, because the pane is fenced
+    against the turn's attempt first, so a tmux call of the dead launcher
+    still in flight can no longer land. UNPROVEN: tmux could not tell.
+    """
+    session = get(spex, row["session"])
+    owner = session.owner(spex.home)
+    if row["fence"] is not None:
+        spex.tmux.fence(session.name, owner, int(row["fence"]))
+    census = spex.tmux.census()
+    if census.liveness is Liveness.UNPROVEN:
+        return Liveness.UNPROVEN
+    pane = census.panes.get(session.name)
+    if pane is None or pane.owner != owner or pane.turn != row["id"] or pane.pane_dead:
+        return Liveness.DEAD
+    return turndir.wrapper_liveness(pane.pane_pid, directory)
+
+
+def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
+    """Settle current unfinished turns from their markers and process liveness.
+
+    A turn still `starting` under a live launcher is the launcher's to settle
+    (it may retry a failed attempt), so it is left alone, but an end its
+    reporter deferred to it is taken over once DEFER_BOUND has passed since
+    the final marker: a suspended or starved launcher must not hold it
+    hostage. Returns when the next such
+    end falls due (a clock time), for a waiter's timer. Otherwise: a
+    wrapper that is provably gone without a final marker makes the turn
+    `lost`; an exit the reporter did not record is recorded; a turn whose
+    launcher died after a good start moves on to `running`; a probe that
+    proves nothing leaves the turn alone.
+    """
+    query = (
+        "SELECT t.id, t.session, t.state, t.launcher_pid, t.launcher_token, t.fence,"
+        " t.boot_id FROM sessions s JOIN turns t ON t.id = s.current_turn"
+        " WHERE t.state IN ('starting', 'running')"
+    )
+    rows = spex.store.db.execute(query).fetchall()
+    # Hooks whose claimer died before starting them are a reader's to start.
+    events.resume_hooks(spex.store)
+    boot = boot_id() if rows else ""
+    due: float | None = None
+    for row in rows:
+        name, turn = row["session"], row["id"]
+        if names is not None and name not in names:
+            continue
+        if row["boot_id"] and boot and row["boot_id"] != boot:
+            # Nothing of an earlier boot runs now; pids and start tokens of
+            # then mean nothing. The conversation is kept for `up --revive`.
+            directory = turndir.path(spex.home, name, turn)
+            report.record_exit(
+                spex.store,
+                name,
+                turn,
+                None,
+                directory,
+                state="interrupted",
+                error="machine rebooted",
+                launched=row["state"] == "running",
+            )
+            continue
+        launcher = identity_liveness(row["launcher_pid"], row["launcher_token"])
+        directory = turndir.path(spex.home, name, turn)
+        if row["state"] == "starting" and launcher is not Liveness.DEAD:
+            deferred = _deferred_until(directory)
+            if deferred is None:
+                continue
+            if time.time() < deferred:
+                due = deferred if due is None else min(due, deferred)
+                continue
+        try:
+            _settle_current(spex, row, directory)
+        except Exception as e:
+            if not disk_full(e):
+                raise
+            # Reads go on with the state as last recorded; a waiter tries again.
+            warn(f"{no_space(spex.home)}: turn {turn} of {name} is not settled")
+            retry = time.time() + DISK_FULL_RETRY
+            due = retry if due is None else min(due, retry)
+    _settle_waves(spex, [row["id"] for row in rows])
+    return due
+
+
+def _settle_waves(spex: Spex, settled: Sequence[str]) -> None:
+    """Move on the waves whose legs' ends a reader recorded here (their
+    reporter would have, had it lived), and start an on-complete command
+    whose claimer died before starting it (`wavedoc.resume`): no wave waits
+    for its reader. Two queries; waves is imported only when one answers."""
+    db = spex.store.db
+    ended: list[str] = []
+    if settled:
+        marks = ",".join("?" * len(settled))
+        ended = [
+            r["turn"]
+            for r in db.execute(
+                "SELECT wt.turn FROM wave_turns wt JOIN turns t ON t.id = wt.turn"
+                f" WHERE wt.turn IN ({marks}) AND t.state NOT IN ('starting', 'running')",
+                list(settled),
+            )
+        ]
+    waiting = db.execute(
+        "SELECT 1 FROM waves WHERE ended_at IS NOT NULL"
+        " AND json_extract(doc, '$.on_complete.claimed_at') IS NOT NULL"
+        " AND json_type(doc, '$.on_complete.started_at') = 'null' LIMIT 1"
+    ).fetchone()
+    if not ended and waiting is None:
+        return
+    for turn in ended:
+        wavedoc.settle_turn_end(spex, turn)
+    if waiting is not None:
+        wavedoc.resume(spex)
+
+
+# How soon a waiter tries again to record an end a full disk kept it from.
+DISK_FULL_RETRY = 2.0
+
+
+def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
+    """Record what the markers and processes say of one unfinished turn (see reconcile)."""
+    name, turn = row["session"], row["id"]
+    m = marker.read(directory)
+    if m.stage is Stage.EXIT:
+        report.record_exit(spex.store, name, turn, m.rc, directory)
+    elif m.stage in (Stage.RUNNING, Stage.LIMITED, Stage.REPORTING):
+        assert m.pid is not None
+        alive = turndir.wrapper_liveness(m.pid, directory)
+        if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:
+            with spex.store.tx() as db:
+                why = "its launcher died; its wrapper runs"
+                ledger.mark_running(db, name, turn, pid=m.pid, cause=why)
+        if alive is not Liveness.DEAD:
+            return
+        # Its last markers may be in the pane, where the wrapper kept what a
+        # full disk had no room for.
+        kept = _kept_marker(spex, name, turn)
+        if kept is not None and kept.stage is Stage.EXIT:
+            report.record_exit(spex.store, name, turn, kept.rc, directory)
+            return
+        if kept is not None and kept.stage is Stage.REPORTING:
+            m = kept._replace(pid=m.pid)
+        if m.stage is Stage.REPORTING:
+            why = f"wrapper pid {m.pid} died while reporting rc={m.rc}"
+            report.record_exit(spex.store, name, turn, m.rc, directory, error=why)
+        else:
+            why = f"wrapper pid {m.pid} vanished without a final marker"
+            report.record_exit(
+                spex.store, name, turn, None, directory, state="lost", error=why, launched=True
+            )
+    elif m.stage is Stage.INVALID:
+        why = f"invalid outcome marker {m.text!r}"
+        report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+    elif _unlaunched(spex, row, directory) is Liveness.DEAD:
+        why = "its launcher died before the turn confirmed startup"
+        report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+
+
+def _kept_marker(spex: Spex, name: str, turn: str) -> Marker | None:
+    """The marker the wrapper kept in the pane for `turn` (a full disk), if any."""
+    kept_turn, _, text = spex.tmux.kept_outcome(name).partition(" ")
+    if kept_turn != turn:
+        return None
+    kept = marker.parse(text.encode())
+    return None if kept.stage is Stage.INVALID else kept
+
+
+def _deferred_until(directory: Path) -> float | None:
+    """When a final marker (an end the reporter may have deferred to the
+    launcher) becomes any reader's to record; None while there is none."""
+    if marker.read(directory).stage is not Stage.EXIT:
+        return None
+    try:
+        return (directory / turndir.OUTCOME).stat().st_mtime + report.DEFER_BOUND
+    except OSError:  # rotated away for a retry meanwhile
+        return None

@@ -1,0 +1,243 @@
+"""`spex wake`: admit, launch and confirm one turn, and tell the truth about it.
+
+A lock-class startup failure is retried in a new attempt of the same turn
+(RETRY_BACKOFF); every other end is settled here or left to the exit
+reporter, whichever records first (the ledger's compare-and-swap).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+
+from spexsup import config, ledger, states
+from spexsup.errors import Failed, Refused, TurnStopped
+from spexsup.harness import Harness
+from spexsup.pane import marker, report, turndir
+from spexsup.pane.marker import Stage
+from spexsup.sessions import Session, get, validate_window
+from spexsup.spex import Spex
+from spexsup.tickets import ticket
+from spexsup.turn.admit import DEFAULT_WINDOW, Limits, Verdict, admit
+from spexsup.turn.confirm import Startup, confirm_startup, failure_message
+from spexsup.turn.launch import claim_fence, kill_turn, launch, turn_state
+from spexsup.watch import DirWatch
+
+RETRY_BACKOFF = (0.25, 0.5, 1.0, 2.0)
+assert len(RETRY_BACKOFF) == report.MAX_RETRIES
+
+
+def resolve_window(
+    session: Session, adapter: Harness, window: float | None, configured: float | None = None
+) -> float:
+    """The call's window, else the session's, else config.toml's, else the harness's, else 2 s."""
+    return (
+        validate_window(window) or session.window or configured or adapter.window or DEFAULT_WINDOW
+    )
+
+
+def wake(
+    spex: Spex,
+    name: str,
+    prompt: bytes,
+    *,
+    window: float | None = None,
+    fresh: bool = False,
+    force: bool = False,
+    gate: AbstractContextManager[object] | None = None,
+    on_admitted: Callable[[str], None] | None = None,
+    limits: Limits | None = None,
+) -> Verdict:
+    """Start a turn and report what is true about it within the window.
+
+    Refusals raise `Refused` (exit 3) and change nothing; so does a wake that
+    loses to a stop between admission and launch, and (unless `force`) one
+    whose pane runs something other than an idle shell. A failed startup leaves no
+    process of the turn behind and the pane back at a shell. `gate` (a
+    fan-out's concurrency limit) is held around admission and launch only,
+    so many turns can confirm at once.
+
+    Interrupted (SIGINT, SIGTERM) before the launch, the turn is aborted and
+    fenced; after it, the turn keeps running and the exception carries a
+    note saying so (its end is still recorded by its wrapper). A gate that
+    refuses the launch (an aborted wave) ends the admitted turn `aborted`
+    the same way. `on_admitted` hears the turn id once it exists.
+    """
+    started = time.monotonic()
+    get(spex, name)
+    validate_window(window)
+    # Read before admission: a broken config file changes nothing.
+    configured = config.load(spex.home).window
+    gate = gate or nullcontext()
+    with ticket(spex, name, "wake"):
+        with gate:
+            session, turn, directory, adapter = admit(
+                spex, name, prompt, fresh=fresh, limits=limits
+            )
+        if on_admitted is not None:
+            on_admitted(turn)
+        span = resolve_window(session, adapter, window, configured)
+        attempts = 0
+        launched_once = False
+        try:
+            while True:
+                attempts += 1
+                with DirWatch([directory]) as watch:
+                    with gate:
+                        # A retry replaces our own previous attempt's shell.
+                        mine = force or attempts > 1
+                        pane_pid = launch(spex, session, turn, directory, force=mine)
+                    launched_once = True
+                    # The window measures the harness's startup, not our own
+                    # admission (which may queue behind other writers).
+                    launched = time.monotonic()
+                    result = confirm_startup(directory, span, launched, watch, pane_pid)
+                if not _retryable(adapter, directory, result, attempts):
+                    break
+                if not _rotate_attempt(spex, name, turn, directory, attempts):
+                    break  # a reader recorded the end while we were not running
+                time.sleep(RETRY_BACKOFF[attempts - 1])
+            verdict = _settle(spex, session, turn, directory, adapter, result)
+        except Exception as e:
+            if not launched_once:
+                why = str(e) or f"not launched ({type(e).__name__})"
+                _abort_unlaunched(spex, session, turn, why)
+            raise
+        except BaseException as interrupt:
+            # Interrupted inside the tmux call that launched it, the wrapper
+            # may already run: its marker says so, and then it is launched.
+            if launched_once or marker.read(directory).stage is not Stage.NONE:
+                interrupt.add_note(f"{name}: turn {turn} keeps running (spex wait {name})")
+            else:
+                try:
+                    _abort_unlaunched(
+                        spex, session, turn, "spex wake was interrupted before launch"
+                    )
+                    interrupt.add_note(f"{name}: turn {turn} aborted before it started")
+                except Failed as e:  # the signal still decides the exit
+                    interrupt.add_note(e.line())
+            raise
+    return verdict._replace(attempts=attempts, elapsed_ms=int((time.monotonic() - started) * 1000))
+
+
+def _abort_unlaunched(spex: Spex, session: Session, turn: str, why: str) -> None:
+    """End a turn that never (provably) launched: abort it, then fence and kill,
+    in case the tmux call was already on its way when we were interrupted."""
+    with spex.store.tx() as db:
+        ledger.abort_current(
+            db, session.name, turn, why, only_starting=True, session_after=states.FAILED
+        )
+    from spexsup.home import TmuxTimeout
+
+    try:
+        kill_turn(spex, session, turn, grace=0.5)
+    except TmuxTimeout as e:
+        # The turn is recorded aborted; what a wedged server still runs, a
+        # reader finds (its reporter's end is stale) and spex stop ends.
+        raise Failed(
+            f"{session.name}: turn {turn} aborted, but {e.message}",
+            hint=f"once tmux answers: spex stop {session.name}",
+        ) from None
+
+
+def _retryable(adapter: Harness, directory: Path, result: Startup, attempts: int) -> bool:
+    """A lock-class startup failure is retried up to 4 times, but only when
+    nothing ran (see report.worth_retrying)."""
+    if result.verdict != "failed" or result.rc is None or result.rc == 0:
+        return False
+    if attempts > len(RETRY_BACKOFF):
+        return False
+    return report.worth_retrying(directory, adapter)
+
+
+def _rotate_attempt(spex: Spex, name: str, turn: str, directory: Path, attempt: int) -> bool:
+    """Keep attempt N's marker and output beside the turn for the next attempt.
+
+    The failed attempt was never published (its reporter deferred to us), so
+    the turn is still `starting`. If it is not, either a stop won (Refused)
+    or a reader recorded the deferred end because we took too long (a
+    suspended wake; see report.DEFER_BOUND): False, there is nothing to retry.
+    """
+    try:
+        claim_fence(spex, name, turn)
+        with spex.store.tx() as db:
+            cur = db.execute(
+                "UPDATE turns SET attempts = ? WHERE id = ? AND state = 'starting'",
+                (attempt + 1, turn),
+            )
+            if not cur.rowcount:
+                raise TurnStopped(name, turn)
+    except Refused:
+        if turn_state(spex, turn) in (None, "aborted"):
+            raise
+        return False
+    for file in (turndir.OUTCOME, turndir.OUTPUT):
+        src = directory / file
+        if src.exists():
+            src.rename(directory / f"attempt-{attempt}.{file}")
+    return True
+
+
+def _settle(
+    spex: Spex, session: Session, turn: str, directory: Path, adapter: Harness, result: Startup
+) -> Verdict:
+    """Record the verdict; make sure a failed startup leaves nothing running.
+
+    A turn a stop aborted while we confirmed it is the stop's: refused.
+    """
+    m = result.marker
+    name = session.name
+    error = result.error
+    rc = result.rc
+    if turn_state(spex, turn) == "aborted":
+        if result.verdict == "failed" and rc is None:
+            kill_turn(spex, session, turn, grace=0.5)
+        report.remember_conversation(spex.store, name, directory, adapter)
+        raise TurnStopped(name, turn, "while it started")
+    verdict = result.verdict
+    flags: list[str] = []
+    if rc is not None:
+        # The wrapper's reporter may have deferred to us (a failure we might
+        # have retried), failed, or be slow: the CAS makes recording twice safe.
+        report.record_exit(spex.store, name, turn, rc, directory, adapter=adapter)
+        ended = spex.store.db.execute(
+            "SELECT state, error, flags, cause FROM turns WHERE id = ?", (turn,)
+        ).fetchone()
+        flags = json.loads(ended["flags"] or "[]") if ended else []
+        if ended is not None and ended["cause"]:
+            # Timed out, strict, an error opencode exited 0 after, a usage limit.
+            verdict, error = "failed", ended["error"]
+        elif rc != 0:
+            error = failure_message(adapter, directory, rc, m.cas)
+    elif result.verdict == "failed":
+        _abandon(spex, session, turn, directory, error or "failed")
+    else:
+        report.remember_conversation(spex.store, name, directory, adapter)
+    with spex.store.tx() as db:
+        db.execute(
+            "UPDATE turns SET verdict = ?, error = coalesce(?, error),"
+            " pid = coalesce(?, pid) WHERE id = ?",
+            (verdict, error, result.pid, turn),
+        )
+        if verdict == "confirmed":
+            ledger.mark_running(db, name, turn, pid=result.pid)
+    waiting_until = None
+    if verdict == "confirmed":
+        row = spex.store.db.execute(
+            "SELECT waiting_until FROM turns WHERE id = ?", (turn,)
+        ).fetchone()
+        waiting_until = row["waiting_until"] if row else None
+    return Verdict(
+        name, turn, verdict, rc, result.pid, error, flags=flags, waiting_until=waiting_until
+    )
+
+
+def _abandon(spex: Spex, session: Session, turn: str, directory: Path, error: str) -> None:
+    """End a turn whose startup failed without an exit: record first, then kill."""
+    report.record_exit(
+        spex.store, session.name, turn, None, directory, state="error", error=error, launched=True
+    )
+    kill_turn(spex, session, turn, grace=0.5)

@@ -1,0 +1,318 @@
+"""A fan-out wave's document: its one owner (DESIGN §6).
+
+A wave's document (`<home>/waves/<id>.json`, mirrored in SQLite) is the
+record: id, times, the prompt (its file and first 200 characters), the cwd,
+one leg per session with its launch verdict *and* its turn's end, and a
+history of `wave-started`, `leg-ended` and `wave-ended` events, and the
+per-turn options every leg ran under, which `--retry-failed` applies again.
+
+Every writer read-merge-writes (`mutate`): it re-reads the document under the
+store's write transaction, applies its change, merges the turns' ends from
+the turns table, settles the wave's state, and writes SQLite and the file
+before committing. So a `retried_by` link added by another process survives,
+and whoever records a leg's end (its reporter, a reconciling reader, a stop)
+moves the wave on (`settle_turn_end`): `running` until every launched turn
+has ended, then `complete` (every turn ended `complete`), `partial` or
+`failed`. An abort marks the wave and its unstarted legs `aborted`; abort
+wins over any later state. `--on-complete CMD` runs once, claimed in the
+same transaction that makes the state final.
+
+Below the turn wing: the turn wing settles waves, and `spexsup.waves`
+launches them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from spexsup import events, ids
+from spexsup.errors import Invalid, Refused
+from spexsup.paths import ensure_private_dir, write_atomic
+from spexsup.procs import Liveness, identity_liveness, own_identity
+from spexsup.spex import Spex
+
+SCHEMA_VERSION = 1
+SUCCESS = ("confirmed", "completed")
+FINAL = ("complete", "partial", "failed", "aborted")
+TURN_ACTIVE = (None, "starting", "running")
+PROMPT_HEAD = 200
+WAVE_ID_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-TZ"
+# Never handed to --on-complete: it is not part of any turn.
+TURN_ENV = ("SPEXSUP_SESSION", "SPEXSUP_TURN", "SPEXSUP_TURN_DIR", "SPEXSUP_PROMPT_FILE")
+
+Doc = dict[str, Any]
+Change = Callable[[Doc], None]
+Listener = Callable[[Doc], None]
+TURN_OPTIONS = ("window", "timeout", "strict", "on_limit")
+
+
+def recorded_options(doc: Doc) -> Doc:
+    """A wave's recorded per-turn options (a wave from before they were
+    recorded ran under none)."""
+    found = doc.get("turn_options") or {}
+    return {k: found.get(k, False if k == "strict" else None) for k in TURN_OPTIONS}
+
+
+def new_wave_id() -> str:
+    return ids.new_id("w")
+
+
+def validate_wave_id(wave: str) -> str:
+    if not (1 <= len(wave) <= 64) or any(c not in WAVE_ID_CHARS for c in wave):
+        raise Invalid(f"invalid wave id {wave!r}", hint="see spex waves")
+    return wave
+
+
+def waves_dir(spex: Spex) -> Path:
+    return ensure_private_dir(spex.home / "waves", under=spex.home)
+
+
+def leg_outcome(leg: Doc) -> str:
+    """pending (not launched yet), aborted (never launched), running, ok or failed."""
+    if leg["status"] in ("pending", "launching"):
+        return "pending"
+    if leg["verdict"] == "aborted":
+        return "aborted"
+    if leg["verdict"] not in SUCCESS:
+        return "failed"
+    if leg.get("turn_state") in TURN_ACTIVE:
+        return "running"
+    return "ok" if leg["turn_state"] == "complete" else "failed"
+
+
+def counts(doc: Doc) -> dict[str, int]:
+    outcomes = [leg_outcome(leg) for leg in doc["legs"]]
+    tally = {k: outcomes.count(k) for k in ("pending", "running", "ok", "failed", "aborted")}
+    launched = sum(1 for leg in doc["legs"] if leg["verdict"] in SUCCESS)
+    return {"legs": len(outcomes), "launched": launched, **tally}
+
+
+def overall(doc: Doc) -> str:
+    """The state the legs add up to, once launching is over."""
+    c = counts(doc)
+    if c["pending"] or c["running"]:
+        return "running"
+    if c["ok"] == c["legs"]:
+        return "complete"
+    return "failed" if c["ok"] == 0 else "partial"
+
+
+def succeeded(doc: Doc) -> bool:
+    """Exit 0 for the wave so far: every leg launched and no turn ended badly."""
+    c = counts(doc)
+    return c["failed"] == 0 and c["aborted"] == 0 and c["pending"] == 0
+
+
+def record_event(doc: Doc, event: str, **fields: Any) -> None:
+    doc["history"].append({"at": time.time(), "event": event, **fields})
+
+
+def merge_turns(db: sqlite3.Connection, doc: Doc) -> None:
+    """Copy each leg's turn end from the turns table; find the turn of a leg whose
+    launcher died between admission and writing it down (by the launcher's identity)."""
+    launcher = doc["launcher"]
+    for leg in doc["legs"]:
+        if leg["turn"] is None and leg["status"] in ("launching", "aborted"):
+            row = db.execute(
+                "SELECT id FROM turns WHERE session = ? AND launcher_pid = ?"
+                " AND launcher_token = ? AND started_at >= ? ORDER BY started_at DESC LIMIT 1",
+                (leg["session"], launcher["pid"], launcher["start_token"], doc["created_at"]),
+            ).fetchone()
+            if row is not None:
+                leg["turn"] = row["id"]
+        if leg["turn"] is None or leg.get("turn_state") not in TURN_ACTIVE:
+            continue
+        row = db.execute(
+            "SELECT state, rc, error, flags, cause FROM turns WHERE id = ?", (leg["turn"],)
+        ).fetchone()
+        if row is None or row["state"] == leg.get("turn_state"):
+            continue
+        leg["turn_state"] = row["state"]
+        if row["state"] not in TURN_ACTIVE:
+            leg["rc"] = row["rc"]
+            leg["flags"] = json.loads(row["flags"]) if row["flags"] else []
+            leg["cause"] = row["cause"]
+            if row["state"] != "complete" and row["error"]:
+                leg["turn_error"] = row["error"]
+
+
+def _settle(doc: Doc) -> bool:
+    """Leg and wave events, the state, and the on-complete claim; True if this
+    call claimed the on-complete command (the caller runs it after commit)."""
+    launcher = doc["launcher"]
+    if doc["state"] == "launching" and (
+        identity_liveness(launcher["pid"], launcher["start_token"]) is Liveness.DEAD
+    ):
+        for leg in doc["legs"]:
+            if leg["status"] == "launching" and leg["turn"] is not None:
+                # Its turn may well run: say so, and let its end be merged.
+                leg["status"] = "done"
+                leg["verdict"] = "unconfirmed"
+                leg["error"] = "the launcher died before confirming this leg"
+            elif leg["status"] in ("pending", "launching"):
+                leg["status"] = "aborted"
+                leg["verdict"] = leg["verdict"] or "aborted"
+                leg["error"] = leg["error"] or "the launcher died before this leg finished"
+        doc["state"] = "aborted"
+    for leg in doc["legs"]:
+        outcome = leg_outcome(leg)
+        if outcome in ("ok", "failed", "aborted") and leg.get("ended_at") is None:
+            leg["ended_at"] = time.time()
+            record_event(
+                doc,
+                "leg-ended",
+                session=leg["session"],
+                turn=leg["turn"],
+                outcome=outcome,
+                verdict=leg["verdict"],
+                turn_state=leg.get("turn_state"),
+                rc=leg["rc"],
+            )
+    if doc["state"] not in ("launching", "aborted"):
+        doc["state"] = overall(doc)
+    if doc["state"] in FINAL and doc["ended_at"] is None:
+        doc["ended_at"] = time.time()
+        record_event(doc, "wave-ended", state=doc["state"], **counts(doc))
+    hook = doc.get("on_complete")
+    if doc["state"] not in FINAL or not hook or not _claimable(hook):
+        return False
+    pid, token = own_identity()
+    hook.update(claimed_at=time.time(), claimer={"pid": pid, "start_token": token})
+    hook["started_at"] = None
+    return True
+
+
+# How long a claimed on-complete command may wait for its claimer to start it
+# before any reader of the wave does.
+ON_COMPLETE_STALE = 10.0
+
+
+def _claimable(hook: dict[str, Any]) -> bool:
+    """Unclaimed, or claimed by a process that died (or waited ON_COMPLETE_STALE)
+    before it started the command. A document from before `started_at` was
+    kept counts as started once claimed."""
+    if hook["claimed_at"] is None:
+        return True
+    if "started_at" not in hook or hook["started_at"] is not None:
+        return False
+    claimer = hook.get("claimer") or {}
+    pid = claimer.get("pid")
+    return (
+        time.time() - hook["claimed_at"] >= ON_COMPLETE_STALE
+        or not isinstance(pid, int)
+        or identity_liveness(pid, claimer.get("start_token")) is Liveness.DEAD
+    )
+
+
+def mutate(spex: Spex, wave: str, change: Change | None = None) -> Doc:
+    """Read the wave's document under the write transaction, apply `change`,
+    merge its turns' ends, settle it, and write SQLite and the file (the file
+    inside the transaction, so files land in commit order). Unchanged
+    documents are not rewritten. Runs the claimed on-complete command."""
+    with spex.store.tx() as db:
+        row = db.execute("SELECT doc FROM waves WHERE id = ?", (wave,)).fetchone()
+        if row is None:
+            raise Refused(f"no wave {wave!r}", hint="see spex waves")
+        doc: Doc = json.loads(row["doc"])
+        was_over = doc["ended_at"] is not None
+        if change is not None:
+            change(doc)
+        merge_turns(db, doc)
+        claimed = _settle(doc)
+        if doc["ended_at"] is not None and not was_over:
+            events.record(db, "wave-ended", cause=doc["state"], wave=wave, counts=counts(doc))
+        text = json.dumps(doc)
+        if text != row["doc"]:
+            db.execute(
+                "UPDATE waves SET state = ?, ended_at = ?, doc = ? WHERE id = ?",
+                (doc["state"], doc["ended_at"], text, wave),
+            )
+            path = waves_dir(spex) / f"{wave}.json"
+            write_atomic(path, json.dumps(doc, indent=2).encode(), durable=claimed)
+    if claimed:
+        from spexsup.hooks import fault_after_claim
+
+        fault_after_claim()
+        return _start_on_complete(spex, wave) or doc
+    return doc
+
+
+def _start_on_complete(spex: Spex, wave: str) -> Doc | None:
+    """Take the on-complete command this process claimed (`started_at`, in a
+    transaction of its own, so a reader that took the claim over meanwhile
+    and this process never both run it), then run it."""
+    pid, token = own_identity()
+    taken = False
+
+    def take(doc: Doc) -> None:
+        nonlocal taken
+        hook = doc["on_complete"]
+        if hook.get("started_at") is None and hook.get("claimer") == {
+            "pid": pid,
+            "start_token": token,
+        }:
+            hook["started_at"] = time.time()
+            taken = True
+
+    doc = mutate(spex, wave, take)
+    if taken:
+        run_on_complete(spex, doc)
+    return doc
+
+
+def run_on_complete(spex: Spex, doc: Doc) -> None:
+    """Start `--on-complete CMD` (sh -c) detached, the wave and its counts in its
+    environment, its output in `waves/<id>.on-complete.log`."""
+    env = {k: v for k, v in os.environ.items() if k not in TURN_ENV}
+    env.update(
+        SPEXSUP_HOME=str(spex.home),
+        SPEXSUP_WAVE=doc["id"],
+        SPEXSUP_WAVE_STATE=doc["state"],
+        SPEXSUP_WAVE_DOC=str(waves_dir(spex) / f"{doc['id']}.json"),
+    )
+    for key, value in counts(doc).items():
+        env[f"SPEXSUP_WAVE_{key.upper()}"] = str(value)
+    log = waves_dir(spex) / f"{doc['id']}.on-complete.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        subprocess.Popen(
+            ["/bin/sh", "-c", doc["on_complete"]["command"]],
+            cwd=doc["cwd"] if Path(doc["cwd"]).is_dir() else None,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            start_new_session=True,
+        )
+    except OSError as e:
+        os.write(fd, f"spex: could not run the on-complete command: {e}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def settle_turn_end(spex: Spex, turn: str) -> None:
+    """Whoever records a turn's end (its reporter, a reconciling reader, a
+    stop) moves the wave it is a leg of on, and may so run its on-complete."""
+    row = spex.store.db.execute("SELECT wave FROM wave_turns WHERE turn = ?", (turn,)).fetchone()
+    if row is not None:
+        mutate(spex, row["wave"])
+
+
+def resume(spex: Spex) -> None:
+    """A reconciling reader's part: ended waves whose on-complete command was
+    claimed but never started (its claimer died in between) get it started
+    now, exactly once (see `_claimable`). One query when none waits."""
+    rows = spex.store.db.execute(
+        "SELECT id FROM waves WHERE ended_at IS NOT NULL"
+        " AND json_extract(doc, '$.on_complete.claimed_at') IS NOT NULL"
+        " AND json_type(doc, '$.on_complete.started_at') = 'null'"
+    ).fetchall()
+    for row in rows:
+        mutate(spex, row["id"])
