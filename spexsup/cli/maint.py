@@ -55,7 +55,8 @@ def maint(
       spex maint --status --json
     """
     from spexsup import lease
-    from spexsup.broker import Maintenance
+    from spexsup.broker.holder import Maintenance
+    from spexsup.broker.serve import run
 
     spex = open_spex(ctx)
     if status:
@@ -81,7 +82,7 @@ def maint(
     maint = Maintenance(spex, plan, all_sessions=all_, ttl=ttl, wait=wait)
     # On stderr: stdout belongs to the command. One line per change, no escapes.
     maint.on_wait = lambda what: typer.echo(f"spex: {what}", err=True)
-    code = maint.run(command or [])
+    code = run(maint, command or [])
     raise typer.Exit(code)
 
 
