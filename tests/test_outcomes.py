@@ -19,7 +19,8 @@ from conftest import Env, harness, retry_until
 from test_turns import show, turn_processes_alive, wake_json
 
 from spexsup import outcome
-from spexsup.harness import BUILTIN, load_registry, parse_duration
+from spexsup.harness import BUILTIN, parse_duration
+from spexsup.registry import load_registry
 
 ONLINE = {"FAKE_CLAUDE_LOGGED_IN": "1"}
 
