@@ -10,7 +10,6 @@ built-ins; `spexsup.registry` overlays them with the user's harnesses.toml.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -42,24 +41,6 @@ class Limit(NamedTuple):
 
 
 RESET_KINDS = ("", "epoch", "clock", "in")
-
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smh]?)")
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
-MAX_TIMEOUT = 7 * 86400.0
-
-
-def parse_duration(text: str | float, what: str = "timeout") -> float:
-    """`90s`, `15m`, `2h` (or a bare number of seconds) in seconds; Invalid otherwise."""
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        value = float(text)
-    else:
-        m = _DURATION.fullmatch(str(text).strip())
-        if m is None:
-            raise Invalid(f"invalid {what} {text!r}", hint="a duration: 90s, 15m, 2h")
-        value = float(m.group(1)) * _UNITS[m.group(2)]
-    if not 0 < value <= MAX_TIMEOUT:
-        raise Invalid(f"invalid {what} {text!r}", hint="more than 0 and at most 7 days")
-    return value
 
 
 class Harness(NamedTuple):

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from spexsup import durations
 from spexsup.errors import Invalid, clip
 from spexsup.harness import (
     ARGS,
@@ -28,7 +29,6 @@ from spexsup.harness import (
     Harness,
     Limit,
     command_harness,
-    parse_duration,
     shown,
 )
 
@@ -37,7 +37,7 @@ FIELDS = {
     "resume": list,
     "prompt_via": str,
     "stdin_fallback": bool,
-    "window": float,
+    "window": object,
     "id_pattern": str,
     "retryable": list,
     "fatal": list,
@@ -100,13 +100,18 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
         kind = FIELDS.get(key)
         if kind is None:
             raise _bad(path, name, key, f"unknown field (known: {', '.join(FIELDS)})")
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
         if key == "timeout":
             try:
-                value = parse_duration(value)
+                value = durations.parse(value, key, maximum=durations.WEEK)
             except Invalid:
-                raise _bad(path, name, key, "must be a duration: 90s, 15m, 2h") from None
+                raise _bad(path, name, key, f"must be {durations.GRAMMAR}, at most 7d") from None
+        elif key == "window":
+            try:
+                value = durations.parse(value, key, minimum=0.05, maximum=3600)
+            except Invalid:
+                raise _bad(
+                    path, name, key, "must be seconds or a duration from 0.05s to 1h"
+                ) from None
         elif not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             raise _bad(path, name, key, f"must be a {kind.__name__}")
         values[key] = value
@@ -167,9 +172,6 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
                 raise _bad(path, name, key, "needs exactly one (group) around the id")
     if "prompt_via" in values and values["prompt_via"] not in ("arg", "stdin"):
         raise _bad(path, name, "prompt_via", 'must be "arg" or "stdin"')
-    window = values.get("window")
-    if window is not None and not 0.05 <= window <= 3600:  # type: ignore[operator]
-        raise _bad(path, name, "window", "must be between 0.05 and 3600 seconds")
     if base is None and "fresh" not in values:
         raise _bad(path, name, "fresh", "required for a new harness")
     merged = base or Harness(name=name, fresh=())

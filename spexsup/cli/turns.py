@@ -1,6 +1,5 @@
 """`spex wake | wait | stop | resume | log`."""
 
-import math
 import os
 import sys
 from pathlib import Path
@@ -22,6 +21,9 @@ from spexsup.cli.params import (
     StrictOpt,
     TimeoutOpt,
     WindowOpt,
+    grace_seconds,
+    timeout_seconds,
+    window_seconds,
 )
 from spexsup.cli.render import (
     document,
@@ -115,9 +117,9 @@ def wake_and_report(
     strict: bool = False,
     on_limit: str | None = None,
 ) -> None:
-    from spexsup import harness, turns
+    from spexsup import turns
 
-    limit = harness.parse_duration(timeout) if timeout is not None else None
+    limit = timeout_seconds(timeout)
     if on_limit is not None:
         turns.parse_on_limit(on_limit)
     limits = turns.Limits(limit, strict, on_limit)
@@ -165,12 +167,13 @@ def wake(
     from spexsup import sessions
 
     sessions.validate_name(name)
+    seconds = window_seconds(window)
     prompt = read_prompt(text, file)
     wake_and_report(
         ctx,
         name,
         prompt,
-        window=window,
+        window=seconds,
         fresh=fresh,
         force=force,
         as_json=as_json,
@@ -187,11 +190,12 @@ def wait(
     all_: AllOpt = False,
     match: MatchOpt = None,
     timeout: Annotated[
-        float | None,
+        str | None,
         typer.Option(
             "--timeout",
-            metavar="SECONDS",
-            help="Give up after SECONDS (exit 124). [default: wait forever]",
+            metavar="DURATION",
+            help="Give up after DURATION (exit 124), a duration: 90s, 15m, 2h."
+            " [default: wait forever]",
             show_default=False,
         ),
     ] = None,
@@ -202,19 +206,20 @@ def wait(
 
     \b
     Examples:
-      spex wait api --timeout 600
+      spex wait api --timeout 10m
       spex wait --match 'api-*' --json
     """
-    from spexsup import sessions, turns
+    from spexsup import durations, sessions, turns
 
-    if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
-        raise Invalid(f"invalid timeout {timeout}", hint="a number of seconds, 0 or more")
+    limit = None
+    if timeout is not None:
+        limit = durations.parse(timeout, "--timeout", allow_zero=True, maximum=None)
     from spexsup import control
 
     spex = open_spex(ctx)
     names = sessions.select(spex, names or [], all_=all_, match=match)
     if as_json:
-        ended = control.wait(spex, names, timeout=timeout)
+        ended = control.wait(spex, names, timeout=limit)
         # Each entry is the turn's one JSON shape, plus `turn` (its id) as before.
         print_json([{**turns.load_turn(spex, e.turn), "turn": e.turn} for e in ended if e.turn])
         raise typer.Exit(int(any(e.exit_code for e in ended)))
@@ -224,7 +229,7 @@ def wait(
     progress = WaitProgress(len(names), live=sys.stdout.isatty() and len(names) > 1)
     try:
         ended = control.wait(
-            spex, names, timeout=timeout, on_end=progress.ended, on_tick=progress.tick
+            spex, names, timeout=limit, on_end=progress.ended, on_tick=progress.tick
         )
     finally:
         progress.close()
@@ -245,17 +250,20 @@ def stop(
     \b
     Examples:
       spex stop api
-      spex stop --all --grace 1
+      spex stop --all --grace 1s
     """
     from spexsup import control, sessions
 
+    seconds = grace_seconds(grace)
     spex = open_spex(ctx)
     chosen = sessions.select(spex, names or [], all_=all_, match=match)
-    if grace is None:
-        grace = settings(ctx, spex).grace
+    if seconds is None:
+        seconds = settings(ctx, spex).grace
     docs = []
     for name in chosen:
-        aborted = control.stop(spex, name, grace=control.DEFAULT_GRACE if grace is None else grace)
+        aborted = control.stop(
+            spex, name, grace=control.DEFAULT_GRACE if seconds is None else seconds
+        )
         docs.append(document({"ok": True, "session": name, "state": "stopped", "aborted": aborted}))
         if not as_json:
             typer.echo(stopped_line(docs[-1]))
@@ -298,6 +306,7 @@ def resume(
 
     if prompt and (all_ or match is not None):
         raise Invalid("a prompt resumes and wakes one session, not --all or --match")
+    seconds = window_seconds(window)
     spex = open_spex(ctx)
     chosen = sessions.select(spex, [name] if name else [], all_=all_, match=match)
     docs = []
@@ -310,7 +319,7 @@ def resume(
         text = " ".join(prompt)
         assert name is not None
         wake_and_report(
-            ctx, name, read_prompt(text, None), window=window, fresh=False, as_json=as_json
+            ctx, name, read_prompt(text, None), window=seconds, fresh=False, as_json=as_json
         )
         return
     if as_json:
