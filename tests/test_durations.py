@@ -157,3 +157,18 @@ def test_a_bad_duration_is_one_line(env: Env, args: tuple[str, ...], option: str
     one_line_error(env.run(*args), option)
     assert json.loads(env.run("ls", "--json").stdout)[0]["state"] == "idle"
 
+
+def test_config_time_keys_take_numbers_and_durations(env: Env) -> None:
+    config = env.home / "config.toml"
+    env.home.mkdir(parents=True, exist_ok=True)
+    config.write_text('window = "2s"\ngrace = 0\nlogin_timeout = "10s"\nlimit_margin = "1m"\n')
+    assert env.run("new", "a", "--", harness("sleeper.sh")).returncode == 0
+    assert env.run("doctor").returncode in (0, 1)  # reads the config
+    assert env.run("ls").returncode == 0
+    config.write_text('grace = "1x"\n')
+    r = env.run("ls")
+    assert r.returncode == 1 and f"{config}:1: field 'grace' must be" in r.stderr, r.stderr
+    assert len(r.stderr.splitlines()) == 1 and "Traceback" not in r.stderr
+    config.write_text('[retention]\nkeep_days = "12h"\n')
+    r = env.run("prune", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
