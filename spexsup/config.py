@@ -16,7 +16,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from spexsup.errors import Failed, clip
+from spexsup import durations
+from spexsup.errors import Failed, Invalid, clip
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # tmux key names: C-a, M-x, C-Space, F12, ` …
@@ -26,13 +27,21 @@ RAW_TABLES = ("hook", "host")
 MAX_KEEP = 10**9
 
 
-def _number(lo: float, hi: float) -> Callable[[object], float | None]:
-    def check(value: object) -> float | None:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        return float(value) if lo <= value <= hi else None
+def _seconds(lo: float, hi: float) -> Callable[[object], float | None]:
+    """A time key: a number of seconds or a duration string ("90s", "1h30m")."""
 
-    check.__doc__ = f"a number of seconds between {lo:g} and {hi:g}"
+    def check(value: object) -> float | None:
+        if not isinstance(value, str | int | float):
+            return None
+        try:
+            return durations.parse(value, "value", minimum=lo, allow_zero=lo == 0, maximum=hi)
+        except Invalid:
+            return None
+
+    check.__doc__ = (
+        f"a number of seconds or a duration (90s, 15m, 2h) from {durations.spell(lo)}"
+        f" to {durations.spell(hi)}"
+    )
     return check
 
 
@@ -69,7 +78,13 @@ def _keep(lo: int) -> Callable[[object], int | None]:
 
 
 def _days(value: object) -> float | None:
-    """a number of days between 0.001 and 36500"""
+    """a number of days between 0.001 and 36500, or a duration such as "12h" or "2w" """
+    if isinstance(value, str):
+        try:
+            seconds = durations.parse(value, "keep_days", minimum=86.4, maximum=36500 * 86400)
+        except Invalid:
+            return None
+        return seconds / 86400
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if 0.001 <= value <= 36500 else None
@@ -97,14 +112,14 @@ RETENTION_KEYS: dict[str, Callable[[object], Any]] = {
 
 KEYS: dict[str, Callable[[object], Any]] = {
     "default_harness": _harness_name,
-    "window": _number(0.05, 3600),
-    "grace": _number(0, 3600),
+    "window": _seconds(0.05, 3600),
+    "grace": _seconds(0, 3600),
     "max_concurrent": _count,
     "strict": _flag,
     "tmux_prefix": _prefix,
     "login_shell": _flag,
-    "login_timeout": _number(0.1, 600),
-    "limit_margin": _number(0, 3600),
+    "login_timeout": _seconds(0.1, 600),
+    "limit_margin": _seconds(0, 3600),
 }
 
 

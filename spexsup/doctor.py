@@ -7,8 +7,8 @@ import stat
 import subprocess
 from dataclasses import asdict, dataclass
 
-from spexsup import harness
 from spexsup.procs import Liveness
+from spexsup.registry import BUILT_IN, load_registry
 from spexsup.spex import Spex
 
 
@@ -57,15 +57,15 @@ def run_checks(spex: Spex) -> list[Check]:
     mode = stat.S_IMODE(spex.home.stat().st_mode)
     checks.append(Check("state", mode == 0o700, f"{spex.home} mode {mode:o}"))
     login_path = _login(spex, checks)
-    registry = harness.load_registry(spex.home)
+    registry = load_registry(spex.home)
     for name, error in registry.errors.items():
         checks.append(Check(f"harness {name}", False, error.line(), required=False))
     for name, h in registry.harnesses.items():
-        source = registry.sources.get(name, harness.BUILT_IN)
+        source = registry.sources.get(name, BUILT_IN)
         # Where it comes from, unless it is a built-in as shipped.
-        origin = "" if source == harness.BUILT_IN else f"from {source}"
+        origin = "" if source == BUILT_IN else f"from {source}"
         if h.binary is None:
-            detail = ", ".join(x for x in (h.notes, origin) if x) or harness.BUILT_IN
+            detail = ", ".join(x for x in (h.notes, origin) if x) or BUILT_IN
             checks.append(Check(f"harness {name}", True, detail, required=False))
             continue
         # As a turn finds it: on the login PATH (spex new checks the same).

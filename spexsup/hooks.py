@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import events
-from spexsup.errors import Failed, SpexError, clip
+from spexsup import durations, events
+from spexsup.errors import Failed, Invalid, SpexError, clip
 from spexsup.paths import ensure_private_dir, own_python
 from spexsup.procs import Liveness, descendants, identity_liveness, own_identity
 
@@ -148,11 +148,14 @@ def parse(raw: object) -> list[Hook]:
             )
         if url is not None and (not isinstance(url, str) or not re.match(r"https?://", url)):
             raise Failed(f"{where}: 'url' must be an http:// or https:// URL")
-        timeout = table.get("timeout", DEFAULT_TIMEOUT)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-            raise Failed(f"{where}: 'timeout' must be a number of seconds")
-        if not 0.1 <= timeout <= 3600:
-            raise Failed(f"{where}: 'timeout' must be between 0.1 and 3600 seconds")
+        try:  # seconds, or a duration string
+            timeout = durations.parse(
+                table.get("timeout", DEFAULT_TIMEOUT), "timeout", minimum=0.1, maximum=3600
+            )
+        except Invalid:
+            raise Failed(
+                f"{where}: 'timeout' must be seconds or a duration from 0.1s to 1h"
+            ) from None
         name = table.get("name")
         if name is not None and not (isinstance(name, str) and re.fullmatch(r"[\w.-]{1,64}", name)):
             raise Failed(f"{where}: 'name' must be 1-64 of letters, digits, _ . -")

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spexsup import durations
 from spexsup.errors import Failed, Invalid
 
 if TYPE_CHECKING:
@@ -98,12 +99,12 @@ def parse_hosts(raw: object) -> dict[str, Host]:
         if home is not None and (not isinstance(home, str) or not home):
             raise Failed(f"{where}: field 'home' must be a directory on that host")
         timeout = table.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not 1 <= timeout <= 600
-        ):
-            raise Failed(f"{where}: field 'connect_timeout' must be seconds between 1 and 600")
+        try:  # a number of seconds, or a duration string ("5s")
+            timeout = durations.parse(timeout, "connect_timeout", minimum=1, maximum=600)
+        except Invalid:
+            raise Failed(
+                f"{where}: field 'connect_timeout' must be seconds or a duration from 1s to 10m"
+            ) from None
         options = table.get("ssh_options", [])
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
             raise Failed(f"{where}: field 'ssh_options' must be a list of strings")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import stat
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup.config import Retention
-from spexsup.errors import Invalid, UnknownSession
+from spexsup.errors import UnknownSession
 from spexsup.pane import turndir
 from spexsup.states import ACTIVE
 
@@ -61,16 +60,6 @@ FINAL_WAVES = ("complete", "partial", "failed", "aborted")
 WAVE_SUFFIXES = (".json", ".prompt", ".on-complete.log")
 # Test-only: stop between a batch's commit and its directories' removal.
 PAUSE_ENV = "SPEXSUP_TEST_PRUNE_PAUSE"
-SPAN_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
-UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY, "w": 7 * DAY}
-
-
-def parse_span(text: str) -> float:
-    """`30d`, `12h`, `90m`, `45s`, `2w` in seconds; Invalid otherwise."""
-    m = SPAN_RE.fullmatch(text.strip())
-    if not m or float(m.group(1)) <= 0:
-        raise Invalid(f"invalid age {text!r}", hint="a number and a unit: 30d, 12h, 90m, 2w")
-    return float(m.group(1)) * UNITS[m.group(2)]
 
 
 def tree_bytes(path: Path) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from spexsup import events, ledger
+from spexsup import events, ledger, registry
 from spexsup import harness as harnesses
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.home import Census, owner_tag, write_shell_env
@@ -87,7 +87,7 @@ class Session(NamedTuple):
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
-        found = harnesses.resolve(self.harness, self.command, home, self.harness_args)
+        found = registry.resolve(self.harness, self.command, home, self.harness_args)
         return found.pinned(self.binary) if self.binary else found
 
     def owner(self, home: Path) -> str:
@@ -201,7 +201,7 @@ def validate_window(window: float | None) -> float | None:
 def no_harness(home: Path, *, command: bool = True) -> Invalid:
     """The refusal of a session that names no harness: never a silent default,
     a session must say what it runs (`command`: `-- CMD…` is a way out)."""
-    names = ", ".join(harnesses.load_registry(home).names())
+    names = ", ".join(registry.load_registry(home).names())
     return Invalid(
         "no harness given and no default_harness in config.toml",
         hint=f"--harness one of: {names}" + ("; or -- CMD ARGS…" if command else ""),
@@ -244,7 +244,7 @@ def create(
     if harness is None:
         raise no_harness(spex.home)
     if harness != "command":
-        adapter = harnesses.load_registry(spex.home).get(harness)
+        adapter = registry.load_registry(spex.home).get(harness)
     if harness == "command" and not command:
         raise Invalid("the command harness needs a command", hint="spex new NAME -- CMD ARGS…")
     if command and harness != "command":

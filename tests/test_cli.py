@@ -105,7 +105,7 @@ def test_help_is_ordered_whole_and_ends_with_exit_codes(env: Env) -> None:
         assert "..." not in page and "<" not in page.split("Options:")[1], (command, page)
         assert max(len(line) for line in page.splitlines()) <= 80, command
         assert "Examples:" in page or command == "completion", command
-    assert "--window SECONDS" in env.run("wake", "--help").stdout
+    assert "--window DURATION" in env.run("wake", "--help").stdout
     stop = " ".join(env.run("stop", "--help").stdout.split())
     assert "[default: config.toml's grace, else 5]" in stop
     assert "NAME…" in env.run("stop", "--help").stdout

@@ -20,7 +20,7 @@ from conftest import HERE, SPEX, Env, harness, retry_until, signal_a_helper_thre
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spexsup.broker import FrameError, parse_frame
+from spexsup.broker.protocol import FrameError, parse_frame
 from spexsup.procs import own_identity
 
 MAINT = HERE / "maint"

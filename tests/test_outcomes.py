@@ -19,7 +19,9 @@ from conftest import Env, harness, retry_until
 from test_turns import show, turn_processes_alive, wake_json
 
 from spexsup import outcome
-from spexsup.harness import BUILTIN, load_registry, parse_duration
+from spexsup.durations import parse
+from spexsup.harness import BUILTIN
+from spexsup.registry import load_registry
 
 ONLINE = {"FAKE_CLAUDE_LOGGED_IN": "1"}
 
@@ -142,14 +144,14 @@ def test_a_turn_that_ends_in_time_is_not_touched(env: Env) -> None:
 def test_bad_durations_are_refused(env: Env, bad: str) -> None:
     env.run("new", "t", "--cwd", str(env.root), "--", harness("exit0.sh"))
     r = env.run("wake", "t", "hi", f"--timeout={bad}")
-    assert r.returncode == 2 and r.stderr.startswith("spex: invalid timeout"), r.stderr
+    assert r.returncode == 2 and r.stderr.startswith("spex: invalid --timeout"), r.stderr
     assert "Traceback" not in r.stderr
     assert show(env, "t")["turn"] is None
 
 
 def test_durations() -> None:
-    assert parse_duration("90s") == 90 and parse_duration("15m") == 900
-    assert parse_duration("2h") == 7200 and parse_duration("45") == 45
+    assert parse("90s", "--timeout") == 90 and parse("15m", "--timeout") == 900
+    assert parse("2h", "--timeout") == 7200 and parse("45", "--timeout") == 45
     assert outcome.span(90) == "90s" and outcome.span(900) == "15m" and outcome.span(7200) == "2h"
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import SPEX, Env, retry_until
 
-from spexsup import retention, sessions
+from spexsup import durations, retention, sessions
 from spexsup.config import Retention
 from spexsup.pane import report
 from spexsup.procs import own_identity
@@ -157,7 +157,7 @@ def test_bad_input_is_one_line_and_changes_nothing(env: Env, tmp_path: Path) -> 
     made = history(spex, "a", 10, age_days=100)
     for args, code in (
         (["--older-than", "3x"], 2),
-        (["--older-than", "0d"], 2),
+        (["--older-than", "-1d"], 2),
         (["--session", "no:such"], 2),
         (["--session", "ghost"], 3),
         (["--session", "a", "--session", "ghost"], 3),
@@ -276,8 +276,8 @@ def test_policy_defaults() -> None:
     assert Retention() == Retention(
         keep_turns=500, keep_days=90, keep_waves=1000, keep_events=100_000, auto=True
     )
-    assert retention.parse_span("30d") == 30 * DAY
-    assert retention.parse_span("12h") == 12 * 3600
+    assert durations.parse("30d", "--older-than", maximum=None) == 30 * DAY
+    assert durations.parse("12h", "--older-than", maximum=None) == 12 * 3600
 
 
 def test_a_turn_id_taken_this_second_is_never_given_twice(

@@ -109,10 +109,10 @@ def _db(home: str | None) -> sqlite3.Connection | None:
 def values(kind: str, home: str | None, session: str | None = None) -> list[str]:
     """What a word of `kind` may be; [] when the state cannot be read."""
     if kind == "harness":
-        from spexsup import harness
+        from spexsup import registry
         from spexsup.paths import resolve_home
 
-        return harness.load_registry(resolve_home(home)).names()
+        return registry.load_registry(resolve_home(home)).names()
     import sqlite3
 
     db = _db(home)

@@ -1,7 +1,9 @@
 """`spex events`, `spex hooks test`, `spex status-line`."""
 
 import json
+import re
 import sys
+import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -14,6 +16,30 @@ from spexsup.errors import Invalid
 
 if TYPE_CHECKING:
     import sqlite3
+
+
+def since_of(text: str | None) -> tuple[int | None, float | None]:
+    """`--since`: an event id (digits), or a duration with a unit meaning that
+    long ago; (id, None) or (None, seconds). A bare decimal is neither."""
+    from spexsup import durations
+
+    if text is None:
+        return None, None
+    if re.fullmatch(r"\s*-?[0-9]+\s*", text):
+        if int(text) < 0:
+            raise Invalid(f"invalid --since {text.strip()}", hint="an event id, 0 or more")
+        return int(text), None
+    if not re.search(r"[smhdw]\s*$", text):
+        raise Invalid(
+            f"invalid --since {text!r}", hint="an event id, or a duration ago: 90s, 15m, 2h"
+        )
+    return None, durations.parse(text, "--since", allow_zero=True, maximum=None)
+
+
+def id_before(db: "sqlite3.Connection", cutoff: float) -> int:
+    """The last event id recorded before `cutoff` (unix seconds); 0 if none."""
+    row = db.execute("SELECT max(id) FROM events WHERE at < ?", (cutoff,)).fetchone()
+    return int(row[0] or 0)
 
 
 def event_line(row: "sqlite3.Row") -> str:
@@ -45,12 +71,13 @@ def events(
         bool, typer.Option("-f", "--follow", help="Keep printing events as they commit.")
     ] = False,
     since: Annotated[
-        int | None,
+        str | None,
         typer.Option(
             "--since",
-            metavar="ID",
+            metavar="ID|DURATION",
             help="Only events after event ID (resume a follower where it stopped); says so"
-            " when some of those were pruned.",
+            " when some of those were pruned. Or those of the last DURATION, a duration:"
+            " 90s, 15m, 2h.",
             show_default=False,
         ),
     ] = None,
@@ -86,12 +113,12 @@ def events(
       spex events --session api --kind failed
       spex events --follow --json
       spex events --follow --since 1234
+      spex events --since 1h --kind failed
     """
     from spexsup import events as log
     from spexsup.sessions import validate_name
 
-    if since is not None and since < 0:
-        raise Invalid(f"invalid --since {since}", hint="an event id, 0 or more")
+    after, ago = since_of(since)
     kinds = tuple(dict.fromkeys(kind or ()))
     for k in kinds:
         if k not in log.KINDS:
@@ -99,7 +126,9 @@ def events(
     names = tuple(validate_name(n) for n in dict.fromkeys(session or ()))
     spex = open_spex(ctx)
     log.resume_hooks(spex.store)
-    gone = log.pruned_after(spex.store.db, since) if since is not None else None
+    if ago is not None:
+        after = id_before(spex.store.db, time.time() - ago)
+    gone = log.pruned_after(spex.store.db, after) if after is not None and ago is None else None
     if gone is not None:
         # Asked for by id and no longer there: a follower resuming after a
         # prune must not take the gap for quiet.
@@ -113,7 +142,7 @@ def events(
         else:
             sys.stderr.write(f"spex: {note} (the oldest kept is {last + 1})\n")
         sys.stdout.flush()
-    for row in log.follow(spex.store, since or 0, sessions=names, kinds=kinds, forever=follow):
+    for row in log.follow(spex.store, after or 0, sessions=names, kinds=kinds, forever=follow):
         text = json.dumps(log.as_json(row)) if as_json else event_line(row)
         sys.stdout.write(text + "\n")
         sys.stdout.flush()

@@ -23,6 +23,8 @@ from spexsup.cli.params import (
     RepoOpt,
     TimeoutOpt,
     WindowOpt,
+    timeout_seconds,
+    window_seconds,
 )
 from spexsup.cli.progress import LegsView, PlainLegs
 from spexsup.cli.render import document, print_json, table
@@ -227,6 +229,8 @@ def fanout(
       spex fanout box1:api box2:api web -m "rebase on main"
       spex fanout --hosts local,box1 --match 'api-*' -m "rebase on main"
     """
+    confirm_window = window_seconds(window)
+    seconds = timeout_seconds(timeout)
     if (
         hosts is not None
         or any(":" in n for n in names or [])
@@ -236,16 +240,13 @@ def fanout(
             raise Invalid(
                 "--worktrees and --on-complete work on one host", hint="spex -H HOST fanout …"
             )
-        from spexsup.harness import parse_duration
-        from spexsup.sessions import validate_window
         from spexsup.turn.admit import parse_on_limit
 
-        validate_window(window)
         if on_limit is not None:
             parse_on_limit(on_limit)
         given = {
-            "window": window,
-            "timeout": parse_duration(timeout) if timeout is not None else None,
+            "window": confirm_window,
+            "timeout": seconds,
             "strict": strict,
             "on_limit": on_limit,
         }
@@ -268,12 +269,10 @@ def fanout(
         return
     from spexsup import bestof, ids, wavedoc, waves
     from spexsup import worktree as wt
-    from spexsup.harness import parse_duration
     from spexsup.turn.admit import Limits, parse_on_limit
 
     if on_limit is not None:
         parse_on_limit(on_limit)
-    seconds = parse_duration(timeout) if timeout is not None else None
     limits = Limits(seconds, bool(strict), on_limit)
     spex = open_spex(ctx)
     defaults = settings(ctx, spex)
@@ -296,7 +295,12 @@ def fanout(
         from spexsup.cli.worktree import confirm_post_create, ran_post_create
 
         legs = bestof.create_legs(
-            spex, best_of, request, harness=harness, window=window, confirm=confirm_post_create
+            spex,
+            best_of,
+            request,
+            harness=harness,
+            window=confirm_window,
+            confirm=confirm_post_create,
         )
         for leg in legs:
             ran = ran_post_create(leg.worktree) if leg.worktree else None
@@ -313,7 +317,8 @@ def fanout(
         retry_failed = ids.resolve_wave(spex.store.db, retry_failed)
         targets, prompt, recorded = waves.retry_plan(spex, retry_failed, names or [])
         # The first attempt's rules, but what is given now wins.
-        window = window if window is not None else recorded["window"]
+        if confirm_window is None:
+            confirm_window = recorded["window"]
         limits = Limits(
             seconds if seconds is not None else recorded["timeout"],
             strict if strict is not None else bool(recorded["strict"]),
@@ -381,7 +386,7 @@ def fanout(
                 spex,
                 targets,
                 prompt,
-                window=window,
+                window=confirm_window,
                 max_concurrent=max_concurrent,
                 retry_of=retry_failed,
                 on_complete=on_complete,

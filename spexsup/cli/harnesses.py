@@ -16,10 +16,10 @@ app.add_typer(harness_app, name="harness")
 
 
 def _registry(ctx: typer.Context) -> Any:
-    from spexsup import harness
+    from spexsup import registry
     from spexsup.paths import resolve_home
 
-    return harness.load_registry(resolve_home(ctx.find_root().obj))
+    return registry.load_registry(resolve_home(ctx.find_root().obj))
 
 
 def argv_lines(view: dict[str, Any]) -> list[str]:
@@ -44,9 +44,9 @@ def harness_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
       spex harness ls
       spex harness ls --json | jq -r '.[] | select(.source != "built in") | .name'
     """
-    from spexsup import harness
+    from spexsup import registry
 
-    views = harness.describe_all(_registry(ctx))
+    views = registry.describe_all(_registry(ctx))
     if as_json:
         print_json(views)
         return
@@ -84,9 +84,9 @@ def harness_show(
       spex harness show claude
       spex harness show myagent --json
     """
-    from spexsup import harness
+    from spexsup import registry
 
-    view = harness.describe(_registry(ctx), name)
+    view = registry.describe(_registry(ctx), name)
     if as_json:
         print_json(view)
         return

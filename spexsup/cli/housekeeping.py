@@ -21,8 +21,8 @@ def prune(
         typer.Option(
             "--older-than",
             metavar="AGE",
-            help="Also remove what is older than AGE (30d, 12h, 2w), in place of"
-            " [retention] keep_days. [default: keep_days, else 90d]",
+            help="Also remove what is older than AGE, a duration: 30d, 12h, 2w, 0s, in place"
+            " of [retention] keep_days. [default: keep_days, else 90d]",
             show_default=False,
         ),
     ] = None,
@@ -51,11 +51,13 @@ def prune(
       spex prune --older-than 30d
       spex prune --session api --session web --json
     """
-    from spexsup import retention, sessions
+    from spexsup import durations, retention, sessions
 
     for name in session or []:
         sessions.validate_name(name)
-    older = retention.parse_span(older_than) if older_than is not None else None
+    older = None
+    if older_than is not None:
+        older = durations.parse(older_than, "--older-than", allow_zero=True, maximum=None)
     spex = open_spex(ctx)
     policy = settings(ctx, spex).retention
     done = retention.prune(

@@ -38,11 +38,19 @@ def maint(
     ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Lease every session.")] = False,
     ttl: Annotated[
-        float, typer.Option("--ttl", metavar="SECONDS", help="Lease time to live.")
-    ] = 30.0,
+        str,
+        typer.Option(
+            "--ttl", metavar="DURATION", help="Lease time to live, a duration: 90s, 15m, 2h."
+        ),
+    ] = "30s",
     wait: Annotated[
-        float, typer.Option("--wait", metavar="SECONDS", help="Wait this long for the lease.")
-    ] = 30.0,
+        str,
+        typer.Option(
+            "--wait",
+            metavar="DURATION",
+            help="Wait this long for the lease, a duration: 90s, 15m, 2h.",
+        ),
+    ] = "30s",
     status: Annotated[bool, typer.Option("--status", help="Show the lease.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -51,12 +59,15 @@ def maint(
     \b
     Examples:
       spex maint --stop api --resume api -- ./upgrade.sh
-      spex maint --all --ttl 60 -- ./backup.sh
+      spex maint --all --ttl 1m -- ./backup.sh
       spex maint --status --json
     """
-    from spexsup import lease
-    from spexsup.broker import Maintenance
+    from spexsup import durations, lease
+    from spexsup.broker.holder import Maintenance
+    from spexsup.broker.serve import run
 
+    ttl_s = durations.parse(ttl, "--ttl", minimum=0.5, maximum=86400)
+    wait_s = durations.parse(wait, "--wait", allow_zero=True, maximum=86400)
     spex = open_spex(ctx)
     if status:
         if command or stop or resume or all_:
@@ -78,10 +89,10 @@ def maint(
             typer.echo(f"  {cap['op']} {cap['session']}{force}: {cap['state']}")
         return
     plan = lease.parse_plan(stop or [], resume or [])
-    maint = Maintenance(spex, plan, all_sessions=all_, ttl=ttl, wait=wait)
+    maint = Maintenance(spex, plan, all_sessions=all_, ttl=ttl_s, wait=wait_s)
     # On stderr: stdout belongs to the command. One line per change, no escapes.
     maint.on_wait = lambda what: typer.echo(f"spex: {what}", err=True)
-    code = maint.run(command or [])
+    code = run(maint, command or [])
     raise typer.Exit(code)
 
 

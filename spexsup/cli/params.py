@@ -1,10 +1,15 @@
-"""Options and arguments shared by several commands, with their metavars and completers."""
+"""Options and arguments shared by several commands, with their metavars and
+completers, and the bounds of the shared time options (`spexsup.durations`)."""
 
 from typing import Annotated
 
 import typer
 
+from spexsup import durations
 from spexsup.cli import complete
+
+# "a duration: 90s, 15m, 2h", said once in each time option's help.
+DURATION = "a duration: 90s, 15m, 2h"
 
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print JSON (schema_version 1); on failure too.")
@@ -23,11 +28,11 @@ MatchOpt = Annotated[
     typer.Option("--match", metavar="GLOB", help="Every session whose name matches GLOB."),
 ]
 WindowOpt = Annotated[
-    float | None,
+    str | None,
     typer.Option(
         "--window",
-        metavar="SECONDS",
-        help="Confirmation window. [default: the session's, else config.toml's window,"
+        metavar="DURATION",
+        help=f"Confirmation window, {DURATION}. [default: the session's, else config.toml's window,"
         " else the harness's, else 2]",
         show_default=False,
     ),
@@ -37,11 +42,11 @@ PromptFileOpt = Annotated[
     typer.Option("-f", "--file", metavar="FILE", help="Read the prompt from FILE, or - for stdin."),
 ]
 GraceOpt = Annotated[
-    float | None,
+    str | None,
     typer.Option(
         "--grace",
-        metavar="SECONDS",
-        help="Between SIGTERM and SIGKILL. [default: config.toml's grace, else 5]",
+        metavar="DURATION",
+        help=f"Between SIGTERM and SIGKILL, {DURATION}. [default: config.toml's grace, else 5]",
         show_default=False,
     ),
 ]
@@ -62,7 +67,7 @@ TimeoutOpt = Annotated[
     typer.Option(
         "--timeout",
         metavar="DURATION",
-        help="End the turn if it runs longer (90s, 15m, 2h): SIGTERM to its tree, SIGKILL"
+        help=f"End the turn if it runs longer ({DURATION}): SIGTERM to its tree, SIGKILL"
         " after the grace, state timed-out, rc 124. [default: the session's, else the harness's]",
         show_default=False,
     ),
@@ -80,8 +85,30 @@ OnLimitOpt = Annotated[
     typer.Option(
         "--on-limit",
         metavar="wait[:HOURS]",
-        help="On a usage limit with a reset time, wait in the pane (at most HOURS, default 12)"
+        help="On a usage limit with a reset time, wait in the pane (at most HOURS, default 12;"
+        " or a duration: 90m, 1d)"
         " and resume the same conversation. [default: the session's; else the turn fails]",
         show_default=False,
     ),
 ]
+
+
+def window_seconds(text: str | None) -> float | None:
+    """--window in seconds: from 0.05s to 1h, as a session's window."""
+    if text is None:
+        return None
+    return durations.parse(text, "--window", minimum=0.05, maximum=3600)
+
+
+def grace_seconds(text: str | None) -> float | None:
+    """--grace in seconds: from 0 (SIGKILL at once) to 1h."""
+    if text is None:
+        return None
+    return durations.parse(text, "--grace", allow_zero=True, maximum=3600)
+
+
+def timeout_seconds(text: str | None) -> float | None:
+    """A turn's --timeout in seconds: more than 0 and at most 7 days."""
+    if text is None:
+        return None
+    return durations.parse(text, "--timeout", maximum=durations.WEEK)

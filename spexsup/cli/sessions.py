@@ -20,6 +20,8 @@ from spexsup.cli.params import (
     StrictOpt,
     TimeoutOpt,
     WindowOpt,
+    timeout_seconds,
+    window_seconds,
 )
 from spexsup.cli.render import (
     argv_word,
@@ -123,9 +125,8 @@ def new(
     request = Request(branch, base, repo, worktree_dir)
     if not worktree and request != Request():
         raise Invalid("--branch, --base, --repo and --worktree-dir need --worktree")
-    from spexsup.harness import parse_duration
-
-    limit = parse_duration(timeout) if timeout is not None else None
+    seconds = window_seconds(window)
+    limit = timeout_seconds(timeout)
     if on_limit is not None:
         from spexsup.turn.admit import parse_on_limit
 
@@ -143,7 +144,7 @@ def new(
         harness=harness,
         cwd=cwd,
         env=sessions.parse_env(env or []),
-        window=window,
+        window=seconds,
         timeout=limit,
         strict=strict,
         on_limit=on_limit,

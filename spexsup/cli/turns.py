@@ -1,6 +1,5 @@
 """`spex wake | wait | stop | resume | log`."""
 
-import math
 import os
 import sys
 from pathlib import Path
@@ -22,6 +21,9 @@ from spexsup.cli.params import (
     StrictOpt,
     TimeoutOpt,
     WindowOpt,
+    grace_seconds,
+    timeout_seconds,
+    window_seconds,
 )
 from spexsup.cli.render import (
     document,
@@ -115,11 +117,10 @@ def wake_and_report(
     strict: bool = False,
     on_limit: str | None = None,
 ) -> None:
-    from spexsup import harness
     from spexsup.turn.admit import Limits, parse_on_limit
     from spexsup.turn.wake import wake as wake_turn
 
-    limit = harness.parse_duration(timeout) if timeout is not None else None
+    limit = timeout_seconds(timeout)
     if on_limit is not None:
         parse_on_limit(on_limit)
     limits = Limits(limit, strict, on_limit)
@@ -167,12 +168,13 @@ def wake(
     from spexsup import sessions
 
     sessions.validate_name(name)
+    seconds = window_seconds(window)
     prompt = read_prompt(text, file)
     wake_and_report(
         ctx,
         name,
         prompt,
-        window=window,
+        window=seconds,
         fresh=fresh,
         force=force,
         as_json=as_json,
@@ -189,11 +191,12 @@ def wait(
     all_: AllOpt = False,
     match: MatchOpt = None,
     timeout: Annotated[
-        float | None,
+        str | None,
         typer.Option(
             "--timeout",
-            metavar="SECONDS",
-            help="Give up after SECONDS (exit 124). [default: wait forever]",
+            metavar="DURATION",
+            help="Give up after DURATION (exit 124), a duration: 90s, 15m, 2h."
+            " [default: wait forever]",
             show_default=False,
         ),
     ] = None,
@@ -204,20 +207,21 @@ def wait(
 
     \b
     Examples:
-      spex wait api --timeout 600
+      spex wait api --timeout 10m
       spex wait --match 'api-*' --json
     """
-    from spexsup import sessions
+    from spexsup import durations, sessions
     from spexsup.turn.read import load_turn
     from spexsup.turn.read import wait as wait_for
 
-    if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
-        raise Invalid(f"invalid timeout {timeout}", hint="a number of seconds, 0 or more")
+    limit = None
+    if timeout is not None:
+        limit = durations.parse(timeout, "--timeout", allow_zero=True, maximum=None)
 
     spex = open_spex(ctx)
     names = sessions.select(spex, names or [], all_=all_, match=match)
     if as_json:
-        ended = wait_for(spex, names, timeout=timeout)
+        ended = wait_for(spex, names, timeout=limit)
         # Each entry is the turn's one JSON shape, plus `turn` (its id) as before.
         print_json([{**load_turn(spex, e.turn), "turn": e.turn} for e in ended if e.turn])
         raise typer.Exit(int(any(e.exit_code for e in ended)))
@@ -226,7 +230,7 @@ def wait(
     # Each end is printed as it happens; on a terminal a counter line follows.
     progress = WaitProgress(len(names), live=sys.stdout.isatty() and len(names) > 1)
     try:
-        ended = wait_for(spex, names, timeout=timeout, on_end=progress.ended, on_tick=progress.tick)
+        ended = wait_for(spex, names, timeout=limit, on_end=progress.ended, on_tick=progress.tick)
     finally:
         progress.close()
     raise typer.Exit(int(any(e.exit_code for e in ended)))
@@ -246,19 +250,20 @@ def stop(
     \b
     Examples:
       spex stop api
-      spex stop --all --grace 1
+      spex stop --all --grace 1s
     """
     from spexsup import sessions
     from spexsup.turn.stop import DEFAULT_GRACE
     from spexsup.turn.stop import stop as stop_turn
 
+    seconds = grace_seconds(grace)
     spex = open_spex(ctx)
     chosen = sessions.select(spex, names or [], all_=all_, match=match)
-    if grace is None:
-        grace = settings(ctx, spex).grace
+    if seconds is None:
+        seconds = settings(ctx, spex).grace
     docs = []
     for name in chosen:
-        aborted = stop_turn(spex, name, grace=DEFAULT_GRACE if grace is None else grace)
+        aborted = stop_turn(spex, name, grace=DEFAULT_GRACE if seconds is None else seconds)
         docs.append(document({"ok": True, "session": name, "state": "stopped", "aborted": aborted}))
         if not as_json:
             typer.echo(stopped_line(docs[-1]))
@@ -302,6 +307,7 @@ def resume(
 
     if prompt and (all_ or match is not None):
         raise Invalid("a prompt resumes and wakes one session, not --all or --match")
+    seconds = window_seconds(window)
     spex = open_spex(ctx)
     chosen = sessions.select(spex, [name] if name else [], all_=all_, match=match)
     docs = []
@@ -314,7 +320,7 @@ def resume(
         text = " ".join(prompt)
         assert name is not None
         wake_and_report(
-            ctx, name, read_prompt(text, None), window=window, fresh=False, as_json=as_json
+            ctx, name, read_prompt(text, None), window=seconds, fresh=False, as_json=as_json
         )
         return
     if as_json:

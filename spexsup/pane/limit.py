@@ -52,7 +52,7 @@ def still(turn_dir: Path) -> int:
 
 
 def plan(turn_dir: Path, now: float | None = None) -> int:
-    from spexsup import harness, outcome
+    from spexsup import outcome, registry
     from spexsup.pane import report
     from spexsup.paths import write_atomic
     from spexsup.store import Store
@@ -67,7 +67,7 @@ def plan(turn_dir: Path, now: float | None = None) -> int:
     if not name or name == "command":
         return NO_WAIT
     try:
-        adapter = harness.load_registry(home).get(name)
+        adapter = registry.load_registry(home).get(name)
     except Exception:  # a broken harnesses.toml: the turn ends as it is
         return NO_WAIT
     limits = tuple((lim.pattern, lim.reset) for lim in adapter.limited)

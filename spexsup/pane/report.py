@@ -85,10 +85,10 @@ def id_pattern(home: Path, turn_dir: Path) -> tuple[str, str | None]:
     name = turndir.meta(turn_dir).get("harness", "")
     if not name or name == "command":
         return name, None
-    from spexsup import harness  # only when there is a pattern to look up
+    from spexsup import registry  # only when there is a pattern to look up
 
     try:
-        return name, harness.load_registry(home).get(name).id_pattern
+        return name, registry.load_registry(home).get(name).id_pattern
     except Exception:  # a broken harnesses.toml: spex doctor names it
         return name, None
 
@@ -257,10 +257,10 @@ def _adapter(home: Path, name: str, adapter: Harness | None) -> Harness | None:
     """The turn's adapter, loaded from the harness files when not given."""
     if adapter is not None or not name or name == "command":
         return adapter
-    from spexsup import harness
+    from spexsup import registry
 
     try:
-        return harness.load_registry(home).get(name)
+        return registry.load_registry(home).get(name)
     except Exception:  # a broken harnesses.toml: spex doctor names it
         return None
 

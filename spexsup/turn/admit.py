@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup import config, ids, ledger
+from spexsup import config, durations, ids, ledger
 from spexsup.errors import (
     Failed,
     Invalid,
@@ -76,14 +76,21 @@ class Limits(NamedTuple):
 
 
 def parse_on_limit(text: str) -> float:
-    """`wait` or `wait:HOURS`: the longest usage-limit wait, in seconds."""
+    """`wait` or `wait:HOURS` (or `wait:DURATION`): the longest usage-limit wait, in seconds."""
     head, _, hours = text.partition(":")
     try:
         value = float(hours) if hours else DEFAULT_LIMIT_WAIT_HOURS
     except ValueError:
-        value = -1
+        value = (
+            durations.parse(hours, "--on-limit", maximum=None) / 3600
+            if hours[-1:].isalpha()
+            else -1
+        )
     if head != "wait" or not 0 < value <= 24 * 14:
-        raise Invalid(f"invalid --on-limit {text!r}", hint="wait, or wait:HOURS (the longest wait)")
+        raise Invalid(
+            f"invalid --on-limit {text!r}",
+            hint="wait, wait:HOURS or wait:DURATION such as 90m (the longest wait)",
+        )
     return value * 3600
 
 

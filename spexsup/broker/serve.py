@@ -1,16 +1,13 @@
-"""`spex maint -- CMD`: run CMD under a maintenance lease, brokering its requests.
+"""The maintenance broker (DESIGN §5): serve the command's requests under the lease.
 
-The command runs in its own session and process group with exactly three
-inherited fds (DESIGN §5): 3 requests (command → broker), 4 responses, 5 a
-socketpair carrying the turn token, the byte 0x01. The broker writes one token
-at start and answers each returned token with a new one, so requests never
-interleave; any other byte is corruption. The lease token (32 random bytes)
-lives only in this process's memory; the database holds its sha256.
-
-Only the command and its descendants (or members of the session it leads)
-are served, and only while one of them holds the turn token: a frame that
-arrives while the token sits unread in the socket, or from any other process,
-is refused (`maintenance_invalid`) and never counts as a pending request.
+`run` is one `spex maint` from start to end: take the lease, spawn the
+command, broker its frames, and end. The broker hands out one turn token at
+start and answers each returned token with a new one, so requests never
+interleave; any other byte is corruption. Only the command and its
+descendants (or members of the session it leads) are served, and only while
+one of them holds the turn token: a frame that arrives while the token sits
+unread in the socket, or from any other process, is refused
+(`maintenance_invalid`) and never counts as a pending request.
 
 Loss of authority (heartbeat failure, a broker channel closed while the
 command lives, token corruption): stop brokering, SIGTERM the command's
@@ -19,28 +16,23 @@ The command exiting with a request pending: exit 1, no release. Otherwise
 kill what is left of its session and group, release, and exit with the
 command's exit code (128+N when `spex maint` itself got signal N).
 
-The command never outlives its lease: it is recorded with the lease (pid and
-start token of its session leader) so recovery kills it, and the kernel
-sends it SIGKILL when `spex maint` dies (PR_SET_PDEATHSIG). Nor does anything
-that kept its broker fds: after the reap, the lease is released only once
-every copy of fds 3, 4, 5 is closed (2 s, then their holders, found in
-`/proc/*/fd`, are killed with their groups; if they stay open, exit 1 and
-no release). Heartbeats run
-in a thread of their own, so a slow brokered operation cannot let the lease
-lapse; each operation runs in a thread too (`Operation`), so the broker acts
-on a loss of authority at once and answers `indeterminate` at the
-operation's deadline, min(OP_DEADLINE, ttl).
+The command is recorded with the lease (pid and start token of its session
+leader) so recovery kills it. Nor does anything that kept its broker fds
+outlive the lease: after the reap, the lease is released only once every
+copy of fds 3, 4, 5 is closed (2 s, then their holders, found in
+`/proc/*/fd`, are killed with their groups; if they stay open, exit 1 and no
+release). Each operation runs in a thread of its own (`Operation`), so the
+broker acts on a loss of authority at once and answers `indeterminate` at
+the operation's deadline, min(OP_DEADLINE, ttl).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import json
 import math
 import os
-import secrets
 import select
 import signal
 import socket
@@ -49,31 +41,20 @@ import sys
 import termios
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-from spexsup import events, lease
-from spexsup.errors import Invalid, Refused, SpexError
+from spexsup.broker.command import Signals, signal_with_groups, spawn, start_token_of
+from spexsup.broker.holder import AuthorityLost, Heartbeat, Maintenance
+from spexsup.broker.protocol import MAX_FRAME, TOKEN, Frame, FrameError, parse_frame, response
+from spexsup.errors import Invalid, Refused
 from spexsup.home import TmuxHome
-from spexsup.lease import Capability
 from spexsup.mainwait import SIGNAL_CHECK
-from spexsup.procs import (
-    Liveness,
-    belongs_to,
-    fd_holders,
-    identity_liveness,
-    kill_members,
-    own_identity,
-)
-from spexsup.sessions import NAME_RE
+from spexsup.procs import belongs_to, fd_holders, kill_members
 from spexsup.spex import Spex
 from spexsup.store import Store
 from spexsup.turn.stop import resume, stop
 
-MAX_FRAME = 4096
-TOKEN = b"\x01"
-BROKER_FDS = "3,4,5"
 KILL_AFTER = 1.0
 # After the command is reaped, how long its broker fds may stay open elsewhere
 # (a `setsid` child that kept them) before their holders are killed.
@@ -81,450 +62,29 @@ HOLDERS_WAIT = 2.0
 # A brokered operation answers within min(OP_DEADLINE, ttl), `indeterminate`
 # if it has not ended by then.
 OP_DEADLINE = 5.0
-DRAIN_LIMIT = 60.0
-PR_SET_PDEATHSIG = 1
 
 
-class CommandNotFound(SpexError):
-    exit_code = 127
-
-
-def heartbeat_interval(ttl: float) -> float:
-    return min(max(ttl / 3, 0.25), 1.0)
-
-
-@dataclass(frozen=True)
-class Frame:
-    id: str
-    op: str
-    session: str
-    force: bool
-    client_pid: int
-    client_token: str
-
-
-class FrameError(Exception):
-    def __init__(self, message: str, frame_id: str | None = None) -> None:
-        super().__init__(message)
-        self.frame_id = frame_id
-
-
-def parse_frame(line: bytes) -> Frame:
-    """Validate one request line; FrameError says why (and the id, if readable)."""
-    if len(line) > MAX_FRAME:
-        raise FrameError(f"frame longer than {MAX_FRAME} bytes")
-    try:
-        data = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise FrameError("frame is not JSON") from None
-    if not isinstance(data, dict):
-        raise FrameError("frame is not a JSON object")
-    frame_id = data.get("id") if isinstance(data.get("id"), str) else None
-    expected = {"v", "id", "op", "session", "force", "client"}
-    if set(data) != expected:
-        raise FrameError(f"frame fields must be exactly {sorted(expected)}", frame_id)
-    if type(data["v"]) is not int or data["v"] != 1:
-        raise FrameError("unsupported frame version", frame_id)
-    if frame_id is None or not 1 <= len(frame_id) <= 128:
-        raise FrameError("id must be a string of 1-128 characters", frame_id)
-    if data["op"] not in ("stop", "resume"):
-        raise FrameError("op must be stop or resume", frame_id)
-    if not isinstance(data["session"], str) or not NAME_RE.fullmatch(data["session"]):
-        raise FrameError("invalid session name", frame_id)
-    if type(data["force"]) is not bool:
-        raise FrameError("force must be a boolean", frame_id)
-    client = data["client"]
-    if (
-        not isinstance(client, dict)
-        or set(client) != {"pid", "start_token"}
-        or type(client["pid"]) is not int
-        or client["pid"] <= 0
-        or not isinstance(client["start_token"], str)
-        or not client["start_token"].isdigit()
-    ):
-        raise FrameError("client must be {pid, start_token}", frame_id)
-    if identity_liveness(client["pid"], client["start_token"]) is not Liveness.ALIVE:
-        raise FrameError("client pid is not live with that start token", frame_id)
-    return Frame(
-        frame_id, data["op"], data["session"], data["force"], client["pid"], client["start_token"]
-    )
-
-
-def response(
-    frame_id: str | None, outcome: str, code: str | None = None, error: str | None = None
-) -> dict[str, Any]:
-    return {
-        "id": frame_id,
-        "ok": outcome == "committed",
-        "outcome": outcome,
-        "code": code,
-        "error": error,
-    }
-
-
-class AuthorityLost(Exception):
-    pass
+def run(maint: Maintenance, command: Sequence[str]) -> int:
+    """Acquire, run CMD, broker its requests; the exit code per DESIGN §5."""
+    if not command:
+        raise Invalid("spex maint needs a command after --", hint="spex maint ... -- CMD")
+    maint.check_plan()
+    maint.acquire()
+    with Signals() as signals:
+        try:
+            pid, req_r, resp_w, sock, peer = spawn(command, maint.spex.home)
+        except BaseException:
+            maint.release()
+            raise
+        token = start_token_of(pid)
+        maint.record_command(pid, token)
+        signals.target = pid
+        signals.forward()  # a signal that came while spawning
+        return Broker(maint, pid, token, req_r, resp_w, sock, peer, signals).serve()
 
 
 class _CommandExited(Exception):
     """A broker channel failed because the command is exiting, not a loss."""
-
-
-class Signals:
-    """SIGINT/SIGTERM to `spex maint`: remembered (the exit code is 128+N) and
-    forwarded to the command's group as SIGTERM; a second one sends SIGKILL."""
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self.target: int | None = None
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> Signals:
-        self._old = {s: signal.signal(s, self._on) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
-
-    def _on(self, signum: int, frame: object) -> None:
-        again = self.received is not None
-        if not again:
-            self.received = signum
-        self.forward(signal.SIGKILL if again else signal.SIGTERM)
-
-    def forward(self, sig: int = signal.SIGTERM) -> None:
-        if self.target is not None and self.received is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.target, sig)
-
-
-class Maintenance:
-    """One `spex maint` run: acquire, spawn, broker, and end per DESIGN §5."""
-
-    def __init__(
-        self,
-        spex: Spex,
-        plan: Sequence[Capability],
-        *,
-        all_sessions: bool,
-        ttl: float,
-        wait: float,
-    ) -> None:
-        if not 0.5 <= ttl <= 86400:
-            raise Invalid(f"invalid --ttl {ttl}", hint="between 0.5 and 86400 seconds")
-        if not 0 <= wait <= 86400:
-            raise Invalid(f"invalid --wait {wait}", hint="between 0 and 86400 seconds")
-        if not plan and not all_sessions:
-            raise Invalid("a maintenance lease needs --stop/--resume sessions or --all")
-        self.spex = spex
-        self.plan = list(plan)
-        self.all_sessions = all_sessions
-        self.ttl = ttl
-        self.wait = wait
-        self.token = secrets.token_bytes(32)
-        self.pid, self.start_token = own_identity()
-        self.epoch = 0
-        # Hears what the run is waiting for, once per change (`spex maint` prints it).
-        self.on_wait: Callable[[str], None] | None = None
-        self._waiting_for = ""
-
-    def _say_waiting(self, what: str) -> None:
-        if self.on_wait is not None and what != self._waiting_for:
-            self._waiting_for = what
-            self.on_wait(what)
-
-    def check_plan(self) -> None:
-        """Every session the plan names must exist: refused before anything runs."""
-        known = {r["name"] for r in self.spex.store.db.execute("SELECT name FROM sessions")}
-        unknown = sorted({c.session for c in self.plan} - known)
-        if unknown:
-            raise Invalid(
-                f"the plan names unknown session(s): {', '.join(unknown)}", hint="see spex ls"
-            )
-
-    # --- the lease ---------------------------------------------------------
-
-    def acquire(self) -> None:
-        """Take the lease (`draining`) within --wait, then wait for `active`.
-
-        Interrupted after taking it, the lease is released before re-raising.
-        """
-        give_up = time.monotonic() + self.wait
-        scope = sorted({c.session for c in self.plan})
-        while True:
-            with self.spex.store.tx() as db:
-                row = lease.recover(db)
-                if row["state"] == "open":
-                    self.epoch = row["epoch"] + 1
-                    now = time.time()
-                    db.execute(
-                        "UPDATE lease SET state = 'draining', epoch = ?, token_hash = ?,"
-                        " holder_pid = ?, holder_token = ?, deadline = ?, scope = ?,"
-                        " all_sessions = ?, acquired_at = ?, revoked = 0,"
-                        " command_pid = NULL, command_token = NULL WHERE id = 1",
-                        (
-                            self.epoch,
-                            lease.hash_token(self.token),
-                            self.pid,
-                            self.start_token,
-                            now + self.ttl,
-                            json.dumps(scope),
-                            int(self.all_sessions),
-                            now,
-                        ),
-                    )
-                    db.executemany(
-                        "INSERT INTO capabilities (epoch, idx, op, session, force, state)"
-                        " VALUES (?, ?, ?, ?, ?, 'unused')",
-                        [
-                            (self.epoch, i, c.op, c.session, int(c.force))
-                            for i, c in enumerate(self.plan)
-                        ],
-                    )
-                    events.record(
-                        db,
-                        "lease-acquired",
-                        epoch=self.epoch,
-                        scope="all" if self.all_sessions else scope,
-                        holder=self.pid,
-                    )
-                    break
-                holder = row["holder_pid"]
-            if time.monotonic() >= give_up:
-                raise Refused(
-                    f"no maintenance lease within {self.wait:g}s"
-                    f" (epoch {row['epoch']} is {row['state']}, holder pid {holder})",
-                    hint="spex maint --status",
-                )
-            who = f"held by pid {holder}" if holder else "its holder is gone, recovering"
-            self._say_waiting(
-                f"waiting up to {self.wait:g}s for the maintenance lease"
-                f" (epoch {row['epoch']} is {row['state']}, {who})"
-            )
-            time.sleep(0.1)
-        try:
-            self._wait_active(time.monotonic() + max(self.wait, DRAIN_LIMIT))
-        except BaseException:  # interrupted too (SIGINT, the CLI's SIGTERM)
-            self.release()
-            raise
-
-    def _wait_active(self, drain_until: float) -> None:
-        while not self.heartbeat(want="active"):
-            if time.monotonic() >= drain_until:
-                raise Refused("older operations on the leased sessions did not finish")
-            self._say_waiting(self._draining())
-            time.sleep(0.05)
-
-    def _draining(self) -> str:
-        """What the lease waits for while draining: the older operations in scope."""
-        db = self.spex.store.db
-        row = db.execute("SELECT * FROM lease WHERE id = 1").fetchone()
-        ops = sorted(
-            {
-                f"{t['op']} {t['session']}"
-                for t in db.execute(
-                    "SELECT op, session FROM tickets WHERE created_at < ?", (row["acquired_at"],)
-                )
-                if lease.in_scope(row, t["session"])
-            }
-        )
-        return (
-            f"lease epoch {self.epoch} taken; waiting for earlier operations to finish"
-            f" ({', '.join(ops) or 'none left'})"
-        )
-
-    def heartbeat(self, want: str = "active", store: Store | None = None) -> bool:
-        """Extend the deadline if the lease is still ours exactly as granted.
-
-        With want="active" while still draining, returns False (not yet) and
-        raises AuthorityLost if the lease is no longer ours at all. `store`
-        is the caller's own connection (the heartbeat thread has one).
-        """
-        with (store or self.spex.store).tx() as db:
-            row = lease.recover(db)
-            caps = db.execute(
-                "SELECT op, session, force FROM capabilities WHERE epoch = ? ORDER BY idx",
-                (self.epoch,),
-            ).fetchall()
-            ours = (
-                row["epoch"] == self.epoch
-                and not row["revoked"]
-                and row["holder_pid"] == self.pid
-                and row["holder_token"] == self.start_token
-                and lease.token_matches(self.token, row["token_hash"])
-                and [(c["op"], c["session"], bool(c["force"])) for c in caps]
-                == [(c.op, c.session, c.force) for c in self.plan]
-                and row["state"] in ("draining", "active")
-            )
-            if not ours:
-                raise AuthorityLost(f"the lease is no longer ours (epoch {row['epoch']})")
-            db.execute(
-                "UPDATE lease SET deadline = ? WHERE id = 1 AND epoch = ?",
-                (time.time() + self.ttl, self.epoch),
-            )
-            return bool(row["state"] == want)
-
-    def release(self) -> None:
-        with self.spex.store.tx() as db:
-            cur = db.execute(
-                "UPDATE lease SET state = 'open', token_hash = NULL, holder_pid = NULL,"
-                " holder_token = NULL, deadline = NULL, scope = NULL, all_sessions = 0,"
-                " revoked = 0, command_pid = NULL, command_token = NULL"
-                " WHERE id = 1 AND epoch = ?",
-                (self.epoch,),
-            )
-            if cur.rowcount:
-                events.record(db, "lease-released", epoch=self.epoch)
-
-    def record_command(self, pid: int, token: str) -> None:
-        """Name the command with the lease, so recovery can kill it."""
-        with self.spex.store.tx() as db:
-            db.execute(
-                "UPDATE lease SET command_pid = ?, command_token = ? WHERE id = 1 AND epoch = ?",
-                (pid, token, self.epoch),
-            )
-
-    # --- the command -------------------------------------------------------
-
-    def spawn(self, command: Sequence[str]) -> tuple[int, int, int, socket.socket, int]:
-        """Start CMD in a new session with the broker fds at exactly 3, 4, 5.
-
-        Returns its pid, our ends of the three channels and the inode of the
-        command's end of the socketpair (the pipes share one inode per pipe).
-
-        A plain fork from the main thread (no other thread runs yet), so the
-        child can ask for PR_SET_PDEATHSIG: the kernel SIGKILLs the command
-        if `spex maint` dies, which fires when the forking thread dies. The
-        sources sit above 9 (close-on-exec) so a dup2 never lands on itself;
-        an exec failure comes back over a close-on-exec pipe.
-        """
-        req_r, req_w = os.pipe()
-        resp_r, resp_w = os.pipe()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (req_w, resp_r)]
-        high.append(fcntl.fcntl(theirs.fileno(), fcntl.F_DUPFD_CLOEXEC, 10))
-        env = {**os.environ, "SPEXSUP_MAINTENANCE_BROKER_FDS": BROKER_FDS}
-        env["SPEXSUP_HOME"] = str(self.spex.home)
-        libc = ctypes.CDLL(None, use_errno=True)
-        err_r, err_w = os.pipe()  # both close-on-exec (PEP 446)
-        parent = os.getpid()
-        argv = list(command)
-        pid = os.fork()
-        if pid == 0:  # the child: only async-signal-safe steps, then exec
-            code = 127
-            try:
-                os.setsid()
-                libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-                if os.getppid() != parent:  # died before the request took effect
-                    os._exit(137)
-                for target, source in zip((3, 4, 5), high, strict=True):
-                    os.dup2(source, target)
-                os.execvpe(argv[0], argv, env)
-            except OSError as e:
-                with contextlib.suppress(OSError):
-                    os.write(err_w, f"{e.errno or 0}".encode())
-            finally:
-                os._exit(code)
-        os.close(err_w)
-        for fd in (req_w, resp_r, *high):
-            os.close(fd)
-        peer = os.fstat(theirs.fileno()).st_ino
-        theirs.close()
-        with os.fdopen(err_r, "rb") as errors:
-            failure = errors.read()
-        if failure:
-            os.waitpid(pid, 0)
-            for fd in (req_r, resp_w):
-                os.close(fd)
-            ours.close()
-            errno = int(failure)
-            raise CommandNotFound(f"cannot run {argv[0]!r}: {os.strerror(errno)}")
-        return pid, req_r, resp_w, ours, peer
-
-    def run(self, command: Sequence[str]) -> int:
-        """Acquire, run CMD, broker its requests; the exit code per DESIGN §5."""
-        if not command:
-            raise Invalid("spex maint needs a command after --", hint="spex maint ... -- CMD")
-        self.check_plan()
-        self.acquire()
-        with Signals() as signals:
-            try:
-                pid, req_r, resp_w, sock, peer = self.spawn(command)
-            except BaseException:
-                self.release()
-                raise
-            token = start_token_of(pid)
-            self.record_command(pid, token)
-            signals.target = pid
-            signals.forward()  # a signal that came while spawning
-            return Broker(self, pid, token, req_r, resp_w, sock, peer, signals).serve()
-
-
-def start_token_of(pid: int) -> str:
-    """Our own unreaped child's start token (its zombie keeps the pid and stat)."""
-    from spexsup.procs import start_token
-
-    token = start_token(pid)
-    assert token is not None
-    return token
-
-
-def signal_with_groups(pids: Sequence[int], sig: signal.Signals) -> None:
-    """Signal each process and its process group, never our own group.
-    psutil refuses a pid reused since it was found."""
-    import psutil
-
-    own = os.getpgrp()
-    for pid in pids:
-        try:
-            proc = psutil.Process(pid)
-            group = os.getpgid(pid)
-            proc.send_signal(sig)
-        except (psutil.Error, OSError):
-            continue
-        if group not in (own, 0, 1):
-            with contextlib.suppress(OSError):
-                os.killpg(group, sig)
-
-
-class Heartbeat:
-    """Heartbeats from a thread with its own connection, every clamp(ttl/3, 0.25 s, 1 s),
-    so a brokered operation slower than the ttl cannot let the lease lapse.
-    A failed beat is reported through `lost` and a byte on `wake_r`."""
-
-    def __init__(self, maint: Maintenance) -> None:
-        self.maint = maint
-        self.interval = heartbeat_interval(maint.ttl)
-        self.done = threading.Event()
-        self.lost: str | None = None
-        self.wake_r, self.wake_w = os.pipe()
-        self.thread = threading.Thread(target=self._run, name="spex-heartbeat", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def _run(self) -> None:
-        store = Store(self.maint.spex.home)
-        try:
-            while not self.done.wait(self.interval):
-                try:
-                    self.maint.heartbeat(store=store)
-                except AuthorityLost as e:
-                    self.lost = str(e)
-                except Exception as e:
-                    self.lost = f"heartbeat failed: {e}"
-                if self.lost:
-                    os.write(self.wake_w, b"!")
-                    return
-        finally:
-            store.close()
-
-    def stop(self) -> None:
-        self.done.set()
-        self.thread.join()
-        os.close(self.wake_r)
-        os.close(self.wake_w)
 
 
 class Operation:
