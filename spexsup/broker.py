@@ -67,7 +67,7 @@ from spexsup.procs import (
     own_identity,
 )
 from spexsup.sessions import NAME_RE
-from spexsup.spex import Spex
+from spexsup.spex import Spex, open_store
 from spexsup.store import Store
 
 MAX_FRAME = 4096
@@ -504,7 +504,7 @@ class Heartbeat:
         self.thread.start()
 
     def _run(self) -> None:
-        store = Store(self.maint.spex.home)
+        store = open_store(self.maint.spex.home)
         try:
             while not self.done.wait(self.interval):
                 try:
@@ -568,7 +568,7 @@ class Operation:
         maint, frame, index = self.maint, self.frame, self.index
         tmux = maint.spex.tmux
         home = TmuxHome(tmux.socket_name, tmux.socket_path, home=tmux.home)
-        spex = Spex(maint.spex.home, Store(maint.spex.home), home)
+        spex = Spex(maint.spex.home, open_store(maint.spex.home), home)
         try:
             maint.heartbeat(store=spex.store)
             with spex.store.tx() as db:

@@ -31,12 +31,12 @@ def _turn(turn_dir: Path) -> tuple[Path, str, str]:
 
 
 def still(turn_dir: Path) -> int:
-    from spexsup.store import Store
+    from spexsup.spex import open_store
 
     home, session, turn = _turn(turn_dir)
     if (turn_dir / "timed-out").exists():
         return GONE
-    store = Store(home)
+    store = open_store(home)
     row = store.db.execute(
         "SELECT t.state FROM sessions s JOIN turns t ON t.id = s.current_turn"
         " WHERE s.name = ? AND t.id = ?",
@@ -52,7 +52,7 @@ def still(turn_dir: Path) -> int:
 def plan(turn_dir: Path, now: float | None = None) -> int:
     from spexsup import harness, outcome, report
     from spexsup.paths import write_atomic
-    from spexsup.store import Store
+    from spexsup.spex import open_store
 
     now = time.time() if now is None else now
     try:
@@ -78,7 +78,7 @@ def plan(turn_dir: Path, now: float | None = None) -> int:
     if found.reset - now > longest:
         print(f"{say}: later than --on-limit allows ({longest / 3600:g} h)", file=sys.stderr)
         return NO_WAIT
-    store = Store(home)
+    store = open_store(home)
     if still(turn_dir) != PLAN:
         return GONE
     wake = found.reset + margin

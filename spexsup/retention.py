@@ -442,11 +442,11 @@ def maybe_prune(home: Path) -> Pruned | None:
     import sqlite3
 
     from spexsup import config
-    from spexsup.store import Store
+    from spexsup.spex import open_store
 
     if not (home / "state.db").is_file():
         return None
-    store = Store(home)
+    store = open_store(home)
     try:
         if not claim_auto(store):
             return None

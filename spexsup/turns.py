@@ -919,7 +919,7 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
     )
     rows = spex.store.db.execute(query).fetchall()
     # Hooks whose claimer died before starting them are a reader's to start.
-    events.resume_hooks(spex.store)
+    spex.resume_hooks()
     boot = boot_id() if rows else ""
     due: float | None = None
     for row in rows:

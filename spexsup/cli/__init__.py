@@ -110,9 +110,9 @@ def no_hooks(argv: list[str]) -> list[str]:
     end = argv.index("--") if "--" in argv else len(argv)
     if "--no-hooks" not in argv[:end]:
         return argv
-    from spexsup import events
+    from spexsup import spex
 
-    events.NO_HOOKS = True
+    spex.NO_HOOKS = True
     return [w for w in argv[:end] if w != "--no-hooks"] + argv[end:]
 
 

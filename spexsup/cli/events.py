@@ -98,7 +98,7 @@ def events(
             raise Invalid(f"unknown event kind {k!r}", hint=f"one of: {', '.join(log.KINDS)}")
     names = tuple(validate_name(n) for n in dict.fromkeys(session or ()))
     spex = open_spex(ctx)
-    log.resume_hooks(spex.store)
+    spex.resume_hooks()
     gone = log.pruned_after(spex.store.db, since) if since is not None else None
     if gone is not None:
         # Asked for by id and no longer there: a follower resuming after a
