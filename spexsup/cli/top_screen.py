@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spexsup.cli.top import HEADERS, cells
+from spexsup.cli.render import TOP_HEADERS, top_cells
 from spexsup.errors import SpexError
 from spexsup.mainwait import SIGNAL_CHECK
 from spexsup.paths import own_python
@@ -190,12 +190,12 @@ class Screen:
         )
         self._put(0, 0, title, width, curses.A_BOLD)
         now = time.time()
-        grid = [cells(r, now) for r in self.board.rows]
-        widths = [len(h) for h in HEADERS[:-1]]
+        grid = [top_cells(r, now) for r in self.board.rows]
+        widths = [len(h) for h in TOP_HEADERS[:-1]]
         for texts in grid:
             for i, cap in enumerate(CAPS):
                 widths[i] = min(cap, max(widths[i], len(texts[i])))
-        self._put(1, 0, _line(list(HEADERS), widths, width), width, curses.A_UNDERLINE)
+        self._put(1, 0, _line(list(TOP_HEADERS), widths, width), width, curses.A_UNDERLINE)
         visible = max(0, height - 4)
         names = [r.name for r in self.board.rows]
         at = names.index(self.selected) if self.selected in names else 0
