@@ -35,6 +35,7 @@ from typing import Any
 
 from spexsup.cli.render import TOP_HEADERS, top_cells
 from spexsup.errors import SpexError
+from spexsup.home import outer_argv
 from spexsup.mainwait import SIGNAL_CHECK
 from spexsup.paths import own_python
 from spexsup.top import Board, Changes, Row, Watcher
@@ -363,9 +364,7 @@ class Screen:
             self.status = f"log {name}: no pager {argv[0]!r} (set PAGER)"
             return
         if os.environ.get("TMUX"):
-            outer = shutil.which("tmux") or "tmux"
-            popup = [outer, "display-popup", "-E", "-w", "90%", "-h", "90%", shlex.join(argv)]
-            self._background(f"log {name}", popup)
+            self._background(f"log {name}", outer_argv(argv))
             return
         self.suspend(f"log {name}", argv)
 
