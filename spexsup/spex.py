@@ -5,8 +5,10 @@ Also the one place that composes the store with what listens to it
 The store, the event log and the hooks know nothing of each other's
 listening; only this module wires them.
 
-The exit reporter opens its store here on every turn end: `spexsup.home`
-(the tmux adapter) and `spexsup.hooks` are imported only when needed.
+The exit reporter opens its store here on every turn end, and `--no-hooks`
+sets `NO_HOOKS` here before `spex status-line`: what this module imports at
+its top costs next to nothing; `spexsup.home` (the tmux adapter), the store
+and `spexsup.hooks` are imported where they are needed.
 """
 
 # Plain os calls on str paths: this runs in every writer's transaction.
@@ -14,17 +16,16 @@ The exit reporter opens its store here on every turn end: `spexsup.home`
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spexsup import events
-from spexsup.paths import resolve_home
-from spexsup.store import Store
 
 if TYPE_CHECKING:
     import sqlite3
+    from pathlib import Path
 
     from spexsup.home import TmuxHome
+    from spexsup.store import Store
 
 
 class Spex:
@@ -41,6 +42,7 @@ class Spex:
     @classmethod
     def open(cls, home: str | Path | None = None, tmux: TmuxHome | None = None) -> Spex:
         from spexsup.home import TmuxHome
+        from spexsup.paths import resolve_home
 
         path = resolve_home(home)
         store = open_store(path)
@@ -70,6 +72,8 @@ def open_store(home: Path) -> Store:
     """The store of `home` with its listeners, in this order: the event log
     (the summary rewrite, then the tick), then the hooks (their claims,
     after the summary; their runners, after the tick)."""
+    from spexsup.store import Store
+
     return Store(home, (events, HOOKS))
 
 
