@@ -125,3 +125,40 @@ def test_the_hooks_are_imported_only_with_a_hook_table_and_hooks_on(
     recorder(env, '["wave-ended"]')  # a hook that this event does not fire
     assert imported(env.home, SPEXSUP_NO_HOOKS="1") is False
     assert imported(env.home) is True
+
+
+def imported_modules(module: str) -> set[str]:
+    """The spexsup modules `module` imports anywhere in its body (inside
+    functions too), except under `if TYPE_CHECKING:`."""
+    import ast
+
+    import spexsup
+
+    path = Path(spexsup.__file__).parent / f"{module.removeprefix('spexsup.')}.py"
+    found: set[str] = set()
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Import):
+                found.update(a.name for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module:
+                found.add(child.module)
+                found.update(f"{child.module}.{a.name}" for a in child.names)
+            walk(child)
+
+    walk(ast.parse(path.read_text()))
+    return found
+
+
+def test_the_store_the_event_log_and_the_hooks_never_import_what_composes_them() -> None:
+    """Only `spex` wires the store to its listeners: store -> events -> hooks
+    -> store was a circle once."""
+    assert not imported_modules("spexsup.store") & {
+        "spexsup.events",
+        "spexsup.hooks",
+        "spexsup.spex",
+    }
+    assert not imported_modules("spexsup.events") & {"spexsup.hooks", "spexsup.spex"}
+    assert "spexsup.spex" not in imported_modules("spexsup.hooks")
