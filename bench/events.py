@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from spexsup import events
-from spexsup.store import Store
+from spexsup.spex import open_store
 
 SPEX = str(Path(sys.executable).parent / "spex")
 
@@ -37,7 +37,7 @@ def follow_latency(home: Path, n: int) -> list[float]:
         [SPEX, "events", "--follow", "--json"], env=env, stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
-    store = Store(home)
+    store = open_store(home)
     lags = []
     try:
         with store.tx() as db:
@@ -72,7 +72,7 @@ def reporter(home: Path, n: int) -> tuple[list[float], list[float]]:
     (the end, its event, the summary rewrite that the end changes, the tick)."""
     from spexsup.pane.report import record_exit
 
-    store = Store(home)
+    store = open_store(home)
     with store.tx() as db:
         db.execute(
             "INSERT INTO sessions (name, harness, cwd, created_at, state)"
@@ -133,7 +133,7 @@ def main() -> None:
         wall, inside = reporter(home, n)
         print(f"exit reporter (python -m spexsup internal turn-exit): {p50(wall)}")
         print(f"  of which record_exit with its event, summary and tick: {p50(inside)}")
-        store = Store(home)
+        store = open_store(home)
         plain, with_event = [], []
         for i in range(n * 10):
             started = time.perf_counter()

@@ -3,21 +3,22 @@
 `record` appends an event inside the caller's `store.tx()`, so an event exists
 exactly when its transition committed; ids come from SQLite's AUTOINCREMENT
 under the write lock, so they are never reused and commit in id order (a
-reader that has seen id N has seen every id below it). The store calls
-`before_commit` (rewrites the status summary, in commit order) and
-`after_commit` (touches `events/tick` to wake followers, then fires the
-hooks of what it committed) around its COMMIT: the process that commits an
-event is the one that announces it, and nothing needs a daemon.
+reader that has seen id N has seen every id below it). This module is one of
+the store's commit listeners (`store.CommitListener`, registered by
+`spexsup.spex.open_store`): `before_commit` rewrites the status summary (in
+commit order), `after_commit` touches `events/tick` to wake followers. The
+process that commits an event is the one that announces it, and nothing
+needs a daemon. The hooks listen beside it (`pending_ids` tells them what
+this transaction recorded); this module knows nothing of them.
 
 Imported by the exit reporter on every turn end, so this module costs next
 to nothing to import and to run there: `os` and `time` at the top; one
 summary query and a small in-place write only when the summary changed; one
-in-place write of the tick file; the config files are read as bytes and parsed (and
-`hooks` imported) only when one of them has a `[[hook]]` table.
+in-place write of the tick file.
 """
 
 # Plain os calls on str paths: this runs in every writer's transaction.
-# ruff: noqa: PTH102, PTH111, PTH123
+# ruff: noqa: PTH102
 from __future__ import annotations
 
 import contextlib
@@ -76,10 +77,10 @@ DIR = "events"
 TICK = "tick"
 STATUS = "status"
 
-# Event ids recorded in each connection's open transaction (by id(connection)),
-# and how many (event, hook) pairs it claimed: the runners to start after the COMMIT.
-_pending: dict[int, list[int]] = {}
-_claimed: dict[int, int] = {}
+# Event ids recorded in each connection's open transaction. Keyed by the
+# connection itself, not its id(): a store without this listener never pops
+# its entry, and a later connection must not inherit it by a reused id.
+_pending: dict[sqlite3.Connection, list[int]] = {}
 
 
 def record(
@@ -109,7 +110,7 @@ def record(
     if event % PRUNE_EVERY == 0:
         db.execute("DELETE FROM events WHERE id <= ?", (event - KEEP,))
         db.execute("DELETE FROM hook_runs WHERE event <= ?", (event - KEEP,))
-    _pending.setdefault(id(db), []).append(event)
+    _pending.setdefault(db, []).append(event)
     return event
 
 
@@ -150,13 +151,9 @@ def emit(store: Store, kind: str, **fields: Any) -> int:
         return record(db, kind, **fields)
 
 
-def pending(db: sqlite3.Connection) -> bool:
-    return id(db) in _pending
-
-
-def discard(db: sqlite3.Connection) -> None:
-    _pending.pop(id(db), None)
-    _claimed.pop(id(db), None)
+def pending_ids(db: sqlite3.Connection) -> tuple[int, ...]:
+    """The ids of the events recorded in `db`'s open transaction, oldest first."""
+    return tuple(_pending.get(db, ()))
 
 
 def _open_in(directory: str, name: str, mode: int) -> int:
@@ -180,24 +177,21 @@ def _touch_tick(directory: str, event: int) -> None:
         os.close(fd)
 
 
-# --- around the commit -------------------------------------------------------
+# --- around the commit: the store's listener -----------------------------------
+
+
+def migrated(store: Store) -> None:
+    """A home from before the event log gets its status summary now, not at
+    its first transition."""
+    write_summary(store)
 
 
 def before_commit(store: Store) -> None:
     """Inside the write lock, when this transaction recorded events: rewrite
-    the summary if it changed (so summaries land in commit order), and claim
-    the hooks of its events, which then commit with them or not at all.
+    the summary if it changed, so summaries land in commit order.
     Never raises: the transition must commit whatever happens here."""
-    write_summary(store)
-    ids = _pending.get(id(store.db))
-    if not ids or hooks_disabled() or not hooks_configured(store.home):
-        return
-    try:
-        from spexsup import hooks
-
-        _claimed[id(store.db)] = hooks.claim(store.db, ids, hooks.load(store.home))
-    except Exception as e:
-        log_line(store.home, f"hooks of events {ids[0]}..{ids[-1]} not run: {e}")
+    if store.db in _pending:
+        write_summary(store)
 
 
 def write_summary(store: Store) -> None:
@@ -222,76 +216,22 @@ def write_summary(store: Store) -> None:
 
 
 def after_commit(store: Store) -> None:
-    """Announce what this connection just committed: wake followers, then
-    start the hooks it claimed, detached.
-
-    The transition is committed whatever happens here: failures are written
-    to hooks.log, never raised into the caller.
-    """
-    ids = _pending.pop(id(store.db), None)
-    claimed = _claimed.pop(id(store.db), None)
-    if not ids:
-        return
-    # On failure followers fall back to their coarse re-read.
-    with contextlib.suppress(OSError):
-        _touch_tick(f"{store.home}/{DIR}", ids[-1])
-    if not claimed:
-        return
-    try:
-        from spexsup import hooks
-
-        hooks.fault_after_claim()
-        hooks.start_runners(store.home, claimed)
-    except Exception as e:
-        log_line(store.home, f"hooks of events {ids[0]}..{ids[-1]} not started: {e}")
+    """Announce what this connection just committed: wake followers (on
+    failure they fall back to their coarse re-read). Never raises."""
+    ids = _pending.pop(store.db, None)
+    if ids:
+        with contextlib.suppress(OSError):
+            _touch_tick(f"{store.home}/{DIR}", ids[-1])
 
 
-_resumed: set[str] = set()
-
-
-def resume_hooks(store: Store) -> None:
-    """What a reconciling reader does for the hooks (once per process and
-    home): start the claims that nobody started (see `hooks.resume`). Costs
-    a file read or two without a `[[hook]]` table; never raises."""
-    home = str(store.home)
-    if home in _resumed or hooks_disabled() or not hooks_configured(home):
-        return
-    _resumed.add(home)
-    try:
-        from spexsup import hooks
-
-        hooks.resume(store.home, store.db)
-    except Exception as e:
-        log_line(home, f"queued hooks not started: {e}")
-
-
-# `spex --no-hooks …`: this process only. Never an environment variable, which
-# would reach the tmux server this command may start, and every later turn.
-NO_HOOKS = False
-
-
-def hooks_disabled() -> bool:
-    """`--no-hooks` on this command, or SPEXSUP_NO_HOOKS=1 in its environment."""
-    return NO_HOOKS or os.environ.get("SPEXSUP_NO_HOOKS", "") not in ("", "0")
-
-
-def hooks_configured(home: Path | str) -> bool:
-    """Does a config file hold a `[[hook]]` table? Bytes and a substring only:
-    the exit reporter asks on every turn end and must not pay for TOML."""
-    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
-    for path in (f"{xdg}/spexsup/config.toml", f"{home}/config.toml"):
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        if b"hook" in data and b"[[" in data:
-            return True
-    return False
+def discard(db: sqlite3.Connection) -> None:
+    """The transaction rolled back: its events never were."""
+    _pending.pop(db, None)
 
 
 def log_line(home: Path | str, text: str) -> None:
-    """One timestamped line in `hooks.log` (0600); never raises."""
+    """One timestamped line in `hooks.log` (0600); never raises. Here, below
+    the hooks, so that their listener can say why `hooks` did not import."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
         fd = os.open(f"{home}/hooks.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

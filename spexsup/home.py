@@ -423,6 +423,18 @@ class TmuxHome:
         )
 
 
+def outer_argv(argv: Sequence[str], window: str | None = None) -> list[str]:
+    """What runs `argv` in the user's own tmux (the server $TMUX names, not
+    ours), for a command run inside it: in a popup of 90% of the screen that
+    closes when `argv` ends, or with `window`, in a new window of that name."""
+    import shlex
+
+    outer = shutil.which("tmux") or "tmux"
+    if window is not None:
+        return [outer, "new-window", "-n", window, shlex.join(argv)]
+    return [outer, "display-popup", "-E", "-w", "90%", "-h", "90%", shlex.join(argv)]
+
+
 def shell_argv(shell_env: Path, shell: str | None = None) -> list[str]:
     """The home's shell with the env in the file `shell_env` (NUL-separated
     KEY=VALUE, see `write_shell_env`): the wrapper's `--shell` exports it and

@@ -266,7 +266,7 @@ def start_runners(home: Path, wanted: int) -> int:
 
 
 def resume(home: Path, db: sqlite3.Connection) -> int:
-    """A reconciling reader's part (`events.resume_hooks`): start runners for
+    """A reconciling reader's part (`Spex.resume_hooks`): start runners for
     claims nobody took whose claimer is dead (it died between its COMMIT and
     starting them) or that waited `STALE` seconds; returns how many started.
     One indexed query when nothing waits."""
@@ -623,7 +623,10 @@ def _main(argv: list[str]) -> int:
     os.set_inheritable(slot, False)
     become_subreaper()
     try:
-        store = Store(home)
+        # The event log listens, the hooks do not: a runner records no events,
+        # and must not fire hooks if it ever did (nor import `spex`, which
+        # composes the hooks: `spex.open_store` would close a circle).
+        store = Store(home, (events,))
     except SpexError as e:
         events.log_line(home, f"hook runner: {e.line()}")
         return 1

@@ -431,12 +431,12 @@ def maybe_prune(home: Path) -> Pruned | None:
     `[retention] auto = false`."""
     import sqlite3
 
-    from spexsup import config
+    from spexsup import config, events
     from spexsup.store import Store
 
     if not (home / "state.db").is_file():
         return None
-    store = Store(home)
+    store = Store(home, (events,))  # records no event: no hook to run
     try:
         if not claim_auto(store):
             return None

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol
 
-from spexsup import events
 from spexsup.errors import Failed
 from spexsup.paths import ensure_private_dir
 
@@ -247,12 +247,41 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 
-class Store:
-    """One connection to `<home>/state.db`; use `tx()` for every change."""
+class CommitListener(Protocol):
+    """What a store tells about its transactions (a module may be one).
 
-    def __init__(self, home: Path) -> None:
+    The store knows nothing of what listens: `spexsup.spex.open_store`
+    registers the event log and the hooks. Each method runs in the process
+    that holds the transaction, in the order the listeners were given, and
+    must not raise: the transition commits (or not) whatever happens there.
+    """
+
+    def migrated(self, store: Store) -> None:
+        """Inside the migration's transaction, after the schema changed."""
+
+    def before_commit(self, store: Store) -> None:
+        """Inside the write lock, after the body of `tx()`, before its COMMIT:
+        what is written here commits with the transaction or not at all."""
+
+    def after_commit(self, store: Store) -> None:
+        """After the COMMIT, outside the write lock."""
+
+    def discard(self, db: sqlite3.Connection) -> None:
+        """The transaction rolled back (or its COMMIT failed): forget it."""
+
+
+class Store:
+    """One connection to `<home>/state.db`; use `tx()` for every change.
+
+    `listeners` hear of every transaction (see `CommitListener`); a store
+    opened without them changes state as well, but announces nothing: use
+    `spexsup.spex.open_store` unless that is what you want.
+    """
+
+    def __init__(self, home: Path, listeners: Sequence[CommitListener] = ()) -> None:
         self.home = ensure_private_dir(home)
         self.path = home / "state.db"
+        self.listeners = tuple(listeners)
         try:
             self.db = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
@@ -286,35 +315,38 @@ class Store:
                     if statement.strip():
                         self.db.execute(statement)
             self.db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
-            # A home from before the event log gets its status summary now,
-            # not at its first transition.
-            events.write_summary(self)
+            for listener in self.listeners:
+                listener.migrated(self)
 
     @contextmanager
     def tx(self, wait: float | None = None) -> Iterator[sqlite3.Connection]:
         """An immediate (write-locked) transaction: commit on success, else roll back.
 
         Waits up to `wait` seconds (default BUSY_TIMEOUT_MS) for the write
-        lock, then raises StateLocked naming its holder. Events recorded in
-        it refresh the status summary before the COMMIT and are announced
-        after it (`events.before_commit`, `after_commit`).
+        lock, then raises StateLocked naming its holder. The listeners'
+        `before_commit` runs inside it, before the COMMIT, and their
+        `after_commit` after it; a rollback calls their `discard`.
         """
         self._begin(wait)
         try:
             yield self.db
-            if events.pending(self.db):
-                events.before_commit(self)
+            for listener in self.listeners:
+                listener.before_commit(self)
         except BaseException:
-            events.discard(self.db)
+            self._discard()
             self.db.execute("ROLLBACK")
             raise
         try:
             self.db.execute("COMMIT")
         except BaseException:
-            events.discard(self.db)
+            self._discard()
             raise
-        if events.pending(self.db):
-            events.after_commit(self)
+        for listener in self.listeners:
+            listener.after_commit(self)
+
+    def _discard(self) -> None:
+        for listener in self.listeners:
+            listener.discard(self.db)
 
     def _begin(self, wait: float | None) -> None:
         if wait is not None:

@@ -15,6 +15,7 @@ import pytest
 from conftest import SPEX, Env, harness, retry_until
 
 from spexsup import events
+from spexsup.spex import open_store
 from spexsup.store import Store
 
 
@@ -220,7 +221,7 @@ def test_retention_keeps_the_newest_and_never_reuses_an_id(
 
 
 def test_a_rolled_back_transition_leaves_no_event(tmp_path: Path) -> None:
-    store = Store(tmp_path / "state")
+    store = open_store(tmp_path / "state")
     with pytest.raises(RuntimeError), store.tx() as db:
         events.record(db, "created", session="x")
         raise RuntimeError("refused")
@@ -347,7 +348,7 @@ def test_a_reader_never_sees_a_torn_summary(tmp_path: Path) -> None:
 
     from spexsup import statusline
 
-    store = Store(tmp_path / "state")
+    store = open_store(tmp_path / "state")
     name = "a-session-with-a-rather-long-name-" + "x" * 20
     with store.tx() as db:
         db.execute(

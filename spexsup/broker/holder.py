@@ -23,7 +23,7 @@ from spexsup import events, lease
 from spexsup.errors import Invalid, Refused
 from spexsup.lease import Capability
 from spexsup.procs import own_identity
-from spexsup.spex import Spex
+from spexsup.spex import Spex, open_store
 from spexsup.store import Store
 
 DRAIN_LIMIT = 60.0
@@ -243,7 +243,7 @@ class Heartbeat:
         self.thread.start()
 
     def _run(self) -> None:
-        store = Store(self.maint.spex.home)
+        store = open_store(self.maint.spex.home)
         try:
             while not self.done.wait(self.interval):
                 try:

@@ -51,8 +51,7 @@ from spexsup.errors import Invalid, Refused
 from spexsup.home import TmuxHome
 from spexsup.mainwait import SIGNAL_CHECK
 from spexsup.procs import belongs_to, fd_holders, kill_members
-from spexsup.spex import Spex
-from spexsup.store import Store
+from spexsup.spex import Spex, open_store
 from spexsup.turn.stop import resume, stop
 
 KILL_AFTER = 1.0
@@ -129,7 +128,7 @@ class Operation:
         maint, frame, index = self.maint, self.frame, self.index
         tmux = maint.spex.tmux
         home = TmuxHome(tmux.socket_name, tmux.socket_path, home=tmux.home)
-        spex = Spex(maint.spex.home, Store(maint.spex.home), home)
+        spex = Spex(maint.spex.home, open_store(maint.spex.home), home)
         try:
             maint.heartbeat(store=spex.store)
             with spex.store.tx() as db:

@@ -110,9 +110,9 @@ def no_hooks(argv: list[str]) -> list[str]:
     end = argv.index("--") if "--" in argv else len(argv)
     if "--no-hooks" not in argv[:end]:
         return argv
-    from spexsup import events
+    from spexsup import spex
 
-    events.NO_HOOKS = True
+    spex.NO_HOOKS = True
     return [w for w in argv[:end] if w != "--no-hooks"] + argv[end:]
 
 
@@ -209,7 +209,7 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
     as_json = "--json" in options
     import typer
 
-    from spexsup.cli.app import app, keep_only, register
+    from spexsup.cli.app import WRITERS, app, keep_only, register
 
     if completing:
         from typer._completion_classes import completion_init
@@ -285,10 +285,6 @@ def _is_sqlite_error(e: Exception) -> bool:
     """Without importing sqlite3 for commands that never open the store."""
     sqlite3 = sys.modules.get("sqlite3")
     return sqlite3 is not None and isinstance(e, sqlite3.Error)
-
-
-# Commands after which the state home may be pruned (DESIGN: writers prune).
-WRITERS = frozenset({"new", "wake", "fanout", "stop", "resume", "rm", "up"})
 
 
 def _split_home(options: list[str]) -> tuple[str | None, list[str]]:

@@ -1,7 +1,7 @@
 """The typer app and its global options; one module per command group registers on it."""
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 from typer.core import TyperGroup
@@ -12,34 +12,64 @@ if TYPE_CHECKING:
     from spexsup.config import Config
     from spexsup.spex import Spex
 
-# `spex --help` lists commands in the order a session lives through them.
-LIFECYCLE = (
-    "new",
-    "wake",
-    "wait",
-    "log",
-    "attach",
-    "stop",
-    "resume",
-    "up",
-    "ls",
-    "show",
-    "top",
-    "rm",
-    "fanout",
-    "waves",
-    "wave",
-    "maint",
-    "prune",
-    "du",
-    "doctor",
-    "harness",
-    "hosts",
-    "events",
-    "hooks",
-    "status-line",
-    "completion",
+
+class Command(NamedTuple):
+    """One `spex` command or command group."""
+
+    name: str
+    # The module of spexsup.cli that registers it: `spex NAME` imports that
+    # one only (and what it imports), so no command pays for the others'.
+    module: str
+    # A writer: the state home may be pruned after it (DESIGN: writers prune).
+    writes: bool = False
+
+
+# The one command table, in the order `spex --help` lists the commands: the
+# order a session lives through them. tests/test_cli.py checks it against
+# the commands the modules really register.
+#
+# These modules (and params.py) do NOT use `from __future__ import
+# annotations`, unlike the rest of the code: typer reads every parameter's
+# `Annotated[…, typer.Option(…)]` with get_type_hints, which compiles and
+# evaluates each annotation string anew; real objects made that 3x faster
+# (`spex --help` builds all commands). Names imported only for type checking
+# are quoted instead. tests/test_cli.py keeps it so.
+COMMANDS = (
+    Command("new", "sessions", writes=True),
+    Command("wake", "turns", writes=True),
+    Command("wait", "turns"),
+    Command("log", "turns"),
+    Command("attach", "sessions"),
+    Command("stop", "turns", writes=True),
+    Command("resume", "turns", writes=True),
+    Command("up", "sessions", writes=True),
+    Command("ls", "sessions"),
+    Command("show", "sessions"),
+    Command("top", "top"),
+    Command("rm", "sessions", writes=True),
+    Command("fanout", "fanout", writes=True),
+    Command("waves", "fanout"),
+    Command("wave", "fanout"),
+    Command("maint", "maint"),
+    Command("prune", "housekeeping"),
+    Command("du", "housekeeping"),
+    Command("doctor", "sessions"),
+    Command("harness", "harnesses"),
+    Command("hosts", "sessions"),
+    Command("events", "events"),
+    Command("hooks", "events"),
+    Command("status-line", "events"),
+    Command("completion", "sessions"),
+    Command("diff", "worktree"),
+    Command("keep", "worktree"),
+    Command("trust", "worktree"),
+    Command("maint-op", "maint"),  # hidden
+    Command("internal", "maint"),  # hidden
+    Command("worktree", "worktree"),
 )
+COMMAND_MODULES = {c.name: c.module for c in COMMANDS}
+WRITERS = frozenset(c.name for c in COMMANDS if c.writes)
+_HELP_ORDER = {c.name: i for i, c in enumerate(COMMANDS)}
 
 EXIT_CODES = """\b
 Exit codes: 0 ok, 1 attempted and failed, 2 invalid input, 3 refused
@@ -49,11 +79,11 @@ Exit codes: 0 ok, 1 attempted and failed, 2 invalid input, 3 refused
 
 
 class SpexGroup(TyperGroup):
-    """Commands in lifecycle order, each summary whole (never cut with "...")."""
+    """Commands in the table's order, each summary whole (never cut with "...")."""
 
     def list_commands(self, ctx: Any) -> list[str]:
-        names = list(self.commands)
-        return [n for n in LIFECYCLE if n in names] + [n for n in names if n not in LIFECYCLE]
+        # Stable: a command the table does not name follows, as registered.
+        return sorted(self.commands, key=lambda n: _HELP_ORDER.get(n, len(_HELP_ORDER)))
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         rows = []
@@ -167,51 +197,6 @@ def _command_name(info: Any) -> str:
     return str(info.callback.__name__).lower().replace("_", "-")
 
 
-# The module that registers each command: `spex CMD` imports that one only
-# (and what it imports), so no command pays for the others' dependencies.
-# tests/test_cli.py checks this table against the commands.
-#
-# These modules (and params.py) do NOT use `from __future__ import
-# annotations`, unlike the rest of the code: typer reads every parameter's
-# `Annotated[…, typer.Option(…)]` with get_type_hints, which compiles and
-# evaluates each annotation string anew; real objects made that 3x faster
-# (`spex --help` builds all commands). Names imported only for type checking
-# are quoted instead. tests/test_cli.py keeps it so.
-COMMAND_MODULES = {
-    "new": "sessions",
-    "ls": "sessions",
-    "show": "sessions",
-    "rm": "sessions",
-    "up": "sessions",
-    "attach": "sessions",
-    "doctor": "sessions",
-    "completion": "sessions",
-    "hosts": "sessions",
-    "harness": "harnesses",
-    "top": "top",
-    "wake": "turns",
-    "wait": "turns",
-    "stop": "turns",
-    "resume": "turns",
-    "log": "turns",
-    "fanout": "fanout",
-    "waves": "fanout",
-    "wave": "fanout",
-    "prune": "housekeeping",
-    "du": "housekeeping",
-    "maint": "maint",
-    "maint-op": "maint",
-    "internal": "maint",
-    "worktree": "worktree",
-    "diff": "worktree",
-    "keep": "worktree",
-    "trust": "worktree",
-    "events": "events",
-    "hooks": "events",
-    "status-line": "events",
-}
-
-
 def register(name: str | None = None) -> None:
     """Register the command `name` on `app`; every command for None or a word
     that names none (typer's help, error and suggestions then see them all)."""
@@ -222,4 +207,4 @@ def register(name: str | None = None) -> None:
         importlib.import_module(f"spexsup.cli.{each}")
 
 
-__all__ = ["COMMAND_MODULES", "app", "open_spex", "register", "settings"]
+__all__ = ["COMMANDS", "COMMAND_MODULES", "WRITERS", "app", "open_spex", "register", "settings"]

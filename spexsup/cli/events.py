@@ -125,7 +125,7 @@ def events(
             raise Invalid(f"unknown event kind {k!r}", hint=f"one of: {', '.join(log.KINDS)}")
     names = tuple(validate_name(n) for n in dict.fromkeys(session or ()))
     spex = open_spex(ctx)
-    log.resume_hooks(spex.store)
+    spex.resume_hooks()
     if ago is not None:
         after = id_before(spex.store.db, time.time() - ago)
     gone = log.pruned_after(spex.store.db, after) if after is not None and ago is None else None

@@ -41,12 +41,12 @@ def fast_path(argv: list[str]) -> int | None:
     from spexsup.pane import turndir
     from spexsup.pane.report import record_exit, write_ended
     from spexsup.paths import resolve_home
-    from spexsup.store import Store
+    from spexsup.spex import open_store
 
     session, turn, rc = args[0], args[1], int(args[2])
     try:
         path = resolve_home(home)
-        store = Store(path)
+        store = open_store(path)
         directory = turndir.path(path, session, turn)
         cas = record_exit(store, session, turn, rc, directory, reporter=True)
         if cas == 0:

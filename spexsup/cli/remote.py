@@ -349,19 +349,13 @@ def _checked(data: bytes) -> bytes:
 
 def _attach(host: Host, state: Path, args: list[str]) -> int:
     """`ssh -t HOST spex attach NAME`; inside tmux, in a popup (or a window) of it."""
-    import shlex
-    import shutil
-
     from spexsup import hosts
+    from spexsup.home import outer_argv
 
     window = "--window" in args
     argv = hosts.attach_argv(host, state, [a for a in args if a != "--window"])
     if os.environ.get("TMUX"):
-        outer = shutil.which("tmux") or "tmux"
         name = next((a for a in args if not a.startswith("-")), host.name)
-        if window:
-            cmd = [outer, "new-window", "-n", f"spex:{host.name}:{name}", shlex.join(argv)]
-        else:
-            cmd = [outer, "display-popup", "-E", "-w", "90%", "-h", "90%", shlex.join(argv)]
+        cmd = outer_argv(argv, f"spex:{host.name}:{name}" if window else None)
         os.execvp(cmd[0], cmd)
     os.execvp(argv[0], argv)

@@ -17,10 +17,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spexsup.ids import SCHEMA_VERSION, iso
 from spexsup.pane.pretty import one_line as clean
+
+if TYPE_CHECKING:
+    from spexsup.top import Row
 
 
 def print_json(data: Any) -> None:
@@ -190,6 +193,19 @@ def argv_text(argv: Sequence[str]) -> str:
     return " ".join(argv_word(w) for w in argv)
 
 
+def worktree_line(w: dict[str, Any]) -> str:
+    """One line for a worktree session's worktree (`spex show`): path,
+    branch, and what it holds."""
+    line = f"{w['path']} on {w['branch']}"
+    if w.get("error"):
+        return f"{line}: {w['error']}"
+    if w["state"] == "missing":
+        return f"{line}: worktree missing"
+    if w.get("ahead") is not None:
+        line += f", {w['ahead']} ahead / {w['behind']} behind base"
+    return line + f", {w['unsaved'] or 'nothing unsaved'}"
+
+
 def show_lines(row: dict[str, Any]) -> list[str]:
     out = [
         f"session   {row['name']}",
@@ -203,9 +219,7 @@ def show_lines(row: dict[str, Any]) -> list[str]:
         f"cwd       {row['cwd']}",
     ]
     if row["worktree"]:
-        from spexsup.cli.worktree import status_line
-
-        out.append(f"worktree  {status_line(row['worktree'])}")
+        out.append(f"worktree  {worktree_line(row['worktree'])}")
     out.append(f"resume id {row['harness_session_id'] or '-'}")
     if row["window"]:
         out.append(f"window    {row['window']}s")
@@ -330,3 +344,36 @@ class WaitProgress:
     def close(self) -> None:
         self._clear()
         sys.stdout.flush()
+
+
+# --- spex top: the table (piped) and the screen's rows (cli.top_screen) ---
+
+TOP_HEADERS = ("NAME", "STATE", "TURN", "AGE", "FLAGS", "LAST OUTPUT")
+
+
+def top_age(row: Row, now: float) -> str:
+    """`12s` for a turn still going (since its start), `3m ago` since one ended."""
+    if row.turn is None:
+        return "-"
+    if row.turn["ended_at"] is None:
+        return span(max(0.0, now - row.turn["started_at"]))
+    return span(max(0.0, now - row.turn["ended_at"])) + " ago"
+
+
+def top_cells(row: Row, now: float) -> list[str]:
+    turn = "-"
+    if row.turn is not None:
+        rc = "" if row.turn["rc"] is None else f" rc={row.turn['rc']}"
+        turn = f"{row.turn['state']}{rc}"
+    # What agents said (the last output line, flags) reaches the screen printable.
+    return [
+        clean(c)
+        for c in (
+            row.name,
+            row.state,
+            turn,
+            top_age(row, now),
+            ",".join(row.flags) or "-",
+            row.last,
+        )
+    ]

@@ -437,10 +437,8 @@ def attach(
       spex attach api
       spex attach --read-only api
     """
-    import shlex
-    import shutil
-
     from spexsup import sessions
+    from spexsup.home import outer_argv
 
     sessions.validate_name(name)
     spex = open_spex(ctx)
@@ -461,12 +459,7 @@ def attach(
     if os.environ.get("TMUX"):
         # Our server inside the user's: the outer tmux runs the attach, with
         # TMUX unset so the inner client does not refuse to nest.
-        inner = "env -u TMUX " + shlex.join(argv)
-        outer = shutil.which("tmux") or "tmux"
-        if window:
-            cmd = [outer, "new-window", "-n", f"spex:{name}", inner]
-        else:
-            cmd = [outer, "display-popup", "-E", "-w", "90%", "-h", "90%", inner]
+        cmd = outer_argv(["env", "-u", "TMUX", *argv], f"spex:{name}" if window else None)
         os.execvp(cmd[0], cmd)
     env = {k: v for k, v in os.environ.items() if k != "TMUX"}
     os.execvpe(argv[0], argv, env)

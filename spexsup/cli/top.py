@@ -2,41 +2,11 @@
 
 import sys
 import time
-from typing import TYPE_CHECKING
 
 import typer
 
 from spexsup.cli.app import app, open_spex
 from spexsup.cli.params import JsonOpt
-from spexsup.cli.render import span
-
-if TYPE_CHECKING:
-    from spexsup.top import Row
-
-HEADERS = ("NAME", "STATE", "TURN", "AGE", "FLAGS", "LAST OUTPUT")
-
-
-def age(row: "Row", now: float) -> str:
-    """`12s` for a turn still going (since its start), `3m ago` since one ended."""
-    if row.turn is None:
-        return "-"
-    if row.turn["ended_at"] is None:
-        return span(max(0.0, now - row.turn["started_at"]))
-    return span(max(0.0, now - row.turn["ended_at"])) + " ago"
-
-
-def cells(row: "Row", now: float) -> list[str]:
-    turn = "-"
-    if row.turn is not None:
-        rc = "" if row.turn["rc"] is None else f" rc={row.turn['rc']}"
-        turn = f"{row.turn['state']}{rc}"
-    from spexsup.pane.pretty import one_line
-
-    # What agents said (the last output line, flags) reaches the screen printable.
-    return [
-        one_line(c)
-        for c in (row.name, row.state, turn, age(row, now), ",".join(row.flags) or "-", row.last)
-    ]
 
 
 @app.command()
@@ -58,7 +28,7 @@ def top(ctx: typer.Context, as_json: JsonOpt = False) -> None:
       spex top | grep error
       spex top --json | jq -r '.[] | "\\(.name): \\(.last_output)"'
     """
-    from spexsup.cli.render import print_json, table
+    from spexsup.cli.render import TOP_HEADERS, print_json, table, top_cells
     from spexsup.top import Board
 
     spex = open_spex(ctx)
@@ -72,7 +42,7 @@ def top(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             typer.echo("no sessions (create one with: spex new NAME --harness HARNESS)")
             return
         now = time.time()
-        table(HEADERS, [cells(r, now) for r in board.rows], tty=False)
+        table(TOP_HEADERS, [top_cells(r, now) for r in board.rows], tty=False)
         return
     from spexsup.cli import top_screen
 

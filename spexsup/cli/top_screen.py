@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spexsup.cli.top import HEADERS, cells
+from spexsup.cli.render import TOP_HEADERS, top_cells
 from spexsup.errors import SpexError
+from spexsup.home import outer_argv
 from spexsup.mainwait import SIGNAL_CHECK
 from spexsup.pane import turndir
 from spexsup.paths import own_python
@@ -191,12 +192,12 @@ class Screen:
         )
         self._put(0, 0, title, width, curses.A_BOLD)
         now = time.time()
-        grid = [cells(r, now) for r in self.board.rows]
-        widths = [len(h) for h in HEADERS[:-1]]
+        grid = [top_cells(r, now) for r in self.board.rows]
+        widths = [len(h) for h in TOP_HEADERS[:-1]]
         for texts in grid:
             for i, cap in enumerate(CAPS):
                 widths[i] = min(cap, max(widths[i], len(texts[i])))
-        self._put(1, 0, _line(list(HEADERS), widths, width), width, curses.A_UNDERLINE)
+        self._put(1, 0, _line(list(TOP_HEADERS), widths, width), width, curses.A_UNDERLINE)
         visible = max(0, height - 4)
         names = [r.name for r in self.board.rows]
         at = names.index(self.selected) if self.selected in names else 0
@@ -364,9 +365,7 @@ class Screen:
             self.status = f"log {name}: no pager {argv[0]!r} (set PAGER)"
             return
         if os.environ.get("TMUX"):
-            outer = shutil.which("tmux") or "tmux"
-            popup = [outer, "display-popup", "-E", "-w", "90%", "-h", "90%", shlex.join(argv)]
-            self._background(f"log {name}", popup)
+            self._background(f"log {name}", outer_argv(argv))
             return
         self.suspend(f"log {name}", argv)
 

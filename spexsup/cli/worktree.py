@@ -3,7 +3,7 @@
 import re
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,18 +17,6 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 worktree_app = typer.Typer(help="Git worktrees of worktree sessions.", no_args_is_help=True)
 app.add_typer(worktree_app, name="worktree")
-
-
-def status_line(w: dict[str, Any]) -> str:
-    """One line for a worktree: path, branch, and what it holds."""
-    line = f"{w['path']} on {w['branch']}"
-    if w.get("error"):
-        return f"{line}: {w['error']}"
-    if w["state"] == "missing":
-        return f"{line}: worktree missing"
-    if w.get("ahead") is not None:
-        line += f", {w['ahead']} ahead / {w['behind']} behind base"
-    return line + f", {w['unsaved'] or 'nothing unsaved'}"
 
 
 @worktree_app.command("status")

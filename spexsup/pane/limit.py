@@ -33,12 +33,13 @@ def _turn(turn_dir: Path) -> tuple[Path, str, str]:
 
 
 def still(turn_dir: Path) -> int:
+    from spexsup import events
     from spexsup.store import Store
 
     home, session, turn = _turn(turn_dir)
     if (turn_dir / turndir.TIMED_OUT).exists():
         return GONE
-    store = Store(home)
+    store = Store(home, (events,))  # records no event: no hook to run
     row = store.db.execute(
         "SELECT t.state FROM sessions s JOIN turns t ON t.id = s.current_turn"
         " WHERE s.name = ? AND t.id = ?",
@@ -52,7 +53,7 @@ def still(turn_dir: Path) -> int:
 
 
 def plan(turn_dir: Path, now: float | None = None) -> int:
-    from spexsup import outcome, registry
+    from spexsup import events, outcome, registry
     from spexsup.pane import report
     from spexsup.paths import write_atomic
     from spexsup.store import Store
@@ -81,7 +82,7 @@ def plan(turn_dir: Path, now: float | None = None) -> int:
     if found.reset - now > longest:
         print(f"{say}: later than --on-limit allows ({longest / 3600:g} h)", file=sys.stderr)
         return NO_WAIT
-    store = Store(home)
+    store = Store(home, (events,))  # records no event: no hook to run
     if still(turn_dir) != PLAN:
         return GONE
     wake = found.reset + margin

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spexsup import events, ledger, wavedoc
+from spexsup import ledger, wavedoc
 from spexsup.errors import warn
 from spexsup.pane import marker, report, turndir
 from spexsup.pane.marker import Marker, Stage
@@ -72,7 +72,7 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
     )
     rows = spex.store.db.execute(query).fetchall()
     # Hooks whose claimer died before starting them are a reader's to start.
-    events.resume_hooks(spex.store)
+    spex.resume_hooks()
     boot = boot_id() if rows else ""
     due: float | None = None
     for row in rows:
