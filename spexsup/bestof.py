@@ -25,7 +25,7 @@ from spexsup.worktree import Request, Setup
 
 
 def leg_names(prefix: str, count: int) -> list[str]:
-    from spexsup.sessions import validate_name
+    from spexsup.ids import validate_name
 
     if not 1 <= count <= 64:
         raise Invalid(f"invalid --worktrees {count}", hint="between 1 and 64")

@@ -203,7 +203,7 @@ def save(state: Path, doc: dict[str, Any]) -> None:
 
 def group_legs(names: Sequence[str]) -> dict[str, list[str]]:
     """`box1:a b box2:c` -> {"box1": ["a"], "local": ["b"], "box2": ["c"]}."""
-    from spexsup.sessions import validate_name
+    from spexsup.ids import validate_name
 
     groups: dict[str, list[str]] = {}
     for word in names:

@@ -1,4 +1,7 @@
-"""Turn and wave ids, the short forms people type for them, and times in JSON.
+"""Session names, turn and wave ids, the short forms people type for them, and times in JSON.
+
+A session name is 1-64 of A-Z a-z 0-9 _ - (never read by tmux as target
+syntax or a flag).
 
 An id is `<UTC time>Z-<6 hex>` (waves prefix a `w`): it sorts by time and
 its `Z` says the time is UTC. Where an id is asked for, a user may give the
@@ -20,6 +23,7 @@ if TYPE_CHECKING:
 
 # Every JSON document spex prints carries this (DESIGN §8 "JSON").
 SCHEMA_VERSION = 1
+NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 REF_RE = re.compile(r"[0-9A-Za-z_~-]{1,64}")
 LAST_RE = re.compile(r"last(?:~([0-9]{1,6}))?")
 
@@ -70,3 +74,13 @@ def resolve_wave(db: sqlite3.Connection, ref: str) -> str:
     """The full id of the wave `ref` names; Refused if none."""
     rows = db.execute("SELECT id FROM waves ORDER BY created_at DESC, id DESC").fetchall()
     return _resolve([r[0] for r in rows], ref, "wave", "see spex waves")
+
+
+def validate_name(name: str) -> str:
+    """Refuse anything tmux could read as target syntax (`.`, `:`) or a flag."""
+    if not NAME_RE.fullmatch(name) or name.startswith("-"):
+        raise Invalid(
+            f"invalid session name {name!r}",
+            hint="use 1-64 of A-Z a-z 0-9 _ -, not starting with -",
+        )
+    return name

@@ -34,7 +34,7 @@ class Capability(NamedTuple):
 
 def parse_plan(stops: list[str], resumes: list[str]) -> list[Capability]:
     """`--stop NAME`… and `--resume NAME[:force]`… as the exact capability plan."""
-    from spexsup.sessions import validate_name
+    from spexsup.ids import validate_name
 
     plan = [Capability("stop", validate_name(n)) for n in stops]
     for spec in resumes:

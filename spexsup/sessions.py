@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from spexsup import events, ledger, registry
+from spexsup import events, ids, ledger, registry
 from spexsup import harness as harnesses
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.home import Census, owner_tag, write_shell_env
@@ -29,8 +29,6 @@ from spexsup.spex import Spex
 
 if TYPE_CHECKING:
     from spexsup.worktree import Plan, Request, Setup, Worktree
-
-NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -169,16 +167,6 @@ def check_command(argv0: str, cwd: Path) -> None:
         raise Refused(f"{shown} is {what}", hint="chmod +x it, or --no-check")
 
 
-def validate_name(name: str) -> str:
-    """Refuse anything tmux could read as target syntax (`.`, `:`) or a flag."""
-    if not NAME_RE.fullmatch(name) or name.startswith("-"):
-        raise Invalid(
-            f"invalid session name {name!r}",
-            hint="use 1-64 of A-Z a-z 0-9 _ -, not starting with -",
-        )
-    return name
-
-
 def parse_env(pairs: Sequence[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs:
@@ -237,7 +225,7 @@ def create(
     A post_create whose file is not trusted is refused before anything is
     made, unless `confirm` (the CLI's prompt on a terminal) says yes.
     """
-    validate_name(name)
+    ids.validate_name(name)
     validate_window(window)
     if command and harness is None:
         harness = "command"
@@ -263,13 +251,14 @@ def create(
     plan = None
     if worktree is not None:
         from spexsup import worktree as worktrees
+        from spexsup.trust import require_trust
 
         if cwd is not None:
             raise Invalid("--cwd and --worktree: the worktree is the cwd", hint="--repo DIR")
         if spex.store.db.execute("SELECT 1 FROM sessions WHERE name = ?", (name,)).fetchone():
             raise Refused(f"session {name!r} already exists", hint="see spex ls")
         plan = worktrees.plan(name, worktree)
-        worktrees.require_trust(spex.home, plan.setup, confirm)
+        require_trust(spex.home, plan.setup, confirm)
         cwd = plan.worktree.path
     try:
         directory = Path(cwd or ".").expanduser().resolve()
@@ -361,7 +350,7 @@ def _clear_stale_home(spex: Spex, session: Session) -> None:
 
 
 def get(spex: Spex, name: str) -> Session:
-    validate_name(name)
+    ids.validate_name(name)
     row = spex.store.db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
     if row is None:
         raise UnknownSession(name)
@@ -464,7 +453,7 @@ def select(
         raise Invalid("name the sessions, or give --all, or --match GLOB (exactly one)")
     if names:
         for n in names:
-            validate_name(n)
+            ids.validate_name(n)
         return list(dict.fromkeys(names))
     rows = spex.store.db.execute("SELECT name FROM sessions ORDER BY name").fetchall()
     chosen = [r["name"] for r in rows if match is None or fnmatch.fnmatchcase(r["name"], match)]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from spexsup import events, sessions
+from spexsup import events, ids, sessions
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.mainwait import results
 from spexsup.pane import turndir
@@ -71,7 +71,7 @@ def select_sessions(
         raise Invalid("name the sessions, or give --all, or --match GLOB (exactly one)")
     if names:
         for n in names:
-            sessions.validate_name(n)
+            ids.validate_name(n)
         return list(dict.fromkeys(names))
     rows = spex.store.db.execute("SELECT name FROM sessions ORDER BY name").fetchall()
     chosen = [r["name"] for r in rows if match is None or fnmatch.fnmatchcase(r["name"], match)]

@@ -113,3 +113,19 @@ def test_a_wrapper_is_alive_only_with_its_turn_dir_in_its_argv(tmp_path: Path) -
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     assert command_line_liveness(proc.pid, mine) is Liveness.DEAD
+
+
+def test_the_wrapper_spells_only_the_turn_dir_names_turndir_owns() -> None:
+    """`pane/turndir.py` owns the turn directory's layout; turn.sh (which
+    cannot import it) spells the same names and no others."""
+    import re
+
+    from spexsup.pane import turndir
+
+    script = wrapper_path().read_text()
+    spelled = set(re.findall(r"\$dir/([A-Za-z][A-Za-z0-9_.-]*)", script))
+    owned = {v for k, v in vars(turndir).items() if k.isupper() and isinstance(v, str)}
+    scratch = {"outcome.tmp", "limited-"}  # the marker's temp file; a limit wait's old output
+    assert spelled, "the pattern finds the wrapper's turn-dir files"
+    assert spelled - scratch <= owned, spelled - scratch - owned
+    assert {turndir.OUTCOME, turndir.OUTPUT, turndir.ARGV, turndir.REPORTER} <= spelled

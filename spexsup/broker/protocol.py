@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from spexsup.ids import NAME_RE
 from spexsup.procs import Liveness, identity_liveness
-from spexsup.sessions import NAME_RE
 
 MAX_FRAME = 4096
 TOKEN = b"\x01"

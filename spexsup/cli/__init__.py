@@ -12,6 +12,7 @@ import sys
 from types import FrameType
 from typing import Any
 
+from spexsup.cli.failure import fail
 from spexsup.errors import SpexError
 
 
@@ -27,23 +28,6 @@ class Signalled(BaseException):
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise Signalled(signum)
-
-
-def fail(line: str, code: int, as_json: bool = False) -> int:
-    """One line on stderr; with --json also a document on stdout (DESIGN §8 "JSON")."""
-    if as_json:
-        import json
-
-        doc = {"schema_version": 1, "ok": False, "error": line, "exit_code": code}
-        try:
-            sys.stdout.write(json.dumps(doc) + "\n")
-            sys.stdout.flush()
-        except OSError:
-            pass  # stdout is what failed (closed, full): the line below still says why
-    from spexsup.pane.pretty import one_line
-
-    print(f"spex: {one_line(line)}", file=sys.stderr)
-    return code
 
 
 def guard_stdout() -> None:

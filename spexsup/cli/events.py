@@ -116,7 +116,7 @@ def events(
       spex events --since 1h --kind failed
     """
     from spexsup import events as log
-    from spexsup.sessions import validate_name
+    from spexsup.ids import validate_name
 
     after, ago = since_of(since)
     kinds = tuple(dict.fromkeys(kind or ()))

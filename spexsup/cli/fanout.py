@@ -310,7 +310,7 @@ def fanout(
     elif retry_failed is not None:
         if all_ or match or message is not None or file is not None:
             raise Invalid("--retry-failed takes no prompt and no --all/--match")
-        from spexsup.sessions import validate_name
+        from spexsup.ids import validate_name
 
         for n in names or []:
             validate_name(n)

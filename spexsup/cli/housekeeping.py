@@ -4,6 +4,7 @@ from typing import Annotated
 
 import typer
 
+from spexsup import ids
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import JsonOpt
@@ -51,10 +52,10 @@ def prune(
       spex prune --older-than 30d
       spex prune --session api --session web --json
     """
-    from spexsup import durations, retention, sessions
+    from spexsup import durations, retention
 
     for name in session or []:
-        sessions.validate_name(name)
+        ids.validate_name(name)
     older = None
     if older_than is not None:
         older = durations.parse(older_than, "--older-than", allow_zero=True, maximum=None)

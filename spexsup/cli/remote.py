@@ -33,7 +33,7 @@ PROMPT_OPTIONS = {"fanout": ("-m", "--message"), "up": ("-m", "--message")}
 
 def route(argv: list[str]) -> int | None:
     """The exit code of a command run on another host, or None for a local one."""
-    from spexsup.cli import fail
+    from spexsup.cli.failure import fail
 
     as_json = "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
     try:

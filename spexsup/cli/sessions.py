@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from spexsup import ids
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import (
@@ -118,7 +119,7 @@ def new(
     from spexsup.turn.read import describe
     from spexsup.worktree import Request
 
-    sessions.validate_name(name)
+    ids.validate_name(name)
     argv = ctx.find_root().meta.get("spex.argv", [])
     if "--" in argv and not command:
         raise Invalid("nothing after --", hint="spex new NAME -- CMD ARGS…")
@@ -294,10 +295,9 @@ def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
       spex show api
       spex show api --json | jq '.turns[0]'
     """
-    from spexsup import sessions
     from spexsup.turn.read import describe
 
-    sessions.validate_name(name)
+    ids.validate_name(name)
     (row,) = describe(open_spex(ctx), [name], turns=10, worktree_status=True)
     if as_json:
         print_json(row)
@@ -387,7 +387,7 @@ def up(
     if message is not None and not revive:
         raise Invalid("-m goes with --revive")
     for n in names or []:
-        sessions.validate_name(n)
+        ids.validate_name(n)
     spex = open_spex(ctx)
     reports = sessions.up(spex, names)
     if as_json and not revive:
@@ -440,7 +440,7 @@ def attach(
     from spexsup import sessions
     from spexsup.home import outer_argv
 
-    sessions.validate_name(name)
+    ids.validate_name(name)
     spex = open_spex(ctx)
     s = sessions.get(spex, name)
     sessions.ensure_home(spex, s)

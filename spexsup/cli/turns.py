@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from spexsup import ids
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import (
@@ -165,9 +166,8 @@ def wake(
       spex wake api "run the nightly checks" --timeout 15m --strict
       git diff | spex wake api -f - --json
     """
-    from spexsup import sessions
 
-    sessions.validate_name(name)
+    ids.validate_name(name)
     seconds = window_seconds(window)
     prompt = read_prompt(text, file)
     wake_and_report(
@@ -378,7 +378,7 @@ def log(
     from spexsup.turn.read import load_turn
     from spexsup.turn.read import log as turn_log
 
-    sessions.validate_name(name)
+    ids.validate_name(name)
 
     spex = open_spex(ctx)
     sessions.get(spex, name)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from spexsup import ids
 from spexsup.cli.app import app, open_spex
 from spexsup.cli.render import argv_word, print_json
 
@@ -30,7 +31,7 @@ def status(
     from spexsup import sessions
 
     for n in names or []:
-        sessions.validate_name(n)
+        ids.validate_name(n)
     rows = sessions.status_rows(open_spex(ctx), names or [])
     if as_json:
         print_json(rows)
@@ -65,9 +66,9 @@ def diff(
 ) -> None:
     """Show what a turn changed in its git working tree (from its start to its end:
     the next turn's start, or now for the latest turn)."""
-    from spexsup import diff, sessions
+    from spexsup import diff
 
-    sessions.validate_name(name)
+    ids.validate_name(name)
     r = diff.turn_range(open_spex(ctx), name, turn)
     if as_json:
         print_json({**r.public(), "files": diff.diff_files(r)})
@@ -167,14 +168,14 @@ def trust(
       spex trust --list
       spex trust --revoke ~/src/api
     """
-    from spexsup import worktree
+    from spexsup import trust as trusts
     from spexsup.errors import Invalid
 
     if list_ == (path is not None) or (revoke and path is None):
         raise Invalid("give PATH, --revoke PATH or --list", hint="see spex trust --help")
     spex = open_spex(ctx)
     if list_:
-        rows = [t.public() for t in worktree.trusted(spex.home)]
+        rows = [t.public() for t in trusts.trusted(spex.home)]
         if as_json:
             print_json(rows)
             return
@@ -186,7 +187,7 @@ def trust(
                 typer.echo(f"  post_create: {shown_argv(r['post_create'])}")
         return
     assert path is not None
-    t = worktree.revoke_trust(spex.home, path) if revoke else worktree.trust(spex.home, path)
+    t = trusts.revoke_trust(spex.home, path) if revoke else trusts.trust(spex.home, path)
     if as_json:
         print_json(t.public())
         return
