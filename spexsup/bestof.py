@@ -13,10 +13,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spexsup import sessions, waves
+from spexsup import ids, sessions, waves
 from spexsup.errors import Failed, Invalid, Refused
 from spexsup.git import git, snapshot_tree
-from spexsup.sessions import Session
+from spexsup.ids import validate_name
+from spexsup.sessions import Session, get
 from spexsup.spex import Spex
 from spexsup.turn.remove import remove
 from spexsup.wavedoc import Doc
@@ -25,7 +26,6 @@ from spexsup.worktree import Request, Setup
 
 
 def leg_names(prefix: str, count: int) -> list[str]:
-    from spexsup.ids import validate_name
 
     if not 1 <= count <= 64:
         raise Invalid(f"invalid --worktrees {count}", hint="between 1 and 64")
@@ -107,9 +107,9 @@ def keep(spex: Spex, wave_id: str, leg: str, *, force: bool = False) -> list[Leg
     """Keep one leg of a best-of-N wave (its session and branch) and remove the
     other legs' sessions and worktrees through `spex rm --salvage`: unsaved
     work is salvaged, never dropped. Each leg's outcome is reported; one that
-    cannot be removed (a running turn without `force`, say) stays."""
-
-    doc = waves.load(spex, wave_id)
+    cannot be removed (a running turn without `force`, say) stays. The wave
+    is a full id, a unique prefix, `last` or `last~N`."""
+    doc = waves.load(spex, ids.resolve_wave(spex.store.db, wave_id))
     if not doc.get("best_of"):
         raise Refused(
             f"wave {wave_id} is not a best-of-N wave", hint="spex fanout --worktrees N made those"
@@ -158,7 +158,6 @@ def keep(spex: Spex, wave_id: str, leg: str, *, force: bool = False) -> list[Leg
 def leg_stat(spex: Spex, session: str) -> str | None:
     """`git diff --shortstat` of a leg's worktree now (untracked files included)
     against its base; None when the session or its worktree is gone."""
-    from spexsup.sessions import get
 
     try:
         s = get(spex, session)

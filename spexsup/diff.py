@@ -9,13 +9,13 @@ next turn's start, or the work tree now).
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup.errors import Invalid, Refused
+from spexsup import ids, sessions
+from spexsup.errors import Refused
 from spexsup.git import git, snapshot
 from spexsup.pane import turndir
 
@@ -48,29 +48,24 @@ def _git_start(spex: Spex, session: str, turn: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-TURN_ID_RE = re.compile(r"[0-9A-Za-z-]{1,64}")
-
-
 def turn_range(spex: Spex, name: str, turn: str | None = None) -> DiffRange:
     """The range `spex diff NAME [--turn ID]` shows (default: the latest turn).
 
     Refused when the session has no such turn, or the turn recorded no git
     state (its cwd was not a git work tree when it started).
     """
-    from spexsup.sessions import get
-
-    get(spex, name)
-    if turn is not None and not TURN_ID_RE.fullmatch(turn):
-        raise Invalid(f"invalid turn id {turn!r}", hint=f"see spex show {name}")
+    sessions.get(spex, name)
+    if turn is not None:
+        turn = ids.resolve_turn(spex.store.db, name, turn)
     rows = spex.store.db.execute(
         "SELECT id FROM turns WHERE session = ? ORDER BY started_at, id", (name,)
     ).fetchall()
-    ids = [r["id"] for r in rows]
-    if not ids:
+    order = [r["id"] for r in rows]
+    if not order:
         raise Refused(f"session {name!r} has no turns yet", hint=f"spex wake {name} TEXT")
     if turn is None:
-        turn = ids[-1]
-    if turn not in ids:
+        turn = order[-1]
+    if turn not in order:
         raise Refused(f"session {name!r} has no turn {turn!r}", hint=f"see spex show {name}")
     start = _git_start(spex, name, turn)
     if start is None or not start.get("snapshot"):
@@ -80,7 +75,7 @@ def turn_range(spex: Spex, name: str, turn: str | None = None) -> DiffRange:
             + (f" ({why})" if why else " (its cwd was not a git work tree)"),
         )
     top = str(start["toplevel"])
-    for later in ids[ids.index(turn) + 1 :]:
+    for later in order[order.index(turn) + 1 :]:
         nxt = _git_start(spex, name, later)
         if nxt and nxt.get("snapshot") and nxt.get("toplevel") == top:
             return DiffRange(name, turn, top, str(start["snapshot"]), str(nxt["snapshot"]), False)

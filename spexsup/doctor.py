@@ -7,6 +7,7 @@ import stat
 import subprocess
 from dataclasses import asdict, dataclass
 
+from spexsup.errors import SpexError
 from spexsup.procs import Liveness
 from spexsup.registry import BUILT_IN, load_registry
 from spexsup.spex import Spex
@@ -92,7 +93,6 @@ def _login(spex: Spex, checks: list[Check]) -> str | None:
     import os
 
     from spexsup import config, login
-    from spexsup.errors import SpexError
 
     try:
         settings = config.load(spex.home)

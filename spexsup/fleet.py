@@ -25,11 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from spexsup import hosts
+from spexsup import hosts, ids
 from spexsup.errors import Failed, Invalid, Refused, SpexError
-from spexsup.ids import SCHEMA_VERSION
+from spexsup.ids import SCHEMA_VERSION, validate_name
 from spexsup.mainwait import results
-from spexsup.paths import own_python
+from spexsup.paths import ensure_private_dir, own_python, write_atomic
 
 if TYPE_CHECKING:
     from spexsup.config import Config
@@ -156,7 +156,6 @@ def describe_hosts(config: Config, state: Path) -> list[dict[str, Any]]:
 
 
 def fleet_dir(state: Path) -> Path:
-    from spexsup.paths import ensure_private_dir
 
     return ensure_private_dir(state / "fleet", under=state)
 
@@ -194,7 +193,6 @@ def list_docs(state: Path) -> list[dict[str, Any]]:
 
 
 def save(state: Path, doc: dict[str, Any]) -> None:
-    from spexsup.paths import write_atomic
 
     write_atomic(
         fleet_dir(state) / f"{doc['id']}.json", (json.dumps(doc, indent=2) + "\n").encode()
@@ -203,7 +201,6 @@ def save(state: Path, doc: dict[str, Any]) -> None:
 
 def group_legs(names: Sequence[str]) -> dict[str, list[str]]:
     """`box1:a b box2:c` -> {"box1": ["a"], "local": ["b"], "box2": ["c"]}."""
-    from spexsup.ids import validate_name
 
     groups: dict[str, list[str]] = {}
     for word in names:
@@ -253,7 +250,6 @@ def fanout(
     fleet wave. `retry` maps a host to its own wave whose failed legs to
     relaunch instead. `turn_options` (window, timeout, strict, on_limit) go to
     every host's fan-out and into the fleet wave's document."""
-    from spexsup import ids
 
     turn = {k: (turn_options or {}).get(k) for k in TURN_OPTIONS}
     options = [*options, *turn_argv(turn)]
@@ -263,7 +259,6 @@ def fanout(
         choose(config, [name])
     wave_id = FLEET_PREFIX + ids.new_id()
     fleet_dir(state)
-    from spexsup.paths import write_atomic
 
     write_atomic(fleet_dir(state) / f"{wave_id}.prompt", prompt)
 

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup import durations, events
-from spexsup.errors import Failed, Invalid, SpexError, clip
+from spexsup.errors import Failed, Invalid, Refused, SpexError, clip
 from spexsup.paths import ensure_private_dir, own_python
 from spexsup.procs import Liveness, descendants, identity_liveness, own_identity
 
@@ -539,7 +539,6 @@ def _post(url: str, body: dict[str, Any]) -> Outcome:
 
 def test(home: Path, store: Store, event_id: int) -> list[tuple[Hook, Outcome]]:
     """`spex hooks test`: run the hooks that match one event, now, unclaimed."""
-    from spexsup.errors import Refused
 
     row = store.db.execute("SELECT * FROM events WHERE id = ?", (event_id,)).fetchone()
     if row is None:

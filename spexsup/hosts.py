@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from spexsup import durations
 from spexsup.errors import Failed, Invalid
+from spexsup.paths import ensure_private_dir
 
 if TYPE_CHECKING:
     from spexsup.config import Config
@@ -143,7 +144,6 @@ def control_dir(state_home: Path) -> Path:
     directory or another user's (in a shared temp dir anyone can plant
     one) is refused, never followed or chmod'ed (see `ensure_private_dir`).
     """
-    from spexsup.paths import ensure_private_dir
 
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     candidates = [Path(runtime) / "spexsup-ssh"] if runtime else []

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from spexsup import events
 from spexsup.errors import Invalid, UnderLease
+from spexsup.ids import validate_name
 from spexsup.procs import Liveness, identity_liveness, kill_members
 
 
@@ -34,7 +35,6 @@ class Capability(NamedTuple):
 
 def parse_plan(stops: list[str], resumes: list[str]) -> list[Capability]:
     """`--stop NAME`… and `--resume NAME[:force]`… as the exact capability plan."""
-    from spexsup.ids import validate_name
 
     plan = [Capability("stop", validate_name(n)) for n in stops]
     for spec in resumes:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from spexsup.errors import Refused
+from spexsup.paths import wrapper_path
 
 NO_SHELL = "no login shell could be resolved (check $SHELL and its rc files)"
 NO_SHELL_HINT = "login_shell = false in config.toml, or --no-check"
@@ -36,8 +37,6 @@ def resolve(home: Path, limit: float) -> Login:
     shell, when it fails or runs past `limit`.
     """
     import subprocess
-
-    from spexsup.paths import wrapper_path
 
     wrapper = os.environ.get("SPEXSUP_WRAPPER") or str(wrapper_path())
     try:

@@ -31,6 +31,7 @@ from spexsup.harness import (
     command_harness,
     shown,
 )
+from spexsup.ids import SCHEMA_VERSION
 
 FIELDS = {
     "fresh": list,
@@ -282,7 +283,6 @@ def describe(registry: Registry, name: str) -> dict[str, Any]:
 
     Raises the harness's own Invalid when its entry is broken or unknown.
     """
-    from spexsup.ids import SCHEMA_VERSION
 
     source = registry.sources.get(name, BUILT_IN)
     view: dict[str, Any] = {
@@ -328,7 +328,6 @@ def describe(registry: Registry, name: str) -> dict[str, Any]:
 def describe_all(registry: Registry) -> list[dict[str, Any]]:
     """Every harness's view, by name; a broken entry as `{name, source, error}`,
     and a harness file that could not be read at all as one with name null."""
-    from spexsup.ids import SCHEMA_VERSION
 
     out: list[dict[str, Any]] = []
     for name in registry.names():

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spexsup import lease
 from spexsup.config import Retention
 from spexsup.errors import UnknownSession
 from spexsup.pane import turndir
@@ -129,8 +130,6 @@ class Pruned:
 def _held_sessions(db: sqlite3.Connection) -> tuple[bool, set[str]]:
     """(all sessions held, the sessions held) by a lease that is not `open`."""
     import json
-
-    from spexsup import lease
 
     row = lease.recover(db)
     if row["state"] == "open":

@@ -26,6 +26,7 @@ from spexsup.pane.marker import Marker, Stage
 from spexsup.paths import ensure_private_dir, remove_tree, wrapper_path, write_atomic
 from spexsup.procs import Liveness, reap, turn_processes
 from spexsup.spex import Spex
+from spexsup.tickets import ticket
 
 if TYPE_CHECKING:
     from spexsup.worktree import Plan, Request, Setup, Worktree
@@ -317,7 +318,6 @@ def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:
     it): the branch and worktree, the tmux home in it, post_create; then
     `idle`. On failure the home, the worktree and the branch are undone."""
     from spexsup import worktree as worktrees
-    from spexsup.tickets import ticket
 
     name = session.name
     with ticket(spex, name, "new"):

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from spexsup import lease
 from spexsup.procs import own_identity
 from spexsup.spex import Spex
 
@@ -26,7 +27,6 @@ def ticket(
     (the broker's own operations); None for ordinary ones. `wait` bounds the
     wait for the write lock (see Store.tx).
     """
-    from spexsup import lease
 
     pid, token = own_identity()
     with spex.store.tx(wait) as db:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from spexsup.pane import turndir
 from spexsup.spex import Spex
 from spexsup.states import ACTIVE
+from spexsup.turn.read import describe
 
 if TYPE_CHECKING:
     from watchdog.events import FileSystemEvent
@@ -110,7 +111,6 @@ class Board:
 
     def refresh(self) -> None:
         """Read every session and its current or last turn (reconciling, as `ls` does)."""
-        from spexsup.turn.read import describe
 
         described = describe(self.spex)
         rows = []

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from spexsup.errors import Invalid, Refused
+from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.worktree import SETUP_FILE, Setup, load_setup, sha256
 
 # Under the state home: one JSON file per trusted .spexsup.toml.
@@ -91,7 +92,6 @@ def trust(home: Path, word: str) -> Trust:
 
 def record_trust(home: Path, setup: Setup) -> Trust:
     """Record trust in exactly the bytes `setup` was read from (atomically)."""
-    from spexsup.paths import ensure_private_dir, write_atomic
 
     t = Trust(setup.path, setup.sha256, time.time(), setup.post_create)
     ensure_private_dir(home / TRUST_DIR, under=home)

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "paths",
             "config",
             "durations",
+            "prompt",
             "mainwait",
             "statusline",
         ),
@@ -59,7 +60,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("git worktrees", ("worktree", "trust")),
     ("the session record", ("sessions", "tickets")),
     ("the turn wing", ("turn",)),
-    ("what a command does", ("bestof", "waves", "top", "broker", "maintenance", "doctor", "diff")),
+    ("what a command does", ("bestof", "waves", "fanout", "top", "broker", "doctor", "diff")),
     ("the CLI", ("cli", "__main__")),
 ]
 # Run by shell/turn.sh on every turn: their start-up time is part of every verdict.

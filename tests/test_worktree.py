@@ -888,6 +888,10 @@ def test_diff_shows_what_a_turn_changed(env: Env, repo: Repo) -> None:
     doc = json.loads(env.run("diff", "d", "--turn", first, "--json").stdout)
     assert doc["turn"] == first and doc["end_is_now"] is False
     assert doc["files"] == [{"path": "out.txt", "added": 1, "deleted": 0}]
+    # Any id people type names the turn: a prefix of its random part, last~N.
+    short = first.rpartition("-")[2][:4]
+    assert json.loads(env.run("diff", "d", "--turn", short, "--json").stdout)["turn"] == first
+    assert json.loads(env.run("diff", "d", "--turn", "last~1", "--json").stdout)["turn"] == first
     second = json.loads(env.run("diff", "d", "--json").stdout)
     assert second["files"] == [{"path": "out.txt", "added": 1, "deleted": 0}]
     assert "+second turn" in env.run("diff", "d").stdout
@@ -954,7 +958,7 @@ def test_best_of_three_then_keep_one(env: Env, repo: Repo) -> None:
     assert stats["bo-1"] == stats["bo-3"] == "2 files changed, 2 insertions(+)"
     assert stats["bo-2"] == "1 file changed, 1 insertion(+)"
     assert "2 files changed" in env.run("wave", wave).stdout
-    r = env.run("keep", wave, "bo-1", "--json")
+    r = env.run("keep", "last", "bo-1", "--json")  # the one id grammar: last is this wave
     assert r.returncode == 0, r.stderr
     outcomes = {o["session"]: o for o in json.loads(r.stdout)}
     assert outcomes["bo-1"]["outcome"] == "kept"

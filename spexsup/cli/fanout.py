@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from spexsup import prompt as prompts
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import (
@@ -28,10 +29,12 @@ from spexsup.cli.params import (
 )
 from spexsup.cli.progress import LegsView, PlainLegs
 from spexsup.cli.render import document, print_json, table
-from spexsup.cli.turns import read_prompt
 from spexsup.errors import Invalid
 
 if TYPE_CHECKING:
+    from spexsup.fanout import Plan
+    from spexsup.sessions import Session
+    from spexsup.spex import Spex
     from spexsup.waves import Wave
 
 # Whatever the window, a signalled fan-out is gone this long after the first signal.
@@ -244,7 +247,7 @@ def fanout(
 
         if on_limit is not None:
             parse_on_limit(on_limit)
-        given = {
+        rules = {
             "window": confirm_window,
             "timeout": seconds,
             "strict": strict,
@@ -263,86 +266,88 @@ def fanout(
             file,
             retry_failed,
             options,
-            given,
+            rules,
             as_json,
         )
         return
-    from spexsup import bestof, ids, wavedoc, waves
+    from spexsup import fanout as plans
     from spexsup import worktree as wt
-    from spexsup.turn.admit import Limits, parse_on_limit
 
-    if on_limit is not None:
-        parse_on_limit(on_limit)
-    limits = Limits(seconds, bool(strict), on_limit)
+    given = plans.Given(confirm_window, seconds, strict, on_limit)
     spex = open_spex(ctx)
     defaults = settings(ctx, spex)
-    if max_concurrent is None:
-        max_concurrent = defaults.max_concurrent or waves.DEFAULT_MAX_CONCURRENT
     request = wt.Request(None, base, repo, worktree_dir)
-    best_of: list[str] = []
-    if worktrees is None and (request != wt.Request() or prefix or harness):
-        raise Invalid("--repo, --base, --prefix, --harness and --worktree-dir need --worktrees")
+    plans.check_best_of_options(worktrees, request, prefix=prefix, harness=harness)
     if worktrees is not None:
         if names or all_ or match or retry_failed:
             raise Invalid("--worktrees makes its own sessions: name none, no --all/--match")
-        harness = harness or defaults.default_harness
-        if harness is None:  # as spex new: never the demo simulator by default
-            from spexsup.sessions import no_harness
-
-            raise no_harness(spex.home, command=False)
-        prompt = read_prompt(message, file)
-        best_of = bestof.leg_names(prefix or bestof.default_prefix(repo), worktrees)
         from spexsup.cli.worktree import confirm_post_create, ran_post_create
 
-        legs = bestof.create_legs(
-            spex,
-            best_of,
-            request,
-            harness=harness,
-            window=confirm_window,
-            confirm=confirm_post_create,
-        )
-        for leg in legs:
+        def made(leg: "Session") -> None:
             ran = ran_post_create(leg.worktree) if leg.worktree else None
             if ran:
                 typer.echo(f"spex: {leg.name}: {ran}", err=True)
-        targets = best_of
+
+        plan = plans.best_of(
+            spex,
+            worktrees,
+            request,
+            lambda: prompts.read(message, file),
+            given,
+            prefix=prefix,
+            harness=harness or defaults.default_harness,
+            confirm=confirm_post_create,
+            made=made,
+        )
     elif retry_failed is not None:
         if all_ or match or message is not None or file is not None:
             raise Invalid("--retry-failed takes no prompt and no --all/--match")
-        from spexsup.ids import validate_name
-
-        for n in names or []:
-            validate_name(n)
-        retry_failed = ids.resolve_wave(spex.store.db, retry_failed)
-        targets, prompt, recorded = waves.retry_plan(spex, retry_failed, names or [])
-        # The first attempt's rules, but what is given now wins.
-        if confirm_window is None:
-            confirm_window = recorded["window"]
-        limits = Limits(
-            seconds if seconds is not None else recorded["timeout"],
-            strict if strict is not None else bool(recorded["strict"]),
-            on_limit if on_limit is not None else recorded["on_limit"],
-        )
-        if not targets:
-            note = f"nothing to retry: no leg of wave {retry_failed} failed"
-            if as_json:
-                print_json(
-                    {
-                        "schema_version": wavedoc.SCHEMA_VERSION,
-                        "ok": True,
-                        "retry_of": retry_failed,
-                        "wave": None,
-                        "legs": [],
-                        "message": note,
-                    }
-                )
-            else:
-                typer.echo(note)
-            return
+        plan = plans.retry(spex, retry_failed, names or [], given)
     else:
-        prompt = read_prompt(message, file)
-        targets = waves.select_sessions(spex, names or [], all_=all_, match=match)
+        plan = plans.to_sessions(
+            spex, names or [], lambda: prompts.read(message, file), given, all_=all_, match=match
+        )
+    run_wave(
+        spex,
+        plan,
+        max_concurrent=max_concurrent or defaults.max_concurrent,
+        on_complete=on_complete,
+        fresh=fresh,
+        wait=wait,
+        as_json=as_json,
+    )
+
+
+def run_wave(
+    spex: "Spex",
+    plan: "Plan",
+    *,
+    max_concurrent: int | None = None,
+    on_complete: str | None = None,
+    fresh: bool = False,
+    wait: bool = False,
+    as_json: bool = False,
+) -> None:
+    """Launch the plan's wave and show it: each leg as it settles (a live
+    table on a terminal with --wait), then the wave's summary."""
+    from spexsup import bestof, wavedoc, waves
+
+    if plan.nothing is not None:
+        if as_json:
+            print_json(
+                {
+                    "schema_version": wavedoc.SCHEMA_VERSION,
+                    "ok": True,
+                    "retry_of": plan.retry_of,
+                    "wave": None,
+                    "legs": [],
+                    "message": plan.nothing,
+                }
+            )
+        else:
+            typer.echo(plan.nothing)
+        return
+    targets, retry_failed = plan.targets, plan.retry_of
     live = sys.stdout.isatty() and not as_json
     holder: dict[str, Any] = {"phase": "launch"}
     printed: set[str] = set()
@@ -365,8 +370,8 @@ def fanout(
 
     def on_create(wave: "Wave") -> None:
         holder["wave"] = wave
-        if best_of:
-            bestof.mark_best_of(wave, request, best_of)
+        if plan.best_of and plan.request is not None:
+            bestof.mark_best_of(wave, plan.request, plan.best_of)
         nonlocal progress
         if not as_json:
             typer.echo(
@@ -385,14 +390,14 @@ def fanout(
             wave = waves.fanout(
                 spex,
                 targets,
-                prompt,
-                window=confirm_window,
-                max_concurrent=max_concurrent,
+                plan.prompt,
+                window=plan.window,
+                max_concurrent=max_concurrent or waves.DEFAULT_MAX_CONCURRENT,
                 retry_of=retry_failed,
                 on_complete=on_complete,
                 on_create=on_create,
                 fresh=fresh,
-                limits=limits,
+                limits=plan.limits,
             )
             if wait and "signal" not in holder:
                 wave.listeners.clear()
@@ -476,7 +481,7 @@ def fleet_fanout(
                 groups[h] = None
         elif all_ or match:
             raise Invalid("--all and --match with HOST:NAME legs need --hosts")
-        prompt = read_prompt(message, file)
+        prompt = prompts.read(message, file)
         doc = fleet.fanout(
             cfg, state, groups, prompt, options=options, turn_options=given, match=match
         )

@@ -19,12 +19,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spexsup import prompt as prompts
 from spexsup.errors import Invalid, SpexError
 
 if TYPE_CHECKING:
     from spexsup.hosts import Answer, Host
 
-MAX_PROMPT = 1 << 20
 # Commands whose --json document is rendered here; the rest pass through.
 RENDERED = frozenset({"ls", "show", "wake", "wait", "stop", "rm", "resume"})
 # Commands whose prompt option (-m TEXT) is turned into stdin (-f -).
@@ -228,7 +228,7 @@ def _prompt_to_stdin(command: str, words: list[str]) -> tuple[list[str], bytes |
         if len(positional) > 1:
             text = " ".join(words[1:][i] for i in positional[1:])
             keep = [w for k, w in enumerate(words[1:]) if k not in positional[1:]]
-            return [command, *keep], _checked(os.fsencode(text))
+            return [command, *keep], prompts.checked(os.fsencode(text))
         return words, None
     options = PROMPT_OPTIONS.get(command)
     if options is None:
@@ -238,7 +238,7 @@ def _prompt_to_stdin(command: str, words: list[str]) -> tuple[list[str], bytes |
     i = 0
     while i < len(words):
         if words[i] in options and i + 1 < len(words):
-            stdin = _checked(os.fsencode(words[i + 1]))
+            stdin = prompts.checked(os.fsencode(words[i + 1]))
             out += ["-f", "-"]
             i += 2
             continue
@@ -307,7 +307,7 @@ def _wake_prompt(words: list[str]) -> tuple[list[str], bytes | None]:
         return ["wake", name, *keep], None
     if (text is None) == (file is None):
         raise Invalid("give the prompt as TEXT or with -f FILE (or -f - for stdin), not both")
-    return ["wake", name, *keep, "-f", "-"], _read(text, file)
+    return ["wake", name, *keep, "-f", "-"], prompts.read(text, file)
 
 
 def _file_to_stdin(words: list[str]) -> tuple[list[str], bytes | None]:
@@ -316,35 +316,13 @@ def _file_to_stdin(words: list[str]) -> tuple[list[str], bytes | None]:
     i = 0
     while i < len(words):
         if words[i] in ("-f", "--file") and i + 1 < len(words):
-            data = _read(None, words[i + 1])
+            data = prompts.read(None, words[i + 1])
             out += ["-f", "-"]
             i += 2
             continue
         out.append(words[i])
         i += 1
     return out, data
-
-
-def _read(text: str | None, file: str | None) -> bytes:
-    """The prompt's bytes (as `spex wake` reads them locally)."""
-    if text is not None:
-        return _checked(os.fsencode(text))
-    if file == "-":
-        return _checked(sys.stdin.buffer.read(MAX_PROMPT + 1))
-    assert file is not None
-    try:
-        with Path(file).open("rb") as f:
-            return _checked(f.read(MAX_PROMPT + 1))
-    except OSError as e:
-        raise Invalid(f"cannot read prompt file {file!r}: {e.strerror}") from None
-
-
-def _checked(data: bytes) -> bytes:
-    if len(data) > MAX_PROMPT:
-        raise Invalid("the prompt is larger than 1 MiB")
-    if not data:
-        raise Invalid("the prompt is empty")
-    return data
 
 
 def _attach(host: Host, state: Path, args: list[str]) -> int:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from spexsup import ids
+from spexsup import prompt as prompts
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import (
@@ -349,12 +350,6 @@ def rm(
         print_json(done[0] if names and len(names) == 1 else done)
 
 
-REVIVE_PROMPT = (
-    "Your previous turn was interrupted: the machine restarted while you were working."
-    " Check the state of your work and continue where you left off."
-)
-
-
 @app.command()
 def up(
     ctx: typer.Context,
@@ -378,7 +373,6 @@ def up(
       spex up --revive -m "the machine restarted; carry on"
     """
     from spexsup import sessions
-    from spexsup.turn.revive import revivals
 
     if names and all_:
         raise Invalid("name the sessions or give --all, not both")
@@ -396,22 +390,17 @@ def up(
         for r in reports:
             typer.echo(f"{r.name}: {r.status}" + (f" ({r.detail})" if r.detail else ""))
     if revive:
-        with revivals(spex, names) as targets:
-            if not targets:
-                if as_json:
-                    print_json({"revived": [], "homes": [r.as_json() for r in reports]})
-                else:
-                    typer.echo("nothing to revive: no turn was interrupted by a reboot")
-            else:
-                from spexsup.cli.fanout import fanout
+        from spexsup import fanout as plans
+        from spexsup.cli.fanout import run_wave
 
-                ctx.invoke(
-                    fanout,
-                    ctx=ctx,
-                    names=targets,
-                    message=message or REVIVE_PROMPT,
-                    as_json=as_json,
-                )
+        prompt = None if message is None else prompts.read(message, None)
+        with plans.revive(spex, names, prompt) as plan:
+            if plan.nothing is not None and as_json:
+                print_json({"revived": [], "homes": [r.as_json() for r in reports]})
+            elif plan.nothing is not None:
+                typer.echo(plan.nothing)
+            else:
+                run_wave(spex, plan, as_json=as_json)
     if not all(r.ok for r in reports):
         raise typer.Exit(1)
 

@@ -1,13 +1,12 @@
 """`spex wake | wait | stop | resume | log`."""
 
-import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from spexsup import ids
+from spexsup import prompt as prompts
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import (
@@ -38,8 +37,6 @@ from spexsup.errors import Invalid
 
 if TYPE_CHECKING:
     pass
-
-MAX_PROMPT = 1 << 20
 
 
 # `wake`'s options as a user may spell them before `--`.
@@ -81,28 +78,6 @@ def check_dashed_prompt(argv: list[str]) -> None:
                 f"wake: {arg!r} is not an option",
                 hint="a prompt that starts with - goes after --: spex wake NAME -- '-…'",
             )
-
-
-def read_prompt(text: str | None, file: str | None) -> bytes:
-    """The prompt's exact bytes: TEXT, or `-f FILE`, or `-f -` for stdin (≤ 1 MiB)."""
-    if (text is None) == (file is None):
-        raise Invalid("give the prompt as TEXT or with -f FILE (or -f - for stdin), not both")
-    if text is not None:
-        data = os.fsencode(text)
-    elif file == "-":
-        data = sys.stdin.buffer.read(MAX_PROMPT + 1)
-    else:
-        assert file is not None
-        try:
-            with Path(file).open("rb") as f:
-                data = f.read(MAX_PROMPT + 1)
-        except OSError as e:
-            raise Invalid(f"cannot read prompt file {file!r}: {e.strerror}") from None
-    if len(data) > MAX_PROMPT:
-        raise Invalid("the prompt is larger than 1 MiB")
-    if not data:
-        raise Invalid("the prompt is empty")
-    return data
 
 
 def wake_and_report(
@@ -169,7 +144,7 @@ def wake(
 
     ids.validate_name(name)
     seconds = window_seconds(window)
-    prompt = read_prompt(text, file)
+    prompt = prompts.read(text, file)
     wake_and_report(
         ctx,
         name,
@@ -320,7 +295,7 @@ def resume(
         text = " ".join(prompt)
         assert name is not None
         wake_and_report(
-            ctx, name, read_prompt(text, None), window=seconds, fresh=False, as_json=as_json
+            ctx, name, prompts.read(text, None), window=seconds, fresh=False, as_json=as_json
         )
         return
     if as_json:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from spexsup import events, ledger
 from spexsup.errors import Failed, Refused, TurnStopped
-from spexsup.home import Launch
+from spexsup.home import Launch, foreground, pane_activity
 from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Marker, Stage
 from spexsup.paths import (
@@ -24,6 +24,8 @@ from spexsup.paths import (
 )
 from spexsup.procs import (
     Liveness,
+    reap,
+    turn_processes,
 )
 from spexsup.sessions import Session, shell_env
 from spexsup.spex import Spex
@@ -60,7 +62,6 @@ def claim_fence(spex: Spex, name: str, turn: str) -> int:
 def _busy(spex: Spex, session: Session, turn: str, directory: Path, command: str) -> Refused:
     """The pane runs a person's work: undo the admission (the turn never
     existed for anyone but us) and say what runs there."""
-    from spexsup.home import pane_activity
 
     with spex.store.tx() as db:
         ledger.undo_admission(
@@ -145,8 +146,6 @@ def _after_startup(busy: Launch, attempt: Callable[[], Launch]) -> Launch:
     does not end, so past the grace the pane is busy."""
     import psutil
 
-    from spexsup.home import foreground
-
     result = busy
     deadline = busy.shell_at + STARTUP_GRACE
     while result.outcome == "busy" and result.pane_pid and time.time() < deadline:
@@ -212,7 +211,6 @@ def kill_turn(spex: Spex, session: Session, turn: str, grace: float) -> list[int
     turn's recorded state: a second call finishes what an interrupted one
     started. Returns the pids that survived SIGKILL.
     """
-    from spexsup.procs import reap, turn_processes
 
     name = session.name
     owner = session.owner(spex.home)

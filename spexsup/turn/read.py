@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spexsup import ids
+from spexsup import ids, lease
 from spexsup.errors import Refused, TimedOut, UnknownSession
 from spexsup.pane import turndir
 from spexsup.sessions import Session, get, home_status
@@ -274,7 +274,6 @@ def describe(
     `worktree` says whether it is `missing` (a stat, no git); its full git
     status only with `worktree_status` (git runs per session).
     """
-    from spexsup import lease
 
     reconcile(spex, names)
     try:

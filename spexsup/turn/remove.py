@@ -18,7 +18,11 @@ from spexsup.spex import Spex
 
 if TYPE_CHECKING:
     from spexsup.worktree import Removal
+from spexsup.procs import identity_liveness
 from spexsup.sessions import Session, get
+from spexsup.tickets import ticket
+from spexsup.turn.launch import kill_turn
+from spexsup.turn.reconcile import reconcile
 
 
 def remove(
@@ -45,10 +49,6 @@ def remove(
     short leaves the session `removing`; `spex rm` again finishes it.
     """
     from spexsup import worktree as worktrees
-    from spexsup.procs import identity_liveness
-    from spexsup.tickets import ticket
-    from spexsup.turn.launch import kill_turn
-    from spexsup.turn.reconcile import reconcile
 
     if salvage and keep_worktree:
         raise Invalid("--salvage and --keep-worktree: choose one")

@@ -7,8 +7,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from spexsup.procs import Liveness
+from spexsup.procs import Liveness, identity_liveness, own_identity
 from spexsup.spex import Spex
+from spexsup.turn.reconcile import reconcile
 
 if TYPE_CHECKING:
     pass
@@ -24,8 +25,6 @@ def revivals(spex: Spex, names: Sequence[str] | None = None) -> Iterator[list[st
     interrupted, so of two concurrent revives only one wakes each session;
     a claim whose holder died (pid + start token) no longer counts.
     """
-    from spexsup.procs import identity_liveness, own_identity
-    from spexsup.turn.reconcile import reconcile
 
     reconcile(spex, names)
     pid, token = own_identity()

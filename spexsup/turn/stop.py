@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from contextlib import ExitStack
 
-from spexsup import ledger, wavedoc
+from spexsup import lease, ledger, wavedoc
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Stage
@@ -120,7 +120,6 @@ def _stop_under_lock(spex: Spex, name: str, grace: float, bearer: int | None) ->
     honors it, so a late exit report cannot turn it into a failure), kill the
     turn, then record the stop, waiting for the lock as long as any writer
     does. Raises Failed naming the lock if it is still held."""
-    from spexsup import lease
 
     db = spex.store.db
     session = _stoppable(db, name)

@@ -16,6 +16,7 @@ from pathlib import Path
 from spexsup import config, ledger, states
 from spexsup.errors import Failed, Refused, TurnStopped
 from spexsup.harness import Harness
+from spexsup.home import TmuxTimeout
 from spexsup.pane import marker, report, turndir
 from spexsup.pane.marker import Stage
 from spexsup.sessions import Session, get, validate_window
@@ -130,7 +131,6 @@ def _abort_unlaunched(spex: Spex, session: Session, turn: str, why: str) -> None
         ledger.abort_current(
             db, session.name, turn, why, only_starting=True, session_after=states.FAILED
         )
-    from spexsup.home import TmuxTimeout
 
     try:
         kill_turn(spex, session, turn, grace=0.5)

@@ -1,0 +1,143 @@
+"""The plan of a fan-out: which sessions get which prompt, under which rules.
+
+`spex fanout` and `spex up --revive` decide here and the CLI renders what
+they decided. A plan is one of three kinds: named sessions (or --all,
+--match), a retry of a wave's legs that did not succeed (the first attempt's
+rules, but what is given now wins), or best of N (N new worktree sessions).
+Every refusal happens before any session is woken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import NamedTuple
+
+from spexsup import bestof, ids, waves
+from spexsup.errors import Invalid
+from spexsup.sessions import Session, no_harness
+from spexsup.spex import Spex
+from spexsup.turn.admit import Limits, parse_on_limit
+from spexsup.turn.revive import revivals
+from spexsup.worktree import Request, Setup
+
+# What `spex up --revive` says when no -m is given.
+REVIVE_PROMPT = (
+    "Your previous turn was interrupted: the machine restarted while you were working."
+    " Check the state of your work and continue where you left off."
+)
+
+
+class Given(NamedTuple):
+    """The per-turn rules given on the command line (None: not given)."""
+
+    window: float | None = None
+    timeout: float | None = None
+    strict: bool | None = None
+    on_limit: str | None = None
+
+
+class Plan(NamedTuple):
+    targets: list[str]
+    prompt: bytes
+    window: float | None
+    limits: Limits
+    retry_of: str | None = None
+    # Best of N: the legs' names and the worktree request they were made from.
+    best_of: tuple[str, ...] = ()
+    request: Request | None = None
+    # Set when there is nothing to launch, saying why (the plan is not an error).
+    nothing: str | None = None
+
+
+def _limits(given: Given) -> Limits:
+    if given.on_limit is not None:
+        parse_on_limit(given.on_limit)
+    return Limits(given.timeout, bool(given.strict), given.on_limit)
+
+
+def to_sessions(
+    spex: Spex,
+    names: Sequence[str],
+    prompt: Callable[[], bytes],
+    given: Given,
+    *,
+    all_: bool = False,
+    match: str | None = None,
+) -> Plan:
+    """One prompt to the sessions named (or all, or those matching a glob)."""
+    limits = _limits(given)
+    targets = waves.select_sessions(spex, names, all_=all_, match=match)
+    return Plan(targets, prompt(), given.window, limits)
+
+
+def retry(spex: Spex, wave: str, names: Sequence[str], given: Given) -> Plan:
+    """The legs of `wave` (a full id, prefix, `last` or `last~N`) that did not
+    succeed, under the rules they first ran with, except those given now."""
+    limits = _limits(given)
+    for n in names:
+        ids.validate_name(n)
+    wave = ids.resolve_wave(spex.store.db, wave)
+    targets, prompt, recorded = waves.retry_plan(spex, wave, names)
+    limits = Limits(
+        limits.timeout if given.timeout is not None else recorded["timeout"],
+        bool(given.strict) if given.strict is not None else bool(recorded["strict"]),
+        given.on_limit if given.on_limit is not None else recorded["on_limit"],
+    )
+    window = given.window if given.window is not None else recorded["window"]
+    nothing = None if targets else f"nothing to retry: no leg of wave {wave} failed"
+    return Plan(targets, prompt, window, limits, retry_of=wave, nothing=nothing)
+
+
+def best_of(
+    spex: Spex,
+    count: int,
+    request: Request,
+    prompt: Callable[[], bytes],
+    given: Given,
+    *,
+    prefix: str | None,
+    harness: str | None,
+    confirm: Callable[[Setup], bool] | None = None,
+    made: Callable[[Session], None] | None = None,
+) -> Plan:
+    """N new worktree sessions of `harness` (else config.toml's
+    default_harness; never the demo simulator by default, as `spex new`),
+    each told the same prompt. `made` hears each leg once it exists."""
+    limits = _limits(given)
+    if harness is None:
+        raise no_harness(spex.home, command=False)
+    text = prompt()
+    legs = bestof.leg_names(prefix or bestof.default_prefix(request.repo), count)
+    sessions = bestof.create_legs(
+        spex, legs, request, harness=harness, window=given.window, confirm=confirm
+    )
+    for leg in sessions:
+        if made is not None:
+            made(leg)
+    return Plan(legs, text, given.window, limits, best_of=tuple(legs), request=request)
+
+
+def check_best_of_options(
+    count: int | None, request: Request, *, prefix: str | None, harness: str | None
+) -> None:
+    """--repo, --base, --prefix, --harness and --worktree-dir belong to --worktrees."""
+    if count is None and (request != Request() or prefix or harness):
+        raise Invalid("--repo, --base, --prefix, --harness and --worktree-dir need --worktrees")
+
+
+@contextmanager
+def revive(spex: Spex, names: Sequence[str] | None, prompt: bytes | None) -> Iterator[Plan]:
+    """The sessions (of `names`, default all) whose current turn a reboot
+    interrupted, claimed for this revive while the plan is held (two
+    concurrent revives never wake one session twice), told `prompt` (default
+    REVIVE_PROMPT)."""
+    with revivals(spex, names) as targets:
+        nothing = None if targets else "nothing to revive: no turn was interrupted by a reboot"
+        yield Plan(
+            list(targets),
+            prompt if prompt is not None else REVIVE_PROMPT.encode(),
+            None,
+            Limits(None, False, None),
+            nothing=nothing,
+        )
