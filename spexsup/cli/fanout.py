@@ -310,7 +310,7 @@ def fanout(
     run_wave(
         spex,
         plan,
-        max_concurrent=max_concurrent or defaults.max_concurrent,
+        max_concurrent=defaults.max_concurrent if max_concurrent is None else max_concurrent,
         on_complete=on_complete,
         fresh=fresh,
         wait=wait,
@@ -392,7 +392,9 @@ def run_wave(
                 targets,
                 plan.prompt,
                 window=plan.window,
-                max_concurrent=max_concurrent or waves.DEFAULT_MAX_CONCURRENT,
+                max_concurrent=waves.DEFAULT_MAX_CONCURRENT
+                if max_concurrent is None
+                else max_concurrent,
                 retry_of=retry_failed,
                 on_complete=on_complete,
                 on_create=on_create,
