@@ -114,3 +114,21 @@ def test_hook_summary_is_the_rendered_last_line(env: Env, tmp_path: Path) -> Non
     assert code == 0, v
     assert retry_until(seen.exists, seconds=15)
     assert retry_until(lambda: seen.read_text() == "✓ done (1 turns)", seconds=5), seen.read_text()
+
+
+def test_an_error_event_keeps_no_escape_payload_as_words(tmp_path: Path) -> None:
+    """A claude error whose text holds an OSC title and a clipboard write: the
+    one-line views drop each whole escape, never leaving its payload
+    (`]0;pwned-title`) as words once the control bytes are gone."""
+    import subprocess
+
+    from conftest import harness
+
+    from spexsup.pane import turndir
+
+    out = subprocess.run(["bash", harness("escapes_json.sh")], capture_output=True, check=False)
+    (tmp_path / turndir.OUTPUT).write_bytes(out.stdout)
+    (tmp_path / turndir.META).write_text(json.dumps({"outcome": "claude"}))
+    last = turndir.last_line(tmp_path)
+    assert last is not None and "API Error" in last and "json-done" in last
+    assert "pwned-title" not in last and "cHduZWQ" not in last, last

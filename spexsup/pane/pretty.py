@@ -50,7 +50,9 @@ class Painter:
         # An error is one line of words: a provider's JSON body becomes its message.
         from spexsup.outcome import human
 
-        text = human(text, limit=400)
+        # Whole escapes first: `human` folds controls to spaces, which would
+        # leave an OSC's payload (a title, a clipboard write) as words.
+        text = human(printable(text), limit=400)
         return f"{RED}✗ {text}{RESET}" if self.color else f"✗ {text}"
 
     def note(self, text: str) -> str:
