@@ -244,3 +244,40 @@ def record_end(
     )
     if stopped:
         events.record(db, "stopped", session=session, turn=turn, by_lease=False)
+
+
+def claim_fence(db: sqlite3.Connection, name: str, turn: str) -> int | None:
+    """A new launch fence for another attempt of `turn`; None unless the turn
+    is still its session's current `starting` turn (a stop got there first).
+
+    A stop reads the session's fence in its own transaction and then fences
+    the pane with it, so an attempt either sees the abort here (or, for the
+    first attempt, at admission) or is barred inside tmux: it can never
+    launch after a stop.
+    """
+    row = db.execute(
+        "SELECT t.state, s.launch_fence FROM turns t JOIN sessions s"
+        " ON s.name = t.session AND s.current_turn = t.id WHERE t.id = ?",
+        (turn,),
+    ).fetchone()
+    if row is None or row["state"] != STARTING:
+        return None
+    fence = int(row["launch_fence"]) + 1
+    db.execute("UPDATE sessions SET launch_fence = ? WHERE name = ?", (fence, name))
+    db.execute("UPDATE turns SET fence = ? WHERE id = ?", (fence, turn))
+    return fence
+
+
+def set_conversation(db: sqlite3.Connection, session: str, conversation: str) -> None:
+    """The harness's conversation id the next turn resumes."""
+    db.execute("UPDATE sessions SET harness_session_id = ? WHERE name = ?", (conversation, session))
+
+
+def forget_conversation(db: sqlite3.Connection, session: str, turn: str, gone: str | None) -> None:
+    """The harness said its conversation `gone` no longer exists: resuming it
+    can only fail again, so the next wake starts a new one."""
+    db.execute(
+        "UPDATE sessions SET harness_session_id = NULL WHERE name = ? AND harness_session_id IS ?",
+        (session, gone),
+    )
+    events.record(db, "conversation-gone", session=session, turn=turn, conversation=gone)

@@ -53,7 +53,7 @@ def still(turn_dir: Path) -> int:
 
 
 def plan(turn_dir: Path, now: float | None = None) -> int:
-    from spexsup import events, outcome, registry
+    from spexsup import events, ledger, outcome, registry
     from spexsup.pane import report
     from spexsup.paths import write_atomic
     from spexsup.store import Store
@@ -114,9 +114,7 @@ def plan(turn_dir: Path, now: float | None = None) -> int:
             "UPDATE turns SET limit_reset = ?, waiting_until = ?, resumed = ? WHERE id = ?",
             (found.reset, wake, conversation, turn),
         )
-        db.execute(
-            "UPDATE sessions SET harness_session_id = ? WHERE name = ?", (conversation, session)
-        )
+        ledger.set_conversation(db, session, conversation)
     print(f"{int(found.reset)} {int(wake + 0.999)}")
     print(
         f"{say}: waiting until {time.strftime('%H:%M:%S', time.localtime(wake))},"

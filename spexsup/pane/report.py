@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import events, ledger
+from spexsup import ledger
 from spexsup.pane import turndir
 from spexsup.states import ACTIVE
 from spexsup.store import Store
@@ -130,9 +130,7 @@ def remember_conversation(
     conversation = conversation_of(store, turn_dir, adapter)
     if conversation:
         with store.tx() as db:
-            db.execute(
-                "UPDATE sessions SET harness_session_id = ? WHERE name = ?", (conversation, session)
-            )
+            ledger.set_conversation(db, session, conversation)
 
 
 def end_state(rc: int) -> str:
@@ -405,10 +403,7 @@ def record_exit(
         if row is None or row["state"] not in ACTIVE:
             if row is not None and conversation:
                 # An aborted turn's conversation still exists: keep its id.
-                db.execute(
-                    "UPDATE sessions SET harness_session_id = ? WHERE name = ?",
-                    (conversation, session),
-                )
+                ledger.set_conversation(db, session, conversation)
             return STALE
         if (
             reporter
@@ -447,12 +442,5 @@ def record_exit(
         if found is not None and found.cause == "conversation-gone":
             # Resuming it can only fail the same way again: the next wake
             # (and a --retry-failed) starts a new conversation.
-            db.execute(
-                "UPDATE sessions SET harness_session_id = NULL"
-                " WHERE name = ? AND harness_session_id IS ?",
-                (session, found.gone),
-            )
-            events.record(
-                db, "conversation-gone", session=session, turn=turn, conversation=found.gone
-            )
+            ledger.forget_conversation(db, session, turn, found.gone)
     return RECORDED

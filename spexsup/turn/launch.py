@@ -37,25 +37,12 @@ REPORTER_GRACE = 1.0
 
 
 def claim_fence(spex: Spex, name: str, turn: str) -> int:
-    """A new launch fence for another attempt of `turn`, in one transaction
-    that also proves the turn is still its session's current `starting` turn.
-
-    A stop reads the session's fence in its own transaction and then fences
-    the pane with it, so an attempt either sees the abort here (or, for the
-    first attempt, at admission) or is barred inside tmux (`TmuxHome.launch`):
-    it can never launch after a stop.
-    """
+    """A new launch fence for another attempt of `turn` (`ledger.claim_fence`);
+    TurnStopped when a stop got there first."""
     with spex.store.tx() as db:
-        row = db.execute(
-            "SELECT t.state, s.launch_fence FROM turns t JOIN sessions s"
-            " ON s.name = t.session AND s.current_turn = t.id WHERE t.id = ?",
-            (turn,),
-        ).fetchone()
-        if row is None or row["state"] != "starting":
-            raise TurnStopped(name, turn)
-        fence = int(row["launch_fence"]) + 1
-        db.execute("UPDATE sessions SET launch_fence = ? WHERE name = ?", (fence, name))
-        db.execute("UPDATE turns SET fence = ? WHERE id = ?", (fence, turn))
+        fence = ledger.claim_fence(db, name, turn)
+    if fence is None:
+        raise TurnStopped(name, turn)
     return fence
 
 
