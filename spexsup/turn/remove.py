@@ -19,10 +19,9 @@ from spexsup.spex import Spex
 if TYPE_CHECKING:
     from spexsup.worktree import Removal
 from spexsup.procs import identity_liveness
-from spexsup.sessions import Session, get
-from spexsup.tickets import ticket
+from spexsup.sessions import Session
 from spexsup.turn.launch import kill_turn
-from spexsup.turn.reconcile import reconcile
+from spexsup.turn.target import taken
 
 
 def remove(
@@ -52,10 +51,8 @@ def remove(
 
     if salvage and keep_worktree:
         raise Invalid("--salvage and --keep-worktree: choose one")
-    get(spex, name)
-    with ticket(spex, name, "rm") as mine:
-        reconcile(spex, [name])
-        early = get(spex, name)
+    with taken(spex, name, "rm") as held:
+        early, mine = held
         # A session still `creating` is refused below while its maker lives.
         if early.worktree is not None and not keep_worktree and early.state != "creating":
             worktrees.guard(name, early.worktree, salvage=salvage)

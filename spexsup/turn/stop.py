@@ -17,12 +17,11 @@ from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Stage
 from spexsup.paths import write_atomic
 from spexsup.procs import Liveness, turn_processes
-from spexsup.sessions import Session, get
+from spexsup.sessions import Session
 from spexsup.spex import Spex
 from spexsup.store import StateLocked
-from spexsup.tickets import ticket
 from spexsup.turn.launch import kill_turn
-from spexsup.turn.reconcile import reconcile
+from spexsup.turn.target import taken
 
 DEFAULT_GRACE = 5.0
 
@@ -46,13 +45,11 @@ def stop(
     """
     if not 0 <= grace <= 3600:
         raise Invalid(f"invalid grace {grace}", hint="between 0 and 3600 seconds")
-    get(spex, name)
     with ExitStack() as held:
         try:
-            held.enter_context(ticket(spex, name, "stop", bearer, wait=STOP_LOCK_WAIT))
+            held.enter_context(taken(spex, name, "stop", bearer, wait=STOP_LOCK_WAIT))
         except StateLocked:
             return _stop_under_lock(spex, name, grace, bearer)
-        reconcile(spex, [name])
         with spex.store.tx() as db:
             session, aborted = _record_stop(db, spex, name, bearer)
         turn = session.current_turn
@@ -157,10 +154,8 @@ def resume(
     A session that is not stopped is refused, or with `not_stopped_ok` left
     alone (`spex resume`'s no-op success); returns whether it was resumed.
     """
-    get(spex, name)
-    with ticket(spex, name, "resume", bearer):
-        reconcile(spex, [name])
-        session = get(spex, name)
+    with taken(spex, name, "resume", bearer) as held:
+        session = held.session
         if session.state != "stopped":
             if not_stopped_ok:
                 return False
