@@ -98,7 +98,7 @@ def _worktree(text: str | None) -> Worktree | None:
     # Imported only for worktree sessions: `spex ls` of others never loads git code.
     if not text:
         return None
-    from spexsup.worktree import Worktree
+    from spexsup.worktree import Worktree  # dataclasses: only worktree sessions pay
 
     return Worktree.from_json(text)
 
@@ -472,7 +472,7 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
     exception its processes are killed before this returns.
     """
     from spexsup.watch import DirWatch  # watchdog: only a post_create pays for it
-    from spexsup.worktree import POST_CREATE, SETUP_FILE
+    from spexsup.worktree import POST_CREATE, SETUP_FILE  # see _worktree
 
     name = session.name
     tag = f"{POST_CREATE}-{secrets.token_hex(3)}"
@@ -537,7 +537,7 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
 
 def status_rows(spex: Spex, names: Sequence[str]) -> list[dict[str, Any]]:
     """`spex worktree status`: every worktree session (or those named)."""
-    from spexsup.worktree import describe as worktree_view
+    from spexsup.worktree import describe as worktree_view  # see _worktree
 
     if names:
         chosen = [get(spex, n) for n in names]

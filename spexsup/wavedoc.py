@@ -237,7 +237,7 @@ def mutate(spex: Spex, wave: str, change: Change | None = None) -> Doc:
             path = waves_dir(spex) / f"{wave}.json"
             write_atomic(path, json.dumps(doc, indent=2).encode(), durable=claimed)
     if claimed:
-        from spexsup.hooks import fault_after_claim
+        from spexsup.hooks import fault_after_claim  # hooks is heavy: only a claim pays
 
         fault_after_claim()
         return _start_on_complete(spex, wave) or doc

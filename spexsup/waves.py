@@ -361,7 +361,7 @@ class Wave:
         """`--wait`: until every launched turn has ended, recording each end as it
         comes (event-driven on the turns' markers). `on_refresh` hears the
         document after every wake-up, at least once a second (live progress)."""
-        from spexsup.watch import DirWatch
+        from spexsup.watch import DirWatch  # watchdog: only a wave that waits pays
 
         spex = self._spex()
         with DirWatch([]) as watch:

@@ -23,6 +23,7 @@ from typing import Any
 
 from spexsup.broker.protocol import BROKER_FDS
 from spexsup.errors import SpexError
+from spexsup.procs import start_token
 
 PR_SET_PDEATHSIG = 1
 
@@ -119,7 +120,6 @@ def spawn(command: Sequence[str], home: Path) -> tuple[int, int, int, socket.soc
 
 def start_token_of(pid: int) -> str:
     """Our own unreaped child's start token (its zombie keeps the pid and stat)."""
-    from spexsup.procs import start_token
 
     token = start_token(pid)
     assert token is not None

@@ -325,7 +325,7 @@ def describe(
             "worktree": s.worktree.public() if s.worktree else None,
         }
         if s.worktree is not None and worktree_status:
-            from spexsup import worktree as worktrees
+            from spexsup import worktree as worktrees  # dataclasses: only --worktree-status pays
 
             entry["worktree"] = worktrees.describe(s.name, s.worktree)
         # The latest turn's resolved binary, prompt and answer: read from its

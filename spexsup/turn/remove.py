@@ -47,7 +47,7 @@ def remove(
     never lose its home or turn directories to this removal. A removal cut
     short leaves the session `removing`; `spex rm` again finishes it.
     """
-    from spexsup import worktree as worktrees
+    from spexsup import worktree as worktrees  # dataclasses: not on every rm's path
 
     if salvage and keep_worktree:
         raise Invalid("--salvage and --keep-worktree: choose one")
