@@ -9,7 +9,6 @@ import fnmatch
 import json
 import os
 import re
-import secrets
 import shutil
 import sqlite3
 import time
@@ -475,7 +474,7 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
     from spexsup.worktree import POST_CREATE, SETUP_FILE  # see _worktree
 
     name = session.name
-    tag = f"{POST_CREATE}-{secrets.token_hex(3)}"
+    tag = f"{POST_CREATE}-{os.urandom(3).hex()}"
     directory = ensure_private_dir(turndir.path(spex.home, name, POST_CREATE), under=spex.home)
     files = {
         turndir.ARGV: b"\0".join(os.fsencode(a) for a in argv) + b"\0",

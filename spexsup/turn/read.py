@@ -8,9 +8,8 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from spexsup import ids, lease
 from spexsup.errors import Refused, TimedOut, UnknownSession
@@ -94,8 +93,9 @@ def recent_turns(spex: Spex, names: Sequence[str], limit: int) -> dict[str, list
     return out
 
 
-@dataclass
-class Ended:
+class Ended(NamedTuple):
+    """How a waited-for turn ended (a NamedTuple: `show` must not pay for dataclasses)."""
+
     session: str
     turn: str | None
     state: str | None
