@@ -325,6 +325,12 @@ def pruned_after(db: sqlite3.Connection, since: int) -> tuple[int, int] | None:
     return (since + 1, int(oldest) - 1) if oldest > since + 1 else None
 
 
+def id_before(db: sqlite3.Connection, cutoff: float) -> int:
+    """The last event id recorded before `cutoff` (unix seconds); 0 if none."""
+    row = db.execute("SELECT max(id) FROM events WHERE at < ?", (cutoff,)).fetchone()
+    return int(row[0] or 0)
+
+
 def last_id(db: sqlite3.Connection) -> int:
     row = db.execute("SELECT max(id) FROM events").fetchone()
     return int(row[0] or 0)

@@ -36,12 +36,6 @@ def since_of(text: str | None) -> tuple[int | None, float | None]:
     return None, durations.parse(text, "--since", allow_zero=True, maximum=None)
 
 
-def id_before(db: "sqlite3.Connection", cutoff: float) -> int:
-    """The last event id recorded before `cutoff` (unix seconds); 0 if none."""
-    row = db.execute("SELECT max(id) FROM events WHERE at < ?", (cutoff,)).fetchone()
-    return int(row[0] or 0)
-
-
 def event_line(row: "sqlite3.Row") -> str:
     """`#42 2026-11-30T14:50:00.123Z failed api turn T rc=1: cause`"""
     from spexsup import ids
@@ -127,7 +121,7 @@ def events(
     spex = open_spex(ctx)
     spex.resume_hooks()
     if ago is not None:
-        after = id_before(spex.store.db, time.time() - ago)
+        after = log.id_before(spex.store.db, time.time() - ago)
     gone = log.pruned_after(spex.store.db, after) if after is not None and ago is None else None
     if gone is not None:
         # Asked for by id and no longer there: a follower resuming after a
