@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -619,6 +620,11 @@ def _one_change(directory: Path, change: str, window: float) -> tuple[Startup, f
         time.sleep(max(0.0, started + window - 0.05 - time.monotonic()))
         if change == "kill":
             wrapper.kill()
+            # The span is about a death, not a signal on its way: on a loaded
+            # machine SIGKILL takes a while to land; wait for the (unreaped) zombie.
+            with contextlib.suppress(psutil.Error):
+                while psutil.Process(wrapper.pid).status() != psutil.STATUS_ZOMBIE:
+                    time.sleep(0.001)
         else:
             tmp = directory / "outcome.tmp"
             tmp.write_text(f"running:{other.pid}")
