@@ -291,8 +291,7 @@ def test_dead_holder_is_recovered_on_the_next_read(env: Env) -> None:
 def test_frozen_holder_past_ttl_kills_its_command_and_does_not_release(env: Env) -> None:
     sleepers(env, "a")
     holder = background_maint(env, "--stop", "a", "--ttl", "1", "--", "sleep", "60")
-    command = procs(env, ["sleep", "60"])
-    assert len(command) == 1
+    assert retry_until(lambda: len(procs(env, ["sleep", "60"])) == 1)  # exec'd after the lease
     holder.send_signal(signal.SIGSTOP)
     time.sleep(1.5)
     # Meanwhile another process reads the lease: the deadline passed.
@@ -550,6 +549,8 @@ def test_broker_fds_nobody_can_be_killed_for_leave_the_lease_to_recovery(env: En
 def test_sigkilled_maint_takes_its_command_with_it(env: Env) -> None:
     sleepers(env, "a")
     holder = background_maint(env, "--stop", "a", "--", "sleep", "127")
+    # The lease is active before the command is exec'd: wait for the exec.
+    assert retry_until(lambda: len(procs(env, ["sleep", "127"])) == 1)
     (command,) = procs(env, ["sleep", "127"])
     holder.kill()
     holder.wait()
@@ -562,6 +563,8 @@ def test_a_sigterm_on_the_heartbeat_thread_still_ends_the_command(env: Env) -> N
     # the heartbeat's thread must still be forwarded to the command.
     sleepers(env, "a")
     holder = background_maint(env, "--stop", "a", "--", "sleep", "127")
+    # The lease is active before the command is exec'd: wait for the exec.
+    assert retry_until(lambda: len(procs(env, ["sleep", "127"])) == 1)
     (command,) = procs(env, ["sleep", "127"])
     signal_a_helper_thread(holder.pid, signal.SIGTERM)
     assert holder.wait(timeout=20) == 143
