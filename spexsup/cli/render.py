@@ -329,6 +329,11 @@ def rm_check_document(found: dict[str, SpexError | None], *, dry_run: bool) -> d
     return document(doc)
 
 
+def would_remove_lines(doc: dict[str, Any]) -> list[str]:
+    """`spex rm --dry-run`'s stdout: `would remove NAME` for each that would go."""
+    return [f"would remove {s['session']}" for s in doc["sessions"] if s["ok"]]
+
+
 def removed_lines(d: dict[str, Any]) -> list[str]:
     n = d["session"]
     return [*(clean(f"{n}: {line}") for line in d.get("notes") or []), f"removed {n}"]

@@ -36,6 +36,7 @@ from spexsup.cli.render import (
     rm_check_document,
     show_lines,
     table,
+    would_remove_lines,
 )
 from spexsup.errors import Invalid
 
@@ -385,9 +386,8 @@ def _rm_checked(found: "dict[str, SpexError | None]", *, dry_run: bool, as_json:
     if as_json:
         print_json(doc)
     elif dry_run:
-        for n, e in found.items():
-            if e is None:
-                typer.echo(f"would remove {n}")
+        for line in would_remove_lines(doc):
+            typer.echo(line)
     for n, e in found.items():
         if e is not None:
             typer.echo(f"spex: {refusal_line(n, e.line())}", err=True)
