@@ -341,12 +341,13 @@ def rm(
 
     Refused while a turn runs, unless --force (which stops it first).
 
-    Several sessions (names, --all, --match) are all checked first: if any
-    would be refused (a running turn, unsaved worktree work, unknown), none
-    is removed and each refused one is named (exit 3). Another process may
-    still start a turn between the check and a removal; that removal is then
-    refused on its own. --all on a terminal asks first (--yes does not);
-    off a terminal it does not ask.
+    Several sessions (names, --all, --match) are all checked before any is
+    removed: if one would be refused (a running turn, unsaved worktree work,
+    unknown), none is removed and each refused one is named (exit 3).
+    Checked first, refused cleanly: a turn another process starts after the
+    check still refuses that session's removal, once those before it went.
+    --all on a terminal asks first (--yes skips the question); off a
+    terminal (a script) it does not ask.
 
     \b
     Examples:
