@@ -128,6 +128,10 @@ def test_remote_session_commands_match_local(fleet: Fleet) -> None:
     assert busy.returncode == 3
     assert busy.stdout == ""
     assert busy.stderr.startswith("spex: ")
+    # rm of several is checked there: refused as a whole, or what a dry run would remove.
+    for args in (["--all"], ["--all", "--dry-run"], ["--all", "--dry-run", "--force"]):
+        same(f.spex("-H", "box1", "rm", *args), f.there(f.h1, "rm", *args))
+        same(f.spex("-H", "box1", "rm", *args, "--json"), f.there(f.h1, "rm", *args, "--json"))
     timed = f.spex("wait", "box1:long", "--timeout", "0.2")
     assert timed.returncode == 124, timed.stderr
     same(timed, f.there(f.h1, "wait", "long", "--timeout", "0.2"))

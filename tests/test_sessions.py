@@ -10,7 +10,7 @@ import subprocess
 
 import pexpect
 import pytest
-from conftest import SPEX, Env, retry_until
+from conftest import SPEX, Env, harness, retry_until
 
 
 def test_round_trip(env: Env) -> None:
@@ -244,3 +244,155 @@ def test_ls_is_one_tmux_call(env: Env) -> None:
     calls = log.read_text().splitlines()
     assert len(calls) == 1
     assert "list-panes -a" in calls[0]
+
+
+def _ls(env: Env) -> list[dict[str, object]]:
+    return json.loads(env.run("ls", "--json").stdout)  # type: ignore[no-any-return]
+
+
+def _with_a_running_b(env: Env) -> None:
+    """Sessions a, b and c; b's turn runs (sleeper outlives its window)."""
+    for n in ("a", "c"):
+        assert env.run("new", n, "--harness", "demo").returncode == 0
+    assert env.run("new", "b", "--window", "1", "--", harness("sleeper.sh")).returncode == 0
+    r = env.run("wake", "b", "work", "--window", "1")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(env.run("show", "b", "--json").stdout)["state"] == "running"
+
+
+def test_rm_of_several_removes_none_when_one_has_a_running_turn(env: Env) -> None:
+    _with_a_running_b(env)
+    before = _ls(env)
+    r = env.run("rm", "a", "b", "c")
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("spex: b: session 'b' has a running turn "), lines
+    assert lines[-1] == "spex: 1 of 3 sessions refused; removed nothing", lines
+    assert "Traceback" not in r.stderr
+    assert _ls(env) == before
+    for n in ("a", "b", "c"):
+        assert env.tmux("has-session", "-t", f"={n}").returncode == 0, n
+    # --force stops the turn first: then all three go.
+    r = env.run("rm", "a", "b", "c", "--force")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["removed a", "removed b", "removed c"]
+    assert _ls(env) == []
+
+
+def test_rm_dry_run_lists_and_changes_nothing(env: Env) -> None:
+    _with_a_running_b(env)
+    before = _ls(env)
+    r = env.run("rm", "--all", "--dry-run")
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert r.stdout.splitlines() == ["would remove a", "would remove c"]
+    assert r.stderr.splitlines()[0].startswith("spex: b: session 'b' has a running turn ")
+    assert r.stderr.splitlines()[-1] == "spex: 1 of 3 sessions would be refused"
+    assert _ls(env) == before
+    # All would go with --force (and --dry-run still removes nothing); one name too.
+    for args in (["--all", "--force"], ["--match", "[ab]", "--force"], ["a"]):
+        r = env.run("rm", "--dry-run", *args)
+        assert r.returncode == 0, (args, r.stderr)
+        assert r.stderr == "", args
+        assert r.stdout.startswith("would remove a\n"), (args, r.stdout)
+        assert _ls(env) == before, args
+    assert env.tmux("has-session", "-t", "=b").returncode == 0
+
+
+def test_rm_refusal_and_dry_run_json_documents(env: Env) -> None:
+    _with_a_running_b(env)
+    before = _ls(env)
+    r = env.run("rm", "a", "b", "--json")
+    assert r.returncode == 3, r.stderr
+    d = json.loads(r.stdout)
+    assert d["schema_version"] == 1
+    assert d["ok"] is False
+    assert d["exit_code"] == 3
+    assert d["error"] == "1 of 2 sessions refused; removed nothing"
+    assert d["dry_run"] is False
+    a, b = d["sessions"]
+    assert a == {"session": "a", "ok": True, "error": None, "exit_code": None}
+    assert (b["session"], b["ok"], b["exit_code"]) == ("b", False, 3)
+    assert "has a running turn" in b["error"]
+    assert _ls(env) == before
+    r = env.run("rm", "--all", "--dry-run", "--force", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert (d["schema_version"], d["ok"], d["dry_run"]) == (1, True, True)
+    assert "error" not in d
+    assert [(s["session"], s["ok"]) for s in d["sessions"]] == [
+        ("a", True),
+        ("b", True),
+        ("c", True),
+    ]
+    assert _ls(env) == before
+
+
+def test_rm_unknown_among_names_or_bad_flags_remove_nothing(env: Env) -> None:
+    for n in ("a", "c"):
+        assert env.run("new", n, "--harness", "demo").returncode == 0
+    before = _ls(env)
+    r = env.run("rm", "a", "nope", "c")
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.splitlines() == [
+        "spex: nope: no session named 'nope' (see spex ls)",
+        "spex: 1 of 3 sessions refused; removed nothing",
+    ]
+    assert _ls(env) == before
+    for args in (
+        ["--all", "--salvage", "--keep-worktree"],
+        ["--all", "--dry-run", "--salvage", "--keep-worktree"],
+        ["a", "--all"],
+        ["a", "bad:name", "--dry-run"],
+        [],
+    ):
+        r = env.run("rm", *args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.startswith("spex: "), (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+        assert _ls(env) == before, args
+
+
+def test_rm_all_on_a_terminal_asks_first(env: Env) -> None:
+    def rm_all(*args: str) -> pexpect.spawn:
+        return pexpect.spawn(SPEX, ["rm", "--all", *args], env=env.vars, timeout=30)
+
+    for n in ("a", "b", "c"):
+        assert env.run("new", n, "--harness", "demo").returncode == 0
+    before = _ls(env)
+    for answer in ("n", ""):
+        child = rm_all()
+        try:
+            child.expect_exact("remove 3 sessions (a, b, c)? [y/N]: ")
+            child.sendline(answer)
+            child.expect_exact("spex: removed nothing (not confirmed) (--yes skips the question)")
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+        assert child.exitstatus == 3, answer
+        assert _ls(env) == before, answer
+    child = rm_all()
+    try:
+        child.expect_exact("? [y/N]: ")
+        child.sendline("y")
+        child.expect_exact("removed a")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert _ls(env) == []
+    # --yes asks nothing; off a terminal (a script) nothing is asked either.
+    for n in ("a", "b"):
+        assert env.run("new", n, "--harness", "demo").returncode == 0
+    child = rm_all("--yes")
+    try:
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert b"[y/N]" not in (child.before or b"")
+    assert _ls(env) == []
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    r = env.run("rm", "--all")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "removed a\n", "")

@@ -545,6 +545,33 @@ def make_stash(repo: Repo, wt: Path) -> str:
     return "1 stash made in it"
 
 
+def test_rm_all_removes_nothing_while_one_worktree_holds_unsaved_work(env: Env, repo: Repo) -> None:
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    clean = made(env, repo, "clean")
+    dirty = made(env, repo, "dirty")
+    assert env.run("new", "z", "--harness", "demo").returncode == 0
+    (dirty / "notes.txt").write_text("mine\n")
+    before = env.run("ls", "--json").stdout
+    r = env.run("rm", "--all")
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert r.stdout == ""
+    assert r.stderr.splitlines() == [
+        f"spex: dirty: worktree {dirty} holds unsaved work: 1 untracked file"
+        " (commit and push it, or spex rm dirty --salvage, or --keep-worktree)",
+        "spex: 1 of 4 sessions refused; removed nothing",
+    ]
+    assert env.run("ls", "--json").stdout == before
+    assert names(env) == ["a", "clean", "dirty", "z"]
+    assert clean.is_dir()
+    assert (dirty / "notes.txt").read_text() == "mine\n"
+    assert repo.branch_exists("spex/clean")
+    # Told what to do, the same command goes through.
+    r = env.run("rm", "--all", "--salvage")
+    assert r.returncode == 0, r.stderr
+    assert names(env) == []
+    assert not clean.exists() and not dirty.exists()
+
+
 @pytest.mark.parametrize(
     "make",
     [make_modified, make_staged, make_deleted, make_untracked, make_commits, make_stash],

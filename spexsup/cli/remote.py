@@ -191,6 +191,12 @@ def _waited(host: Host, state: Path, args: list[str], waiting: str) -> Answer:
 def _render(command: str, words: list[str], doc: Any) -> None:
     from spexsup.cli import render
 
+    if command == "rm" and isinstance(doc, dict) and "dry_run" in doc:
+        # rm's check of several sessions (refused or --dry-run): what would
+        # go, even when some are refused; the refusals came on stderr.
+        if doc["dry_run"]:
+            sys.stdout.write("".join(f"{line}\n" for line in render.would_remove_lines(doc)))
+        return
     if render.failure(doc):
         return  # its one line came on stderr
     out: list[str] = []

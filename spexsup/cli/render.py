@@ -23,6 +23,7 @@ from spexsup.ids import SCHEMA_VERSION, iso
 from spexsup.pane.pretty import one_line as clean
 
 if TYPE_CHECKING:
+    from spexsup.errors import SpexError
     from spexsup.top import Row
 
 
@@ -300,6 +301,37 @@ def stopped_line(d: dict[str, Any]) -> str:
 def resumed_line(d: dict[str, Any]) -> str:
     n = d["session"]
     return f"{n}: resumed" if d["resumed"] else f"{n}: not stopped (nothing to do)"
+
+
+def refusal_line(name: str, error: str) -> str:
+    """`NAME: <why>`, printable; a message that starts with the name keeps it once."""
+    return clean(error if error.startswith(f"{name}: ") else f"{name}: {error}")
+
+
+def rm_check_document(found: dict[str, SpexError | None], *, dry_run: bool) -> dict[str, Any]:
+    """`spex rm`'s check of several sessions: each one and what would refuse
+    it; refused (exit 3) as a whole when any one is, which nothing removed."""
+    refused = sum(e is not None for e in found.values())
+    doc: dict[str, Any] = {"ok": not refused, "dry_run": dry_run}
+    if refused:
+        what = f"{refused} of {len(found)} sessions" + (" would be" if dry_run else "")
+        doc["error"] = f"{what} refused" + ("" if dry_run else "; removed nothing")
+        doc["exit_code"] = 3
+    doc["sessions"] = [
+        {
+            "session": n,
+            "ok": e is None,
+            "error": None if e is None else e.line(),
+            "exit_code": None if e is None else e.exit_code,
+        }
+        for n, e in found.items()
+    ]
+    return document(doc)
+
+
+def would_remove_lines(doc: dict[str, Any]) -> list[str]:
+    """`spex rm --dry-run`'s stdout: `would remove NAME` for each that would go."""
+    return [f"would remove {s['session']}" for s in doc["sessions"] if s["ok"]]
 
 
 def removed_lines(d: dict[str, Any]) -> list[str]:

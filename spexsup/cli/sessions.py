@@ -1,6 +1,7 @@
 """`spex new | ls | show | rm | attach | doctor | completion`."""
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -30,14 +31,18 @@ from spexsup.cli.render import (
     document,
     ls_text,
     print_json,
+    refusal_line,
     removed_lines,
+    rm_check_document,
     show_lines,
     table,
+    would_remove_lines,
 )
 from spexsup.errors import Invalid
 
 if TYPE_CHECKING:
     from spexsup.config import Config
+    from spexsup.errors import SpexError
     from spexsup.worktree import Setup
 
 
@@ -321,26 +326,52 @@ def rm(
     keep_worktree: Annotated[
         bool, typer.Option("--keep-worktree", help="Leave the worktree and its branch.")
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Print what would go and what would be refused; change nothing."
+        ),
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="With --all on a terminal: do not ask first.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Delete sessions and their tmux homes (and worktrees, never with unsaved work).
 
     Refused while a turn runs, unless --force (which stops it first).
 
+    Several sessions (names, --all, --match) are all checked before any is
+    removed: if one would be refused (a running turn, unsaved worktree work,
+    unknown), none is removed and each refused one is named (exit 3).
+    Checked first, refused cleanly: a turn another process starts after the
+    check still refuses that session's removal, once those before it went.
+    --all on a terminal asks first (--yes skips the question); off a
+    terminal (a script) it does not ask.
+
     \b
     Examples:
       spex rm api
       spex rm --match 'tmp-*' --force
+      spex rm --all --dry-run
       spex rm fix --salvage
     """
     from spexsup import sessions
-    from spexsup.turn.remove import remove
+    from spexsup.turn.remove import refusals, remove
 
     spex = open_spex(ctx)
     chosen = sessions.select(spex, names or [], all_=all_, match=match)
+    flags = {"force": force, "salvage": salvage, "keep_worktree": keep_worktree}
+    if dry_run or len(chosen) > 1 or not names:
+        found = refusals(spex, chosen, **flags)
+        if dry_run or any(found.values()):
+            _rm_checked(found, dry_run=dry_run, as_json=as_json)
+            return
+        if all_ and not yes and sys.stdin.isatty() and sys.stdout.isatty():
+            _confirm_rm(chosen)
     done = []
     for n in chosen:
-        removal = remove(spex, n, force=force, salvage=salvage, keep_worktree=keep_worktree)
+        removal = remove(spex, n, **flags)
         notes = removal.lines() if removal else []
         done.append(document({"ok": True, "session": n, "removed": True, "notes": notes}))
         if not as_json:
@@ -348,6 +379,36 @@ def rm(
                 typer.echo(line)
     if as_json:
         print_json(done[0] if names and len(names) == 1 else done)
+
+
+def _rm_checked(found: "dict[str, SpexError | None]", *, dry_run: bool, as_json: bool) -> None:
+    """Say what the check of several sessions found; exit 3 when any is refused."""
+    doc = rm_check_document(found, dry_run=dry_run)
+    if as_json:
+        print_json(doc)
+    elif dry_run:
+        for line in would_remove_lines(doc):
+            typer.echo(line)
+    for n, e in found.items():
+        if e is not None:
+            typer.echo(f"spex: {refusal_line(n, e.line())}", err=True)
+    if not doc["ok"]:
+        typer.echo(f"spex: {doc['error']}", err=True)
+        raise typer.Exit(doc["exit_code"])
+
+
+def _confirm_rm(chosen: list[str]) -> None:
+    """Ask on the terminal; anything but y or yes (EOF, Ctrl-C too) removes nothing."""
+    from spexsup.errors import Refused
+
+    shown = ", ".join(chosen[:5]) + (f" and {len(chosen) - 5} more" if len(chosen) > 5 else "")
+    try:
+        ok = typer.confirm(f"remove {len(chosen)} sessions ({shown})?", err=True)
+    except typer.Abort:
+        typer.echo("", err=True)
+        ok = False
+    if not ok:
+        raise Refused("removed nothing (not confirmed)", hint="--yes skips the question")
 
 
 @app.command()

@@ -7,21 +7,104 @@ home or turn directories to this removal.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from spexsup import ledger
-from spexsup.errors import Failed, Invalid, Refused, UnknownSession
+from spexsup import lease, ledger
+from spexsup.errors import Failed, Invalid, Refused, SpexError, UnknownSession
 from spexsup.pane import turndir
 from spexsup.paths import remove_tree
-from spexsup.procs import Liveness
+from spexsup.procs import Liveness, identity_liveness
+from spexsup.sessions import Session, get
 from spexsup.spex import Spex
+from spexsup.turn.launch import kill_turn
+from spexsup.turn.reconcile import reconcile
+from spexsup.turn.target import taken
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from spexsup.worktree import Removal
-from spexsup.procs import identity_liveness
-from spexsup.sessions import Session
-from spexsup.turn.launch import kill_turn
-from spexsup.turn.target import taken
+
+
+def refusals(
+    spex: Spex,
+    names: Sequence[str],
+    *,
+    force: bool = False,
+    salvage: bool = False,
+    keep_worktree: bool = False,
+) -> dict[str, SpexError | None]:
+    """What would stop `remove` of each of `names` with these flags before it
+    changed anything (the error, or None when it would go), checked by the
+    rules `remove` itself applies, for all of them before any is removed.
+
+    Nothing is held or changed but what every reader settles (turns that
+    ended are reconciled): another process may start a turn or a stop
+    between this and the removal, which `remove` still refuses on its own.
+    A maintenance lease that recovery would end still bars here (`remove`
+    settles it first). A worktree whose state git cannot tell is a Failed.
+    """
+    _check_flags(salvage=salvage, keep_worktree=keep_worktree)
+    reconcile(spex, list(names))
+    found: dict[str, SpexError | None] = {}
+    for name in names:
+        try:
+            session = get(spex, name)
+            lease.check_admission_unsettled(spex.store.db, name)
+            unsaved = _unsaved(session, salvage=salvage, keep_worktree=keep_worktree)
+        except (Refused, Failed) as e:  # unknown, leased; a worktree git cannot read
+            found[name] = e
+        else:
+            found[name] = unsaved or _held(spex.store.db, session, force=force, mine=None)
+    return found
+
+
+def _check_flags(*, salvage: bool, keep_worktree: bool) -> None:
+    if salvage and keep_worktree:
+        raise Invalid("--salvage and --keep-worktree: choose one")
+
+
+def _unsaved(session: Session, *, salvage: bool, keep_worktree: bool) -> Refused | None:
+    """The worktree's rule: unsaved work refuses, unless salvaged or kept.
+    A session still `creating` is left to `_held` (refused while its maker
+    lives). Failed when git cannot tell."""
+    from spexsup import worktree as worktrees  # dataclasses: not on every rm's path
+
+    if session.worktree is None or keep_worktree or session.state == "creating":
+        return None
+    try:
+        worktrees.guard(session.name, session.worktree, salvage=salvage)
+    except Refused as e:
+        return e
+    return None
+
+
+def _held(
+    db: sqlite3.Connection, session: Session, *, force: bool, mine: int | None
+) -> Refused | None:
+    """The state's rules, read in `db`: a running turn (unless `force`), a
+    live `spex stop` of it (other than ticket `mine`), a live maker of a
+    session still `creating`."""
+    name = session.name
+    if session.state == "running" and not force:
+        return Refused(
+            f"session {name!r} has a running turn {session.current_turn}",
+            hint="spex stop it first, or spex rm --force",
+        )
+    stops = db.execute(
+        "SELECT pid, start_token FROM tickets WHERE session = ? AND op = 'stop' AND id IS NOT ?",
+        (name, mine),
+    ).fetchall()
+    if any(identity_liveness(t["pid"], t["start_token"]) is Liveness.ALIVE for t in stops):
+        return Refused(f"a spex stop of {name!r} is in progress", hint="try again after it")
+    if session.state == "creating":
+        makers = db.execute(
+            "SELECT pid, start_token FROM tickets WHERE session = ? AND op = 'new'", (name,)
+        ).fetchall()
+        if any(identity_liveness(t["pid"], t["start_token"]) is not Liveness.DEAD for t in makers):
+            return Refused(f"session {name!r} is still being created")
+    return None
 
 
 def remove(
@@ -49,40 +132,20 @@ def remove(
     """
     from spexsup import worktree as worktrees  # dataclasses: not on every rm's path
 
-    if salvage and keep_worktree:
-        raise Invalid("--salvage and --keep-worktree: choose one")
+    _check_flags(salvage=salvage, keep_worktree=keep_worktree)
     with taken(spex, name, "rm") as held:
         early, mine = held
-        # A session still `creating` is refused below while its maker lives.
-        if early.worktree is not None and not keep_worktree and early.state != "creating":
-            worktrees.guard(name, early.worktree, salvage=salvage)
+        refusal = _unsaved(early, salvage=salvage, keep_worktree=keep_worktree)
+        if refusal is not None:
+            raise refusal
         with spex.store.tx() as db:
             row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
             if row is None:
                 raise UnknownSession(name)
             session = Session.from_row(row)
-            if session.state == "running" and not force:
-                raise Refused(
-                    f"session {name!r} has a running turn {session.current_turn}",
-                    hint="spex stop it first, or spex rm --force",
-                )
-            stops = db.execute(
-                "SELECT pid, start_token FROM tickets WHERE session = ? AND op = 'stop'"
-                " AND id != ?",
-                (name, mine),
-            ).fetchall()
-            if any(identity_liveness(t["pid"], t["start_token"]) is Liveness.ALIVE for t in stops):
-                raise Refused(f"a spex stop of {name!r} is in progress", hint="try again after it")
-            if session.state == "creating":
-                makers = db.execute(
-                    "SELECT pid, start_token FROM tickets WHERE session = ? AND op = 'new'",
-                    (name,),
-                ).fetchall()
-                if any(
-                    identity_liveness(t["pid"], t["start_token"]) is not Liveness.DEAD
-                    for t in makers
-                ):
-                    raise Refused(f"session {name!r} is still being created")
+            refusal = _held(db, session, force=force, mine=mine)
+            if refusal is not None:
+                raise refusal
             if session.current_turn is not None:
                 ledger.abort_current(db, name, session.current_turn, "removed by spex rm")
             ledger.mark_removing(db, name)
