@@ -528,3 +528,36 @@ def test_the_ntfy_sink_keeps_the_topic_url_and_the_message_off_curls_argv(env: E
     assert curls, "curl was never seen running"
     leaked = [a for a in curls if any(b"SeCrEt" in w or b"boom" in w for w in a)]
     assert leaked == []
+
+
+def test_doctor_names_a_hooks_unknown_event_kind_and_a_run_that_is_no_list(env: Env) -> None:
+    config(
+        env,
+        "[[hook]]\nname = 'ok'\non = ['failed']\nrun = ['true']\nsesions = ['a*']\n"
+        "[[hook]]\non = ['falied']\nrun = ['true']\n"
+        "[[hook]]\non = ['completed']\nrun = 'notify-send done'\n",
+    )
+    path = env.home / "config.toml"
+    r = env.run("doctor")
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert (
+        f"FAIL  config: {path}: [[hook]] #2: 'on': unknown event kind 'falied'"
+        " (did you mean 'failed'?)"
+    ) in lines
+    assert (
+        f"FAIL  config: {path}: [[hook]] #3: 'run' must be a non-empty list of strings"
+        " (argv, not a shell line)"
+    ) in lines
+    assert (
+        f"warn  config: {path}: unknown key 'sesions' in [[hook]] #1, ignored"
+        " (did you mean 'sessions'?)"
+    ) in lines
+    doc = json.loads(env.run("doctor", "--json").stdout)
+    assert doc["ok"] is False
+    details = [(p["severity"], p["detail"]) for p in doc["config"]["problems"]]
+    assert [s for s, _ in details] == ["error", "error", "warning"]
+    assert "unknown event kind 'falied'" in details[0][1] and "'run' must be" in details[1][1]
+    config(env, "[[hook]]\non = ['failed']\nrun = ['true']\n")
+    assert env.run("doctor").returncode == 0
+
