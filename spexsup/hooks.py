@@ -183,6 +183,19 @@ def parse(raw: object) -> list[Hook]:
     return good
 
 
+def describe(hook: Hook, number: int) -> dict[str, Any]:
+    """`spex hooks ls --json`: one hook as read, `number` its place among the tables."""
+    return {
+        "number": number,
+        "name": hook.key,
+        "on": list(hook.on),
+        "sessions": list(hook.sessions),
+        "run": list(hook.run) if hook.run is not None else None,
+        "url": hook.url,
+        "timeout": hook.timeout,
+    }
+
+
 def load(home: Path) -> list[Hook]:
     """The hooks of the config files (the later file's `[[hook]]` tables win
     whole); Failed on the first bad one."""

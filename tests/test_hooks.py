@@ -561,3 +561,34 @@ def test_doctor_names_a_hooks_unknown_event_kind_and_a_run_that_is_no_list(env: 
     config(env, "[[hook]]\non = ['failed']\nrun = ['true']\n")
     assert env.run("doctor").returncode == 0
 
+
+def test_hooks_ls_shows_the_hooks_as_read(env: Env) -> None:
+    assert env.run("hooks", "ls").stdout == "no hooks\n"
+    config(
+        env,
+        "[[hook]]\nname = 'rec'\non = ['failed', 'lost']\nsessions = ['api*']\n"
+        "run = ['notify-send', '{session} {verdict}']\ntimeout = '2m'\n"
+        "[[hook]]\nname = 'web'\non = ['*']\nurl = 'http://127.0.0.1:9/'\n",
+    )
+    r = env.run("hooks", "ls")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        '#1 rec: on failed,lost sessions api*: run ["notify-send", "{session} {verdict}"]'
+        " timeout 120s",
+        "#2 web: on *: url http://127.0.0.1:9/ timeout 30s",
+    ]
+    doc = json.loads(env.run("hooks", "ls", "--json").stdout)
+    assert doc["schema_version"] == 1
+    assert doc["hooks"][0] == {
+        "number": 1,
+        "name": "rec",
+        "on": ["failed", "lost"],
+        "sessions": ["api*"],
+        "run": ["notify-send", "{session} {verdict}"],
+        "url": None,
+        "timeout": 120.0,
+    }
+    assert doc["hooks"][1]["url"] == "http://127.0.0.1:9/" and doc["hooks"][1]["run"] is None
+    config(env, "[[hook]]\non = ['falied']\nrun = ['true']\n")
+    r = env.run("hooks", "ls")
+    assert r.returncode == 1 and "unknown event kind 'falied'" in r.stderr
