@@ -3,8 +3,10 @@
 Read in order: `~/.config/spexsup/config.toml` (or `$XDG_CONFIG_HOME`), then
 `$SPEXSUP_HOME/config.toml`, whose keys win. A missing file is no error; a
 file that does not parse, or a key with a wrong type or value, is `Failed`
-(exit 1) naming the file, the line and the field. Tables owned by other
-features (`[[hook]]`, `[host.NAME]`) are kept raw for them to validate.
+(exit 1) naming the file, the line and the field; an unknown key is a
+warning (with the known key it is closest to) and the rest of the file
+applies. Tables owned by other features (`[[hook]]`, `[host.NAME]`) are kept
+raw for them to validate.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from spexsup import durations
-from spexsup.errors import Failed, Invalid, clip
+from spexsup.errors import Failed, Invalid, unknown_key
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # tmux key names: C-a, M-x, C-Space, F12, ` …
@@ -167,63 +169,108 @@ def _line_of(text: str, key: str, table: str | None = None) -> int:
     return _line_of(text, "", table) if table is not None and key else 1
 
 
-def _retention(path: Path, text: str, value: object, base: Retention) -> Retention:
+def _retention(
+    path: Path, text: str, value: object, base: Retention, bad: Callable[[Failed], None]
+) -> Retention:
     if not isinstance(value, dict):
         where = f"{path}:{_line_of(text, 'retention')}"
-        raise Failed(f"{where}: field 'retention' must be a table ([retention])")
+        bad(Failed(f"{where}: field 'retention' must be a table ([retention])"))
+        return base
     fields: dict[str, Any] = {}
     for key, item in value.items():
         where = f"{path}:{_line_of(text, key, 'retention')}"
         check = RETENTION_KEYS.get(key)
         if check is None:
-            known = ", ".join(RETENTION_KEYS)
-            raise Failed(
-                f"{where}: unknown field {clip(repr('retention.' + key))}", hint=f"known: {known}"
-            )
+            unknown_key(where, key, list(RETENTION_KEYS), "[retention]")
+            continue
         checked = check(item)
         if checked is None:
             what = (check.__doc__ or "true or false").strip()
-            raise Failed(f"{where}: field 'retention.{key}' must be {what}")
+            bad(Failed(f"{where}: field 'retention.{key}' must be {what}"))
+            continue
         fields[key] = checked
     return base._replace(**fields)
 
 
+def _read(path: Path) -> tuple[str, dict[str, Any]] | None:
+    """One file's text and table; None when it does not exist, Failed when it
+    cannot be read or parsed."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise Failed(f"{path}: cannot read config: {e}") from None
+    import tomllib
+
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        # tomllib's message ends with "(at line N, column M)".
+        raise Failed(f"{path}: {e}", hint="fix or remove the file") from None
+    except RecursionError:
+        raise Failed(f"{path}: nested too deeply", hint="fix or remove the file") from None
+
+
+def _apply(
+    path: Path,
+    text: str,
+    data: dict[str, Any],
+    values: dict[str, Any],
+    raw: dict[str, Any],
+    bad: Callable[[Failed], None],
+) -> None:
+    """Check one file's keys into `values` (and its raw tables into `raw`). An
+    unknown key is a warning and skipped; a bad value goes to `bad`, which
+    raises it (`load`) or keeps it and goes on (`check_file`)."""
+    for key, value in data.items():
+        if key == "retention":
+            values[key] = _retention(path, text, value, values.get(key, Retention()), bad)
+            continue
+        if key in RAW_TABLES:
+            raw[key] = value
+            continue
+        check = KEYS.get(key)
+        where = f"{path}:{_line_of(text, key)}"
+        if check is None:
+            unknown_key(where, key, [*KEYS, *RAW_TABLES, "retention"])
+            continue
+        checked = check(value)
+        if checked is None:
+            bad(Failed(f"{where}: field {key!r} must be {(check.__doc__ or '').strip()}"))
+            continue
+        values[key] = checked
+
+
+def _raise(error: Failed) -> None:
+    raise error
+
+
 def load(home: Path) -> Config:
-    """Read and merge the config files; raise `Failed` on the first broken one."""
+    """Read and merge the config files; raise `Failed` on the first broken one.
+    Unknown keys are warned of (`errors.warn`) and the rest of the file applies."""
     values: dict[str, Any] = {}
     raw: dict[str, Any] = {}
     read: list[Path] = []
     for path in config_files(home):
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
+        found = _read(path)
+        if found is None:
             continue
-        except (OSError, UnicodeDecodeError) as e:
-            raise Failed(f"{path}: cannot read config: {e}") from None
-        import tomllib
-
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            # tomllib's message ends with "(at line N, column M)".
-            raise Failed(f"{path}: {e}", hint="fix or remove the file") from None
-        except RecursionError:
-            raise Failed(f"{path}: nested too deeply", hint="fix or remove the file") from None
-        for key, value in data.items():
-            if key == "retention":
-                values[key] = _retention(path, text, value, values.get(key, Retention()))
-                continue
-            if key in RAW_TABLES:
-                raw[key] = value
-                continue
-            check = KEYS.get(key)
-            where = f"{path}:{_line_of(text, key)}"
-            if check is None:
-                known = ", ".join([*KEYS, "[retention]"])
-                raise Failed(f"{where}: unknown field {clip(repr(key))}", hint=f"known: {known}")
-            checked = check(value)
-            if checked is None:
-                raise Failed(f"{where}: field {key!r} must be {(check.__doc__ or '').strip()}")
-            values[key] = checked
+        _apply(path, *found, values, raw, _raise)
         read.append(path)
     return Config(**values, files=tuple(read), raw=raw)
+
+
+def check_file(path: Path) -> tuple[list[Failed], Mapping[str, Any]]:
+    """`spex doctor`: every bad value of one file (not only the first), and its
+    raw tables (`[[hook]]`, `[host.NAME]`) for their owners to check. Unknown
+    keys are warned of, as by `load`."""
+    problems: list[Failed] = []
+    raw: dict[str, Any] = {}
+    try:
+        found = _read(path)
+    except Failed as e:
+        return [e], raw
+    if found is not None:
+        _apply(path, *found, {}, raw, problems.append)
+    return problems, raw

@@ -1,4 +1,12 @@
-"""`spex doctor`: is this machine ready to run sessions?"""
+"""`spex doctor`: is this machine ready to run sessions?
+
+Its "config" checks read every config file it knows on their own (both
+config.toml, both harnesses.toml, their `[[hook]]` tables, and the
+`.spexsup.toml` of the current git work tree) and name every problem: an
+unknown key is a warning (as every command warns of it), a bad value, a
+hook's unknown event kind or a `run` that is no argv list is an error, and
+an error fails the doctor.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +14,9 @@ import shutil
 import stat
 import subprocess
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
+from spexsup import errors
 from spexsup.errors import SpexError
 from spexsup.procs import Liveness
 from spexsup.registry import BUILT_IN, load_registry
@@ -33,8 +43,58 @@ def _version(argv: list[str]) -> str | None:
     return text[0] if out.returncode == 0 and text else None
 
 
-def run_checks(spex: Spex) -> list[Check]:
-    checks = []
+def config_checks(home: Path, cwd: Path) -> list[Check]:
+    """One "config" check per problem in the config files (see the module's
+    docstring), or one that says all is well; the unknown keys' warnings are
+    taken from `errors.WARNINGS` into these checks."""
+    from spexsup import config, hooks, registry, worktree
+
+    before = list(errors.WARNINGS)
+    errors.WARNINGS.clear()
+    found: list[SpexError] = []
+    read = []
+    try:
+        for path in config.config_files(home):
+            problems, raw = config.check_file(path)
+            found += problems
+            if path.exists():
+                read.append(path)
+            if "hook" in raw:
+                found += hooks.check(raw["hook"], str(path))[1]
+        read += [p for p in registry.config_files(home) if p.exists()]
+        found += registry.load_registry(home).errors.values()
+        top = _toplevel(cwd)
+        if top is not None and (top / worktree.SETUP_FILE).exists():
+            read.append(top / worktree.SETUP_FILE)
+            try:
+                worktree.load_setup(top)
+            except SpexError as e:
+                found.append(e)
+        warned = list(errors.WARNINGS)
+    finally:
+        errors.WARNINGS[:] = before
+    checks = [Check("config", False, e.line()) for e in found]
+    checks += [Check("config", False, w, required=False) for w in warned]
+    if not checks:
+        checks.append(Check("config", True, f"{len(read)} file(s) read, no problems"))
+    return checks
+
+
+def _toplevel(cwd: Path) -> Path | None:
+    """The git work tree `cwd` is in, or None."""
+    from spexsup.git import git
+
+    try:
+        top = git(cwd, "rev-parse", "--show-toplevel", check=False).strip()
+    except (SpexError, OSError):
+        return None
+    return Path(top) if top else None
+
+
+def run_checks(spex: Spex, cwd: Path | None = None) -> list[Check]:
+    checks = config_checks(spex.home, cwd or Path.cwd())
+    # Said once, as checks: the loads below warn of the same unknown keys again.
+    reported = {c.detail for c in checks if not c.required}
     tmux = shutil.which("tmux")
     version = _version([tmux, "-V"]) if tmux else None
     ok = False
@@ -84,6 +144,7 @@ def run_checks(spex: Spex) -> list[Check]:
         if origin:
             detail += f" ({origin})"
         checks.append(Check(f"harness {name}", path is not None, detail, required=False))
+    errors.WARNINGS[:] = [w for w in errors.WARNINGS if w not in reported]
     return checks
 
 

@@ -6,6 +6,11 @@ line on stderr (`spex: <message> (<hint>)`) and its exit code.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the exit reporter imports this module: nothing at run time
+    from collections.abc import Sequence
+
 # The longest message line: a 5 MB key in a config file is not echoed whole.
 MAX_LINE = 1000
 
@@ -111,3 +116,18 @@ WARNINGS: list[str] = []
 def warn(message: str) -> None:
     if message not in WARNINGS:
         WARNINGS.append(message)
+
+
+def unknown_key(where: str, key: str, known: Sequence[str], table: str | None = None) -> str:
+    """Warn of a key no reader knows (a typo must not pass unseen, nor cost the
+    rest of the file): `where: unknown key 'windw' at the top level, ignored (did
+    you mean 'window'?)`, else the known keys. Returns the message."""
+    import difflib  # only when a file has such a key
+
+    # A 5 MB key is no typo of a known one; SequenceMatcher need not see it.
+    close = difflib.get_close_matches(key, known, n=1) if len(key) <= 200 else []
+    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+    place = f"in {table}" if table else "at the top level"
+    message = f"{where}: unknown key {clip(repr(key))} {place}, ignored ({hint})"
+    warn(message)
+    return message

@@ -69,9 +69,11 @@ def parallel(fn: Callable[[str], T], names: Sequence[str]) -> list[T]:
 
 
 def _spex_here(state: Path, args: list[str], stdin: bytes | None = None) -> hosts.Answer:
-    """This machine's spex as a child, answering as a host would."""
+    """This machine's spex as a child, answering as a host would. The home is
+    this command's own (SPEXSUP_HOME or the default, made on first use), so
+    the child may make it too: `--create`."""
     done = subprocess.run(
-        [*own_python("spexsup"), "--home", str(state), *args],
+        [*own_python("spexsup"), "--home", str(state), "--create", *args],
         input=stdin,
         stdin=None if stdin is not None else subprocess.DEVNULL,
         capture_output=True,

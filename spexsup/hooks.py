@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup import durations, events
-from spexsup.errors import Failed, Invalid, Refused, SpexError, clip
+from spexsup.errors import Failed, Invalid, Refused, SpexError, clip, unknown_key
 from spexsup.paths import ensure_private_dir, own_python
 from spexsup.procs import Liveness, descendants, identity_liveness, own_identity
 
@@ -114,58 +114,91 @@ def _strings(value: object) -> tuple[str, ...] | None:
     return None
 
 
-def parse(raw: object) -> list[Hook]:
-    """Validate the `[[hook]]` tables; Failed naming the table and field."""
+def _parse_one(source: str, number: int, table: object) -> Hook:
+    """The `number`th `[[hook]]` table of `source`, or Failed naming both and the field."""
+    where = f"{source}: [[hook]] #{number}"
+    if not isinstance(table, dict):
+        raise Failed(f"{where} must be a table")
+    for key in sorted(set(table) - set(FIELDS)):
+        unknown_key(source, key, FIELDS, f"[[hook]] #{number}")
+    table = {k: v for k, v in table.items() if k in FIELDS}
+    on = _strings(table.get("on"))
+    kinds = f"one or more of: {', '.join(events.KINDS)}, or *"
+    if not on:
+        raise Failed(f"{where}: 'on' must be a list of event kinds", hint=kinds)
+    for kind in on:
+        if kind != "*" and kind not in events.KINDS:
+            import difflib
+
+            close = difflib.get_close_matches(kind, events.KINDS, n=1)
+            raise Failed(
+                f"{where}: 'on': unknown event kind {clip(repr(kind))}",
+                hint=f"did you mean {close[0]!r}?" if close else kinds,
+            )
+    sessions = _strings(table.get("sessions", []))
+    if sessions is None:
+        raise Failed(f"{where}: 'sessions' must be a list of name globs")
+    run = _strings(table["run"]) if "run" in table else None
+    url = table.get("url")
+    if ("run" in table) == ("url" in table):
+        raise Failed(f"{where}: give exactly one of 'run' (an argv list) or 'url'")
+    if "run" in table and run is None:
+        raise Failed(f"{where}: 'run' must be a non-empty list of strings (argv, not a shell line)")
+    if url is not None and (not isinstance(url, str) or not re.match(r"https?://", url)):
+        raise Failed(f"{where}: 'url' must be an http:// or https:// URL")
+    try:  # seconds, or a duration string
+        timeout = durations.parse(
+            table.get("timeout", DEFAULT_TIMEOUT), "timeout", minimum=0.1, maximum=3600
+        )
+    except Invalid:
+        raise Failed(f"{where}: 'timeout' must be seconds or a duration from 0.1s to 1h") from None
+    name = table.get("name")
+    if name is not None and not (isinstance(name, str) and re.fullmatch(r"[\w.-]{1,64}", name)):
+        raise Failed(f"{where}: 'name' must be 1-64 of letters, digits, _ . -")
+    digest = hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()[:12]
+    return Hook(name or f"hook-{digest}", on, sessions, run, url, float(timeout))
+
+
+def check(raw: object, source: str = "config.toml") -> tuple[list[Hook], list[Failed]]:
+    """Every `[[hook]]` table of `source` checked on its own: the good ones, and
+    what is wrong with each bad one (`spex doctor` names them all). An unknown
+    field is a warning (`errors.unknown_key`) and ignored."""
     if not isinstance(raw, list):
-        raise Failed("config.toml: hook must be an array of tables ([[hook]])")
-    out: list[Hook] = []
+        return [], [Failed(f"{source}: hook must be an array of tables ([[hook]])")]
+    good: list[Hook] = []
+    bad: list[Failed] = []
     for number, table in enumerate(raw, 1):
-        where = f"config.toml: [[hook]] #{number}"
-        if not isinstance(table, dict):
-            raise Failed(f"{where} must be a table")
-        unknown = sorted(set(table) - set(FIELDS))
-        if unknown:
-            raise Failed(
-                f"{where}: unknown field {clip(repr(unknown[0]))}",
-                hint=f"known: {', '.join(FIELDS)}",
-            )
-        on = _strings(table.get("on"))
-        if not on or any(k != "*" and k not in events.KINDS for k in on):
-            raise Failed(
-                f"{where}: 'on' must be a list of event kinds",
-                hint=f"one or more of: {', '.join(events.KINDS)}, or *",
-            )
-        sessions = _strings(table.get("sessions", []))
-        if sessions is None:
-            raise Failed(f"{where}: 'sessions' must be a list of name globs")
-        run = _strings(table["run"]) if "run" in table else None
-        url = table.get("url")
-        if ("run" in table) == ("url" in table):
-            raise Failed(f"{where}: give exactly one of 'run' (an argv list) or 'url'")
-        if "run" in table and run is None:
-            raise Failed(
-                f"{where}: 'run' must be a non-empty list of strings (argv, not a shell line)"
-            )
-        if url is not None and (not isinstance(url, str) or not re.match(r"https?://", url)):
-            raise Failed(f"{where}: 'url' must be an http:// or https:// URL")
-        try:  # seconds, or a duration string
-            timeout = durations.parse(
-                table.get("timeout", DEFAULT_TIMEOUT), "timeout", minimum=0.1, maximum=3600
-            )
-        except Invalid:
-            raise Failed(
-                f"{where}: 'timeout' must be seconds or a duration from 0.1s to 1h"
-            ) from None
-        name = table.get("name")
-        if name is not None and not (isinstance(name, str) and re.fullmatch(r"[\w.-]{1,64}", name)):
-            raise Failed(f"{where}: 'name' must be 1-64 of letters, digits, _ . -")
-        digest = hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()[:12]
-        key = name or f"hook-{digest}"
-        out.append(Hook(key, on, sessions, run, url, float(timeout)))
-    return out
+        try:
+            good.append(_parse_one(source, number, table))
+        except Failed as e:
+            bad.append(e)
+    return good, bad
+
+
+def parse(raw: object) -> list[Hook]:
+    """Validate the `[[hook]]` tables; Failed naming the first bad table and field."""
+    good, bad = check(raw)
+    if bad:
+        raise bad[0]
+    return good
+
+
+def describe(hook: Hook, number: int) -> dict[str, Any]:
+    """`spex hooks ls --json`: one hook as read, `number` its place among the tables."""
+    return {
+        "number": number,
+        "name": hook.key,
+        "on": list(hook.on),
+        "sessions": list(hook.sessions),
+        "run": list(hook.run) if hook.run is not None else None,
+        "url": hook.url,
+        "timeout": hook.timeout,
+    }
 
 
 def load(home: Path) -> list[Hook]:
+    """The hooks of the config files (the later file's `[[hook]]` tables win
+    whole); Failed on the first bad one."""
     from spexsup import config
 
     raw = config.load(home).raw.get("hook")

@@ -13,7 +13,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from spexsup.errors import Failed
+from spexsup.errors import Failed, Invalid
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -45,6 +45,16 @@ def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
     xdg = os.environ.get("XDG_STATE_HOME")
     base = Path(xdg) if xdg else Path.home() / ".local" / "state"
     return (base / "spexsup").absolute()
+
+
+def existing_home(explicit: str | os.PathLike[str]) -> Path:
+    """An explicit `--home DIR` that names no directory is a typo until `--create`
+    says otherwise: Invalid, and nothing is made. (SPEXSUP_HOME and the default
+    home are made on first use: they are set once, not typed per command.)"""
+    path = resolve_home(explicit)
+    if not path.is_dir():
+        raise Invalid(f"no state home at {path}", hint="give --create to make a new one")
+    return path
 
 
 def ensure_private_dir(path: Path, under: Path | None = None) -> Path:

@@ -3,7 +3,8 @@
 Read per use (no daemon): `~/.config/spexsup/harnesses.toml` (or
 `$XDG_CONFIG_HOME`), then `$SPEXSUP_HOME/harnesses.toml`, a later
 `[harness.NAME]` table overriding or extending an earlier one field by
-field. A bad entry is kept as its error, so a mistake in one harness never
+field. An unknown key is a warning (`errors.unknown_key`), the rest of the
+file applies. A bad entry is kept as its error, so a mistake in one harness never
 breaks commands that use another. `describe` is the public view of a
 harness that `spex harness ls/show` prints. The adapter record itself and
 the built-ins are `spexsup.harness`.
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from spexsup import durations
-from spexsup.errors import Invalid, clip
+from spexsup.errors import Invalid, clip, unknown_key
 from spexsup.harness import (
     ARGS,
     BUILTIN,
@@ -100,7 +101,8 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
     for key, value in table.items():
         kind = FIELDS.get(key)
         if kind is None:
-            raise _bad(path, name, key, f"unknown field (known: {', '.join(FIELDS)})")
+            unknown_key(str(path), key, list(FIELDS), f"[harness.{clip(name, 40)}]")
+            continue
         if key == "timeout":
             try:
                 value = durations.parse(value, key, maximum=durations.WEEK)
@@ -246,12 +248,12 @@ def load_registry(home: Path) -> Registry:
             sources["*"] = str(path)
             continue
         tables = data.get("harness", {})
-        unknown = set(data) - {"harness"}
-        if unknown or not isinstance(tables, dict):
-            found = ", ".join(clip(repr(k), 40) for k in sorted(unknown)[:5])
-            errors["*"] = Invalid(f"{path}: expected only [harness.NAME] tables, found {found}")
+        if not isinstance(tables, dict):
+            errors["*"] = Invalid(f"{path}: 'harness' must be tables: [harness.NAME]")
             sources["*"] = str(path)
             continue
+        for key in sorted(set(data) - {"harness"}):
+            unknown_key(str(path), key, ["harness"])
         for name, table in tables.items():
             sources[name] = str(path)
             try:

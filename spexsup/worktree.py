@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from spexsup.errors import Failed, Invalid, Refused
+from spexsup.errors import Failed, Invalid, Refused, unknown_key
 from spexsup.git import GitError, git, identity, scratch_index, sha, snapshot_tree
 
 SETUP_FILE = ".spexsup.toml"
@@ -128,7 +128,8 @@ def _relative(value: object, where: str) -> str:
 
 def load_setup(repo: Path) -> Setup:
     """Read `<repo>/.spexsup.toml` (absent: no setup). Invalid on any bad entry,
-    and when a path to copy or symlink does not exist in the repo."""
+    and when a path to copy or symlink does not exist in the repo; an unknown
+    key is warned of and ignored."""
     import tomllib
 
     path = repo / SETUP_FILE
@@ -141,9 +142,8 @@ def load_setup(repo: Path) -> Setup:
         raise Invalid(f"cannot read {path}: {e}") from None
     except RecursionError:
         raise Invalid(f"cannot read {path}: nested too deeply") from None
-    unknown = sorted(set(data) - set(SETUP_KEYS))
-    if unknown:
-        raise Invalid(f"{path}: unknown key {unknown[0]!r}", hint="copy, symlink, post_create")
+    for key in sorted(set(data) - set(SETUP_KEYS)):
+        unknown_key(str(path), key, SETUP_KEYS)
     lists: dict[str, tuple[str, ...]] = {}
     for key in SETUP_KEYS:
         value = data.get(key, [])

@@ -115,10 +115,30 @@ def test_help_is_ordered_whole_and_ends_with_exit_codes(env: Env) -> None:
 
 def test_home_is_accepted_anywhere(env: Env) -> None:
     other = env.root / "other"
-    assert env.run("new", "a", "--harness", "demo", "--home", str(other)).returncode == 0
+    r = env.run("new", "a", "--harness", "demo", "--home", str(other), "--create")
+    assert r.returncode == 0, r.stderr
     assert [r["name"] for r in doc(env, "ls", "--home", str(other))] == ["a"]
     assert [r["name"] for r in doc(env, f"--home={other}", "ls")] == ["a"]
     assert doc(env, "ls") == []  # SPEXSUP_HOME itself was never touched
+
+
+def test_a_home_given_that_does_not_exist_needs_create(env: Env) -> None:
+    missing = env.root / "nonexistent" / "x"
+    for args in (["--home", str(missing), "ls"], ["ls", f"--home={missing}"]):
+        r = env.run(*args)
+        assert (r.returncode, r.stdout) == (2, ""), r
+        assert r.stderr == (f"spex: no state home at {missing} (give --create to make a new one)\n")
+    assert not missing.parent.exists()
+    new = env.root / "new"
+    r = env.run("--home", str(new), "--create", "ls")
+    assert r.returncode == 0, r.stderr
+    assert new.is_dir() and new.stat().st_mode & 0o777 == 0o700
+    # Once it exists, --create is not needed (and harmless anywhere on the line).
+    assert env.run("--home", str(new), "ls").returncode == 0
+    assert env.run("ls", "--create", "--home", str(new)).returncode == 0
+    # SPEXSUP_HOME (here a fresh one) is still made on first use.
+    assert not env.home.exists()
+    assert env.run("ls").returncode == 0 and env.home.is_dir()
 
 
 def test_ls_on_a_pipe_is_one_line_per_session(env: Env) -> None:

@@ -201,7 +201,6 @@ window = 0.2
 
 BAD_FILES = [
     ('[harness.x]\nfresh = "not a list"\n', "'x', field 'fresh'"),
-    ('[harness.x]\nfrsh = ["a", "{prompt}"]\n', "'x', field 'frsh': unknown field"),
     ('[harness.x]\nfresh = ["a"]\n', "'x', field 'fresh'"),
     ('[harness.x]\nfresh = ["a", "{prompt}"]\nid_pattern = "(unclosed"\n', "field 'id_pattern'"),
     ('[harness.x]\nfresh = ["a", "{prompt}"]\nid_pattern = "nogroup"\n', "field 'id_pattern'"),
@@ -225,6 +224,32 @@ def test_bad_harness_files_name_file_harness_and_field(env: Env, text: str, expe
     assert env.run("ls").returncode == 0
     assert env.run("new", "ok", "--harness", "demo").returncode == 0
     assert "harness x" in env.run("doctor").stdout
+
+
+def test_an_unknown_key_in_harnesses_toml_is_a_warning_and_the_rest_applies(env: Env) -> None:
+    path = write_harnesses(
+        env,
+        f'[harness.mine]\nfresh = ["{harness("exit0.sh")}", "{{prompt}}"]\nwindw = 1\n'
+        'notes = "mine"\n[defaults]\nx = 1\n',
+    )
+    r = env.run("new", "s", "--harness", "mine")
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stderr.splitlines()) == [
+        f"spex: warning: {path}: unknown key 'defaults' at the top level, ignored (known: harness)",
+        f"spex: warning: {path}: unknown key 'windw' in [harness.mine], ignored"
+        " (did you mean 'window'?)",
+    ]
+    show = json.loads(env.run("harness", "show", "mine", "--json").stdout)
+    assert show["notes"] == "mine" and show["error"] is None
+    d = env.run("doctor")
+    assert d.returncode == 0 and f"warn  config: {path}: unknown key 'windw'" in d.stdout
+
+
+def test_doctor_fails_on_a_broken_harness_entry(env: Env) -> None:
+    path = write_harnesses(env, '[harness.x]\nfresh = "not a list"\n')
+    d = env.run("doctor")
+    assert d.returncode == 1
+    assert f"FAIL  config: {path}: harness 'x', field 'fresh'" in d.stdout
 
 
 def test_unparseable_harness_file(env: Env) -> None:

@@ -528,3 +528,67 @@ def test_the_ntfy_sink_keeps_the_topic_url_and_the_message_off_curls_argv(env: E
     assert curls, "curl was never seen running"
     leaked = [a for a in curls if any(b"SeCrEt" in w or b"boom" in w for w in a)]
     assert leaked == []
+
+
+def test_doctor_names_a_hooks_unknown_event_kind_and_a_run_that_is_no_list(env: Env) -> None:
+    config(
+        env,
+        "[[hook]]\nname = 'ok'\non = ['failed']\nrun = ['true']\nsesions = ['a*']\n"
+        "[[hook]]\non = ['falied']\nrun = ['true']\n"
+        "[[hook]]\non = ['completed']\nrun = 'notify-send done'\n",
+    )
+    path = env.home / "config.toml"
+    r = env.run("doctor")
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert (
+        f"FAIL  config: {path}: [[hook]] #2: 'on': unknown event kind 'falied'"
+        " (did you mean 'failed'?)"
+    ) in lines
+    assert (
+        f"FAIL  config: {path}: [[hook]] #3: 'run' must be a non-empty list of strings"
+        " (argv, not a shell line)"
+    ) in lines
+    assert (
+        f"warn  config: {path}: unknown key 'sesions' in [[hook]] #1, ignored"
+        " (did you mean 'sessions'?)"
+    ) in lines
+    doc = json.loads(env.run("doctor", "--json").stdout)
+    assert doc["ok"] is False
+    details = [(p["severity"], p["detail"]) for p in doc["config"]["problems"]]
+    assert [s for s, _ in details] == ["error", "error", "warning"]
+    assert "unknown event kind 'falied'" in details[0][1] and "'run' must be" in details[1][1]
+    config(env, "[[hook]]\non = ['failed']\nrun = ['true']\n")
+    assert env.run("doctor").returncode == 0
+
+
+def test_hooks_ls_shows_the_hooks_as_read(env: Env) -> None:
+    assert env.run("hooks", "ls").stdout == "no hooks\n"
+    config(
+        env,
+        "[[hook]]\nname = 'rec'\non = ['failed', 'lost']\nsessions = ['api*']\n"
+        "run = ['notify-send', '{session} {verdict}']\ntimeout = '2m'\n"
+        "[[hook]]\nname = 'web'\non = ['*']\nurl = 'http://127.0.0.1:9/'\n",
+    )
+    r = env.run("hooks", "ls")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        '#1 rec: on failed,lost sessions api*: run ["notify-send", "{session} {verdict}"]'
+        " timeout 120s",
+        "#2 web: on *: url http://127.0.0.1:9/ timeout 30s",
+    ]
+    doc = json.loads(env.run("hooks", "ls", "--json").stdout)
+    assert doc["schema_version"] == 1
+    assert doc["hooks"][0] == {
+        "number": 1,
+        "name": "rec",
+        "on": ["failed", "lost"],
+        "sessions": ["api*"],
+        "run": ["notify-send", "{session} {verdict}"],
+        "url": None,
+        "timeout": 120.0,
+    }
+    assert doc["hooks"][1]["url"] == "http://127.0.0.1:9/" and doc["hooks"][1]["run"] is None
+    config(env, "[[hook]]\non = ['falied']\nrun = ['true']\n")
+    r = env.run("hooks", "ls")
+    assert r.returncode == 1 and "unknown event kind 'falied'" in r.stderr

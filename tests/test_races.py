@@ -627,7 +627,7 @@ def test_state_dirs_are_private_whatever_the_umask(env: Env) -> None:
     env.run("new", "a", "--", harness("exit0.sh"))
     home = env.root / "loose" / "state"
     r = subprocess.run(
-        ["bash", "-c", f"umask 000; {SPEX} --home {home} new b -- {harness('exit0.sh')}"],
+        ["bash", "-c", f"umask 000; {SPEX} --home {home} --create new b -- {harness('exit0.sh')}"],
         env=env.vars,
         capture_output=True,
         text=True,

@@ -295,7 +295,6 @@ def test_a_worktree_parent_of_another_user_is_refused(env: Env, repo: Repo) -> N
         'copy = ["missing.txt"]',
         'symlink = [".git"]',
         "post_create = [1, 2]",
-        'colour = ["red"]',
         "copy = [",
     ],
 )
@@ -443,7 +442,7 @@ def test_post_create_runs_only_when_its_exact_file_is_trusted(env: Env, repo: Re
     # Bad input: one line, exit 2, nothing recorded.
     for args in ([], ["--list", str(repo.path)], ["--revoke"], [str(env.root / "nope")]):
         one_line_error(env.run("trust", *args), 2)
-    (repo.path / "src" / ".spexsup.toml").write_text("colour = 1\n")
+    (repo.path / "src" / ".spexsup.toml").write_text('copy = "not a list"\n')
     one_line_error(env.run("trust", str(repo.path / "src")), 2)
     assert json.loads(env.run("trust", "--list", "--json").stdout) == []
 
@@ -1037,3 +1036,33 @@ def test_best_of_refuses_taken_names_before_making_anything(env: Env, repo: Repo
     one_line_error(r, 3)
     assert (repo.branches(), repo.worktrees()) == before
     assert names(env) == ["x-2"]
+
+
+def test_an_unknown_key_in_spexsup_toml_is_a_warning_and_the_rest_applies(
+    env: Env, repo: Repo
+) -> None:
+    ran = env.root / "ran"
+    setup = repo.path / ".spexsup.toml"
+    setup.write_text(f'post_create = ["touch", "{ran}"]\nsymlnk = ["x"]\n')
+    r = env.run("trust", str(repo.path))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [
+        f"spex: warning: {setup}: unknown key 'symlnk' at the top level, ignored"
+        " (did you mean 'symlink'?)"
+    ]
+    assert f"post_create: touch {ran}" in r.stdout
+    r = env.run("new", "a", "--worktree", "--repo", str(repo.path), input=b"")
+    assert r.returncode == 0, r.stderr
+    assert ran.exists() and "symlnk" in r.stderr
+    # spex doctor, run inside the work tree, names it too (a warning: it passes).
+    d = subprocess.run(
+        [SPEX, "doctor"], cwd=repo.path, env=env.vars, capture_output=True, text=True, check=False
+    )
+    assert d.returncode == 0, d.stdout
+    assert f"warn  config: {setup}: unknown key 'symlnk'" in d.stdout
+    setup.write_text('copy = ["no-such-file"]\n')
+    d = subprocess.run(
+        [SPEX, "doctor"], cwd=repo.path, env=env.vars, capture_output=True, text=True, check=False
+    )
+    assert d.returncode == 1
+    assert f"FAIL  config: {setup}: copy: 'no-such-file' does not exist" in d.stdout

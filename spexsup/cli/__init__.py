@@ -73,10 +73,12 @@ def guard_stdout() -> None:
 
 
 def hoist_home(argv: list[str]) -> list[str]:
-    """Move `--home DIR` / `--home=DIR` from anywhere before `--` to the front,
-    where the root command parses it: `--home` works anywhere on the line."""
+    """Move `--home DIR` / `--home=DIR` (and `--create`) from anywhere before
+    `--` to the front, where the root command parses them: they work anywhere
+    on the line."""
     end = argv.index("--") if "--" in argv else len(argv)
     front: list[str] = []
+    create: list[str] = []
     rest: list[str] = []
     i = 0
     while i < end:
@@ -87,10 +89,12 @@ def hoist_home(argv: list[str]) -> list[str]:
             continue
         if word.startswith("--home="):
             front = [word]
+        elif word == "--create":
+            create = [word]
         else:
             rest.append(word)
         i += 1
-    return [*front, *rest, *argv[end:]]
+    return [*front, *create, *rest, *argv[end:]]
 
 
 def no_hooks(argv: list[str]) -> list[str]:
@@ -277,12 +281,13 @@ def _is_sqlite_error(e: Exception) -> bool:
 
 
 def _split_home(options: list[str]) -> tuple[str | None, list[str]]:
-    """(--home's value, the words after it); `hoist_home` put it first."""
+    """(--home's value, the words after it and --create); `hoist_home` put them first."""
+    home, rest = None, options
     if options[:1] == ["--home"] and len(options) > 1:
-        return options[1], options[2:]
-    if options[:1] and options[0].startswith("--home="):
-        return options[0].partition("=")[2], options[1:]
-    return None, options
+        home, rest = options[1], options[2:]
+    elif options[:1] and options[0].startswith("--home="):
+        home, rest = options[0].partition("=")[2], options[1:]
+    return home, rest[1:] if rest[:1] == ["--create"] else rest
 
 
 def _housekeep(home: str | None) -> None:

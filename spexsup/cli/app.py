@@ -75,7 +75,7 @@ EXIT_CODES = """\b
 Exit codes: 0 ok, 1 attempted and failed, 2 invalid input, 3 refused
 (unknown session, busy, stopped, maintenance, exists), 124 wait timed out,
 130/143 interrupted. Errors are one line on stderr: spex: <what> (<hint>).
---home DIR may be given anywhere on the command line."""
+--home DIR (and --create) may be given anywhere on the command line."""
 
 
 class SpexGroup(TyperGroup):
@@ -127,6 +127,14 @@ def root(
             show_default=False,
         ),
     ] = None,
+    create: Annotated[
+        bool,
+        typer.Option(
+            "--create",
+            help="Make the --home DIR that does not exist yet (without it, a --home that"
+            " names no state home is refused: a typo must not start an empty one).",
+        ),
+    ] = False,
     host: Annotated[
         str | None,
         typer.Option(
@@ -155,6 +163,10 @@ def root(
     # `run` hands over the command line as obj; commands that must tell
     # `new NAME --` from `new NAME` read it from meta.
     ctx.meta["spex.argv"] = ctx.obj if isinstance(ctx.obj, list) else []
+    if home is not None and not create:
+        from spexsup.paths import existing_home
+
+        existing_home(home)
     ctx.obj = home
 
 

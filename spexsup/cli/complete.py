@@ -149,7 +149,7 @@ def classify(args: Sequence[str]) -> tuple[str | None, str | None] | None:
     for word in it:
         if word == "--home":
             next(it, None)
-        elif not word.startswith("--home="):
+        elif word != "--create" and not word.startswith("--home="):
             words.append(word)
     if words[:1] == ["harness"] and len(words) > 1:
         words = [" ".join(words[:2]), *words[2:]]

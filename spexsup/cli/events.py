@@ -1,4 +1,4 @@
-"""`spex events`, `spex hooks test`, `spex status-line`."""
+"""`spex events`, `spex hooks ls | test`, `spex status-line`."""
 
 import json
 import re
@@ -152,8 +152,40 @@ def hooks_group() -> None:
 
     \b
     Examples:
+      spex hooks ls
       spex hooks test 42
     """
+
+
+@hooks_app.command("ls")
+def hooks_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List the hooks as spex reads them from config.toml: each one's name, the
+    events it runs on, its argv or URL, timeout and session globs.
+
+    Exit 1, naming the table and field, when a hook is broken (spex doctor
+    names them all).
+
+    \b
+    Examples:
+      spex hooks ls
+      spex hooks ls --json
+    """
+    from spexsup import hooks
+    from spexsup.pane.pretty import one_line
+
+    spex = open_spex(ctx)
+    found = hooks.load(spex.home)
+    if as_json:
+        print_json(document({"hooks": [hooks.describe(h, n) for n, h in enumerate(found, 1)]}))
+        return
+    if not found:
+        typer.echo("no hooks")
+    for number, h in enumerate(found, 1):
+        does = f"run {json.dumps(list(h.run))}" if h.run is not None else f"url {h.url}"
+        only = f" sessions {','.join(h.sessions)}" if h.sessions else ""
+        typer.echo(
+            one_line(f"#{number} {h.key}: on {','.join(h.on)}{only}: {does} timeout {h.timeout:g}s")
+        )
 
 
 @hooks_app.command("test")

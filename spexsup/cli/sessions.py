@@ -532,15 +532,15 @@ def doctor(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     from spexsup.spex import Spex
 
     spex = Spex.open(ctx.find_root().obj)
-    checks = run_checks(spex)
-    tmux = next((c.detail for c in checks if c.name == "tmux"), "?")
-    versions = {"spex": __version__, "python": platform.python_version(), "tmux": tmux}
     candidates = config.config_files(spex.home)
     try:
         loaded = config.load(spex.home)
         config_error = None
     except SpexError as e:  # reported among the checks, and fails the doctor
         loaded, config_error = None, e.line()
+    checks = run_checks(spex, Path.cwd())
+    tmux = next((c.detail for c in checks if c.name == "tmux"), "?")
+    versions = {"spex": __version__, "python": platform.python_version(), "tmux": tmux}
     files = [
         {"path": str(p), "read": bool(loaded and p in loaded.files), "order": i + 1}
         for i, p in enumerate(candidates)
@@ -551,7 +551,15 @@ def doctor(ctx: typer.Context, as_json: JsonOpt = False) -> None:
                 {
                     "ok": config_error is None and not any(not c.ok and c.required for c in checks),
                     "versions": versions,
-                    "config": {"files": files, "error": config_error},
+                    "config": {
+                        "files": files,
+                        "error": config_error,
+                        "problems": [
+                            {"severity": "error" if c.required else "warning", "detail": c.detail}
+                            for c in checks
+                            if c.name == "config" and not c.ok
+                        ],
+                    },
                     "checks": [c.as_json() for c in checks],
                 }
             )
@@ -561,9 +569,7 @@ def doctor(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         for f in files:
             state = "read" if f["read"] else "absent"
             typer.echo(f"config {f['order']}: {f['path']} ({state})")
-        if config_error:
-            typer.echo(f"FAIL  config: {config_error}")
-        for c in checks:
+        for c in checks:  # the "config" ones among them name config_error
             typer.echo(
                 f"{'ok  ' if c.ok else 'FAIL' if c.required else 'warn'}  {c.name}: {c.detail}"
             )
