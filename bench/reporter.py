@@ -80,6 +80,7 @@ class Home:
             "SHELL": "/bin/sh",
         }
         self.env.pop("PYTHONDONTWRITEBYTECODE", None)
+        self.home.mkdir(mode=0o700)  # an explicit --home must exist (any spex reads it so)
         subprocess.run(
             [python, "-m", "spexsup", "--home", str(self.home), "ls"],
             env=self.env,

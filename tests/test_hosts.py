@@ -478,3 +478,15 @@ def test_a_planted_symlink_at_the_control_socket_fallback_is_refused(env: Env) -
         assert list(target.iterdir()) == []
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_host_home_that_does_not_exist_yet_is_made_on_first_use(fleet: Fleet) -> None:
+    """A host table's `home` is configured on purpose: unlike a typed
+    `--home`, it needs no --create and is made there on first use."""
+    f = fleet
+    fresh = f.sshd.dir / "fresh-home"
+    assert not fresh.exists()
+    (f.env.home / "config.toml").write_text(f.sshd.host_table("newbox", fresh))
+    r = f.spex("-H", "newbox", "ls", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [] and (fresh / "state.db").exists()

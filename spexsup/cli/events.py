@@ -159,8 +159,10 @@ def hooks_group() -> None:
 
 @hooks_app.command("ls")
 def hooks_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List the hooks as spex reads them from config.toml: each one's name, the
-    events it runs on, its argv or URL, timeout and session globs.
+    """List the hooks as spex reads them from config.toml.
+
+    Each one's name, the events it runs on, its argv or URL, its timeout and
+    session globs.
 
     Exit 1, naming the table and field, when a hook is broken (spex doctor
     names them all).
