@@ -439,3 +439,20 @@ def test_escapes_in_agent_output_reach_no_command_output(env: Env) -> None:
     screen = t.raw
     assert b"\x1b]" not in screen and b"pwned-title" not in screen
     assert not re.search(rb"\xc2[\x80-\x9f]|\x9b", screen)
+
+
+def test_a_failed_wake_says_why_once_on_a_terminal_and_on_both_streams_to_a_script(
+    env: Env,
+) -> None:
+    """On one terminal the verdict line names the cause, so stderr does not
+    repeat it; a script that splits the streams still gets it on stderr."""
+    assert env.run("new", "f", "--", "bash", "-c", "echo said-once; exit 3").returncode == 0
+    child = pexpect.spawn(SPEX, ["wake", "f", "go", "--window", "5"], env=env.vars, timeout=30)
+    shown = child.read().decode()
+    child.close()
+    assert child.exitstatus == 1, shown
+    assert shown.count("said-once") == 1, shown
+    assert "f: failed turn" in shown
+    piped = env.run("wake", "f", "go", "--window", "5")
+    assert piped.returncode == 1
+    assert "said-once" in piped.stdout and "said-once" in piped.stderr

@@ -252,6 +252,14 @@ def error_line(name: str, error: str) -> str:
     return clean(f"spex: {name}: {error}")
 
 
+def same_terminal() -> bool:
+    """stdout and stderr are one terminal: a line printed on both reads twice."""
+    try:
+        return os.isatty(1) and os.path.samestat(os.fstat(1), os.fstat(2))
+    except OSError:
+        return False
+
+
 def verdict_line(name: str, v: dict[str, Any]) -> str:
     """`api: failed turn T rc=1 (812 ms): <cause>`: the cause is on the verdict line."""
     line = f"{name}: {v['verdict']} turn {v['turn']}"

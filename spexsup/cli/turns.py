@@ -30,6 +30,7 @@ from spexsup.cli.render import (
     error_line,
     print_json,
     resumed_line,
+    same_terminal,
     stopped_line,
     verdict_line,
 )
@@ -106,7 +107,9 @@ def wake_and_report(
         print_json(document({"ok": verdict.ok, **verdict.as_json()}))
     else:
         typer.echo(verdict_line(name, verdict.as_json()))
-        if verdict.error:
+        # The verdict line names the cause; stderr repeats it for a script's
+        # log, not for a person reading both on one terminal.
+        if verdict.error and not same_terminal():
             typer.echo(error_line(name, verdict.error), err=True)
     if not verdict.ok:
         raise typer.Exit(1)
