@@ -29,6 +29,7 @@ BUSY = "running"
 FAILED = "error"
 STOPPED = "stopped"
 REMOVING = "removing"
+SESSION_STATES = (CREATING, IDLE, BUSY, FAILED, STOPPED, REMOVING)
 
 
 def session_state_after(turn_state: str) -> str:

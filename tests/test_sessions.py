@@ -396,3 +396,30 @@ def test_rm_all_on_a_terminal_asks_first(env: Env) -> None:
     assert env.run("new", "a", "--harness", "demo").returncode == 0
     r = env.run("rm", "--all")
     assert (r.returncode, r.stdout, r.stderr) == (0, "removed a\n", "")
+
+
+def test_ls_takes_patterns_a_state_and_quiet_in_natural_order(env: Env) -> None:
+    """`spex ls [PATTERN…] [--match GLOB] [--state S] [-q]`, try-2 before try-10."""
+    for name in ("try-10", "try-2", "try-1", "web"):
+        assert env.run("new", name, "--harness", "demo").returncode == 0, name
+    assert env.run("stop", "web").returncode == 0
+
+    def names(*args: str) -> list[str]:
+        r = env.run("ls", "-q", *args)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split()
+
+    assert names() == ["try-1", "try-2", "try-10", "web"]
+    assert names("try-*") == ["try-1", "try-2", "try-10"]
+    assert names("try-1*", "web") == ["try-1", "try-10", "web"]
+    assert names("--match", "*-2") == ["try-2"]
+    assert names("--state", "stopped") == ["web"]
+    assert names("try-*", "--state", "stopped") == []
+    doc = json.loads(env.run("ls", "--json", "--state", "idle").stdout)
+    assert [r["name"] for r in doc] == ["try-1", "try-2", "try-10"]
+    assert env.run("ls", "nothing-*").stdout == "no sessions match\n"
+    table = env.run("ls").stdout.splitlines()
+    assert [line.split()[0] for line in table[1:]] == ["try-1", "try-2", "try-10", "web"]
+    bad = env.run("ls", "--state", "sleeping")
+    assert bad.returncode == 2 and bad.stderr.startswith("spex: invalid --state 'sleeping'")
+    assert bad.stderr.count("\n") == 1

@@ -52,7 +52,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     "up": (("session", "*"), {"-m": None, "--message": None}),
     "stop": (("session", "*"), {"--grace": None, "--match": None}),
     "resume": (("session",), {"--match": None, "--window": None}),
-    "ls": ((), {"--hosts": None}),
+    "ls": (("session", "*"), {"--hosts": None, "--match": None, "--state": None}),
     "hosts": ((), {}),
     "show": (("session",), {}),
     "top": ((), {}),

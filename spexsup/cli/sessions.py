@@ -188,6 +188,25 @@ def _confirm_post_create(setup: "Setup") -> bool:
 @app.command("ls")
 def ls(
     ctx: typer.Context,
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[PATTERN]…",
+            help="Only sessions whose name matches one of these globs.",
+            show_default=False,
+            autocompletion=complete.session_names,
+        ),
+    ] = None,
+    match: MatchOpt = None,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            "--state",
+            metavar="STATE",
+            help="Only sessions in STATE (idle, running, error, stopped, creating, removing).",
+        ),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Names only, one a line.")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="Show whole turn ids.")] = False,
     all_hosts: Annotated[
         bool, typer.Option("--all-hosts", help="This machine's and every host's sessions.")
@@ -202,26 +221,37 @@ def ls(
 ) -> None:
     """List sessions and their current or last turn (with --all-hosts: on every host).
 
-    One line per session; a pipe gets every column whole, two spaces apart.
+    One line per session, in natural order (try-2 before try-10); a pipe gets
+    every column whole, two spaces apart.
 
     \b
     Examples:
       spex ls
+      spex ls 'api-*' --state error
+      spex ls -q --state stopped | xargs -n1 spex resume
       spex ls --wide
       spex ls --json | jq -r '.[] | select(.state == "error") | .name'
       spex ls --all-hosts
       spex -H box1 ls
     """
-    from spexsup.turn.read import describe
+    from spexsup.turn.read import listing
 
     if all_hosts or hosts is not None:
+        if names or match or state or quiet:
+            raise Invalid("PATTERN, --match, --state and -q list this machine's sessions")
         fleet_ls(ctx, None if hosts is None else hosts.split(","), wide=wide, as_json=as_json)
         return
-    rows = describe(open_spex(ctx))
+    globs = [*(names or []), *([match] if match else [])]
+    rows = listing(open_spex(ctx), globs, state=state)
     if as_json:
         print_json(rows)
-        return
-    ls_text(rows, wide=wide)
+    elif quiet:  # for scripts: nothing at all when nothing matches
+        for r in rows:
+            typer.echo(r["name"])
+    elif not rows and (globs or state):
+        typer.echo("no sessions match")
+    else:
+        ls_text(rows, wide=wide)
 
 
 def fleet_ls(ctx: typer.Context, names: list[str] | None, *, wide: bool, as_json: bool) -> None:

@@ -4,18 +4,21 @@ for its end (`spex wait`, woken by inotify on the turn directory).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from spexsup import ids, lease
-from spexsup.errors import Refused, TimedOut, UnknownSession
+from spexsup.errors import Invalid, Refused, TimedOut, UnknownSession
 from spexsup.pane import turndir
 from spexsup.sessions import Session, get, home_status
 from spexsup.spex import Spex
+from spexsup.states import SESSION_STATES
 from spexsup.turn.reconcile import reconcile
 from spexsup.watch import DirWatch
 
@@ -337,3 +340,26 @@ def describe(
                 entry.update(turn_summary(spex, s.name, history[0]["id"]))
         out.append(entry)
     return out
+
+
+def natural_key(name: str) -> list[Any]:
+    """`try-2` before `try-10`: digit runs compare as numbers."""
+    return [
+        (0, int(part), "") if part.isdigit() else (1, 0, part)
+        for part in re.split(r"([0-9]+)", name)
+    ]
+
+
+def listing(
+    spex: Spex, patterns: Sequence[str] = (), *, state: str | None = None
+) -> list[dict[str, Any]]:
+    """`spex ls`: every session's public view (`describe`), or those whose name
+    a glob of `patterns` matches and that are in `state`, in natural order."""
+    if state is not None and state not in SESSION_STATES:
+        raise Invalid(f"invalid --state {state!r}", hint=f"one of: {', '.join(SESSION_STATES)}")
+    rows = describe(spex)
+    if patterns:
+        rows = [r for r in rows if any(fnmatch.fnmatchcase(r["name"], p) for p in patterns)]
+    if state is not None:
+        rows = [r for r in rows if r["state"] == state]
+    return sorted(rows, key=lambda r: natural_key(r["name"]))
