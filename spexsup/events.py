@@ -325,6 +325,33 @@ def pruned_after(db: sqlite3.Connection, since: int) -> tuple[int, int] | None:
     return (since + 1, int(oldest) - 1) if oldest > since + 1 else None
 
 
+def tail_start(
+    db: sqlite3.Connection,
+    count: int,
+    *,
+    sessions: tuple[str, ...] = (),
+    kinds: tuple[str, ...] = (),
+) -> int:
+    """The id after which the last `count` events (of these sessions and
+    kinds) lie: `spex events -n N`."""
+    if count <= 0:
+        return last_id(db)
+    where: list[str] = ["1"]
+    args: list[str] = []
+    if sessions:
+        where.append(f"session IN ({','.join('?' * len(sessions))})")
+        args += sessions
+    if kinds:
+        where.append(f"kind IN ({','.join('?' * len(kinds))})")
+        args += kinds
+    row = db.execute(
+        f"SELECT min(id) FROM (SELECT id FROM events WHERE {' AND '.join(where)}"
+        " ORDER BY id DESC LIMIT ?)",
+        (*args, count),
+    ).fetchone()
+    return int(row[0]) - 1 if row[0] is not None else 0
+
+
 def id_before(db: sqlite3.Connection, cutoff: float) -> int:
     """The last event id recorded before `cutoff` (unix seconds); 0 if none."""
     row = db.execute("SELECT max(id) FROM events WHERE at < ?", (cutoff,)).fetchone()

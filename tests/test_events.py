@@ -403,3 +403,35 @@ def test_since_an_id_that_was_pruned_says_so(env: Env) -> None:
     for args in (["--since", "2"], ["--since", "9"], []):
         r = env.run("events", *args)
         assert r.returncode == 0 and r.stderr == "", args
+
+
+def test_tail_n_and_since_a_time(env: Env) -> None:
+    """`spex events -n N` prints the last N events of those asked for (then
+    follows with -f); `--since` takes an ISO time as well as an id or a
+    duration ago."""
+    for name in ("a", "b", "c"):
+        assert env.run("new", name, "--harness", "demo").returncode == 0
+    assert env.run("stop", "b").returncode == 0
+
+    def kinds(*args: str) -> list[tuple[str, str]]:
+        r = env.run("events", "--json", *args)
+        assert r.returncode == 0, r.stderr
+        return [(e["kind"], e["session"]) for e in map(json.loads, r.stdout.splitlines())]
+
+    every = kinds()
+    assert kinds("-n", "2") == every[-2:]
+    assert kinds("--tail", "1", "--session", "a") == [("created", "a")]
+    assert kinds("-n", "1", "--kind", "created") == [("created", "c")]
+    assert kinds("-n", "0") == [] and kinds("-n", "99") == every
+    last = json.loads(env.run("events", "--json", "-n", "1").stdout)
+    assert kinds("-n", "5", "--since", str(last["id"])) == []  # the later start wins
+    assert kinds("--since", "2000-01-01T00:00:00Z") == every
+    assert kinds("--since", "2999-01-01T00:00:00+00:00") == []
+    from datetime import datetime
+
+    local_now_ish = datetime.fromtimestamp(time.time() + 3600).isoformat(timespec="seconds")
+    assert kinds("--since", local_now_ish) == []  # no zone: local time, as `date` prints
+    for bad in (["-n", "-1"], ["--since", "2026-13-45T99:00Z"], ["--since", "yesterday"]):
+        r = env.run("events", *bad)
+        assert r.returncode == 2 and r.stderr.startswith("spex: ") and "Traceback" not in r.stderr
+        assert r.stderr.count("\n") == 1, (bad, r.stderr)

@@ -82,7 +82,10 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     ),
     "waves": ((), {}),
     "wave": (("wave",), {}),
-    "events": ((), {"--since": None, "--session": "session", "--kind": None}),
+    "events": (
+        (),
+        {"--since": None, "--session": "session", "--kind": None, "-n": None, "--tail": None},
+    ),
     "status-line": ((), {"--format": None}),
     "prune": ((), {"--older-than": None, "--session": "session"}),
     "du": ((), {}),

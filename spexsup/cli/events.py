@@ -18,9 +18,13 @@ if TYPE_CHECKING:
     import sqlite3
 
 
+SINCE_HINT = "an event id, a duration ago (90s, 15m, 2h) or a time (2026-12-01T09:30Z)"
+
+
 def since_of(text: str | None) -> tuple[int | None, float | None]:
-    """`--since`: an event id (digits), or a duration with a unit meaning that
-    long ago; (id, None) or (None, seconds). A bare decimal is neither."""
+    """`--since`: an event id (digits), a duration with a unit meaning that
+    long ago, or an ISO-8601 time; (id, None) or (None, seconds ago). A bare
+    decimal is none of them."""
     from spexsup import durations
 
     if text is None:
@@ -29,10 +33,18 @@ def since_of(text: str | None) -> tuple[int | None, float | None]:
         if int(text) < 0:
             raise Invalid(f"invalid --since {text.strip()}", hint="an event id, 0 or more")
         return int(text), None
+    if re.fullmatch(r"\s*[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.]+(Z|[+-][0-9:]+)?\s*", text):
+        from datetime import UTC, datetime
+
+        try:
+            at = datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise Invalid(f"invalid --since {text!r}", hint=SINCE_HINT) from None
+        if at.tzinfo is None:
+            at = at.astimezone()  # a time without a zone is local, as `date` prints it
+        return None, max(0.0, datetime.now(UTC).timestamp() - at.timestamp())
     if not re.search(r"[smhdw]\s*$", text):
-        raise Invalid(
-            f"invalid --since {text!r}", hint="an event id, or a duration ago: 90s, 15m, 2h"
-        )
+        raise Invalid(f"invalid --since {text!r}", hint=SINCE_HINT)
     return None, durations.parse(text, "--since", allow_zero=True, maximum=None)
 
 
@@ -70,8 +82,19 @@ def events(
             "--since",
             metavar="ID|DURATION",
             help="Only events after event ID (resume a follower where it stopped); says so"
-            " when some of those were pruned. Or those of the last DURATION, a duration:"
-            " 90s, 15m, 2h.",
+            " when some of those were pruned. Or those of the last DURATION (90s, 15m, 2h),"
+            " or since a time (2026-12-01T09:30Z).",
+            show_default=False,
+        ),
+    ] = None,
+    tail: Annotated[
+        int | None,
+        typer.Option(
+            "-n",
+            "--tail",
+            metavar="N",
+            min=0,
+            help="Only the last N events (of those asked for), then --follow's.",
             show_default=False,
         ),
     ] = None,
@@ -108,6 +131,8 @@ def events(
       spex events --follow --json
       spex events --follow --since 1234
       spex events --since 1h --kind failed
+      spex events -n 20 --session api
+      spex events --since 2026-12-01T09:30Z
     """
     from spexsup import events as log
     from spexsup.ids import validate_name
@@ -122,6 +147,9 @@ def events(
     spex.resume_hooks()
     if ago is not None:
         after = log.id_before(spex.store.db, time.time() - ago)
+    if tail is not None:
+        start = log.tail_start(spex.store.db, tail, sessions=names, kinds=kinds)
+        after = start if after is None else max(after, start)
     gone = log.pruned_after(spex.store.db, after) if after is not None and ago is None else None
     if gone is not None:
         # Asked for by id and no longer there: a follower resuming after a
