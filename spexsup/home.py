@@ -38,13 +38,6 @@ HURRIED = 1.0
 _hurry = False
 
 
-def hurry() -> None:
-    """A signal is ending spex: every tmux call from now on gets HURRIED, so
-    a clean-up that meets a frozen server still ends within a second or two."""
-    global _hurry
-    _hurry = True
-
-
 def tmux_timeout() -> float:
     try:
         value = float(os.environ.get("SPEXSUP_TMUX_TIMEOUT", "") or TMUX_TIMEOUT)
@@ -178,7 +171,8 @@ class TmuxHome:
                     pipe.close()
             if isinstance(e, subprocess.TimeoutExpired):
                 raise TmuxTimeout(self.where(), limit) from None
-            hurry()
+            global _hurry
+            _hurry = True
             raise
         out = stdout.split("\n")
         while out and not out[-1]:

@@ -27,11 +27,6 @@ class Signalled(BaseException):
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    # Wherever the signal lands (not only inside a tmux call), the clean-up's
-    # tmux calls get the short bound. No tmux module loaded: no tmux call yet.
-    home = sys.modules.get("spexsup.home")
-    if home is not None:
-        home.hurry()
     raise Signalled(signum)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -92,8 +91,6 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
         return spex.tmux.launch(name, owner, fence, turn, session.cwd, env, argv, force=force)
 
     _await_reporter(spex, name, session.current_turn)
-    if os.environ.get("SPEXSUP_FAULT") == "stop-before-launch":
-        os.kill(os.getpid(), signal.SIGSTOP)  # the test suite's pause between admission and tmux
     result = attempt()
     if result.outcome == "missing" or (result.outcome == "foreign" and not result.holder):
         # Recreate a vanished home, or adopt an older spex's untagged one
