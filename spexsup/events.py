@@ -301,16 +301,22 @@ def read(
     limit: int = 1000,
 ) -> list[sqlite3.Row]:
     """Events with id > `since`, oldest first, at most `limit`."""
-    where = ["id > ?"]
-    args: list[Any] = [since]
+    where, args = _matching(sessions, kinds)
+    query = f"SELECT * FROM events WHERE id > ? AND {where} ORDER BY id LIMIT ?"
+    return list(db.execute(query, (since, *args, limit)))
+
+
+def _matching(sessions: tuple[str, ...], kinds: tuple[str, ...]) -> tuple[str, list[Any]]:
+    """The WHERE terms (and their arguments) for events of these sessions and kinds."""
+    where = ["1"]
+    args: list[Any] = []
     if sessions:
         where.append(f"session IN ({','.join('?' * len(sessions))})")
         args += sessions
     if kinds:
         where.append(f"kind IN ({','.join('?' * len(kinds))})")
         args += kinds
-    query = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY id LIMIT ?"
-    return list(db.execute(query, (*args, limit)))
+    return " AND ".join(where), args
 
 
 def pruned_after(db: sqlite3.Connection, since: int) -> tuple[int, int] | None:
@@ -336,17 +342,9 @@ def tail_start(
     kinds) lie: `spex events -n N`."""
     if count <= 0:
         return last_id(db)
-    where: list[str] = ["1"]
-    args: list[str] = []
-    if sessions:
-        where.append(f"session IN ({','.join('?' * len(sessions))})")
-        args += sessions
-    if kinds:
-        where.append(f"kind IN ({','.join('?' * len(kinds))})")
-        args += kinds
+    where, args = _matching(sessions, kinds)
     row = db.execute(
-        f"SELECT min(id) FROM (SELECT id FROM events WHERE {' AND '.join(where)}"
-        " ORDER BY id DESC LIMIT ?)",
+        f"SELECT min(id) FROM (SELECT id FROM events WHERE {where} ORDER BY id DESC LIMIT ?)",
         (*args, count),
     ).fetchone()
     return int(row[0]) - 1 if row[0] is not None else 0
