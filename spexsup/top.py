@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spexsup import states
 from spexsup.pane import turndir
 from spexsup.spex import Spex
 from spexsup.states import ACTIVE
@@ -138,11 +139,11 @@ class Board:
                 row.last = last_line(row.turn_dir)
 
     def counts(self) -> dict[str, int]:
-        out = {"sessions": len(self.rows), "running": 0, "error": 0, "stopped": 0}
+        out = {"sessions": len(self.rows), "running": 0, states.FAILED: 0, states.STOPPED: 0}
         for row in self.rows:
             if row.active:
                 out["running"] += 1
-            if row.state in ("error", "stopped"):
+            if row.state in (states.FAILED, states.STOPPED):
                 out[row.state] += 1
         return out
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spexsup import states
 from spexsup.cli.render import TOP_HEADERS, top_cells
 from spexsup.errors import SpexError
 from spexsup.home import outer_argv
@@ -108,8 +109,8 @@ class Screen:
             return {}
         with contextlib.suppress(curses.error):
             curses.use_default_colors()
-        pairs = {"error": curses.COLOR_RED, "running": curses.COLOR_GREEN}
-        pairs["stopped"] = curses.COLOR_YELLOW
+        pairs = {states.FAILED: curses.COLOR_RED, states.BUSY: curses.COLOR_GREEN}
+        pairs[states.STOPPED] = curses.COLOR_YELLOW
         out = {}
         for i, (state, color) in enumerate(pairs.items(), start=1):
             try:
@@ -188,7 +189,7 @@ class Screen:
         counts = self.board.counts()
         title = (
             f"spex top · {counts['sessions']} sessions · {counts['running']} running"
-            f" · {counts['error']} error · {counts['stopped']} stopped"
+            f" · {counts[states.FAILED]} failed · {counts[states.STOPPED]} stopped"
         )
         self._put(0, 0, title, width, curses.A_BOLD)
         now = time.time()
@@ -236,7 +237,7 @@ class Screen:
         scr.refresh()
 
     def _state_color(self, row: Row) -> int:
-        if row.state in ("error", "stopped"):
+        if row.state in (states.FAILED, states.STOPPED):
             return self.colors.get(row.state, 0)
         return self.colors.get("running", 0) if row.active else 0
 
