@@ -99,9 +99,9 @@ class UnderLease(Refused):
     """A maintenance lease holds the session: only its bearer may change it."""
 
     def __init__(self, session: str, epoch: int, state: str, holder: int | None) -> None:
+        who = f"held by pid {holder}" if holder else "its holder is gone"
         super().__init__(
-            f"session {session!r} is under a maintenance lease"
-            f" (epoch {epoch}, {state}, holder pid {holder})",
+            f"session {session!r} is under maintenance lease {epoch} ({state}, {who})",
             hint="spex maint --status",
         )
         self.session = session

@@ -116,9 +116,22 @@ def run(op: str, session: str, force: bool = False) -> Reply:
     reply = request(op, session, force)
     if reply.outcome == "committed":
         return reply
-    message = f"{op} {session}: {reply.code}: {reply.error}"
+    what = f"{op} {session}{' --force' if force else ''}"
+    error = reply.error or reply.code or "refused"
+    message = error if error.startswith(what) else f"{what}: {error}"
+    hint = HINTS.get(reply.code or "")
     if reply.outcome == "indeterminate":
-        raise Indeterminate(message)
+        raise Indeterminate(message, hint=hint)
     if reply.code == "maintenance_invalid":
-        raise Invalid(message)
-    raise Refused(message)
+        raise Invalid(message, hint=hint)
+    raise Refused(message, hint=hint)
+
+
+# What a person does about each refusal (the code itself is for programs:
+# `spex maint-op … --json` and the broker's frames carry it).
+HINTS = {
+    "maintenance_capability_used": "the lease grants each operation once",
+    "maintenance_capability_missing": "grant it: spex maint --stop NAME / --resume NAME[:force]",
+    "maintenance_busy": "wait for the earlier operation to end",
+    "maintenance_deadline": "spex show the session to see where it got to",
+}

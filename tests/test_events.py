@@ -91,7 +91,7 @@ def test_lost_turn_and_home_recreated(env: Env) -> None:
     assert env.run("up", "--all").returncode == 0
     assert kinds(env, "a")[-2:] == ["lost", "home-recreated"]
     lost = log(env, "--kind", "lost")[0]
-    assert lost["turn"] == woke["turn"] and "without a final marker" in lost["error"]
+    assert lost["turn"] == woke["turn"] and "never recorded how it ended" in lost["error"]
 
 
 def test_wave_and_lease_events(env: Env) -> None:

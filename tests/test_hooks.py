@@ -84,7 +84,7 @@ def test_two_readers_racing_over_a_lost_turn_fire_its_hook_once(env: Env) -> Non
     assert args == ["a", "lost", "", "{nope}"]
     assert hook_env["SPEX_EVENT"] == "lost" and hook_env["SPEX_SESSION"] == "a"
     assert hook_env["SPEX_TURN"] == woke["turn"] and hook_env["SPEX_VERDICT"] == "lost"
-    assert hook_env["SPEX_RC"] == "" and "without a final marker" in hook_env["SPEX_ERROR"]
+    assert hook_env["SPEX_RC"] == "" and "never recorded how it ended" in hook_env["SPEX_ERROR"]
     assert hook_env["SPEX_SUMMARY"] == "working on: x"
     # Never mistaken for a process of the turn.
     assert "SPEXSUP_TURN" not in hook_env

@@ -150,7 +150,7 @@ def test_maint_wait_says_what_it_waits_for(env: Env) -> None:
     line = waiter.stderr.readline()
     assert re.fullmatch(
         r"spex: waiting up to 60s for the maintenance lease"
-        rf" \(epoch 1 is active, held by pid {holder.pid}\)\n",
+        rf" \(lease 1 is active, held by pid {holder.pid}\)\n",
         line,
     ), line
     go.touch()

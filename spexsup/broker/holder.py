@@ -134,13 +134,13 @@ class Maintenance:
             if time.monotonic() >= give_up:
                 raise Refused(
                     f"no maintenance lease within {self.wait:g}s"
-                    f" (epoch {row['epoch']} is {row['state']}, holder pid {holder})",
+                    f" (lease {row['epoch']} is still {row['state']}, held by pid {holder})",
                     hint="spex maint --status",
                 )
             who = f"held by pid {holder}" if holder else "its holder is gone, recovering"
             self._say_waiting(
                 f"waiting up to {self.wait:g}s for the maintenance lease"
-                f" (epoch {row['epoch']} is {row['state']}, {who})"
+                f" (lease {row['epoch']} is {row['state']}, {who})"
             )
             time.sleep(0.1)
         try:
@@ -170,7 +170,7 @@ class Maintenance:
             }
         )
         return (
-            f"lease epoch {self.epoch} taken; waiting for earlier operations to finish"
+            f"maintenance lease {self.epoch} taken; waiting for earlier operations to finish"
             f" ({', '.join(ops) or 'none left'})"
         )
 
@@ -198,7 +198,7 @@ class Maintenance:
                 and row["state"] in ("draining", "active")
             )
             if not ours:
-                raise AuthorityLost(f"the lease is no longer ours (epoch {row['epoch']})")
+                raise AuthorityLost(f"maintenance lease {self.epoch} is no longer ours")
             db.execute(
                 "UPDATE lease SET deadline = ? WHERE id = 1 AND epoch = ?",
                 (time.time() + self.ttl, self.epoch),

@@ -370,7 +370,8 @@ class Broker:
         )
         if index is None:
             error = (
-                f"{frame.op} {frame.session}{' --force' if frame.force else ''} is not in the plan"
+                f"{frame.op} {frame.session}{' --force' if frame.force else ''}"
+                " was not granted by this lease"
             )
             return response(frame.id, "refused", "maintenance_capability_missing", error), True
         if self.op is not None:

@@ -78,11 +78,11 @@ def maint(
             print_json(document(view))
             return
         if view["state"] == "open":
-            last = f" (last epoch {view['epoch']})" if view["epoch"] else ""
-            typer.echo(f"no maintenance lease{last}")
+            last = f" (the last one, number {view['epoch']}, has ended)" if view["epoch"] else ""
+            typer.echo(f"no maintenance lease is held{last}")
             return
         holder = view["holder"]["pid"] if view["holder"] else "-"
-        typer.echo(f"lease epoch {view['epoch']}: {view['state']} (holder pid {holder})")
+        typer.echo(f"maintenance lease {view['epoch']}: {view['state']} (held by pid {holder})")
         typer.echo(f"scope: {view['scope']}")
         for cap in view["plan"]:
             force = ":force" if cap["force"] else ""
@@ -104,7 +104,7 @@ def _committed(name: str, what: str, as_json: bool) -> None:
     if as_json:
         print_json(document({"ok": True, "session": name, "outcome": "committed"}))
     else:
-        typer.echo(f"{name}: {what} (committed)")
+        typer.echo(f"{name}: {what}")
 
 
 @maint_op.command("stop")

@@ -232,7 +232,8 @@ def show_lines(row: dict[str, Any]) -> list[str]:
     ]
     if row["worktree"]:
         out.append(f"worktree  {worktree_line(row['worktree'])}")
-    out.append(f"resume id {row['harness_session_id'] or '-'}")
+    # The agent's own conversation id, which the next wake continues.
+    out.append(f"conversation {row['harness_session_id'] or '- (the next wake starts one)'}")
     if row["window"]:
         out.append(f"window    {row['window']}s")
     if row.get("timeout"):
@@ -315,12 +316,15 @@ def ended_line(e: dict[str, Any]) -> str:
 
 def stopped_line(d: dict[str, Any]) -> str:
     aborted = d.get("aborted")
-    return clean(f"{d['session']}: stopped" + (f" (turn {aborted} aborted)" if aborted else ""))
+    what = f"turn {aborted} aborted" if aborted else "no turn was running"
+    return clean(f"{d['session']}: stopped ({what}; no new turns until spex resume {d['session']})")
 
 
 def resumed_line(d: dict[str, Any]) -> str:
     n = d["session"]
-    return f"{n}: resumed" if d["resumed"] else f"{n}: not stopped (nothing to do)"
+    if not d["resumed"]:
+        return f"{n}: not stopped (nothing to do)"
+    return f"{n}: resumed: takes turns again (the aborted turn is not restarted)"
 
 
 def refusal_line(name: str, error: str) -> str:

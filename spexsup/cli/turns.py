@@ -137,6 +137,9 @@ def wake(
 ) -> None:
     """Start a turn and print its verdict (confirmed, completed, failed).
 
+    The turn continues the agent's conversation (the `conversation` that
+    `spex show` prints) unless --fresh starts a new one.
+
     \b
     Examples:
       spex wake api "fix the flaky test"
@@ -223,7 +226,12 @@ def stop(
     grace: GraceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Stop the running turn and mark the session stopped.
+    """Abort the running turn and take no new turns until `spex resume`.
+
+    The turn is killed (SIGTERM to its whole process tree, SIGKILL after the
+    grace) and ends `aborted`; it is not paused and does not come back. The
+    agent's conversation is kept: the next wake after `spex resume`
+    continues it.
 
     \b
     Examples:
@@ -259,7 +267,9 @@ def resume(
     prompt: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[PROMPT…]", help="Then wake it with this prompt.", show_default=False
+            metavar="[PROMPT…]",
+            help="Then wake it with this prompt (words joined by spaces).",
+            show_default=False,
         ),
     ] = None,
     all_: AllOpt = False,
@@ -270,8 +280,10 @@ def resume(
     window: WindowOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Leave the stopped state; with a PROMPT, also wake the session.
+    """Let a stopped session take turns again; with a PROMPT, also wake it.
 
+    It does not restart the turn that `spex stop` aborted: a wake (or the
+    PROMPT here) starts a new turn, which continues the agent's conversation.
     A session that is not stopped is left as it is (exit 0).
 
     \b

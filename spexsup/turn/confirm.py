@@ -43,11 +43,11 @@ def _pid_problem(pid: int, pane_pid: int) -> str | None:
     """Why `running:<pid>` can't be trusted, or None: alive, not a zombie, the pane's pid."""
     liveness = identity_liveness(pid, None)
     if liveness is Liveness.DEAD:
-        return f"wrapper pid {pid} is {'a zombie' if is_zombie(pid) else 'dead'}"
+        return f"the turn's process (pid {pid}) is {'a zombie' if is_zombie(pid) else 'dead'}"
     if liveness is Liveness.UNPROVEN:
-        return f"cannot inspect wrapper pid {pid}"
+        return f"cannot inspect the turn's process (pid {pid})"
     if pid != pane_pid:
-        return f"marker pid {pid} is not the pane's process (pane_pid {pane_pid})"
+        return f"the turn's process (pid {pid}) is not the pane's process (pid {pane_pid})"
     return None
 
 
@@ -91,7 +91,7 @@ def confirm_startup(
         if m.stage is Stage.EXIT:
             return Startup("completed" if m.rc == 0 else "failed", m)
         if m.stage is Stage.INVALID:
-            return Startup("failed", m, f"invalid outcome marker {m.text!r}")
+            return Startup("failed", m, f"the turn's record is unreadable ({m.text!r})")
         if m.stage is Stage.REPORTING and m.rc == 0:
             return Startup("completed", m, None, m.pid)
         now = time.monotonic()
@@ -102,7 +102,8 @@ def confirm_startup(
             return Startup("completed" if m.rc == 0 else "failed", m, None, m.pid)
         if first is None and now >= deadline - settle and m.stage is not Stage.REPORTING:
             if m.stage is Stage.NONE:
-                return Startup("failed", m, "never confirmed startup (no outcome marker)")
+                why = "never confirmed startup (the turn did not start in its pane)"
+                return Startup("failed", m, why)
             assert m.pid is not None
             problem = _pid_problem(m.pid, pane_pid)
             if problem:
@@ -117,9 +118,11 @@ def confirm_startup(
                 or m.pid != first.pid
                 or m.stage not in (Stage.RUNNING, Stage.LIMITED)
             ):
-                return Startup("failed", m, f"marker changed while settling: {m.text!r}")
+                why = f"its start did not hold: the turn's record changed to {m.text!r}"
+                return Startup("failed", m, why)
             if identity_liveness(first.pid, token) is not Liveness.ALIVE:
-                return Startup("failed", m, f"wrapper pid {first.pid} died while settling")
+                why = f"the turn's process (pid {first.pid}) died while its start was checked"
+                return Startup("failed", m, why)
             return Startup("confirmed", m, None, first.pid)
         target = deadline if first is not None else deadline - settle
         watch.wait(target - now)

@@ -161,7 +161,7 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
         alive = turndir.wrapper_liveness(m.pid, directory)
         if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:
             with spex.store.tx() as db:
-                why = "its launcher died; its wrapper runs"
+                why = "the spex wake that started it died; the turn runs on"
                 ledger.mark_running(db, name, turn, pid=m.pid, note=why)
         if alive is not Liveness.DEAD:
             return
@@ -174,18 +174,21 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
         if kept is not None and kept.stage is Stage.REPORTING:
             m = kept._replace(pid=m.pid)
         if m.stage is Stage.REPORTING:
-            why = f"wrapper pid {m.pid} died while reporting rc={m.rc}"
+            why = f"the turn's process (pid {m.pid}) died while recording its end (rc={m.rc})"
             report.record_exit(spex.store, name, turn, m.rc, directory, error=why)
         else:
-            why = f"wrapper pid {m.pid} vanished without a final marker"
+            why = (
+                f"the turn's process (pid {m.pid}) is gone and never recorded how it ended"
+                " (its pane was closed, the tmux server died, or the machine restarted)"
+            )
             report.record_exit(
                 spex.store, name, turn, None, directory, state="lost", error=why, launched=True
             )
     elif m.stage is Stage.INVALID:
-        why = f"invalid outcome marker {m.text!r}"
+        why = f"the turn's record is unreadable ({m.text!r})"
         report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
     elif _unlaunched(spex, row, directory) is Liveness.DEAD:
-        why = "its launcher died before the turn confirmed startup"
+        why = "the spex wake that started it died before the turn confirmed its start"
         report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
 
 
