@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,8 @@ SESSIONS = {
 
 
 def spex(*args: str, check: bool = True) -> int:
-    print(f"\n$ spex {' '.join(args)}", flush=True)
+    # Shell-quoted: every printed command can be pasted as it is.
+    print(f"\n$ spex {shlex.join(args)}", flush=True)
     rc = subprocess.run([SPEX, *args], check=False).returncode
     if check and rc not in (0,):
         raise SystemExit(f"demo: spex {args[0]} exited {rc}")

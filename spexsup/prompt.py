@@ -1,4 +1,5 @@
-"""A prompt's exact bytes, read once and bounded: TEXT, `-f FILE` or `-f -` (stdin).
+"""A prompt's exact bytes, read once and bounded: TEXT…, `-m TEXT`, `-f FILE`
+or `-f -` (stdin).
 
 Every door that takes a prompt (wake, new, resume, fanout, and the remote
 router that forwards one to another host) reads it here, so the bound and
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from spexsup.errors import Invalid
@@ -17,15 +19,31 @@ from spexsup.errors import Invalid
 MAX_PROMPT = 1 << 20
 
 
-def read(text: str | None, file: str | None) -> bytes:
-    """TEXT, or the file's bytes, or stdin's for `-` (at most 1 MiB, never empty)."""
-    if (text is None) == (file is None):
-        raise Invalid("give the prompt as TEXT or with -f FILE (or -f - for stdin), not both")
-    if text is not None:
-        return checked(os.fsencode(text))
+def read(
+    words: Sequence[str] | str | None,
+    file: str | None,
+    *,
+    message: str | None = None,
+    forms: str = "TEXT… or -m TEXT",
+) -> bytes:
+    """The prompt, given exactly one way: TEXT words (joined by one space, as a
+    shell passed them), `-m TEXT`, or the file's bytes (stdin's for `-`); at
+    most 1 MiB, never empty. `forms` is how this command takes it as text,
+    for the hint of a prompt given no way or two."""
+    if isinstance(words, str):
+        words = [words]
+    words = list(words or ())
+    given = (bool(words), message is not None, file is not None)
+    if not any(given):
+        raise Invalid("no prompt given", hint=f"give it as {forms}, or -f FILE (-f - reads stdin)")
+    if sum(given) > 1:
+        raise Invalid(
+            "the prompt is given more than one way", hint=f"give it one way: {forms} or -f FILE"
+        )
+    if file is None:
+        return checked(os.fsencode(" ".join(words) if words else (message or "")))
     if file == "-":
         return checked(sys.stdin.buffer.read(MAX_PROMPT + 1))
-    assert file is not None
     try:
         with Path(file).open("rb") as f:
             return checked(f.read(MAX_PROMPT + 1))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,10 @@ def test_demo_script(env: Env) -> None:
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "$ spex fanout" in r.stdout
+    # Every command it shows can be pasted into a shell as printed.
+    shown = [line[2:] for line in r.stdout.splitlines() if line.startswith("$ spex ")]
+    assert "spex wake demo-1 'refactor the parser'" in shown, shown
+    assert all(shlex.split(line)[0] == "spex" for line in shown)
     names = {s["name"] for s in json.loads(env.run("ls", "--json").stdout)}
     assert {"demo-1", "demo-2", "demo-3"} <= names
 

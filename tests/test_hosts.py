@@ -231,6 +231,20 @@ def test_remote_wake_options_keep_their_values(fleet: Fleet) -> None:
     turn = json.loads(f.spex("show", "box1:rec", "--json").stdout)["turns"][0]
     assert turn["timeout"] == 30
     assert (f.h1 / "turns" / "rec" / v["turn"] / "on-limit").read_text().split()[0] == "7200"
+    # One prompt grammar there as here: TEXT words joined, -m TEXT, and a
+    # resume that wakes with -m.
+    r = f.spex("wake", "box1:rec", "two", "words", "--window", "10")
+    assert r.returncode == 0, r.stderr
+    assert retry_until(lambda: got.read_bytes() == b"two words")
+    r = f.spex("wake", "box1:rec", "-m", "as  one", "--window", "10")
+    assert r.returncode == 0, r.stderr
+    assert retry_until(lambda: got.read_bytes() == b"as  one")
+    assert f.spex("stop", "box1:rec").returncode == 0
+    r = f.spex("resume", "box1:rec", "-m", "after the stop", "--window", "10")
+    assert r.returncode == 0, r.stderr
+    assert retry_until(lambda: got.read_bytes() == b"after the stop")
+    r = f.spex("wake", "box1:rec", "x", "-m", "y")
+    assert r.returncode == 2 and "more than one way" in r.stderr, r.stderr
 
 
 def test_ls_all_hosts_with_one_host_unreachable(fleet: Fleet) -> None:

@@ -228,6 +228,16 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
         path = ctx.command_path.split(" ", 1) if ctx else []
         where = f"spex {path[1]} --help" if len(path) == 2 else "spex --help"
         first = " ".join(str(message).split())
+        unknown = getattr(e, "option_name", None)
+        if type(e).__name__ == "NoSuchOption" and unknown:
+            # click lists every option that starts alike; name the one meant.
+            import difflib
+
+            known = sorted(getattr(e, "possibilities", None) or _options_of(ctx))
+            close = difflib.get_close_matches(unknown, known, n=1, cutoff=0.6)
+            first = f"no such option {unknown!r}"
+            where = f"did you mean {close[0]}? see {where}" if close else f"see {where}"
+            return fail(f"{first} ({where})", 2, as_json)
         return fail(f"{first} (see {where})", getattr(e, "exit_code", 2), as_json)
     except BrokenPipeError:
         return 1
@@ -254,6 +264,12 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
     if not completing and rest and rest[0] in WRITERS:
         _housekeep(home)
     return code if isinstance(code, int) else 0
+
+
+def _options_of(ctx: Any) -> list[str]:
+    """Every option spelling of the command that refused one."""
+    command = getattr(ctx, "command", None)
+    return [o for p in getattr(command, "params", ()) for o in getattr(p, "opts", ())]
 
 
 def _full(home: str | None, filename: str | None) -> str:

@@ -278,6 +278,10 @@ def fanout(
     defaults = settings(ctx, spex)
     request = wt.Request(None, base, repo, worktree_dir)
     plans.check_best_of_options(worktrees, request, prefix=prefix, harness=harness)
+
+    def read_prompt() -> bytes:
+        return prompts.read(None, file, message=message, forms="-m TEXT")
+
     if worktrees is not None:
         if names or all_ or match or retry_failed:
             raise Invalid("--worktrees makes its own sessions: name none, no --all/--match")
@@ -292,7 +296,7 @@ def fanout(
             spex,
             worktrees,
             request,
-            lambda: prompts.read(message, file),
+            read_prompt,
             given,
             prefix=prefix,
             harness=harness or defaults.default_harness,
@@ -304,9 +308,7 @@ def fanout(
             raise Invalid("--retry-failed takes no prompt and no --all/--match")
         plan = plans.retry(spex, retry_failed, names or [], given)
     else:
-        plan = plans.to_sessions(
-            spex, names or [], lambda: prompts.read(message, file), given, all_=all_, match=match
-        )
+        plan = plans.to_sessions(spex, names or [], read_prompt, given, all_=all_, match=match)
     run_wave(
         spex,
         plan,
@@ -483,7 +485,7 @@ def fleet_fanout(
                 groups[h] = None
         elif all_ or match:
             raise Invalid("--all and --match with HOST:NAME legs need --hosts")
-        prompt = prompts.read(message, file)
+        prompt = prompts.read(None, file, message=message, forms="-m TEXT")
         doc = fleet.fanout(
             cfg, state, groups, prompt, options=options, turn_options=given, match=match
         )

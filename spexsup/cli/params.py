@@ -41,6 +41,10 @@ PromptFileOpt = Annotated[
     str | None,
     typer.Option("-f", "--file", metavar="FILE", help="Read the prompt from FILE, or - for stdin."),
 ]
+MessageOpt = Annotated[
+    str | None,
+    typer.Option("-m", "--message", metavar="TEXT", help="The prompt, as one argument."),
+]
 GraceOpt = Annotated[
     str | None,
     typer.Option(

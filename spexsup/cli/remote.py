@@ -133,10 +133,15 @@ def _run(home: str | None, host_name: str, words: list[str], command: str, *, as
     if command == "resume" and stdin is not None:
         # `resume NAME PROMPT…`: resume there, then wake with the prompt on stdin.
         name = words[1]
-        rc = _rendered(host, state, "resume", [w for w in words if w != "-"], None, as_json)
+        rc = _rendered(host, state, "resume", words, None, as_json)
         if rc != 0:
             return rc
-        wake = ["wake", name, "-f", "-", *[w for w in words[2:] if w in ("--window", "--json")]]
+        wake = ["wake", name, "-f", "-"]
+        for i, w in enumerate(words[2:], start=2):
+            if w == "--json" or w.startswith("--window="):
+                wake.append(w)
+            elif w == "--window" and i + 1 < len(words):
+                wake += [w, words[i + 1]]
         return _rendered(host, state, "wake", wake, stdin, as_json)
     if command in RENDERED and not (command == "ls" and "--help" in words):
         return _rendered(host, state, command, words, stdin, as_json)
@@ -230,11 +235,12 @@ def _prompt_to_stdin(command: str, words: list[str]) -> tuple[list[str], bytes |
     if command == "wake":
         return _wake_prompt(words)
     if command == "resume":
-        positional = _positionals(words[1:], {"--match", "--window"})
-        if len(positional) > 1:
-            text = " ".join(words[1:][i] for i in positional[1:])
-            keep = [w for k, w in enumerate(words[1:]) if k not in positional[1:]]
-            return [command, *keep], prompts.checked(os.fsencode(text))
+        given = {"-m", "--message", "-f", "--file"}
+        if len(_positionals(words[1:], {"--match", "--window", *given})) > 1 or any(
+            w in given or w.startswith(("--message=", "--file=")) for w in words
+        ):
+            plain, data = _wake_prompt(words, command="resume")
+            return plain[:-2], data  # resume there, then the wake takes `-f -`
         return words, None
     options = PROMPT_OPTIONS.get(command)
     if options is None:
@@ -250,7 +256,7 @@ def _prompt_to_stdin(command: str, words: list[str]) -> tuple[list[str], bytes |
             continue
         out.append(words[i])
         i += 1
-    if stdin is None and command == "fanout" and ("-f" in out or "--file" in out):
+    if stdin is None and command in ("fanout", "up") and ("-f" in out or "--file" in out):
         return _file_to_stdin(out)
     return out, stdin
 
@@ -272,16 +278,18 @@ def _positionals(words: list[str], valued: set[str]) -> list[int]:
     return found
 
 
-def _wake_prompt(words: list[str]) -> tuple[list[str], bytes | None]:
-    """`wake NAME [TEXT] [-f FILE|-] [options]` -> `wake NAME [options] -f -` and the bytes.
-    Options that take a value (`--timeout 30`, `--on-limit wait:2`) keep it, as
-    the local command parses them: it is never taken for the prompt."""
+def _wake_prompt(words: list[str], command: str = "wake") -> tuple[list[str], bytes | None]:
+    """`wake NAME [TEXT…] [-m TEXT] [-f FILE|-] [options]` -> `wake NAME
+    [options] -f -` and the bytes (`resume NAME …` alike). Options that take a
+    value (`--timeout 30`, `--on-limit wait:2`) keep it, as the local command
+    parses them: it is never taken for the prompt."""
     from spexsup.cli.complete import SPEC
 
-    valued = set(SPEC["wake"][1]) - {"-f", "--file"}
+    valued = set(SPEC[command][1]) - {"-f", "--file", "-m", "--message"}
     rest = words[1:]
     name: str | None = None
-    text: str | None = None
+    text: list[str] = []
+    message: str | None = None
     file: str | None = None
     keep: list[str] = []
     i = 0
@@ -295,6 +303,11 @@ def _wake_prompt(words: list[str]) -> tuple[list[str], bytes | None]:
             i += 1
         elif not dashdash and w.startswith("--file="):
             file = w.partition("=")[2]
+        elif not dashdash and w in ("-m", "--message") and i + 1 < len(rest):
+            message = rest[i + 1]
+            i += 1
+        elif not dashdash and w.startswith("--message="):
+            message = w.partition("=")[2]
         elif not dashdash and w in valued and i + 1 < len(rest):
             keep += [w, rest[i + 1]]
             i += 1
@@ -302,18 +315,14 @@ def _wake_prompt(words: list[str]) -> tuple[list[str], bytes | None]:
             keep.append(w)
         elif name is None:
             name = w
-        elif text is None:
-            text = w
         else:
-            raise Invalid(f"wake: unexpected word {w!r}", hint="quote the prompt as one word")
+            text.append(w)
         i += 1
     if name is None:
-        raise Invalid("wake needs a session name", hint="spex wake HOST:NAME TEXT")
+        raise Invalid(f"{command} needs a session name", hint=f"spex {command} HOST:NAME TEXT")
     if "-h" in keep or "--help" in keep:
-        return ["wake", name, *keep], None
-    if (text is None) == (file is None):
-        raise Invalid("give the prompt as TEXT or with -f FILE (or -f - for stdin), not both")
-    return ["wake", name, *keep, "-f", "-"], prompts.read(text, file)
+        return [command, name, *keep], None
+    return [command, name, *keep, "-f", "-"], prompts.read(text, file, message=message)
 
 
 def _file_to_stdin(words: list[str]) -> tuple[list[str], bytes | None]:

@@ -453,6 +453,12 @@ def up(
         str | None,
         typer.Option("-m", "--message", metavar="TEXT", help="The prompt for --revive."),
     ] = None,
+    file: Annotated[
+        str | None,
+        typer.Option(
+            "-f", "--file", metavar="FILE", help="Read the prompt for --revive from FILE (- stdin)."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Recreate missing tmux homes (never starts a turn); --revive resumes interrupted turns.
@@ -469,8 +475,11 @@ def up(
         raise Invalid("name the sessions or give --all, not both")
     if not names and not all_ and not revive:
         raise Invalid("name the sessions to bring up, or give --all")
-    if message is not None and not revive:
-        raise Invalid("-m goes with --revive")
+    if (message is not None or file is not None) and not revive:
+        raise Invalid("a prompt (-m, -f) goes with --revive")
+    prompt = None
+    if message is not None or file is not None:
+        prompt = prompts.read(None, file, message=message, forms="-m TEXT")
     for n in names or []:
         ids.validate_name(n)
     spex = open_spex(ctx)
@@ -484,7 +493,6 @@ def up(
         from spexsup import fanout as plans
         from spexsup.cli.fanout import run_wave
 
-        prompt = None if message is None else prompts.read(message, None)
         with plans.revive(spex, names, prompt) as plan:
             if plan.nothing is not None and as_json:
                 print_json({"revived": [], "homes": [r.as_json() for r in reports]})

@@ -14,6 +14,7 @@ from spexsup.cli.params import (
     GraceOpt,
     JsonOpt,
     MatchOpt,
+    MessageOpt,
     NameArg,
     NamesArg,
     OnLimitOpt,
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 WAKE_OPTIONS = (
     "-f",
     "--file",
+    "-m",
+    "--message",
     "--window",
     "--fresh",
     "--force",
@@ -75,9 +78,13 @@ def check_dashed_prompt(argv: list[str]) -> None:
         if arg == "--":
             return
         if arg.startswith("-") and arg != "-" and arg.split("=", 1)[0] not in WAKE_OPTIONS:
+            import difflib
+
+            close = difflib.get_close_matches(arg.split("=", 1)[0], WAKE_OPTIONS, n=1)
+            dashed = "a prompt that starts with - goes after --: spex wake NAME -- '-…'"
             raise Invalid(
-                f"wake: {arg!r} is not an option",
-                hint="a prompt that starts with - goes after --: spex wake NAME -- '-…'",
+                f"wake: no such option {arg!r}",
+                hint=f"did you mean {close[0]}? {dashed}" if close else dashed,
             )
 
 
@@ -120,8 +127,14 @@ def wake(
     ctx: typer.Context,
     name: NameArg,
     text: Annotated[
-        str | None, typer.Argument(metavar="[TEXT]", help="The prompt.", show_default=False)
+        list[str] | None,
+        typer.Argument(
+            metavar="[TEXT]…",
+            help="The prompt; several words are joined by one space.",
+            show_default=False,
+        ),
     ] = None,
+    message: MessageOpt = None,
     file: PromptFileOpt = None,
     window: WindowOpt = None,
     fresh: Annotated[
@@ -142,7 +155,8 @@ def wake(
 
     \b
     Examples:
-      spex wake api "fix the flaky test"
+      spex wake api fix the flaky test
+      spex wake api -m "fix the flaky test"
       spex wake api -f prompt.md --window 5
       spex wake api "run the nightly checks" --timeout 15m --strict
       git diff | spex wake api -f - --json
@@ -150,7 +164,7 @@ def wake(
 
     ids.validate_name(name)
     seconds = window_seconds(window)
-    prompt = prompts.read(text, file)
+    prompt = prompts.read(text, file, message=message)
     wake_and_report(
         ctx,
         name,
@@ -272,6 +286,8 @@ def resume(
             show_default=False,
         ),
     ] = None,
+    message: MessageOpt = None,
+    file: PromptFileOpt = None,
     all_: AllOpt = False,
     match: MatchOpt = None,
     force: Annotated[
@@ -290,14 +306,18 @@ def resume(
     Examples:
       spex resume api
       spex resume api fix the flaky test
+      spex resume api -f next-steps.md
       spex resume --match 'api-*' --force
     """
     from spexsup import sessions
     from spexsup.turn.stop import resume as resume_session
 
-    if prompt and (all_ or match is not None):
+    given = bool(prompt) or message is not None or file is not None
+    if given and (all_ or match is not None):
         raise Invalid("a prompt resumes and wakes one session, not --all or --match")
     seconds = window_seconds(window)
+    # Read (and refuse) the prompt before anything changes.
+    data = prompts.read(prompt, file, message=message) if given else None
     spex = open_spex(ctx)
     chosen = sessions.select(spex, [name] if name else [], all_=all_, match=match)
     docs = []
@@ -306,12 +326,9 @@ def resume(
         docs.append(document({"ok": True, "session": n, "resumed": resumed}))
         if not as_json:
             typer.echo(resumed_line(docs[-1]))
-    if prompt:
-        text = " ".join(prompt)
+    if data is not None:
         assert name is not None
-        wake_and_report(
-            ctx, name, prompts.read(text, None), window=seconds, fresh=False, as_json=as_json
-        )
+        wake_and_report(ctx, name, data, window=seconds, fresh=False, as_json=as_json)
         return
     if as_json:
         print_json(docs[0] if name else docs)
