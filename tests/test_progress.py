@@ -90,7 +90,7 @@ def test_no_color_keeps_the_table_but_drops_the_colours(env: Env) -> None:
     assert not COLOUR.search(plain), repr(plain[-300:])
 
 
-def test_fanout_wait_through_a_pipe_is_one_plain_line_per_change(env: Env) -> None:
+def test_fanout_wait_through_a_pipe_is_one_plain_line_per_leg_end(env: Env) -> None:
     go_a = until_go(env, "a")
     go_b = until_go(env, "b")
     proc = subprocess.Popen(
@@ -122,10 +122,30 @@ def test_fanout_wait_through_a_pipe_is_one_plain_line_per_change(env: Env) -> No
     text = "".join(lines)
     assert "\x1b" not in text and "\r" not in text
     stages = [ln.split(":", 1)[1].split("·")[0].strip() for ln in lines if ln.startswith("  a: ")]
-    # Each change once, in order: launching, confirmed, ended (then the summary listing).
-    assert stages[:3] == ["launching", "confirmed", "ended complete rc=0"], lines
-    assert len(set(stages[:3])) == 3
+    # A log: each leg once, when it ends; then the summary.
+    assert stages == ["ended complete rc=0"], lines
+    assert [ln for ln in lines if ln.startswith("  b: ")] == [lines[-3]] or len(lines) == 5, lines
+    assert len(lines) == 5, lines  # wave W: 2 legs / waiting… / b / a / summary
     assert text.rstrip().splitlines()[-1].startswith("wave ")
+
+
+def test_fanout_wait_through_a_pipe_of_many_legs_is_a_line_each_and_a_summary(
+    env: Env,
+) -> None:
+    """12 legs, two of them failing: 12 end lines, each leg once, and the
+    summary (it was a line per stage change and the list again)."""
+    names = [f"l{n}" for n in range(12)]
+    for name in names:
+        rc = 3 if name in ("l4", "l9") else 0
+        assert env.run("new", name, "--", "bash", "-c", f"sleep 0.5; exit {rc}").returncode == 0
+    r = env.run("fanout", "--match", "l*", "-m", "x", "--window", "0.3", "--wait", timeout=120)
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    legs = [ln for ln in lines if ln.startswith("  ")]
+    assert sorted(ln.split(":")[0].strip() for ln in legs) == sorted(names), lines
+    assert sum("ended failed rc=3" in ln for ln in legs) == 2, lines
+    assert len(lines) == len(names) + 3, lines  # the wave line, waiting…, the summary
+    assert lines[-1].startswith("wave ") and "failed 2" in lines[-1], lines
 
 
 def test_maint_wait_says_what_it_waits_for(env: Env) -> None:

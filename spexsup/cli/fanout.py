@@ -427,8 +427,12 @@ def run_wave(
         print_json(document(doc))
     else:
         if wait and not detached and not live:
+            # Each leg's end was printed as it came; a leg the last update
+            # did not show yet is printed now, never one twice.
+            shown = progress.shown if isinstance(progress, PlainLegs) else {}
             for leg in doc["legs"]:
-                typer.echo("  " + leg_line(leg))
+                if leg["session"] not in shown:
+                    typer.echo("  " + leg_line(leg))
         typer.echo(summary(doc))
         if detached:
             typer.echo(f"stopped waiting; still running: {', '.join(detached)}")

@@ -2,9 +2,10 @@
 
 On a terminal `LegsView` keeps a rich `Live` table redrawn in place (twice
 a second, for the clocks and for "producing output", which is a matter of
-time); elsewhere `PlainLegs` prints one plain line per change of a leg's
-stage, no escape codes. Render only: the stages come from the wave's
-document and a `stat` of each running leg's output log.
+time); elsewhere `PlainLegs` prints one plain line per leg as it ends (a
+log, not a screen: 30 legs are 30 lines), no escape codes. Render only:
+the stages come from the wave's document and a `stat` of each running
+leg's output log.
 """
 
 from __future__ import annotations
@@ -129,8 +130,8 @@ class LegsView:
 
 
 class PlainLegs:
-    """Off a terminal: `  a: confirmed · 0m03s`, one line each time a leg's
-    stage changes (`producing output` included), flushed at once."""
+    """Off a terminal: `  a: ended complete rc=0 · 0m03s`, one line when a
+    leg ends (or fails to launch), flushed at once; `shown` says which did."""
 
     def __init__(self, home: Path, prefix: str = "  ") -> None:
         self.home = home
@@ -143,7 +144,7 @@ class PlainLegs:
         with self.lock:
             for leg in doc["legs"]:
                 text = stage(leg, self.home, now)
-                if self.shown.get(leg["session"]) == text or text == "pending":
+                if leg["session"] in self.shown or not ended(text):
                     continue
                 self.shown[leg["session"]] = text
                 line = f"{self.prefix}{leg['session']}: {text} · {elapsed(doc, leg, now)}"
