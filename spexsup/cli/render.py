@@ -208,12 +208,14 @@ def worktree_line(w: dict[str, Any]) -> str:
 
 
 def show_lines(row: dict[str, Any]) -> list[str]:
+    """`spex show`: the session, every setting (`-` where it has none of its
+    own and a default applies; env by name only), then its recent turns."""
     out = [
         f"session   {row['name']}",
         f"harness   {row['harness']}" + (f" {row['command']}" if row["command"] else ""),
     ]
-    if row.get("harness_args"):  # absent from an older host's spex
-        out.append(f"args      {argv_text(row['harness_args'])}")
+    if "harness_args" in row and row["harness"] != "command":  # (an older host's spex: absent)
+        out.append(f"args      {argv_text(row['harness_args']) or '-'}")
     out += [
         f"state     {row['state']}",
         f"home      {row['home']}",
@@ -221,17 +223,11 @@ def show_lines(row: dict[str, Any]) -> list[str]:
     ]
     if row["worktree"]:
         out.append(f"worktree  {worktree_line(row['worktree'])}")
+    if "env_keys" in row:
+        out.append(f"env       {', '.join(row['env_keys']) or '-'}")
     out.append(f"resume id {row['harness_session_id'] or '-'}")
-    if row["window"]:
-        out.append(f"window    {row['window']}s")
-    if row.get("timeout"):
-        from spexsup.outcome import span as limit_span
-
-        out.append(f"timeout   {limit_span(row['timeout'])}")
-    if row.get("strict"):
-        out.append("strict    yes (any outcome flag fails a turn)")
+    out += [f"{label:<9} {text}" for label, text in setting_cells(row)]
     for key, label in (
-        ("on_limit", "on limit "),
         ("binary", "binary   "),
         ("prompt_line", "prompt   "),
         ("answer_line", "answer   "),
@@ -244,6 +240,73 @@ def show_lines(row: dict[str, Any]) -> list[str]:
         return [clean(line) for line in out]
     out.append("turns:")
     out.extend(f"  {turn_line(t)}" for t in turns)
+    return [clean(line) for line in out]
+
+
+def setting_cells(row: dict[str, Any]) -> list[tuple[str, str]]:
+    """A session's window, timeout, strict and on-limit as `show` prints them."""
+    from spexsup.outcome import span as limit_span
+
+    cells = [("window", limit_span(row["window"]) if row["window"] else "-")]
+    if "timeout" in row:  # absent from an older host's spex
+        cells += [
+            ("timeout", limit_span(row["timeout"]) if row["timeout"] else "-"),
+            ("strict", "yes (any outcome flag fails a turn)" if row["strict"] else "no"),
+            ("on limit", row["on_limit"] or "-"),
+        ]
+    return cells
+
+
+# What `spex edit` says of each field it changed, in this order.
+EDIT_LABELS = {
+    "harness": "harness",
+    "command": "command",
+    "harness_args": "args",
+    "cwd": "cwd",
+    "env": "env",
+    "window": "window",
+    "timeout": "timeout",
+    "strict": "strict",
+    "on_limit": "on-limit",
+    "pinned_binary": "binary",
+    "harness_session_id": "resume id",
+}
+
+
+def _setting(key: str, value: Any) -> str:
+    from spexsup.outcome import span as limit_span
+
+    if value is None or value == []:
+        return "-"
+    if key in ("window", "timeout"):
+        return limit_span(value)
+    if key == "strict":
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return argv_text(value)
+    return str(value)
+
+
+def edit_lines(name: str, changes: dict[str, Any], *, dry_run: bool) -> list[str]:
+    """`spex edit`: one line per changed field (`api: window 2s -> 5s`; env by
+    name only), then what was done."""
+    out = []
+    for key, label in EDIT_LABELS.items():
+        change = changes.get(key)
+        if change is None:
+            continue
+        if key == "env":
+            said = [f"{k} set" for k in change["set"]] + [f"{k} unset" for k in change["unset"]]
+            out.append(f"{name}: env {', '.join(said)}")
+        else:
+            was, now = _setting(key, change["from"]), _setting(key, change["to"])
+            out.append(f"{name}: {label} {was} -> {now}")
+    if not changes:
+        out.append(f"{name}: nothing to change (it is so already)")
+    elif dry_run:
+        out.append(f"would edit {name} (dry run: nothing changed)")
+    else:
+        out.append(f"edited {name}: its next turn runs with this")
     return [clean(line) for line in out]
 
 
