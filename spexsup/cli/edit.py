@@ -10,6 +10,7 @@ from spexsup.cli.app import app, open_spex
 from spexsup.cli.params import DURATION, JsonOpt, NameArg, timeout_seconds, window_seconds
 from spexsup.cli.render import document, edit_lines, print_json
 from spexsup.errors import Invalid
+from spexsup.pane.pretty import one_line
 
 
 @app.command()
@@ -144,7 +145,7 @@ def edit(
     spex = open_spex(ctx)
     done = change_session(spex, name, change, check=not no_check, dry_run=dry_run)
     for note in done.notes:
-        typer.echo(f"spex: note: {note}", err=True)
+        typer.echo(one_line(f"spex: note: {note}"), err=True)
     if as_json and dry_run:
         print_json(document({"session": name, "dry_run": True, "changes": done.changes}))
     elif as_json:

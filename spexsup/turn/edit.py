@@ -177,12 +177,8 @@ def _plan(
     command: tuple[str, ...] | None = None
     args: tuple[str, ...] = ()
     if harness == "command":
-        if change.clear_args:
-            raise Invalid(
-                "the command harness needs a command", hint=f"spex edit {s.name} -- CMD ARGS…"
-            )
         command = change.after if change.after is not None else (None if switched else s.command)
-        if not command:
+        if change.clear_args or not command:
             raise Invalid(
                 "the command harness needs a command", hint=f"spex edit {s.name} -- CMD ARGS…"
             )
