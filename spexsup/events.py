@@ -55,6 +55,7 @@ SESSION_KINDS = (
     "resumed",
     "home-recreated",
     "conversation-gone",
+    "edited",
 )
 OTHER_KINDS = (
     "wave-started",

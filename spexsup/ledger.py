@@ -98,6 +98,48 @@ def mark_resumed(db: sqlite3.Connection, name: str, *, force: bool) -> bool:
     return bool(cur.rowcount)
 
 
+# What `spex edit` may change: a session's settings, never its state or turns.
+EDITABLE = frozenset(
+    {
+        "harness",
+        "command",
+        "cwd",
+        "env",
+        "window",
+        "timeout",
+        "strict",
+        "on_limit",
+        "binary",
+        "harness_session_id",
+    }
+)
+
+
+def edit_session(
+    db: sqlite3.Connection,
+    name: str,
+    *,
+    was: Mapping[str, Any],
+    columns: Mapping[str, Any],
+    changes: Mapping[str, Any],
+) -> bool:
+    """A session's settings become `columns`, with its `edited` event (the
+    `changes`), only if it still has the settings `was` (a compare-and-swap:
+    another edit, or a turn's new conversation id, got there first) and no
+    turn is active or being made: False, and nothing changed, otherwise."""
+    if not set(columns) <= EDITABLE or not set(was) <= EDITABLE:
+        raise ValueError(f"not a setting: {sorted(set(columns) - EDITABLE)}")
+    sets = ", ".join(f"{c} = ?" for c in columns)
+    same = "".join(f" AND {c} IS ?" for c in was)
+    cur = db.execute(
+        f"UPDATE sessions SET {sets} WHERE name = ? AND state NOT IN (?, ?, ?){same}",
+        (*columns.values(), name, BUSY, CREATING, REMOVING, *was.values()),
+    )
+    if cur.rowcount:
+        events.record(db, "edited", session=name, changes=dict(changes))
+    return bool(cur.rowcount)
+
+
 # --- turns -------------------------------------------------------------------------
 
 

@@ -173,11 +173,18 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not ENV_KEY_RE.fullmatch(key) or "\0" in value:
             raise Invalid(f"invalid --env {pair!r}", hint="use KEY=VALUE")
-        if key.startswith("SPEXSUP_"):
-            # The wrapper and the reaper rely on these naming the turn.
-            raise Invalid(f"invalid --env {pair!r}: SPEXSUP_* names are reserved for spex")
+        check_env_key(key, f"--env {pair!r}")
         env[key] = value
     return env
+
+
+def check_env_key(key: str, shown: str) -> None:
+    """A name a session's env may set or unset; `shown` is what the message quotes."""
+    if not ENV_KEY_RE.fullmatch(key):
+        raise Invalid(f"invalid {shown}", hint="a name of letters, digits and _")
+    if key.startswith("SPEXSUP_"):
+        # The wrapper and the reaper rely on these naming the turn.
+        raise Invalid(f"invalid {shown}: SPEXSUP_* names are reserved for spex")
 
 
 def validate_window(window: float | None) -> float | None:
@@ -194,6 +201,61 @@ def no_harness(home: Path, *, command: bool = True) -> Invalid:
         "no harness given and no default_harness in config.toml",
         hint=f"--harness one of: {names}" + ("; or -- CMD ARGS…" if command else ""),
     )
+
+
+def check_harness(
+    home: Path,
+    harness: str | None,
+    command: Sequence[str] | None,
+    harness_args: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    check: bool,
+) -> tuple[str, str | None]:
+    """What a session runs, checked as `spex new` and `spex edit` check it:
+    the harness's name (`command` with a command and no harness) and, with
+    `check`, the binary pinned when turns would not find it on their PATH
+    (`check_binary`; None when they do). Invalid for a harness that is not
+    known or does not fit `command` and `harness_args`."""
+    if command and harness is None:
+        harness = "command"
+    if harness is None:
+        raise no_harness(home)
+    if harness != "command":
+        adapter = registry.load_registry(home).get(harness)
+    if harness == "command" and not command:
+        raise Invalid("the command harness needs a command", hint="spex new NAME -- CMD ARGS…")
+    if command and harness != "command":
+        raise Invalid(f"a command after -- needs --harness command, not {harness!r}")
+    if harness_args and harness == "command":
+        raise Invalid("the command harness takes its arguments in its command")
+    for arg in [*(command or ()), *harness_args]:
+        if not isinstance(arg, str) or "\0" in arg:
+            raise Invalid(f"invalid argument for {harness}: {arg!r}", hint="strings with no NUL")
+    if not check or harness == "command" or not adapter.binary:
+        return harness, None
+    found = check_binary(home, adapter.binary, env)
+    return harness, found.path if found.pinned else None
+
+
+def working_directory(
+    cwd: str | None, command: Sequence[str] | None, *, check: bool, made: bool = True
+) -> Path:
+    """A session's cwd, absolute (default: here): an existing directory
+    unless it is not `made` yet (a worktree to come), where a command given
+    as a path must be an executable (with `check`; of a directory not made,
+    only an absolute path can be checked)."""
+    try:
+        directory = Path(cwd or ".").expanduser().resolve()
+    except FileNotFoundError:
+        raise Invalid(
+            "the current directory no longer exists", hint="cd somewhere, or pass --cwd DIR"
+        ) from None
+    if made and not directory.is_dir():
+        raise Invalid(f"no such directory {str(directory)!r}", hint="--cwd DIR")
+    if check and command and (made or command[0].startswith("/")):
+        check_command(command[0], directory)
+    return directory
 
 
 def create(
@@ -227,27 +289,9 @@ def create(
     """
     ids.validate_name(name)
     validate_window(window)
-    if command and harness is None:
-        harness = "command"
-    if harness is None:
-        raise no_harness(spex.home)
-    if harness != "command":
-        adapter = registry.load_registry(spex.home).get(harness)
-    if harness == "command" and not command:
-        raise Invalid("the command harness needs a command", hint="spex new NAME -- CMD ARGS…")
-    if command and harness != "command":
-        raise Invalid(f"a command after -- needs --harness command, not {harness!r}")
-    if harness_args and harness == "command":
-        raise Invalid("the command harness takes its arguments in its command")
-    for arg in harness_args:
-        if not isinstance(arg, str) or "\0" in arg:
-            raise Invalid(f"invalid argument for {harness}: {arg!r}", hint="strings with no NUL")
-    after = list(command) if command else list(harness_args)
     env = parse_env([f"{k}={v}" for k, v in (env or {}).items()])
-    pinned = None
-    if check and harness != "command" and adapter.binary:
-        found = check_binary(spex.home, adapter.binary, env)
-        pinned = found.path if found.pinned else None
+    harness, pinned = check_harness(spex.home, harness, command, harness_args, env, check=check)
+    after = list(command) if command else list(harness_args)
     plan = None
     if worktree is not None:
         from spexsup import worktree as worktrees
@@ -260,17 +304,7 @@ def create(
         plan = worktrees.plan(name, worktree)
         require_trust(spex.home, plan.setup, confirm)
         cwd = plan.worktree.path
-    try:
-        directory = Path(cwd or ".").expanduser().resolve()
-    except FileNotFoundError:
-        raise Invalid(
-            "the current directory no longer exists", hint="cd somewhere, or pass --cwd DIR"
-        ) from None
-    if plan is None and not directory.is_dir():
-        raise Invalid(f"no such directory {str(directory)!r}", hint="--cwd DIR")
-    if check and command and (plan is None or command[0].startswith("/")):
-        # (A worktree's files are not there yet: only an absolute path is checked.)
-        check_command(command[0], directory)
+    directory = working_directory(cwd, command, check=check, made=plan is None)
     incarnation = os.urandom(6).hex()  # secrets' source, without its hmac import
     try:
         with spex.store.tx() as db:

@@ -348,7 +348,9 @@ def test_claude_session_arguments_in_fresh_and_resumed_turns(env: Env) -> None:
     assert doc["command"] is None
     assert json.loads(env.run("ls", "--json").stdout)[0]["harness_args"] == ours
     text = env.run("show", "c").stdout
-    assert "harness   claude\nargs      --permission-mode acceptEdits --model sonnet\n" in text
+    assert (
+        "harness      claude\nargs         --permission-mode acceptEdits --model sonnet\n" in text
+    )
 
 
 def test_pi_session_arguments_with_the_prompt_on_stdin(env: Env) -> None:
@@ -366,7 +368,7 @@ def test_pi_session_arguments_with_the_prompt_on_stdin(env: Env) -> None:
     assert fresh == ["-p", "--mode", "json", "--model", "a b"]
     assert resumed[-4:] == ["--session", show(env, "p")["harness_session_id"], "--model", "a b"]
     assert got.read_bytes() == b"two"
-    assert "args      --model 'a b'\n" in env.run("show", "p").stdout
+    assert "args         --model 'a b'\n" in env.run("show", "p").stdout
 
 
 def test_session_arguments_reach_the_run_after_a_usage_limit_wait(env: Env) -> None:

@@ -148,6 +148,31 @@ def test_remote_session_commands_match_local(fleet: Fleet) -> None:
     assert f.spex("-H", "box2", "ls", "--json").stdout.strip() == "[]"
 
 
+def test_remote_edit_changes_the_hosts_session(fleet: Fleet) -> None:
+    f = fleet
+    r = f.spex("-H", "box1", "new", "e", "--cwd", str(f.h1), "--", str(HARNESSES / "exit0.sh"))
+    assert r.returncode == 0, r.stderr
+    r = f.spex("-H", "box1", "edit", "e", "--timeout", "1h", "--on-limit", "wait:2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[:2] == ["e: timeout - -> 1h", "e: on-limit - -> wait:2"]
+    shown = json.loads(f.there(f.h1, "show", "e", "--json").stdout)
+    assert (shown["timeout"], shown["on_limit"]) == (3600, "wait:2")
+    for args in (
+        ["--timeout", "2h", "--dry-run"],
+        ["--timeout", "2h", "--dry-run", "--json"],
+        ["--window", "soon"],
+        ["--window", "soon", "--json"],
+        [],
+    ):
+        same(f.spex("edit", "box1:e", *args), f.there(f.h1, "edit", "e", *args))
+    same(f.spex("edit", "box1:nosuch", "--strict"), f.there(f.h1, "edit", "nosuch", "--strict"))
+    r = f.spex("edit", "box1:e", "--", str(HARNESSES / "exit7.sh"))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(f.there(f.h1, "show", "e", "--json").stdout)["command"] == [
+        str(HARNESSES / "exit7.sh")
+    ]
+
+
 def test_bad_addresses_and_hosts_are_one_line(fleet: Fleet) -> None:
     f = fleet
     r = f.spex("show", "nohost:api")

@@ -45,7 +45,7 @@ def test_a_harness_found_only_on_the_login_path(env: Env) -> None:
     assert code == 0 and v["verdict"] == "completed", v
     assert "from the login PATH: hello" in env.run("log", "m").stdout
     assert show(env, "m")["binary"] == str(found)
-    assert f"binary    {found}" in env.run("show", "m").stdout
+    assert f"binary       {found}" in env.run("show", "m").stdout
 
 
 def test_the_sessions_env_path_wins(env: Env) -> None:

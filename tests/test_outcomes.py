@@ -709,8 +709,8 @@ def test_show_prints_prompt_and_answer(env: Env) -> None:
     new(env, "c", "claude", **ONLINE)
     wake_json(env, "c", "look at the configs\nand more lines [ask]", "--window", "10")
     out = env.run("show", "c").stdout
-    assert "prompt    look at the configs\n" in out
-    assert "answer    I found two config files. Which one should I change?\n" in out
+    assert "prompt       look at the configs\n" in out
+    assert "answer       I found two config files. Which one should I change?\n" in out
     assert "(ended asking a question)" in out
     doc = show(env, "c")
     assert doc["prompt_line"] == "look at the configs"

@@ -78,7 +78,7 @@ def test_a_dead_pane_is_reported_dead_and_up_respawns_it(env: Env) -> None:
 
     assert retry_until(lambda: home() == "dead")
     assert "dead (spex up)" in env.run("ls").stdout
-    assert "home      dead" in env.run("show", "a").stdout
+    assert "home         dead" in env.run("show", "a").stdout
     up = env.run("up", "a")
     assert up.returncode == 0, up.stderr
     assert up.stdout.startswith("a: respawned")

@@ -33,7 +33,7 @@ def test_round_trip(env: Env) -> None:
     shown = json.loads(env.run("show", "alpha", "--json").stdout)
     assert shown["name"] == "alpha"
     assert shown["turns"] == []
-    assert "session   alpha" in env.run("show", "alpha").stdout
+    assert "session      alpha" in env.run("show", "alpha").stdout
     assert env.run("rm", "alpha").returncode == 0
     assert json.loads(env.run("ls", "--json").stdout) == []
     assert env.tmux("has-session", "-t", "=alpha").returncode != 0

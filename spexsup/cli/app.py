@@ -45,6 +45,7 @@ COMMANDS = (
     Command("up", "sessions", writes=True),
     Command("ls", "sessions"),
     Command("show", "sessions"),
+    Command("edit", "edit", writes=True),
     Command("top", "top"),
     Command("rm", "sessions", writes=True),
     Command("fanout", "fanout", writes=True),

@@ -73,6 +73,18 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     "ls": (("session", "*"), {"--hosts": None, "--match": None, "--state": None}),
     "hosts": ((), {}),
     "show": (("session",), {}),
+    "edit": (
+        ("session",),
+        {
+            "--harness": "harness",
+            "--cwd": None,
+            "--env": None,
+            "--unset-env": None,
+            "--window": None,
+            "--timeout": None,
+            "--on-limit": None,
+        },
+    ),
     "top": ((), {}),
     "rm": (("session", "*"), {"--match": None}),
     "fanout": (

@@ -65,6 +65,8 @@ def event_line(row: "sqlite3.Row") -> str:
     for key in ("wave", "epoch"):
         if key in payload:
             line += f" {key} {payload[key]}"
+    if isinstance(payload.get("changes"), dict):  # `edited`: which settings
+        line += f" {', '.join(payload['changes'])}"
     if row["kind"] == "wave-ended" and payload.get("state"):
         line += f" {payload['state']}"
     if row["error"] or payload.get("note"):
@@ -125,8 +127,8 @@ def events(
     \b
     Kinds: launched confirmed completed failed aborted lost interrupted
     timed-out created removed stopped resumed home-recreated
-    conversation-gone wave-started wave-ended lease-acquired lease-released
-    lease-recovered.
+    conversation-gone edited wave-started wave-ended lease-acquired
+    lease-released lease-recovered.
     The last 100000 events are kept.
 
     \b

@@ -219,43 +219,109 @@ def worktree_line(w: dict[str, Any]) -> str:
 
 
 def show_lines(row: dict[str, Any]) -> list[str]:
-    out = [
-        f"session   {row['name']}",
-        f"harness   {row['harness']}" + (f" {row['command']}" if row["command"] else ""),
+    """`spex show`: the session, every setting (`-` where it has none of its
+    own and a default applies; env by name only), then its recent turns."""
+    fields = [
+        ("session", row["name"]),
+        ("harness", row["harness"] + (f" {row['command']}" if row["command"] else "")),
     ]
-    if row.get("harness_args"):  # absent from an older host's spex
-        out.append(f"args      {argv_text(row['harness_args'])}")
-    out += [
-        f"state     {row['state']}",
-        f"home      {row['home']}",
-        f"cwd       {row['cwd']}",
-    ]
+    if "harness_args" in row and row["harness"] != "command":  # (an older host's spex: absent)
+        fields.append(("args", argv_text(row["harness_args"]) or "-"))
+    fields += [("state", row["state"]), ("home", row["home"]), ("cwd", row["cwd"])]
     if row["worktree"]:
-        out.append(f"worktree  {worktree_line(row['worktree'])}")
+        fields.append(("worktree", worktree_line(row["worktree"])))
+    if "env_keys" in row:
+        fields.append(("env", ", ".join(row["env_keys"]) or "-"))
     # The agent's own conversation id, which the next wake continues.
-    out.append(f"conversation {row['harness_session_id'] or '- (the next wake starts one)'}")
-    if row["window"]:
-        out.append(f"window    {row['window']}s")
-    if row.get("timeout"):
-        from spexsup.outcome import span as limit_span
-
-        out.append(f"timeout   {limit_span(row['timeout'])}")
-    if row.get("strict"):
-        out.append("strict    yes (any outcome flag fails a turn)")
-    for key, label in (
-        ("on_limit", "on limit "),
-        ("binary", "binary   "),
-        ("prompt_line", "prompt   "),
-        ("answer_line", "answer   "),
-    ):
-        if row.get(key):
-            out.append(f"{label} {row[key]}")
+    fields.append(("conversation", row["harness_session_id"] or "- (the next wake starts one)"))
+    fields += setting_cells(row)
+    fields += [
+        (label, row[key])
+        for key, label in (
+            ("binary", "binary"),
+            ("prompt_line", "prompt"),
+            ("answer_line", "answer"),
+        )
+        if row.get(key)
+    ]
     turns = row.get("turns") or []
     if not turns:
-        out.append("turns     none yet")
-        return [clean(line) for line in out]
-    out.append("turns:")
-    out.extend(f"  {turn_line(t)}" for t in turns)
+        fields.append(("turns", "none yet"))
+    out = [f"{label:<{LABEL}} {value}" for label, value in fields]
+    if turns:
+        out.append("turns:")
+        out.extend(f"  {turn_line(t)}" for t in turns)
+    return [clean(line) for line in out]
+
+
+# `spex show`'s label column: its longest label, `conversation`.
+LABEL = 12
+
+
+def setting_cells(row: dict[str, Any]) -> list[tuple[str, str]]:
+    """A session's window, timeout, strict and on-limit as `show` prints them."""
+    from spexsup.outcome import span as limit_span
+
+    cells = [("window", limit_span(row["window"]) if row["window"] else "-")]
+    if "timeout" in row:  # absent from an older host's spex
+        cells += [
+            ("timeout", limit_span(row["timeout"]) if row["timeout"] else "-"),
+            ("strict", "yes (any outcome flag fails a turn)" if row["strict"] else "no"),
+            ("on limit", row["on_limit"] or "-"),
+        ]
+    return cells
+
+
+# What `spex edit` says of each field it changed, in this order.
+EDIT_LABELS = {
+    "harness": "harness",
+    "command": "command",
+    "harness_args": "args",
+    "cwd": "cwd",
+    "env": "env",
+    "window": "window",
+    "timeout": "timeout",
+    "strict": "strict",
+    "on_limit": "on-limit",
+    "pinned_binary": "binary",
+    "harness_session_id": "conversation",
+}
+
+
+def _setting(key: str, value: Any) -> str:
+    from spexsup.outcome import span as limit_span
+
+    if value is None or value == []:
+        return "-"
+    if key in ("window", "timeout"):
+        return limit_span(value)
+    if key == "strict":
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return argv_text(value)
+    return str(value)
+
+
+def edit_lines(name: str, changes: dict[str, Any], *, dry_run: bool) -> list[str]:
+    """`spex edit`: one line per changed field (`api: window 2s -> 5s`; env by
+    name only), then what was done."""
+    out = []
+    for key, label in EDIT_LABELS.items():
+        change = changes.get(key)
+        if change is None:
+            continue
+        if key == "env":
+            said = [f"{k} set" for k in change["set"]] + [f"{k} unset" for k in change["unset"]]
+            out.append(f"{name}: env {', '.join(said)}")
+        else:
+            was, now = _setting(key, change["from"]), _setting(key, change["to"])
+            out.append(f"{name}: {label} {was} -> {now}")
+    if not changes:
+        out.append(f"{name}: nothing to change (it is so already)")
+    elif dry_run:
+        out.append(f"would edit {name} (dry run: nothing changed)")
+    else:
+        out.append(f"edited {name}: its next turn runs with this")
     return [clean(line) for line in out]
 
 

@@ -321,6 +321,8 @@ def describe(
             "harness": s.harness,
             "state": s.state,
             "cwd": s.cwd,
+            # Names only: a session's env holds tokens and keys.
+            "env_keys": sorted(s.env),
             "harness_session_id": s.harness_session_id,
             "turn": history[0] if history else None,
             "home": home_status(census, s, spex.home) if census else "unknown",

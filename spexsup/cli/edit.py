@@ -1,0 +1,156 @@
+"""`spex edit`: change a session's settings, spelled as `spex new` spells them."""
+
+from typing import Annotated
+
+import typer
+
+from spexsup import ids
+from spexsup.cli import complete
+from spexsup.cli.app import app, open_spex
+from spexsup.cli.params import DURATION, JsonOpt, NameArg, timeout_seconds, window_seconds
+from spexsup.cli.render import document, edit_lines, print_json
+from spexsup.errors import Invalid
+from spexsup.pane.pretty import one_line
+
+
+@app.command()
+def edit(
+    ctx: typer.Context,
+    name: NameArg,
+    after: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[-- ARGS…]",
+            help="The harness's own arguments, replacing the session's; for the command"
+            " harness, its command.",
+            show_default=False,
+        ),
+    ] = None,
+    harness: Annotated[
+        str | None,
+        typer.Option(
+            "--harness",
+            metavar="HARNESS",
+            help="Run another harness: forgets the conversation id (another CLI cannot"
+            " resume it) and the old harness's arguments.",
+            autocompletion=complete.harness_names,
+            show_default=False,
+        ),
+    ] = None,
+    cwd: Annotated[
+        str | None,
+        typer.Option("--cwd", metavar="DIR", help="Working directory (not of a worktree session)."),
+    ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", metavar="KEY=VALUE", help="Set or override a variable; repeatable."),
+    ] = None,
+    unset_env: Annotated[
+        list[str] | None,
+        typer.Option("--unset-env", metavar="KEY", help="Drop a variable; repeatable."),
+    ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option("--window", metavar="DURATION", help=f"Confirmation window, {DURATION}."),
+    ] = None,
+    no_window: Annotated[
+        bool,
+        typer.Option("--no-window", help="Back to config.toml's window, else the harness's."),
+    ] = False,
+    timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--timeout", metavar="DURATION", help=f"End a turn that runs longer, {DURATION}."
+        ),
+    ] = None,
+    no_timeout: Annotated[
+        bool, typer.Option("--no-timeout", help="No time limit of its own (the harness's).")
+    ] = False,
+    strict: Annotated[
+        bool | None,
+        typer.Option(
+            "--strict/--no-strict",
+            help="Any outcome flag fails a turn / no longer.",
+            show_default=False,
+        ),
+    ] = None,
+    on_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--on-limit",
+            metavar="wait[:HOURS]",
+            help="On a usage limit, wait in the pane (at most HOURS, or a duration).",
+        ),
+    ] = None,
+    no_on_limit: Annotated[
+        bool, typer.Option("--no-on-limit", help="On a usage limit, the turn fails.")
+    ] = False,
+    clear_args: Annotated[
+        bool, typer.Option("--clear-args", help="Drop the harness's own arguments.")
+    ] = False,
+    no_check: Annotated[
+        bool,
+        typer.Option("--no-check", help="Change it even if the harness binary is not found."),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print what would change; change nothing.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Change a session's settings; its next turn runs with them.
+
+    Options as spex new spells them; a --no-X option clears X back to its
+    default. Refused while a turn runs (spex wait or spex stop it first) and
+    under a maintenance lease. Everything is checked first: a bad value
+    changes nothing. The pane's idle shell keeps its cwd and env until the
+    next turn. --json prints the session as spex show --json does (with
+    --dry-run: the changes).
+
+    \b
+    Examples:
+      spex edit api --env API_KEY=… --unset-env DEBUG
+      spex edit api --timeout 30m --strict
+      spex edit api --cwd ~/src/api-v2 --dry-run
+      spex edit api -- --model opus
+      spex edit api --harness codex --clear-args
+      spex edit tool -- ./my-agent.sh --verbose
+    """
+    from spexsup.sessions import parse_env
+    from spexsup.turn.edit import Edit
+    from spexsup.turn.edit import edit as change_session
+    from spexsup.turn.read import describe
+
+    ids.validate_name(name)
+    argv = ctx.find_root().meta.get("spex.argv", [])
+    if after and "--" not in argv:
+        raise Invalid(f"unexpected {after[0]!r}", hint="harness arguments go after --")
+    if "--" in argv and not after:
+        raise Invalid("nothing after --", hint="--clear-args drops the arguments")
+    change = Edit(
+        harness=harness,
+        after=tuple(after) if after else None,
+        clear_args=clear_args,
+        cwd=cwd,
+        env=parse_env(env or []) or None,
+        unset_env=tuple(unset_env or ()),
+        window=window_seconds(window),
+        no_window=no_window,
+        timeout=timeout_seconds(timeout),
+        no_timeout=no_timeout,
+        strict=strict,
+        on_limit=on_limit,
+        no_on_limit=no_on_limit,
+    )
+    change.check(name)
+    spex = open_spex(ctx)
+    done = change_session(spex, name, change, check=not no_check, dry_run=dry_run)
+    for note in done.notes:
+        typer.echo(one_line(f"spex: note: {note}"), err=True)
+    if as_json and dry_run:
+        print_json(document({"session": name, "dry_run": True, "changes": done.changes}))
+    elif as_json:
+        (row,) = describe(spex, [name], turns=10, worktree_status=True)
+        print_json(row)
+    else:
+        for line in edit_lines(name, done.changes, dry_run=dry_run):
+            typer.echo(line)
