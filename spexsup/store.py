@@ -244,6 +244,18 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE turns ADD COLUMN survivors TEXT;
     """,
+    # 13: the salvage branches spex made (see `spexsup.salvage`), so that
+    # they can be found once no session in their repository is left.
+    """
+    CREATE TABLE salvages (
+        repo TEXT NOT NULL,
+        branch TEXT NOT NULL,
+        commit_sha TEXT NOT NULL,
+        session TEXT,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (repo, branch)
+    );
+    """,
 )
 
 
