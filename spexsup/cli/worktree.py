@@ -2,6 +2,7 @@
 
 import re
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
@@ -9,12 +10,12 @@ import typer
 
 from spexsup import ids
 from spexsup.cli.app import app, open_spex
-from spexsup.cli.render import argv_word, print_json
+from spexsup.cli.params import JsonOpt, NamesArg
+from spexsup.cli.render import age, argv_word, document, print_json, table
 
 if TYPE_CHECKING:
+    from spexsup.salvage import Salvage
     from spexsup.worktree import Setup, Worktree
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 worktree_app = typer.Typer(help="Git worktrees of worktree sessions.", no_args_is_help=True)
 app.add_typer(worktree_app, name="worktree")
@@ -23,22 +24,36 @@ app.add_typer(worktree_app, name="worktree")
 @worktree_app.command("status")
 def status(
     ctx: typer.Context,
-    names: Annotated[list[str] | None, typer.Argument(help="Sessions (default: all).")] = None,
+    names: NamesArg = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Per worktree session: branch, ahead/behind base, dirty and untracked
-    counts, unsaved work, last commit."""
-    from spexsup import sessions
+    counts, unsaved work, last commit; then the salvage branches (spex rm
+    --salvage and spex keep made them) with their commit, age and session.
+
+    NAME…: those sessions (default: all) and their salvage branches. --json: one
+    document per worktree (kind "worktree") and per salvage branch (kind
+    "salvage").
+
+    \b
+    Examples:
+      spex worktree status
+      spex worktree status fix --json
+      spex worktree status --json | jq -r '.[] | select(.kind == "salvage") | .branch'
+    """
+    from spexsup import salvage, sessions
 
     for n in names or []:
         ids.validate_name(n)
-    rows = sessions.status_rows(open_spex(ctx), names or [])
+    spex = open_spex(ctx)
+    rows = sessions.status_rows(spex, names or [])
+    found = salvage.find(spex, sessions=names or [])
     if as_json:
-        print_json(rows)
+        docs = [document({"kind": "worktree", **r}) for r in rows]
+        print_json(docs + [document(s.public()) for s in found])
         return
-    if not rows:
+    if not rows and not names:
         typer.echo("no worktree sessions (create one with: spex new NAME --worktree)")
-        return
 
     for r in rows:
         typer.echo(f"{r['name']}: {r['branch']} in {r['path']}")
@@ -54,6 +69,28 @@ def status(
             typer.echo(f"  last commit: {r['last_commit'] or '-'}")
         if not r.get("error"):
             typer.echo(f"  unsaved: {r['unsaved'] or 'nothing'}")
+    if found:
+        typer.echo("")
+        typer.echo(
+            "salvage branches (git log BRANCH shows one; spex prune --salvage deletes them):"
+        )
+        salvage_table(found)
+
+
+def salvage_table(found: "Sequence[Salvage]") -> None:
+    """Salvage branches, one a row: branch, commit, age, session, repository."""
+    now = time.time()
+    rows = [
+        [
+            s.branch,
+            s.short,
+            age(now - s.created_at),
+            s.session or "-",
+            s.repo + (f" ({s.error})" if s.error else ""),
+        ]
+        for s in found
+    ]
+    table(["BRANCH", "COMMIT", "AGE", "SESSION", "REPO"], rows, squeeze="REPO")
 
 
 @app.command()
