@@ -1,5 +1,6 @@
 """`spex worktree status | diff | keep`, `spex trust`."""
 
+import os
 import re
 import sys
 import time
@@ -10,7 +11,7 @@ import typer
 
 from spexsup import ids
 from spexsup.cli.app import app, open_spex
-from spexsup.cli.params import JsonOpt, NamesArg
+from spexsup.cli.params import JsonOpt, NameArg, NamesArg
 from spexsup.cli.render import age, argv_word, document, print_json, table
 
 if TYPE_CHECKING:
@@ -96,24 +97,47 @@ def salvage_table(found: "Sequence[Salvage]") -> None:
 @app.command()
 def diff(
     ctx: typer.Context,
-    name: str,
+    name: NameArg,
     turn: Annotated[str | None, typer.Option("--turn", help="Turn id (default: latest).")] = None,
     stat: Annotated[bool, typer.Option("--stat", help="Only the diffstat.")] = False,
+    no_pager: Annotated[
+        bool, typer.Option("--no-pager", help="On a terminal too, print the diff as it is.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Show what a turn changed in its git working tree (from its start to its end:
-    the next turn's start, or now for the latest turn)."""
+    the next turn's start, or now for the latest turn).
+
+    NAME is the session; --turn takes an id, a prefix of it, last or last~N.
+    Says `no changes` when the turn changed nothing. On a terminal, coloured
+    as git colours it (not with NO_COLOR set) and paged through
+    $SPEXSUP_PAGER, else $PAGER, else less -FRX (an empty one, cat, or one
+    not installed: no pager); through a pipe, plain text.
+
+    \b
+    Examples:
+      spex diff fix
+      spex diff fix --turn last~1 --stat
+      spex diff fix --no-pager | grep '^+'
+      spex diff fix --json | jq -r '.files[].path'
+    """
     from spexsup import diff
 
     ids.validate_name(name)
     r = diff.turn_range(open_spex(ctx), name, turn)
     if as_json:
-        print_json({**r.public(), "files": diff.diff_files(r)})
+        print_json(document({**r.public(), "files": diff.diff_files(r)}))
         return
+    if not diff.changed(r):
+        typer.echo("no changes")
+        return
+    tty = sys.stdout.isatty()
+    color = tty and not os.environ.get("NO_COLOR")
+    through = diff.pager(os.environ) if tty and not no_pager else None
     sys.stdout.flush()
-    rc = diff.show_diff(r, stat=stat)
+    rc = diff.show_diff(r, stat=stat, color=color, through=through)
     if rc != 0:
-        raise typer.Exit(1)
+        raise typer.Exit(130 if rc == 130 else 1)
 
 
 @app.command()
