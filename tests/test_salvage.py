@@ -7,7 +7,9 @@ run as printed."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+import subprocess
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -203,3 +205,52 @@ def test_a_salvage_branch_deleted_by_hand_is_forgotten(env: Env, repo: Repo) -> 
     assert env.run("prune", "--salvage").stdout == "no salvage branches\n"
     with sqlite3.connect(env.home / "state.db") as db:
         assert db.execute("SELECT count(*) FROM salvages").fetchone() == (0,)
+
+
+def test_keep_prints_the_next_step_and_it_works(env: Env, repo: Repo) -> None:
+    r = env.run(
+        "fanout", "--worktrees", "2", "--repo", str(repo.path), "--prefix", "k",
+        "-m", "try", "--window", "1", "--json", timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert env.run("wait", "k-1", "k-2", "--timeout", "60").returncode == 0
+    (repo.worktree("k-1") / "answer.txt").write_text("the kept answer\n")
+    repo.git("add", "answer.txt", cwd=repo.worktree("k-1"))
+    repo.git("commit", "-qm", "the answer", cwd=repo.worktree("k-1"))
+    (repo.worktree("k-2") / "draft.txt").write_text("the other try\n")
+    r = env.run("keep", "last", "k-1")
+    assert r.returncode == 0, r.stderr
+    (two,) = salvage_branches(repo)
+    lines = r.stdout.splitlines()
+    step = f"next: cd {repo.path} && git switch main && git merge spex/k-1"
+    assert step in lines, r.stdout
+    assert "  then spex rm k-1 (its worktree and branch go, the merge keeps the work)" in lines
+    assert f"the other legs' unsaved work is on {two}" in lines
+    assert "  (spex worktree status lists them; spex prune --salvage deletes them)" in lines
+    # The next step, run as printed, merges; then rm removes the kept leg cleanly.
+    command = step.removeprefix("next: ")
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env.vars)
+    assert done.returncode == 0, done.stderr
+    assert (repo.path / "answer.txt").read_text() == "the kept answer\n"
+    r = env.run("rm", "k-1")
+    assert r.returncode == 0, r.stderr
+    assert "k-1: deleted branch spex/k-1" in r.stdout
+    # keep --json: the removed leg names its salvage branch.
+    assert [d["session"] for d in salvage_docs(env)] == ["k-2"]
+
+
+def test_keep_json_names_the_salvage_branches(env: Env, repo: Repo) -> None:
+    r = env.run(
+        "fanout", "--worktrees", "2", "--repo", str(repo.path), "--prefix", "j",
+        "-m", "try", "--window", "1", "--json", timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert env.run("wait", "j-1", "j-2", "--timeout", "60").returncode == 0
+    (repo.worktree("j-2") / "draft.txt").write_text("draft\n")
+    outcomes = json.loads(env.run("keep", "last", "1", "--json").stdout)
+    (two,) = salvage_branches(repo)
+    assert [(o["session"], o["outcome"], o["salvaged"]) for o in outcomes] == [
+        ("j-1", "kept", []),
+        ("j-2", "removed", [two]),
+    ]
+    assert re.fullmatch(r"spex/salvage/j-2-[0-9]{8}T[0-9]{6}Z", two)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from spexsup import ids
+from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex
 from spexsup.cli.params import JsonOpt, NameArg, NamesArg
 from spexsup.cli.render import age, argv_word, document, print_json, table
@@ -143,22 +144,45 @@ def diff(
 @app.command()
 def keep(
     ctx: typer.Context,
-    wave: str,
-    leg: Annotated[str, typer.Argument(help="The leg to keep: its session, or 1…N.")],
+    wave: Annotated[
+        str,
+        typer.Argument(
+            metavar="WAVE",
+            help="A wave id, a unique prefix of its random part, last or last~N.",
+            autocompletion=complete.wave_ids,
+        ),
+    ],
+    leg: Annotated[
+        str, typer.Argument(metavar="LEG", help="The leg to keep: its session, or 1…N.")
+    ],
     force: Annotated[
         bool, typer.Option("--force", help="Stop other legs' running turns first.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Keep one leg of a best-of-N wave; remove the others (salvaging unsaved work)."""
+    """Keep one leg of a best-of-N wave; remove the others (salvaging unsaved work).
+
+    WAVE is a wave id, a prefix of it, last or last~N; LEG the leg's session
+    or its number. Then prints the next step: the git commands that merge
+    the kept branch into its base, and the branches (spex/salvage/…) the
+    other legs' unsaved work went to.
+
+    \b
+    Examples:
+      spex keep last try-2
+      spex keep 3fa 1 --force
+    """
     from spexsup import bestof
 
-    outcomes = bestof.keep(open_spex(ctx), wave, leg, force=force)
+    spex = open_spex(ctx)
+    outcomes = bestof.keep(spex, wave, leg, force=force)
     if as_json:
         print_json([o.public() for o in outcomes])
     else:
         for o in outcomes:
             typer.echo(f"{o.session}: {o.outcome}" + "".join(f"\n  {d}" for d in o.detail))
+        for line in bestof.next_steps(spex, outcomes):
+            typer.echo(line)
     worst = max(o.exit_code for o in outcomes)
     if worst:
         raise typer.Exit(worst)
