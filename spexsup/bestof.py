@@ -7,7 +7,9 @@ unsaved work goes to `spex/salvage/…` branches and nothing is lost.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -98,6 +100,8 @@ class LegOutcome:
     outcome: str  # kept | removed | gone | refused | failed
     detail: list[str] = field(default_factory=list)
     exit_code: int = 0
+    # The branches its unsaved work was salvaged to (removed legs).
+    salvaged: list[str] = field(default_factory=list)
 
     def public(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,13 +150,49 @@ def keep(spex: Spex, wave_id: str, leg: str, *, force: bool = False) -> list[Leg
         except Failed as e:
             outcomes.append(LegOutcome(other, "failed", [e.line()], e.exit_code))
             continue
-        outcomes.append(LegOutcome(other, "removed", removal.lines() if removal else []))
+        if removal is None:
+            outcomes.append(LegOutcome(other, "removed"))
+            continue
+        saved = [removal.salvage, *removal.stash_branches] if removal.salvage else []
+        outcomes.append(LegOutcome(other, "removed", removal.lines(), salvaged=saved))
 
     def change(d: Doc) -> None:
         d["best_of"]["kept"] = chosen
 
     Wave(spex, doc).update(change)
     return outcomes
+
+
+def next_steps(spex: Spex, outcomes: Sequence[LegOutcome]) -> list[str]:
+    """What a person does after `keep`, as commands: merge the kept branch
+    into its base in the repository (`git switch BASE` when the base is a
+    branch: the kept branch itself cannot be checked out there while its
+    worktree holds it), then `spex rm` the kept session, which removes
+    worktree and branch once merged; and where the other legs' work went."""
+    lines = []
+    kept = outcomes[0]
+    wt = None
+    if kept.outcome == "kept":
+        with contextlib.suppress(Refused):
+            wt = get(spex, kept.session).worktree
+    if wt is not None:
+        q = shlex.quote
+        base = (
+            wt.base_ref.removeprefix("refs/heads/")
+            if wt.base_ref.startswith("refs/heads/")
+            else None
+        )
+        switch = f"git switch {q(base)} && " if base else ""
+        lines.append(f"next: cd {q(wt.repo)} && {switch}git merge {q(wt.branch)}")
+        lines.append(
+            f"  then spex rm {kept.session} (its worktree and branch go, the merge keeps the work)"
+        )
+        lines.append(f"  or go on with it: spex wake {kept.session} TEXT (in {wt.path})")
+    salvaged = [b for o in outcomes for b in o.salvaged]
+    if salvaged:
+        lines.append(f"the other legs' unsaved work is on {', '.join(salvaged)}")
+        lines.append("  (spex worktree status lists them; spex prune --salvage deletes them)")
+    return lines
 
 
 def leg_stat(spex: Spex, session: str) -> str | None:

@@ -9,7 +9,11 @@ next turn's start, or the work tree now).
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import signal
 import subprocess
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,7 +107,67 @@ def diff_files(r: DiffRange) -> list[dict[str, Any]]:
     return files
 
 
-def show_diff(r: DiffRange, *, stat: bool = False) -> int:
-    """Run `git diff` for the range with our stdout (git colours a terminal)."""
-    argv = ["git", "-C", r.toplevel, "--no-pager", "diff", *(["--stat"] if stat else [])]
-    return subprocess.run([*argv, r.start, r.end], check=False).returncode
+def changed(r: DiffRange) -> bool:
+    """Did the turn change anything (a file's content or mode)?"""
+    return bool(git(r.toplevel, "diff", "--name-only", "-z", "--no-renames", r.start, r.end))
+
+
+@dataclass(frozen=True)
+class Pager:
+    """The pager `spex diff` pipes git through on a terminal: a shell command
+    line, as git runs `$PAGER`, and the environment it gets."""
+
+    command: str
+    env: dict[str, str]
+
+
+def pager(environ: Mapping[str, str]) -> Pager | None:
+    """Git's choice, spex's name first: `$SPEXSUP_PAGER`, else `$PAGER`, else
+    `less -FRX` (`LESS=FRX` when LESS is unset, as git sets it). None when it
+    is empty or `cat` (no pager, as for git) or its program is not installed,
+    so the diff is printed as it is."""
+    command = environ.get("SPEXSUP_PAGER", environ.get("PAGER", "less -FRX")).strip()
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if not words or command == "cat" or shutil.which(words[0], path=environ.get("PATH")) is None:
+        return None
+    env = dict(environ)
+    env.setdefault("LESS", "FRX")
+    env.setdefault("LV", "-c")
+    return Pager(command, env)
+
+
+def show_diff(
+    r: DiffRange, *, stat: bool = False, color: bool = False, through: Pager | None = None
+) -> int:
+    """Run `git diff` for the range: to our stdout, or into the pager `through`
+    (whose exit ends it: a pager quit early is no failure). `color` forces
+    git's colours (its stdout may be the pager's pipe), else none.
+
+    Ctrl-C belongs to the pager while it runs: it must not end spex and leave
+    the pager holding the terminal. Returns git's exit code: 0 when the
+    pager was quit before git was done, 130 when a Ctrl-C ended git."""
+    argv = ["git", "-C", r.toplevel, "--no-pager", "diff"]
+    argv += ["--color=always" if color else "--no-color", *(["--stat"] if stat else [])]
+    argv += [r.start, r.end]
+    if through is None:
+        return subprocess.run(argv, check=False).returncode
+    # A handler, not SIG_IGN: the children get the default back at exec.
+    interrupt = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        shown = subprocess.Popen(
+            ["/bin/sh", "-c", through.command], stdin=subprocess.PIPE, env=through.env
+        )
+        assert shown.stdin is not None
+        try:
+            rc = subprocess.run(argv, stdout=shown.stdin, check=False).returncode
+        finally:
+            shown.stdin.close()
+            shown.wait()
+    finally:
+        signal.signal(signal.SIGINT, interrupt)
+    if rc == -signal.SIGINT:
+        return 128 + signal.SIGINT
+    return 0 if rc in (-signal.SIGPIPE, 128 + signal.SIGPIPE) else rc

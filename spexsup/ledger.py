@@ -325,3 +325,23 @@ def forget_conversation(db: sqlite3.Connection, session: str, turn: str, gone: s
         (session, gone),
     )
     events.record(db, "conversation-gone", session=session, turn=turn, conversation=gone)
+
+
+# --- salvage branches --------------------------------------------------------
+
+
+def record_salvage(
+    db: sqlite3.Connection, repo: str, branch: str, commit: str, session: str | None
+) -> None:
+    """A branch `spex rm --salvage` made in `repo` (a stash's too), kept on
+    record so `spex worktree status` finds it after the session is gone."""
+    db.execute(
+        "INSERT OR REPLACE INTO salvages (repo, branch, commit_sha, session, created_at)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (repo, branch, commit, session, time.time()),
+    )
+
+
+def forget_salvage(db: sqlite3.Connection, repo: str, branch: str) -> None:
+    """The branch was deleted (by `spex prune --salvage`, or by hand)."""
+    db.execute("DELETE FROM salvages WHERE repo = ? AND branch = ?", (repo, branch))

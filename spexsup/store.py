@@ -258,6 +258,18 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE events SET payload = json_set(payload, '$.state', error), error = NULL
         WHERE kind = 'wave-ended' AND json_valid(payload);
     """,
+    # 14: the salvage branches spex made (see `spexsup.salvage`), so that
+    # they can be found once no session in their repository is left.
+    """
+    CREATE TABLE salvages (
+        repo TEXT NOT NULL,
+        branch TEXT NOT NULL,
+        commit_sha TEXT NOT NULL,
+        session TEXT,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (repo, branch)
+    );
+    """,
 )
 
 

@@ -57,7 +57,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("what follows a commit", ("hooks", "retention")),
     ("the handle", ("spex",)),
     ("the wave record", ("wavedoc",)),
-    ("git worktrees", ("worktree", "trust")),
+    ("git worktrees", ("worktree", "trust", "salvage")),
     ("the session record", ("sessions", "tickets")),
     ("the turn wing", ("turn",)),
     ("what a command does", ("bestof", "waves", "fanout", "top", "broker", "doctor", "diff")),

@@ -740,3 +740,44 @@ def test_a_retry_after_a_gone_conversation_starts_a_new_one(env: Env) -> None:
     assert code == 1 and first["legs"][0]["cause"] == "conversation-gone", first
     code, second = fan(env, "--retry-failed", first["id"], "--window", "10")
     assert code == 0 and verdicts(second) == {"c": "completed"}, second
+
+
+def epoch_fields(doc: Any, where: str = "") -> list[tuple[str, Any, Any]]:
+    """(path, value, its _iso twin) for every `at` / `*_at` field in `doc`."""
+    found: list[tuple[str, Any, Any]] = []
+    if isinstance(doc, list):
+        for i, v in enumerate(doc):
+            found += epoch_fields(v, f"{where}[{i}]")
+    elif isinstance(doc, dict):
+        for k, v in doc.items():
+            if (k == "at" or k.endswith("_at")) and not isinstance(v, dict | list | str):
+                found.append((f"{where}.{k}", v, doc.get(f"{k}_iso", "MISSING")))
+            found += epoch_fields(v, f"{where}.{k}")
+    return found
+
+
+def test_wave_json_has_its_kind_and_an_iso_twin_for_every_time(env: Env) -> None:
+    from datetime import UTC, datetime
+
+    for n in ("a", "b"):
+        env.run("new", n, "--", harness("exit0.sh"))
+    code, doc = fan(env, "a", "b", "-m", "go", "--window", "1", "--wait")
+    assert code == 0, doc
+    r = env.run("wave", doc["id"], "--json")
+    shown = json.loads(r.stdout)
+    assert next(iter(shown)) == "schema_version" and shown["schema_version"] == 1
+    assert shown["kind"] == "local" and shown["id"] == doc["id"]
+    fields = epoch_fields(shown)
+    paths = {path for path, _, _ in fields}
+    assert {".created_at", ".ended_at", ".legs[0].ended_at", ".history[0].at"} <= paths, paths
+    for path, value, twin in fields:
+        want = None
+        if value is not None:
+            want = datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds")
+            want = want.replace("+00:00", "Z")
+        assert twin == want, (path, value, twin)
+    # Only the JSON: the text is as it was.
+    assert "_iso" not in env.run("wave", doc["id"]).stdout
+    r = env.run("wave", "wnosuch", "--json")
+    assert r.returncode == 3 and r.stderr.startswith("spex: ")
+    assert json.loads(r.stdout)["ok"] is False and json.loads(r.stdout)["exit_code"] == 3

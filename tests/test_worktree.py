@@ -69,7 +69,12 @@ class Repo:
 
 @pytest.fixture
 def repo(env: Env, monkeypatch: pytest.MonkeyPatch) -> Repo:
-    """`proj` (one commit on main, pushed) with a bare `remote.git` as origin.
+    return make_repo(env, monkeypatch)
+
+
+def make_repo(env: Env, monkeypatch: pytest.MonkeyPatch) -> Repo:
+    """`proj` (one commit on main, pushed) with a bare `remote.git` as origin
+    (the `repo` fixture here and in the other files of git tests).
 
     The state home's config names the demo harness as the default, so that
     `spex new --worktree` needs no --harness here.

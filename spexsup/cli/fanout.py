@@ -28,7 +28,7 @@ from spexsup.cli.params import (
     window_seconds,
 )
 from spexsup.cli.progress import LegsView, PlainLegs
-from spexsup.cli.render import document, print_json, table
+from spexsup.cli.render import document, print_json, table, with_iso
 from spexsup.errors import Invalid
 
 if TYPE_CHECKING:
@@ -583,7 +583,7 @@ def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> No
         state = resolve_home(ctx.find_root().obj)
         fleet_doc = fleet.load(state, fleet.resolve(state, wave))
         if as_json:
-            print_json(fleet_doc)
+            print_json(document(with_iso(fleet_doc)))
         else:
             fleet_text(fleet_doc)
         return
@@ -595,7 +595,7 @@ def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> No
         for leg in doc["legs"]:
             leg["diffstat"] = leg_stat(spex, leg["session"])
     if as_json:
-        print_json(document(doc))
+        print_json(document(with_iso({"id": doc["id"], "kind": doc.get("kind", "local"), **doc})))
         return
     typer.echo(summary(doc))
     typer.echo(f"prompt: {doc.get('prompt_head', '')[:80]!r}")

@@ -1,6 +1,7 @@
 """`spex prune | du`: retention by hand, and where the state home's bytes go."""
 
-from typing import Annotated
+import sys
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -8,7 +9,12 @@ from spexsup import ids
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import JsonOpt
-from spexsup.cli.render import print_json, table
+from spexsup.cli.render import document, print_json, table
+from spexsup.errors import Invalid
+
+if TYPE_CHECKING:
+    from spexsup.salvage import Salvage
+    from spexsup.spex import Spex
 
 
 @app.command()
@@ -23,7 +29,8 @@ def prune(
             "--older-than",
             metavar="AGE",
             help="Also remove what is older than AGE, a duration: 30d, 12h, 2w, 0s, in place"
-            " of [retention] keep_days. [default: keep_days, else 90d]",
+            " of [retention] keep_days; with --salvage, only branches older than AGE."
+            " [default: keep_days, else 90d]",
             show_default=False,
         ),
     ] = None,
@@ -36,6 +43,17 @@ def prune(
             autocompletion=complete.session_names,
         ),
     ] = None,
+    salvage: Annotated[
+        bool,
+        typer.Option(
+            "--salvage",
+            help="Delete salvage branches (spex/salvage/…) instead: all, or those older than"
+            " --older-than AGE, of --session NAME; turns, waves and events stay.",
+        ),
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="With --salvage on a terminal: do not ask first.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Remove old turns, waves and events as config.toml's [retention] says.
@@ -46,11 +64,17 @@ def prune(
     maintenance lease or a running wave refers to. Writers also prune, at
     most once an hour and a little at a time ([retention] auto = false: never).
 
+    --salvage deletes the branches spex rm --salvage and spex keep made
+    (spex worktree status lists them) and nothing else; each deleted one is
+    printed with its commit, which git branch BRANCH COMMIT brings back. On
+    a terminal it asks first (--yes skips the question).
+
     \b
     Examples:
       spex prune --dry-run
       spex prune --older-than 30d
       spex prune --session api --session web --json
+      spex prune --salvage --older-than 2w --dry-run
     """
     from spexsup import durations, retention
 
@@ -59,7 +83,14 @@ def prune(
     older = None
     if older_than is not None:
         older = durations.parse(older_than, "--older-than", allow_zero=True, maximum=None)
+    if yes and not salvage:
+        raise Invalid("--yes goes with --salvage", hint="spex prune asks nothing otherwise")
     spex = open_spex(ctx)
+    if salvage:
+        _prune_salvage(
+            spex, older, older_than, session or [], dry_run=dry_run, yes=yes, as_json=as_json
+        )
+        return
     policy = settings(ctx, spex).retention
     done = retention.prune(
         spex.store,
@@ -121,3 +152,66 @@ def du(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         f"prunable  {p['turns']} turns, {p['waves']} waves, {p['events']} events,"
         f" {size(p['bytes'])} (spex prune)"
     )
+
+
+def _prune_salvage(
+    spex: "Spex",
+    older: float | None,
+    older_than: str | None,
+    sessions: list[str],
+    *,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """`spex prune --salvage`: list, ask, delete, say each as git does."""
+    from spexsup import salvage
+
+    found = salvage.find(spex, sessions=sessions, older_than=older)
+    nothing = "no salvage branches" + (f" older than {older_than}" if older_than else "")
+    if dry_run:
+        if as_json:
+            rows = [{**s.public(), "outcome": "would-delete", "why": None} for s in found]
+            print_json(document({"dry_run": True, "salvage": rows}))
+            return
+        for s in found:
+            typer.echo(f"would delete {s.branch} ({s.short}) in {s.repo}")
+        if not found:
+            typer.echo(nothing)
+        return
+    if found and not yes and sys.stdin.isatty() and sys.stdout.isatty():
+        _confirm_salvage(found)
+    done = salvage.delete(spex, found)
+    salvage.forget_deleted(spex)
+    if as_json:
+        print_json(document({"dry_run": False, "salvage": [d.public() for d in done]}))
+    elif not done:
+        typer.echo(nothing)
+    for d in done:
+        s = d.salvage
+        if d.outcome == "kept":
+            typer.echo(f"spex: kept {s.branch} in {s.repo}: {d.why}", err=True)
+        elif as_json:
+            continue
+        elif d.outcome == "deleted":
+            typer.echo(f"deleted {s.branch} (was {s.short}) in {s.repo}")
+        else:
+            typer.echo(f"forgot {s.branch} (was {s.short}): {d.why}")
+    if any(d.outcome == "kept" for d in done):
+        raise typer.Exit(1)
+
+
+def _confirm_salvage(found: "list[Salvage]") -> None:
+    """Ask on the terminal; anything but y or yes (EOF, Ctrl-C too) deletes nothing."""
+    from spexsup.errors import Refused
+
+    names = [s.branch for s in found]
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    many = f"{len(names)} salvage branch" + ("es" if len(names) != 1 else "")
+    try:
+        ok = typer.confirm(f"delete {many} ({shown})?", err=True)
+    except typer.Abort:
+        typer.echo("", err=True)
+        ok = False
+    if not ok:
+        raise Refused("deleted nothing (not confirmed)", hint="--yes skips the question")

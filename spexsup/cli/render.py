@@ -42,6 +42,23 @@ def document(data: dict[str, Any]) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, **data}
 
 
+def with_iso(data: Any) -> Any:
+    """`data` with an `*_iso` twin after each epoch time field (`created_at`,
+    `ended_at`, a history entry's `at`) of every object in it, unless it has
+    one already (DESIGN §8 "JSON")."""
+    if isinstance(data, list):
+        return [with_iso(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    out = {}
+    for key, value in data.items():
+        out[key] = with_iso(value)
+        epoch = value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+        if (key == "at" or key.endswith("_at")) and epoch and f"{key}_iso" not in data:
+            out[f"{key}_iso"] = iso(value)
+    return out
+
+
 def span(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f}s"

@@ -1,20 +1,23 @@
 """`spex worktree status | diff | keep`, `spex trust`."""
 
+import os
 import re
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from spexsup import ids
+from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex
-from spexsup.cli.render import argv_word, print_json
+from spexsup.cli.params import JsonOpt, NameArg, NamesArg
+from spexsup.cli.render import age, argv_word, document, print_json, table
 
 if TYPE_CHECKING:
+    from spexsup.salvage import Salvage
     from spexsup.worktree import Setup, Worktree
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 worktree_app = typer.Typer(help="Git worktrees of worktree sessions.", no_args_is_help=True)
 app.add_typer(worktree_app, name="worktree")
@@ -23,22 +26,36 @@ app.add_typer(worktree_app, name="worktree")
 @worktree_app.command("status")
 def status(
     ctx: typer.Context,
-    names: Annotated[list[str] | None, typer.Argument(help="Sessions (default: all).")] = None,
+    names: NamesArg = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Per worktree session: branch, ahead/behind base, dirty and untracked
-    counts, unsaved work, last commit."""
-    from spexsup import sessions
+    counts, unsaved work, last commit; then the salvage branches (spex rm
+    --salvage and spex keep made them) with their commit, age and session.
+
+    NAME…: those sessions (default: all) and their salvage branches. --json: one
+    document per worktree (kind "worktree") and per salvage branch (kind
+    "salvage").
+
+    \b
+    Examples:
+      spex worktree status
+      spex worktree status fix --json
+      spex worktree status --json | jq -r '.[] | select(.kind == "salvage") | .branch'
+    """
+    from spexsup import salvage, sessions
 
     for n in names or []:
         ids.validate_name(n)
-    rows = sessions.status_rows(open_spex(ctx), names or [])
+    spex = open_spex(ctx)
+    rows = sessions.status_rows(spex, names or [])
+    found = salvage.find(spex, sessions=names or [])
     if as_json:
-        print_json(rows)
+        docs = [document({"kind": "worktree", **r}) for r in rows]
+        print_json(docs + [document(s.public()) for s in found])
         return
-    if not rows:
+    if not rows and not names:
         typer.echo("no worktree sessions (create one with: spex new NAME --worktree)")
-        return
 
     for r in rows:
         typer.echo(f"{r['name']}: {r['branch']} in {r['path']}")
@@ -54,50 +71,118 @@ def status(
             typer.echo(f"  last commit: {r['last_commit'] or '-'}")
         if not r.get("error"):
             typer.echo(f"  unsaved: {r['unsaved'] or 'nothing'}")
+    if found:
+        typer.echo("")
+        typer.echo(
+            "salvage branches (git log BRANCH shows one; spex prune --salvage deletes them):"
+        )
+        salvage_table(found)
+
+
+def salvage_table(found: "Sequence[Salvage]") -> None:
+    """Salvage branches, one a row: branch, commit, age, session, repository."""
+    now = time.time()
+    rows = [
+        [
+            s.branch,
+            s.short,
+            age(now - s.created_at),
+            s.session or "-",
+            s.repo + (f" ({s.error})" if s.error else ""),
+        ]
+        for s in found
+    ]
+    table(["BRANCH", "COMMIT", "AGE", "SESSION", "REPO"], rows, squeeze="REPO")
 
 
 @app.command()
 def diff(
     ctx: typer.Context,
-    name: str,
+    name: NameArg,
     turn: Annotated[str | None, typer.Option("--turn", help="Turn id (default: latest).")] = None,
     stat: Annotated[bool, typer.Option("--stat", help="Only the diffstat.")] = False,
+    no_pager: Annotated[
+        bool, typer.Option("--no-pager", help="On a terminal too, print the diff as it is.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Show what a turn changed in its git working tree (from its start to its end:
-    the next turn's start, or now for the latest turn)."""
+    the next turn's start, or now for the latest turn).
+
+    NAME is the session; --turn takes an id, a prefix of it, last or last~N.
+    Says `no changes` when the turn changed nothing. On a terminal, coloured
+    as git colours it (not with NO_COLOR set) and paged through
+    $SPEXSUP_PAGER, else $PAGER, else less -FRX (an empty one, cat, or one
+    not installed: no pager); through a pipe, plain text.
+
+    \b
+    Examples:
+      spex diff fix
+      spex diff fix --turn last~1 --stat
+      spex diff fix --no-pager | grep '^+'
+      spex diff fix --json | jq -r '.files[].path'
+    """
     from spexsup import diff
 
     ids.validate_name(name)
     r = diff.turn_range(open_spex(ctx), name, turn)
     if as_json:
-        print_json({**r.public(), "files": diff.diff_files(r)})
+        print_json(document({**r.public(), "files": diff.diff_files(r)}))
         return
+    if not diff.changed(r):
+        typer.echo("no changes")
+        return
+    tty = sys.stdout.isatty()
+    color = tty and not os.environ.get("NO_COLOR")
+    through = diff.pager(os.environ) if tty and not no_pager else None
     sys.stdout.flush()
-    rc = diff.show_diff(r, stat=stat)
+    rc = diff.show_diff(r, stat=stat, color=color, through=through)
     if rc != 0:
-        raise typer.Exit(1)
+        raise typer.Exit(130 if rc == 130 else 1)
 
 
 @app.command()
 def keep(
     ctx: typer.Context,
-    wave: str,
-    leg: Annotated[str, typer.Argument(help="The leg to keep: its session, or 1…N.")],
+    wave: Annotated[
+        str,
+        typer.Argument(
+            metavar="WAVE",
+            help="A wave id, a unique prefix of its random part, last or last~N.",
+            autocompletion=complete.wave_ids,
+        ),
+    ],
+    leg: Annotated[
+        str, typer.Argument(metavar="LEG", help="The leg to keep: its session, or 1…N.")
+    ],
     force: Annotated[
         bool, typer.Option("--force", help="Stop other legs' running turns first.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Keep one leg of a best-of-N wave; remove the others (salvaging unsaved work)."""
+    """Keep one leg of a best-of-N wave; remove the others (salvaging unsaved work).
+
+    WAVE is a wave id, a prefix of it, last or last~N; LEG the leg's session
+    or its number. Then prints the next step: the git commands that merge
+    the kept branch into its base, and the branches (spex/salvage/…) the
+    other legs' unsaved work went to.
+
+    \b
+    Examples:
+      spex keep last try-2
+      spex keep 3fa 1 --force
+    """
     from spexsup import bestof
 
-    outcomes = bestof.keep(open_spex(ctx), wave, leg, force=force)
+    spex = open_spex(ctx)
+    outcomes = bestof.keep(spex, wave, leg, force=force)
     if as_json:
         print_json([o.public() for o in outcomes])
     else:
         for o in outcomes:
             typer.echo(f"{o.session}: {o.outcome}" + "".join(f"\n  {d}" for d in o.detail))
+        for line in bestof.next_steps(spex, outcomes):
+            typer.echo(line)
     worst = max(o.exit_code for o in outcomes)
     if worst:
         raise typer.Exit(worst)

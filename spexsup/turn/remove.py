@@ -161,6 +161,11 @@ def remove(
         removal = None
         if session.worktree is not None:
             removal = worktrees.dispose(name, session.worktree, salvage=salvage, keep=keep_worktree)
+            if removal.salvage:
+                from spexsup import salvage as salvages
+
+                branches = [removal.salvage, *removal.stash_branches]
+                salvages.record(spex, name, session.worktree.repo, branches)
         problems = remove_tree(turndir.of_session(spex.home, name))
         if problems:
             raise Failed(
