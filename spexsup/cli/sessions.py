@@ -617,15 +617,24 @@ def doctor(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 @app.command()
 def completion(
-    shell: Annotated[str, typer.Argument(metavar="SHELL", help="bash, zsh or fish.")],
+    shell: Annotated[
+        str,
+        typer.Argument(
+            metavar="SHELL", help="bash, zsh or fish.", autocompletion=complete.shell_names
+        ),
+    ],
 ) -> None:
     """Print the completion script for bash, zsh or fish.
 
+    It completes commands, options, session names, turn and wave ids,
+    harness and host names, states and event kinds. To install it, run one
+    of these lines, then open a new shell.
+
     \b
-    Install (one line, then open a new shell):
-      bash:  echo 'eval "$(spex completion bash)"' >> ~/.bashrc
-      zsh:   echo 'eval "$(spex completion zsh)"' >> ~/.zshrc
-      fish:  spex completion fish > ~/.config/fish/completions/spex.fish
+    Examples:
+      echo 'eval "$(spex completion bash)"' >> ~/.bashrc
+      echo 'eval "$(spex completion zsh)"' >> ~/.zshrc
+      spex completion fish > ~/.config/fish/completions/spex.fish
     """
     from spexsup.errors import Invalid
 
