@@ -52,10 +52,13 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     "up": (("session", "*"), {"-m": None, "--message": None}),
     "stop": (("session", "*"), {"--grace": None, "--match": None}),
     "resume": (("session",), {"--match": None, "--window": None}),
-    "ls": (("session", "*"), {"--hosts": None, "--match": None, "--state": None}),
+    "ls": (
+        ("session", "*"),
+        {"--hosts": None, "--match": None, "--state": None, "--color": "color"},
+    ),
     "hosts": ((), {}),
-    "show": (("session",), {}),
-    "top": ((), {}),
+    "show": (("session",), {"--color": "color"}),
+    "top": ((), {"--color": "color"}),
     "rm": (("session", "*"), {"--match": None}),
     "fanout": (
         ("session", "*"),
@@ -116,6 +119,8 @@ def values(kind: str, home: str | None, session: str | None = None) -> list[str]
         from spexsup.paths import resolve_home
 
         return registry.load_registry(resolve_home(home)).names()
+    if kind == "color":
+        return ["auto", "always", "never"]
     import sqlite3
 
     db = _db(home)
