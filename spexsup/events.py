@@ -67,7 +67,7 @@ KINDS = (*TURN_KINDS, *SESSION_KINDS, *OTHER_KINDS)
 # A turn's end state -> the event that announces it.
 END_KINDS = {
     "complete": "completed",
-    "error": "failed",
+    "failed": "failed",
     "aborted": "aborted",
     "lost": "lost",
     "interrupted": "interrupted",
@@ -91,9 +91,13 @@ def record(
     turn: str | None = None,
     rc: int | None = None,
     cause: str | None = None,
+    error: str | None = None,
     **payload: Any,
 ) -> int:
-    """Append one event inside the caller's transaction; returns its id."""
+    """Append one event inside the caller's transaction; returns its id.
+
+    `cause` is what an end was (`rate-limited`, `not-found`, …: the turn's
+    `cause`), `error` its message in the agent's or spex's words."""
     if kind not in KINDS:
         raise ValueError(f"unknown event kind {kind!r}")
     text = "{}"
@@ -102,9 +106,9 @@ def record(
 
         text = json.dumps(payload, default=str)
     cur = db.execute(
-        "INSERT INTO events (at, kind, session, turn, rc, cause, payload)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (time.time(), kind, session, turn, rc, cause, text),
+        "INSERT INTO events (at, kind, session, turn, rc, cause, error, payload)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (time.time(), kind, session, turn, rc, cause, error, text),
     )
     event = int(cur.lastrowid or 0)
     if event % PRUNE_EVERY == 0:
@@ -122,12 +126,13 @@ def turn_ended(
     turn: str,
     rc: int | None,
     cause: str | None,
+    error: str | None,
     **payload: Any,
 ) -> int:
-    """The event of a turn's end state (`complete` -> `completed`, `error` ->
+    """The event of a turn's end state (`complete` -> `completed`, `failed` ->
     `failed`…; an end state this table does not know is a failure)."""
     kind = END_KINDS.get(state, "failed")
-    return record(db, kind, session=session, turn=turn, rc=rc, cause=cause, **payload)
+    return record(db, kind, session=session, turn=turn, rc=rc, cause=cause, error=error, **payload)
 
 
 def launched(db: sqlite3.Connection, *, session: str, turn: str, **payload: Any) -> int | None:
@@ -246,24 +251,24 @@ def log_line(home: Path | str, text: str) -> None:
 # --- the status summary ------------------------------------------------------
 
 SUMMARY_QUERY = (
-    "SELECT state, count(*), group_concat(CASE WHEN state = 'error' THEN name END, ' ')"
+    "SELECT state, count(*), group_concat(CASE WHEN state = 'failed' THEN name END, ' ')"
     " FROM (SELECT name, state FROM sessions ORDER BY name) GROUP BY state"
 )
 
 
 def summary_text(db: sqlite3.Connection) -> bytes:
     """`events/status`: `key=value` lines that `spex status-line` reads (see
-    `statusline`): counts of sessions running, ok (idle), failed (error) and
+    `statusline`): counts of sessions running, ok (idle), failed and
     stopped, and `attention`, the failed sessions' names. One query."""
     counts = {"running": 0, "ok": 0, "failed": 0, "stopped": 0}
     attention = ""
     for state, count, names in db.execute(SUMMARY_QUERY):
-        key = {"running": "running", "idle": "ok", "error": "failed", "stopped": "stopped"}.get(
+        key = {"running": "running", "idle": "ok", "failed": "failed", "stopped": "stopped"}.get(
             state
         )
         if key:
             counts[key] += count
-        if state == "error":
+        if state == "failed":
             attention = names or ""
     lines = [f"{k}={v}\n" for k, v in counts.items()]
     return ("".join(lines) + f"attention={attention}\n").encode()
@@ -288,6 +293,7 @@ def as_json(row: sqlite3.Row) -> dict[str, Any]:
         "turn": row["turn"],
         "rc": row["rc"],
         "cause": row["cause"],
+        "error": row["error"],
         "payload": json.loads(row["payload"] or "{}"),
     }
 

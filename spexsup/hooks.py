@@ -345,9 +345,11 @@ def variables(home: Path, event: dict[str, Any]) -> dict[str, str]:
         "turn": text(event.get("turn")),
         "verdict": event["kind"],
         "rc": text(event.get("rc")),
+        # What a failed end was (`rate-limited`, `usage-limit`, …), and its
+        # message; `reason` is the old name of `cause`, kept for one release.
         "cause": text(event.get("cause")),
-        # What a failed end was (`rate-limited`, `usage-limit`, …); `cause` is its message.
-        "reason": text((event.get("payload") or {}).get("reason")),
+        "error": text(event.get("error")),
+        "reason": text(event.get("cause")),
         "summary": summary_of(home, event),
         "at": text(event.get("at_iso")),
         "home": str(home),

@@ -109,7 +109,7 @@ def recover(db: sqlite3.Connection, now: float | None = None) -> sqlite3.Row:
             (row["epoch"],),
         )
         why = "holder died" if holder_dead else "deadline passed"
-        events.record(db, "lease-recovered", cause=why, epoch=row["epoch"])
+        events.record(db, "lease-recovered", error=why, epoch=row["epoch"])
         row = _row(db)
     if row["revoked"] and _older_live_tickets(db, row) == 0:
         kill_command(row)  # nothing of it may outlive the lease

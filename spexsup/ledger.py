@@ -163,7 +163,7 @@ def abort_current(
             "UPDATE sessions SET state = ? WHERE name = ? AND current_turn = ? AND state = ?",
             (session_after, session, turn, BUSY),
         )
-    events.record(db, "aborted", session=session, turn=turn, cause=why)
+    events.record(db, "aborted", session=session, turn=turn, error=why)
     return True
 
 
@@ -179,7 +179,7 @@ def mark_running(
     if not cur.rowcount:
         return False
     events.launched(db, session=session, turn=turn)
-    if pid is not None and "cause" not in confirmed:
+    if pid is not None and "note" not in confirmed:
         confirmed["pid"] = pid
     events.record(db, "confirmed", session=session, turn=turn, **confirmed)
     return True
@@ -235,7 +235,9 @@ def record_end(
     if launched:
         events.launched(db, session=session, turn=turn)
     payload = dict(event or {})
-    events.turn_ended(db, state, session=session, turn=turn, rc=rc, cause=error, **payload)
+    events.turn_ended(
+        db, state, session=session, turn=turn, rc=rc, cause=cause, error=error, **payload
+    )
     after = STOPPED if stopped else session_state_after(state)
     db.execute(
         "UPDATE sessions SET state = CASE WHEN state IN (?, ?) THEN state ELSE ? END,"

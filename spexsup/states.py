@@ -11,22 +11,21 @@ from __future__ import annotations
 STARTING = "starting"
 RUNNING = "running"
 COMPLETE = "complete"
-ERROR = "error"
+FAILED = "failed"  # the one word for a non-complete end, of a turn and a session
 ABORTED = "aborted"
 LOST = "lost"
 INTERRUPTED = "interrupted"
 TIMED_OUT = "timed-out"
 
 ACTIVE = (STARTING, RUNNING)
-ENDS = (COMPLETE, ERROR, ABORTED, LOST, INTERRUPTED, TIMED_OUT)
+ENDS = (COMPLETE, FAILED, ABORTED, LOST, INTERRUPTED, TIMED_OUT)
 
 # A session: `creating` (a worktree session being made), `idle`, `running`
-# (its current turn is active), `error` (its last turn did not complete),
+# (its current turn is active), `failed` (its last turn did not complete),
 # `stopped` (by spex stop, until resumed), `removing` (spex rm under way).
 CREATING = "creating"
 IDLE = "idle"
 BUSY = "running"
-FAILED = "error"
 STOPPED = "stopped"
 REMOVING = "removing"
 SESSION_STATES = (CREATING, IDLE, BUSY, FAILED, STOPPED, REMOVING)
@@ -35,3 +34,20 @@ SESSION_STATES = (CREATING, IDLE, BUSY, FAILED, STOPPED, REMOVING)
 def session_state_after(turn_state: str) -> str:
     """What a session becomes when its current turn ends in `turn_state`."""
     return IDLE if turn_state == COMPLETE else FAILED
+
+
+# Until 2026-12 the failed end and the failed session were both `error`. For
+# one release spex still reads the old word wherever a user gives a state
+# (`spex ls --state error`), and a JSON document whose state is `failed` also
+# carries `legacy_state: "error"` for scripts that test the old value.
+LEGACY = {"error": FAILED}
+
+
+def read_state(word: str) -> str:
+    """A state as a user wrote it, the old word `error` read as `failed`."""
+    return LEGACY.get(word, word)
+
+
+def legacy_of(state: str | None) -> str | None:
+    """The old word for `state` (`error` for `failed`), None if it was not renamed."""
+    return "error" if state == FAILED else None

@@ -244,6 +244,20 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE turns ADD COLUMN survivors TEXT;
     """,
+    # 13: one word for a non-complete end (`error` became `failed`), and an
+    # event's `cause` is what the end was (`rate-limited`, …; it was in the
+    # payload's `reason`), its message `error` (it was in `cause`). A wave's
+    # end state moves from `cause` into the payload.
+    """
+    UPDATE turns SET state = 'failed' WHERE state = 'error';
+    UPDATE sessions SET state = 'failed' WHERE state = 'error';
+    ALTER TABLE events RENAME COLUMN cause TO error;
+    ALTER TABLE events ADD COLUMN cause TEXT;
+    UPDATE events SET cause = json_extract(payload, '$.reason')
+        WHERE json_valid(payload) AND json_type(payload, '$.reason') = 'text';
+    UPDATE events SET payload = json_set(payload, '$.state', error), error = NULL
+        WHERE kind = 'wave-ended' AND json_valid(payload);
+    """,
 )
 
 

@@ -306,7 +306,7 @@ def test_a_failure_names_its_cause_on_the_verdict_line(env: Env) -> None:
     assert env.run("new", "m", "--", "bash", "-c", slow).returncode == 0
     assert env.run("wake", "m", "go", "--window", "0.2").returncode == 0
     w = env.run("wait", "m")
-    assert "error rc=1: API Error: 529 overloaded" in w.stdout
+    assert "failed rc=1: API Error: 529 overloaded" in w.stdout
     assert retry_until(lambda: "API Error: 529" in env.run("show", "m").stdout)
 
 

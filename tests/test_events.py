@@ -64,7 +64,7 @@ def test_failed_startup_stop_resume_rm(env: Env) -> None:
     assert env.run("wake", "b", "x", "--window", "2").returncode == 1
     assert kinds(env, "b") == ["created", "launched", "failed"]
     failed = log(env, "--kind", "failed")[0]
-    assert failed["rc"] == 7 and "boom: something broke" in failed["cause"]
+    assert failed["rc"] == 7 and "boom: something broke" in failed["error"]
     assert status(env) == "spex: 0 running, 0 ok, 1 failed: b"
     assert env.run("status-line", "--format", "{failed}|{attention}").stdout == "1|b\n"
 
@@ -77,7 +77,7 @@ def test_failed_startup_stop_resume_rm(env: Env) -> None:
         *["created", "launched", "confirmed", "aborted", "stopped", "resumed", "removed"]
     ]
     aborted = log(env, "--session", "c", "--kind", "aborted")[0]
-    assert aborted["cause"] == "stopped by spex stop" and aborted["turn"]
+    assert aborted["error"] == "stopped by spex stop" and aborted["turn"]
 
 
 def test_lost_turn_and_home_recreated(env: Env) -> None:
@@ -91,7 +91,7 @@ def test_lost_turn_and_home_recreated(env: Env) -> None:
     assert env.run("up", "--all").returncode == 0
     assert kinds(env, "a")[-2:] == ["lost", "home-recreated"]
     lost = log(env, "--kind", "lost")[0]
-    assert lost["turn"] == woke["turn"] and "without a final marker" in lost["cause"]
+    assert lost["turn"] == woke["turn"] and "without a final marker" in lost["error"]
 
 
 def test_wave_and_lease_events(env: Env) -> None:
@@ -102,7 +102,7 @@ def test_wave_and_lease_events(env: Env) -> None:
     wave = json.loads(r.stdout)["id"]
     started, ended = log(env, "--kind", "wave-started"), log(env, "--kind", "wave-ended")
     assert [e["payload"]["wave"] for e in started + ended] == [wave, wave]
-    assert ended[0]["cause"] == "complete" and ended[0]["payload"]["counts"]["ok"] == 2
+    assert ended[0]["payload"]["state"] == "complete" and ended[0]["payload"]["counts"]["ok"] == 2
     assert started[0]["id"] < ended[0]["id"]
     r = env.run("maint", "--stop", "a", "--", SPEX, "maint-op", "stop", "a")
     assert r.returncode == 0, r.stderr
@@ -125,7 +125,7 @@ def test_a_dead_lease_holder_is_recovered(env: Env) -> None:
         lambda: env.run("ls").returncode == 0 and bool(log(env, "--kind", "lease-recovered")),
         seconds=30,
     )
-    assert log(env, "--kind", "lease-recovered")[0]["cause"] == "holder died"
+    assert log(env, "--kind", "lease-recovered")[0]["error"] == "holder died"
 
 
 def test_follow_sees_another_processs_events_in_order_across_a_restart(env: Env) -> None:
@@ -302,7 +302,7 @@ def test_a_reboot_records_interrupted(env: Env) -> None:
     boot.write_text("boot-two\n")
     assert env.run("show", "a", extra=extra).returncode == 0  # a reconciling reader
     assert kinds(env, "a") == ["created", "launched", "confirmed", "interrupted"]
-    assert log(env, "--kind", "interrupted")[0]["cause"] == "machine rebooted"
+    assert log(env, "--kind", "interrupted")[0]["error"] == "machine rebooted"
     assert status(env) == "spex: 0 running, 0 ok, 1 failed: a"
 
 
@@ -316,7 +316,7 @@ def test_a_wake_interrupted_before_launch_is_aborted_never_launched(env: Env) ->
     wake.release()
     assert wake.proc.returncode == 130
     assert kinds(env, "a") == ["created", "aborted"]
-    assert log(env, "--kind", "aborted")[0]["cause"] == "spex wake was interrupted before launch"
+    assert log(env, "--kind", "aborted")[0]["error"] == "spex wake was interrupted before launch"
 
 
 def test_a_launch_fenced_by_a_stop_is_the_stops_abort_only(env: Env) -> None:
@@ -329,7 +329,7 @@ def test_a_launch_fenced_by_a_stop_is_the_stops_abort_only(env: Env) -> None:
     assert code == 3, err
     # One abort (the stop's), and no launch: the fenced respawn never ran.
     assert kinds(env, "a") == ["created", "aborted", "stopped"]
-    assert log(env, "--kind", "aborted")[0]["cause"] == "stopped by spex stop"
+    assert log(env, "--kind", "aborted")[0]["error"] == "stopped by spex stop"
     assert status(env) == "spex: 0 running, 0 ok, 0 failed"
 
 
@@ -369,7 +369,7 @@ def test_a_reader_never_sees_a_torn_summary(tmp_path: Path) -> None:
     try:
         for n in range(300):
             with store.tx() as db:
-                db.execute("UPDATE sessions SET state = ?", ("error" if n % 2 == 0 else "idle",))
+                db.execute("UPDATE sessions SET state = ?", ("failed" if n % 2 == 0 else "idle",))
                 events.record(db, "failed" if n % 2 == 0 else "completed", session=name)
     finally:
         done.set()

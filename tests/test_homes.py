@@ -530,3 +530,47 @@ def test_env_values_never_reach_any_argv(env: Env) -> None:
         go.touch()
         assert env.run("wait", "a", "--timeout", "20").returncode == 0, wake
         env.tmux("kill-session", "-t", "=a")
+
+
+def test_a_home_from_before_the_rename_reads_failed_and_keeps_the_old_word_readable(
+    env: Env,
+) -> None:
+    """A home whose failed ends were `error`, and whose events kept the message
+    in `cause` (the category in the payload's `reason`), migrates: `failed`
+    everywhere, `cause` the category and `error` the message; `--state error`
+    and `legacy_state` still read the old word (for one release)."""
+    home = env.root / "before"
+    home.mkdir(mode=0o700)
+    db = sqlite3.connect(home / "state.db", isolation_level=None)
+    for number in range(12):
+        db.executescript(MIGRATIONS[number])
+    db.execute("PRAGMA user_version = 12")
+    db.execute(
+        "INSERT INTO sessions (name, harness, command, cwd, state, current_turn, created_at)"
+        " VALUES ('api', 'command', ?, ?, 'error', 'T1', 1)",
+        (json.dumps([harness("exit0.sh")]), str(env.root)),
+    )
+    db.execute(
+        "INSERT INTO turns (id, session, state, verdict, rc, error, cause, started_at, ended_at)"
+        " VALUES ('T1', 'api', 'error', 'confirmed', 1, 'API Error: 529', 'overloaded', 1, 2)"
+    )
+    db.execute(
+        "INSERT INTO events (at, kind, session, turn, rc, cause, payload) VALUES"
+        " (2, 'failed', 'api', 'T1', 1, 'API Error: 529', '{\"reason\": \"overloaded\"}'),"
+        " (3, 'wave-ended', NULL, NULL, NULL, 'complete', '{\"wave\": \"W1\"}')"
+    )
+    db.close()
+    extra = {"SPEXSUP_HOME": str(home)}
+    (row,) = json.loads(env.run("ls", "--json", extra=extra).stdout)
+    assert (row["state"], row["legacy_state"]) == ("failed", "error"), row
+    assert (row["turn"]["state"], row["turn"]["legacy_state"]) == ("failed", "error")
+    assert row["turn"]["cause"] == "overloaded" and row["turn"]["error"] == "API Error: 529"
+    assert env.run("ls", "-q", "--state", "error", extra=extra).stdout.split() == ["api"]
+    assert env.run("ls", "-q", "--state", "failed", extra=extra).stdout.split() == ["api"]
+    lines = env.run("events", "--json", extra=extra).stdout.splitlines()
+    failed, wave = (json.loads(line) for line in lines)
+    assert (failed["cause"], failed["error"]) == ("overloaded", "API Error: 529"), failed
+    assert wave["error"] is None and wave["payload"] == {"wave": "W1", "state": "complete"}
+    text = env.run("events", extra=extra).stdout
+    assert "failed api turn T1 rc=1 (overloaded): API Error: 529" in text, text
+    assert "wave W1 complete" in text, text

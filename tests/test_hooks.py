@@ -84,7 +84,7 @@ def test_two_readers_racing_over_a_lost_turn_fire_its_hook_once(env: Env) -> Non
     assert args == ["a", "lost", "", "{nope}"]
     assert hook_env["SPEX_EVENT"] == "lost" and hook_env["SPEX_SESSION"] == "a"
     assert hook_env["SPEX_TURN"] == woke["turn"] and hook_env["SPEX_VERDICT"] == "lost"
-    assert hook_env["SPEX_RC"] == "" and "without a final marker" in hook_env["SPEX_CAUSE"]
+    assert hook_env["SPEX_RC"] == "" and "without a final marker" in hook_env["SPEX_ERROR"]
     assert hook_env["SPEX_SUMMARY"] == "working on: x"
     # Never mistaken for a process of the turn.
     assert "SPEXSUP_TURN" not in hook_env
@@ -301,9 +301,10 @@ def test_the_contrib_sinks(env: Env) -> None:
 
 def test_a_failed_end_gives_the_hook_its_reason_and_the_agents_line(env: Env) -> None:
     """pi exits 0 after its retries give up on a rate limit: the hook sees a
-    `failed` event, why (`SPEX_REASON`), the agent's own line (`SPEX_CAUSE`),
-    and a summary rendered from its JSON events, never the raw event."""
-    out = recorder(env, '["failed"]', "{reason}")
+    `failed` event, why (`SPEX_CAUSE`, and `SPEX_REASON`, its old name), the
+    agent's own line (`SPEX_ERROR`), and a summary rendered from its JSON
+    events, never the raw event."""
+    out = recorder(env, '["failed"]', "{cause}")
     r = env.run(
         "new", "p", "--harness", "pi", "--env", "FAKE_PI_ONLINE=1",
         "--env", "FAKE_LIMIT_FORM=anthropic",
@@ -314,8 +315,8 @@ def test_a_failed_end_gives_the_hook_its_reason_and_the_agents_line(env: Env) ->
     assert retry_until(lambda: len(runs(out)) == 1, seconds=30)
     ((args, hook_env),) = runs(out)
     assert args == ["rate-limited"]
-    assert hook_env["SPEX_REASON"] == "rate-limited"
-    assert hook_env["SPEX_CAUSE"] == (
+    assert hook_env["SPEX_CAUSE"] == hook_env["SPEX_REASON"] == "rate-limited"
+    assert hook_env["SPEX_ERROR"] == (
         "429 This request would exceed your account's rate limit. Please try again later."
     )
     assert hook_env["SPEX_SUMMARY"] == (
@@ -382,7 +383,7 @@ def test_no_hook_runner_shows_the_event_or_a_webhook_url_in_its_argv(env: Env) -
         assert retry_until(scan, seconds=60), hooks_log(env)
         assert woke.wait(30) == 1
     assert started.exists() and len(posts) == 1
-    assert json.loads(posts[0])["cause"] == planted  # the event did carry it
+    assert json.loads(posts[0])["error"] == planted  # the event did carry it
     assert seen == []
 
 

@@ -41,13 +41,26 @@ def sql_strings(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+def migration_lines(path: Path) -> range:
+    """The lines of the store's numbered schema migrations: renaming a
+    state's stored word (`error` -> `failed`) is a schema change, no transition."""
+    for node in ast.parse(path.read_text(), str(path)).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        if any(isinstance(t, ast.Name) and t.id == "MIGRATIONS" for t in targets):
+            return range(node.lineno, (node.end_lineno or node.lineno) + 1)
+    return range(0)
+
+
 def state_writers() -> list[str]:
     places = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name == "ledger.py":
             continue
+        skip = migration_lines(path) if path.name == "store.py" else range(0)
         for line, text in sql_strings(path):
-            if WRITES_STATE.search(text):
+            if line not in skip and WRITES_STATE.search(text):
                 places.append(
                     f"{path.relative_to(PACKAGE.parent)}:{line}: {' '.join(text.split())}"
                 )
@@ -72,3 +85,4 @@ def test_the_check_finds_a_state_write_where_there_is_one(tmp_path: Path) -> Non
     assert len(hits) == 3 and not any("waves" in h for h in hits), hits
     ledger = [t for _, t in sql_strings(PACKAGE / "ledger.py") if WRITES_STATE.search(t)]
     assert len(ledger) >= 8, ledger  # the writers are all there
+    assert len(migration_lines(PACKAGE / "store.py")) > 100  # and only the migrations are skipped

@@ -60,7 +60,7 @@ def test_timeout_ends_the_tree_with_rc_124(env: Env) -> None:
     marker = (env.home / "turns" / "t" / turn["id"] / "outcome").read_text()
     assert marker.startswith("exit:124:cas:")
     assert retry_until(lambda: turn_processes_alive(turn["id"]) == [], 10)
-    assert show(env, "t")["state"] == "error"
+    assert show(env, "t")["state"] == "failed"
 
 
 FREEZER = Path("/sys/fs/cgroup/freezer")
@@ -194,7 +194,7 @@ def test_strict_fails_a_flagged_turn(env: Env) -> None:
     assert code == 1 and v["verdict"] == "failed" and v["rc"] == 0, v
     assert v["error"] == "strict: ended asking a question"
     code, _, turn = wait(env, "c")
-    assert code == 1 and turn["state"] == "error" and turn["cause"] == "strict"
+    assert code == 1 and turn["state"] == "failed" and turn["cause"] == "strict"
     assert turn["strict"] is True
     # Without flags a strict turn completes.
     code, v = wake_json(env, "c", "go", "--strict", "--window", "10")
@@ -555,7 +555,7 @@ def test_fanout_strict_legs_fail_and_are_retried(env: Env) -> None:
     doc = json.loads(r.stdout)
     assert doc["state"] == "failed"
     for leg in doc["legs"]:
-        assert leg["verdict"] == "confirmed" and leg["turn_state"] == "error", leg
+        assert leg["verdict"] == "confirmed" and leg["turn_state"] == "failed", leg
         assert leg["flags"] == ["asked-question"] and leg["cause"] == "strict"
     r = env.run("fanout", "--retry-failed", doc["id"], "--json")
     retry = json.loads(r.stdout)
@@ -726,47 +726,51 @@ HUMAN = "the agent's own line"
 REAL_ENDS = [
     ("claude", "answer", False, "complete", None, None),
     ("claude", "tool-denied", False, "complete", None, None),
-    ("claude", "http500", False, "error", "agent-error", "API Error: 500 Internal server error."),
-    ("claude", "http503", False, "error", "overloaded", "API Error: 503 Overloaded."),
-    ("claude", "http529", False, "error", "overloaded", "API Error: 529 Overloaded."),
-    ("claude", "ratelimit429", False, "error", "rate-limited",
+    ("claude", "http500", False, "failed", "agent-error", "API Error: 500 Internal server error."),
+    ("claude", "http503", False, "failed", "overloaded", "API Error: 503 Overloaded."),
+    ("claude", "http529", False, "failed", "overloaded", "API Error: 529 Overloaded."),
+    ("claude", "ratelimit429", False, "failed", "rate-limited",
      "API Error: Request rejected (429) · This request would exceed your account's rate limit."),
-    ("claude", "usage429", False, "error", "rate-limited", "API Error: Request rejected (429)"),
-    ("claude", "usage429-oauth", False, "error", "usage-limit",
+    ("claude", "usage429", False, "failed", "rate-limited", "API Error: Request rejected (429)"),
+    ("claude", "usage429-oauth", False, "failed", "usage-limit",
      "claude hit its usage limit (resets"),
-    ("claude", "model-not-found", False, "error", "model-not-found",
+    ("claude", "model-not-found", False, "failed", "model-not-found",
      "There's an issue with the selected model (claude-sonnet-4-5)."),
-    ("claude", "unknown-resume", True, "error", "conversation-gone", "is gone;"),
+    ("claude", "unknown-resume", True, "failed", "conversation-gone", "is gone;"),
     ("codex", "answer", False, "complete", None, None),
-    ("codex", "http500", False, "error", "overloaded", "currently experiencing high demand"),
-    ("codex", "http503", False, "error", "overloaded", "unexpected status 503 Service Unavailable"),
-    ("codex", "ratelimit429", False, "error", "rate-limited", "last status: 429 Too Many Requests"),
-    ("codex", "quota429", False, "error", "usage-limit", "codex hit its usage limit"),
-    ("codex", "usage429", False, "error", "usage-limit", "codex hit its usage limit (resets"),
-    ("codex", "model-not-found", False, "error", "model-not-found", "does not exist"),
-    ("codex", "unknown-resume", True, "error", "conversation-gone", "is gone;"),
+    ("codex", "http500", False, "failed", "overloaded", "currently experiencing high demand"),
+    ("codex", "http503", False, "failed", "overloaded",
+     "unexpected status 503 Service Unavailable"),
+    ("codex", "ratelimit429", False, "failed", "rate-limited",
+     "last status: 429 Too Many Requests"),
+    ("codex", "quota429", False, "failed", "usage-limit", "codex hit its usage limit"),
+    ("codex", "usage429", False, "failed", "usage-limit", "codex hit its usage limit (resets"),
+    ("codex", "model-not-found", False, "failed", "model-not-found", "does not exist"),
+    ("codex", "unknown-resume", True, "failed", "conversation-gone", "is gone;"),
     ("opencode", "answer", False, "complete", None, None),
-    ("opencode", "http500", False, "error", "agent-error",
+    ("opencode", "http500", False, "failed", "agent-error",
      "The server had an error while processing your request."),
-    ("opencode", "http503", False, "error", "overloaded", "The engine is currently overloaded"),
-    ("opencode", "ratelimit429", False, "error", "rate-limited",
+    ("opencode", "http503", False, "failed", "overloaded", "The engine is currently overloaded"),
+    ("opencode", "ratelimit429", False, "failed", "rate-limited",
      "Rate limit reached for fake-model"),
-    ("opencode", "quota429", False, "error", "usage-limit", "opencode hit its usage limit"),
-    ("opencode", "usage429", False, "error", "usage-limit", "opencode hit its usage limit (resets"),
-    ("opencode", "model-not-found", False, "error", "model-not-found", "does not exist"),
+    ("opencode", "quota429", False, "failed", "usage-limit", "opencode hit its usage limit"),
+    ("opencode", "usage429", False, "failed", "usage-limit",
+     "opencode hit its usage limit (resets"),
+    ("opencode", "model-not-found", False, "failed", "model-not-found", "does not exist"),
     ("opencode", "tool-ask", False, "complete", None, None),
     ("opencode", "tool-denied-pattern", False, "complete", None, None),
-    ("opencode", "unknown-resume", True, "error", "conversation-gone", "is gone;"),
+    ("opencode", "unknown-resume", True, "failed", "conversation-gone", "is gone;"),
     ("pi", "answer", False, "complete", None, None),
-    ("pi", "http500", False, "error", "agent-error", "500 The server had an error"),
-    ("pi", "http503", False, "error", "overloaded", "503 The engine is currently overloaded"),
-    ("pi", "ratelimit429", False, "error", "rate-limited", "429 Rate limit reached for fake-model"),
-    ("pi", "quota429", False, "error", "usage-limit", "pi hit its usage limit"),
-    ("pi", "usage429", False, "error", "usage-limit",
+    ("pi", "http500", False, "failed", "agent-error", "500 The server had an error"),
+    ("pi", "http503", False, "failed", "overloaded", "503 The engine is currently overloaded"),
+    ("pi", "ratelimit429", False, "failed", "rate-limited",
+     "429 Rate limit reached for fake-model"),
+    ("pi", "quota429", False, "failed", "usage-limit", "pi hit its usage limit"),
+    ("pi", "usage429", False, "failed", "usage-limit",
      "pi hit its usage limit (reset time not given)"),
-    ("pi", "usage429-chatgpt", False, "error", "usage-limit", "pi hit its usage limit (resets"),
-    ("pi", "model-not-found", False, "error", "model-not-found", "404 The model `fake-model`"),
-    ("pi", "unknown-resume", True, "error", "conversation-gone", "is gone;"),
+    ("pi", "usage429-chatgpt", False, "failed", "usage-limit", "pi hit its usage limit (resets"),
+    ("pi", "model-not-found", False, "failed", "model-not-found", "404 The model `fake-model`"),
+    ("pi", "unknown-resume", True, "failed", "conversation-gone", "is gone;"),
 ]  # fmt: skip
 
 DENIED = {

@@ -58,7 +58,7 @@ def test_fanout_wait_on_a_terminal_is_a_live_table_of_stages(env: Env) -> None:
     child.expect(rf"a{GAP}producing output{GAP}\dm\d\ds")
     child.expect(rf"b{GAP}confirmed{GAP}\dm\d\ds")
     go_b.touch()
-    child.expect(r"ended error rc=3")
+    child.expect(r"ended failed rc=3")
     child.expect(r"\dm\d\ds")
     go_a.touch()
     child.expect(r"ended complete rc=0")

@@ -245,7 +245,7 @@ def test_a_suspended_wake_does_not_hold_a_finished_turn_hostage(env: Env) -> Non
         assert retry_until(lambda: marker.read(directory).stage is Stage.EXIT, 30)
         # Its end is recorded with no help from the launcher: waiters, the
         # event log and a stop all see rc 7.
-        assert _waited_end(env, "a") == ("error", 7)
+        assert _waited_end(env, "a") == ("failed", 7)
         kinds = [
             json.loads(line)["kind"]
             for line in env.run("events", "--json", "--session", "a").stdout.splitlines()
@@ -253,7 +253,7 @@ def test_a_suspended_wake_does_not_hold_a_finished_turn_hostage(env: Env) -> Non
         assert "failed" in kinds, kinds
         assert env.run("stop", "a", "--grace", "1").returncode == 0
         turn = show(env, "a")["turn"]
-        assert (turn["state"], turn["rc"]) == ("error", 7), turn
+        assert (turn["state"], turn["rc"]) == ("failed", 7), turn
     finally:
         os.kill(wake.pid, signal.SIGCONT)
     out, err = wake.communicate(timeout=30)
@@ -279,7 +279,7 @@ def test_an_end_deferred_to_a_suspended_launcher_falls_to_a_reader(env: Env) -> 
     try:
         # Deferred to the launcher, but only for a bounded time while it is
         # not progressing.
-        assert _waited_end(env, "l") == ("error", 1)
+        assert _waited_end(env, "l") == ("failed", 1)
     finally:
         os.kill(wake.pid, signal.SIGCONT)
     out, err = wake.communicate(timeout=30)
@@ -798,7 +798,7 @@ def test_a_full_disk_keeps_the_rc_and_reads_working(env: Env) -> None:
         r = env.run("wait", "a", "--timeout", "30", "--json", extra=extra)
         assert r.returncode == 1, r.stdout + r.stderr
         (ended,) = json.loads(r.stdout)
-        assert (ended["state"], ended["rc"]) == ("error", 7), ended
+        assert (ended["state"], ended["rc"]) == ("failed", 7), ended
     finally:
         env.tmux("kill-server")
         kill_everything(str(env.tmux_tmpdir))

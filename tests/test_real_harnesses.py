@@ -234,7 +234,7 @@ def test_a_denied_tool_is_flagged_and_strict_fails_it(
     report(f"{cli} --strict", real, "s", v)
     turn = finish(real, "s", v)
     assert f"denied:{tool}" in turn["flags"], turn
-    assert turn["state"] == "error" and (code == 1 or v["verdict"] == "confirmed"), (v, turn)
+    assert turn["state"] == "failed" and (code == 1 or v["verdict"] == "confirmed"), (v, turn)
 
 
 # (scenario, the reply the server gives every main request, the cause expected)
@@ -266,7 +266,7 @@ def test_every_error_form_ends_in_error_with_its_cause(
     report(f"{cli} {scenario}", real, "s", v)
     turn = finish(real, "s", v)
     assert model.main_requests(), "the CLI never reached the server"
-    assert turn["state"] == "error", turn
+    assert turn["state"] == "failed", turn
     assert turn["cause"] == cause, turn
     assert human(turn["error"]), turn["error"]
     if v["verdict"] != "confirmed":
@@ -349,7 +349,7 @@ def test_an_unknown_resume_id_is_named_and_cleared(real: Env, model: ModelServer
     _, v = wake_json(real, "s", "say hi", "--window", WINDOW)
     report(f"{cli} unknown resume", real, "s", v)
     turn = finish(real, "s", v)
-    assert turn["state"] == "error", turn
+    assert turn["state"] == "failed", turn
     message = f"conversation {gone} is gone; the next wake starts a new one (or --fresh)"
     assert message in (turn["error"] or ""), turn
     assert show(real, "s")["harness_session_id"] in (None, ""), show(real, "s")

@@ -100,8 +100,8 @@ def test_exit7_is_failed_with_rc_and_output(env: Env) -> None:
     assert "boom: something broke" in v["error"]
     assert "exit reporter" not in v["error"]
     s = show(env, "a")
-    assert s["state"] == "error"
-    assert s["turn"]["state"] == "error"
+    assert s["state"] == "failed"
+    assert s["turn"]["state"] == "failed"
     # A failed last turn still allows the next wake.
     code, v = wake_json(env, "a", "again", "--window", "10")
     assert v["verdict"] == "failed"
@@ -161,8 +161,8 @@ def test_wrapper_that_cannot_start_never_confirms(env: Env) -> None:
     assert v["verdict"] == "failed"
     assert "never confirmed startup" in v["error"]
     s = show(env, "a")
-    assert s["turn"]["state"] == "error"
-    assert s["state"] == "error"
+    assert s["turn"]["state"] == "failed"
+    assert s["state"] == "failed"
     # The pane is a shell again and the next wake works.
     code, v = wake_json(env, "a", "x", "--window", "10")
     assert v["verdict"] == "completed"
@@ -248,7 +248,7 @@ def test_wrapper_sigkilled_inside_the_window(env: Env) -> None:
     assert code == 1
     # Dead, or a zombie until tmux reaps it: either way not trusted.
     assert "is dead" in v["error"] or "is a zombie" in v["error"], v
-    assert show(env, "a")["turn"]["state"] in ("error", "lost")
+    assert show(env, "a")["turn"]["state"] in ("failed", "lost")
     assert turn_processes_alive(v["turn"]) == []
 
 
@@ -261,7 +261,7 @@ def test_wrapper_sigkilled_after_the_window_is_lost(env: Env) -> None:
     s = show(env, "a")
     assert s["turn"]["state"] == "lost"
     assert "without a final marker" in s["turn"]["error"]
-    assert s["state"] == "error"
+    assert s["state"] == "failed"
     # The lost turn's harness is an orphan still tagged with the turn.
     for pid in turn_processes_alive(v["turn"]):
         os.kill(pid, signal.SIGKILL)
@@ -282,7 +282,7 @@ def test_reporter_failure_is_named_and_the_end_still_recorded(env: Env) -> None:
     assert code == 1
     assert "exited rc=7, exit reporter rc=127" in v["error"]
     turn = show(env, "a")["turn"]
-    assert turn["state"] == "error"
+    assert turn["state"] == "failed"
     assert turn["rc"] == 7
 
 
@@ -311,11 +311,35 @@ def test_wait_returns_the_rc_and_times_out(env: Env) -> None:
     # so an agent's rc can never pass for one of spex's own codes.
     assert r.returncode == 1
     (ended,) = json.loads(r.stdout)
-    assert ended["state"] == "error" and ended["rc"] == 5
+    assert ended["state"] == "failed" and ended["rc"] == 5
     # Waiting on a turn that already ended answers at once.
     r = env.run("wait", "a")
     assert r.returncode == 1
-    assert "error rc=5" in r.stdout
+    assert "failed rc=5" in r.stdout
+
+
+def test_one_word_for_a_failed_end_in_every_view(env: Env) -> None:
+    """A turn that fails after it started, and one that never confirmed its
+    start: `failed` in ls, show, wait and events, never `error`; the wake's
+    verdict is named only where it was a failure of its own."""
+    env.run("new", "late", "--", "bash", "-c", "sleep 1; echo broke >&2; exit 5")
+    env.run("new", "early", "--", harness("exit7.sh"))
+    assert wake_json(env, "late", "x", "--window", "0.3")[1]["verdict"] == "confirmed"
+    assert wake_json(env, "early", "x", "--window", "2")[1]["verdict"] == "failed"
+    assert env.run("wait", "late", "early").returncode == 1
+    listed = env.run("ls").stdout
+    shown = {n: env.run("show", n).stdout for n in ("late", "early")}
+    waited = env.run("wait", "late", "early").stdout
+    logged = env.run("events", "--kind", "failed").stdout
+    for text in (listed, *shown.values(), waited, logged):
+        assert "failed" in text and "error" not in text, text
+    assert "state     failed" in shown["late"], shown["late"]
+    assert "failed rc=5" in shown["late"] and "never confirmed" not in shown["late"]
+    assert "failed rc=7" in shown["early"] and "never confirmed its start" in shown["early"]
+    assert {s["name"]: s["state"] for s in json.loads(env.run("ls", "--json").stdout)} == {
+        "early": "failed",
+        "late": "failed",
+    }
 
 
 def test_wait_on_several_sessions(env: Env) -> None:
@@ -326,7 +350,7 @@ def test_wait_on_several_sessions(env: Env) -> None:
     r = env.run("wait", "ok", "bad", "--json")
     assert r.returncode == 1
     states = {e["session"]: e["state"] for e in json.loads(r.stdout)}
-    assert states == {"ok": "complete", "bad": "error"}
+    assert states == {"ok": "complete", "bad": "failed"}
     env.run("new", "never", "--harness", "demo")
     assert env.run("wait", "never").returncode == 3
 
@@ -585,8 +609,8 @@ def test_wake_killed_mid_confirmation_leaves_a_durable_turn(env: Env) -> None:
     proc.wait()
     r = env.run("wait", "a", "--timeout", "20")
     assert r.returncode == 1
-    assert "error rc=4" in r.stdout
-    assert show(env, "a")["turn"]["state"] == "error"
+    assert "failed rc=4" in r.stdout
+    assert show(env, "a")["turn"]["state"] == "failed"
 
 
 def _confirm_with_a_change(env: Env, change: str) -> str:

@@ -273,7 +273,7 @@ def test_wait_records_each_rc(env: Env) -> None:
     assert code == 1
     legs = {leg["session"]: leg for leg in doc["legs"]}
     assert legs["a"]["turn_state"] == "complete" and legs["a"]["rc"] == 0
-    assert legs["b"]["turn_state"] == "error" and legs["b"]["rc"] == 4
+    assert legs["b"]["turn_state"] == "failed" and legs["b"]["rc"] == 4
     assert doc["state"] == "partial"
 
 
@@ -324,11 +324,11 @@ def test_the_summary_counts_turn_outcomes_after_the_fanout_exited(env: Env) -> N
     assert retry_until(hook.with_suffix(".runs").exists)
     shown = env.run("wave", doc["id"])
     assert f"wave {doc['id']}: partial · launched 4/4 · ok 3 · failed 1" in shown.stdout
-    assert "d: confirmed" in shown.stdout and "ended error rc=3" in shown.stdout
+    assert "d: confirmed" in shown.stdout and "ended failed rc=3" in shown.stdout
     assert "launched 4/4 · ok 3 · failed 1" in env.run("waves").stdout
     final = json.loads(env.run("wave", doc["id"], "--json").stdout)
     legs = {leg["session"]: leg for leg in final["legs"]}
-    assert legs["d"]["verdict"] == "confirmed" and legs["d"]["turn_state"] == "error"
+    assert legs["d"]["verdict"] == "confirmed" and legs["d"]["turn_state"] == "failed"
     assert legs["d"]["rc"] == 3 and legs["a"]["turn_state"] == "complete"
     events = [h["event"] for h in final["history"]]
     assert events[0] == "wave-started" and events[-1] == "wave-ended"
@@ -411,8 +411,8 @@ def test_retry_failed_covers_every_failed_end_and_can_be_narrowed(env: Env) -> N
     doc = json.loads(env.run("wave", first["id"], "--json").stdout)
     ends = {leg["session"]: leg["turn_state"] for leg in doc["legs"]}
     assert ends == {
-        "early": "error",
-        "err": "error",
+        "early": "failed",
+        "err": "failed",
         "lost": "lost",
         "ok": "complete",
         "stopped": "aborted",
@@ -448,7 +448,8 @@ def test_a_retry_during_wait_keeps_its_link(env: Env) -> None:
     go_b.touch()
     assert retry_until(
         lambda: (
-            {leg["session"]: leg["turn_state"] for leg in stored(env, wave)["legs"]}["b"] == "error"
+            {leg["session"]: leg["turn_state"] for leg in stored(env, wave)["legs"]}["b"]
+            == "failed"
         )
     )
     env.run("rm", "b")
@@ -631,7 +632,7 @@ def test_retry_of_a_strict_wave_is_strict_unless_told_otherwise(env: Env) -> Non
     assert again["legs"][0]["rc"] == 0 and again["legs"][0]["flags"] == ["asked-question"]
     assert again["turn_options"] == first["turn_options"] and again["retry_of"] == first["id"]
     turn = json.loads(env.run("wait", "c", "--json").stdout)[0]
-    assert turn["strict"] is True and turn["state"] == "error" and turn["cause"] == "strict"
+    assert turn["strict"] is True and turn["state"] == "failed" and turn["cause"] == "strict"
     # Explicit options win: --no-strict lets the flagged turn complete.
     code, relaxed = fan(env, "--retry-failed", again["id"], "--no-strict", "--window", "15")
     assert code == 0 and verdicts(relaxed) == {"c": "completed"}, relaxed

@@ -9,7 +9,7 @@
 # and stdin, never its argv, which every local user can read.
 : "${NTFY_URL:?set NTFY_URL to the topic URL}"
 quoted() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
-printf '%s' "${SPEX_CAUSE:-${SPEX_SUMMARY:-rc=$SPEX_RC}}" |
+printf '%s' "${SPEX_ERROR:-${SPEX_SUMMARY:-rc=$SPEX_RC}}" |
   curl -fsS --max-time 5 --data-binary @- -K <(
     printf 'url = %s\nheader = %s\n' "$(quoted "$NTFY_URL")" \
       "$(quoted "Title: spex: $SPEX_SESSION $SPEX_EVENT")"

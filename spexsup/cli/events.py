@@ -49,7 +49,7 @@ def since_of(text: str | None) -> tuple[int | None, float | None]:
 
 
 def event_line(row: "sqlite3.Row") -> str:
-    """`#42 2026-11-30T14:50:00.123Z failed api turn T rc=1: cause`"""
+    """`#42 2026-11-30T14:50:00.123Z failed api turn T rc=1 (rate-limited): message`"""
     from spexsup import ids
 
     line = f"#{row['id']} {ids.iso(row['at'])} {row['kind']}"
@@ -59,12 +59,16 @@ def event_line(row: "sqlite3.Row") -> str:
         line += f" turn {row['turn']}"
     if row["rc"] is not None:
         line += f" rc={row['rc']}"
+    if row["cause"]:
+        line += f" ({row['cause']})"
     payload = json.loads(row["payload"] or "{}")
     for key in ("wave", "epoch"):
         if key in payload:
             line += f" {key} {payload[key]}"
-    if row["cause"]:
-        line += f": {row['cause']}"
+    if row["kind"] == "wave-ended" and payload.get("state"):
+        line += f" {payload['state']}"
+    if row["error"] or payload.get("note"):
+        line += f": {row['error'] or payload['note']}"
     from spexsup.pane.pretty import one_line
 
     return one_line(line)

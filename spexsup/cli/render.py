@@ -239,13 +239,24 @@ def home_cell(row: dict[str, Any]) -> str:
     return home + (", worktree missing" if wt and wt["state"] == "missing" else "")
 
 
+def end_words(state: str | None, rc: int | None, cause: str | None) -> str:
+    """`failed rc=1 (overloaded)`: a turn's state, its rc, and what a failed
+    end was (not repeated where the state says it: `timed-out`)."""
+    words = str(state or "-") + ("" if rc is None else f" rc={rc}")
+    return words + (f" ({cause})" if cause and cause != state else "")
+
+
 def turn_line(t: dict[str, Any]) -> str:
-    """`<id>  error rc=1  failed  3m ago, ran 9s  (API Error: 529 overloaded)`."""
-    rc = "" if t["rc"] is None else f" rc={t['rc']}"
-    line = f"{short_id(t['id'])}  {t['state']}{rc}  {t['verdict'] or '-'}"
+    """`<id>  failed rc=1 (overloaded)  3m ago, ran 9s  (API Error: 529 overloaded)`.
+
+    The wake's verdict is named only when it was itself a failure (the turn
+    never confirmed its start): otherwise the end state says it all."""
+    line = f"{short_id(t['id'])}  {end_words(t['state'], t['rc'], t.get('cause'))}"
     line += f"  {age(time.time() - t['started_at'])}"
     if t["ended_at"] is not None:
         line += f", ran {span(t['ended_at'] - t['started_at'])}"
+    if t["verdict"] == "failed":
+        line += ", never confirmed its start"
     if t["error"]:
         line += f"  ({t['error']})"
     elif waiting(t):
@@ -372,14 +383,15 @@ def waiting(t: dict[str, Any]) -> bool:
 
 
 def ended_line(e: dict[str, Any]) -> str:
-    """`api: turn T error rc=1: <cause>`, what `spex wait` prints per turn."""
-    rc = "" if e["rc"] is None else f" rc={e['rc']}"
-    cause = f": {e['error']}" if e["error"] and e["state"] != "complete" else ""
-    if not cause and e.get("flags"):
+    """`api: turn T failed rc=1 (agent-error): <message>`, what `spex wait`
+    prints per turn."""
+    words = end_words(e["state"], e["rc"], e.get("cause"))
+    why = f": {e['error']}" if e["error"] and e["state"] != "complete" else ""
+    if not why and e.get("flags"):
         from spexsup.outcome import describe
 
-        cause = f" ({describe(list(e['flags']))})"
-    return clean(f"{e['session']}: turn {e['turn']} {e['state']}{rc}{cause}")
+        why = f" ({describe(list(e['flags']))})"
+    return clean(f"{e['session']}: turn {e['turn']} {words}{why}")
 
 
 def stopped_line(d: dict[str, Any]) -> str:

@@ -29,7 +29,7 @@ def top(ctx: typer.Context, color: ColorOpt = "auto", as_json: JsonOpt = False) 
     \b
     Examples:
       spex top
-      spex top | grep error
+      spex top | grep failed
       spex top --json | jq -r '.[] | "\\(.name): \\(.last_output)"'
     """
     from spexsup.cli.render import TOP_HEADERS, print_json, state_cell, table, top_cells, use_color

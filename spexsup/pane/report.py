@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from spexsup import ledger
 from spexsup.pane import turndir
-from spexsup.states import ACTIVE
+from spexsup.states import ACTIVE, COMPLETE, FAILED
 from spexsup.store import Store
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def remember_conversation(
 
 
 def end_state(rc: int) -> str:
-    return "complete" if rc == 0 else "error"
+    return COMPLETE if rc == 0 else FAILED
 
 
 class Judgement:
@@ -191,10 +191,10 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
         except OSError:
             first = ""
         if "/" in first:  # a path, or a pinned binary (see sessions.check_binary) gone since
-            return Judgement("error", cause="not-found", error=f"{first} not found")
+            return Judgement(FAILED, cause="not-found", error=f"{first} not found")
         where = "the login PATH" if (turn_dir / turndir.LOGIN).exists() else "PATH"
         binary = name if name and name != "command" else "the harness"
-        return Judgement("error", cause="not-found", error=f"{binary} not found on {where}")
+        return Judgement(FAILED, cause="not-found", error=f"{binary} not found on {where}")
     if rc == 124 and (turn_dir / turndir.TIMED_OUT).exists():
         limit = meta.get("timeout")
         spent = f" ({outcome.span(limit)})" if isinstance(limit, int | float) else ""
@@ -209,7 +209,7 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
     verdict = Judgement(end_state(rc), found.flags)
     if rc == 0 and not found.fails:
         if found.flags and meta.get("strict"):
-            verdict.state, verdict.cause = "error", "strict"
+            verdict.state, verdict.cause = FAILED, "strict"
             verdict.error = f"strict: {outcome.describe(found.flags)}"
         return verdict
     # A failed end: name its cause and the agent's own line for it, from
@@ -218,20 +218,20 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
     tail = turndir.output_end(turn_dir)
     limit = _usage_limit(turn_dir, adapter, tail)
     if limit is not None:
-        verdict.state, verdict.cause = "error", "usage-limit"
+        verdict.state, verdict.cause = FAILED, "usage-limit"
         verdict.error = f"{name or 'the harness'} hit its usage limit ({limit.when()})"
         verdict.limit_reset = limit.reset
         return verdict
     resumed = meta.get("resumed")
     if resumed and adapter is not None and any(re.search(p, tail) for p in adapter.gone):
-        verdict.state, verdict.cause = "error", "conversation-gone"
+        verdict.state, verdict.cause = FAILED, "conversation-gone"
         verdict.gone = str(resumed)
         verdict.error = (
             f"conversation {resumed} is gone; the next wake starts a new one (or --fresh)"
         )
         return verdict
     if found.fails:
-        verdict.state, verdict.cause = "error", outcome.classify(found)
+        verdict.state, verdict.cause = FAILED, outcome.classify(found)
         line = found.error or outcome.describe(found.flags)
         fatal = _fatal(tail, adapter)
         verdict.error = f"{fatal}: {line}" if fatal else line
@@ -419,6 +419,8 @@ def record_exit(
             return DEFERRED
         extra: dict[str, Any] = {}
         if found is not None:
+            # `reason` repeats the event's `cause` for the hooks and scripts
+            # that read it before 2026-12 (one release).
             extra = {"flags": found.flags, "reason": found.cause}
             if found.survivors:
                 extra["survivors"] = found.survivors

@@ -18,9 +18,16 @@ from spexsup.errors import Invalid, Refused, TimedOut, UnknownSession
 from spexsup.pane import turndir
 from spexsup.sessions import Session, get, home_status
 from spexsup.spex import Spex
-from spexsup.states import SESSION_STATES
+from spexsup.states import COMPLETE, SESSION_STATES, legacy_of, read_state
 from spexsup.turn.reconcile import reconcile
 from spexsup.watch import DirWatch
+
+
+def legacy(state: str | None) -> dict[str, str]:
+    """`{"legacy_state": "error"}` beside a `failed` state, for one release
+    (see `states.LEGACY`); nothing beside any other."""
+    old = legacy_of(state)
+    return {"legacy_state": old} if old else {}
 
 
 def turn_json(row: Any) -> dict[str, Any]:
@@ -49,6 +56,7 @@ def turn_json(row: Any) -> dict[str, Any]:
         "started_at_iso": ids.iso(row["started_at"]),
         "ended_at": row["ended_at"],
         "ended_at_iso": ids.iso(row["ended_at"]),
+        **legacy(row["state"]),
     }
 
 
@@ -105,12 +113,13 @@ class Ended(NamedTuple):
     rc: int | None
     error: str | None
     flags: tuple[str, ...] = ()
+    cause: str | None = None
 
     @property
     def exit_code(self) -> int:
         """0 for `complete`, 1 for any other end; the turn's own rc is in `rc`
         (an agent's rc must not collide with spex's own exit codes)."""
-        return 0 if self.state == "complete" else 1
+        return 0 if self.state == COMPLETE else 1
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -119,7 +128,9 @@ class Ended(NamedTuple):
             "state": self.state,
             "rc": self.rc,
             "error": self.error,
+            "cause": self.cause,
             "flags": list(self.flags),
+            **legacy(self.state),
         }
 
 
@@ -163,7 +174,9 @@ def wait(
                     raise Refused(f"session {name!r} has no turn to wait for")
                 if row["state"] not in ("starting", "running"):
                     flags = tuple(json.loads(row["flags"])) if row["flags"] else ()
-                    ended[name] = Ended(name, turn, row["state"], row["rc"], row["error"], flags)
+                    ended[name] = Ended(
+                        name, turn, row["state"], row["rc"], row["error"], flags, row["cause"]
+                    )
                     if on_end is not None:
                         on_end(ended[name])
                 elif turn not in watched:
@@ -326,6 +339,7 @@ def describe(
             ),
             "created_at_iso": ids.iso(s.created_at),
             "worktree": s.worktree.public() if s.worktree else None,
+            **legacy(s.state),
         }
         if s.worktree is not None and worktree_status:
             from spexsup import worktree as worktrees  # dataclasses: only --worktree-status pays
@@ -361,6 +375,7 @@ def listing(
 ) -> list[dict[str, Any]]:
     """`spex ls`: every session's public view (`describe`), or those whose name
     a glob of `patterns` matches and that are in `state`, in natural order."""
+    state = read_state(state) if state is not None else None
     if state is not None and state not in SESSION_STATES:
         raise Invalid(f"invalid --state {state!r}", hint=f"one of: {', '.join(SESSION_STATES)}")
     rows = describe(spex)

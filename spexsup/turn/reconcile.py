@@ -162,7 +162,7 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
         if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:
             with spex.store.tx() as db:
                 why = "its launcher died; its wrapper runs"
-                ledger.mark_running(db, name, turn, pid=m.pid, cause=why)
+                ledger.mark_running(db, name, turn, pid=m.pid, note=why)
         if alive is not Liveness.DEAD:
             return
         # Its last markers may be in the pane, where the wrapper kept what a
