@@ -76,6 +76,11 @@ class Term:
             lambda: re.search(pattern, self.row(name)) is not None, f"{name}: {pattern}", seconds
         )
 
+    def shows(self, names: list[str]) -> None:
+        """The board lists these sessions, top to bottom (the header is drawn
+        first: the rows of the same frame may still be on their way)."""
+        self.until(lambda: names_shown(self) == names, f"the sessions {names}")
+
     def send(self, keys: str) -> None:
         self.child.send(keys)
 
@@ -391,22 +396,22 @@ def test_slash_filters_by_glob_or_text_enter_applies_esc_clears(
         assert env.run("new", name, "--harness", "demo").returncode == 0, name
     t = top(env, terms)
     t.see(r"spex top · 4 sessions ")
-    assert names_shown(t) == ["try-1", "try-2", "try-10", "web"]  # as `spex ls` sorts
+    t.shows(["try-1", "try-2", "try-10", "web"])  # as `spex ls` sorts
 
     # Text with no glob character: the names that contain it, once Enter is pressed.
     t.send("/try-1")
-    t.see(r"filter: try-1")
+    t.see(r"filter: try-1")  # drawn below the rows of its frame: they are in
     assert names_shown(t) == ["try-1", "try-2", "try-10", "web"]
     t.send("\r")
     t.see(r"spex top · 2 of 4 sessions match 'try-1' ")
-    assert names_shown(t) == ["try-1", "try-10"]
+    t.shows(["try-1", "try-10"])
 
     # A glob matches the whole name, as `spex ls PATTERN` does.
     t.send("/")
     t.see(r"filter: try-1")  # the filter in force, to edit
     t.send("\x15*-2\r")  # Ctrl-U, then the glob
     t.see(r"1 of 4 sessions match '\*-2' ")
-    assert names_shown(t) == ["try-2"]
+    t.shows(["try-2"])
     t.send("/\x15nothing\r")
     t.see(r"0 of 4 sessions match 'nothing'")
     t.see(r"no sessions match 'nothing' \(Esc clears the filter\)")
@@ -416,7 +421,7 @@ def test_slash_filters_by_glob_or_text_enter_applies_esc_clears(
     t.see("filter: web")
     t.send("\x1b")
     t.see(r"spex top · 4 sessions ")
-    assert names_shown(t) == ["try-1", "try-2", "try-10", "web"]
+    t.shows(["try-1", "try-2", "try-10", "web"])
     t.send("/w\r")
     t.see(r"1 of 4 sessions match 'w'")
     t.send("\x1b")
@@ -427,7 +432,7 @@ def test_slash_filters_by_glob_or_text_enter_applies_esc_clears(
     t.see(r"3 of 4 sessions match 'try'")
     assert env.run("new", "try-3", "--harness", "demo").returncode == 0
     t.see(r"4 of 5 sessions match 'try'")
-    assert names_shown(t) == ["try-1", "try-2", "try-3", "try-10"]
+    t.shows(["try-1", "try-2", "try-3", "try-10"])
     t.send("q")
     assert "EXIT=0" in t.finish()
 
@@ -441,17 +446,17 @@ def test_o_orders_by_state_failed_first_then_by_name_again(env: Env, terms: list
     failed(env, "s-10")
     t = top(env, terms)
     t.see(r"spex top · 4 sessions · 1 running · 1 \S+ · 1 stopped · by name")
-    assert names_shown(t) == ["s-1", "s-2", "s-3", "s-10"]
+    t.shows(["s-1", "s-2", "s-3", "s-10"])
     t.row_shows("s-10", rf"^s-10 +{states.FAILED} ")
     t.send("o")
     t.see(r"(?m)· by state$")
-    assert names_shown(t) == ["s-10", "s-2", "s-3", "s-1"]
+    t.shows(["s-10", "s-2", "s-3", "s-1"])
     # The order holds across changes: another failure joins the first.
     failed(env, "s-0")
     t.until(lambda: names_shown(t) == ["s-0", "s-10", "s-2", "s-3", "s-1"], "s-0 failed, first")
     t.send("o")
     t.see(r"(?m)· by name$")
-    assert names_shown(t) == ["s-0", "s-1", "s-2", "s-3", "s-10"]
+    t.shows(["s-0", "s-1", "s-2", "s-3", "s-10"])
     t.send("q")
     assert "EXIT=0" in t.finish()
 
