@@ -70,9 +70,12 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--file": None,
         },
     ),
-    "ls": (("session", "*"), {"--hosts": None, "--match": None, "--state": "state"}),
+    "ls": (
+        ("session", "*"),
+        {"--hosts": None, "--match": None, "--state": "state", "--color": "color"},
+    ),
     "hosts": ((), {}),
-    "show": (("session",), {}),
+    "show": (("session",), {"--color": "color"}),
     "edit": (
         ("session",),
         {
@@ -85,7 +88,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--on-limit": None,
         },
     ),
-    "top": ((), {}),
+    "top": ((), {"--color": "color"}),
     "rm": (("session", "*"), {"--match": None}),
     "fanout": (
         ("session", "*"),
@@ -172,6 +175,8 @@ def values(kind: str, home: str | None, session: str | None = None) -> list[str]
             return sorted(hosts.configured(config.load(resolve_home(home))))
         except SpexError:
             return []
+    if kind == "color":
+        return ["auto", "always", "never"]
     import sqlite3
 
     db = _db(home)
