@@ -56,6 +56,8 @@ SESSION_KINDS = (
     "home-recreated",
     "conversation-gone",
     "edited",
+    "queued",
+    "dequeued",
 )
 OTHER_KINDS = (
     "wave-started",

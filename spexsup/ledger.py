@@ -75,6 +75,7 @@ def delete_session(db: sqlite3.Connection, name: str, incarnation: str) -> bool:
     db.execute("DELETE FROM turns WHERE session = ?", (name,))
     cur = db.execute("DELETE FROM sessions WHERE name = ? AND incarnation = ?", (name, incarnation))
     if cur.rowcount:
+        db.execute("DELETE FROM queue WHERE session = ?", (name,))
         events.record(db, "removed", session=name)
     return bool(cur.rowcount)
 
@@ -137,6 +138,47 @@ def edit_session(
     )
     if cur.rowcount:
         events.record(db, "edited", session=name, changes=dict(changes))
+    return bool(cur.rowcount)
+
+
+# --- queued prompts ----------------------------------------------------------------
+
+
+def enqueue(
+    db: sqlite3.Connection, entry: str, session: str, options: str, first_line: str | None
+) -> int:
+    """A prompt queued behind the session's others; its `queued` event.
+    Returns its position (1 = next)."""
+    (seq,) = db.execute("SELECT coalesce(max(seq), 0) + 1 FROM queue").fetchone()
+    db.execute(
+        "INSERT INTO queue (id, session, seq, created_at, options, first_line)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (entry, session, seq, time.time(), options, first_line),
+    )
+    (position,) = db.execute("SELECT count(*) FROM queue WHERE session = ?", (session,)).fetchone()
+    events.record(db, "queued", session=session, entry=entry, position=position)
+    return int(position)
+
+
+def take_queued(db: sqlite3.Connection, entry: str, session: str, turn: str) -> bool:
+    """The admission of `turn` takes queued `entry` (in the same transaction,
+    so a prompt is launched once however many processes race); False if
+    another took it or it was removed."""
+    cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
+    if not cur.rowcount:
+        return False
+    events.record(db, "dequeued", session=session, turn=turn, entry=entry)
+    return True
+
+
+def drop_queued(
+    db: sqlite3.Connection, entry: str, session: str, *, error: str | None = None
+) -> bool:
+    """A queued prompt removed (`spex queue rm`/`clear`, its session gone, or
+    a launch that could not be admitted, `error` saying why)."""
+    cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
+    if cur.rowcount:
+        events.record(db, "dequeued", session=session, entry=entry, error=error, dropped=True)
     return bool(cur.rowcount)
 
 

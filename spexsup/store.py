@@ -270,6 +270,19 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (repo, branch)
     );
     """,
+    # 15: queued prompts (see `spexsup.turn.queue`): one row per prompt
+    # waiting for its session, in `seq` order; its bytes in queue/ID.prompt.
+    """
+    CREATE TABLE queue (
+        id TEXT PRIMARY KEY,
+        session TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        options TEXT NOT NULL DEFAULT '{}',
+        first_line TEXT
+    );
+    CREATE INDEX queue_by_session ON queue (session, seq);
+    """,
 )
 
 

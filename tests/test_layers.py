@@ -50,6 +50,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "git",
             "maint_client",
             "demo_agent",
+            "dequeuer",
         ),
     ),
     ("every state change, with its event", ("store", "events", "ledger", "lease")),

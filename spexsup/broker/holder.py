@@ -216,6 +216,11 @@ class Maintenance:
             )
             if cur.rowcount:
                 events.record(db, "lease-released", epoch=self.epoch)
+        # Prompts queued while the lease held their sessions start now.
+        from spexsup import dequeuer
+
+        for name in dequeuer.waiting(self.spex.store.db):
+            dequeuer.start(self.spex.home, name)
 
     def record_command(self, pid: int, token: str) -> None:
         """Name the command with the lease, so recovery can kill it."""

@@ -38,6 +38,7 @@ COMMANDS = (
     Command("new", "sessions", writes=True),
     Command("wake", "turns", writes=True),
     Command("wait", "turns"),
+    Command("queue", "queue", writes=True),
     Command("log", "turns"),
     Command("attach", "sessions"),
     Command("stop", "turns", writes=True),

@@ -51,6 +51,7 @@ def fast_path(argv: list[str]) -> int | None:
         cas = record_exit(store, session, turn, rc, directory, reporter=True)
         if cas == 0:
             _settle_wave(store, path, turn)
+
         # Best effort: only the pane's end line would go without its detail.
         with contextlib.suppress(Exception):
             write_ended(store, turn, directory, rc)

@@ -143,3 +143,12 @@ def turn_exit(
     from spexsup.cli import internal as fast
 
     raise typer.Exit(fast.fast_path(["internal", "turn-exit", session, turn, str(rc)]) or 0)
+
+
+@internal.command("dequeue")
+def dequeue(ctx: typer.Context, name: Annotated[str, typer.Argument(metavar="NAME")]) -> None:
+    """Launch NAME's next queued prompt if NAME is free (started detached by
+    the process that records an end, and by readers; see spexsup.turn.queue)."""
+    from spexsup.turn.queue import dequeue as launch_next
+
+    launch_next(open_spex(ctx), name)

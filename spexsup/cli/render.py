@@ -438,6 +438,11 @@ def same_terminal() -> bool:
 
 def verdict_line(name: str, v: dict[str, Any]) -> str:
     """`api: failed turn T rc=1 (812 ms): <cause>`: the cause is on the verdict line."""
+    if v["verdict"] == "queued":
+        return clean(
+            f"{name}: queued {v['queued']} (position {v['position']}; it starts when the"
+            f" session is free: spex queue {name})"
+        )
     line = f"{name}: {v['verdict']} turn {v['turn']}"
     if v["pid"]:
         line += f" pid {v['pid']}"

@@ -54,6 +54,7 @@ WAKE_OPTIONS = (
     "--strict",
     "--on-limit",
     "--json",
+    "--queue",
     "-h",
     "--help",
     "--home",
@@ -100,6 +101,7 @@ def wake_and_report(
     timeout: str | None = None,
     strict: bool = False,
     on_limit: str | None = None,
+    queue: bool = False,
 ) -> None:
     from spexsup.turn.admit import Limits, parse_on_limit
     from spexsup.turn.wake import wake as wake_turn
@@ -109,7 +111,16 @@ def wake_and_report(
         parse_on_limit(on_limit)
     limits = Limits(limit, strict, on_limit)
     spex = open_spex(ctx)
-    verdict = wake_turn(spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits)
+    if queue:
+        from spexsup.turn.queue import wake_or_queue
+
+        verdict = wake_or_queue(
+            spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits
+        )
+    else:
+        verdict = wake_turn(
+            spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits
+        )
     if as_json:
         print_json(document({"ok": verdict.ok, **verdict.as_json()}))
     else:
@@ -146,9 +157,17 @@ def wake(
     timeout: TimeoutOpt = None,
     strict: StrictOpt = False,
     on_limit: OnLimitOpt = None,
+    queue: Annotated[
+        bool,
+        typer.Option(
+            "--queue",
+            help="If the session is busy or leased, keep the prompt and launch it when the"
+            " session is free (verdict queued, exit 0; see spex queue).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start a turn and print its verdict (confirmed, completed, failed).
+    """Start a turn and print its verdict (confirmed, completed, failed, queued).
 
     The turn continues the agent's conversation (the `conversation` that
     `spex show` prints) unless --fresh starts a new one.
@@ -160,6 +179,7 @@ def wake(
       spex wake api -f prompt.md --window 5
       spex wake api "run the nightly checks" --timeout 15m --strict
       git diff | spex wake api -f - --json
+      spex wake api --queue then update the changelog
     """
 
     ids.validate_name(name)
@@ -176,6 +196,7 @@ def wake(
         timeout=timeout,
         strict=strict,
         on_limit=on_limit,
+        queue=queue,
     )
 
 

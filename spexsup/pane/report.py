@@ -10,12 +10,13 @@ or repeated report changes nothing.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import ledger
+from spexsup import dequeuer, ledger
 from spexsup.pane import turndir
 from spexsup.states import ACTIVE, COMPLETE, FAILED
 from spexsup.store import Store
@@ -445,4 +446,10 @@ def record_exit(
             # Resuming it can only fail the same way again: the next wake
             # (and a --retry-failed) starts a new conversation.
             ledger.forget_conversation(db, session, turn, found.gone)
+    # Whoever records an end starts the session's next queued prompt (see
+    # turn.queue), in a detached process: the pane's hand-back never waits.
+    if reporter and os.environ.get("SPEXSUP_FAULT") == "reporter-dies-before-dequeue":
+        os._exit(9)  # the tests' fault point: the next reader launches it
+    for name in dequeuer.waiting(store.db, (session,)):
+        dequeuer.start(store.home, name)
     return RECORDED

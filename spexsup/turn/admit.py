@@ -39,6 +39,10 @@ from spexsup.turn.reconcile import reconcile
 DEFAULT_WINDOW = 2.0
 
 
+class QueueTaken(Refused):
+    """Another launcher took the queued prompt first (or it was removed)."""
+
+
 class Verdict(NamedTuple):
     """What `spex wake` reports (DESIGN §3 `wake --json`)."""
 
@@ -53,10 +57,13 @@ class Verdict(NamedTuple):
     flags: Sequence[str] = ()
     # Waiting in the pane for a usage limit to reset, until then (epoch).
     waiting_until: float | None = None
+    # `queued`: the queue entry, and its place in the session's queue (1: next).
+    queued: str | None = None
+    position: int | None = None
 
     @property
     def ok(self) -> bool:
-        return self.verdict in ("confirmed", "completed")
+        return self.verdict in ("confirmed", "completed", "queued")
 
     def as_json(self) -> dict[str, Any]:
         return {**self._asdict(), "flags": list(self.flags)}
@@ -100,9 +107,19 @@ DEFAULT_LIMIT_MARGIN = 60.0
 
 
 def admit(
-    spex: Spex, name: str, prompt: bytes, *, fresh: bool, limits: Limits | None = None
+    spex: Spex,
+    name: str,
+    prompt: bytes,
+    *,
+    fresh: bool,
+    limits: Limits | None = None,
+    queued: str | None = None,
 ) -> tuple[Session, str, Path, Harness]:
     """One transaction: check the session can take a turn, insert it (`starting`).
+
+    With `queued`, the turn is that queue entry's: the same transaction
+    takes the entry (QueueTaken if another process did), so a queued prompt
+    becomes one turn however many launchers race for it.
 
     Returns the session, the turn id, its prepared directory and the adapter
     that built its argv (loaded once per wake: it reads the harness files).
@@ -162,6 +179,8 @@ def admit(
             # 24 random bits per second: a 200-leg fan-out repeats one about
             # once in 800 waves. We hold the write lock, so a free id stays free.
             turn = new_turn_id()
+        if queued is not None and not ledger.take_queued(db, queued, name, turn):
+            raise QueueTaken(f"queued prompt {queued} was taken or removed")
         ledger.admit_turn(
             db,
             turn=turn,

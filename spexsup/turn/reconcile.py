@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spexsup import ledger, wavedoc
+from spexsup import dequeuer, ledger, wavedoc
 from spexsup.errors import warn
 from spexsup.pane import marker, report, turndir
 from spexsup.pane.marker import Marker, Stage
@@ -113,6 +113,10 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
             retry = time.time() + DISK_FULL_RETRY
             due = retry if due is None else min(due, retry)
     _settle_waves(spex, [row["id"] for row in rows])
+    # A prompt queued for a free session whose end's recorder died (or came
+    # before the prompt did): a dequeuer launches it, once (see turn.queue).
+    for name in dequeuer.waiting(spex.store.db, None if names is None else tuple(names)):
+        dequeuer.start_once(spex.home, name)
     return due
 
 

@@ -98,6 +98,12 @@ def _held(
     ).fetchall()
     if any(identity_liveness(t["pid"], t["start_token"]) is Liveness.ALIVE for t in stops):
         return Refused(f"a spex stop of {name!r} is in progress", hint="try again after it")
+    (queued,) = db.execute("SELECT count(*) FROM queue WHERE session = ?", (name,)).fetchone()
+    if queued and not force:
+        return Refused(
+            f"session {name!r} has {queued} queued prompt{'s' * (queued != 1)}",
+            hint=f"spex queue clear {name}, or spex rm --force",
+        )
     if session.state == "creating":
         makers = db.execute(
             "SELECT pid, start_token FROM tickets WHERE session = ? AND op = 'new'", (name,)
@@ -174,6 +180,9 @@ def remove(
                 + "; the session is left removing",
                 hint=f"fix the permissions, then spex rm {name} again",
             )
+        queued = spex.store.db.execute("SELECT id FROM queue WHERE session = ?", (name,))
+        for (entry,) in queued.fetchall():
+            (spex.home / "queue" / f"{entry}.prompt").unlink(missing_ok=True)
         with spex.store.tx() as db:
             ledger.delete_session(db, name, session.incarnation)
     return removal

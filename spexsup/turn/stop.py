@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from contextlib import ExitStack
 
-from spexsup import lease, ledger, wavedoc
+from spexsup import dequeuer, lease, ledger, wavedoc
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Stage
@@ -182,4 +182,7 @@ def resume(
                 )
         with spex.store.tx() as db:
             ledger.mark_resumed(db, name, force=force)
+    # A stop paused its queue: the next prompt starts now.
+    for waiting in dequeuer.waiting(spex.store.db, (name,)):
+        dequeuer.start(spex.home, waiting)
     return True

@@ -51,6 +51,7 @@ def wake(
     gate: AbstractContextManager[object] | None = None,
     on_admitted: Callable[[str], None] | None = None,
     limits: Limits | None = None,
+    queued: str | None = None,
 ) -> Verdict:
     """Start a turn and report what is true about it within the window.
 
@@ -76,7 +77,7 @@ def wake(
     with ticket(spex, name, "wake"):
         with gate:
             session, turn, directory, adapter = admit(
-                spex, name, prompt, fresh=fresh, limits=limits
+                spex, name, prompt, fresh=fresh, limits=limits, queued=queued
             )
         if on_admitted is not None:
             on_admitted(turn)

@@ -1,0 +1,199 @@
+"""Queued prompts (issue 25, items 1-3): `wake --queue` keeps a prompt while its
+session is busy, and the process that records the end launches the next one
+(no wake watching), or the next reader if that process died; exactly once."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import SPEX, Env, harness, retry_until
+
+
+def slow(env: Env, name: str, seconds: float = 1.5) -> Path:
+    """A session whose every turn appends its prompt to a file, then sleeps."""
+    log = env.root / f"{name}.order"
+    script = f'echo "$0" >> {log}; sleep {seconds}'
+    assert env.run("new", name, "--", "bash", "-c", script).returncode == 0
+    return log
+
+
+def wake(env: Env, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    r = env.run("wake", *args, "--json")
+    assert r.stdout, r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+def db(env: Env) -> sqlite3.Connection:
+    conn = sqlite3.connect(env.home / "state.db", timeout=5)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def turns_of(env: Env, name: str) -> list[sqlite3.Row]:
+    with db(env) as conn:
+        return conn.execute(
+            "SELECT * FROM turns WHERE session = ? ORDER BY started_at", (name,)
+        ).fetchall()
+
+
+def test_three_queued_prompts_run_in_order_with_no_wake_watching(env: Env) -> None:
+    log = slow(env, "a")
+    assert wake(env, "a", "first", "--window", "0.3")[1]["verdict"] == "confirmed"
+    for n, prompt in enumerate(("second", "third", "fourth"), start=1):
+        code, v = wake(env, "a", "--queue", prompt)
+        assert (code, v["verdict"], v["position"], v["turn"]) == (0, "queued", n, None), v
+        assert v["queued"].startswith("q") and v["ok"] is True
+    listed = json.loads(env.run("queue", "ls", "--json").stdout)
+    assert [(e["first_line"], e["position"]) for e in listed] == [
+        ("second", 1),
+        ("third", 2),
+        ("fourth", 3),
+    ]
+    assert all(e["schema_version"] == 1 and e["created_at_iso"] for e in listed)
+    # Nobody waits or reads: each end's reporter starts the next.
+    assert retry_until(lambda: log.exists() and len(log.read_text().split()) == 4, seconds=40)
+    assert retry_until(lambda: turns_of(env, "a")[-1]["state"] == "complete", seconds=20)
+    assert log.read_text().split() == ["first", "second", "third", "fourth"]
+    assert [t["state"] for t in turns_of(env, "a")] == ["complete"] * 4
+    assert env.run("queue").stdout.startswith("no queued prompts")
+    assert not list((env.home / "queue").glob("*.prompt"))
+    kinds = [json.loads(line)["kind"] for line in env.run("events", "--json").stdout.splitlines()]
+    assert kinds.count("queued") == 3 and kinds.count("dequeued") == 3
+
+
+def test_a_prompt_queued_for_a_free_session_launches_at_once(env: Env) -> None:
+    """--queue on an idle session is an ordinary wake."""
+    slow(env, "a", 0.1)
+    code, v = wake(env, "a", "--queue", "now", "--window", "5")
+    assert (code, v["verdict"]) == (0, "completed"), v
+
+
+def test_a_reporter_that_died_before_the_dequeue_leaves_it_to_one_of_five_readers(
+    env: Env,
+) -> None:
+    """The exit reporter records the end and dies before it starts the
+    dequeuer: the queued prompt waits for a reader, and five racing readers
+    launch it once."""
+    fault = {"SPEXSUP_FAULT": "reporter-dies-before-dequeue"}
+    log = env.root / "a.order"
+    script = f'echo "$0" >> {log}; sleep 1'
+    assert env.run("new", "a", "--", "bash", "-c", script, extra=fault).returncode == 0
+    assert env.run("wake", "a", "first", "--window", "0.3", extra=fault).returncode == 0
+    assert wake(env, "a", "--queue", "second")[1]["verdict"] == "queued"
+
+    def ended_and_still_queued() -> bool:
+        with db(env) as conn:
+            first = conn.execute("SELECT state FROM turns WHERE session = 'a'").fetchone()
+            queued = conn.execute("SELECT count(*) FROM queue").fetchone()[0]
+        return first is not None and first[0] == "complete" and queued == 1
+
+    assert retry_until(ended_and_still_queued, seconds=20)
+    time.sleep(1.0)  # a reporter that had lived would have launched it by now
+    assert len(turns_of(env, "a")) == 1
+    readers = [
+        subprocess.Popen([SPEX, "ls"], env=env.vars, stdout=subprocess.DEVNULL) for _ in range(5)
+    ]
+    assert all(r.wait(30) == 0 for r in readers)
+    assert retry_until(lambda: len(turns_of(env, "a")) == 2, seconds=20)
+    time.sleep(2.0)  # any second launch would have come by now
+    assert len(turns_of(env, "a")) == 2
+    assert retry_until(lambda: log.exists() and log.read_text().split() == ["first", "second"])
+    with db(env) as conn:
+        assert conn.execute("SELECT count(*) FROM queue").fetchone()[0] == 0
+        dequeued = conn.execute("SELECT count(*) FROM events WHERE kind = 'dequeued'").fetchone()
+    assert dequeued[0] == 1
+
+
+def test_stop_pauses_the_queue_resume_continues_it_and_rm_refuses_it(env: Env) -> None:
+    log = slow(env, "a", 3)
+    assert wake(env, "a", "first", "--window", "0.3")[1]["verdict"] == "confirmed"
+    entry = wake(env, "a", "--queue", "second")[1]["queued"]
+    assert env.run("stop", "a", "--grace", "1").returncode == 0
+    time.sleep(1.5)
+    assert len(turns_of(env, "a")) == 1  # paused: nothing launched while stopped
+    assert [e["id"] for e in json.loads(env.run("queue", "ls", "a", "--json").stdout)] == [entry]
+    r = env.run("rm", "a")
+    assert r.returncode == 3 and "has 1 queued prompt" in r.stderr, r.stderr
+    assert env.run("resume", "a").returncode == 0
+    assert retry_until(lambda: len(turns_of(env, "a")) == 2, seconds=20)
+    assert retry_until(lambda: "second" in log.read_text())
+    # Queued again behind a running turn, then removed with the session.
+    third = wake(env, "a", "--queue", "third")[1]["queued"]
+    assert (env.home / "queue" / f"{third}.prompt").read_bytes() == b"third"
+    r = env.run("rm", "a", "--force")
+    assert r.returncode == 0, r.stderr
+    assert not (env.home / "queue" / f"{third}.prompt").exists()
+    with db(env) as conn:
+        assert conn.execute("SELECT count(*) FROM queue").fetchone()[0] == 0
+
+
+def test_queue_rm_and_clear_and_their_refusals(env: Env) -> None:
+    slow(env, "a", 5)
+    assert wake(env, "a", "first", "--window", "0.3")[1]["verdict"] == "confirmed"
+    one = wake(env, "a", "--queue", "two")[1]["queued"]
+    wake(env, "a", "--queue", "three")
+    wake(env, "a", "--queue", "four")
+    r = env.run("queue", "rm", one.rpartition("-")[2][:4])
+    assert r.returncode == 0 and r.stdout.strip() == f"a: removed queued prompt {one}", r
+    r = env.run("queue", "rm", "qnothing")
+    assert r.returncode == 3 and "no queued prompt 'qnothing'" in r.stderr
+    r = env.run("queue", "clear", "nosuch")
+    assert r.returncode == 3 and "no session named 'nosuch'" in r.stderr
+    r = env.run("queue", "clear", "a")
+    assert r.returncode == 0 and r.stdout.strip() == "a: removed 2 queued prompts"
+    assert json.loads(env.run("queue", "ls", "--json").stdout) == []
+    assert not list((env.home / "queue").glob("*.prompt"))
+    assert env.run("stop", "a", "--grace", "1").returncode == 0
+    time.sleep(0.5)
+    assert len(turns_of(env, "a")) == 1
+
+
+def test_a_queued_prompt_keeps_its_options(env: Env) -> None:
+    """--timeout and --strict given at queue time apply to the turn it becomes."""
+    slow(env, "a", 3)
+    assert wake(env, "a", "first", "--window", "0.3")[1]["verdict"] == "confirmed"
+    v = wake(env, "a", "--queue", "second", "--timeout", "1", "--strict")[1]
+    assert v["verdict"] == "queued"
+    assert retry_until(
+        lambda: len(turns_of(env, "a")) == 2 and turns_of(env, "a")[1]["state"] == "timed-out",
+        seconds=30,
+    )
+    second = turns_of(env, "a")[1]
+    assert (second["timeout"], second["strict"]) == (1, 1)
+
+
+def test_a_bad_queued_wake_changes_nothing(env: Env) -> None:
+    slow(env, "a", 3)
+    assert env.run("wake", "nosuch", "--queue", "x").returncode == 3
+    assert env.run("wake", "a", "--queue").returncode == 2
+    assert env.run("wake", "a", "--queue", "x", "--timeout", "soon").returncode == 2
+    with db(env) as conn:
+        assert conn.execute("SELECT count(*) FROM queue").fetchone()[0] == 0
+    assert not (env.home / "queue").exists() or not list((env.home / "queue").iterdir())
+
+
+def test_a_queued_prompt_waits_out_a_lease_and_starts_when_it_ends(env: Env) -> None:
+    log = slow(env, "a", 0.2)
+    go = env.root / "go"
+    holder = subprocess.Popen(
+        [SPEX, "maint", "--stop", "a", "--", harness("until_go.sh")],
+        env={**env.vars, "GO": str(go)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert retry_until(
+            lambda: json.loads(env.run("maint", "--status", "--json").stdout)["state"] == "active"
+        )
+        code, v = wake(env, "a", "--queue", "after the lease")
+        assert (code, v["verdict"]) == (0, "queued"), v
+        time.sleep(0.5)
+        assert not log.exists()
+    finally:
+        go.touch()
+        holder.wait(30)
+    assert retry_until(lambda: log.exists() and "after" in log.read_text(), seconds=20)
