@@ -52,6 +52,8 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--window": None,
             "--timeout": None,
             "--on-limit": None,
+            "--after": "session",
+            "--after-any": "session",
         },
     ),
     "wait": (("session", "*"), {"--timeout": None, "--match": None}),

@@ -55,6 +55,8 @@ WAKE_OPTIONS = (
     "--on-limit",
     "--json",
     "--queue",
+    "--after",
+    "--after-any",
     "-h",
     "--help",
     "--home",
@@ -102,6 +104,8 @@ def wake_and_report(
     strict: bool = False,
     on_limit: str | None = None,
     queue: bool = False,
+    after: str | None = None,
+    after_any: bool = False,
 ) -> None:
     from spexsup.turn.admit import Limits, parse_on_limit
     from spexsup.turn.wake import wake as wake_turn
@@ -111,11 +115,19 @@ def wake_and_report(
         parse_on_limit(on_limit)
     limits = Limits(limit, strict, on_limit)
     spex = open_spex(ctx)
-    if queue:
+    if queue or after is not None:
         from spexsup.turn.queue import wake_or_queue
 
         verdict = wake_or_queue(
-            spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits
+            spex,
+            name,
+            prompt,
+            window=window,
+            fresh=fresh,
+            force=force,
+            limits=limits,
+            after=after,
+            after_any=after_any,
         )
     else:
         verdict = wake_turn(
@@ -165,6 +177,25 @@ def wake(
             " session is free (verdict queued, exit 0; see spex queue).",
         ),
     ] = False,
+    after: Annotated[
+        str | None,
+        typer.Option(
+            "--after",
+            metavar="OTHER",
+            help="Queue it until OTHER's current turn ends; launch it if that turn ended"
+            " complete, else it ends skipped (cause after).",
+            autocompletion=complete.session_names,
+        ),
+    ] = None,
+    after_any: Annotated[
+        str | None,
+        typer.Option(
+            "--after-any",
+            metavar="OTHER",
+            help="As --after, but launch it however OTHER's turn ended.",
+            autocompletion=complete.session_names,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a turn and print its verdict (confirmed, completed, failed, queued).
@@ -180,9 +211,17 @@ def wake(
       spex wake api "run the nightly checks" --timeout 15m --strict
       git diff | spex wake api -f - --json
       spex wake api --queue then update the changelog
+      spex wake review --after api review what api just changed
     """
 
     ids.validate_name(name)
+    if after is not None and after_any is not None:
+        raise Invalid("--after and --after-any: choose one")
+    for other in (after, after_any):
+        if other is not None:
+            ids.validate_name(other)
+            if other == name:
+                raise Invalid(f"--after {other}: a session cannot wait for its own turn")
     seconds = window_seconds(window)
     prompt = prompts.read(text, file, message=message)
     wake_and_report(
@@ -197,6 +236,8 @@ def wake(
         strict=strict,
         on_limit=on_limit,
         queue=queue,
+        after=after or after_any,
+        after_any=after_any is not None,
     )
 
 

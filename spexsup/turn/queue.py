@@ -25,7 +25,8 @@ from spexsup.errors import Failed, Refused, SessionBusy, SessionStopped, UnderLe
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.sessions import get
 from spexsup.spex import Spex
-from spexsup.turn.admit import Limits, QueueTaken, Verdict
+from spexsup.states import ACTIVE, COMPLETE
+from spexsup.turn.admit import Limits, QueueTaken, Verdict, new_turn_id
 from spexsup.turn.wake import wake
 
 DIR = "queue"
@@ -39,6 +40,7 @@ class Entry(NamedTuple):
     created_at: float
     options: dict[str, Any]
     first_line: str | None
+    after_turn: str | None = None
 
     def as_json(self, position: int) -> dict[str, Any]:
         return {
@@ -48,6 +50,7 @@ class Entry(NamedTuple):
             "position": position,
             "first_line": self.first_line,
             "options": self.options,
+            "after_turn": self.after_turn,
             "created_at": self.created_at,
             "created_at_iso": ids.iso(self.created_at),
         }
@@ -64,19 +67,32 @@ def _options(window: float | None, fresh: bool, limits: Limits) -> dict[str, Any
 
 
 def enqueue(
-    spex: Spex, name: str, prompt: bytes, *, window: float | None, fresh: bool, limits: Limits
+    spex: Spex,
+    name: str,
+    prompt: bytes,
+    *,
+    window: float | None,
+    fresh: bool,
+    limits: Limits,
+    after: tuple[str, str, bool] | None = None,
 ) -> tuple[str, int]:
-    """Keep `prompt` for `name`; (its entry id, its position: 1 is next)."""
+    """Keep `prompt` for `name` (with `after`, (session, turn, any): until that
+    turn ends); (its entry id, its position: 1 is next)."""
     get(spex, name)
     entry = "q" + ids.new_id()
     ensure_private_dir(spex.home / DIR, under=spex.home)
     path = prompt_path(spex.home, entry)
     write_atomic(path, prompt)
     first = prompt.split(b"\n", 1)[0].decode(errors="replace")[:200] or None
-    options = json.dumps(_options(window, fresh, limits))
+    kept = _options(window, fresh, limits)
+    if after is not None:
+        kept.update(after=after[0], after_any=after[2])
+    options = json.dumps(kept)
     try:
         with spex.store.tx() as db:
-            position = ledger.enqueue(db, entry, name, options, first)
+            position = ledger.enqueue(
+                db, entry, name, options, first, after[1] if after is not None else None
+            )
     except BaseException:
         path.unlink(missing_ok=True)
         raise
@@ -94,6 +110,7 @@ def entries(spex: Spex, names: tuple[str, ...] = ()) -> list[Entry]:
             r["created_at"],
             json.loads(r["options"]),
             r["first_line"],
+            r["after_turn"],
         )
         for r in rows
     ]
@@ -138,25 +155,35 @@ def clear(spex: Spex, name: str) -> list[Entry]:
     return gone
 
 
-def dequeue(spex: Spex, name: str) -> tuple[str, Verdict] | None:
-    """Launch the session's next queued prompt if the session is free: (its
-    entry, its verdict), or None when there is none, the session is not free,
-    or another launcher took it. A prompt that cannot be admitted at all (its
-    session's working directory is gone…) is dropped with the reason in its
-    event, and the next one is tried."""
+def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
+    """Launch the session's next queued prompt if the session is free; what
+    this call did, by entry: the launched one's verdict, and a `skipped`
+    verdict for each one whose `--after` turn ended otherwise than it asked
+    (then the next is tried). Nothing when there is none, the session is not
+    free, its next waits for a turn still running, or another launcher took
+    it. A prompt that cannot be admitted at all (its session's working
+    directory is gone…) is dropped with the reason in its event."""
     dequeuer.STARTED.add((str(spex.home), name))  # our own reconciles start no other
+    done: dict[str, Verdict] = {}
     while True:
         found = entries(spex, (name,))
         if not found:
-            return None
+            return done
         head = found[0]
         row = spex.store.db.execute("SELECT state FROM sessions WHERE name = ?", (name,)).fetchone()
         if row is None or row["state"] not in FREE:
-            return None
+            return done
         if lease.in_scope(lease.current(spex.store.db), name) and (
             lease.current(spex.store.db)["state"] != "open"
         ):
-            return None
+            return done
+        if head.after_turn is not None:
+            skipped = _after(spex, head)
+            if skipped is None:
+                return done  # its turn still runs: that turn's end starts us again
+            if isinstance(skipped, Verdict):
+                done[head.id] = skipped
+                continue
         try:
             prompt = prompt_path(spex.home, head.id).read_bytes()
         except OSError as e:
@@ -180,16 +207,39 @@ def dequeue(spex: Spex, name: str) -> tuple[str, Verdict] | None:
                 queued=head.id,
             )
         except (QueueTaken, SessionBusy, SessionStopped, UnderLease):
-            return None
+            return done
         except (Failed, Refused) as e:
             # Not admitted: it would fail the same way every time.
             with spex.store.tx() as db:
                 if not ledger.drop_queued(db, head.id, name, error=e.line()):
-                    return None
+                    return done
             prompt_path(spex.home, head.id).unlink(missing_ok=True)
             continue
         prompt_path(spex.home, head.id).unlink(missing_ok=True)
-        return head.id, verdict
+        done[head.id] = verdict
+        return done
+
+
+def _after(spex: Spex, head: Entry) -> Verdict | bool | None:
+    """An entry queued `--after` a turn: None while that turn runs; False when
+    it ended as asked (launch the entry); else the entry ends `skipped` here,
+    and its verdict."""
+    row = spex.store.db.execute(
+        "SELECT state FROM turns WHERE id = ?", (head.after_turn,)
+    ).fetchone()
+    if row is not None and row["state"] in ACTIVE:
+        return None
+    state = row["state"] if row is not None else None
+    if state == COMPLETE or (head.options.get("after_any") and state is not None):
+        return False
+    other = head.options.get("after", "?")
+    why = f"after: {other} ended {state}" if state else f"after: {other}'s turn is gone"
+    turn = new_turn_id()
+    with spex.store.tx() as db:
+        if not ledger.skip_queued(db, head.id, head.session, turn, why):
+            return None  # another launcher got there first
+    prompt_path(spex.home, head.id).unlink(missing_ok=True)
+    return Verdict(head.session, turn, "skipped", error=why)
 
 
 def wake_or_queue(
@@ -201,18 +251,31 @@ def wake_or_queue(
     fresh: bool,
     force: bool,
     limits: Limits,
+    after: str | None = None,
+    after_any: bool = False,
 ) -> Verdict:
     """`spex wake --queue`: wake now, or keep the prompt while the session is
-    busy or leased (verdict `queued`, its position)."""
-    try:
-        return wake(spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits)
-    except (SessionBusy, UnderLease):
-        pass
-    entry, position = enqueue(spex, name, prompt, window=window, fresh=fresh, limits=limits)
+    busy or leased (verdict `queued`, its position). With `after` (a session),
+    it waits for that session's current (or last) turn to end, then launches
+    if it ended `complete` (any end with `after_any`), else ends `skipped`."""
+    waits = None
+    if after is not None:
+        other = get(spex, after)
+        if other.current_turn is None:
+            raise Refused(f"session {after!r} has no turn to wait for", hint=f"spex show {after}")
+        waits = (after, other.current_turn, after_any)
+    else:
+        try:
+            return wake(spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits)
+        except (SessionBusy, UnderLease):
+            pass
+    entry, position = enqueue(
+        spex, name, prompt, window=window, fresh=fresh, limits=limits, after=waits
+    )
     # The turn that made us queue may have ended before the entry committed,
     # with nobody left to launch it: try once ourselves.
-    launched = dequeue(spex, name)
-    if launched is not None and launched[0] == entry:
-        return launched[1]
+    done = dequeue(spex, name)
+    if entry in done:
+        return done[entry]
     place = positions(entries(spex, (name,))).get(entry, position)
     return Verdict(name, None, "queued", queued=entry, position=place)
