@@ -24,6 +24,7 @@ from spexsup.cli.params import (
     StrictOpt,
     TimeoutOpt,
     WindowOpt,
+    confirm_many,
     timeout_seconds,
     window_seconds,
 )
@@ -441,16 +442,7 @@ def _rm_checked(found: "dict[str, SpexError | None]", *, dry_run: bool, as_json:
 
 def _confirm_rm(chosen: list[str]) -> None:
     """Ask on the terminal; anything but y or yes (EOF, Ctrl-C too) removes nothing."""
-    from spexsup.errors import Refused
-
-    shown = ", ".join(chosen[:5]) + (f" and {len(chosen) - 5} more" if len(chosen) > 5 else "")
-    try:
-        ok = typer.confirm(f"remove {len(chosen)} sessions ({shown})?", err=True)
-    except typer.Abort:
-        typer.echo("", err=True)
-        ok = False
-    if not ok:
-        raise Refused("removed nothing (not confirmed)", hint="--yes skips the question")
+    confirm_many(f"remove {len(chosen)} sessions", chosen, nothing="removed nothing")
 
 
 @app.command()
