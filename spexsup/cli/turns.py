@@ -34,6 +34,7 @@ from spexsup.cli.render import (
     same_terminal,
     stopped_line,
     verdict_line,
+    with_iso,
 )
 from spexsup.errors import Invalid
 
@@ -110,16 +111,17 @@ def wake_and_report(
     limits = Limits(limit, strict, on_limit)
     spex = open_spex(ctx)
     verdict = wake_turn(spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits)
+    code = 0 if verdict.ok else 1
     if as_json:
-        print_json(document({"ok": verdict.ok, **verdict.as_json()}))
+        print_json(document(with_iso({"ok": verdict.ok, **verdict.as_json(), "exit_code": code})))
     else:
         typer.echo(verdict_line(name, verdict.as_json()))
         # The verdict line names the cause; stderr repeats it for a script's
         # log, not for a person reading both on one terminal.
         if verdict.error and not same_terminal():
             typer.echo(error_line(name, verdict.error), err=True)
-    if not verdict.ok:
-        raise typer.Exit(1)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
