@@ -14,7 +14,7 @@ is checked:
   `deadline`, and any number that looks like one) has its `<key>_iso`
   twin holding the same instant, at any depth, and every `_iso` its epoch;
 - a document saying `ok: false` carries `error` and `exit_code` (the
-  process's own);
+  process's own), but for wake's verdict, which has `verdict` instead;
 - through a pipe a document is one line.
 
 Each is also run in a failing way: the error document on stdout (`ok:
@@ -119,8 +119,11 @@ def contract_problems(r: subprocess.CompletedProcess[str], json_lines: bool) -> 
         if doc.get("schema_version") != 1:
             found.append(f"{where}: schema_version is {doc.get('schema_version')!r}")
         found += time_problems(doc, where)
+        # ok false is the failure document, but for wake's verdict (its own
+        # shape: `verdict`, `error`; the remote renderer and scripts tell a
+        # failure document by its exit_code).
         if doc.get("ok") is False:
-            if doc.get("exit_code") != r.returncode:
+            if "verdict" not in doc and doc.get("exit_code") != r.returncode:
                 found.append(f"{where}: ok false, exit_code {doc.get('exit_code')!r}"
                              f" but the exit code is {r.returncode}")  # fmt: skip
             if not isinstance(doc.get("error"), str) or not doc["error"]:

@@ -111,17 +111,16 @@ def wake_and_report(
     limits = Limits(limit, strict, on_limit)
     spex = open_spex(ctx)
     verdict = wake_turn(spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits)
-    code = 0 if verdict.ok else 1
     if as_json:
-        print_json(document(with_iso({"ok": verdict.ok, **verdict.as_json(), "exit_code": code})))
+        print_json(document(with_iso({"ok": verdict.ok, **verdict.as_json()})))
     else:
         typer.echo(verdict_line(name, verdict.as_json()))
         # The verdict line names the cause; stderr repeats it for a script's
         # log, not for a person reading both on one terminal.
         if verdict.error and not same_terminal():
             typer.echo(error_line(name, verdict.error), err=True)
-    if code:
-        raise typer.Exit(code)
+    if not verdict.ok:
+        raise typer.Exit(1)
 
 
 @app.command()
