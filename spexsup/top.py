@@ -4,6 +4,9 @@
 turn (state, rc, age), its flags and the last line its turn printed. It is
 read-only: a refresh reads what `spex ls` reads (and reconciles as `ls`
 does); anything that changes a session is left to the `spex` commands.
+What the screen shows of it (`Board.shown`) is those a filter lets through
+(`spex ls PATTERN`'s globs, or text a name contains), by name in `ls`'s
+natural order or by state, failed first.
 
 `Watcher` arms inotify (watchdog) where every transition shows on disk, and
 reports each change through a pipe the screen selects on, so the screen
@@ -37,13 +40,13 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spexsup import states
 from spexsup.pane import turndir
 from spexsup.spex import Spex
 from spexsup.states import ACTIVE
-from spexsup.turn.read import describe
+from spexsup.turn.read import listing, name_matches
 
 if TYPE_CHECKING:
     from watchdog.events import FileSystemEvent
@@ -94,6 +97,31 @@ def _flags(entry: dict[str, Any]) -> list[str]:
     return flags
 
 
+# The orders the board cycles through: by name (natural, as `spex ls`), by state.
+ORDERS = ("name", "state")
+# By state: failed sessions first, then running, stopped, idle, then the rest
+# (being made or removed); by name within each.
+STATE_RANK = {s: i for i, s in enumerate((states.FAILED, states.BUSY, states.STOPPED, states.IDLE))}
+GLOB_CHARS = frozenset("*?[")
+
+
+def filter_globs(text: str) -> list[str]:
+    """The globs a filter typed on the board stands for: itself when it is a
+    glob (as `spex ls PATTERN` reads one), else any name containing it."""
+    return [text if GLOB_CHARS & set(text) else f"*{text}*"]
+
+
+class Counts(NamedTuple):
+    """The header's numbers: of the sessions shown (of `total`), how many
+    have a turn under way, are failed, are stopped."""
+
+    total: int
+    shown: int
+    running: int
+    failed: int
+    stopped: int
+
+
 def _granule(seconds: float) -> float:
     """How often `render.span` of an age this old changes its text."""
     if seconds < 90:
@@ -108,12 +136,15 @@ def _granule(seconds: float) -> float:
 @dataclass
 class Board:
     spex: Spex
-    rows: list[Row] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)  # every session, by name
+    pattern: str = ""  # the filter; "" lets every session through
+    order: str = ORDERS[0]
+    shown: list[Row] = field(default_factory=list)  # what the screen shows
 
     def refresh(self) -> None:
         """Read every session and its current or last turn (reconciling, as `ls` does)."""
 
-        described = describe(self.spex)
+        described = listing(self.spex)
         rows = []
         for entry in described:
             turn = entry["turn"]
@@ -123,11 +154,27 @@ class Board:
             row.last = last_line(directory)
             rows.append(row)
         self.rows = rows
+        self.arrange()
+
+    def arrange(self) -> None:
+        """Choose and order `shown` from `rows` by `pattern` and `order`
+        (after a refresh, and whenever either changes)."""
+        rows = self.rows
+        if self.pattern:
+            globs = filter_globs(self.pattern)
+            rows = [r for r in rows if name_matches(r.name, globs)]
+        if self.order == "state":  # a stable sort: by name within a state
+            rows = sorted(rows, key=lambda r: STATE_RANK.get(r.state, len(STATE_RANK)))
+        self.shown = rows
+
+    def next_order(self) -> None:
+        self.order = ORDERS[(ORDERS.index(self.order) + 1) % len(ORDERS)]
+        self.arrange()
 
     def reread_output(self) -> None:
-        """The last output line of each running turn whose `output.log` changed
-        size since it was last read (a stat each; a read only when it grew)."""
-        for row in self.rows:
+        """The last output line of each running turn shown whose `output.log`
+        changed size since it was last read (a stat each; a read only when it grew)."""
+        for row in self.shown:
             if not row.active or row.turn_dir is None:
                 continue
             try:
@@ -138,29 +185,30 @@ class Board:
                 row.read_size = size
                 row.last = last_line(row.turn_dir)
 
-    def counts(self) -> dict[str, int]:
-        out = {"sessions": len(self.rows), "running": 0, states.FAILED: 0, states.STOPPED: 0}
-        for row in self.rows:
-            if row.active:
-                out["running"] += 1
-            if row.state in (states.FAILED, states.STOPPED):
-                out[row.state] += 1
-        return out
+    def counts(self) -> Counts:
+        shown = self.shown
+        return Counts(
+            total=len(self.rows),
+            shown=len(shown),
+            running=sum(r.active for r in shown),
+            failed=sum(r.state == states.FAILED for r in shown),
+            stopped=sum(r.state == states.STOPPED for r in shown),
+        )
 
     def starting(self) -> bool:
-        return any(r.turn is not None and r.turn["state"] == "starting" for r in self.rows)
+        return any(r.turn is not None and r.turn["state"] == states.STARTING for r in self.rows)
 
     def next_tick(self, now: float) -> float | None:
         """Seconds until an age on screen changes its text; None when none will.
 
         A running turn's age counts seconds, so the board ticks once a second
-        while a turn runs; ended turns' ages change at most every few seconds
-        (they are redrawn together, never more often than every 5 s).
+        while a turn shown runs; ended turns' ages change at most every few
+        seconds (they are redrawn together, never more often than every 5 s).
         """
-        if any(r.active for r in self.rows):
+        if any(r.active for r in self.shown):
             return 1.0
         waits: list[float] = []
-        for row in self.rows:
+        for row in self.shown:
             if row.turn is None or row.turn["ended_at"] is None:
                 continue
             age = max(0.0, now - row.turn["ended_at"])

@@ -114,6 +114,68 @@ def test_help_is_ordered_whole_and_ends_with_exit_codes(env: Env) -> None:
     assert env.run("maint-op", "--help").returncode == 0
 
 
+def every_command() -> list[list[str]]:
+    """Every visible command and group, as the words that name it."""
+    from typer.main import get_command
+
+    from spexsup.cli.app import app, register
+
+    register()
+    found: list[list[str]] = []
+
+    def walk(command: Any, path: list[str]) -> None:
+        for name, sub in getattr(command, "commands", {}).items():
+            if not sub.hidden:
+                found.append([*path, name])
+                walk(sub, [*path, name])
+
+    walk(get_command(app), [])
+    return found
+
+
+def test_every_help_page_speaks_one_style(env: Env) -> None:
+    """Each command and group: a one-line summary, every argument and option
+    described, Examples, a usage line without typer's `{NAME}` or `...`, and
+    no type placeholders like `<str>`. A new command is held to it too."""
+    commands = every_command()
+    assert ["worktree", "status"] in commands and ["help"] in commands
+    for words in commands:
+        page = env.run(*words, "--help", extra={"COLUMNS": "100"})
+        assert page.returncode == 0, words
+        text = page.stdout
+        usage, _, rest = text.partition("\n\n")
+        summary = rest.strip().splitlines()[0]
+        assert usage.startswith(f"Usage: spex {' '.join(words)} "), (words, usage)
+        assert "{" not in usage and "..." not in usage, (words, usage)
+        assert summary and summary[0].isupper(), (words, summary)
+        assert "Examples:" in text, words
+        assert not re.search(r"<(str|int|float|path)>|\b(INTEGER|FLOAT)\b", text), (
+            words,
+            text,
+        )
+        for section in ("Arguments:", "Options:"):
+            if section in text:
+                body = text.split(section, 1)[1].split("\n\n", 1)[0]
+                for line in body.splitlines():
+                    if re.match(r"  \S", line):  # a name: its description on the same line
+                        assert re.match(r"  \S.*\S {2,}\S", line), (words, line)
+
+
+def test_help_command_and_bare_groups(env: Env) -> None:
+    """`spex help [COMMAND…]` is `spex [COMMAND…] --help`; a bare group shows
+    its help (exit 2, like a bare `spex`), every group alike."""
+    assert env.run("help").stdout == env.run("--help").stdout
+    assert env.run("help", "wake").stdout == env.run("wake", "--help").stdout
+    page = env.run("help", "worktree", "status")
+    assert page.returncode == 0 and page.stdout == env.run("worktree", "status", "--help").stdout
+    r = env.run("help", "wak")
+    assert r.returncode == 2 and "Did you mean 'wake'?" in r.stderr, r.stderr
+    for group in ("worktree", "hooks", "harness"):
+        r = env.run(group)
+        assert r.returncode == 2 and r.stdout.startswith(f"Usage: spex {group} "), (group, r)
+        assert "Commands:" in r.stdout and not r.stderr, (group, r.stderr)
+
+
 def test_home_is_accepted_anywhere(env: Env) -> None:
     other = env.root / "other"
     r = env.run("new", "a", "--harness", "demo", "--home", str(other), "--create")

@@ -54,6 +54,38 @@ def test_bash_completes_commands_names_waves_and_harnesses(env: Env) -> None:
     assert bash_complete(env, "spex log alpha --turn ") == ["last", turn]
 
 
+def test_completion_offers_names_ids_hosts_and_words_wherever_a_command_takes_them(
+    env: Env,
+) -> None:
+    for name in ("alpha", "beta"):
+        assert env.run("new", name, "--harness", "demo").returncode == 0
+    assert env.run("wake", "alpha", "hi", "--window", "3").returncode == 0
+    env.run("wait", "alpha")
+    turn = json.loads(env.run("show", "alpha", "--json").stdout)["turns"][0]["id"]
+    (env.home / "config.toml").write_text(
+        '[host.box1]\nssh = "u@box1"\n[host.box2]\nssh = "u@box2"\n[host.web]\nssh = "w"\n'
+    )
+    assert bash_complete(env, "spex diff al") == ["alpha"]
+    assert bash_complete(env, "spex diff alpha --turn ") == ["last", turn]
+    assert env.run("fanout", "alpha", "-m", "hi", "--window", "0.3").returncode == 0
+    wave = json.loads(env.run("wave", "last", "--json").stdout)["id"]
+    assert bash_complete(env, "spex keep ") == ["last", wave]
+    assert bash_complete(env, f"spex keep {wave} b") == ["beta"]
+    assert bash_complete(env, "spex -H bo") == ["box1", "box2"]
+    assert bash_complete(env, "spex --host w") == ["web"]
+    assert bash_complete(env, "spex -H box1 wake al") == ["alpha"]
+    assert bash_complete(env, "spex events --kind fa") == ["failed"]
+    assert bash_complete(env, "spex events --kind co") == [
+        "confirmed",
+        "completed",
+        "conversation-gone",
+    ]
+    assert bash_complete(env, "spex ls --state fa") == ["failed"]
+    assert bash_complete(env, "spex completion ") == ["bash", "zsh", "fish"]
+    assert bash_complete(env, "spex help wo") == ["worktree"]
+    assert bash_complete(env, "spex worktree status be") == ["beta"]
+
+
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_every_shell_gets_a_script_and_names(env: Env, shell: str) -> None:
     assert env.run("new", "alpha", "--harness", "demo").returncode == 0
@@ -90,6 +122,12 @@ def test_the_fast_table_agrees_with_the_commands() -> None:
         assert set(options) == takes_value, name
         arguments = [p for p in command.params if p.param_type_name == "argument"]
         if positional:
-            assert arguments and arguments[0].name in ("name", "names", "wave"), name
+            assert arguments and arguments[0].name in (
+                "name",
+                "names",
+                "wave",
+                "shell",
+                "command",
+            ), name
             many = positional[-1] == "*"
             assert (arguments[0].nargs == -1) == many, name

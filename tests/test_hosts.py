@@ -103,7 +103,9 @@ def test_remote_session_commands_match_local(fleet: Fleet) -> None:
     assert (doc["verdict"], doc["rc"], doc["session"]) == ("failed", 7, "api")
     for args in (
         ["show", "api"],
+        ["show", "api", "--color", "always"],
         ["ls"],
+        ["ls", "--color=always"],
         ["ls", "--json"],
         ["wait", "api"],
         ["wait", "api", "--json"],
@@ -118,6 +120,14 @@ def test_remote_session_commands_match_local(fleet: Fleet) -> None:
         if "ls" in args:
             addressed = ["-H", "box1", *args]
         same(f.spex(*addressed), f.there(f.h1, *args))
+    # Coloured here, on request only: a pipe gets no escape by default.
+    assert "\x1b[31m" in f.spex("-H", "box1", "ls", "--color", "always").stdout
+    assert "\x1b" not in f.spex("-H", "box1", "ls").stdout
+    bad = f.spex("-H", "box1", "ls", "--color", "often")
+    assert (bad.returncode, bad.stderr) == (
+        2,
+        "spex: invalid --color 'often' (one of: auto, always, never)\n",
+    )
     # A running turn: wake confirms, stop aborts it, rm removes the session.
     r = f.spex("-H", "box1", "new", "long", "--cwd", str(f.h1), "--", str(HARNESSES / "sleeper.sh"))
     assert r.returncode == 0, r.stderr
@@ -137,7 +147,9 @@ def test_remote_session_commands_match_local(fleet: Fleet) -> None:
     same(timed, f.there(f.h1, "wait", "long", "--timeout", "0.2"))
     r = f.spex("stop", "box1:long", "--grace", "1")
     assert r.returncode == 0, r.stderr
-    assert re.fullmatch(r"long: stopped \(turn \S+ aborted\)\n", r.stdout), r.stdout
+    assert re.fullmatch(
+        r"long: stopped \(turn \S+ aborted; no new turns until spex resume long\)\n", r.stdout
+    ), r.stdout
     same(f.spex("stop", "box1:long"), f.there(f.h1, "stop", "long"))
     same(f.spex("wake", "box1:long", "x"), f.there(f.h1, "wake", "long", "x"))
     r = f.spex("rm", "box1:long")

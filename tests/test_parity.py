@@ -89,6 +89,7 @@ def test_a_dead_pane_is_reported_dead_and_up_respawns_it(env: Env) -> None:
 def test_the_readme_documents_the_harness_environment() -> None:
     readme = (HERE.parent / "README.md").read_text()
     section = readme.split("## Harnesses", 1)[1].split("\n## ", 1)[0]
+    reference = (HERE.parent / "docs" / "harnesses.md").read_text()
     for var in (
         "SPEXSUP_SESSION",
         "SPEXSUP_TURN",
@@ -96,4 +97,26 @@ def test_the_readme_documents_the_harness_environment() -> None:
         "SPEXSUP_PROMPT_FILE",
         "SPEXSUP_HOME",
     ):
-        assert f"`{var}`" in section, var
+        assert f"`{var}`" in section and f"`{var}`" in reference, var
+
+
+def test_the_readme_opens_with_contents_that_reach_every_section_and_page() -> None:
+    """Item 17: a table of contents whose links all land, and the reference
+    pages it moved to docs/ exist and are linked."""
+    import re
+
+    root = HERE.parent
+    readme = (root / "README.md").read_text()
+    headings = re.findall(r"(?m)^## (.+)$", readme)
+
+    def slug(title: str) -> str:  # GitHub's anchors
+        return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+    contents = readme.split("**Contents:**", 1)[1].split("\n\n", 1)[0]
+    anchors = re.findall(r"\]\(#([^)]+)\)", contents)
+    assert sorted(anchors) == sorted(slug(h) for h in headings), (anchors, headings)
+    for page in re.findall(r"\]\((docs/[^)#]+)\)", readme):
+        assert (root / page).is_file(), page
+    for page in ("harnesses", "events", "maintenance", "worktrees", "hosts"):
+        assert f"(docs/{page}.md)" in readme, page
+    assert readme.count("Errors are one line on stderr") == 1  # said once

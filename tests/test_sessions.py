@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -11,6 +12,8 @@ import subprocess
 import pexpect
 import pytest
 from conftest import SPEX, Env, harness, retry_until
+
+from spexsup import states
 
 
 def test_round_trip(env: Env) -> None:
@@ -423,3 +426,91 @@ def test_ls_takes_patterns_a_state_and_quiet_in_natural_order(env: Env) -> None:
     bad = env.run("ls", "--state", "sleeping")
     assert bad.returncode == 2 and bad.stderr.startswith("spex: invalid --state 'sleeping'")
     assert bad.stderr.count("\n") == 1
+
+
+# --- colour: the state column on a terminal ------------------------------------
+
+SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _states(env: Env) -> None:
+    """bad failed (its harness exits 1), run running, held stopped, calm idle."""
+    assert env.run("new", "bad", "--", "sh", "-c", "echo broke; exit 1").returncode == 0
+    assert env.run("wake", "bad", "go").returncode == 1
+    assert env.run("new", "run", "--", harness("sleeper.sh")).returncode == 0
+    assert env.run("wake", "run", "task").returncode == 0
+    assert env.run("new", "held", "--harness", "demo").returncode == 0
+    assert env.run("stop", "held").returncode == 0
+    assert env.run("new", "calm", "--harness", "demo").returncode == 0
+
+
+def _on_a_terminal(env: Env, *args: str, **extra: str) -> list[str]:
+    vars_ = {k: v for k, v in env.vars.items() if k != "NO_COLOR"}
+    vars_.update(TERM="xterm-256color", **extra)
+    child = pexpect.spawn(SPEX, list(args), env=vars_, dimensions=(24, 200), timeout=30)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    return [ln for ln in child.before.decode().replace("\r", "").splitlines() if ln]
+
+
+def _starts(line: str) -> list[int]:
+    """Where each cell of a table line begins (cells are two spaces apart)."""
+    return [m.start() for m in re.finditer(r"(?:^|(?<=  ))(?=\S)", line)]
+
+
+def test_ls_colours_the_state_on_a_terminal_only(env: Env) -> None:
+    _states(env)
+    lines = _on_a_terminal(env, "ls")
+    by_name = {SGR.sub("", ln).split()[0]: ln for ln in lines[1:]}
+    assert f"  \x1b[31m{states.FAILED}\x1b[0m  " in by_name["bad"]
+    assert f"  \x1b[32m{states.BUSY}\x1b[0m  " in by_name["run"]
+    assert f"  \x1b[33m{states.STOPPED}\x1b[0m  " in by_name["held"]
+    assert "\x1b" not in by_name["calm"] and "\x1b" not in lines[0]
+    # The columns line up on what is seen, escapes or not.
+    plain = [SGR.sub("", ln) for ln in lines]
+    assert all(_starts(ln) == _starts(plain[0]) for ln in plain[1:]), plain
+    # A pipe never gets an escape; --color always gives them to it.
+    assert "\x1b" not in env.run("ls").stdout
+    piped = env.run("ls", "--color", "always").stdout
+    assert f"\x1b[31m{states.FAILED}\x1b[0m" in piped
+    assert [_starts(SGR.sub("", ln)) for ln in piped.splitlines()] == [
+        _starts(ln) for ln in env.run("ls").stdout.splitlines()
+    ]
+    # NO_COLOR (any non-empty value) and --color never: no escape at all;
+    # an empty NO_COLOR is not set; --color always wins over NO_COLOR.
+    assert not any("\x1b" in ln for ln in _on_a_terminal(env, "ls", NO_COLOR="1"))
+    assert not any("\x1b" in ln for ln in _on_a_terminal(env, "ls", "--color", "never"))
+    assert any("\x1b[31m" in ln for ln in _on_a_terminal(env, "ls", NO_COLOR=""))
+    assert any("\x1b[31m" in ln for ln in _on_a_terminal(env, "ls", "--color=always", NO_COLOR="1"))
+    # `spex show` colours its state the same way.
+    shown = _on_a_terminal(env, "show", "bad")
+    assert f"state        \x1b[31m{states.FAILED}\x1b[0m" in shown
+    assert "\x1b" not in env.run("show", "bad").stdout
+    assert not any("\x1b" in ln for ln in _on_a_terminal(env, "show", "bad", NO_COLOR="x"))
+
+
+def test_a_bad_color_is_refused_in_one_line(env: Env) -> None:
+    for args in (
+        ["ls", "--color", "sometimes"],
+        ["show", "x", "--color=yes"],
+        ["top", "--color", ""],
+    ):
+        r = env.run(*args)
+        assert (r.returncode, r.stdout) == (2, ""), r
+        assert r.stderr.startswith("spex: invalid --color ") and r.stderr.count("\n") == 1
+        assert r.stderr.endswith("(one of: auto, always, never)\n"), r.stderr
+    r = env.run("ls", "--color", "sometimes", "--json")
+    assert json.loads(r.stdout)["exit_code"] == 2
+
+
+def test_ls_shows_a_turns_outcome_flags(env: Env) -> None:
+    args = ["new", "c", "--harness", "claude", "--cwd", str(env.root)]
+    assert env.run(*args, "--env", "FAKE_CLAUDE_LOGGED_IN=1").returncode == 0
+    r = env.run("wake", "c", "write a.txt [deny]", "--window", "10")
+    assert r.returncode == 0, r.stderr
+    assert env.run("wait", "c").returncode == 0
+    (row,) = env.run("ls").stdout.splitlines()[1:]
+    cells = re.split(r"  +", row)
+    assert len(cells) == 7, cells
+    assert re.fullmatch(r"\S+ complete rc=0 \(denied:Write,denied:Bash\)", cells[3]), cells

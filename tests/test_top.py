@@ -18,6 +18,8 @@ import pyte
 import pytest
 from conftest import SPEX, Env, harness, signal_a_helper_thread
 
+from spexsup import states
+
 ROWS, COLS = 24, 120
 
 
@@ -25,8 +27,8 @@ class Term:
     """`spex top` (or a shell line around it) on a pty of ROWS x COLS."""
 
     def __init__(self, env: Env, command: str, extra: dict[str, str] | None = None) -> None:
-        vars_ = {**env.vars, "TERM": "xterm-256color", **(extra or {})}
-        vars_.pop("NO_COLOR", None)
+        vars_ = {k: v for k, v in env.vars.items() if k != "NO_COLOR"}
+        vars_.update({"TERM": "xterm-256color", **(extra or {})})
         # A bare command runs as it is (its own exit status); else in sh.
         argv = command.split() if command == f"{SPEX} top" else ["/bin/sh", "-c", command]
         self.child = pexpect.spawn(
@@ -73,6 +75,11 @@ class Term:
         self.until(
             lambda: re.search(pattern, self.row(name)) is not None, f"{name}: {pattern}", seconds
         )
+
+    def shows(self, names: list[str]) -> None:
+        """The board lists these sessions, top to bottom (the header is drawn
+        first: the rows of the same frame may still be on their way)."""
+        self.until(lambda: names_shown(self) == names, f"the sessions {names}")
 
     def send(self, keys: str) -> None:
         self.child.send(keys)
@@ -158,7 +165,7 @@ def test_a_turn_ends_on_screen_a_key_stops_one_and_q_restores_the_terminal(
     t.see(r"stop b\? y/n")
     t.send("y")
     t.row_shows("b", r"^b +stopped +aborted +\d+s ago")
-    t.see(r"b: stopped \(turn \S+ aborted\)")
+    t.see(r"b: stopped \(turn \S+ aborted; no new turns")
 
     t.send("q")
     out = t.finish()
@@ -284,6 +291,7 @@ def test_the_last_line_drops_escapes_and_the_clock_ticks_only_for_what_shows(
         Row("a", "demo", "idle", ended, [], None),
         Row("b", "demo", "idle", None, [], None),
     ]
+    board.arrange()
     assert board.next_tick(1000.0) == 5.0  # "10s ago": redrawn with the others, every 5 s
     board.rows[0].turn = {**ended, "ended_at": 1000.0 - 3600}
     assert board.next_tick(1000.0) == 30.0  # "60m ago" turns "61m ago" in 30 s
@@ -337,3 +345,173 @@ def test_a_signal_on_a_helper_thread_ends_an_idle_board(env: Env, terms: list[Te
     (board,) = psutil.Process(t.child.pid).children()
     signal_a_helper_thread(board.pid, signal.SIGTERM)
     assert "EXIT=143" in t.finish()
+
+
+def names_shown(t: Term) -> list[str]:
+    """The sessions on the board, top to bottom (between the header and the status)."""
+    return [ln.split()[0] for ln in t.lines()[2:-2] if ln.strip()]
+
+
+def failed(env: Env, name: str) -> None:
+    """A session whose turn failed for real: its harness exits 1."""
+    assert env.run("new", name, "--", "sh", "-c", "echo broke; exit 1").returncode == 0
+    assert env.run("wake", name, "go").returncode == 1
+
+
+def test_question_mark_shows_every_key_and_any_key_closes_it(env: Env, terms: list[Term]) -> None:
+    assert env.run("new", "a", "--", harness("sleeper.sh")).returncode == 0
+    assert env.run("wake", "a", "task").returncode == 0
+    t = top(env, terms)
+    t.until(lambda: "? help" in t.lines()[-1], "? in the footer")
+    t.send("?")
+    t.see("any key closes this help")
+    for key, what in (
+        (r"j k", "select a session"),
+        (r"a", "attach to its pane"),
+        (r"l", "its turn's output in a pager"),
+        (r"s", "stop its turn"),
+        (r"r", "resume it"),
+        (r"w", "wake it with a prompt"),
+        (r"/", "filter by name"),
+        (r"Esc", "clear the filter"),
+        (r"o", "order by name, or by state"),
+        (r"Ctrl-L", "read everything again"),
+        (r"\?", "this help"),
+        (r"q", "quit"),
+    ):
+        t.see(rf"{key} +{what}")
+    # q closes the help and does nothing else: the board is still there.
+    t.send("q")
+    t.until(lambda: t.lines()[-1].startswith("↑↓ select"), "the help gone")
+    assert "any key closes" not in t.text() and t.child.isalive()
+    t.row_shows("a", r"^a +running ")
+    t.send("q")
+    assert "EXIT=0" in t.finish()
+
+
+def test_slash_filters_by_glob_or_text_enter_applies_esc_clears(
+    env: Env, terms: list[Term]
+) -> None:
+    for name in ("try-10", "try-2", "web", "try-1"):
+        assert env.run("new", name, "--harness", "demo").returncode == 0, name
+    t = top(env, terms)
+    t.see(r"spex top · 4 sessions ")
+    t.shows(["try-1", "try-2", "try-10", "web"])  # as `spex ls` sorts
+
+    # Text with no glob character: the names that contain it, once Enter is pressed.
+    t.send("/try-1")
+    t.see(r"filter: try-1")  # drawn below the rows of its frame: they are in
+    assert names_shown(t) == ["try-1", "try-2", "try-10", "web"]
+    t.send("\r")
+    t.see(r"spex top · 2 of 4 sessions match 'try-1' ")
+    t.shows(["try-1", "try-10"])
+
+    # A glob matches the whole name, as `spex ls PATTERN` does.
+    t.send("/")
+    t.see(r"filter: try-1")  # the filter in force, to edit
+    t.send("\x15*-2\r")  # Ctrl-U, then the glob
+    t.see(r"1 of 4 sessions match '\*-2' ")
+    t.shows(["try-2"])
+    t.send("/\x15nothing\r")
+    t.see(r"0 of 4 sessions match 'nothing'")
+    t.see(r"no sessions match 'nothing' \(Esc clears the filter\)")
+
+    # Esc while typing cancels and clears; Esc on the board clears too.
+    t.send("/\x15web")
+    t.see("filter: web")
+    t.send("\x1b")
+    t.see(r"spex top · 4 sessions ")
+    t.shows(["try-1", "try-2", "try-10", "web"])
+    t.send("/w\r")
+    t.see(r"1 of 4 sessions match 'w'")
+    t.send("\x1b")
+    t.see(r"spex top · 4 sessions ")
+
+    # A filtered board still follows changes: a new session that matches shows.
+    t.send("/try\r")
+    t.see(r"3 of 4 sessions match 'try'")
+    assert env.run("new", "try-3", "--harness", "demo").returncode == 0
+    t.see(r"4 of 5 sessions match 'try'")
+    t.shows(["try-1", "try-2", "try-3", "try-10"])
+    t.send("q")
+    assert "EXIT=0" in t.finish()
+
+
+def test_o_orders_by_state_failed_first_then_by_name_again(env: Env, terms: list[Term]) -> None:
+    assert env.run("new", "s-1", "--harness", "demo").returncode == 0
+    assert env.run("new", "s-2", "--", harness("sleeper.sh")).returncode == 0
+    assert env.run("wake", "s-2", "task").returncode == 0
+    assert env.run("new", "s-3", "--harness", "demo").returncode == 0
+    assert env.run("stop", "s-3").returncode == 0
+    failed(env, "s-10")
+    t = top(env, terms)
+    t.see(r"spex top · 4 sessions · 1 running · 1 \S+ · 1 stopped · by name")
+    t.shows(["s-1", "s-2", "s-3", "s-10"])
+    t.row_shows("s-10", rf"^s-10 +{states.FAILED} ")
+    t.send("o")
+    t.see(r"(?m)· by state$")
+    t.shows(["s-10", "s-2", "s-3", "s-1"])
+    # The order holds across changes: another failure joins the first.
+    failed(env, "s-0")
+    t.until(lambda: names_shown(t) == ["s-0", "s-10", "s-2", "s-3", "s-1"], "s-0 failed, first")
+    t.send("o")
+    t.see(r"(?m)· by name$")
+    t.shows(["s-0", "s-1", "s-2", "s-3", "s-10"])
+    t.send("q")
+    assert "EXIT=0" in t.finish()
+
+
+COLORS = {*range(30, 50), *range(90, 98), *range(100, 108)}  # fore and back, default too
+BACKGROUNDS = {*range(40, 49), *range(100, 108)}  # a background other than the default (49)
+
+
+def color_escapes(raw: bytes, which: set[int] = COLORS) -> list[bytes]:
+    """Every SGR escape in `raw` with a parameter in `which`."""
+    return [
+        m.group(0)
+        for m in re.finditer(rb"\x1b\[([0-9;:]*)m", raw)
+        if {int(p) for p in re.split(rb"[;:]", m.group(1)) if p} & which
+    ]
+
+
+def test_no_color_uses_the_terminals_own_colours(env: Env, terms: list[Term]) -> None:
+    failed(env, "bad")
+    assert env.run("new", "run", "--", harness("sleeper.sh")).returncode == 0
+    assert env.run("wake", "run", "task").returncode == 0
+    for extra in ({"NO_COLOR": "1"}, {"NO_COLOR": "anything"}, {}):
+        t = top(env, terms, **extra)
+        t.row_shows("bad", rf"^bad +{states.FAILED} ")
+        t.row_shows("run", r"^run +running ")
+        t.send("?")  # the help's box, too
+        t.see("any key closes this help")
+        t.send("x")
+        t.see("(?m)^↑↓ select")  # the help gone
+        t.send("q")
+        assert "EXIT=0" in t.finish()
+        cells = [c for line in t.screen.buffer.values() for c in line.values()]
+        # Never a background of its own: the terminal's, whatever the colours.
+        assert {c.bg for c in cells} == {"default"}, extra
+        assert color_escapes(t.raw, BACKGROUNDS) == []
+        if extra:
+            assert color_escapes(t.raw) == [], (extra, color_escapes(t.raw))
+            assert {c.fg for c in cells} == {"default"}
+        else:
+            bad = next(y for y, line in enumerate(t.lines()) if line.startswith("bad "))
+            at = t.lines()[bad].index(states.FAILED, 4)
+            assert t.screen.buffer[bad][at].fg == "red"
+            run = next(y for y, line in enumerate(t.lines()) if line.startswith("run "))
+            assert t.screen.buffer[run][t.lines()[run].index("running")].fg == "green"
+            assert b"\x1b[31m" in t.raw
+    # --color never is NO_COLOR for one run; --color always wins over NO_COLOR.
+    t = Term(env, f"{SPEX} top --color never")
+    terms.append(t)
+    t.row_shows("bad", rf"^bad +{states.FAILED} ")
+    t.send("q")
+    t.finish()
+    assert color_escapes(t.raw) == []
+    t = Term(env, f"{SPEX} top --color always", {"NO_COLOR": "1"})
+    terms.append(t)
+    t.row_shows("bad", rf"^bad +{states.FAILED} ")
+    t.send("q")
+    t.finish()
+    assert b"\x1b[31m" in t.raw

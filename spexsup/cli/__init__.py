@@ -204,6 +204,10 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
 
         completion_init()
     home, rest = _split_home(options)
+    if not completing and rest[:1] == ["help"] and options == argv and "--help" not in rest:
+        # `spex help WORDS…` is `spex WORDS… --help` (see spexsup.cli.manual).
+        argv = options = [*options[: len(options) - len(rest)], *rest[1:], "--help"]
+        home, rest = _split_home(options)
     if not completing and rest and not rest[0].startswith("-"):
         register(rest[0])
         keep_only(rest[0])

@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from spexsup import __version__
 
@@ -67,6 +67,7 @@ COMMANDS = (
     Command("maint-op", "maint"),  # hidden
     Command("internal", "maint"),  # hidden
     Command("worktree", "worktree"),
+    Command("help", "manual"),
 )
 COMMAND_MODULES = {c.name: c.module for c in COMMANDS}
 WRITERS = frozenset(c.name for c in COMMANDS if c.writes)
@@ -79,8 +80,20 @@ Exit codes: 0 ok, 1 attempted and failed, 2 invalid input, 3 refused
 --home DIR (and --create) may be given anywhere on the command line."""
 
 
+class SpexCommand(TyperCommand):
+    """A command whose usage line reads as its help does: `spex show NAME`,
+    not typer's `{NAME}` for a required argument."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = super().collect_usage_pieces(ctx)
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
+
+
 class SpexGroup(TyperGroup):
     """Commands in the table's order, each summary whole (never cut with "...")."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [p.replace("...", "…") for p in super().collect_usage_pieces(ctx)]
 
     def list_commands(self, ctx: Any) -> list[str]:
         # Stable: a command the table does not name follows, as registered.
@@ -218,6 +231,13 @@ def register(name: str | None = None) -> None:
     module = COMMAND_MODULES.get(name or "")
     for each in [module] if module else sorted(set(COMMAND_MODULES.values())):
         importlib.import_module(f"spexsup.cli.{each}")
+    # Every command, a group's too, renders its usage as SpexCommand does.
+    for info in app.registered_commands:
+        info.cls = SpexCommand if info.cls in (None, TyperCommand) else info.cls
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            for info in group.typer_instance.registered_commands:
+                info.cls = SpexCommand if info.cls in (None, TyperCommand) else info.cls
 
 
 __all__ = ["COMMANDS", "COMMAND_MODULES", "WRITERS", "app", "open_spex", "register", "settings"]

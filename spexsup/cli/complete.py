@@ -70,9 +70,12 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--file": None,
         },
     ),
-    "ls": (("session", "*"), {"--hosts": None, "--match": None, "--state": None}),
+    "ls": (
+        ("session", "*"),
+        {"--hosts": None, "--match": None, "--state": "state", "--color": "color"},
+    ),
     "hosts": ((), {}),
-    "show": (("session",), {}),
+    "show": (("session",), {"--color": "color"}),
     "edit": (
         ("session",),
         {
@@ -85,7 +88,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--on-limit": None,
         },
     ),
-    "top": ((), {}),
+    "top": ((), {"--color": "color"}),
     "rm": (("session", "*"), {"--match": None}),
     "fanout": (
         ("session", "*"),
@@ -114,15 +117,30 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     "wave": (("wave",), {}),
     "events": (
         (),
-        {"--since": None, "--session": "session", "--kind": None, "-n": None, "--tail": None},
+        {
+            "--since": None,
+            "--session": "session",
+            "--kind": "event-kind",
+            "-n": None,
+            "--tail": None,
+        },
     ),
     "status-line": ((), {"--format": None}),
     "prune": ((), {"--older-than": None, "--session": "session"}),
     "du": ((), {}),
+    "diff": (("session",), {"--turn": "turn"}),
+    "keep": (("wave", "session"), {}),
+    "completion": (("shell",), {}),
+    "help": (("command", "*"), {}),
     # A group's command: its two words.
     "harness ls": ((), {}),
     "harness show": (("harness",), {}),
+    "worktree status": (("session", "*"), {}),
+    "hooks ls": ((), {}),
 }
+# The global options that take a value, before the command (`-H HOST`).
+GLOBAL: dict[str, str | None] = {"-H": "host", "--host": "host", "--home": None}
+GROUPS = ("harness", "worktree", "hooks")
 
 
 def _db(home: str | None) -> sqlite3.Connection | None:
@@ -146,6 +164,19 @@ def values(kind: str, home: str | None, session: str | None = None) -> list[str]
         from spexsup.paths import resolve_home
 
         return registry.load_registry(resolve_home(home)).names()
+    if kind in WORDS:
+        return WORDS[kind]()
+    if kind == "host":
+        from spexsup import config, hosts
+        from spexsup.errors import SpexError
+        from spexsup.paths import resolve_home
+
+        try:
+            return sorted(hosts.configured(config.load(resolve_home(home))))
+        except SpexError:
+            return []
+    if kind == "color":
+        return ["auto", "always", "never"]
     import sqlite3
 
     db = _db(home)
@@ -180,11 +211,12 @@ def classify(args: Sequence[str]) -> tuple[str | None, str | None] | None:
     words: list[str] = []
     it = iter(args)
     for word in it:
-        if word == "--home":
-            next(it, None)
-        elif word != "--create" and not word.startswith("--home="):
+        if word in GLOBAL:
+            if next(it, None) is None:  # the value is the word being completed
+                return (GLOBAL[word], None)
+        elif word not in ("--create", "--no-hooks") and not word.startswith(("--home=", "--host=")):
             words.append(word)
-    if words[:1] == ["harness"] and len(words) > 1:
+    if words[:1] and words[0] in GROUPS and len(words) > 1:
         words = [" ".join(words[:2]), *words[2:]]
     if not words or words[0] not in SPEC:
         return None
@@ -290,6 +322,37 @@ def script(shell: str) -> str:
 def _root_home(ctx: Any) -> str | None:
     home = ctx.find_root().params.get("home")
     return str(home) if home else None
+
+
+def _commands() -> list[str]:
+    from spexsup.cli.app import COMMANDS
+
+    return [c.name for c in COMMANDS if c.name not in ("maint-op", "internal")]
+
+
+def _event_kinds() -> list[str]:
+    from spexsup.events import KINDS
+
+    return list(KINDS)
+
+
+def _states() -> list[str]:
+    from spexsup.states import SESSION_STATES
+
+    return list(SESSION_STATES)
+
+
+# Kinds whose words are fixed lists, not read from the state home.
+WORDS = {
+    "shell": lambda: list(SHELLS),
+    "command": _commands,
+    "event-kind": _event_kinds,
+    "state": _states,
+}
+
+
+def shell_names(ctx: Any, incomplete: str) -> list[str]:
+    return [s for s in SHELLS if s.startswith(incomplete)]
 
 
 def session_names(ctx: Any, incomplete: str) -> list[str]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from spexsup.cli import complete
-from spexsup.cli.app import app, open_spex
+from spexsup.cli.app import SpexGroup, app, open_spex
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.render import document, print_json
 from spexsup.errors import Invalid
@@ -176,7 +176,7 @@ def events(
         sys.stdout.flush()
 
 
-hooks_app = typer.Typer()
+hooks_app = typer.Typer(no_args_is_help=True, cls=SpexGroup)
 app.add_typer(hooks_app, name="hooks")
 
 

@@ -5,12 +5,15 @@ from typing import Annotated, Any
 import typer
 
 from spexsup.cli import complete
-from spexsup.cli.app import app
+from spexsup.cli.app import SpexGroup, app
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.render import argv_text, print_json
 
 harness_app = typer.Typer(
-    help="What each harness runs, and where it is defined.", no_args_is_help=True
+    help="What each harness runs, and where it is defined.\n\n\b\nExamples:\n"
+    "  spex harness ls\n  spex harness show claude",
+    no_args_is_help=True,
+    cls=SpexGroup,
 )
 app.add_typer(harness_app, name="harness")
 

@@ -23,6 +23,14 @@ NamesArg = Annotated[
     typer.Argument(metavar="NAME…", help="Session names.", autocompletion=complete.session_names),
 ]
 AllOpt = Annotated[bool, typer.Option("--all", help="Every session.")]
+ColorOpt = Annotated[
+    str,
+    typer.Option(
+        "--color",
+        metavar="WHEN",
+        help="Colour the state: auto (on a terminal, unless NO_COLOR is set), always, never.",
+    ),
+]
 MatchOpt = Annotated[
     str | None,
     typer.Option("--match", metavar="GLOB", help="Every session whose name matches GLOB."),

@@ -156,6 +156,7 @@ def _rendered(
     """Run with --json there; print its JSON as it is, or render it as text here."""
     from spexsup import hosts
 
+    words, color = _color(words) if command in ("ls", "show") else (words, False)
     args = words if "--json" in words else [*words, "--json"]
     waiting = ""
     if command == "wait":
@@ -173,9 +174,34 @@ def _rendered(
     if doc is None:
         sys.stdout.buffer.write(answer.stdout)  # not JSON: a help text, say
         return answer.rc
-    _render(command, words, doc)
+    _render(command, words, doc, color=color)
     sys.stdout.flush()
     return answer.rc
+
+
+def _color(words: list[str]) -> tuple[list[str], bool]:
+    """Take `--color WHEN` off the words: the JSON there has no colour, and
+    the text is coloured here, for this terminal."""
+    from spexsup.cli.render import use_color
+
+    choice = "auto"
+    rest: list[str] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w == "--":
+            rest += words[i:]
+            break
+        if w == "--color" and i + 1 < len(words):
+            choice = words[i + 1]
+            i += 2
+            continue
+        if w.startswith("--color="):
+            choice = w.partition("=")[2]
+        else:
+            rest.append(w)
+        i += 1
+    return rest, use_color(choice)
 
 
 def _waited(host: Host, state: Path, args: list[str], waiting: str) -> Answer:
@@ -193,7 +219,7 @@ def _waited(host: Host, state: Path, args: list[str], waiting: str) -> Answer:
         ) from None
 
 
-def _render(command: str, words: list[str], doc: Any) -> None:
+def _render(command: str, words: list[str], doc: Any, *, color: bool) -> None:
     from spexsup.cli import render
 
     if command == "rm" and isinstance(doc, dict) and "dry_run" in doc:
@@ -206,9 +232,9 @@ def _render(command: str, words: list[str], doc: Any) -> None:
         return  # its one line came on stderr
     out: list[str] = []
     if command == "ls":
-        render.ls_text(doc, wide="--wide" in words)
+        render.ls_text(doc, wide="--wide" in words, color=color)
     elif command == "show":
-        out = render.show_lines(doc)
+        out = render.show_lines(doc, color=color)
     elif command == "wake":
         out = [render.verdict_line(doc["session"], doc)]
         if doc.get("error"):

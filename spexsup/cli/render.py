@@ -4,6 +4,10 @@ Tables are never wrapped: a pipe gets one line per row, columns two spaces
 apart with no trailing blanks; a terminal gets the same, with the columns
 named `squeeze` shortened (home as `~`, an ellipsis in the middle) and any
 line still too wide cut at the terminal's edge.
+
+Colour is the one place a view adds escapes of its own: a session's state
+(`STATE_COLORS`), only where `use_color` says so (`--color`, NO_COLOR, a
+terminal), as `Painted` cells that `table` aligns on their plain text.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spexsup import states
+from spexsup.errors import Invalid
 from spexsup.ids import SCHEMA_VERSION, iso
 from spexsup.pane.pretty import one_line as clean
 
@@ -88,7 +94,8 @@ def short_id(turn_id: str) -> str:
 
 
 def turn_cells(turn: dict[str, Any] | None, *, wide: bool = False) -> tuple[str, str]:
-    """(`<id> <state> rc=N`, `3m ago, ran 9s`) for a session's current or last turn."""
+    """(`<id> <state> rc=N (flag,…)`, `3m ago, ran 9s`) for a session's current
+    or last turn; its outcome flags (`denied:Bash`, `max-turns`) as recorded."""
     if turn is None:
         return "-", "-"
     rc = "" if turn["rc"] is None else f" rc={turn['rc']}"
@@ -99,7 +106,8 @@ def turn_cells(turn: dict[str, Any] | None, *, wide: bool = False) -> tuple[str,
     state = turn["state"]
     if state in ("starting", "running") and turn.get("waiting_until"):
         state = f"waiting for usage reset {clock(turn['waiting_until'])}"
-    return f"{ident} {state}{rc}", when
+    flags = f" ({','.join(turn['flags'])})" if turn.get("flags") else ""
+    return f"{ident} {state}{rc}{flags}", when
 
 
 def shorten_path(path: str, width: int) -> str:
@@ -110,6 +118,68 @@ def shorten_path(path: str, width: int) -> str:
         return path
     keep = width - 1
     return path[: keep // 2] + "…" + path[len(path) - (keep - keep // 2) :]
+
+
+# --- colour -----------------------------------------------------------------
+
+# The colour a session's state is shown in, as an ANSI colour number (curses
+# numbers them the same): failed red, running green, stopped yellow; any
+# other state in the terminal's own colours.
+STATE_COLORS = {states.FAILED: 1, states.BUSY: 2, states.STOPPED: 3}
+COLOR_CHOICES = ("auto", "always", "never")
+
+
+def use_color(choice: str = "auto") -> bool:
+    """`--color auto|always|never`, as git reads it: `auto` colours stdout only
+    when it is a terminal (not TERM=dumb) and NO_COLOR is unset or empty
+    (no-color.org); `always` colours whatever NO_COLOR says. Invalid (exit 2)
+    for any other word, before anything is read."""
+    if choice not in COLOR_CHOICES:
+        raise Invalid(f"invalid --color {choice!r}", hint=f"one of: {', '.join(COLOR_CHOICES)}")
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    return sys.stdout.isatty()
+
+
+class Painted(str):
+    """A cell shown in a colour (`sgr`, an SGR parameter such as `31`); its
+    value is the plain text, so widths and cuts count what a reader sees."""
+
+    sgr: str
+
+    def __new__(cls, text: str, sgr: str) -> Painted:
+        cell = super().__new__(cls, text)
+        cell.sgr = sgr
+        return cell
+
+
+def paint(text: str, sgr: str) -> str:
+    return f"\x1b[{sgr}m{text}\x1b[0m" if sgr and text else text
+
+
+def escaped(cell: str) -> str:
+    """A cell as a terminal gets it: a `Painted` one inside its colour's escapes."""
+    return paint(cell, getattr(cell, "sgr", ""))
+
+
+def state_cell(text: str, state: str, color: bool) -> str:
+    """`text` (a state, maybe with a note: `running (leased)`) in the colour
+    of the session state `state`, when `color`."""
+    code = STATE_COLORS.get(state) if color else None
+    return Painted(text, f"3{code}") if code else text
+
+
+def _painted(line: str, cells: Sequence[str], widths: Sequence[int], sgrs: Sequence[str]) -> str:
+    """`line` (plain, maybe cut) with each cell that has a colour painted, by
+    the cells' positions: from the right, so earlier positions stay put."""
+    starts = [sum(widths[:i]) + 2 * i for i in range(len(cells))]
+    for start, cell, sgr in reversed(list(zip(starts, cells, sgrs, strict=True))):
+        end = min(len(line), start + len(cell))
+        if sgr and start < end:
+            line = line[:start] + paint(line[start:end], sgr) + line[end:]
+    return line
 
 
 def _columns() -> int:
@@ -131,7 +201,9 @@ def table(
     terminal shortens to fit (a path)."""
     tty = sys.stdout.isatty() if tty is None else tty
     width = _columns() if tty else 0
-    # Cells hold what agents and files said (a cwd, an error): no escapes.
+    # Cells hold what agents and files said (a cwd, an error): no escapes,
+    # but the colours of the cells `state_cell` painted.
+    sgrs = [[getattr(c, "sgr", "") for c in r] for r in [headers, *rows]]
     grid = [[clean(c) for c in r] for r in [headers, *rows]]
     if tty and squeeze is not None and squeeze in headers:
         col = list(headers).index(squeeze)
@@ -141,11 +213,14 @@ def table(
             r[col] = shorten_path(r[col], room)
     widths = [max(len(r[i]) for r in grid) for i in range(len(headers))]
     out = []
-    for r in grid:
+    for r, sgr in zip(grid, sgrs, strict=True):
         line = "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
-        if tty and len(line) > width:
-            line = line[: width - 1] + "…"
-        out.append(line)
+        cut = tty and len(line) > width
+        if cut:
+            line = line[: width - 1]
+        if any(sgr):
+            line = _painted(line, r, widths, sgr)
+        out.append(line + "…" if cut else line)
     sys.stdout.write("\n".join(out) + "\n")
 
 
@@ -164,11 +239,11 @@ def as_list(doc: Any) -> list[dict[str, Any]]:
     return [doc] if isinstance(doc, dict) else list(doc)
 
 
-def ls_rows(rows: Sequence[dict[str, Any]], *, wide: bool) -> list[list[str]]:
+def ls_rows(rows: Sequence[dict[str, Any]], *, wide: bool, color: bool = False) -> list[list[str]]:
     lines = []
     for r in rows:
         turn, when = turn_cells(r["turn"], wide=wide)
-        state = r["state"] + (" (leased)" if r.get("lease") else "")
+        state = state_cell(r["state"] + (" (leased)" if r.get("lease") else ""), r["state"], color)
         lines.append([r["name"], r["harness"], state, turn, when, home_cell(r), r["cwd"]])
     return lines
 
@@ -177,11 +252,11 @@ LS_HEADERS = ["NAME", "HARNESS", "STATE", "TURN", "WHEN", "HOME", "CWD"]
 NO_SESSIONS = "no sessions (create one with: spex new NAME --harness HARNESS)"
 
 
-def ls_text(rows: Sequence[dict[str, Any]], *, wide: bool) -> None:
+def ls_text(rows: Sequence[dict[str, Any]], *, wide: bool, color: bool = False) -> None:
     if not rows:
         sys.stdout.write(NO_SESSIONS + "\n")
         return
-    table(LS_HEADERS, ls_rows(rows, wide=wide), squeeze="CWD")
+    table(LS_HEADERS, ls_rows(rows, wide=wide, color=color), squeeze="CWD")
 
 
 def home_cell(row: dict[str, Any]) -> str:
@@ -244,9 +319,10 @@ def worktree_line(w: dict[str, Any]) -> str:
     return line + f", {w['unsaved'] or 'nothing unsaved'}"
 
 
-def show_lines(row: dict[str, Any]) -> list[str]:
+def show_lines(row: dict[str, Any], *, color: bool = False) -> list[str]:
     """`spex show`: the session, every setting (`-` where it has none of its
-    own and a default applies; env by name only), then its recent turns."""
+    own and a default applies; env by name only), then its recent turns;
+    the state in its colour when `color`."""
     fields = [
         ("session", row["name"]),
         ("harness", row["harness"] + (f" {row['command']}" if row["command"] else "")),
@@ -277,7 +353,12 @@ def show_lines(row: dict[str, Any]) -> list[str]:
     if turns:
         out.append("turns:")
         out.extend(f"  {turn_line(t)}" for t in turns)
-    return [clean(line) for line in out]
+    out = [clean(line) for line in out]
+    if color:  # after clean(), which would drop the escapes
+        at = [label for label, _ in fields].index("state")
+        cell = escaped(state_cell(clean(row["state"]), row["state"], True))
+        out[at] = f"{'state':<{LABEL}} {cell}"
+    return out
 
 
 # `spex show`'s label column: its longest label, `conversation`.

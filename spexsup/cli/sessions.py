@@ -14,6 +14,7 @@ from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import (
     AllOpt,
     BaseOpt,
+    ColorOpt,
     JsonOpt,
     MatchOpt,
     NameArg,
@@ -36,6 +37,7 @@ from spexsup.cli.render import (
     rm_check_document,
     show_lines,
     table,
+    use_color,
     would_remove_lines,
 )
 from spexsup.errors import Invalid
@@ -208,6 +210,7 @@ def ls(
     ] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Names only, one a line.")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="Show whole turn ids.")] = False,
+    color: ColorOpt = "auto",
     all_hosts: Annotated[
         bool, typer.Option("--all-hosts", help="This machine's and every host's sessions.")
     ] = False,
@@ -222,7 +225,9 @@ def ls(
     """List sessions and their current or last turn (with --all-hosts: on every host).
 
     One line per session, in natural order (try-2 before try-10); a pipe gets
-    every column whole, two spaces apart.
+    every column whole, two spaces apart. The turn shows its outcome flags
+    (denied:Bash, max-turns); on a terminal the state is coloured (failed red,
+    running green, stopped yellow) unless NO_COLOR is set or --color never.
 
     \b
     Examples:
@@ -236,10 +241,12 @@ def ls(
     """
     from spexsup.turn.read import listing
 
+    colored = use_color(color)
     if all_hosts or hosts is not None:
         if names or match or state or quiet:
             raise Invalid("PATTERN, --match, --state and -q list this machine's sessions")
-        fleet_ls(ctx, None if hosts is None else hosts.split(","), wide=wide, as_json=as_json)
+        chosen = None if hosts is None else hosts.split(",")
+        fleet_ls(ctx, chosen, wide=wide, as_json=as_json, color=colored)
         return
     globs = [*(names or []), *([match] if match else [])]
     rows = listing(open_spex(ctx), globs, state=state)
@@ -251,10 +258,12 @@ def ls(
     elif not rows and (globs or state):
         typer.echo("no sessions match")
     else:
-        ls_text(rows, wide=wide)
+        ls_text(rows, wide=wide, color=colored)
 
 
-def fleet_ls(ctx: typer.Context, names: list[str] | None, *, wide: bool, as_json: bool) -> None:
+def fleet_ls(
+    ctx: typer.Context, names: list[str] | None, *, wide: bool, as_json: bool, color: bool
+) -> None:
     """`ls --all-hosts`: one table with a HOST column; a host not reached is one row."""
     from spexsup import fleet
     from spexsup.cli.render import LS_HEADERS, ls_rows
@@ -268,7 +277,7 @@ def fleet_ls(ctx: typer.Context, names: list[str] | None, *, wide: bool, as_json
         lines = []
         for r in rows:
             if r.get("reachable", True):
-                lines.append([r["host"], *ls_rows([r], wide=wide)[0]])
+                lines.append([r["host"], *ls_rows([r], wide=wide, color=color)[0]])
             else:
                 lines.append([r["host"], "-", "-", "unreachable", "-", "-", "-", r["error"]])
         table(["HOST", *LS_HEADERS], lines, squeeze="CWD")
@@ -323,8 +332,10 @@ def list_hosts(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 
 @app.command()
-def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
-    """Show one session and its recent turns.
+def show(
+    ctx: typer.Context, name: NameArg, color: ColorOpt = "auto", as_json: JsonOpt = False
+) -> None:
+    """Show one session and its recent turns (the state coloured as in `spex ls`).
 
     \b
     Examples:
@@ -333,13 +344,14 @@ def show(ctx: typer.Context, name: NameArg, as_json: JsonOpt = False) -> None:
     """
     from spexsup.turn.read import describe
 
+    colored = use_color(color)
     ids.validate_name(name)
     (row,) = describe(open_spex(ctx), [name], turns=10, worktree_status=True)
     if as_json:
         print_json(row)
         return
-    for line in show_lines(row):
-        typer.echo(line)
+    for line in show_lines(row, color=colored):
+        typer.echo(line, color=colored)  # click drops escapes off a terminal unless told
 
 
 @app.command()
@@ -617,15 +629,24 @@ def doctor(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 @app.command()
 def completion(
-    shell: Annotated[str, typer.Argument(metavar="SHELL", help="bash, zsh or fish.")],
+    shell: Annotated[
+        str,
+        typer.Argument(
+            metavar="SHELL", help="bash, zsh or fish.", autocompletion=complete.shell_names
+        ),
+    ],
 ) -> None:
     """Print the completion script for bash, zsh or fish.
 
+    It completes commands, options, session names, turn and wave ids,
+    harness and host names, states and event kinds. To install it, run one
+    of these lines, then open a new shell.
+
     \b
-    Install (one line, then open a new shell):
-      bash:  echo 'eval "$(spex completion bash)"' >> ~/.bashrc
-      zsh:   echo 'eval "$(spex completion zsh)"' >> ~/.zshrc
-      fish:  spex completion fish > ~/.config/fish/completions/spex.fish
+    Examples:
+      echo 'eval "$(spex completion bash)"' >> ~/.bashrc
+      echo 'eval "$(spex completion zsh)"' >> ~/.zshrc
+      spex completion fish > ~/.config/fish/completions/spex.fish
     """
     from spexsup.errors import Invalid
 

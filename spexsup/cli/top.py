@@ -6,18 +6,22 @@ import time
 import typer
 
 from spexsup.cli.app import app, open_spex
-from spexsup.cli.params import JsonOpt
+from spexsup.cli.params import ColorOpt, JsonOpt
 
 
 @app.command()
-def top(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+def top(ctx: typer.Context, color: ColorOpt = "auto", as_json: JsonOpt = False) -> None:
     """Watch every session live: state, turn age, last output line, flags.
 
     \b
     Keys: up/down (or j/k) select; a or Enter attach (a popup inside tmux);
     l the turn's log in a pager; s stop; r resume; w wake with a prompt;
-    q quit. It redraws when a turn starts, writes output or ends, and on
-    every transition the event log records; idle, it uses no CPU.
+    / filter by name (a glob as in spex ls, or text the name contains;
+    Enter applies, Esc clears); o order by name or by state (failed first,
+    then running, stopped, idle); ? every key; q quit. It redraws when a
+    turn starts, writes output or ends, and on every transition the event
+    log records; idle, it uses no CPU. The terminal keeps its own colours;
+    the states are coloured unless NO_COLOR is set or --color never.
     Not on a terminal (a pipe), it prints the table once and exits; --json
     prints the sessions as `spex ls --json` does, each with its `flags` and
     `last_output`.
@@ -25,12 +29,13 @@ def top(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     \b
     Examples:
       spex top
-      spex top | grep error
+      spex top | grep failed
       spex top --json | jq -r '.[] | "\\(.name): \\(.last_output)"'
     """
-    from spexsup.cli.render import TOP_HEADERS, print_json, table, top_cells
+    from spexsup.cli.render import TOP_HEADERS, print_json, state_cell, table, top_cells, use_color
     from spexsup.top import Board
 
+    colored = use_color(color)
     spex = open_spex(ctx)
     board = Board(spex)
     board.refresh()
@@ -42,8 +47,13 @@ def top(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             typer.echo("no sessions (create one with: spex new NAME --harness HARNESS)")
             return
         now = time.time()
-        table(TOP_HEADERS, [top_cells(r, now) for r in board.rows], tty=False)
+        rows = []
+        for r in board.rows:
+            cells = top_cells(r, now)
+            cells[1] = state_cell(cells[1], r.state, colored)
+            rows.append(cells)
+        table(TOP_HEADERS, rows, tty=False)
         return
     from spexsup.cli import top_screen
 
-    top_screen.run(board)
+    top_screen.run(board, color=colored)

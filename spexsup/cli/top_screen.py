@@ -11,7 +11,14 @@ nothing is due and the process sleeps.
 
 Everything that changes a session runs as a `spex` command in a child
 process (`attach`, `stop`, `resume`, `wake -f -`), so the board itself only
-reads; the child's one-line answer is shown on the status line.
+reads; the child's one-line answer is shown on the status line. A filter
+(`/`) and the order (`o`) change only what is shown of the board read.
+
+Colours are the terminal's own: its default foreground and background
+(`use_default_colors`, pair colours -1) and, unless NO_COLOR or `--color
+never`, a state's colour (`render.STATE_COLORS`) for its name alone; with
+colours off, curses is never asked to start them, so it sends no colour
+escape at all.
 """
 
 from __future__ import annotations
@@ -28,13 +35,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spexsup import states
-from spexsup.cli.render import TOP_HEADERS, top_cells
+from spexsup.cli.render import STATE_COLORS, TOP_HEADERS, top_cells
 from spexsup.errors import SpexError
 from spexsup.home import outer_argv
 from spexsup.mainwait import SIGNAL_CHECK
@@ -50,7 +57,24 @@ STARTING_POLL = 1.0
 RUNNING_GUARD = 30.0
 # Widest a column may grow; LAST OUTPUT takes what is left.
 CAPS = (24, 9, 16, 9, 24)
-KEYS = "↑↓ select  ⏎/a attach  l log  s stop  r resume  w wake  q quit"
+KEYS = "↑↓ select  ⏎/a attach  l log  s stop  r resume  w wake  / filter  o order  ? help  q quit"
+# The help overlay (`?`): every key, and what it does.
+HELP = (
+    ("↑ ↓  j k", "select a session"),
+    ("PgUp PgDn", "ten sessions up or down"),
+    ("Home End  g G", "the first or the last session"),
+    ("⏎  a", "attach to its pane (a popup inside tmux)"),
+    ("l", "its turn's output in a pager ($PAGER, else less)"),
+    ("s", "stop its turn (y to confirm)"),
+    ("r", "resume it after a stop"),
+    ("w", "wake it with a prompt (⏎ sends, Esc cancels)"),
+    ("/", "filter by name: a glob, or text the name contains (⏎ applies, Esc clears)"),
+    ("Esc", "clear the filter"),
+    ("o", "order by name, or by state (failed first, then running, stopped, idle)"),
+    ("Ctrl-L", "read everything again and repaint"),
+    ("?", "this help"),
+    ("q", "quit"),
+)
 
 
 @dataclass
@@ -83,15 +107,17 @@ def pager(path: Path) -> list[str]:
 
 
 class Screen:
-    def __init__(self, stdscr: Any, board: Board, watcher: Watcher) -> None:
+    def __init__(self, stdscr: Any, board: Board, watcher: Watcher, *, color: bool) -> None:
         self.scr = stdscr
         self.board = board
         self.watcher = watcher
         self.home = board.spex.home
-        self.selected: str | None = board.rows[0].name if board.rows else None
+        self.selected: str | None = board.shown[0].name if board.shown else None
         self.offset = 0
         self.status = ""
-        self.mode: str | None = None  # "stop" (confirming) or "wake" (typing a prompt)
+        # "stop" (confirming), "wake" (typing a prompt), "filter" (typing
+        # a pattern) or "help" (the keys shown until the next one).
+        self.mode: str | None = None
         self.target = ""
         self.text = ""
         self.done = False
@@ -100,25 +126,9 @@ class Screen:
         self.lock = threading.Lock()
         self.full_due: float | None = None
         self.full_at = time.monotonic()
-        self.colors = self._colors()
+        self.colors = _colors() if color else {}
 
     # --- what is due ----------------------------------------------------
-
-    def _colors(self) -> dict[str, int]:
-        if os.environ.get("NO_COLOR") or not curses.has_colors():
-            return {}
-        with contextlib.suppress(curses.error):
-            curses.use_default_colors()
-        pairs = {states.FAILED: curses.COLOR_RED, states.BUSY: curses.COLOR_GREEN}
-        pairs[states.STOPPED] = curses.COLOR_YELLOW
-        out = {}
-        for i, (state, color) in enumerate(pairs.items(), start=1):
-            try:
-                curses.init_pair(i, color, -1)
-            except curses.error:
-                return {}
-            out[state] = curses.color_pair(i)
-        return out
 
     def timeout(self) -> float | None:
         now = time.monotonic()
@@ -151,7 +161,7 @@ class Screen:
         """When the slow guard re-reads everything, if a turn is under way."""
         if self.board.starting():
             return self.full_at + STARTING_POLL
-        if any(r.active for r in self.board.rows):
+        if any(r.active for r in self.board.rows):  # shown or not: its end is found
             return self.full_at + RUNNING_GUARD
         return None
 
@@ -176,7 +186,11 @@ class Screen:
                 break
         self.full_at = time.monotonic()
         self.full_due = None
-        names = [r.name for r in self.board.rows]
+        self._keep_selection()
+
+    def _keep_selection(self) -> None:
+        """The selected session stays selected while it is shown; else the first shown."""
+        names = [r.name for r in self.board.shown]
         if self.selected not in names:
             self.selected = names[0] if names else None
 
@@ -186,21 +200,17 @@ class Screen:
         scr = self.scr
         height, width = scr.getmaxyx()
         scr.erase()
-        counts = self.board.counts()
-        title = (
-            f"spex top · {counts['sessions']} sessions · {counts['running']} running"
-            f" · {counts[states.FAILED]} failed · {counts[states.STOPPED]} stopped"
-        )
-        self._put(0, 0, title, width, curses.A_BOLD)
+        self._put(0, 0, self.title(), width, curses.A_BOLD)
+        shown = self.board.shown
         now = time.time()
-        grid = [top_cells(r, now) for r in self.board.rows]
+        grid = [top_cells(r, now) for r in shown]
         widths = [len(h) for h in TOP_HEADERS[:-1]]
         for texts in grid:
             for i, cap in enumerate(CAPS):
                 widths[i] = min(cap, max(widths[i], len(texts[i])))
         self._put(1, 0, _line(list(TOP_HEADERS), widths, width), width, curses.A_UNDERLINE)
         visible = max(0, height - 4)
-        names = [r.name for r in self.board.rows]
+        names = [r.name for r in shown]
         at = names.index(self.selected) if self.selected in names else 0
         if at < self.offset:
             self.offset = at
@@ -208,7 +218,7 @@ class Screen:
             self.offset = at - visible + 1
         self.offset = max(0, min(self.offset, max(0, len(names) - visible)))
         for y, (row, text) in enumerate(
-            zip(self.board.rows[self.offset :], grid[self.offset :], strict=False)
+            zip(shown[self.offset :], grid[self.offset :], strict=False)
         ):
             if y >= visible:
                 break
@@ -220,26 +230,60 @@ class Screen:
                 self._put(2 + y, x, text[1][: widths[1]], width - x, color | chosen)
         if not self.board.rows:
             self._put(2, 0, "no sessions (create one with: spex new NAME --harness HARNESS)", width)
+        elif not shown:
+            self._put(
+                2, 0, f"no sessions match {self.board.pattern!r} (Esc clears the filter)", width
+            )
         self._put(height - 2, 0, self.status, width)
+        typing = self.mode in ("wake", "filter")
         if self.mode == "stop":
             self._put(height - 1, 0, f"stop {self.target}? y/n", width, curses.A_BOLD)
-        elif self.mode == "wake":
-            prompt = f"wake {self.target}: "
-            shown = (prompt + self.text)[-(width - 1) :] if width > 1 else ""
-            self._put(height - 1, 0, shown, width, curses.A_BOLD)
+        elif typing:
+            prompt = f"wake {self.target}: " if self.mode == "wake" else "filter: "
+            line = (prompt + self.text)[-(width - 1) :] if width > 1 else ""
+            self._put(height - 1, 0, line, width, curses.A_BOLD)
+        elif self.mode == "help":
+            self._put(height - 1, 0, "any key closes this help", width, curses.A_DIM)
+            self._help(height, width)
         else:
             self._put(height - 1, 0, KEYS, width, curses.A_DIM)
         with contextlib.suppress(curses.error):
-            curses.curs_set(1 if self.mode == "wake" else 0)
-        if self.mode == "wake":
+            curses.curs_set(1 if typing else 0)
+        if typing:
             with contextlib.suppress(curses.error):
                 scr.move(height - 1, min(width - 1, len(prompt) + len(self.text)))
         scr.refresh()
 
+    def title(self) -> str:
+        """`spex top · 2 of 5 sessions match 'api' · 1 running · … · by state`."""
+        c = self.board.counts()
+        if self.board.pattern:
+            what = f"{c.shown} of {c.total} sessions match {self.board.pattern!r}"
+        else:
+            what = f"{c.total} sessions"
+        return (
+            f"spex top · {what} · {c.running} {states.RUNNING} · {c.failed} {states.FAILED}"
+            f" · {c.stopped} {states.STOPPED} · by {self.board.order}"
+        )
+
+    def _help(self, height: int, width: int) -> None:
+        """The keys, in a box over the board (as much of it as fits)."""
+        keys = max(len(k) for k, _ in HELP)
+        lines = [f"{k.ljust(keys)}  {what}" for k, what in HELP]
+        box_w = min(width, max(len(line) for line in lines) + 4)
+        box_h = min(height - 1, len(lines) + 2)
+        if box_w < 10 or box_h < 3:
+            return
+        with contextlib.suppress(curses.error):
+            box = self.scr.derwin(box_h, box_w, max(0, (height - 1 - box_h) // 2), 0)
+            box.erase()
+            box.box()
+            box.addnstr(0, 2, " keys ", box_w - 4, curses.A_BOLD)
+            for y, line in enumerate(lines[: box_h - 2], start=1):
+                box.addnstr(y, 2, line, box_w - 4)
+
     def _state_color(self, row: Row) -> int:
-        if row.state in (states.FAILED, states.STOPPED):
-            return self.colors.get(row.state, 0)
-        return self.colors.get("running", 0) if row.active else 0
+        return self.colors.get(row.state, 0)
 
     def _put(self, y: int, x: int, text: str, width: int, attr: int = 0) -> None:
         from spexsup.pane.pretty import one_line
@@ -257,9 +301,11 @@ class Screen:
                 return
             if key == curses.KEY_RESIZE:
                 self.resized = True
+            elif self.mode == "help":
+                self.mode = None  # any key closes it, and does nothing else
             elif self.mode == "stop":
                 self._confirm_stop(key)
-            elif self.mode == "wake":
+            elif self.mode in ("wake", "filter"):
                 self._edit(key)
             else:
                 self._command(key)
@@ -267,7 +313,7 @@ class Screen:
                 return
 
     def _command(self, key: str | int) -> None:
-        names = [r.name for r in self.board.rows]
+        names = [r.name for r in self.board.shown]
         at = names.index(self.selected) if self.selected in names else 0
         moves = {
             curses.KEY_UP: -1,
@@ -288,6 +334,14 @@ class Screen:
         elif key == "\x0c":  # Ctrl-L: read everything again, repaint
             self.scr.clear()
             self.full_due = time.monotonic()
+        elif key == "?":
+            self.mode = "help"
+        elif key == "/":
+            self.mode, self.text = "filter", self.board.pattern
+        elif key == "\x1b" and self.board.pattern:
+            self._filter("")
+        elif key == "o":
+            self.board.next_order()
         elif self.selected is None:
             if key in ("a", "\n", curses.KEY_ENTER, "l", "s", "r", "w"):
                 self.status = "no session selected"
@@ -309,17 +363,30 @@ class Screen:
         else:
             self.status = f"stop {self.target}: cancelled"
 
+    def _filter(self, pattern: str) -> None:
+        """Show only the sessions `pattern` matches ("": every session)."""
+        self.board.pattern = pattern
+        self.board.arrange()
+        self.offset = 0
+        self._keep_selection()
+
     def _edit(self, key: str | int) -> None:
+        """A key typed into the prompt of a wake or the pattern of a filter."""
         if key in ("\n", "\r", curses.KEY_ENTER):
-            self.mode = None
-            if self.text.strip():
+            mode, self.mode = self.mode, None
+            if mode == "filter":
+                self._filter(self.text.strip())
+            elif self.text.strip():
                 data = self.text.encode("utf-8", "surrogateescape")
                 self.start(f"wake {self.target}", ["wake", self.target, "-f", "-"], data)
             else:
                 self.status = f"wake {self.target}: no prompt, nothing sent"
         elif key == "\x1b":
-            self.mode = None
-            self.status = f"wake {self.target}: cancelled"
+            mode, self.mode = self.mode, None
+            if mode == "filter":
+                self._filter("")
+            else:
+                self.status = f"wake {self.target}: cancelled"
         elif key in (curses.KEY_BACKSPACE, "\x7f", "\b"):
             self.text = self.text[:-1]
         elif key == "\x15":  # Ctrl-U
@@ -356,7 +423,7 @@ class Screen:
         self.suspend(f"attach {name}", spex_argv(self.home, "attach", name))
 
     def log(self, name: str) -> None:
-        row = next((r for r in self.board.rows if r.name == name), None)
+        row = next((r for r in self.board.shown if r.name == name), None)
         path = row.turn_dir / turndir.OUTPUT if row and row.turn_dir else None
         if path is None or not path.is_file():
             self.status = f"log {name}: no output yet"
@@ -459,9 +526,47 @@ def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
-def run(board: Board) -> None:
+def _colors() -> dict[str, int]:
+    """A curses attribute per session state that has a colour; {} when the
+    terminal has none, or cannot keep its own background behind them."""
+    try:
+        curses.start_color()
+        curses.use_default_colors()
+    except curses.error:
+        return {}
+    if not curses.has_colors():
+        return {}
+    out = {}
+    for pair, (state, color) in enumerate(STATE_COLORS.items(), start=1):
+        try:
+            curses.init_pair(pair, color, -1)
+        except curses.error:
+            return {}
+        out[state] = curses.color_pair(pair)
+    return out
+
+
+@contextlib.contextmanager
+def _terminal() -> Iterator[Any]:
+    """curses.wrapper's set-up and restore, without its start_color(): with
+    colours off, curses must not even assume white on black."""
+    stdscr = curses.initscr()
+    try:
+        curses.noecho()
+        curses.cbreak()
+        stdscr.keypad(True)
+        yield stdscr
+    finally:
+        stdscr.keypad(False)
+        curses.echo()
+        curses.nocbreak()
+        curses.endwin()
+
+
+def run(board: Board, *, color: bool) -> None:
     """Show the board until `q` (exit 0) or a signal (130/143); the terminal
-    is restored either way (curses.wrapper)."""
+    is restored either way. `color`: the states in colour (else no colour
+    escape at all)."""
     from spexsup.errors import Invalid
 
     os.environ.setdefault("ESCDELAY", "25")  # Esc cancels a prompt at once
@@ -477,10 +582,13 @@ def run(board: Board) -> None:
     watcher.start()
 
     def main(stdscr: Any) -> None:
-        screen = Screen(stdscr, board, watcher)
+        screen = Screen(stdscr, board, watcher, color=color)
         stdscr.nodelay(True)
         stdscr.keypad(True)
         previous = signal.signal(signal.SIGWINCH, lambda *_: _resized(screen))
+        # curses takes an exported $COLUMNS/$LINES over the terminal's own
+        # size; `resize` asks the terminal (its ioctl), as `spex ls` does.
+        screen.resized = True
         try:
             screen.refresh()
             screen.loop()
@@ -492,6 +600,7 @@ def run(board: Board) -> None:
         watcher.poke()
 
     try:
-        curses.wrapper(main)
+        with _terminal() as stdscr:
+            main(stdscr)
     finally:
         watcher.close()

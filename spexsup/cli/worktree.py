@@ -11,7 +11,7 @@ import typer
 
 from spexsup import ids
 from spexsup.cli import complete
-from spexsup.cli.app import app, open_spex
+from spexsup.cli.app import SpexGroup, app, open_spex
 from spexsup.cli.params import JsonOpt, NameArg, NamesArg
 from spexsup.cli.render import age, argv_word, document, print_json, table, with_iso
 
@@ -19,7 +19,11 @@ if TYPE_CHECKING:
     from spexsup.salvage import Salvage
     from spexsup.worktree import Setup, Worktree
 
-worktree_app = typer.Typer(help="Git worktrees of worktree sessions.", no_args_is_help=True)
+worktree_app = typer.Typer(
+    help="Git worktrees of worktree sessions.\n\n\b\nExamples:\n  spex worktree status",
+    no_args_is_help=True,
+    cls=SpexGroup,
+)
 app.add_typer(worktree_app, name="worktree")
 
 
@@ -99,7 +103,15 @@ def salvage_table(found: "Sequence[Salvage]") -> None:
 def diff(
     ctx: typer.Context,
     name: NameArg,
-    turn: Annotated[str | None, typer.Option("--turn", help="Turn id (default: latest).")] = None,
+    turn: Annotated[
+        str | None,
+        typer.Option(
+            "--turn",
+            metavar="TURN",
+            help="A turn id, a unique prefix of its random part, last or last~N."
+            " [default: the latest turn]",
+        ),
+    ] = None,
     stat: Annotated[bool, typer.Option("--stat", help="Only the diffstat.")] = False,
     no_pager: Annotated[
         bool, typer.Option("--no-pager", help="On a terminal too, print the diff as it is.")
@@ -237,7 +249,12 @@ def ran_post_create(w: "Worktree") -> str | None:
 def trust(
     ctx: typer.Context,
     path: Annotated[
-        str | None, typer.Argument(help="A .spexsup.toml, or the repository that holds it.")
+        str | None,
+        typer.Argument(
+            metavar="[PATH]",
+            help="A .spexsup.toml, or the repository that holds it.",
+            show_default=False,
+        ),
     ] = None,
     revoke: Annotated[bool, typer.Option("--revoke", help="Forget the trust of PATH.")] = False,
     list_: Annotated[bool, typer.Option("--list", help="List what is trusted.")] = False,

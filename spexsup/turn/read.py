@@ -366,6 +366,12 @@ def natural_key(name: str) -> list[Any]:
     ]
 
 
+def name_matches(name: str, patterns: Sequence[str]) -> bool:
+    """Does a glob of `patterns` match the whole name (case-sensitive, as
+    `spex ls PATTERN` and `spex top`'s filter read one)?"""
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
 def listing(
     spex: Spex, patterns: Sequence[str] = (), *, state: str | None = None
 ) -> list[dict[str, Any]]:
@@ -376,7 +382,7 @@ def listing(
         raise Invalid(f"invalid --state {state!r}", hint=f"one of: {', '.join(SESSION_STATES)}")
     rows = describe(spex)
     if patterns:
-        rows = [r for r in rows if any(fnmatch.fnmatchcase(r["name"], p) for p in patterns)]
+        rows = [r for r in rows if name_matches(r["name"], patterns)]
     if state is not None:
         rows = [r for r in rows if r["state"] == state]
     return sorted(rows, key=lambda r: natural_key(r["name"]))
