@@ -489,7 +489,7 @@ def up(
     spex = open_spex(ctx)
     reports = sessions.up(spex, names)
     if as_json and not revive:
-        print_json([r.as_json() for r in reports])
+        print_json([document(r.as_json()) for r in reports])
     elif not as_json:
         for r in reports:
             typer.echo(f"{r.name}: {r.status}" + (f" ({r.detail})" if r.detail else ""))
@@ -499,7 +499,7 @@ def up(
 
         with plans.revive(spex, names, prompt) as plan:
             if plan.nothing is not None and as_json:
-                print_json({"revived": [], "homes": [r.as_json() for r in reports]})
+                print_json(document({"revived": [], "homes": [r.as_json() for r in reports]}))
             elif plan.nothing is not None:
                 typer.echo(plan.nothing)
             else:

@@ -34,6 +34,7 @@ from spexsup.cli.render import (
     same_terminal,
     stopped_line,
     verdict_line,
+    with_iso,
 )
 from spexsup.errors import Invalid
 
@@ -134,7 +135,7 @@ def wake_and_report(
             spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits
         )
     if as_json:
-        print_json(document({"ok": verdict.ok, **verdict.as_json()}))
+        print_json(document(with_iso({"ok": verdict.ok, **verdict.as_json()})))
     else:
         typer.echo(verdict_line(name, verdict.as_json()))
         # The verdict line names the cause; stderr repeats it for a script's
