@@ -41,7 +41,11 @@ def turns_of(env: Env, name: str) -> list[sqlite3.Row]:
 
 
 def test_three_queued_prompts_run_in_order_with_no_wake_watching(env: Env) -> None:
-    log = slow(env, "a")
+    log = env.root / "a.order"
+    go = env.root / "go"
+    # Each turn records its prompt, then works until go exists (held for the first).
+    script = f'echo "$0" >> {log}; while [ ! -e {go} ]; do sleep 0.05; done; sleep 0.2'
+    assert env.run("new", "a", "--", "bash", "-c", script).returncode == 0
     assert wake(env, "a", "first", "--window", "0.3")[1]["verdict"] == "confirmed"
     for n, prompt in enumerate(("second", "third", "fourth"), start=1):
         code, v = wake(env, "a", "--queue", prompt)
@@ -54,6 +58,7 @@ def test_three_queued_prompts_run_in_order_with_no_wake_watching(env: Env) -> No
         ("fourth", 3),
     ]
     assert all(e["schema_version"] == 1 and e["created_at_iso"] for e in listed)
+    go.touch()
     # Nobody waits or reads: each end's reporter starts the next.
     assert retry_until(lambda: log.exists() and len(log.read_text().split()) == 4, seconds=40)
     assert retry_until(lambda: turns_of(env, "a")[-1]["state"] == "complete", seconds=20)
@@ -269,3 +274,26 @@ def test_after_refusals_change_nothing(env: Env) -> None:
     with db(env) as conn:
         assert conn.execute("SELECT count(*) FROM queue").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0
+
+
+def test_a_queued_wake_waits_behind_earlier_ones_even_when_the_session_is_free(env: Env) -> None:
+    """First come, first served: with a prompt still queued for a session that
+    is free (its end's reporter died before it launched it), `--queue` joins
+    the queue behind it instead of jumping it."""
+    fault = {"SPEXSUP_FAULT": "reporter-dies-before-dequeue"}
+    log = env.root / "a.order"
+    script = f'echo "$0" >> {log}; sleep 1'
+    assert env.run("new", "a", "--", "bash", "-c", script, extra=fault).returncode == 0
+    assert env.run("wake", "a", "first", "--window", "0.3").returncode == 0
+    assert wake(env, "a", "--queue", "second")[1]["verdict"] == "queued"
+
+    def free_with_one_queued() -> bool:
+        with db(env) as conn:
+            state = conn.execute("SELECT state FROM sessions").fetchone()[0]
+            queued = conn.execute("SELECT count(*) FROM queue").fetchone()[0]
+        return bool(state == "idle" and queued == 1)
+
+    assert retry_until(free_with_one_queued, seconds=20)
+    code, v = wake(env, "a", "--queue", "third")
+    assert (code, v["verdict"]) == (0, "queued"), v  # behind second, which it launched
+    assert retry_until(lambda: log.read_text().split() == ["first", "second", "third"], 30)

@@ -803,3 +803,18 @@ def test_a_full_disk_keeps_the_rc_and_reads_working(env: Env) -> None:
         env.tmux("kill-server")
         kill_everything(str(env.tmux_tmpdir))
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_launcher_slow_after_its_launch_reports_the_end_its_turn_already_had(
+    env: Env,
+) -> None:
+    """The turn exits (rc 7) and its reporter records the end while the wake
+    is still inside its launch (a fault point holds it there 2 s): the wake
+    says `failed` rc 7, as the turn ended, not `stopped before it started`."""
+    fault = {"SPEXSUP_FAULT": "pause-after-launch"}
+    assert env.run("new", "a", "--", harness("exit7.sh")).returncode == 0
+    r = env.run("wake", "a", "go", "--window", "3", "--json", extra=fault)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    v = json.loads(r.stdout)
+    assert (v["verdict"], v["rc"]) == ("failed", 7), v
+    assert show(env, "a")["turn"]["state"] == "failed"

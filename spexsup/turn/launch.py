@@ -113,9 +113,13 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
         )
     if result.outcome != "launched" or result.pane_pid is None:
         raise Failed(f"the tmux home of {name!r} vanished while starting the turn")
+    if os.environ.get("SPEXSUP_FAULT") == "pause-after-launch":
+        time.sleep(2)  # the tests' fault point: a launcher starved right here
     # A home recreated above died with any fence a stop put on the old one:
-    # re-read the store, and undo our own launch if the turn lost meanwhile.
-    if turn_state(spex, turn) != "starting":
+    # re-read the store, and undo our own launch if a stop aborted the turn
+    # meanwhile. A turn that already ended on its own (its reporter recorded
+    # the end while we were slow) is no stop's: its verdict follows its end.
+    if turn_state(spex, turn) == "aborted":
         kill_turn(spex, session, turn, grace=0.5)
         raise TurnStopped(name, turn)
     return result.pane_pid

@@ -259,12 +259,13 @@ def wake_or_queue(
     it waits for that session's current (or last) turn to end, then launches
     if it ended `complete` (any end with `after_any`), else ends `skipped`."""
     waits = None
+    queued_before = bool(entries(spex, (name,)))
     if after is not None:
         other = get(spex, after)
         if other.current_turn is None:
             raise Refused(f"session {after!r} has no turn to wait for", hint=f"spex show {after}")
         waits = (after, other.current_turn, after_any)
-    else:
+    elif not queued_before:  # else first come, first served: behind the others
         try:
             return wake(spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits)
         except (SessionBusy, UnderLease):
