@@ -13,6 +13,7 @@ from spexsup.cli.params import (
     AllOpt,
     GraceOpt,
     JsonOpt,
+    KeyOpt,
     MatchOpt,
     MessageOpt,
     NameArg,
@@ -55,6 +56,7 @@ WAKE_OPTIONS = (
     "--on-limit",
     "--json",
     "--queue",
+    "--key",
     "-h",
     "--help",
     "--home",
@@ -102,6 +104,7 @@ def wake_and_report(
     strict: bool = False,
     on_limit: str | None = None,
     queue: bool = False,
+    key: str | None = None,
 ) -> None:
     from spexsup.turn.admit import Limits, parse_on_limit
     from spexsup.turn.wake import wake as wake_turn
@@ -115,11 +118,11 @@ def wake_and_report(
         from spexsup.turn.queue import wake_or_queue
 
         verdict = wake_or_queue(
-            spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits
+            spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits, key=key
         )
     else:
         verdict = wake_turn(
-            spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits
+            spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits, key=key
         )
     if as_json:
         print_json(document({"ok": verdict.ok, **verdict.as_json()}))
@@ -165,6 +168,7 @@ def wake(
             " session is free (verdict queued, exit 0; see spex queue).",
         ),
     ] = False,
+    key: KeyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a turn and print its verdict (confirmed, completed, failed, queued).
@@ -180,9 +184,14 @@ def wake(
       spex wake api "run the nightly checks" --timeout 15m --strict
       git diff | spex wake api -f - --json
       spex wake api --queue then update the changelog
+      spex wake api --key nightly-2026-12-01 run the nightly checks
     """
 
     ids.validate_name(name)
+    if key is not None:
+        from spexsup.turn.keys import validate
+
+        validate(key)
     seconds = window_seconds(window)
     prompt = prompts.read(text, file, message=message)
     wake_and_report(
@@ -197,6 +206,7 @@ def wake(
         strict=strict,
         on_limit=on_limit,
         queue=queue,
+        key=key,
     )
 
 

@@ -25,8 +25,9 @@ from spexsup.errors import Failed, Refused, SessionBusy, SessionStopped, UnderLe
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.sessions import get
 from spexsup.spex import Spex
+from spexsup.turn import keys
 from spexsup.turn.admit import Limits, QueueTaken, Verdict
-from spexsup.turn.wake import wake
+from spexsup.turn.wake import KEY_ATTEMPTS, repeat_verdict, wake
 
 DIR = "queue"
 FREE = dequeuer.FREE
@@ -64,9 +65,18 @@ def _options(window: float | None, fresh: bool, limits: Limits) -> dict[str, Any
 
 
 def enqueue(
-    spex: Spex, name: str, prompt: bytes, *, window: float | None, fresh: bool, limits: Limits
+    spex: Spex,
+    name: str,
+    prompt: bytes,
+    *,
+    window: float | None,
+    fresh: bool,
+    limits: Limits,
+    key: str | None = None,
 ) -> tuple[str, int]:
-    """Keep `prompt` for `name`; (its entry id, its position: 1 is next)."""
+    """Keep `prompt` for `name`; (its entry id, its position: 1 is next).
+    With `key`, claimed for the entry in the same transaction (`keys.claim`:
+    keys.Repeat when another wake claimed it first, and nothing is kept)."""
     get(spex, name)
     entry = "q" + ids.new_id()
     ensure_private_dir(spex.home / DIR, under=spex.home)
@@ -76,6 +86,8 @@ def enqueue(
     options = json.dumps(_options(window, fresh, limits))
     try:
         with spex.store.tx() as db:
+            if key is not None:
+                keys.claim(db, key, name, queued=entry)
             position = ledger.enqueue(db, entry, name, options, first)
     except BaseException:
         path.unlink(missing_ok=True)
@@ -201,18 +213,33 @@ def wake_or_queue(
     fresh: bool,
     force: bool,
     limits: Limits,
+    key: str | None = None,
 ) -> Verdict:
     """`spex wake --queue`: wake now, or keep the prompt while the session is
-    busy or leased (verdict `queued`, its position)."""
-    try:
-        return wake(spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits)
-    except (SessionBusy, UnderLease):
-        pass
-    entry, position = enqueue(spex, name, prompt, window=window, fresh=fresh, limits=limits)
-    # The turn that made us queue may have ended before the entry committed,
-    # with nobody left to launch it: try once ourselves.
-    launched = dequeue(spex, name)
-    if launched is not None and launched[0] == entry:
-        return launched[1]
-    place = positions(entries(spex, (name,))).get(entry, position)
-    return Verdict(name, None, "queued", queued=entry, position=place)
+    busy or leased (verdict `queued`, its position). With `key`, a repeat
+    (see `wake`) answers with the first wake's turn or entry."""
+    for _ in range(KEY_ATTEMPTS):
+        try:
+            return wake(
+                spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits, key=key
+            )
+        except (SessionBusy, UnderLease):
+            pass
+        try:
+            entry, position = enqueue(
+                spex, name, prompt, window=window, fresh=fresh, limits=limits, key=key
+            )
+        except keys.Repeat:
+            assert key is not None
+            answer = repeat_verdict(spex, name, key)
+            if answer is not None:
+                return answer
+            continue  # given back before we read it: try again
+        # The turn that made us queue may have ended before the entry committed,
+        # with nobody left to launch it: try once ourselves.
+        launched = dequeue(spex, name)
+        if launched is not None and launched[0] == entry:
+            return launched[1]._replace(key=key)
+        place = positions(entries(spex, (name,))).get(entry, position)
+        return Verdict(name, None, "queued", queued=entry, position=place, key=key)
+    raise Failed(f"key {key!r} was claimed and given back {KEY_ATTEMPTS} times", hint="retry")
