@@ -21,10 +21,14 @@ FREE = ("idle", "failed")
 
 
 def waiting(db: sqlite3.Connection, names: tuple[str, ...] | None = None) -> list[str]:
-    """Free sessions with prompts queued (of `names`, if given)."""
+    """Free sessions (of `names`, if given) whose next queued prompt may go:
+    it waits for no turn (`--after`) that is still active."""
     rows = db.execute(
         "SELECT DISTINCT q.session FROM queue q JOIN sessions s ON s.name = q.session"
-        " WHERE s.state IN (?, ?)",
+        " WHERE s.state IN (?, ?)"
+        " AND q.seq = (SELECT min(seq) FROM queue h WHERE h.session = q.session)"
+        " AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.id = q.after_turn"
+        " AND t.state IN ('starting', 'running'))",
         FREE,
     ).fetchall()
     return [r[0] for r in rows if names is None or r[0] in names]

@@ -47,6 +47,7 @@ TURN_KINDS = (
     "lost",
     "interrupted",
     "timed-out",
+    "skipped",
 )
 SESSION_KINDS = (
     "created",
@@ -75,6 +76,7 @@ END_KINDS = {
     "lost": "lost",
     "interrupted": "interrupted",
     "timed-out": "timed-out",
+    "skipped": "skipped",
 }
 DIR = "events"
 TICK = "tick"

@@ -112,14 +112,19 @@ def list_sessions(
         try:
             answer = ask(config, state, name, ["ls", "--json"])
         except SpexError as e:
-            return [{"host": name, "reachable": False, "error": e.line()}]
+            return [unreachable(name, e.line())]
         doc = answer.document()
         if answer.rc != 0 or not isinstance(doc, list):
-            return [{"host": name, "reachable": False, "error": _cause(answer)}]
+            return [unreachable(name, _cause(answer))]
         return [{"host": name, **row} for row in doc]
 
     rows = [r for group in parallel(one, chosen) for r in group]
     return rows, all(r.get("reachable", True) for r in rows)
+
+
+def unreachable(host: str, error: str) -> dict[str, Any]:
+    """The one row of `ls --all-hosts` for a host not reached."""
+    return {"schema_version": SCHEMA_VERSION, "host": host, "reachable": False, "error": error}
 
 
 def describe_hosts(config: Config, state: Path) -> list[dict[str, Any]]:

@@ -27,9 +27,11 @@ from spexsup.states import (
     ACTIVE,
     BUSY,
     CREATING,
+    FAILED,
     IDLE,
     REMOVING,
     RUNNING,
+    SKIPPED,
     STARTING,
     STOPPED,
     session_state_after,
@@ -146,15 +148,20 @@ def edit_session(
 
 
 def enqueue(
-    db: sqlite3.Connection, entry: str, session: str, options: str, first_line: str | None
+    db: sqlite3.Connection,
+    entry: str,
+    session: str,
+    options: str,
+    first_line: str | None,
+    after_turn: str | None = None,
 ) -> int:
-    """A prompt queued behind the session's others; its `queued` event.
-    Returns its position (1 = next)."""
+    """A prompt queued behind the session's others (and, with `after_turn`,
+    until that turn ends); its `queued` event. Returns its position (1 = next)."""
     (seq,) = db.execute("SELECT coalesce(max(seq), 0) + 1 FROM queue").fetchone()
     db.execute(
-        "INSERT INTO queue (id, session, seq, created_at, options, first_line)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (entry, session, seq, time.time(), options, first_line),
+        "INSERT INTO queue (id, session, seq, created_at, options, first_line, after_turn)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (entry, session, seq, time.time(), options, first_line, after_turn),
     )
     (position,) = db.execute("SELECT count(*) FROM queue WHERE session = ?", (session,)).fetchone()
     events.record(db, "queued", session=session, entry=entry, position=position)
@@ -171,6 +178,29 @@ def take_queued(db: sqlite3.Connection, entry: str, session: str, turn: str) -> 
     # Its key (if its wake gave one) now names the turn it became.
     db.execute("UPDATE wake_keys SET turn = ? WHERE queued = ?", (turn, entry))
     events.record(db, "dequeued", session=session, turn=turn, entry=entry)
+    return True
+
+
+def skip_queued(db: sqlite3.Connection, entry: str, session: str, turn: str, why: str) -> bool:
+    """A queued prompt whose `--after` condition failed ends as a turn that
+    never launched: `skipped`, cause `after`, `why` its message; the
+    session's current turn, the session `failed` (it did not complete)."""
+    cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
+    if not cur.rowcount:
+        return False
+    now = time.time()
+    db.execute(
+        "INSERT INTO turns (id, session, state, error, cause, attempts, started_at, ended_at)"
+        " VALUES (?, ?, ?, ?, 'after', 0, ?, ?)",
+        (turn, session, SKIPPED, why, now, now),
+    )
+    db.execute(
+        "UPDATE sessions SET current_turn = ?, state = ? WHERE name = ? AND state IN (?, ?)",
+        (turn, session_state_after(SKIPPED), session, IDLE, FAILED),
+    )
+    db.execute("UPDATE wake_keys SET turn = ? WHERE queued = ?", (turn, entry))
+    events.record(db, "dequeued", session=session, turn=turn, entry=entry)
+    events.turn_ended(db, SKIPPED, session=session, turn=turn, rc=None, cause="after", error=why)
     return True
 
 

@@ -16,9 +16,11 @@ ABORTED = "aborted"
 LOST = "lost"
 INTERRUPTED = "interrupted"
 TIMED_OUT = "timed-out"
+# Never launched: its `--after` condition failed (cause `after`).
+SKIPPED = "skipped"
 
 ACTIVE = (STARTING, RUNNING)
-ENDS = (COMPLETE, FAILED, ABORTED, LOST, INTERRUPTED, TIMED_OUT)
+ENDS = (COMPLETE, FAILED, ABORTED, LOST, INTERRUPTED, TIMED_OUT, SKIPPED)
 
 # A session: `creating` (a worktree session being made), `idle`, `running`
 # (its current turn is active), `failed` (its last turn did not complete),

@@ -279,7 +279,8 @@ MIGRATIONS: tuple[str, ...] = (
         seq INTEGER NOT NULL,
         created_at REAL NOT NULL,
         options TEXT NOT NULL DEFAULT '{}',
-        first_line TEXT
+        first_line TEXT,
+        after_turn TEXT
     );
     CREATE INDEX queue_by_session ON queue (session, seq);
     """,

@@ -99,9 +99,15 @@ def worker(run: Run, rng: random.Random, names: list[str], deadline: float) -> N
         if op == "wake":
             prompt = f"{rng.choice(['0', '0.2', '0.8', '2'])} {rng.choice([0, 0, 0, 3])}"
             window = rng.choice(["0.3", "0.5", "1"])
-            r = run.spex("wake", "wake", name, "--window", window, "--json", "--", prompt)
+            # One wake in four queues when the session is busy.
+            queue = ["--queue"] if rng.random() < 0.25 else []
+            r = run.spex("wake", "wake", name, "--window", window, *queue, "--json", "--", prompt)
             if r.returncode in (0, 1) and r.stdout:
                 v = json.loads(r.stdout)
+                if v["verdict"] == "queued":
+                    with run.lock:
+                        run.ops["queued"] += 1
+                    continue
                 v["expected_rc"] = int(prompt.split()[1])
                 with run.lock:
                     run.verdicts.append(v)
@@ -155,12 +161,38 @@ def freezer(run: Run, rng: random.Random, deadline: float) -> None:
         run.frozen += 1
 
 
+def queue_stuck(db: sqlite3.Connection) -> list[str]:
+    """Sessions free to run (idle or failed, not stopped) whose next queued
+    prompt waits for nothing: nobody launched it."""
+    rows = db.execute(
+        "SELECT DISTINCT q.session FROM queue q JOIN sessions s ON s.name = q.session"
+        " WHERE s.state IN ('idle', 'failed') AND NOT EXISTS (SELECT 1 FROM turns t"
+        " WHERE t.id = q.after_turn AND t.state IN ('starting', 'running'))"
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
 def check(run: Run, names: list[str]) -> dict[str, int]:
-    """End every turn, then check the invariants; returns the counts found."""
+    """Let the queues drain, end every turn, then check the invariants;
+    returns the counts found."""
+    db = sqlite3.connect(run.home / "state.db", timeout=30)
+    db.row_factory = sqlite3.Row
+    # Queued prompts launch as turns end, with no reader needed: watch only.
+    settle = time.monotonic() + 60
+    while time.monotonic() < settle:
+        busy = db.execute("SELECT count(*) FROM sessions WHERE state = 'running'").fetchone()[0]
+        waiting = db.execute(
+            "SELECT count(*) FROM queue q JOIN sessions s ON s.name = q.session"
+            " WHERE s.state != 'stopped'"
+        ).fetchone()[0]
+        if not busy and not waiting:
+            break
+        time.sleep(0.5)
+    stuck_queue = queue_stuck(db)
+    for name in stuck_queue:
+        run.problems.append(f"session {name} is free with a queued prompt nobody launched")
     for name in names:
         run.spex("stop", "stop", name, "--grace", "1")
-    db = sqlite3.connect(run.home / "state.db")
-    db.row_factory = sqlite3.Row
     turns = {r["id"]: r for r in db.execute("SELECT * FROM turns")}
     stuck = [t for t in turns.values() if t["state"] in ("starting", "running")]
     for t in stuck:
@@ -200,7 +232,7 @@ def check(run: Run, names: list[str]) -> dict[str, int]:
     return {
         "turns": len(turns),
         "wrong verdicts": wrong,
-        "stuck turns": len(stuck),
+        "stuck turns": len(stuck) + len(stuck_queue),
         "lost turns": len(lost),
         "survivors": len(survivors),
         "tracebacks": tracebacks,

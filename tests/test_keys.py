@@ -149,6 +149,27 @@ def test_a_queued_key_is_queued_once_and_then_names_its_turn(env: Env) -> None:
     assert count(env, "turns", "a") == 2
 
 
+def test_a_keyed_after_wake_is_queued_once(env: Env) -> None:
+    new(env, "a", "sleep 2")
+    new(env, "b", "exit 0")
+    assert wake(env, "a", "first", "--window", "0.3")[1]["verdict"] == "confirmed"
+    code, queued = wake(env, "b", "--after", "a", "--key", "k", "review")
+    assert (code, queued["verdict"], queued["repeat"]) == (0, "queued", False), queued
+    code, again = wake(env, "b", "--after", "a", "--key", "k", "review")
+    assert (code, again["verdict"], again["queued"], again["repeat"]) == (
+        0,
+        "queued",
+        queued["queued"],
+        True,
+    )
+    assert count(env, "queue") == 1
+    # a completes, b's prompt launches: the key names that turn.
+    assert retry_until(lambda: count(env, "turns", "b") == 1 and count(env, "queue") == 0, 30)
+    later = wake(env, "b", "--after", "a", "--key", "k", "review")[1]
+    assert later["turn"] is not None and later["queued"] == queued["queued"]
+    assert count(env, "turns", "b") == 1
+
+
 def test_a_dropped_queue_entry_drops_its_key(env: Env) -> None:
     new(env, "a", "sleep 3")
     assert wake(env, "a", "first", "--window", "0.3")[1]["verdict"] == "confirmed"

@@ -197,3 +197,75 @@ def test_a_queued_prompt_waits_out_a_lease_and_starts_when_it_ends(env: Env) -> 
         go.touch()
         holder.wait(30)
     assert retry_until(lambda: log.exists() and "after" in log.read_text(), seconds=20)
+
+
+def pipeline(env: Env, rc: int) -> Path:
+    """impl works 1.5 s then exits `rc`; review records each prompt it gets."""
+    assert env.run("new", "impl", "--", "bash", "-c", f"sleep 1.5; exit {rc}").returncode == 0
+    return slow(env, "review", 0.1)
+
+
+def test_after_launches_the_next_step_when_the_other_turn_completes(env: Env) -> None:
+    log = pipeline(env, 0)
+    assert wake(env, "impl", "build it", "--window", "0.3")[1]["verdict"] == "confirmed"
+    code, v = wake(env, "review", "--after", "impl", "review it")
+    assert (code, v["verdict"]) == (0, "queued"), v
+    time.sleep(0.5)
+    assert not log.exists()  # review is idle, but waits for impl's turn
+    listed = json.loads(env.run("queue", "ls", "--json").stdout)
+    assert listed[0]["options"]["after"] == "impl" and listed[0]["after_turn"]
+    # Nobody watches: impl's end starts review's turn.
+    assert retry_until(lambda: log.exists() and log.read_text().split() == ["review", "it"], 30)
+    assert retry_until(lambda: turns_of(env, "review")[-1]["state"] == "complete", seconds=20)
+
+
+def test_after_a_failed_turn_the_next_step_ends_skipped_with_the_cause(env: Env) -> None:
+    log = pipeline(env, 3)
+    assert wake(env, "impl", "build it", "--window", "0.3")[1]["verdict"] == "confirmed"
+    assert wake(env, "review", "--after", "impl", "review it")[1]["verdict"] == "queued"
+    assert retry_until(lambda: bool(turns_of(env, "review")), seconds=30)
+    (turn,) = turns_of(env, "review")
+    assert (turn["state"], turn["cause"]) == ("skipped", "after"), dict(turn)
+    assert turn["error"] == "after: impl ended failed"
+    assert not log.exists()
+    r = env.run("wait", "review")
+    assert r.returncode == 1 and "skipped (after): after: impl ended failed" in r.stdout, r.stdout
+    kinds = [json.loads(line)["kind"] for line in env.run("events", "--json").stdout.splitlines()]
+    assert "skipped" in kinds
+    assert json.loads(env.run("queue", "ls", "--json").stdout) == []
+
+
+def test_after_any_launches_whatever_the_end(env: Env) -> None:
+    log = pipeline(env, 3)
+    assert wake(env, "impl", "build it", "--window", "0.3")[1]["verdict"] == "confirmed"
+    assert wake(env, "review", "--after-any", "impl", "look")[1]["verdict"] == "queued"
+    assert retry_until(lambda: log.exists() and log.read_text().split() == ["look"], seconds=30)
+
+
+def test_after_a_turn_that_already_ended_decides_at_once(env: Env) -> None:
+    log = pipeline(env, 0)
+    assert wake(env, "impl", "x", "--window", "5")[1]["verdict"] == "completed"
+    code, v = wake(env, "review", "--after", "impl", "now", "--window", "5")
+    assert (code, v["verdict"]) == (0, "completed"), v
+    assert log.read_text().split() == ["now"]
+    assert env.run("new", "bad", "--", "bash", "-c", "exit 4").returncode == 0
+    assert wake(env, "bad", "x", "--window", "5")[1]["verdict"] == "failed"
+    code, v = wake(env, "review", "--after", "bad", "never")
+    assert (code, v["verdict"], v["error"]) == (1, "skipped", "after: bad ended failed"), v
+    assert log.read_text().split() == ["now"]
+
+
+def test_after_refusals_change_nothing(env: Env) -> None:
+    pipeline(env, 0)
+    cases = [
+        (["--after", "nosuch", "x"], 3, "no session named 'nosuch'"),
+        (["--after", "impl", "x"], 3, "session 'impl' has no turn to wait for"),
+        (["--after", "review", "x"], 2, "cannot wait for its own turn"),
+        (["--after", "impl", "--after-any", "impl", "x"], 2, "choose one"),
+    ]
+    for args, code, says in cases:
+        r = env.run("wake", "review", *args)
+        assert r.returncode == code and says in r.stderr, (args, r.stderr)
+    with db(env) as conn:
+        assert conn.execute("SELECT count(*) FROM queue").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM turns").fetchone()[0] == 0

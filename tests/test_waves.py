@@ -15,6 +15,8 @@ from typing import Any
 
 from conftest import SPEX, Env, harness, retry_until, signal_a_helper_thread
 
+from spexsup.cli.render import with_iso
+
 
 def fan(env: Env, *args: str, extra: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     r = env.run("fanout", *args, "--json", extra=extra, timeout=120)
@@ -69,7 +71,8 @@ def test_all_legs_confirmed(env: Env) -> None:
     assert verdicts(doc) == {"a": "confirmed", "b": "confirmed", "c": "confirmed"}
     assert all(leg["turn"] for leg in doc["legs"])
     on_disk = json.loads((env.home / "waves" / f"{doc['id']}.json").read_text())
-    assert on_disk == doc
+    # What fanout prints is the wave's file with an ISO twin beside each time.
+    assert with_iso(on_disk) == doc
     assert Path(doc["prompt_file"]).read_bytes() == b"go"
     listed = json.loads(env.run("waves", "--json").stdout)
     assert [w["id"] for w in listed] == [doc["id"]]
@@ -183,7 +186,7 @@ def test_sigint_mid_wave_aborts_unstarted_legs(env: Env) -> None:
     statuses = [leg["status"] for leg in doc["legs"]]
     assert "aborted" in statuses and "done" in statuses
     assert all(leg["verdict"] == "confirmed" for leg in doc["legs"] if leg["status"] == "done")
-    assert wave_on_disk(env) == doc
+    assert with_iso(wave_on_disk(env)) == doc
     # Started turns keep running: they are durable.
     done = [leg["session"] for leg in doc["legs"] if leg["status"] == "done"]
     shown = json.loads(env.run("show", done[0], "--json").stdout)

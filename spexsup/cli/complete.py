@@ -53,6 +53,8 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--timeout": None,
             "--on-limit": None,
             "--key": None,
+            "--after": "session",
+            "--after-any": "session",
         },
     ),
     "wait": (("session", "*"), {"--timeout": None, "--match": None}),

@@ -451,7 +451,7 @@ def run_wave(
             progress.__exit__()
     doc = waves.refresh(spex, wave.id)
     if as_json:
-        print_json(document(doc))
+        print_json(document(with_iso(doc)))
     else:
         if wait and not detached and not live:
             # Each leg's end was printed as it came; a leg the last update
@@ -521,7 +521,7 @@ def fleet_fanout(
             cfg, state, groups, prompt, options=options, turn_options=given, match=match
         )
     if as_json:
-        print_json(doc)
+        print_json(with_iso(doc))
     else:
         fleet_text(doc)
     if doc["state"] != "complete":
@@ -563,7 +563,7 @@ def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     docs += [{**d, "kind": "fleet"} for d in fleet.list_docs(resolve_home(ctx.find_root().obj))]
     docs.sort(key=lambda d: float(d.get("created_at") or 0), reverse=True)
     if as_json:
-        print_json([document(d) for d in docs])
+        print_json([document(with_iso(d)) for d in docs])
         return
     if not docs:
         typer.echo("no waves yet")

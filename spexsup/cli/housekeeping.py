@@ -8,7 +8,7 @@ import typer
 from spexsup import ids
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
-from spexsup.cli.params import JsonOpt
+from spexsup.cli.params import JsonOpt, confirm_many
 from spexsup.cli.render import document, print_json, table
 from spexsup.errors import Invalid
 
@@ -203,15 +203,6 @@ def _prune_salvage(
 
 def _confirm_salvage(found: "list[Salvage]") -> None:
     """Ask on the terminal; anything but y or yes (EOF, Ctrl-C too) deletes nothing."""
-    from spexsup.errors import Refused
-
     names = [s.branch for s in found]
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     many = f"{len(names)} salvage branch" + ("es" if len(names) != 1 else "")
-    try:
-        ok = typer.confirm(f"delete {many} ({shown})?", err=True)
-    except typer.Abort:
-        typer.echo("", err=True)
-        ok = False
-    if not ok:
-        raise Refused("deleted nothing (not confirmed)", hint="--yes skips the question")
+    confirm_many(f"delete {many}", names, nothing="deleted nothing")

@@ -7,7 +7,7 @@ import typer
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex
 from spexsup.cli.params import JsonOpt
-from spexsup.cli.render import document, print_json
+from spexsup.cli.render import document, print_json, with_iso
 from spexsup.errors import Invalid
 
 
@@ -75,7 +75,7 @@ def maint(
         with spex.store.tx() as db:
             view = lease.status(db)
         if as_json:
-            print_json(document(view))
+            print_json(document(with_iso(view)))
             return
         if view["state"] == "open":
             last = f" (the last one, number {view['epoch']}, has ended)" if view["epoch"] else ""

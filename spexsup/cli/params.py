@@ -135,3 +135,18 @@ def timeout_seconds(text: str | None) -> float | None:
     if text is None:
         return None
     return durations.parse(text, "--timeout", maximum=durations.WEEK)
+
+
+def confirm_many(question: str, names: "list[str]", *, nothing: str) -> None:
+    """Ask `question (a, b, c and N more)? [y/N]` on the terminal; anything but
+    y or yes (EOF, Ctrl-C too) raises Refused: `nothing` (not confirmed)."""
+    from spexsup.errors import Refused
+
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    try:
+        ok = typer.confirm(f"{question} ({shown})?", err=True)
+    except typer.Abort:
+        typer.echo("", err=True)
+        ok = False
+    if not ok:
+        raise Refused(f"{nothing} (not confirmed)", hint="--yes skips the question")

@@ -48,10 +48,19 @@ def document(data: dict[str, Any]) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, **data}
 
 
+# Epoch times whose names do not end in `_at`.
+EPOCH_KEYS = frozenset({"at", "limit_reset", "waiting_until", "deadline"})
+
+
+def is_epoch_key(key: str) -> bool:
+    """Whether a field of that name holds an epoch time (or null)."""
+    return key in EPOCH_KEYS or key.endswith("_at")
+
+
 def with_iso(data: Any) -> Any:
     """`data` with an `*_iso` twin after each epoch time field (`created_at`,
-    `ended_at`, a history entry's `at`) of every object in it, unless it has
-    one already (DESIGN §8 "JSON")."""
+    `ended_at`, a history entry's `at`, `deadline`…) of every object in it,
+    unless it has one already (DESIGN §8 "JSON"). A copy: `data` is unchanged."""
     if isinstance(data, list):
         return [with_iso(v) for v in data]
     if not isinstance(data, dict):
@@ -60,7 +69,7 @@ def with_iso(data: Any) -> Any:
     for key, value in data.items():
         out[key] = with_iso(value)
         epoch = value is None or (isinstance(value, int | float) and not isinstance(value, bool))
-        if (key == "at" or key.endswith("_at")) and epoch and f"{key}_iso" not in data:
+        if epoch and is_epoch_key(key) and f"{key}_iso" not in data:
             out[f"{key}_iso"] = iso(value)
     return out
 

@@ -24,6 +24,7 @@ from spexsup.cli.params import (
     StrictOpt,
     TimeoutOpt,
     WindowOpt,
+    confirm_many,
     timeout_seconds,
     window_seconds,
 )
@@ -441,16 +442,7 @@ def _rm_checked(found: "dict[str, SpexError | None]", *, dry_run: bool, as_json:
 
 def _confirm_rm(chosen: list[str]) -> None:
     """Ask on the terminal; anything but y or yes (EOF, Ctrl-C too) removes nothing."""
-    from spexsup.errors import Refused
-
-    shown = ", ".join(chosen[:5]) + (f" and {len(chosen) - 5} more" if len(chosen) > 5 else "")
-    try:
-        ok = typer.confirm(f"remove {len(chosen)} sessions ({shown})?", err=True)
-    except typer.Abort:
-        typer.echo("", err=True)
-        ok = False
-    if not ok:
-        raise Refused("removed nothing (not confirmed)", hint="--yes skips the question")
+    confirm_many(f"remove {len(chosen)} sessions", chosen, nothing="removed nothing")
 
 
 @app.command()
@@ -497,7 +489,7 @@ def up(
     spex = open_spex(ctx)
     reports = sessions.up(spex, names)
     if as_json and not revive:
-        print_json([r.as_json() for r in reports])
+        print_json([document(r.as_json()) for r in reports])
     elif not as_json:
         for r in reports:
             typer.echo(f"{r.name}: {r.status}" + (f" ({r.detail})" if r.detail else ""))
@@ -507,7 +499,7 @@ def up(
 
         with plans.revive(spex, names, prompt) as plan:
             if plan.nothing is not None and as_json:
-                print_json({"revived": [], "homes": [r.as_json() for r in reports]})
+                print_json(document({"revived": [], "homes": [r.as_json() for r in reports]}))
             elif plan.nothing is not None:
                 typer.echo(plan.nothing)
             else:

@@ -35,6 +35,7 @@ from spexsup.cli.render import (
     same_terminal,
     stopped_line,
     verdict_line,
+    with_iso,
 )
 from spexsup.errors import Invalid
 
@@ -57,6 +58,8 @@ WAKE_OPTIONS = (
     "--json",
     "--queue",
     "--key",
+    "--after",
+    "--after-any",
     "-h",
     "--help",
     "--home",
@@ -104,6 +107,8 @@ def wake_and_report(
     strict: bool = False,
     on_limit: str | None = None,
     queue: bool = False,
+    after: str | None = None,
+    after_any: bool = False,
     key: str | None = None,
 ) -> None:
     from spexsup.turn.admit import Limits, parse_on_limit
@@ -114,18 +119,27 @@ def wake_and_report(
         parse_on_limit(on_limit)
     limits = Limits(limit, strict, on_limit)
     spex = open_spex(ctx)
-    if queue:
+    if queue or after is not None:
         from spexsup.turn.queue import wake_or_queue
 
         verdict = wake_or_queue(
-            spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits, key=key
+            spex,
+            name,
+            prompt,
+            window=window,
+            fresh=fresh,
+            force=force,
+            limits=limits,
+            after=after,
+            after_any=after_any,
+            key=key,
         )
     else:
         verdict = wake_turn(
             spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits, key=key
         )
     if as_json:
-        print_json(document({"ok": verdict.ok, **verdict.as_json()}))
+        print_json(document(with_iso({"ok": verdict.ok, **verdict.as_json()})))
     else:
         typer.echo(verdict_line(name, verdict.as_json()))
         # The verdict line names the cause; stderr repeats it for a script's
@@ -169,6 +183,25 @@ def wake(
         ),
     ] = False,
     key: KeyOpt = None,
+    after: Annotated[
+        str | None,
+        typer.Option(
+            "--after",
+            metavar="OTHER",
+            help="Queue it until OTHER's current turn ends; launch it if that turn ended"
+            " complete, else it ends skipped (cause after).",
+            autocompletion=complete.session_names,
+        ),
+    ] = None,
+    after_any: Annotated[
+        str | None,
+        typer.Option(
+            "--after-any",
+            metavar="OTHER",
+            help="As --after, but launch it however OTHER's turn ended.",
+            autocompletion=complete.session_names,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a turn and print its verdict (confirmed, completed, failed, queued).
@@ -184,6 +217,7 @@ def wake(
       spex wake api "run the nightly checks" --timeout 15m --strict
       git diff | spex wake api -f - --json
       spex wake api --queue then update the changelog
+      spex wake review --after api review what api just changed
       spex wake api --key nightly-2026-12-01 run the nightly checks
     """
 
@@ -192,6 +226,13 @@ def wake(
         from spexsup.turn.keys import validate
 
         validate(key)
+    if after is not None and after_any is not None:
+        raise Invalid("--after and --after-any: choose one")
+    for other in (after, after_any):
+        if other is not None:
+            ids.validate_name(other)
+            if other == name:
+                raise Invalid(f"--after {other}: a session cannot wait for its own turn")
     seconds = window_seconds(window)
     prompt = prompts.read(text, file, message=message)
     wake_and_report(
@@ -206,6 +247,8 @@ def wake(
         strict=strict,
         on_limit=on_limit,
         queue=queue,
+        after=after or after_any,
+        after_any=after_any is not None,
         key=key,
     )
 

@@ -13,7 +13,7 @@ from spexsup import ids
 from spexsup.cli import complete
 from spexsup.cli.app import SpexGroup, app, open_spex
 from spexsup.cli.params import JsonOpt, NameArg, NamesArg
-from spexsup.cli.render import age, argv_word, document, print_json, table
+from spexsup.cli.render import age, argv_word, document, print_json, table, with_iso
 
 if TYPE_CHECKING:
     from spexsup.salvage import Salvage
@@ -189,7 +189,7 @@ def keep(
     spex = open_spex(ctx)
     outcomes = bestof.keep(spex, wave, leg, force=force)
     if as_json:
-        print_json([o.public() for o in outcomes])
+        print_json([document(o.public()) for o in outcomes])
     else:
         for o in outcomes:
             typer.echo(f"{o.session}: {o.outcome}" + "".join(f"\n  {d}" for d in o.detail))
@@ -279,7 +279,7 @@ def trust(
     if list_:
         rows = [t.public() for t in trusts.trusted(spex.home)]
         if as_json:
-            print_json(rows)
+            print_json(with_iso(rows))
             return
         if not rows:
             typer.echo("nothing trusted (trust a repository's .spexsup.toml with: spex trust PATH)")
@@ -291,7 +291,7 @@ def trust(
     assert path is not None
     t = trusts.revoke_trust(spex.home, path) if revoke else trusts.trust(spex.home, path)
     if as_json:
-        print_json(t.public())
+        print_json(with_iso(t.public()))
         return
     verb = "no longer trusted" if revoke else "trusted"
     typer.echo(f"{verb}: {t.path} (sha256 {t.sha256[:12]})")

@@ -450,6 +450,7 @@ def record_exit(
     # turn.queue), in a detached process: the pane's hand-back never waits.
     if reporter and os.environ.get("SPEXSUP_FAULT") == "reporter-dies-before-dequeue":
         os._exit(9)  # the tests' fault point: the next reader launches it
-    for name in dequeuer.waiting(store.db, (session,)):
+    # Any session's: a prompt queued `--after` this turn may go now.
+    for name in dequeuer.waiting(store.db):
         dequeuer.start(store.home, name)
     return RECORDED

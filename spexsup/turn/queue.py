@@ -25,8 +25,9 @@ from spexsup.errors import Failed, Refused, SessionBusy, SessionStopped, UnderLe
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.sessions import get
 from spexsup.spex import Spex
+from spexsup.states import ACTIVE, COMPLETE
 from spexsup.turn import keys
-from spexsup.turn.admit import Limits, QueueTaken, Verdict
+from spexsup.turn.admit import Limits, QueueTaken, Verdict, new_turn_id
 from spexsup.turn.wake import KEY_ATTEMPTS, repeat_verdict, wake
 
 DIR = "queue"
@@ -40,6 +41,7 @@ class Entry(NamedTuple):
     created_at: float
     options: dict[str, Any]
     first_line: str | None
+    after_turn: str | None = None
 
     def as_json(self, position: int) -> dict[str, Any]:
         return {
@@ -49,6 +51,7 @@ class Entry(NamedTuple):
             "position": position,
             "first_line": self.first_line,
             "options": self.options,
+            "after_turn": self.after_turn,
             "created_at": self.created_at,
             "created_at_iso": ids.iso(self.created_at),
         }
@@ -72,23 +75,30 @@ def enqueue(
     window: float | None,
     fresh: bool,
     limits: Limits,
+    after: tuple[str, str, bool] | None = None,
     key: str | None = None,
 ) -> tuple[str, int]:
-    """Keep `prompt` for `name`; (its entry id, its position: 1 is next).
-    With `key`, claimed for the entry in the same transaction (`keys.claim`:
-    keys.Repeat when another wake claimed it first, and nothing is kept)."""
+    """Keep `prompt` for `name` (with `after`, (session, turn, any): until that
+    turn ends); (its entry id, its position: 1 is next). With `key`, claimed
+    for the entry in the same transaction (`keys.claim`: keys.Repeat when
+    another wake claimed it first, and nothing is kept)."""
     get(spex, name)
     entry = "q" + ids.new_id()
     ensure_private_dir(spex.home / DIR, under=spex.home)
     path = prompt_path(spex.home, entry)
     write_atomic(path, prompt)
     first = prompt.split(b"\n", 1)[0].decode(errors="replace")[:200] or None
-    options = json.dumps(_options(window, fresh, limits))
+    kept = _options(window, fresh, limits)
+    if after is not None:
+        kept.update(after=after[0], after_any=after[2])
+    options = json.dumps(kept)
     try:
         with spex.store.tx() as db:
             if key is not None:
                 keys.claim(db, key, name, queued=entry)
-            position = ledger.enqueue(db, entry, name, options, first)
+            position = ledger.enqueue(
+                db, entry, name, options, first, after[1] if after is not None else None
+            )
     except BaseException:
         path.unlink(missing_ok=True)
         raise
@@ -106,6 +116,7 @@ def entries(spex: Spex, names: tuple[str, ...] = ()) -> list[Entry]:
             r["created_at"],
             json.loads(r["options"]),
             r["first_line"],
+            r["after_turn"],
         )
         for r in rows
     ]
@@ -150,25 +161,35 @@ def clear(spex: Spex, name: str) -> list[Entry]:
     return gone
 
 
-def dequeue(spex: Spex, name: str) -> tuple[str, Verdict] | None:
-    """Launch the session's next queued prompt if the session is free: (its
-    entry, its verdict), or None when there is none, the session is not free,
-    or another launcher took it. A prompt that cannot be admitted at all (its
-    session's working directory is gone…) is dropped with the reason in its
-    event, and the next one is tried."""
+def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
+    """Launch the session's next queued prompt if the session is free; what
+    this call did, by entry: the launched one's verdict, and a `skipped`
+    verdict for each one whose `--after` turn ended otherwise than it asked
+    (then the next is tried). Nothing when there is none, the session is not
+    free, its next waits for a turn still running, or another launcher took
+    it. A prompt that cannot be admitted at all (its session's working
+    directory is gone…) is dropped with the reason in its event."""
     dequeuer.STARTED.add((str(spex.home), name))  # our own reconciles start no other
+    done: dict[str, Verdict] = {}
     while True:
         found = entries(spex, (name,))
         if not found:
-            return None
+            return done
         head = found[0]
         row = spex.store.db.execute("SELECT state FROM sessions WHERE name = ?", (name,)).fetchone()
         if row is None or row["state"] not in FREE:
-            return None
+            return done
         if lease.in_scope(lease.current(spex.store.db), name) and (
             lease.current(spex.store.db)["state"] != "open"
         ):
-            return None
+            return done
+        if head.after_turn is not None:
+            skipped = _after(spex, head)
+            if skipped is None:
+                return done  # its turn still runs: that turn's end starts us again
+            if isinstance(skipped, Verdict):
+                done[head.id] = skipped
+                continue
         try:
             prompt = prompt_path(spex.home, head.id).read_bytes()
         except OSError as e:
@@ -192,16 +213,39 @@ def dequeue(spex: Spex, name: str) -> tuple[str, Verdict] | None:
                 queued=head.id,
             )
         except (QueueTaken, SessionBusy, SessionStopped, UnderLease):
-            return None
+            return done
         except (Failed, Refused) as e:
             # Not admitted: it would fail the same way every time.
             with spex.store.tx() as db:
                 if not ledger.drop_queued(db, head.id, name, error=e.line()):
-                    return None
+                    return done
             prompt_path(spex.home, head.id).unlink(missing_ok=True)
             continue
         prompt_path(spex.home, head.id).unlink(missing_ok=True)
-        return head.id, verdict
+        done[head.id] = verdict
+        return done
+
+
+def _after(spex: Spex, head: Entry) -> Verdict | bool | None:
+    """An entry queued `--after` a turn: None while that turn runs; False when
+    it ended as asked (launch the entry); else the entry ends `skipped` here,
+    and its verdict."""
+    row = spex.store.db.execute(
+        "SELECT state FROM turns WHERE id = ?", (head.after_turn,)
+    ).fetchone()
+    if row is not None and row["state"] in ACTIVE:
+        return None
+    state = row["state"] if row is not None else None
+    if state == COMPLETE or (head.options.get("after_any") and state is not None):
+        return False
+    other = head.options.get("after", "?")
+    why = f"after: {other} ended {state}" if state else f"after: {other}'s turn is gone"
+    turn = new_turn_id()
+    with spex.store.tx() as db:
+        if not ledger.skip_queued(db, head.id, head.session, turn, why):
+            return None  # another launcher got there first
+    prompt_path(spex.home, head.id).unlink(missing_ok=True)
+    return Verdict(head.session, turn, "skipped", error=why)
 
 
 def wake_or_queue(
@@ -213,21 +257,39 @@ def wake_or_queue(
     fresh: bool,
     force: bool,
     limits: Limits,
+    after: str | None = None,
+    after_any: bool = False,
     key: str | None = None,
 ) -> Verdict:
     """`spex wake --queue`: wake now, or keep the prompt while the session is
-    busy or leased (verdict `queued`, its position). With `key`, a repeat
-    (see `wake`) answers with the first wake's turn or entry."""
+    busy or leased (verdict `queued`, its position). With `after` (a session),
+    it waits for that session's current (or last) turn to end, then launches
+    if it ended `complete` (any end with `after_any`), else ends `skipped`.
+    With `key`, a repeat (see `wake`) answers with the first wake's turn or
+    entry."""
+    waits = None
+    if after is not None:
+        other = get(spex, after)
+        if other.current_turn is None:
+            raise Refused(f"session {after!r} has no turn to wait for", hint=f"spex show {after}")
+        waits = (after, other.current_turn, after_any)
     for _ in range(KEY_ATTEMPTS):
-        try:
-            return wake(
-                spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits, key=key
-            )
-        except (SessionBusy, UnderLease):
-            pass
+        if waits is None:
+            try:
+                return wake(
+                    spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits,
+                    key=key,
+                )  # fmt: skip
+            except (SessionBusy, UnderLease):
+                pass
+        elif key is not None and keys.lookup(spex.store.db, key, name) is not None:
+            answer = repeat_verdict(spex, name, key)
+            if answer is not None:
+                return answer
+            continue
         try:
             entry, position = enqueue(
-                spex, name, prompt, window=window, fresh=fresh, limits=limits, key=key
+                spex, name, prompt, window=window, fresh=fresh, limits=limits, after=waits, key=key
             )
         except keys.Repeat:
             assert key is not None
@@ -237,9 +299,9 @@ def wake_or_queue(
             continue  # given back before we read it: try again
         # The turn that made us queue may have ended before the entry committed,
         # with nobody left to launch it: try once ourselves.
-        launched = dequeue(spex, name)
-        if launched is not None and launched[0] == entry:
-            return launched[1]._replace(key=key)
+        done = dequeue(spex, name)
+        if entry in done:
+            return done[entry]._replace(key=key)
         place = positions(entries(spex, (name,))).get(entry, position)
         return Verdict(name, None, "queued", queued=entry, position=place, key=key)
     raise Failed(f"key {key!r} was claimed and given back {KEY_ATTEMPTS} times", hint="retry")
