@@ -302,10 +302,15 @@ class Answer:
             return None
 
 
+class ConnectionLost(Failed):
+    """ssh failed after the host had answered: the command may have run there."""
+
+
 def call(host: Host, state_home: Path, args: list[str], *, stdin: bytes | None = None) -> Answer:
     """Run `spex ARGS` on the host and collect its output (version checked
-    first). ssh failing is Failed naming the host; any other exit is the
-    remote spex's own and is returned."""
+    first). ssh failing is Failed naming the host (ConnectionLost once the
+    host had answered); any other exit is the remote spex's own and is
+    returned."""
     remote_version(host, state_home)
     done = subprocess.run(
         ssh_argv(host, state_home, args),
@@ -315,7 +320,8 @@ def call(host: Host, state_home: Path, args: list[str], *, stdin: bytes | None =
         check=False,
     )
     if done.returncode == SSH_FAILED:
-        raise Failed(ssh_cause(host, done.stderr.decode(errors="replace"), connected=True))
+        cause = ssh_cause(host, done.stderr.decode(errors="replace"), connected=True)
+        raise (ConnectionLost if ": connection lost: " in cause else Failed)(cause)
     return Answer(done.returncode, done.stdout, done.stderr)
 
 

@@ -78,6 +78,7 @@ def delete_session(db: sqlite3.Connection, name: str, incarnation: str) -> bool:
     cur = db.execute("DELETE FROM sessions WHERE name = ? AND incarnation = ?", (name, incarnation))
     if cur.rowcount:
         db.execute("DELETE FROM queue WHERE session = ?", (name,))
+        db.execute("DELETE FROM wake_keys WHERE session = ?", (name,))
         events.record(db, "removed", session=name)
     return bool(cur.rowcount)
 
@@ -174,6 +175,8 @@ def take_queued(db: sqlite3.Connection, entry: str, session: str, turn: str) -> 
     cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
     if not cur.rowcount:
         return False
+    # Its key (if its wake gave one) now names the turn it became.
+    db.execute("UPDATE wake_keys SET turn = ? WHERE queued = ?", (turn, entry))
     events.record(db, "dequeued", session=session, turn=turn, entry=entry)
     return True
 
@@ -195,6 +198,7 @@ def skip_queued(db: sqlite3.Connection, entry: str, session: str, turn: str, why
         "UPDATE sessions SET current_turn = ?, state = ? WHERE name = ? AND state IN (?, ?)",
         (turn, session_state_after(SKIPPED), session, IDLE, FAILED),
     )
+    db.execute("UPDATE wake_keys SET turn = ? WHERE queued = ?", (turn, entry))
     events.record(db, "dequeued", session=session, turn=turn, entry=entry)
     events.turn_ended(db, SKIPPED, session=session, turn=turn, rc=None, cause="after", error=why)
     return True
@@ -207,6 +211,7 @@ def drop_queued(
     a launch that could not be admitted, `error` saying why)."""
     cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
     if cur.rowcount:
+        db.execute("DELETE FROM wake_keys WHERE queued = ? AND turn IS NULL", (entry,))
         events.record(db, "dequeued", session=session, entry=entry, error=error, dropped=True)
     return bool(cur.rowcount)
 
@@ -242,6 +247,7 @@ def undo_admission(
     """Forget a turn that never launched (the pane was busy): as if never admitted."""
     cur = db.execute("DELETE FROM turns WHERE id = ? AND state = ?", (turn, STARTING))
     if cur.rowcount:
+        db.execute("DELETE FROM wake_keys WHERE turn = ?", (turn,))
         db.execute(
             "UPDATE sessions SET current_turn = ?, state = ? WHERE name = ? AND current_turn = ?",
             (previous_turn, was, session, turn),
@@ -396,6 +402,42 @@ def forget_conversation(db: sqlite3.Connection, session: str, turn: str, gone: s
         (session, gone),
     )
     events.record(db, "conversation-gone", session=session, turn=turn, conversation=gone)
+
+
+# --- wake keys -----------------------------------------------------------------
+
+
+def claim_key(
+    db: sqlite3.Connection,
+    key: str,
+    session: str,
+    *,
+    turn: str | None = None,
+    queued: str | None = None,
+) -> Any:
+    """`key` names `turn` (or queue entry `queued`) of `session`, claimed in
+    the transaction that admits the turn or keeps the entry, so two wakes
+    with one key never both start. Returns the row of the wake that claimed
+    it first (and claims nothing), or None when this call claimed it."""
+    row = db.execute("SELECT * FROM wake_keys WHERE key = ?", (key,)).fetchone()
+    if row is not None:
+        return row
+    db.execute(
+        "INSERT INTO wake_keys (key, session, turn, queued, created_at) VALUES (?, ?, ?, ?, ?)",
+        (key, session, turn, queued, time.time()),
+    )
+    return None
+
+
+def release_key(db: sqlite3.Connection, turn: str) -> None:
+    """The wake that admitted `turn` never launched it: its key is free again,
+    so a retry with the same key can start the turn."""
+    db.execute("DELETE FROM wake_keys WHERE turn = ?", (turn,))
+
+
+def forget_keys(db: sqlite3.Connection, turns: Sequence[str]) -> None:
+    """The keys of turns that retention prunes (a key lives as its turn does)."""
+    db.executemany("DELETE FROM wake_keys WHERE turn = ?", [(t,) for t in turns])
 
 
 # --- salvage branches --------------------------------------------------------

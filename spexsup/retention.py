@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import lease
+from spexsup import lease, ledger
 from spexsup.config import Retention
 from spexsup.errors import UnknownSession
 from spexsup.pane import turndir
@@ -325,6 +325,7 @@ def _prune_turns(store: Store, turns_dir: Path, batch: list[tuple[str, str]], ou
         ]
         db.executemany("DELETE FROM turns WHERE id = ?", [(turn,) for _, turn in gone])
         db.executemany("DELETE FROM wave_turns WHERE turn = ?", [(turn,) for _, turn in gone])
+        ledger.forget_keys(db, [turn for _, turn in gone])
     _pause_for_tests()
     for session, turn in gone:
         out.bytes += _remove(turns_dir / session / turn)

@@ -284,6 +284,20 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX queue_by_session ON queue (session, seq);
     """,
+    # 16: idempotent wakes (see `spexsup.turn.keys`): a `--key` names the turn
+    # (or the queue entry, then the turn it became) its first wake started.
+    """
+    CREATE TABLE wake_keys (
+        key TEXT PRIMARY KEY,
+        session TEXT NOT NULL,
+        turn TEXT,
+        queued TEXT,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX wake_keys_by_turn ON wake_keys (turn);
+    CREATE INDEX wake_keys_by_queued ON wake_keys (queued);
+    CREATE INDEX wake_keys_by_session ON wake_keys (session);
+    """,
 )
 
 

@@ -25,6 +25,7 @@ from spexsup.pane import turndir
 from spexsup.paths import write_atomic
 from spexsup.procs import own_identity
 from spexsup.spex import Spex
+from spexsup.turn import keys
 from spexsup.turn.admit import Limits
 from spexsup.turn.reconcile import reconcile
 from spexsup.turn.wake import wake
@@ -149,6 +150,7 @@ class Wave:
         retry_of: str | None = None,
         on_complete: str | None = None,
         options: Doc | None = None,
+        key: str | None = None,
     ) -> Wave:
         wave = new_wave_id()
         directory = waves_dir(spex)
@@ -171,6 +173,7 @@ class Wave:
             "retried_by": [],
             "turn_options": options if options is not None else turn_options(None, None),
             "detached_at": None,
+            "key": key,
             "on_complete": (
                 {"command": on_complete, "claimed_at": None, "claimer": None, "started_at": None}
                 if on_complete is not None
@@ -261,7 +264,11 @@ class Wave:
         gate: threading.Semaphore,
         fresh: bool = False,
         limits: Limits | None = None,
+        key: str | None = None,
     ) -> None:
+        """Wake one leg through the gate; with `key`, under the leg's own key
+        (`keys.leg_key`): a leg whose key a wake already used starts nothing
+        and takes that wake's turn and verdict (`repeat`)."""
         spex = self._spex()
 
         class Slot:
@@ -309,6 +316,7 @@ class Wave:
                 gate=Slot(),
                 on_admitted=admitted,
                 limits=limits,
+                key=None if key is None else keys.leg_key(key, session),
             )
             result = {
                 "turn": v.turn,
@@ -317,6 +325,10 @@ class Wave:
                 "error": v.error,
                 "flags": v.flags,
             }
+            if v.repeat:
+                # The turn is the first wave's (its wave_turns row): this
+                # leg follows it.
+                result["repeat"] = True
         except _AbortedLeg as e:
             result = {"verdict": "aborted", "status": "aborted", "error": str(e)}
         except Refused as e:
@@ -336,15 +348,18 @@ class Wave:
         max_concurrent: int,
         fresh: bool = False,
         limits: Limits | None = None,
+        key: str | None = None,
     ) -> None:
         """Launch every leg; return when each has its verdict (or was aborted).
-        `fresh`: every leg starts a new conversation (as `wake --fresh`)."""
+        `fresh`: every leg starts a new conversation (as `wake --fresh`);
+        `key`: each leg wakes under its own key (see `run_leg`)."""
         gate = threading.Semaphore(max_concurrent)
         names = [leg["session"] for leg in self.doc["legs"]]
         # One thread per leg: the gate bounds launches, confirmations overlap.
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
             futures = [
-                pool.submit(self.run_leg, n, prompt, window, gate, fresh, limits) for n in names
+                pool.submit(self.run_leg, n, prompt, window, gate, fresh, limits, key)
+                for n in names
             ]
             results(futures)  # in the main thread: a signal must get through
 
@@ -399,9 +414,12 @@ def fanout(
     on_create: Callable[[Wave], None] | None = None,
     fresh: bool = False,
     limits: Limits | None = None,
+    key: str | None = None,
 ) -> Wave:
     """Create a wave over `names` and launch it (see `Wave.launch`); `limits`
-    (a time limit, strict mode) apply to every leg's turn as to a wake's."""
+    (a time limit, strict mode) apply to every leg's turn as to a wake's.
+    With `key`, leg SESSION wakes with key `KEY/SESSION` (idempotent: a
+    retried fan-out with the same key starts no leg twice)."""
     if not 1 <= max_concurrent <= 1024:
         raise Invalid(f"invalid --max-concurrent {max_concurrent}", hint="between 1 and 1024")
     sessions.validate_window(window)
@@ -414,6 +432,7 @@ def fanout(
         retry_of=retry_of,
         on_complete=on_complete,
         options=turn_options(window, limits),
+        key=key,
     )
     if retry_of is not None:
 
@@ -423,7 +442,7 @@ def fanout(
         mutate(spex, retry_of, link)
     if on_create is not None:
         on_create(wave)
-    wave.launch(prompt, window, max_concurrent, fresh, limits)
+    wave.launch(prompt, window, max_concurrent, fresh, limits, key)
     return wave
 
 

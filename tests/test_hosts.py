@@ -541,3 +541,43 @@ def test_a_host_home_that_does_not_exist_yet_is_made_on_first_use(fleet: Fleet) 
     r = f.spex("-H", "newbox", "ls", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == [] and (fresh / "state.db").exists()
+
+
+def test_a_wake_whose_connection_drops_is_asked_again_and_starts_one_turn(fleet: Fleet) -> None:
+    """The host's spex starts the turn, then the connection drops before its
+    answer arrives (ssh exits 255). The wake is asked again under the key
+    made here (`host-…`), and the host answers with the turn it started."""
+    f = fleet
+    calls = f.sshd.dir / "calls"
+    dropped = f.sshd.dir / "dropped"
+    flaky = f.sshd.dir / "flakyspex"
+    flaky.write_text(
+        "#!/bin/sh\n"
+        f'printf "%s\\n" "$*" >> {calls}\n'
+        f'"{SPEX}" "$@"; rc=$?\n'
+        f'case " $* " in *" wake "*) if [ ! -e {dropped} ]; then : > {dropped}\n'
+        '  echo "Connection to box closed by remote host." >&2; exit 255; fi;; esac\n'
+        "exit $rc\n"
+    )
+    flaky.chmod(0o755)
+    (f.env.home / "config.toml").write_text(f.sshd.host_table("flaky", f.h1, spex=str(flaky)))
+    r = f.spex("new", "flaky:slow", "--cwd", str(f.h1), "--", str(HARNESSES / "sleeper.sh"))
+    assert r.returncode == 0, r.stderr
+    r = f.spex("wake", "flaky:slow", "work", "--window", "0.3", "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    assert (v["verdict"], v["repeat"]) == ("confirmed", True), v
+    assert v["key"].startswith("host-")
+    assert "connection lost" in r.stderr and "asking again" in r.stderr
+    wakes = [c for c in calls.read_text().splitlines() if c.startswith("wake ")]
+    assert len(wakes) == 2 and all(f"--key {v['key']}" in c for c in wakes), wakes
+    with sqlite3.connect(f.h1 / "state.db") as db:
+        assert db.execute("SELECT count(*) FROM turns WHERE session = 'slow'").fetchone() == (1,)
+    # A key given here is the one used there.
+    dropped.unlink()
+    r = f.spex("wake", "flaky:slow", "more", "--key", "mine", "--queue", "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    assert (v["verdict"], v["key"], v["repeat"]) == ("queued", "mine", True), v
+    with sqlite3.connect(f.h1 / "state.db") as db:
+        assert db.execute("SELECT count(*) FROM queue").fetchone() == (1,)

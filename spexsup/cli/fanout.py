@@ -58,6 +58,8 @@ def leg_line(leg: dict[str, Any]) -> str:
         parts.append(f"ended {leg['turn_state']}" if leg["turn_state"] != "running" else "running")
     if leg["rc"] is not None:
         parts.append(f"rc={leg['rc']}")
+    if leg.get("repeat"):
+        parts.append("(repeat of its key: no second turn)")
     error = leg.get("turn_error") or leg["error"]
     if error:
         parts.append(f"({error})")
@@ -217,6 +219,16 @@ def fanout(
             help="Wake --match/--all sessions on these hosts (local is this machine).",
         ),
     ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            metavar="KEY",
+            help="Idempotent: leg SESSION wakes with key KEY/SESSION, so the same fan-out"
+            " run again (same KEY) starts no leg twice (see spex wake --key).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Wake many sessions with one prompt: a wave, a verdict each (HOST:NAME on other hosts).
@@ -231,8 +243,18 @@ def fanout(
       spex fanout --all -m "start over: summarise the repo" --fresh
       spex fanout box1:api box2:api web -m "rebase on main"
       spex fanout --hosts local,box1 --match 'api-*' -m "rebase on main"
+      spex fanout --match 'api-*' -m "rebase on main" --key rebase-2026-12-01
     """
     confirm_window = window_seconds(window)
+    if key is not None:
+        from spexsup.turn.keys import validate
+
+        validate(key)
+        if worktrees is not None:
+            raise Invalid(
+                "--key names the legs by session; --worktrees makes new sessions each time",
+                hint="give --key to a fan-out over existing sessions",
+            )
     seconds = timeout_seconds(timeout)
     if (
         hosts is not None
@@ -254,6 +276,8 @@ def fanout(
             "on_limit": on_limit,
         }
         options = ["--wait"] * wait + ["--fresh"] * fresh
+        if key is not None:
+            options += ["--key", key]
         if max_concurrent is not None:
             options += ["--max-concurrent", str(max_concurrent)]
         fleet_fanout(
@@ -317,6 +341,7 @@ def fanout(
         fresh=fresh,
         wait=wait,
         as_json=as_json,
+        key=key,
     )
 
 
@@ -329,6 +354,7 @@ def run_wave(
     fresh: bool = False,
     wait: bool = False,
     as_json: bool = False,
+    key: str | None = None,
 ) -> None:
     """Launch the plan's wave and show it: each leg as it settles (a live
     table on a terminal with --wait), then the wave's summary."""
@@ -402,6 +428,7 @@ def run_wave(
                 on_create=on_create,
                 fresh=fresh,
                 limits=plan.limits,
+                key=key,
             )
             if wait and "signal" not in holder:
                 wave.listeners.clear()

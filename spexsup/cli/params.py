@@ -104,6 +104,17 @@ OnLimitOpt = Annotated[
     ),
 ]
 
+KeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--key",
+        metavar="KEY",
+        help="Idempotent: a wake with a KEY already used (in this home) starts nothing and"
+        " answers with the turn the first one started (see README, Idempotent wakes).",
+        show_default=False,
+    ),
+]
+
 
 def window_seconds(text: str | None) -> float | None:
     """--window in seconds: from 0.05s to 1h, as a session's window."""

@@ -163,6 +163,8 @@ def _rendered(
         names = [words[1:][i] for i in _positionals(words[1:], {"--timeout", "--match"})]
         waiting = f"waiting for {', '.join(f'{host.name}:{n}' for n in names) or 'its turns'}"
         answer = _waited(host, state, args, waiting)
+    elif command == "wake":
+        answer = _woken(host, state, args, stdin)
     else:
         answer = hosts.call(host, state, args, stdin=stdin)
     sys.stderr.write(answer.stderr.decode(errors="replace"))
@@ -204,6 +206,39 @@ def _color(words: list[str]) -> tuple[list[str], bool]:
     return rest, use_color(choice)
 
 
+# A wake there whose connection drops is asked again this many times, under
+# its key: the host answers a repeat with the turn it started, never a second.
+WAKE_RETRIES = (0.5, 2.0)
+
+
+def _woken(host: Host, state: Path, args: list[str], stdin: bytes | None) -> Answer:
+    """`wake` there, under a key (the one given, else `host-<random>` made
+    here), asked again after a dropped connection: the retry finds the key
+    claimed and answers with the turn it names, so no wake runs twice."""
+    import secrets
+    import time
+
+    from spexsup import hosts
+
+    end = args.index("--") if "--" in args else len(args)
+    given = "--key" in args[:end] or any(w.startswith("--key=") for w in args[:end])
+    keyed = args if given else [*args[:end], "--key", f"host-{secrets.token_hex(8)}", *args[end:]]
+    for pause in (*WAKE_RETRIES, None):
+        try:
+            answer = hosts.call(host, state, keyed, stdin=stdin)
+        except hosts.ConnectionLost as e:
+            if pause is None:
+                raise
+            sys.stderr.write(f"spex: warning: {e.message}; asking again (the same key)\n")
+            time.sleep(pause)
+            continue
+        if not given and answer.rc == 2 and b"'--key'" in answer.stderr:
+            # A spex there from before --key: one ask, as before.
+            return hosts.call(host, state, args, stdin=stdin)
+        return answer
+    raise AssertionError("unreachable")
+
+
 def _waited(host: Host, state: Path, args: list[str], waiting: str) -> Answer:
     """`wait` there: a dropped connection is Failed, saying the turn runs on."""
     from spexsup import hosts
@@ -211,9 +246,7 @@ def _waited(host: Host, state: Path, args: list[str], waiting: str) -> Answer:
 
     try:
         return hosts.call(host, state, args)
-    except Failed as e:
-        if "connection lost" not in e.message:
-            raise
+    except hosts.ConnectionLost as e:
         raise Failed(
             f"{e.message} while {waiting}", hint=f"the turn keeps running on {host.name}"
         ) from None

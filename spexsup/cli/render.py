@@ -447,9 +447,15 @@ def same_terminal() -> bool:
 
 def verdict_line(name: str, v: dict[str, Any]) -> str:
     """`api: failed turn T rc=1 (812 ms): <cause>`: the cause is on the verdict line."""
+    repeat = f"repeat of key {v['key']}: " if v.get("repeat") else ""
     if v["verdict"] == "queued":
+        if repeat and v["turn"]:
+            return clean(
+                f"{name}: queued {v['queued']} ({repeat}it became turn {v['turn']},"
+                f" {now_words(v['state'])})"
+            )
         return clean(
-            f"{name}: queued {v['queued']} (position {v['position']}; it starts when the"
+            f"{name}: queued {v['queued']} (position {v['position']}; {repeat}it starts when the"
             f" session is free: spex queue {name})"
         )
     line = f"{name}: {v['verdict']} turn {v['turn']}"
@@ -459,7 +465,7 @@ def verdict_line(name: str, v: dict[str, Any]) -> str:
         line += f" rc={v['rc']}"
     if v.get("attempts", 1) > 1:
         line += f" after {v['attempts']} attempts"
-    line += f" ({v['elapsed_ms']} ms)"
+    line += f" ({repeat}it {now_words(v['state'])})" if repeat else f" ({v['elapsed_ms']} ms)"
     if v["error"]:
         line += f": {v['error']}"
     elif v.get("flags"):
@@ -469,6 +475,13 @@ def verdict_line(name: str, v: dict[str, Any]) -> str:
     elif v.get("waiting_until"):
         line += f" (waiting for usage reset {clock(v['waiting_until'])})"
     return clean(line)
+
+
+def now_words(state: str | None) -> str:
+    """What a repeated key's turn is doing now: `is running`, `ended complete`."""
+    if state in ("starting", "running"):
+        return "is running"
+    return f"ended {state}" if state else "is gone"
 
 
 def clock(epoch: float) -> str:

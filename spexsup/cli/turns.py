@@ -13,6 +13,7 @@ from spexsup.cli.params import (
     AllOpt,
     GraceOpt,
     JsonOpt,
+    KeyOpt,
     MatchOpt,
     MessageOpt,
     NameArg,
@@ -56,6 +57,7 @@ WAKE_OPTIONS = (
     "--on-limit",
     "--json",
     "--queue",
+    "--key",
     "--after",
     "--after-any",
     "-h",
@@ -107,6 +109,7 @@ def wake_and_report(
     queue: bool = False,
     after: str | None = None,
     after_any: bool = False,
+    key: str | None = None,
 ) -> None:
     from spexsup.turn.admit import Limits, parse_on_limit
     from spexsup.turn.wake import wake as wake_turn
@@ -129,10 +132,11 @@ def wake_and_report(
             limits=limits,
             after=after,
             after_any=after_any,
+            key=key,
         )
     else:
         verdict = wake_turn(
-            spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits
+            spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits, key=key
         )
     if as_json:
         print_json(document(with_iso({"ok": verdict.ok, **verdict.as_json()})))
@@ -178,6 +182,7 @@ def wake(
             " session is free (verdict queued, exit 0; see spex queue).",
         ),
     ] = False,
+    key: KeyOpt = None,
     after: Annotated[
         str | None,
         typer.Option(
@@ -213,9 +218,14 @@ def wake(
       git diff | spex wake api -f - --json
       spex wake api --queue then update the changelog
       spex wake review --after api review what api just changed
+      spex wake api --key nightly-2026-12-01 run the nightly checks
     """
 
     ids.validate_name(name)
+    if key is not None:
+        from spexsup.turn.keys import validate
+
+        validate(key)
     if after is not None and after_any is not None:
         raise Invalid("--after and --after-any: choose one")
     for other in (after, after_any):
@@ -239,6 +249,7 @@ def wake(
         queue=queue,
         after=after or after_any,
         after_any=after_any is not None,
+        key=key,
     )
 
 

@@ -34,6 +34,7 @@ from spexsup.procs import (
 )
 from spexsup.sessions import Session
 from spexsup.spex import Spex
+from spexsup.turn import keys
 from spexsup.turn.reconcile import reconcile
 
 DEFAULT_WINDOW = 2.0
@@ -60,6 +61,11 @@ class Verdict(NamedTuple):
     # `queued`: the queue entry, and its place in the session's queue (1: next).
     queued: str | None = None
     position: int | None = None
+    # `--key`: the key; `repeat`, this wake found it claimed and answers with
+    # the first wake's verdict and what its turn (or entry) is now, `state`.
+    key: str | None = None
+    repeat: bool = False
+    state: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -114,12 +120,16 @@ def admit(
     fresh: bool,
     limits: Limits | None = None,
     queued: str | None = None,
+    key: str | None = None,
 ) -> tuple[Session, str, Path, Harness]:
     """One transaction: check the session can take a turn, insert it (`starting`).
 
     With `queued`, the turn is that queue entry's: the same transaction
     takes the entry (QueueTaken if another process did), so a queued prompt
-    becomes one turn however many launchers race for it.
+    becomes one turn however many launchers race for it. With `key`, the
+    same transaction claims it for the turn, before any other check: a key
+    another wake claimed first raises `keys.Repeat` (its turn is the answer),
+    one of another session `keys.KeyElsewhere`; a refusal claims nothing.
 
     Returns the session, the turn id, its prepared directory and the adapter
     that built its argv (loaded once per wake: it reads the harness files).
@@ -134,6 +144,13 @@ def admit(
         row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
         if row is None:
             raise UnknownSession(name)
+        while db.execute("SELECT 1 FROM turns WHERE id = ?", (turn,)).fetchone():
+            # 24 random bits per second: a 200-leg fan-out repeats one about
+            # once in 800 waves. We hold the write lock, so a free id stays free.
+            turn = new_turn_id()
+        if key is not None:
+            # First: the repeat of a wake whose turn runs is no `busy` refusal.
+            keys.claim(db, key, name, turn=turn)
         session = Session.from_row(row)
         if session.state == "stopped":
             raise SessionStopped(name)
@@ -175,10 +192,6 @@ def admit(
         limits = limits or Limits()
         timeout = limits.timeout or session.timeout or adapter.timeout
         strict = limits.strict or session.strict or adapter.strict or settings.strict
-        while db.execute("SELECT 1 FROM turns WHERE id = ?", (turn,)).fetchone():
-            # 24 random bits per second: a 200-leg fan-out repeats one about
-            # once in 800 waves. We hold the write lock, so a free id stays free.
-            turn = new_turn_id()
         if queued is not None and not ledger.take_queued(db, queued, name, turn):
             raise QueueTaken(f"queued prompt {queued} was taken or removed")
         ledger.admit_turn(

@@ -26,8 +26,9 @@ from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.sessions import get
 from spexsup.spex import Spex
 from spexsup.states import ACTIVE, COMPLETE
+from spexsup.turn import keys
 from spexsup.turn.admit import Limits, QueueTaken, Verdict, new_turn_id
-from spexsup.turn.wake import wake
+from spexsup.turn.wake import KEY_ATTEMPTS, repeat_verdict, wake
 
 DIR = "queue"
 FREE = dequeuer.FREE
@@ -75,9 +76,12 @@ def enqueue(
     fresh: bool,
     limits: Limits,
     after: tuple[str, str, bool] | None = None,
+    key: str | None = None,
 ) -> tuple[str, int]:
     """Keep `prompt` for `name` (with `after`, (session, turn, any): until that
-    turn ends); (its entry id, its position: 1 is next)."""
+    turn ends); (its entry id, its position: 1 is next). With `key`, claimed
+    for the entry in the same transaction (`keys.claim`: keys.Repeat when
+    another wake claimed it first, and nothing is kept)."""
     get(spex, name)
     entry = "q" + ids.new_id()
     ensure_private_dir(spex.home / DIR, under=spex.home)
@@ -90,6 +94,8 @@ def enqueue(
     options = json.dumps(kept)
     try:
         with spex.store.tx() as db:
+            if key is not None:
+                keys.claim(db, key, name, queued=entry)
             position = ledger.enqueue(
                 db, entry, name, options, first, after[1] if after is not None else None
             )
@@ -253,11 +259,14 @@ def wake_or_queue(
     limits: Limits,
     after: str | None = None,
     after_any: bool = False,
+    key: str | None = None,
 ) -> Verdict:
     """`spex wake --queue`: wake now, or keep the prompt while the session is
     busy or leased (verdict `queued`, its position). With `after` (a session),
     it waits for that session's current (or last) turn to end, then launches
-    if it ended `complete` (any end with `after_any`), else ends `skipped`."""
+    if it ended `complete` (any end with `after_any`), else ends `skipped`.
+    With `key`, a repeat (see `wake`) answers with the first wake's turn or
+    entry."""
     waits = None
     queued_before = bool(entries(spex, (name,)))
     if after is not None:
@@ -265,18 +274,35 @@ def wake_or_queue(
         if other.current_turn is None:
             raise Refused(f"session {after!r} has no turn to wait for", hint=f"spex show {after}")
         waits = (after, other.current_turn, after_any)
-    elif not queued_before:  # else first come, first served: behind the others
+    for _ in range(KEY_ATTEMPTS):
+        if waits is None and not queued_before:  # else first come, first served
+            try:
+                return wake(
+                    spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits,
+                    key=key,
+                )  # fmt: skip
+            except (SessionBusy, UnderLease):
+                pass
+        elif key is not None and keys.lookup(spex.store.db, key, name) is not None:
+            answer = repeat_verdict(spex, name, key)
+            if answer is not None:
+                return answer
+            continue
         try:
-            return wake(spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits)
-        except (SessionBusy, UnderLease):
-            pass
-    entry, position = enqueue(
-        spex, name, prompt, window=window, fresh=fresh, limits=limits, after=waits
-    )
-    # The turn that made us queue may have ended before the entry committed,
-    # with nobody left to launch it: try once ourselves.
-    done = dequeue(spex, name)
-    if entry in done:
-        return done[entry]
-    place = positions(entries(spex, (name,))).get(entry, position)
-    return Verdict(name, None, "queued", queued=entry, position=place)
+            entry, position = enqueue(
+                spex, name, prompt, window=window, fresh=fresh, limits=limits, after=waits, key=key
+            )
+        except keys.Repeat:
+            assert key is not None
+            answer = repeat_verdict(spex, name, key)
+            if answer is not None:
+                return answer
+            continue  # given back before we read it: try again
+        # The turn that made us queue may have ended before the entry committed,
+        # with nobody left to launch it: try once ourselves.
+        done = dequeue(spex, name)
+        if entry in done:
+            return done[entry]._replace(key=key)
+        place = positions(entries(spex, (name,))).get(entry, position)
+        return Verdict(name, None, "queued", queued=entry, position=place, key=key)
+    raise Failed(f"key {key!r} was claimed and given back {KEY_ATTEMPTS} times", hint="retry")

@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import Any
 
 from spexsup import config, ledger, states
-from spexsup.errors import Failed, Refused, TurnStopped
+from spexsup.errors import Failed, Refused, TurnStopped, clip
 from spexsup.harness import Harness
 from spexsup.home import TmuxTimeout
 from spexsup.pane import marker, report, turndir
@@ -22,9 +23,11 @@ from spexsup.pane.marker import Stage
 from spexsup.sessions import Session, get, validate_window
 from spexsup.spex import Spex
 from spexsup.tickets import ticket
+from spexsup.turn import keys
 from spexsup.turn.admit import DEFAULT_WINDOW, Limits, Verdict, admit
 from spexsup.turn.confirm import Startup, confirm_startup, failure_message
 from spexsup.turn.launch import claim_fence, kill_turn, launch, turn_state
+from spexsup.turn.reconcile import reconcile
 from spexsup.watch import DirWatch
 
 RETRY_BACKOFF = (0.25, 0.5, 1.0, 2.0)
@@ -52,8 +55,13 @@ def wake(
     on_admitted: Callable[[str], None] | None = None,
     limits: Limits | None = None,
     queued: str | None = None,
+    key: str | None = None,
 ) -> Verdict:
     """Start a turn and report what is true about it within the window.
+
+    With `key` (spexsup.turn.keys), a wake whose key another wake claimed
+    first starts nothing and answers with that wake's turn (`repeat_verdict`),
+    waiting for its verdict if it is still confirming.
 
     Refusals raise `Refused` (exit 3) and change nothing; so does a wake that
     loses to a stop between admission and launch, and (unless `force`) one
@@ -68,6 +76,114 @@ def wake(
     refuses the launch (an aborted wave) ends the admitted turn `aborted`
     the same way. `on_admitted` hears the turn id once it exists.
     """
+    if key is None:
+        return _wake(spex, name, prompt, window, fresh, force, gate, on_admitted, limits, queued)
+    for _ in range(KEY_ATTEMPTS):
+        if keys.lookup(spex.store.db, key, name) is None:
+            try:
+                verdict = _wake(
+                    spex, name, prompt, window, fresh, force, gate, on_admitted, limits, queued, key
+                )
+                return verdict._replace(key=key)
+            except keys.Repeat:
+                pass
+        answer = repeat_verdict(spex, name, key)
+        if answer is not None:
+            return answer
+        # The wake that claimed the key launched nothing (it gave the key
+        # back): this one may start the turn.
+    raise Failed(f"key {clip(key)!r} was claimed and given back {KEY_ATTEMPTS} times", hint="retry")
+
+
+# How often a keyed wake tries again when the wake that held its key let it go.
+KEY_ATTEMPTS = 5
+# The longest a repeat waits for the first wake's verdict (its window, retries).
+REPEAT_WAIT = 600.0
+
+
+def repeat_verdict(spex: Spex, name: str, key: str, *, wait: float = REPEAT_WAIT) -> Verdict | None:
+    """The answer to a repeated key: the first wake's verdict, with its turn
+    (or queue entry) as it is now (`state`); None if the key is no longer
+    claimed (its wake launched nothing, so a retry may start the turn).
+
+    A turn still confirming is waited for (woken by the store's commits; a
+    reader's reconcile settles a turn whose launcher died). A turn a stop
+    aborted while it started is the stop's, as for the first wake: refused.
+    """
+    started = time.monotonic()
+    checked = 0.0
+    with DirWatch([spex.home], names=STORE_FILES) as watch:
+        while True:
+            row = spex.store.db.execute(
+                "SELECT k.turn AS keyed, k.queued, t.state, t.verdict, t.rc, t.pid, t.error,"
+                " t.flags, t.waiting_until, (SELECT count(*) FROM queue q, queue mine"
+                " WHERE mine.id = k.queued AND q.session = mine.session AND q.seq <= mine.seq)"
+                " AS position FROM wake_keys k LEFT JOIN turns t ON t.id = k.turn"
+                " WHERE k.key = ?",
+                (key,),
+            ).fetchone()
+            if row is None:
+                return None
+            waited = time.monotonic() - started
+            if row["queued"] is not None or row["verdict"] is not None:
+                break
+            if row["state"] != states.STARTING:
+                break
+            if waited > wait:
+                raise Failed(
+                    f"{name}: key {clip(key)!r} names turn {row['keyed']}, still starting"
+                    f" after {wait:g} s",
+                    hint=f"spex show {name}",
+                )
+            if waited - checked >= 1.0:
+                checked = waited
+                reconcile(spex, [name])  # its launcher may have died
+            watch.wait(0.5)
+    elapsed = int((time.monotonic() - started) * 1000)
+    return _answer(name, row)._replace(key=key, repeat=True, elapsed_ms=elapsed)
+
+
+def _answer(name: str, row: Any) -> Verdict:
+    """The first wake's verdict and what its turn (or queue entry) is now."""
+    if row["queued"] is not None:
+        if row["keyed"] is None:
+            return Verdict(
+                name, None, "queued", queued=row["queued"], position=row["position"],
+                state="queued",
+            )  # fmt: skip
+        return Verdict(
+            name, row["keyed"], "queued", row["rc"], row["pid"], queued=row["queued"],
+            state=row["state"],
+        )  # fmt: skip
+    verdict = row["verdict"]
+    if verdict is None:
+        if row["state"] == states.ABORTED:
+            raise TurnStopped(name, row["keyed"], "while it started")
+        ran = {states.RUNNING: "confirmed", states.COMPLETE: "completed"}
+        verdict = ran.get(row["state"], "failed")
+    return Verdict(
+        name, row["keyed"], verdict, row["rc"], row["pid"],
+        row["error"] if verdict == "failed" else None, flags=json.loads(row["flags"] or "[]"),
+        waiting_until=row["waiting_until"], state=row["state"],
+    )  # fmt: skip
+
+
+STORE_FILES = frozenset({"state.db", "state.db-wal"})
+
+
+def _wake(
+    spex: Spex,
+    name: str,
+    prompt: bytes,
+    window: float | None,
+    fresh: bool,
+    force: bool,
+    gate: AbstractContextManager[object] | None,
+    on_admitted: Callable[[str], None] | None,
+    limits: Limits | None,
+    queued: str | None,
+    key: str | None = None,
+) -> Verdict:
     started = time.monotonic()
     get(spex, name)
     validate_window(window)
@@ -77,7 +193,7 @@ def wake(
     with ticket(spex, name, "wake"):
         with gate:
             session, turn, directory, adapter = admit(
-                spex, name, prompt, fresh=fresh, limits=limits, queued=queued
+                spex, name, prompt, fresh=fresh, limits=limits, queued=queued, key=key
             )
         if on_admitted is not None:
             on_admitted(turn)
@@ -132,6 +248,7 @@ def _abort_unlaunched(spex: Spex, session: Session, turn: str, why: str) -> None
         ledger.abort_current(
             db, session.name, turn, why, only_starting=True, session_after=states.FAILED
         )
+        ledger.release_key(db, turn)  # it never ran: a retry with its key may start it
 
     try:
         kill_turn(spex, session, turn, grace=0.5)

@@ -1,0 +1,97 @@
+"""Idempotent wakes: `--key K` names the turn its first wake started.
+
+The key is claimed in the transaction that admits the turn (`admit`) or keeps
+the queued prompt (`queue.enqueue`), so of any number of wakes with one key,
+however they race, one starts a turn; the rest are *repeats* and answer with
+that turn (`wake.repeat_verdict`). A wake that is refused, or whose turn never
+launched, leaves no key: a retry can start it. A key lives as long as what it
+names: it goes with its turn (retention), its queue entry (dropped), and its
+session (`spex rm`). A queued entry's key follows it into the turn it became.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from spexsup import ledger
+from spexsup.errors import Invalid, Refused, clip
+
+if TYPE_CHECKING:
+    import sqlite3
+
+MAX_KEY = 200
+
+
+class Claim(NamedTuple):
+    """What a key names: a turn, or a queue entry (and later its turn)."""
+
+    key: str
+    session: str
+    turn: str | None
+    queued: str | None
+
+
+class Repeat(Exception):
+    """The key was claimed first by another wake: answer with its turn."""
+
+    def __init__(self, claim: Claim) -> None:
+        super().__init__(claim.key)
+        self.claim = claim
+
+
+class KeyElsewhere(Refused):
+    """The key names a turn of another session."""
+
+    def __init__(self, key: str, session: str) -> None:
+        super().__init__(
+            f"key {clip(key)!r} names a turn of {session}",
+            hint="a key names one wake of one session; give this wake a key of its own",
+        )
+
+
+def validate(key: str) -> str:
+    """A key is 1-200 printable characters (no NUL, no control character)."""
+    if not key or len(key) > MAX_KEY or not key.isprintable():
+        raise Invalid(
+            f"invalid --key {clip(key)!r}",
+            hint=f"1-{MAX_KEY} printable characters, e.g. deploy-2026-12-01",
+        )
+    return key
+
+
+def leg_key(key: str, session: str) -> str:
+    """A fan-out leg's key: one per session, so a retried fan-out with the
+    same key starts no leg twice."""
+    return f"{key}/{session}"
+
+
+def _claim(row: sqlite3.Row) -> Claim:
+    return Claim(row["key"], row["session"], row["turn"], row["queued"])
+
+
+def lookup(db: sqlite3.Connection, key: str, session: str) -> Claim | None:
+    """What `key` names, if anything; KeyElsewhere for another session's key."""
+    row = db.execute("SELECT * FROM wake_keys WHERE key = ?", (key,)).fetchone()
+    if row is None:
+        return None
+    if row["session"] != session:
+        raise KeyElsewhere(key, row["session"])
+    return _claim(row)
+
+
+def claim(
+    db: sqlite3.Connection,
+    key: str,
+    session: str,
+    *,
+    turn: str | None = None,
+    queued: str | None = None,
+) -> None:
+    """Inside the admitting (or enqueueing) transaction: claim `key`, or raise
+    Repeat (or KeyElsewhere) when another wake claimed it first."""
+    first = ledger.claim_key(db, key, session, turn=turn, queued=queued)
+    if first is None:
+        return
+    if first["session"] != session:
+        raise KeyElsewhere(key, first["session"])
+    raise Repeat(_claim(first))
