@@ -22,6 +22,17 @@ NamesArg = Annotated[
     list[str] | None,
     typer.Argument(metavar="NAME…", help="Session names.", autocompletion=complete.session_names),
 ]
+TurnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--turn",
+        metavar="TURN",
+        help="A turn id, a unique prefix of its random part, last or last~N."
+        " [default: the current or last turn]",
+        autocompletion=complete.turn_ids,
+        show_default=False,
+    ),
+]
 AllOpt = Annotated[bool, typer.Option("--all", help="Every session.")]
 ColorOpt = Annotated[
     str,

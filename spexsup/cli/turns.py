@@ -22,6 +22,7 @@ from spexsup.cli.params import (
     PromptFileOpt,
     StrictOpt,
     TimeoutOpt,
+    TurnOpt,
     WindowOpt,
     grace_seconds,
     timeout_seconds,
@@ -412,17 +413,7 @@ def resume(
 def log(
     ctx: typer.Context,
     name: NameArg,
-    turn: Annotated[
-        str | None,
-        typer.Option(
-            "--turn",
-            metavar="TURN",
-            help="A turn id, a unique prefix of its random part, last or last~N."
-            " [default: the current or last turn]",
-            autocompletion=complete.turn_ids,
-            show_default=False,
-        ),
-    ] = None,
+    turn: TurnOpt = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Follow until it ends.")] = False,
     tail: Annotated[
         int | None,

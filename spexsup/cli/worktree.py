@@ -12,7 +12,7 @@ import typer
 from spexsup import ids
 from spexsup.cli import complete
 from spexsup.cli.app import SpexGroup, app, open_spex
-from spexsup.cli.params import JsonOpt, NameArg, NamesArg
+from spexsup.cli.params import JsonOpt, NameArg, NamesArg, TurnOpt
 from spexsup.cli.render import age, argv_word, document, print_json, table, with_iso
 
 if TYPE_CHECKING:
@@ -103,15 +103,7 @@ def salvage_table(found: "Sequence[Salvage]") -> None:
 def diff(
     ctx: typer.Context,
     name: NameArg,
-    turn: Annotated[
-        str | None,
-        typer.Option(
-            "--turn",
-            metavar="TURN",
-            help="A turn id, a unique prefix of its random part, last or last~N."
-            " [default: the latest turn]",
-        ),
-    ] = None,
+    turn: TurnOpt = None,
     stat: Annotated[bool, typer.Option("--stat", help="Only the diffstat.")] = False,
     no_pager: Annotated[
         bool, typer.Option("--no-pager", help="On a terminal too, print the diff as it is.")
