@@ -122,6 +122,8 @@ KEYS: dict[str, Callable[[object], Any]] = {
     "login_shell": _flag,
     "login_timeout": _seconds(0.1, 600),
     "limit_margin": _seconds(0, 3600),
+    "max_running": _count,
+    "queue": _flag,
 }
 
 
@@ -140,6 +142,10 @@ class Config(NamedTuple):
     login_timeout: float = 10.0
     # After a usage limit's reset time, this long before resuming.
     limit_margin: float | None = None
+    # At most this many turns run in the home at once (others queue or are refused).
+    max_running: int | None = None
+    # `spex wake` queues when the session is busy, as with --queue.
+    queue: bool = False
     retention: Retention = Retention()
     files: tuple[Path, ...] = ()
     raw: Mapping[str, Any] = MappingProxyType({})

@@ -8,11 +8,13 @@ every reconciling reader call it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import subprocess
 from pathlib import Path
 
+from spexsup.errors import SpexError
 from spexsup.paths import own_python
 
 # Session states a queued prompt may launch in (not running, stopped, being
@@ -20,18 +22,75 @@ from spexsup.paths import own_python
 FREE = ("idle", "failed")
 
 
-def waiting(db: sqlite3.Connection, names: tuple[str, ...] | None = None) -> list[str]:
+def waiting(
+    db: sqlite3.Connection, names: tuple[str, ...] | None = None, home: Path | None = None
+) -> list[str]:
     """Free sessions (of `names`, if given) whose next queued prompt may go:
-    it waits for no turn (`--after`) that is still active."""
+    it waits for no turn (`--after`) that is still active, nor for a running
+    limit. Oldest prompt first, and, where a limit applies, only as many as
+    it has room for: a turn's end starts one launcher per free slot, not one
+    per queued prompt (its home's `max_running` is read from `home`'s config)."""
     rows = db.execute(
-        "SELECT DISTINCT q.session FROM queue q JOIN sessions s ON s.name = q.session"
+        "SELECT q.session, q.options FROM queue q JOIN sessions s ON s.name = q.session"
         " WHERE s.state IN (?, ?)"
         " AND q.seq = (SELECT min(seq) FROM queue h WHERE h.session = q.session)"
         " AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.id = q.after_turn"
-        " AND t.state IN ('starting', 'running'))",
+        " AND t.state IN ('starting', 'running')) ORDER BY q.seq",
         FREE,
     ).fetchall()
-    return [r[0] for r in rows if names is None or r[0] in names]
+    if not rows:
+        return []
+    room = _home_room(db, home)
+    wave_room: dict[str, int] = {}
+    out = []
+    for row in rows:
+        if names is not None and row["session"] not in names:
+            continue
+        options = json.loads(row["options"])
+        wave, most = options.get("wave"), options.get("wave_max")
+        if wave is not None and most is not None:
+            if wave not in wave_room:
+                (running,) = db.execute(
+                    "SELECT count(*) FROM wave_turns w JOIN turns t ON t.id = w.turn"
+                    " WHERE w.wave = ? AND t.state IN ('starting', 'running')",
+                    (wave,),
+                ).fetchone()
+                wave_room[wave] = most - running
+            if wave_room[wave] <= 0:
+                continue
+            wave_room[wave] -= 1
+        if room is not None:
+            if room <= 0:
+                break
+            room -= 1
+        out.append(row["session"])
+    return out
+
+
+def _home_room(db: sqlite3.Connection, home: Path | None) -> int | None:
+    """How many more turns may start in the home (None: no limit)."""
+    if home is None:
+        return None
+    from spexsup import config  # only when prompts are queued
+
+    try:
+        limit = config.load(home).max_running
+    except SpexError:
+        return None  # the launcher's admission says what is wrong with the file
+    if limit is None:
+        return None
+    (running,) = db.execute(
+        "SELECT count(*) FROM turns WHERE state IN ('starting', 'running')"
+    ).fetchone()
+    return int(limit - running)
+
+
+def start_waiting(db: sqlite3.Connection, home: Path) -> None:
+    """After a turn's end is recorded (or a session left the home): a
+    launcher for each prompt that may go now, its own session's or one
+    that waited for a running limit or for that turn (`--after`)."""
+    for name in waiting(db, home=home):
+        start(home, name)
 
 
 # (home, session) this process has started a dequeuer for, or dequeues itself.

@@ -77,6 +77,19 @@ class SessionBusy(Refused):
         self.turn = turn
 
 
+class AtLimit(Refused):
+    """A running-turn limit is reached (`max_running`, `fanout --max-running`):
+    a wake with `--queue` waits for a turn to end, one without is refused."""
+
+    def __init__(self, limit: int, running: str, setting: str) -> None:
+        super().__init__(
+            f"{limit} {running} already running, the limit ({setting})",
+            hint="give --queue to launch it when one ends",
+        )
+        self.limit = limit
+        self.waits = f"a free slot ({setting})"
+
+
 class SessionStopped(Refused):
     def __init__(self, session: str) -> None:
         super().__init__(f"session {session!r} is stopped", hint=f"spex resume {session}")

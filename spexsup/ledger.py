@@ -106,6 +106,7 @@ def mark_resumed(db: sqlite3.Connection, name: str, *, force: bool) -> bool:
 EDITABLE = frozenset(
     {
         "harness",
+        "queue",
         "command",
         "cwd",
         "env",
@@ -181,10 +182,13 @@ def take_queued(db: sqlite3.Connection, entry: str, session: str, turn: str) -> 
     return True
 
 
-def skip_queued(db: sqlite3.Connection, entry: str, session: str, turn: str, why: str) -> bool:
+def skip_queued(
+    db: sqlite3.Connection, entry: str, session: str, turn: str, why: str, wave: str | None = None
+) -> bool:
     """A queued prompt whose `--after` condition failed ends as a turn that
     never launched: `skipped`, cause `after`, `why` its message; the
-    session's current turn, the session `failed` (it did not complete)."""
+    session's current turn, the session `failed` (it did not complete); a
+    fan-out leg's turn is its `wave`'s."""
     cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
     if not cur.rowcount:
         return False
@@ -199,6 +203,8 @@ def skip_queued(db: sqlite3.Connection, entry: str, session: str, turn: str, why
         (turn, session_state_after(SKIPPED), session, IDLE, FAILED),
     )
     db.execute("UPDATE wake_keys SET turn = ? WHERE queued = ?", (turn, entry))
+    if wave is not None:
+        db.execute("INSERT INTO wave_turns (turn, wave) VALUES (?, ?)", (turn, wave))
     events.record(db, "dequeued", session=session, turn=turn, entry=entry)
     events.turn_ended(db, SKIPPED, session=session, turn=turn, rc=None, cause="after", error=why)
     return True
@@ -248,6 +254,7 @@ def undo_admission(
     cur = db.execute("DELETE FROM turns WHERE id = ? AND state = ?", (turn, STARTING))
     if cur.rowcount:
         db.execute("DELETE FROM wake_keys WHERE turn = ?", (turn,))
+        db.execute("DELETE FROM wave_turns WHERE turn = ?", (turn,))
         db.execute(
             "UPDATE sessions SET current_turn = ?, state = ? WHERE name = ? AND current_turn = ?",
             (previous_turn, was, session, turn),

@@ -56,6 +56,8 @@ class Session(NamedTuple):
     # The harness binary's absolute path, when `spex new` found it only on
     # the caller's PATH (see `check_binary`): turns run it instead of the name.
     binary: str | None = None
+    # `spex wake` queues its prompt when the session is busy (as --queue).
+    queue: bool = False
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Session:
@@ -82,6 +84,7 @@ class Session(NamedTuple):
             strict=bool(row["strict"]),
             on_limit=row["on_limit"],
             binary=row["binary"],
+            queue=bool(row["queue"]),
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
@@ -272,6 +275,7 @@ def create(
     timeout: float | None = None,
     strict: bool = False,
     on_limit: str | None = None,
+    queue: bool = False,
     check: bool = True,
     confirm: Callable[[Setup], bool] | None = None,
 ) -> Session:
@@ -324,6 +328,7 @@ def create(
                 strict=int(strict),
                 on_limit=on_limit,
                 binary=pinned,
+                queue=int(queue),
             )
     except sqlite3.IntegrityError:
         raise Refused(f"session {name!r} already exists", hint="see spex ls") from None

@@ -298,6 +298,14 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX wake_keys_by_queued ON wake_keys (queued);
     CREATE INDEX wake_keys_by_session ON wake_keys (session);
     """,
+    # 17: a running-turn limit (`max_running`, `fanout --max-running`) counts
+    # the active turns at every admission: an index of only those; a
+    # session's own `--queue` default.
+    """
+    CREATE INDEX turns_active ON turns (state) WHERE state IN ('starting', 'running');
+    CREATE INDEX wave_turns_by_wave ON wave_turns (wave);
+    ALTER TABLE sessions ADD COLUMN queue INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 
 

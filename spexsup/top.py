@@ -86,6 +86,8 @@ def _flags(entry: dict[str, Any]) -> list[str]:
     flags = []
     if entry.get("lease"):
         flags.append("leased")
+    if entry.get("queued"):
+        flags.append(f"{entry['queued']} queued")
     if entry["home"] in ("missing", "dead", "foreign"):
         flags.append(f"home {entry['home']}")
     wt = entry.get("worktree")

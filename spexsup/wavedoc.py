@@ -75,12 +75,17 @@ def waves_dir(spex: Spex) -> Path:
 
 
 def leg_outcome(leg: Doc) -> str:
-    """pending (not launched yet), aborted (never launched), running, ok or failed."""
+    """pending (not launched yet), queued (waiting for a running limit or an
+    `--after` turn), aborted (never launched), running, ok or failed."""
     if leg["status"] in ("pending", "launching"):
         return "pending"
     if leg["verdict"] == "aborted":
         return "aborted"
-    if leg["verdict"] not in SUCCESS:
+    if leg["verdict"] == "queued":
+        if leg["turn"] is None:
+            return "queued"
+        # Launched by whoever dequeued it: its turn tells the rest.
+    elif leg["verdict"] not in SUCCESS:
         return "failed"
     if leg.get("turn_state") in TURN_ACTIVE:
         return "running"
@@ -89,7 +94,8 @@ def leg_outcome(leg: Doc) -> str:
 
 def counts(doc: Doc) -> dict[str, int]:
     outcomes = [leg_outcome(leg) for leg in doc["legs"]]
-    tally = {k: outcomes.count(k) for k in ("pending", "running", "ok", "failed", "aborted")}
+    kinds = ("pending", "queued", "running", "ok", "failed", "aborted")
+    tally = {k: outcomes.count(k) for k in kinds}
     launched = sum(1 for leg in doc["legs"] if leg["verdict"] in SUCCESS)
     return {"legs": len(outcomes), "launched": launched, **tally}
 
@@ -97,7 +103,7 @@ def counts(doc: Doc) -> dict[str, int]:
 def overall(doc: Doc) -> str:
     """The state the legs add up to, once launching is over."""
     c = counts(doc)
-    if c["pending"] or c["running"]:
+    if c["pending"] or c["queued"] or c["running"]:
         return "running"
     if c["ok"] == c["legs"]:
         return "complete"
@@ -127,6 +133,8 @@ def merge_turns(db: sqlite3.Connection, doc: Doc) -> None:
             ).fetchone()
             if row is not None:
                 leg["turn"] = row["id"]
+        if leg["turn"] is None and leg["verdict"] == "queued":
+            _dequeued(db, doc["id"], leg)
         if leg["turn"] is None or leg.get("turn_state") not in TURN_ACTIVE:
             continue
         row = db.execute(
@@ -141,6 +149,22 @@ def merge_turns(db: sqlite3.Connection, doc: Doc) -> None:
             leg["cause"] = row["cause"]
             if row["state"] != "complete" and row["error"]:
                 leg["turn_error"] = row["error"]
+
+
+def _dequeued(db: sqlite3.Connection, wave: str, leg: Doc) -> None:
+    """A queued leg's turn, once a launcher took its prompt (linked to the
+    wave in the same transaction); a prompt gone with no turn (removed, or
+    not admitted) fails the leg."""
+    row = db.execute(
+        "SELECT t.id FROM wave_turns w JOIN turns t ON t.id = w.turn"
+        " WHERE w.wave = ? AND t.session = ?",
+        (wave, leg["session"]),
+    ).fetchone()
+    if row is not None:
+        leg["turn"] = row["id"]
+    elif db.execute("SELECT 1 FROM queue WHERE id = ?", (leg.get("queued"),)).fetchone() is None:
+        leg["verdict"] = "failed"
+        leg["error"] = leg["error"] or "its queued prompt was removed before it launched"
 
 
 def _settle(doc: Doc) -> bool:

@@ -17,16 +17,18 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 from spexsup import events, ids, sessions
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.mainwait import results
 from spexsup.pane import turndir
-from spexsup.paths import write_atomic
+from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.procs import own_identity
 from spexsup.spex import Spex
 from spexsup.turn import keys
 from spexsup.turn.admit import Limits
+from spexsup.turn.admit import Wave as LegWave
 from spexsup.turn.reconcile import reconcile
 from spexsup.turn.wake import wake
 from spexsup.wavedoc import (
@@ -47,6 +49,24 @@ from spexsup.wavedoc import (
 )
 
 DEFAULT_MAX_CONCURRENT = 16
+
+
+class Pacing(NamedTuple):
+    """When a wave's legs launch: at most `max_running` of them running at
+    once (the others `queued`, launched as legs end), and each only once
+    session `after`'s current turn has ended (complete, or any end with
+    `after_any`; else the leg ends `skipped`)."""
+
+    max_running: int | None = None
+    after: str | None = None
+    after_any: bool = False
+
+    @property
+    def queues(self) -> bool:
+        return self.max_running is not None or self.after is not None
+
+
+NO_PACING = Pacing()
 
 
 def turn_options(window: float | None, limits: Limits | None) -> Doc:
@@ -126,6 +146,8 @@ class Wave:
         self.lock = threading.Lock()
         self.aborted = threading.Event()
         self.listeners: list[Listener] = []
+        # config.toml sets a running limit for the home: legs may queue.
+        self.home_limit = False
         self._local = threading.local()
         self._local.spex = spex
 
@@ -151,6 +173,7 @@ class Wave:
         on_complete: str | None = None,
         options: Doc | None = None,
         key: str | None = None,
+        pacing: Pacing = NO_PACING,
     ) -> Wave:
         wave = new_wave_id()
         directory = waves_dir(spex)
@@ -174,6 +197,7 @@ class Wave:
             "turn_options": options if options is not None else turn_options(None, None),
             "detached_at": None,
             "key": key,
+            "pacing": pacing._asdict() if pacing.queues else None,
             "on_complete": (
                 {"command": on_complete, "claimed_at": None, "claimer": None, "started_at": None}
                 if on_complete is not None
@@ -265,10 +289,14 @@ class Wave:
         fresh: bool = False,
         limits: Limits | None = None,
         key: str | None = None,
+        pacing: Pacing = NO_PACING,
     ) -> None:
         """Wake one leg through the gate; with `key`, under the leg's own key
         (`keys.leg_key`): a leg whose key a wake already used starts nothing
-        and takes that wake's turn and verdict (`repeat`)."""
+        and takes that wake's turn and verdict (`repeat`). Under a running
+        limit (the wave's or the home's) or `--after`, a leg that cannot
+        launch now is queued (verdict `queued`) and launched by whoever
+        records the end it waits for (see `spexsup.turn.queue`)."""
         spex = self._spex()
 
         class Slot:
@@ -297,27 +325,31 @@ class Wave:
             return
 
         def admitted(turn: str) -> None:
-            # Written down before the launch, so no leg is left without its turn.
+            # Written down before the launch, so no leg is left without its
+            # turn (admission linked the turn to the wave already).
             def change(doc: Doc) -> None:
                 _leg(doc, session)["turn"] = turn
 
-            with spex.store.tx() as db:
-                db.execute("INSERT INTO wave_turns (turn, wave) VALUES (?, ?)", (turn, self.id))
             self.update(change)
 
         result: Doc
+        leg_key = None if key is None else keys.leg_key(key, session)
+        wave = LegWave(self.id, pacing.max_running)
         try:
-            v = wake(
-                spex,
-                session,
-                prompt,
-                window=window,
-                fresh=fresh,
-                gate=Slot(),
-                on_admitted=admitted,
-                limits=limits,
-                key=None if key is None else keys.leg_key(key, session),
-            )
+            if pacing.queues or self.home_limit:
+                from spexsup.turn.queue import wake_or_queue
+
+                v = wake_or_queue(
+                    spex, session, prompt, window=window, fresh=fresh, force=False,
+                    limits=limits or Limits(), after=pacing.after, after_any=pacing.after_any,
+                    key=leg_key, wave=wave, only_at_limit=True, gate=Slot(),
+                    on_admitted=admitted,
+                )  # fmt: skip
+            else:
+                v = wake(
+                    spex, session, prompt, window=window, fresh=fresh, gate=Slot(),
+                    on_admitted=admitted, limits=limits, key=leg_key, wave=wave,
+                )  # fmt: skip
             result = {
                 "turn": v.turn,
                 "verdict": v.verdict,
@@ -325,6 +357,8 @@ class Wave:
                 "error": v.error,
                 "flags": v.flags,
             }
+            if v.verdict == "queued":
+                result.update(queued=v.queued, position=v.position, waits=v.waits)
             if v.repeat:
                 # The turn is the first wave's (its wave_turns row): this
                 # leg follows it.
@@ -349,16 +383,20 @@ class Wave:
         fresh: bool = False,
         limits: Limits | None = None,
         key: str | None = None,
+        pacing: Pacing = NO_PACING,
     ) -> None:
         """Launch every leg; return when each has its verdict (or was aborted).
         `fresh`: every leg starts a new conversation (as `wake --fresh`);
-        `key`: each leg wakes under its own key (see `run_leg`)."""
+        `key`: each leg wakes under its own key; `pacing`: see `run_leg`."""
+        from spexsup import config
+
+        self.home_limit = config.load(self.spex.home).max_running is not None
         gate = threading.Semaphore(max_concurrent)
         names = [leg["session"] for leg in self.doc["legs"]]
         # One thread per leg: the gate bounds launches, confirmations overlap.
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
             futures = [
-                pool.submit(self.run_leg, n, prompt, window, gate, fresh, limits, key)
+                pool.submit(self.run_leg, n, prompt, window, gate, fresh, limits, key, pacing)
                 for n in names
             ]
             results(futures)  # in the main thread: a signal must get through
@@ -371,6 +409,9 @@ class Wave:
 
     def running_legs(self) -> list[Doc]:
         return [leg for leg in self.doc["legs"] if leg_outcome(leg) == "running"]
+
+    def queued_legs(self) -> list[Doc]:
+        return [leg for leg in self.doc["legs"] if leg_outcome(leg) == "queued"]
 
     def wait_turns(self, on_refresh: Listener | None = None) -> None:
         """`--wait`: until every launched turn has ended, recording each end as it
@@ -385,14 +426,20 @@ class Wave:
                 self.doc = refresh(spex, self.id)
                 if on_refresh is not None:
                     on_refresh(self.doc)
-                running = self.running_legs()
-                if not running:
+                running, queued = self.running_legs(), self.queued_legs()
+                if not running and not queued:
                     return
+                if queued and "queue" not in watched:
+                    # A queued leg's launch takes its prompt file from here.
+                    watch.add(ensure_private_dir(spex.home / "queue", under=spex.home))
+                    watched.add("queue")
                 for leg in running:
                     if leg["turn"] not in watched:
                         watch.add(turndir.path(spex.home, leg["session"], leg["turn"]))
                         watched.add(leg["turn"])
-                watch.wait(3600 if on_refresh is None else 1.0)
+                # A queued leg whose launcher died is launched by a reader's
+                # reconcile (in `refresh`): look again now and then.
+                watch.wait(1.0 if on_refresh is not None else 30.0 if queued else 3600)
 
 
 def _leg(doc: Doc, session: str) -> Doc:
@@ -415,13 +462,24 @@ def fanout(
     fresh: bool = False,
     limits: Limits | None = None,
     key: str | None = None,
+    pacing: Pacing = NO_PACING,
 ) -> Wave:
     """Create a wave over `names` and launch it (see `Wave.launch`); `limits`
     (a time limit, strict mode) apply to every leg's turn as to a wake's.
     With `key`, leg SESSION wakes with key `KEY/SESSION` (idempotent: a
-    retried fan-out with the same key starts no leg twice)."""
+    retried fan-out with the same key starts no leg twice). `pacing`: a
+    running limit for the wave's legs, a turn they wait for (see `Pacing`)."""
     if not 1 <= max_concurrent <= 1024:
         raise Invalid(f"invalid --max-concurrent {max_concurrent}", hint="between 1 and 1024")
+    if pacing.max_running is not None and not 1 <= pacing.max_running <= 1024:
+        raise Invalid(f"invalid --max-running {pacing.max_running}", hint="between 1 and 1024")
+    if pacing.after is not None:
+        other = sessions.get(spex, pacing.after)
+        if other.current_turn is None:
+            raise Refused(
+                f"session {pacing.after!r} has no turn to wait for",
+                hint=f"spex show {pacing.after}",
+            )
     sessions.validate_window(window)
     if on_complete is not None and not on_complete.strip():
         raise Invalid("--on-complete needs a command")
@@ -433,6 +491,7 @@ def fanout(
         on_complete=on_complete,
         options=turn_options(window, limits),
         key=key,
+        pacing=pacing,
     )
     if retry_of is not None:
 
@@ -442,7 +501,7 @@ def fanout(
         mutate(spex, retry_of, link)
     if on_create is not None:
         on_create(wave)
-    wave.launch(prompt, window, max_concurrent, fresh, limits, key)
+    wave.launch(prompt, window, max_concurrent, fresh, limits, key, pacing)
     return wave
 
 

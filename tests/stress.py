@@ -8,7 +8,13 @@ Runs the installed `spex` the way users do, on a private tmux server and a
 throwaway state home. Prints what it checked and what it found; exits 1 on
 any wrong verdict, stuck turn, surviving process or traceback.
 
+One wake in four queues when its session is busy (or the home is full),
+one in five carries an idempotency key that other wakes repeat, and the
+home runs at most `--max-running` turns at once (config.toml's
+max_running), which a sampler checks every 20 ms.
+
     python tests/stress.py [--seconds 60] [--workers 8] [--sessions 10] [--seed 1]
+                           [--max-running 6]
 """
 
 from __future__ import annotations
@@ -55,9 +61,13 @@ class Run:
     codes: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
     verdicts: list[dict[str, object]] = field(default_factory=list)
+    # The verdicts of keyed wakes (first and repeats).
+    keyed: list[dict[str, object]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     live: set[int] = field(default_factory=set)
     frozen: int = 0
+    # The most turns the sampler saw starting or running at once.
+    peak_running: int = 0
 
     def spex(self, op: str, *args: str) -> subprocess.CompletedProcess[str]:
         proc = subprocess.Popen(
@@ -101,9 +111,21 @@ def worker(run: Run, rng: random.Random, names: list[str], deadline: float) -> N
             window = rng.choice(["0.3", "0.5", "1"])
             # One wake in four queues when the session is busy.
             queue = ["--queue"] if rng.random() < 0.25 else []
-            r = run.spex("wake", "wake", name, "--window", window, *queue, "--json", "--", prompt)
+            # One in five with a key that a few other wakes of the session repeat.
+            key = ["--key", f"{name}-k{rng.randint(0, 9)}"] if rng.random() < 0.2 else []
+            r = run.spex(
+                "wake", "wake", name, "--window", window, *queue, *key, "--json", "--", prompt
+            )
             if r.returncode in (0, 1) and r.stdout:
                 v = json.loads(r.stdout)
+                if v.get("repeat"):
+                    with run.lock:
+                        run.ops["repeated key"] += 1
+                        run.keyed.append(v)
+                    continue
+                if key:
+                    with run.lock:
+                        run.keyed.append(v)
                 if v["verdict"] == "queued":
                     with run.lock:
                         run.ops["queued"] += 1
@@ -159,6 +181,36 @@ def freezer(run: Run, rng: random.Random, deadline: float) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         run.frozen += 1
+
+
+def sampler(run: Run, limit: int, deadline: float) -> None:
+    """Every 20 ms: how many turns start or run now, never above the limit."""
+    db = sqlite3.connect(run.home / "state.db", timeout=30)
+    try:
+        while time.monotonic() < deadline:
+            (now,) = db.execute(
+                "SELECT count(*) FROM turns WHERE state IN ('starting', 'running')"
+            ).fetchone()
+            run.peak_running = max(run.peak_running, now)
+            if now > limit:
+                with run.lock:
+                    run.problems.append(f"{now} turns running at once, max_running is {limit}")
+            time.sleep(0.02)
+    finally:
+        db.close()
+
+
+def key_repeats(run: Run, turns: dict[str, sqlite3.Row]) -> int:
+    """Keys that started more than one turn (of those still on record: a
+    removed session's turns and keys go with it, and the key is free again)."""
+    started: dict[str, set[str]] = {}
+    for v in run.keyed:
+        if v["verdict"] in ("confirmed", "completed") and str(v["turn"]) in turns:
+            started.setdefault(str(v["key"]), set()).add(str(v["turn"]))
+    twice = {k: t for k, t in started.items() if len(t) > 1}
+    for key, ids in twice.items():
+        run.problems.append(f"key {key} started {len(ids)} turns: {sorted(ids)}")
+    return len(twice)
 
 
 def queue_stuck(db: sqlite3.Connection) -> list[str]:
@@ -232,6 +284,8 @@ def check(run: Run, names: list[str]) -> dict[str, int]:
     return {
         "turns": len(turns),
         "wrong verdicts": wrong,
+        "keys that started two turns": key_repeats(run, turns),
+        "most running at once": run.peak_running,
         "stuck turns": len(stuck) + len(stuck_queue),
         "lost turns": len(lost),
         "survivors": len(survivors),
@@ -245,6 +299,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--sessions", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--max-running", type=int, default=6)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="spex-stress-"))
     tmux_tmpdir = Path(tempfile.mkdtemp(prefix="sst"))
@@ -260,6 +315,8 @@ def main() -> int:
     for key in ("TMUX", "TMUX_PANE", "SPEXSUP_TMUX_SOCKET", "SPEXSUP_WRAPPER"):
         env.pop(key, None)
     run = Run(env, home)
+    home.mkdir(mode=0o700, parents=True)
+    (home / "config.toml").write_text(f"max_running = {args.max_running}\n")
     names = [f"s{i}" for i in range(args.sessions)]
     for name in names:
         run.spex("new", "new", name, "--", AGENT)
@@ -272,6 +329,7 @@ def main() -> int:
     threads.append(
         threading.Thread(target=freezer, args=(run, random.Random(rng.random()), deadline))
     )
+    threads.append(threading.Thread(target=sampler, args=(run, args.max_running, deadline)))
     started = time.monotonic()
     try:
         for t in threads:

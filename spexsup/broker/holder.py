@@ -219,8 +219,7 @@ class Maintenance:
         # Prompts queued while the lease held their sessions start now.
         from spexsup import dequeuer
 
-        for name in dequeuer.waiting(self.spex.store.db):
-            dequeuer.start(self.spex.home, name)
+        dequeuer.start_waiting(self.spex.store.db, self.spex.home)
 
     def record_command(self, pid: int, token: str) -> None:
         """Name the command with the lease, so recovery can kill it."""

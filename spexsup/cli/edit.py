@@ -74,6 +74,14 @@ def edit(
             show_default=False,
         ),
     ] = None,
+    queue: Annotated[
+        bool | None,
+        typer.Option(
+            "--queue/--no-queue",
+            help="spex wake queues its prompt when the session is busy / no longer.",
+            show_default=False,
+        ),
+    ] = None,
     on_limit: Annotated[
         str | None,
         typer.Option(
@@ -140,6 +148,7 @@ def edit(
         strict=strict,
         on_limit=on_limit,
         no_on_limit=no_on_limit,
+        queue=queue,
     )
     change.check(name)
     spex = open_spex(ctx)

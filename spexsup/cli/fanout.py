@@ -15,6 +15,8 @@ from spexsup import prompt as prompts
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import (
+    AfterAnyOpt,
+    AfterOpt,
     AllOpt,
     BaseOpt,
     JsonOpt,
@@ -24,6 +26,7 @@ from spexsup.cli.params import (
     RepoOpt,
     TimeoutOpt,
     WindowOpt,
+    after_session,
     timeout_seconds,
     window_seconds,
 )
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
     from spexsup.fanout import Plan
     from spexsup.sessions import Session
     from spexsup.spex import Spex
-    from spexsup.waves import Wave
+    from spexsup.waves import Pacing, Wave
 
 # Whatever the window, a signalled fan-out is gone this long after the first signal.
 HARD_EXIT_AFTER = 8.0
@@ -52,6 +55,9 @@ WaveArg = Annotated[
 
 def leg_line(leg: dict[str, Any]) -> str:
     parts = [f"{leg['session']}: {leg['verdict'] or leg['status']}"]
+    if leg["verdict"] == "queued" and leg["turn"] is None:
+        waits = f"; waits for {leg['waits']}" if leg.get("waits") else ""
+        parts.append(f"{leg.get('queued')} (position {leg.get('position')}{waits})")
     if leg["turn"]:
         parts.append(f"turn {leg['turn']}")
     if leg.get("turn_state"):
@@ -77,7 +83,8 @@ def counts_line(doc: dict[str, Any]) -> str:
 
     c = counts(doc)
     parts = [f"launched {c['launched']}/{c['legs']}"]
-    parts += [f"{k} {c[k]}" for k in ("pending", "running", "ok", "failed", "aborted") if c[k]]
+    kinds = ("pending", "queued", "running", "ok", "failed", "aborted")
+    parts += [f"{k} {c.get(k, 0)}" for k in kinds if c.get(k)]
     if len(parts) == 1:
         parts.append("ok 0")
     return " · ".join(parts)
@@ -154,6 +161,17 @@ def fanout(
             show_default=False,
         ),
     ] = None,
+    max_running: Annotated[
+        int | None,
+        typer.Option(
+            "--max-running",
+            metavar="N",
+            help="At most N legs running at once: the others are queued and launch as legs end.",
+            show_default=False,
+        ),
+    ] = None,
+    after: AfterOpt = None,
+    after_any: AfterAnyOpt = None,
     window: WindowOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Also wait for every turn to end.")] = False,
     fresh: Annotated[
@@ -237,6 +255,8 @@ def fanout(
     Examples:
       spex fanout --match 'api-*' -m "rebase on main" --wait
       spex fanout a b c -f prompt.md --max-concurrent 4
+      spex fanout --match 'test-*' -m "run the suite" --max-running 4 --wait
+      spex fanout review-1 review-2 --after api -m "review what api changed"
       spex fanout --retry-failed last
       spex fanout --retry-failed last --timeout 30m --no-strict
       spex fanout --worktrees 3 --repo ~/src/api -m "fix the flaky test"
@@ -246,6 +266,11 @@ def fanout(
       spex fanout --match 'api-*' -m "rebase on main" --key rebase-2026-12-01
     """
     confirm_window = window_seconds(window)
+    other = after_session(after, after_any, [n for n in names or [] if ":" not in n])
+    if max_running is not None and not 1 <= max_running <= 1024:
+        raise Invalid(f"invalid --max-running {max_running}", hint="between 1 and 1024")
+    if other is not None and worktrees is not None:
+        raise Invalid("--after and --worktrees: new sessions have nothing to wait for")
     if key is not None:
         from spexsup.turn.keys import validate
 
@@ -280,6 +305,10 @@ def fanout(
             options += ["--key", key]
         if max_concurrent is not None:
             options += ["--max-concurrent", str(max_concurrent)]
+        if max_running is not None:
+            options += ["--max-running", str(max_running)]
+        if other is not None:
+            options += ["--after-any" if after_any else "--after", other]
         fleet_fanout(
             ctx,
             names or [],
@@ -295,6 +324,7 @@ def fanout(
         )
         return
     from spexsup import fanout as plans
+    from spexsup import waves
     from spexsup import worktree as wt
 
     given = plans.Given(confirm_window, seconds, strict, on_limit)
@@ -342,6 +372,7 @@ def fanout(
         wait=wait,
         as_json=as_json,
         key=key,
+        pacing=waves.Pacing(max_running, other, after_any is not None),
     )
 
 
@@ -355,6 +386,7 @@ def run_wave(
     wait: bool = False,
     as_json: bool = False,
     key: str | None = None,
+    pacing: "Pacing | None" = None,
 ) -> None:
     """Launch the plan's wave and show it: each leg as it settles (a live
     table on a terminal with --wait), then the wave's summary."""
@@ -429,6 +461,7 @@ def run_wave(
                 fresh=fresh,
                 limits=plan.limits,
                 key=key,
+                pacing=pacing or waves.Pacing(),
             )
             if wait and "signal" not in holder:
                 wave.listeners.clear()

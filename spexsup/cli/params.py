@@ -1,6 +1,7 @@
 """Options and arguments shared by several commands, with their metavars and
 completers, and the bounds of the shared time options (`spexsup.durations`)."""
 
+from collections.abc import Sequence
 from typing import Annotated
 
 import typer
@@ -125,6 +126,42 @@ KeyOpt = Annotated[
         show_default=False,
     ),
 ]
+
+
+AfterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--after",
+        metavar="OTHER",
+        help="Queue it until OTHER's current turn ends; launch it if that turn ended"
+        " complete, else it ends skipped (cause after).",
+        autocompletion=complete.session_names,
+    ),
+]
+AfterAnyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--after-any",
+        metavar="OTHER",
+        help="As --after, but launch it however OTHER's turn ended.",
+        autocompletion=complete.session_names,
+    ),
+]
+
+
+def after_session(after: str | None, after_any: str | None, waking: Sequence[str]) -> str | None:
+    """The session of --after or --after-any (one of them), never one of `waking`."""
+    from spexsup import ids
+    from spexsup.errors import Invalid
+
+    if after is not None and after_any is not None:
+        raise Invalid("--after and --after-any: choose one")
+    other = after or after_any
+    if other is not None:
+        ids.validate_name(other)
+        if other in waking:
+            raise Invalid(f"--after {other}: a session cannot wait for its own turn")
+    return other
 
 
 def window_seconds(text: str | None) -> float | None:

@@ -29,7 +29,7 @@ ACTIVE = (None, "starting", "running")
 
 
 def stage(leg: dict[str, Any], home: Path, now: float) -> str:
-    """`pending`, `launching`, `confirmed`, `producing output`, `ended …`, or why
+    """`pending`, `queued`, `launching`, `confirmed`, `producing output`, `ended …`, or why
     the leg never ran (`failed: …`, `refused: …`, `aborted`)."""
     if leg["status"] == "pending":
         return "pending"
@@ -37,7 +37,9 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
         return "launching"
     if leg["status"] == "aborted" or leg["verdict"] == "aborted":
         return "aborted"
-    if leg["verdict"] not in SUCCESS and leg["verdict"] != "unconfirmed":
+    if leg["verdict"] == "queued" and leg["turn"] is None:
+        return "queued"
+    if leg["verdict"] not in (*SUCCESS, "unconfirmed", "queued"):
         return f"{leg['verdict']}: {leg['error']}" if leg["error"] else str(leg["verdict"])
     state = leg.get("turn_state")
     if state in ACTIVE:
@@ -64,7 +66,7 @@ def elapsed(doc: dict[str, Any], leg: dict[str, Any], now: float) -> str:
 
 
 def ended(text: str) -> bool:
-    return not text.startswith(("pending", "launching", "confirmed", "producing"))
+    return not text.startswith(("pending", "queued", "launching", "confirmed", "producing"))
 
 
 class LegsView:

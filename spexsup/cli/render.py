@@ -243,7 +243,10 @@ def ls_rows(rows: Sequence[dict[str, Any]], *, wide: bool, color: bool = False) 
     lines = []
     for r in rows:
         turn, when = turn_cells(r["turn"], wide=wide)
-        state = state_cell(r["state"] + (" (leased)" if r.get("lease") else ""), r["state"], color)
+        words = r["state"] + (" (leased)" if r.get("lease") else "")
+        if r.get("queued"):
+            words += f" +{r['queued']} queued"
+        state = state_cell(words, r["state"], color)
         lines.append([r["name"], r["harness"], state, turn, when, home_cell(r), r["cwd"]])
     return lines
 
@@ -376,6 +379,8 @@ def setting_cells(row: dict[str, Any]) -> list[tuple[str, str]]:
             ("strict", "yes (any outcome flag fails a turn)" if row["strict"] else "no"),
             ("on limit", row["on_limit"] or "-"),
         ]
+    if "queue" in row:
+        cells.append(("queue", "yes (a wake queues when busy)" if row["queue"] else "no"))
     return cells
 
 
@@ -390,6 +395,7 @@ EDIT_LABELS = {
     "timeout": "timeout",
     "strict": "strict",
     "on_limit": "on-limit",
+    "queue": "queue",
     "pinned_binary": "binary",
     "harness_session_id": "conversation",
 }
@@ -402,7 +408,7 @@ def _setting(key: str, value: Any) -> str:
         return "-"
     if key in ("window", "timeout"):
         return limit_span(value)
-    if key == "strict":
+    if key in ("strict", "queue"):
         return "yes" if value else "no"
     if isinstance(value, list):
         return argv_text(value)
@@ -454,9 +460,10 @@ def verdict_line(name: str, v: dict[str, Any]) -> str:
                 f"{name}: queued {v['queued']} ({repeat}it became turn {v['turn']},"
                 f" {now_words(v['state'])})"
             )
+        waits = v.get("waits") or "its turn"
         return clean(
-            f"{name}: queued {v['queued']} (position {v['position']}; {repeat}it starts when the"
-            f" session is free: spex queue {name})"
+            f"{name}: queued {v['queued']} (position {v['position']}; {repeat}it waits for"
+            f" {waits}: spex queue {name})"
         )
     line = f"{name}: {v['verdict']} turn {v['turn']}"
     if v["pid"]:

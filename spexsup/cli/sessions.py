@@ -104,6 +104,13 @@ def new(
     timeout: TimeoutOpt = None,
     strict: StrictOpt = False,
     on_limit: OnLimitOpt = None,
+    queue: Annotated[
+        bool,
+        typer.Option(
+            "--queue",
+            help="spex wake queues its prompt when the session is busy (as wake --queue).",
+        ),
+    ] = False,
     no_check: Annotated[
         bool,
         typer.Option("--no-check", help="Create it even if the harness binary is not found."),
@@ -158,6 +165,7 @@ def new(
         timeout=limit,
         strict=strict,
         on_limit=on_limit,
+        queue=queue,
         check=not no_check,
         command=command,
         harness_args=harness_args,
@@ -206,7 +214,7 @@ def ls(
         typer.Option(
             "--state",
             metavar="STATE",
-            help="Only sessions in STATE (idle, running, error, stopped, creating, removing).",
+            help="Only sessions in STATE (idle, running, failed, stopped, creating, removing).",
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Names only, one a line.")] = False,

@@ -7,9 +7,10 @@ import typer
 
 from spexsup import ids
 from spexsup import prompt as prompts
-from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import (
+    AfterAnyOpt,
+    AfterOpt,
     AllOpt,
     GraceOpt,
     JsonOpt,
@@ -24,6 +25,7 @@ from spexsup.cli.params import (
     TimeoutOpt,
     TurnOpt,
     WindowOpt,
+    after_session,
     grace_seconds,
     timeout_seconds,
     window_seconds,
@@ -58,6 +60,7 @@ WAKE_OPTIONS = (
     "--on-limit",
     "--json",
     "--queue",
+    "--no-queue",
     "--key",
     "--after",
     "--after-any",
@@ -107,7 +110,7 @@ def wake_and_report(
     timeout: str | None = None,
     strict: bool = False,
     on_limit: str | None = None,
-    queue: bool = False,
+    queue: bool | None = False,
     after: str | None = None,
     after_any: bool = False,
     key: str | None = None,
@@ -120,6 +123,10 @@ def wake_and_report(
         parse_on_limit(on_limit)
     limits = Limits(limit, strict, on_limit)
     spex = open_spex(ctx)
+    if queue is None:
+        from spexsup.sessions import get
+
+        queue = get(spex, name).queue or settings(ctx, spex).queue
     if queue or after is not None:
         from spexsup.turn.queue import wake_or_queue
 
@@ -176,33 +183,18 @@ def wake(
     strict: StrictOpt = False,
     on_limit: OnLimitOpt = None,
     queue: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--queue",
-            help="If the session is busy or leased, keep the prompt and launch it when the"
-            " session is free (verdict queued, exit 0; see spex queue).",
+            "--queue/--no-queue",
+            help="If the session is busy or leased, or max_running turns run, keep the prompt"
+            " and launch it when it may go (verdict queued, exit 0; see spex queue)."
+            " [default: the session's queue (spex new --queue), else config.toml's queue]",
+            show_default=False,
         ),
-    ] = False,
+    ] = None,
     key: KeyOpt = None,
-    after: Annotated[
-        str | None,
-        typer.Option(
-            "--after",
-            metavar="OTHER",
-            help="Queue it until OTHER's current turn ends; launch it if that turn ended"
-            " complete, else it ends skipped (cause after).",
-            autocompletion=complete.session_names,
-        ),
-    ] = None,
-    after_any: Annotated[
-        str | None,
-        typer.Option(
-            "--after-any",
-            metavar="OTHER",
-            help="As --after, but launch it however OTHER's turn ended.",
-            autocompletion=complete.session_names,
-        ),
-    ] = None,
+    after: AfterOpt = None,
+    after_any: AfterAnyOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a turn and print its verdict (confirmed, completed, failed, queued).
@@ -227,13 +219,7 @@ def wake(
         from spexsup.turn.keys import validate
 
         validate(key)
-    if after is not None and after_any is not None:
-        raise Invalid("--after and --after-any: choose one")
-    for other in (after, after_any):
-        if other is not None:
-            ids.validate_name(other)
-            if other == name:
-                raise Invalid(f"--after {other}: a session cannot wait for its own turn")
+    other = after_session(after, after_any, [name])
     seconds = window_seconds(window)
     prompt = prompts.read(text, file, message=message)
     wake_and_report(
@@ -248,7 +234,7 @@ def wake(
         strict=strict,
         on_limit=on_limit,
         queue=queue,
-        after=after or after_any,
+        after=other,
         after_any=after_any is not None,
         key=key,
     )

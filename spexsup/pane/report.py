@@ -451,6 +451,5 @@ def record_exit(
     if reporter and os.environ.get("SPEXSUP_FAULT") == "reporter-dies-before-dequeue":
         os._exit(9)  # the tests' fault point: the next reader launches it
     # Any session's: a prompt queued `--after` this turn may go now.
-    for name in dequeuer.waiting(store.db):
-        dequeuer.start(store.home, name)
+    dequeuer.start_waiting(store.db, store.home)
     return RECORDED

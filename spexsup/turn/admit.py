@@ -7,6 +7,7 @@ records the turn `starting` (DESIGN §2.5); a refusal changes nothing.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any, NamedTuple
 
 from spexsup import config, durations, ids, ledger
 from spexsup.errors import (
+    AtLimit,
     Failed,
     Invalid,
     Refused,
@@ -66,6 +68,8 @@ class Verdict(NamedTuple):
     key: str | None = None
     repeat: bool = False
     state: str | None = None
+    # `queued`: what it waits for (the session's turn, a running limit…).
+    waits: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -121,6 +125,7 @@ def admit(
     limits: Limits | None = None,
     queued: str | None = None,
     key: str | None = None,
+    wave: Wave | None = None,
 ) -> tuple[Session, str, Path, Harness]:
     """One transaction: check the session can take a turn, insert it (`starting`).
 
@@ -130,6 +135,11 @@ def admit(
     same transaction claims it for the turn, before any other check: a key
     another wake claimed first raises `keys.Repeat` (its turn is the answer),
     one of another session `keys.KeyElsewhere`; a refusal claims nothing.
+
+    Running-turn limits are checked in the same transaction, so they hold
+    exactly however many launchers race: config.toml's `max_running` for the
+    home, and a fan-out leg's `wave` limit (whose turn is linked to its wave
+    here too); past either, `AtLimit`.
 
     Returns the session, the turn id, its prepared directory and the adapter
     that built its argv (loaded once per wake: it reads the harness files).
@@ -192,6 +202,7 @@ def admit(
         limits = limits or Limits()
         timeout = limits.timeout or session.timeout or adapter.timeout
         strict = limits.strict or session.strict or adapter.strict or settings.strict
+        check_limits(db, settings.max_running, wave)
         if queued is not None and not ledger.take_queued(db, queued, name, turn):
             raise QueueTaken(f"queued prompt {queued} was taken or removed")
         ledger.admit_turn(
@@ -208,6 +219,8 @@ def admit(
             timeout=timeout,
             strict=int(strict),
         )
+        if wave is not None:
+            db.execute("INSERT INTO wave_turns (turn, wave) VALUES (?, ?)", (turn, wave.id))
     directory = ensure_private_dir(turndir.path(spex.home, name, turn), under=spex.home)
     grace = settings.grace if timeout else None
     on_limit = limits.on_limit or session.on_limit
@@ -227,6 +240,36 @@ def admit(
         # holding the verdict for.
         write_atomic(directory / turndir.GIT_START_TODO, b"", durable=False)
     return session, turn, directory, adapter
+
+
+class Wave(NamedTuple):
+    """A fan-out leg's wave, and the most legs of it that may run at once
+    (None: no limit of its own)."""
+
+    id: str
+    max_running: int | None = None
+
+
+def check_limits(db: sqlite3.Connection, home_limit: int | None, wave: Wave | None) -> None:
+    """AtLimit when `home_limit` turns run in the home, or the wave's limit of its legs."""
+    if home_limit is not None:
+        (running,) = db.execute(
+            "SELECT count(*) FROM turns WHERE state IN ('starting', 'running')"
+        ).fetchone()
+        if running >= home_limit:
+            turns = "turns" if home_limit > 1 else "turn"
+            raise AtLimit(home_limit, f"{turns} of this home", f"max_running = {home_limit}")
+    if wave is not None and wave.max_running is not None:
+        (running,) = db.execute(
+            "SELECT count(*) FROM wave_turns w JOIN turns t ON t.id = w.turn"
+            " WHERE w.wave = ? AND t.state IN ('starting', 'running')",
+            (wave.id,),
+        ).fetchone()
+        if running >= wave.max_running:
+            legs = "legs" if wave.max_running > 1 else "leg"
+            raise AtLimit(
+                wave.max_running, f"{legs} of wave {wave.id}", f"--max-running {wave.max_running}"
+            )
 
 
 # Between the watchdog's SIGTERM and SIGKILL when config.toml sets no grace.

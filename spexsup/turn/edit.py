@@ -60,6 +60,7 @@ class Edit(NamedTuple):
     strict: bool | None = None
     on_limit: str | None = None
     no_on_limit: bool = False
+    queue: bool | None = None
 
     def check(self, name: str) -> None:
         """The request on its own, before any session is read: Invalid when
@@ -218,6 +219,7 @@ def _plan(
         window=None if change.no_window else change.window or s.window,
         timeout=None if change.no_timeout else change.timeout or s.timeout,
         strict=s.strict if change.strict is None else change.strict,
+        queue=s.queue if change.queue is None else change.queue,
         on_limit=None if change.no_on_limit else change.on_limit or s.on_limit,
         binary=pinned if rebind else s.binary,
         harness_session_id=None if switched else s.harness_session_id,
@@ -245,6 +247,7 @@ def _settings(s: Session) -> dict[str, Any]:
         "timeout": s.timeout,
         "strict": s.strict,
         "on_limit": s.on_limit,
+        "queue": s.queue,
         "pinned_binary": s.binary,
         "harness_session_id": s.harness_session_id,
     }
@@ -279,6 +282,7 @@ def _columns(s: Session) -> dict[str, Any]:
         "timeout": s.timeout,
         "strict": int(s.strict),
         "on_limit": s.on_limit,
+        "queue": int(s.queue),
         "binary": s.binary,
         "harness_session_id": s.harness_session_id,
     }

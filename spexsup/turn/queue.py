@@ -16,18 +16,29 @@ Nothing launches while the session is stopped: `spex stop` pauses its queue,
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup import dequeuer, ids, lease, ledger
-from spexsup.errors import Failed, Refused, SessionBusy, SessionStopped, UnderLease
+from spexsup import dequeuer, ids, lease, ledger, wavedoc
+from spexsup.errors import (
+    AtLimit,
+    Failed,
+    Refused,
+    SessionBusy,
+    SessionStopped,
+    SpexError,
+    UnderLease,
+)
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.sessions import get
 from spexsup.spex import Spex
 from spexsup.states import ACTIVE, COMPLETE
 from spexsup.turn import keys
-from spexsup.turn.admit import Limits, QueueTaken, Verdict, new_turn_id
+from spexsup.turn.admit import Limits, QueueTaken, Verdict, Wave, new_turn_id
 from spexsup.turn.wake import KEY_ATTEMPTS, repeat_verdict, wake
 
 DIR = "queue"
@@ -42,6 +53,13 @@ class Entry(NamedTuple):
     options: dict[str, Any]
     first_line: str | None
     after_turn: str | None = None
+
+    @property
+    def wave(self) -> Wave | None:
+        """The fan-out this prompt is a leg of, with its running limit."""
+        if self.options.get("wave") is None:
+            return None
+        return Wave(self.options["wave"], self.options.get("wave_max"))
 
     def as_json(self, position: int) -> dict[str, Any]:
         return {
@@ -77,11 +95,13 @@ def enqueue(
     limits: Limits,
     after: tuple[str, str, bool] | None = None,
     key: str | None = None,
+    wave: Wave | None = None,
 ) -> tuple[str, int]:
     """Keep `prompt` for `name` (with `after`, (session, turn, any): until that
     turn ends); (its entry id, its position: 1 is next). With `key`, claimed
     for the entry in the same transaction (`keys.claim`: keys.Repeat when
-    another wake claimed it first, and nothing is kept)."""
+    another wake claimed it first, and nothing is kept). A fan-out leg keeps
+    its `wave` (and the wave's running limit) for its launch."""
     get(spex, name)
     entry = "q" + ids.new_id()
     ensure_private_dir(spex.home / DIR, under=spex.home)
@@ -91,6 +111,8 @@ def enqueue(
     kept = _options(window, fresh, limits)
     if after is not None:
         kept.update(after=after[0], after_any=after[2])
+    if wave is not None:
+        kept.update(wave=wave.id, wave_max=wave.max_running)
     options = json.dumps(kept)
     try:
         with spex.store.tx() as db:
@@ -189,14 +211,15 @@ def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
                 return done  # its turn still runs: that turn's end starts us again
             if isinstance(skipped, Verdict):
                 done[head.id] = skipped
+                _tell_wave(spex, head, skipped)
                 continue
         try:
             prompt = prompt_path(spex.home, head.id).read_bytes()
         except OSError as e:
+            why = f"its prompt is unreadable: {e.strerror}"
             with spex.store.tx() as db:
-                ledger.drop_queued(
-                    db, head.id, name, error=f"its prompt is unreadable: {e.strerror}"
-                )
+                ledger.drop_queued(db, head.id, name, error=why)
+            _tell_wave(spex, head, Verdict(name, None, "failed", error=why))
             continue
         options = head.options
         limits = Limits(
@@ -211,19 +234,44 @@ def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
                 fresh=bool(options.get("fresh")),
                 limits=limits,
                 queued=head.id,
+                wave=head.wave,
             )
-        except (QueueTaken, SessionBusy, SessionStopped, UnderLease):
-            return done
+        except (QueueTaken, SessionBusy, SessionStopped, UnderLease, AtLimit):
+            return done  # a running limit: the end of a running turn starts us again
         except (Failed, Refused) as e:
             # Not admitted: it would fail the same way every time.
             with spex.store.tx() as db:
                 if not ledger.drop_queued(db, head.id, name, error=e.line()):
                     return done
             prompt_path(spex.home, head.id).unlink(missing_ok=True)
+            _tell_wave(spex, head, Verdict(name, None, "failed", error=e.line()))
             continue
         prompt_path(spex.home, head.id).unlink(missing_ok=True)
         done[head.id] = verdict
+        _tell_wave(spex, head, verdict)
         return done
+
+
+def _tell_wave(spex: Spex, entry: Entry, verdict: Verdict) -> None:
+    """A queued fan-out leg has launched (or will never): its verdict in its
+    wave's document. Best effort: a wave document finds its legs' turns by
+    itself (`wavedoc.merge_turns`), this only adds what the launch said."""
+    if entry.wave is None:
+        return
+
+    def change(doc: wavedoc.Doc) -> None:
+        for leg in doc["legs"]:
+            if leg["session"] == entry.session and leg.get("queued") == entry.id:
+                leg.update(
+                    turn=verdict.turn or leg["turn"],
+                    verdict=verdict.verdict,
+                    rc=verdict.rc,
+                    error=verdict.error,
+                    flags=list(verdict.flags),
+                )
+
+    with contextlib.suppress(SpexError):  # the wave was pruned: nobody reads its legs
+        wavedoc.mutate(spex, entry.wave.id, change)
 
 
 def _after(spex: Spex, head: Entry) -> Verdict | bool | None:
@@ -241,8 +289,9 @@ def _after(spex: Spex, head: Entry) -> Verdict | bool | None:
     other = head.options.get("after", "?")
     why = f"after: {other} ended {state}" if state else f"after: {other}'s turn is gone"
     turn = new_turn_id()
+    wave = head.wave.id if head.wave is not None else None
     with spex.store.tx() as db:
-        if not ledger.skip_queued(db, head.id, head.session, turn, why):
+        if not ledger.skip_queued(db, head.id, head.session, turn, why, wave):
             return None  # another launcher got there first
     prompt_path(spex.home, head.id).unlink(missing_ok=True)
     return Verdict(head.session, turn, "skipped", error=why)
@@ -260,29 +309,41 @@ def wake_or_queue(
     after: str | None = None,
     after_any: bool = False,
     key: str | None = None,
+    wave: Wave | None = None,
+    only_at_limit: bool = False,
+    gate: AbstractContextManager[object] | None = None,
+    on_admitted: Callable[[str], None] | None = None,
 ) -> Verdict:
     """`spex wake --queue`: wake now, or keep the prompt while the session is
-    busy or leased (verdict `queued`, its position). With `after` (a session),
-    it waits for that session's current (or last) turn to end, then launches
-    if it ended `complete` (any end with `after_any`), else ends `skipped`.
-    With `key`, a repeat (see `wake`) answers with the first wake's turn or
-    entry."""
-    waits = None
+    busy or leased or a running limit is reached (verdict `queued`, its
+    position). With `after` (a session), it waits for that session's current
+    (or last) turn to end, then launches if it ended `complete` (any end with
+    `after_any`), else ends `skipped`. With `key`, a repeat (see `wake`)
+    answers with the first wake's turn or entry. `only_at_limit` (a fan-out
+    leg): a busy or leased session refuses, as without the queue; only a
+    running limit queues. `wave`, `gate`, `on_admitted`: as `wake`'s."""
+    until = None
     queued_before = bool(entries(spex, (name,)))
+    waits = "the prompts queued before it" if queued_before else None
     if after is not None:
         other = get(spex, after)
         if other.current_turn is None:
             raise Refused(f"session {after!r} has no turn to wait for", hint=f"spex show {after}")
-        waits = (after, other.current_turn, after_any)
+        until = (after, other.current_turn, after_any)
+        waits = f"{after}'s turn"
     for _ in range(KEY_ATTEMPTS):
-        if waits is None and not queued_before:  # else first come, first served
+        if until is None and not queued_before:  # else first come, first served
             try:
                 return wake(
                     spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits,
-                    key=key,
+                    key=key, wave=wave, gate=gate, on_admitted=on_admitted,
                 )  # fmt: skip
-            except (SessionBusy, UnderLease):
-                pass
+            except AtLimit as e:
+                waits = e.waits
+            except (SessionBusy, UnderLease) as e:
+                if only_at_limit:
+                    raise
+                waits = "the session's turn" if isinstance(e, SessionBusy) else "the lease"
         elif key is not None and keys.lookup(spex.store.db, key, name) is not None:
             answer = repeat_verdict(spex, name, key)
             if answer is not None:
@@ -290,8 +351,9 @@ def wake_or_queue(
             continue
         try:
             entry, position = enqueue(
-                spex, name, prompt, window=window, fresh=fresh, limits=limits, after=waits, key=key
-            )
+                spex, name, prompt, window=window, fresh=fresh, limits=limits, after=until, key=key,
+                wave=wave,
+            )  # fmt: skip
         except keys.Repeat:
             assert key is not None
             answer = repeat_verdict(spex, name, key)
@@ -304,5 +366,5 @@ def wake_or_queue(
         if entry in done:
             return done[entry]._replace(key=key)
         place = positions(entries(spex, (name,))).get(entry, position)
-        return Verdict(name, None, "queued", queued=entry, position=place, key=key)
+        return Verdict(name, None, "queued", queued=entry, position=place, key=key, waits=waits)
     raise Failed(f"key {key!r} was claimed and given back {KEY_ATTEMPTS} times", hint="retry")

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from spexsup import ids, lease
 from spexsup.errors import Invalid, Refused, TimedOut, UnknownSession
 from spexsup.pane import turndir
+from spexsup.paths import ensure_private_dir
 from spexsup.sessions import Session, get, home_status
 from spexsup.spex import Spex
 from spexsup.states import COMPLETE, SESSION_STATES, legacy_of, read_state
@@ -150,12 +151,14 @@ def wait(
     on_end: Callable[[Ended], None] | None = None,
     on_tick: Callable[[], None] | None = None,
 ) -> list[Ended]:
-    """Block until each session's current turn has ended (event-driven).
+    """Block until each session's current turn has ended (event-driven), and
+    the prompts queued for it (unless it is stopped, which pauses its queue)
+    have run: the end reported is then the last queued prompt's.
 
     `on_end` hears each end as it is found (turns already over first), and
     `on_tick` runs after every wake-up, at least once a second, for a live
     clock. Raises TimedOut (124) when `timeout` passes first. A session with
-    no turn at all is refused.
+    no turn at all and nothing queued is refused.
     """
     names = list(dict.fromkeys(names))
     for name in names:
@@ -170,16 +173,23 @@ def wait(
                 if name in ended:
                     continue
                 turn, row = _current(spex, name)
-                if turn is None:
+                queued = _queued(spex, name)
+                if queued and "queue" not in watched:
+                    # A queued prompt's launch takes its file from here.
+                    watch.add(ensure_private_dir(spex.home / "queue", under=spex.home))
+                    watched.add("queue")
+                if turn is None and not queued:
                     raise Refused(f"session {name!r} has no turn to wait for")
-                if row["state"] not in ("starting", "running"):
+                if turn is None:
+                    continue
+                if row["state"] not in ("starting", "running") and not queued:
                     flags = tuple(json.loads(row["flags"])) if row["flags"] else ()
                     ended[name] = Ended(
                         name, turn, row["state"], row["rc"], row["error"], flags, row["cause"]
                     )
                     if on_end is not None:
                         on_end(ended[name])
-                elif turn not in watched:
+                elif turn not in watched and row["state"] in ("starting", "running"):
                     watch.add(turndir.path(spex.home, name, turn))
                     watched.add(turn)
             if len(ended) == len(names):
@@ -193,6 +203,16 @@ def wait(
             if due is not None:  # a deferred end falls to us then
                 remaining = min(remaining, max(0.05, due - time.time()))
             watch.wait(remaining if on_tick is None else min(remaining, 1.0))
+
+
+def _queued(spex: Spex, name: str) -> int:
+    """Prompts queued for `name` that will launch (its queue is not paused)."""
+    (count,) = spex.store.db.execute(
+        "SELECT count(*) FROM queue q JOIN sessions s ON s.name = q.session"
+        " WHERE q.session = ? AND s.state != 'stopped'",
+        (name,),
+    ).fetchone()
+    return int(count)
 
 
 def tail_offset(path: Path, lines: int) -> int:
@@ -310,6 +330,11 @@ def describe(
             if row is None:
                 raise UnknownSession(n)
     recent = recent_turns(spex, [r["name"] for r in rows], turns)
+    queued = dict(
+        db.execute("SELECT session, count(*) FROM queue GROUP BY session").fetchall()
+        if rows
+        else []
+    )
     census = spex.tmux.census() if rows else None
     out = []
     for row in rows:
@@ -330,6 +355,8 @@ def describe(
             "timeout": s.timeout,
             "strict": s.strict,
             "on_limit": s.on_limit,
+            "queue": s.queue,
+            "queued": queued.get(s.name, 0),
             "command": list(s.command) if s.command else None,
             "harness_args": list(s.harness_args),
             "pinned_binary": s.binary,

@@ -115,7 +115,7 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
     _settle_waves(spex, [row["id"] for row in rows])
     # A prompt queued for a free session whose end's recorder died (or came
     # before the prompt did): a dequeuer launches it, once (see turn.queue).
-    for name in dequeuer.waiting(spex.store.db, None if names is None else tuple(names)):
+    for name in dequeuer.waiting(spex.store.db, None if names is None else tuple(names), spex.home):
         dequeuer.start_once(spex.home, name)
     return due
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from spexsup import lease, ledger
+from spexsup import dequeuer, lease, ledger
 from spexsup.errors import Failed, Invalid, Refused, SpexError, UnknownSession
 from spexsup.pane import turndir
 from spexsup.paths import remove_tree
@@ -185,4 +185,7 @@ def remove(
             (spex.home / "queue" / f"{entry}.prompt").unlink(missing_ok=True)
         with spex.store.tx() as db:
             ledger.delete_session(db, name, session.incarnation)
+    if session.current_turn is not None:
+        # Its turn's slot under a running limit is free.
+        dequeuer.start_waiting(spex.store.db, spex.home)
     return removal

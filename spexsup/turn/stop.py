@@ -59,6 +59,8 @@ def stop(
         finally:
             if aborted is not None:
                 _settle_wave(spex, aborted)
+                # Its slot under a running limit is free; an --after waits no more.
+                dequeuer.start_waiting(spex.store.db, spex.home)
     return aborted
 
 
@@ -183,6 +185,6 @@ def resume(
         with spex.store.tx() as db:
             ledger.mark_resumed(db, name, force=force)
     # A stop paused its queue: the next prompt starts now.
-    for waiting in dequeuer.waiting(spex.store.db, (name,)):
+    for waiting in dequeuer.waiting(spex.store.db, (name,), spex.home):
         dequeuer.start(spex.home, waiting)
     return True

@@ -24,7 +24,7 @@ from spexsup.sessions import Session, get, validate_window
 from spexsup.spex import Spex
 from spexsup.tickets import ticket
 from spexsup.turn import keys
-from spexsup.turn.admit import DEFAULT_WINDOW, Limits, Verdict, admit
+from spexsup.turn.admit import DEFAULT_WINDOW, Limits, Verdict, Wave, admit
 from spexsup.turn.confirm import Startup, confirm_startup, failure_message
 from spexsup.turn.launch import claim_fence, kill_turn, launch, turn_state
 from spexsup.turn.reconcile import reconcile
@@ -56,6 +56,7 @@ def wake(
     limits: Limits | None = None,
     queued: str | None = None,
     key: str | None = None,
+    wave: Wave | None = None,
 ) -> Verdict:
     """Start a turn and report what is true about it within the window.
 
@@ -74,16 +75,16 @@ def wake(
     fenced; after it, the turn keeps running and the exception carries a
     note saying so (its end is still recorded by its wrapper). A gate that
     refuses the launch (an aborted wave) ends the admitted turn `aborted`
-    the same way. `on_admitted` hears the turn id once it exists.
+    the same way. `on_admitted` hears the turn id once it exists; a fan-out
+    leg's turn is linked to its `wave` at admission (see `admit`).
     """
+    args = (spex, name, prompt, window, fresh, force, gate, on_admitted, limits, queued)
     if key is None:
-        return _wake(spex, name, prompt, window, fresh, force, gate, on_admitted, limits, queued)
+        return _wake(*args, wave=wave)
     for _ in range(KEY_ATTEMPTS):
         if keys.lookup(spex.store.db, key, name) is None:
             try:
-                verdict = _wake(
-                    spex, name, prompt, window, fresh, force, gate, on_admitted, limits, queued, key
-                )
+                verdict = _wake(*args, key, wave=wave)
                 return verdict._replace(key=key)
             except keys.Repeat:
                 pass
@@ -183,6 +184,8 @@ def _wake(
     limits: Limits | None,
     queued: str | None,
     key: str | None = None,
+    *,
+    wave: Wave | None = None,
 ) -> Verdict:
     started = time.monotonic()
     get(spex, name)
@@ -193,7 +196,7 @@ def _wake(
     with ticket(spex, name, "wake"):
         with gate:
             session, turn, directory, adapter = admit(
-                spex, name, prompt, fresh=fresh, limits=limits, queued=queued, key=key
+                spex, name, prompt, fresh=fresh, limits=limits, queued=queued, key=key, wave=wave
             )
         if on_admitted is not None:
             on_admitted(turn)
