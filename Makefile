@@ -42,6 +42,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/top_idle.py
 	$(BIN)/python bench/reporter.py
 	$(BIN)/python bench/events.py
+	$(BIN)/python bench/queue.py
+	$(BIN)/python bench/queue.py --max-running
 
 # `spex -H host ls --json` cold, warm and local, through a private sshd (root).
 bench-ssh: $(STAMP) compile
