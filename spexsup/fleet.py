@@ -279,7 +279,13 @@ def fanout(
             args = ["fanout", *picked, "-f", "-", "--json", *options]
             stdin = prompt
         try:
-            answer = ask(config, state, host, args, stdin)
+            if host == LOCAL or (retry and host in retry):
+                answer = ask(config, state, host, args, stdin)
+            else:
+                # Keyed (the given --key, else one made for this fleet wave)
+                # and asked again after a dropped connection: no leg twice.
+                there = hosts.lookup(config, host)
+                answer = hosts.call_keyed(there, state, args, wave_id, stdin=stdin)
         except SpexError as e:
             return {"host": host, "wave": None, "error": e.line(), "legs": names or []}
         doc = answer.document()

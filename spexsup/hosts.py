@@ -325,6 +325,41 @@ def call(host: Host, state_home: Path, args: list[str], *, stdin: bytes | None =
     return Answer(done.returncode, done.stdout, done.stderr)
 
 
+# A keyed wake or fan-out there whose connection drops is asked again after
+# these pauses, under its key: the host answers a repeat with the turns it
+# started, never a second one.
+KEYED_RETRIES = (0.5, 2.0)
+
+
+def call_keyed(
+    host: Host, state_home: Path, args: list[str], made_key: str, *, stdin: bytes | None = None
+) -> Answer:
+    """`call` for a `wake` or `fanout` there, under a key: `--key` as given
+    in `args` (before any `--`), else `made_key`; asked again after a dropped
+    connection (each retry said in a `spex: warning:` line). A spex there
+    from before `--key` (exit 2 naming it) is asked once more without the
+    made key."""
+    import sys
+    import time
+
+    end = args.index("--") if "--" in args else len(args)
+    given = "--key" in args[:end] or any(w.startswith("--key=") for w in args[:end])
+    keyed = args if given else [*args[:end], "--key", made_key, *args[end:]]
+    for pause in (*KEYED_RETRIES, None):
+        try:
+            answer = call(host, state_home, keyed, stdin=stdin)
+        except ConnectionLost as e:
+            if pause is None:
+                raise
+            sys.stderr.write(f"spex: warning: {e.message}; asking again (the same key)\n")
+            time.sleep(pause)
+            continue
+        if not given and answer.rc == 2 and b"'--key'" in answer.stderr:
+            return call(host, state_home, args, stdin=stdin)
+        return answer
+    raise AssertionError("unreachable")
+
+
 def stream(
     host: Host, state_home: Path, args: list[str], *, stdin: bytes | None = None, waiting: str = ""
 ) -> int:

@@ -581,3 +581,38 @@ def test_a_wake_whose_connection_drops_is_asked_again_and_starts_one_turn(fleet:
     assert (v["verdict"], v["key"], v["repeat"]) == ("queued", "mine", True), v
     with sqlite3.connect(f.h1 / "state.db") as db:
         assert db.execute("SELECT count(*) FROM queue").fetchone() == (1,)
+
+
+def test_a_fleet_fanout_whose_connection_drops_is_asked_again_and_starts_each_leg_once(
+    fleet: Fleet,
+) -> None:
+    """The host's fan-out launches its legs, then the connection drops before
+    the answer arrives. The fleet asks again under the key it made (the
+    fleet wave's id): every leg there is a repeat, no leg runs twice."""
+    f = fleet
+    calls = f.sshd.dir / "calls"
+    dropped = f.sshd.dir / "dropped"
+    flaky = f.sshd.dir / "flakyspex"
+    flaky.write_text(
+        "#!/bin/sh\n"
+        f'printf "%s\\n" "$*" >> {calls}\n'
+        f'"{SPEX}" "$@"; rc=$?\n'
+        f'case " $* " in *" fanout "*) if [ ! -e {dropped} ]; then : > {dropped}\n'
+        '  echo "Connection to box closed by remote host." >&2; exit 255; fi;; esac\n'
+        "exit $rc\n"
+    )
+    flaky.chmod(0o755)
+    (f.env.home / "config.toml").write_text(f.sshd.host_table("flaky", f.h1, spex=str(flaky)))
+    for name in ("a", "b"):
+        r = f.spex("new", f"flaky:{name}", "--cwd", str(f.h1), "--", str(HARNESSES / "sleeper.sh"))
+        assert r.returncode == 0, r.stderr
+    r = f.spex("fanout", "flaky:a", "flaky:b", "-m", "work", "--window", "0.3", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert [leg["verdict"] for leg in doc["legs"]] == ["confirmed", "confirmed"], doc
+    assert all(leg.get("repeat") for leg in doc["legs"]), doc["legs"]
+    assert "connection lost" in r.stderr and "asking again" in r.stderr
+    fanouts = [c for c in calls.read_text().splitlines() if c.startswith("fanout ")]
+    assert len(fanouts) == 2 and all(f"--key {doc['id']}" in c for c in fanouts), fanouts
+    with sqlite3.connect(f.h1 / "state.db") as db:
+        assert db.execute("SELECT count(*) FROM turns").fetchone() == (2,)

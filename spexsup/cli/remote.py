@@ -206,37 +206,15 @@ def _color(words: list[str]) -> tuple[list[str], bool]:
     return rest, use_color(choice)
 
 
-# A wake there whose connection drops is asked again this many times, under
-# its key: the host answers a repeat with the turn it started, never a second.
-WAKE_RETRIES = (0.5, 2.0)
-
-
 def _woken(host: Host, state: Path, args: list[str], stdin: bytes | None) -> Answer:
     """`wake` there, under a key (the one given, else `host-<random>` made
     here), asked again after a dropped connection: the retry finds the key
     claimed and answers with the turn it names, so no wake runs twice."""
     import secrets
-    import time
 
     from spexsup import hosts
 
-    end = args.index("--") if "--" in args else len(args)
-    given = "--key" in args[:end] or any(w.startswith("--key=") for w in args[:end])
-    keyed = args if given else [*args[:end], "--key", f"host-{secrets.token_hex(8)}", *args[end:]]
-    for pause in (*WAKE_RETRIES, None):
-        try:
-            answer = hosts.call(host, state, keyed, stdin=stdin)
-        except hosts.ConnectionLost as e:
-            if pause is None:
-                raise
-            sys.stderr.write(f"spex: warning: {e.message}; asking again (the same key)\n")
-            time.sleep(pause)
-            continue
-        if not given and answer.rc == 2 and b"'--key'" in answer.stderr:
-            # A spex there from before --key: one ask, as before.
-            return hosts.call(host, state, args, stdin=stdin)
-        return answer
-    raise AssertionError("unreachable")
+    return hosts.call_keyed(host, state, args, f"host-{secrets.token_hex(8)}", stdin=stdin)
 
 
 def _waited(host: Host, state: Path, args: list[str], waiting: str) -> Answer:
