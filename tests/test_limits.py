@@ -122,6 +122,8 @@ def test_the_wave_document_shows_queued_legs_and_a_removed_one_fails(env: Env) -
     assert doc["state"] == "running"
     assert [leg["verdict"] for leg in doc["legs"]].count("queued") == 2
     assert "+1 queued" in env.run("ls").stdout
+    top = [line for line in env.run("top").stdout.splitlines() if line.startswith("s ")]
+    assert len(top) == 1 and "1 queued" in top[0], top
     # One queued leg removed: it fails with the reason, the other still waits.
     entries = json.loads(env.run("queue", "ls", "--json").stdout)
     assert env.run("queue", "rm", entries[0]["id"]).returncode == 0
@@ -260,6 +262,8 @@ def test_queue_true_in_config_and_per_session_makes_queue_the_default(env: Env) 
     listed = json.loads(env.run("ls", "--json").stdout)
     assert {e["name"]: e["queued"] for e in listed} == {"a": 1, "s": 1, "t": 0}
     assert "+1 queued" in env.run("ls").stdout
+    top = [line for line in env.run("top").stdout.splitlines() if line.startswith("s ")]
+    assert len(top) == 1 and "1 queued" in top[0], top
 
 
 def test_wait_waits_for_the_prompts_queued_behind_the_turn(env: Env) -> None:
