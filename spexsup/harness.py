@@ -26,8 +26,13 @@ MAX_ARG_BYTES = 128 * 1024 - 1
 
 
 class Fatal(NamedTuple):
+    """Output that names why the harness cannot work: `cause` says it for the
+    end's message; with `category`, the failed end's cause is that one (and
+    the pattern's `message` group, if any, is the error line)."""
+
     pattern: str
     cause: str
+    category: str | None = None
 
 
 class Limit(NamedTuple):
@@ -309,18 +314,31 @@ BUILTIN: dict[str, Harness] = {
     ),
     "opencode": Harness(
         name="opencode",
-        fresh=("opencode", "run", "--format", "json"),
-        resume=("opencode", "run", "--format", "json", "--session", SESSION_ID),
+        # Errors in opencode's log on stderr: `run --format json` says only
+        # `Unexpected server error` of a misspelled model; its log names it.
+        fresh=("opencode", "run", "--format", "json", "--print-logs", "--log-level", "ERROR"),
+        resume=(
+            "opencode", "run", "--format", "json", "--print-logs", "--log-level", "ERROR",
+            "--session", SESSION_ID,
+        ),  # fmt: skip
         prompt_via="stdin",
         window=3.0,
         id_pattern=r'"sessionID"\s*:\s*"(ses_[A-Za-z0-9]+)"',
         retryable=_LOCKED,
         fatal=(
+            # opencode 1.18's log: `error="ProviderModelNotFoundError: Model not
+            # found: fake/fake-modle. Did you mean: fake-model?"`.
+            Fatal(
+                r"ProviderModelNotFoundError: (?P<message>Model not found: [^\"\\\n]*)",
+                "opencode does not know the model",
+                "model-not-found",
+            ),
             Fatal(
                 r"ProviderModelNotFound|No provider", "opencode has no model provider configured"
             ),
         ),
-        gone=(r"Session not found|NotFoundError",),
+        # Not `ProviderModelNotFoundError` (a model it does not know), in its log.
+        gone=(r"Session not found|(?<!Model)NotFoundError",),
         binary="opencode",
         outcome="opencode",
         limited=(

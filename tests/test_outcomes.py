@@ -229,6 +229,28 @@ def test_opencode_error_then_exit_0_is_a_failure_without_strict(env: Env) -> Non
     assert code == 0 and v["verdict"] == "completed" and v["flags"] == [], v
 
 
+def test_an_opencode_model_it_does_not_know_is_named_model_not_found(env: Env) -> None:
+    """opencode 1.18 prints only `Unexpected server error` of a misspelled
+    model; the built-in harness has it print its error log too, which names
+    the model (issue 26, item 6: it was "no model provider configured")."""
+    new(env, "o", "opencode", "--", "--model", "fake/typo-model", FAKE_OPENCODE_ONLINE="1")
+    code, v = wake_json(env, "o", "go", "--window", "10")
+    assert code == 1 and v["verdict"] == "failed", v
+    turn = show(env, "o")["turn"]
+    assert turn["cause"] == "model-not-found", turn
+    assert turn["error"] == "Model not found: fake/typo-model. Did you mean: fake-model?", turn
+    r = env.run("show", "o")
+    assert "model-not-found" in r.stdout and "fake/typo-model" in r.stdout, r.stdout
+    # A resumed turn too: its log's ProviderModelNotFoundError is no lost conversation.
+    assert env.run("edit", "o", "--clear-args").returncode == 0
+    assert wake_json(env, "o", "go", "--window", "10")[1]["verdict"] == "completed"
+    conversation = show(env, "o")["harness_session_id"]
+    assert env.run("edit", "o", "--", "--model", "fake/typo-model").returncode == 0
+    code, v = wake_json(env, "o", "go", "--window", "10")
+    assert code == 1 and show(env, "o")["turn"]["cause"] == "model-not-found", v
+    assert show(env, "o")["harness_session_id"] == conversation
+
+
 def test_codex_flags(env: Env) -> None:
     (env.root / ".git").mkdir()
     new(env, "x", "codex", FAKE_CODEX_ONLINE="1")

@@ -380,3 +380,23 @@ def test_opencode_sessions_are_read_from_its_real_database(
     assert found and found.startswith("ses_")
     assert real.run("stop", "x", "--grace", "3").returncode == 0
     assert show(real, "x")["harness_session_id"] in (None, found)
+
+
+def test_an_opencode_model_it_does_not_know_is_named(real: Env, model: ModelServer) -> None:
+    """opencode 1.18 says only `Unexpected server error` of a misspelled
+    model; its error log, which the built-in harness prints, names it."""
+    repo = real.root / "repo"
+    repo.mkdir()
+    env = realclis.setup("opencode", Path(real.vars["HOME"]), model.url)
+    args = [f"--env={k}={v}" for k, v in env.items() if v]
+    r = real.run(
+        "new", "o", "--harness", "opencode", "--cwd", str(repo), *args,
+        "--", "--model", f"fake/{realclis.MODEL}x",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    code, v = wake_json(real, "o", "say hi", "--window", WINDOW)
+    assert code == 1, v
+    report("opencode --model typo", real, "o", v)
+    turn = finish(real, "o", v)
+    assert turn["state"] == "failed" and turn["cause"] == "model-not-found", turn
+    assert turn["error"].startswith(f"Model not found: fake/{realclis.MODEL}x."), turn

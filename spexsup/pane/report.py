@@ -231,11 +231,15 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
             f"conversation {resumed} is gone; the next wake starts a new one (or --fresh)"
         )
         return verdict
-    if found.fails:
+    fatal = _fatal(tail, adapter)
+    if fatal is not None and fatal[1] is not None:
+        # The harness's own words for it beat its generic error event.
+        verdict.state, verdict.cause = FAILED, fatal[1]
+        verdict.error = fatal[2] or f"{fatal[0]}: {found.error or 'exited rc=' + str(rc)}"
+    elif found.fails:
         verdict.state, verdict.cause = FAILED, outcome.classify(found)
         line = found.error or outcome.describe(found.flags)
-        fatal = _fatal(tail, adapter)
-        verdict.error = f"{fatal}: {line}" if fatal else line
+        verdict.error = f"{fatal[0]}: {line}" if fatal else line
     return verdict
 
 
@@ -264,13 +268,15 @@ def _adapter(home: Path, name: str, adapter: Harness | None) -> Harness | None:
         return None
 
 
-def _fatal(text: str, adapter: Harness | None) -> str | None:
-    """The cause a harness's fatal pattern names for this output (`claude is not logged in`)."""
+def _fatal(text: str, adapter: Harness | None) -> tuple[str, str | None, str | None] | None:
+    """What a harness's fatal pattern names for this output: its words
+    (`claude is not logged in`), its category and the message it matched."""
     if adapter is None:
         return None
     for fatal in adapter.fatal:
-        if re.search(fatal.pattern, text):
-            return fatal.cause
+        m = re.search(fatal.pattern, text)
+        if m:
+            return fatal.cause, fatal.category, m.groupdict().get("message")
     return None
 
 
