@@ -175,6 +175,9 @@ def command_harness(command: Sequence[str]) -> Harness:
 _DEMO = tuple(own_python("spexsup.demo_agent"))
 # Conversation-store and lock errors that mean nothing ran: safe to retry.
 _LOCKED = (r"database is locked", r"SQLITE_BUSY")
+# opencode's error log on stderr: `run --format json` says only `Unexpected
+# server error` of a misspelled model; its log names it.
+_OPENCODE_LOG = ("--print-logs", "--log-level", "ERROR")
 
 # Usage-limit messages, as the CLIs print them (sources next to each pattern).
 # A reset `clock` as printed: `7pm`, `3:45 PM`, `2:50am (Asia/Muscat)`,
@@ -314,13 +317,8 @@ BUILTIN: dict[str, Harness] = {
     ),
     "opencode": Harness(
         name="opencode",
-        # Errors in opencode's log on stderr: `run --format json` says only
-        # `Unexpected server error` of a misspelled model; its log names it.
-        fresh=("opencode", "run", "--format", "json", "--print-logs", "--log-level", "ERROR"),
-        resume=(
-            "opencode", "run", "--format", "json", "--print-logs", "--log-level", "ERROR",
-            "--session", SESSION_ID,
-        ),  # fmt: skip
+        fresh=("opencode", "run", "--format", "json", *_OPENCODE_LOG),
+        resume=("opencode", "run", "--format", "json", *_OPENCODE_LOG, "--session", SESSION_ID),
         prompt_via="stdin",
         window=3.0,
         id_pattern=r'"sessionID"\s*:\s*"(ses_[A-Za-z0-9]+)"',
