@@ -313,6 +313,18 @@ else
             (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 | tee -a "$dir/output.log"
         fi
         rc=${PIPESTATUS[0]}
+        # With `fallback` (--fallback-model): an attempt that failed on its
+        # model before doing any work runs again on the next model, the same
+        # turn (its output kept as attempt-N.output.log).
+        if [ -r "$dir/fallback" ] && [ ! -e "$dir/timed-out" ] && [ ${#reporter[@]} -gt 0 ] &&
+            said=$("${py[@]}" -m spexsup.pane.fallback next "$dir" "$rc" </dev/null); then
+            argv=()
+            mapfile -d '' -t argv <"$dir/argv"
+            input=/dev/null
+            [ -e "$dir/stdin" ] && input=$dir/prompt
+            printf '%s\n' "$said" | tee -a "$dir/output.log"
+            continue
+        fi
         if [ ! -r "$dir/on-limit" ] || [ $waits -ge 5 ] || [ -e "$dir/timed-out" ] ||
             [ ${#reporter[@]} -eq 0 ]; then
             break

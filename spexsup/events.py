@@ -48,6 +48,7 @@ TURN_KINDS = (
     "interrupted",
     "timed-out",
     "skipped",
+    "fell-back",
 )
 SESSION_KINDS = (
     "created",

@@ -35,6 +35,8 @@ class Given(NamedTuple):
     timeout: float | None = None
     strict: bool | None = None
     on_limit: str | None = None
+    model: str | None = None
+    fallback: tuple[str, ...] | None = None
 
 
 class Plan(NamedTuple):
@@ -53,7 +55,7 @@ class Plan(NamedTuple):
 def _limits(given: Given) -> Limits:
     if given.on_limit is not None:
         parse_on_limit(given.on_limit)
-    return Limits(given.timeout, bool(given.strict), given.on_limit)
+    return Limits(given.timeout, bool(given.strict), given.on_limit, given.model, given.fallback)
 
 
 def to_sessions(
@@ -83,6 +85,12 @@ def retry(spex: Spex, wave: str, names: Sequence[str], given: Given) -> Plan:
         limits.timeout if given.timeout is not None else recorded["timeout"],
         bool(given.strict) if given.strict is not None else bool(recorded["strict"]),
         given.on_limit if given.on_limit is not None else recorded["on_limit"],
+        given.model if given.model is not None else recorded["model"],
+        given.fallback
+        if given.fallback is not None
+        else tuple(recorded["fallback"])
+        if recorded["fallback"] is not None
+        else None,
     )
     window = given.window if given.window is not None else recorded["window"]
     nothing = None if targets else f"nothing to retry: no leg of wave {wave} failed"

@@ -217,7 +217,7 @@ def group_legs(names: Sequence[str]) -> dict[str, list[str]]:
     return groups
 
 
-TURN_OPTIONS = ("window", "timeout", "strict", "on_limit")
+TURN_OPTIONS = ("window", "timeout", "strict", "on_limit", "model", "fallback")
 
 
 def turn_argv(turn_options: dict[str, Any]) -> list[str]:
@@ -232,6 +232,10 @@ def turn_argv(turn_options: dict[str, Any]) -> list[str]:
         argv.append("--strict" if turn_options["strict"] else "--no-strict")
     if turn_options.get("on_limit") is not None:
         argv += ["--on-limit", str(turn_options["on_limit"])]
+    if turn_options.get("model") is not None:
+        argv += ["--model", str(turn_options["model"])]
+    if turn_options.get("fallback") is not None:
+        argv += ["--fallback-model", ",".join(turn_options["fallback"])]
     return argv
 
 

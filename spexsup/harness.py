@@ -10,6 +10,7 @@ built-ins; `spexsup.registry` overlays them with the user's harnesses.toml.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -18,6 +19,9 @@ from spexsup.paths import own_python
 
 PROMPT = "{prompt}"
 SESSION_ID = "{session_id}"
+# The turn's model (`--model`); with none, a `{model}` word and the flag just
+# before it are left out.
+MODEL = "{model}"
 # Where a session's own arguments (`spex new NAME --harness H -- ARGS…`) go.
 ARGS = "{args}"
 
@@ -81,6 +85,20 @@ class Harness(NamedTuple):
     # The session's own arguments, put in both argv forms (see `args_index`);
     # passed verbatim: a `{prompt}` or `{session_id}` in them is not expanded.
     args: tuple[str, ...] = ()
+    # How a turn's `--model` reaches the CLI: `model_flag M` where the
+    # session's arguments go, unless the argv spells `{model}` itself.
+    model_flag: str | None = None
+    # The model a turn runs when none is given (None: the CLI's own), and the
+    # models to fall back to, in order (`--fallback-model`, see pane.fallback).
+    model: str | None = None
+    fallback: tuple[str, ...] = ()
+
+    def takes_model(self) -> bool:
+        if self.prompt_via == "append":
+            return False  # the command harness's argv is the user's, verbatim
+        return self.model_flag is not None or any(
+            MODEL in part for part in (*self.fresh, *(self.resume or ()))
+        )
 
     def pinned(self, path: str) -> Harness:
         """This harness with its binary run as `path` (an absolute path that
@@ -95,13 +113,26 @@ class Harness(NamedTuple):
         return self._replace(fresh=pin(self.fresh) or self.fresh, resume=pin(self.resume))
 
     def argv(
-        self, prompt: bytes, session_id: str | None, assigned: str | None = None
+        self,
+        prompt: bytes,
+        session_id: str | None,
+        assigned: str | None = None,
+        model: str | None = None,
     ) -> tuple[list[bytes], bool]:
         """The turn's argv and whether the prompt goes on stdin; a fresh turn of
-        a harness that takes a chosen id gets `assigned` as its {session_id}.
+        a harness that takes a chosen id gets `assigned` as its {session_id};
+        `model` (else the harness's own) goes in as `{model}` or `model_flag`.
 
-        Raises Invalid when the prompt fits neither argv nor stdin.
+        Raises Invalid when the prompt fits neither argv nor stdin, or a model
+        is given to a harness that has no way to pass one.
         """
+        model = model or self.model
+        if model is not None and not self.takes_model():
+            raise Invalid(
+                f"harness {self.name} has no way to pass a model",
+                hint="put it in the harness's argv, or give the harness model_flag or {model}"
+                " in harnesses.toml",
+            )
         template = self.resume if session_id and self.resume else self.fresh
         if template is self.fresh:
             session_id = assigned
@@ -127,18 +158,42 @@ class Harness(NamedTuple):
             on_stdin = True
         at = args_index(template)
         parts = [p for p in template if p != ARGS]
+        spelled = any(MODEL in p for p in parts)
         out: list[bytes] = []
         for i, part in enumerate([*parts, None]):
             if i == at:
+                if model is not None and not spelled and self.model_flag is not None:
+                    out.extend((self.model_flag.encode(), os.fsencode(model)))
                 out.extend(os.fsencode(a) for a in self.args)
             if part is None:
                 break
             if part == PROMPT:
                 if not on_stdin:
                     out.append(prompt)
+            elif MODEL in part and model is None:
+                if i > 0 and parts[i - 1].startswith("-") and out:
+                    out.pop()  # its flag: `--model {model}` with no model is neither
             else:
-                out.append(part.replace(SESSION_ID, session_id or "").encode())
+                word = part.replace(SESSION_ID, session_id or "")
+                out.append(os.fsencode(word.replace(MODEL, model or "")))
         return out, on_stdin
+
+
+_MODEL_RE = re.compile(r"[^\s,\x00-\x1f\x7f]{1,200}")
+
+
+def parse_model(text: str, option: str = "--model") -> str:
+    """A model name as a CLI takes it (`sonnet`, `openai/gpt-5`, `qwen3:8b`)."""
+    if not _MODEL_RE.fullmatch(text):
+        raise Invalid(
+            f"invalid {option} {text!r}", hint="a model name: 1-200 characters, no space or comma"
+        )
+    return text
+
+
+def parse_models(text: str, option: str = "--fallback-model") -> tuple[str, ...]:
+    """`A,B`: the models to fall back to, in order; "" is none."""
+    return tuple(parse_model(m.strip(), option) for m in text.split(",")) if text else ()
 
 
 def args_index(template: Sequence[str]) -> int:
@@ -243,6 +298,7 @@ BUILTIN: dict[str, Harness] = {
         ),
         gone=(r"No conversation found with session ID",),
         binary="claude",
+        model_flag="--model",
         outcome="claude",
         limited=(
             # 1.0.x print mode: `Claude AI usage limit reached|1755615600`, the reset
@@ -287,6 +343,7 @@ BUILTIN: dict[str, Harness] = {
         ),
         gone=(r"no rollout found|[Ss]ession .* not found",),
         binary="codex",
+        model_flag="--model",
         outcome="codex",
         limited=(
             # codex-rs/protocol/src/error.rs (core/src/error.rs before), Display for
@@ -338,6 +395,7 @@ BUILTIN: dict[str, Harness] = {
         # Not `ProviderModelNotFoundError` (a model it does not know), in its log.
         gone=(r"Session not found|(?<!Model)NotFoundError",),
         binary="opencode",
+        model_flag="--model",
         outcome="opencode",
         limited=(
             # opencode retries a retryable provider error itself (session/retry.ts, using
@@ -375,6 +433,7 @@ BUILTIN: dict[str, Harness] = {
         ),
         gone=(r"No session found|Session not found",),
         binary="pi",
+        model_flag="--model",
         outcome="pi",
         limited=(
             # packages/ai/src/providers/openai-codex-responses.ts, parseErrorResponse

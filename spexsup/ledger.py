@@ -107,6 +107,8 @@ EDITABLE = frozenset(
     {
         "harness",
         "queue",
+        "model",
+        "fallback",
         "command",
         "cwd",
         "env",
@@ -394,6 +396,41 @@ def claim_fence(db: sqlite3.Connection, name: str, turn: str) -> int | None:
     db.execute("UPDATE sessions SET launch_fence = ? WHERE name = ?", (fence, name))
     db.execute("UPDATE turns SET fence = ? WHERE id = ?", (fence, turn))
     return fence
+
+
+def fell_back(
+    db: sqlite3.Connection,
+    session: str,
+    turn: str,
+    attempt: dict[str, Any],
+    model: str,
+    conversation: str | None,
+) -> bool:
+    """A running turn's attempt failed before it did any work (`attempt`: its
+    model, cause, error…) and the turn goes on with `model`, resuming
+    `conversation` (see `spexsup.pane.fallback`); its `fell-back` event.
+    False if the turn is no longer running (a stop got there first)."""
+    cur = db.execute(
+        "UPDATE turns SET model = ?, resumed = coalesce(?, resumed),"
+        " fallbacks = json_insert(coalesce(fallbacks, '[]'), '$[#]', json(?))"
+        " WHERE id = ? AND session = ? AND state IN (?, ?)",
+        (model, conversation, json.dumps(attempt), turn, session, STARTING, RUNNING),
+    )
+    if not cur.rowcount:
+        return False
+    if conversation is not None:
+        set_conversation(db, session, conversation)
+    events.record(
+        db,
+        "fell-back",
+        session=session,
+        turn=turn,
+        cause=attempt.get("cause"),
+        error=attempt.get("error"),
+        model=attempt.get("model"),
+        to=model,
+    )
+    return True
 
 
 def set_conversation(db: sqlite3.Connection, session: str, conversation: str) -> None:

@@ -52,6 +52,9 @@ FIELDS = {
     "limited": list,
     "assign_id": str,
     "gone": list,
+    "model_flag": str,
+    "model": str,
+    "fallback": list,
 }
 
 
@@ -118,7 +121,7 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
         elif not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             raise _bad(path, name, key, f"must be a {kind.__name__}")
         values[key] = value
-    for key in ("fresh", "resume", "retryable", "version_args", "gone"):
+    for key in ("fresh", "resume", "retryable", "version_args", "gone", "fallback"):
         items = values.get(key)
         if items is not None and not all(isinstance(x, str) and x for x in items):  # type: ignore[attr-defined]
             raise _bad(path, name, key, "must be a list of non-empty strings")

@@ -58,6 +58,10 @@ class Session(NamedTuple):
     binary: str | None = None
     # `spex wake` queues its prompt when the session is busy (as --queue).
     queue: bool = False
+    # The model its turns run (None: the harness's), and the models a turn
+    # falls back to, in order (None: the harness's list).
+    model: str | None = None
+    fallback: tuple[str, ...] | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Session:
@@ -85,6 +89,8 @@ class Session(NamedTuple):
             on_limit=row["on_limit"],
             binary=row["binary"],
             queue=bool(row["queue"]),
+            model=row["model"],
+            fallback=tuple(json.loads(row["fallback"])) if row["fallback"] else None,
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
@@ -276,6 +282,8 @@ def create(
     strict: bool = False,
     on_limit: str | None = None,
     queue: bool = False,
+    model: str | None = None,
+    fallback: Sequence[str] | None = None,
     check: bool = True,
     confirm: Callable[[Setup], bool] | None = None,
 ) -> Session:
@@ -295,6 +303,13 @@ def create(
     validate_window(window)
     env = parse_env([f"{k}={v}" for k, v in (env or {}).items()])
     harness, pinned = check_harness(spex.home, harness, command, harness_args, env, check=check)
+    if (model or fallback) and not registry.resolve(
+        harness, command, spex.home, tuple(harness_args)
+    ).takes_model():
+        raise Invalid(
+            f"harness {harness} has no way to pass a model",
+            hint="give the harness model_flag or {model} in harnesses.toml",
+        )
     after = list(command) if command else list(harness_args)
     plan = None
     if worktree is not None:
@@ -329,6 +344,8 @@ def create(
                 on_limit=on_limit,
                 binary=pinned,
                 queue=int(queue),
+                model=model,
+                fallback=json.dumps(list(fallback)) if fallback is not None else None,
             )
     except sqlite3.IntegrityError:
         raise Refused(f"session {name!r} already exists", hint="see spex ls") from None

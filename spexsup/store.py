@@ -306,6 +306,15 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX wave_turns_by_wave ON wave_turns (wave);
     ALTER TABLE sessions ADD COLUMN queue INTEGER NOT NULL DEFAULT 0;
     """,
+    # 18: models (see `spexsup.pane.fallback`): a session's model and models
+    # to fall back to (a JSON list); the model a turn's attempt runs, and the
+    # attempts it fell back from (a JSON list of {model, cause, error, …}).
+    """
+    ALTER TABLE sessions ADD COLUMN model TEXT;
+    ALTER TABLE sessions ADD COLUMN fallback TEXT;
+    ALTER TABLE turns ADD COLUMN model TEXT;
+    ALTER TABLE turns ADD COLUMN fallbacks TEXT;
+    """,
 )
 
 

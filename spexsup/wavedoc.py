@@ -50,7 +50,7 @@ TURN_ENV = ("SPEXSUP_SESSION", "SPEXSUP_TURN", "SPEXSUP_TURN_DIR", "SPEXSUP_PROM
 Doc = dict[str, Any]
 Change = Callable[[Doc], None]
 Listener = Callable[[Doc], None]
-TURN_OPTIONS = ("window", "timeout", "strict", "on_limit")
+TURN_OPTIONS = ("window", "timeout", "strict", "on_limit", "model", "fallback")
 
 
 def recorded_options(doc: Doc) -> Doc:
@@ -138,10 +138,17 @@ def merge_turns(db: sqlite3.Connection, doc: Doc) -> None:
         if leg["turn"] is None or leg.get("turn_state") not in TURN_ACTIVE:
             continue
         row = db.execute(
-            "SELECT state, rc, error, flags, cause FROM turns WHERE id = ?", (leg["turn"],)
+            "SELECT state, rc, error, flags, cause, model, fallbacks FROM turns WHERE id = ?",
+            (leg["turn"],),
         ).fetchone()
-        if row is None or row["state"] == leg.get("turn_state"):
+        if row is None:
             continue
+        if row["fallbacks"] and row["fallbacks"] != json.dumps(leg.get("fallbacks")):
+            # An attempt failed on its model: the leg says which one it runs now.
+            leg["model"], leg["fallbacks"] = row["model"], json.loads(row["fallbacks"])
+        if row["state"] == leg.get("turn_state"):
+            continue
+        leg["model"] = row["model"]
         leg["turn_state"] = row["state"]
         if row["state"] not in TURN_ACTIVE:
             leg["rc"] = row["rc"]

@@ -80,6 +80,8 @@ def turn_options(window: float | None, limits: Limits | None) -> Doc:
         "timeout": limits.timeout,
         "strict": limits.strict,
         "on_limit": limits.on_limit,
+        "model": limits.model,
+        "fallback": list(limits.fallback) if limits.fallback is not None else None,
     }
 
 

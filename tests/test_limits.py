@@ -122,8 +122,6 @@ def test_the_wave_document_shows_queued_legs_and_a_removed_one_fails(env: Env) -
     assert doc["state"] == "running"
     assert [leg["verdict"] for leg in doc["legs"]].count("queued") == 2
     assert "+1 queued" in env.run("ls").stdout
-    top = [line for line in env.run("top").stdout.splitlines() if line.startswith("s ")]
-    assert len(top) == 1 and "1 queued" in top[0], top
     # One queued leg removed: it fails with the reason, the other still waits.
     entries = json.loads(env.run("queue", "ls", "--json").stdout)
     assert env.run("queue", "rm", entries[0]["id"]).returncode == 0

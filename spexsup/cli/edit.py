@@ -7,7 +7,15 @@ import typer
 from spexsup import ids
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex
-from spexsup.cli.params import DURATION, JsonOpt, NameArg, timeout_seconds, window_seconds
+from spexsup.cli.params import (
+    DURATION,
+    JsonOpt,
+    ModelOpt,
+    NameArg,
+    model_rules,
+    timeout_seconds,
+    window_seconds,
+)
 from spexsup.cli.render import document, edit_lines, print_json
 from spexsup.errors import Invalid
 from spexsup.pane.pretty import one_line
@@ -74,6 +82,23 @@ def edit(
             show_default=False,
         ),
     ] = None,
+    model: ModelOpt = None,
+    no_model: Annotated[
+        bool, typer.Option("--no-model", help="No model of its own (the harness's).")
+    ] = False,
+    fallback: Annotated[
+        str | None,
+        typer.Option(
+            "--fallback-model",
+            metavar="MODEL,…",
+            help="The models a turn falls back to, in order ('' for none).",
+            show_default=False,
+        ),
+    ] = None,
+    no_fallback: Annotated[
+        bool,
+        typer.Option("--no-fallback-model", help="No fallback list of its own (the harness's)."),
+    ] = False,
     queue: Annotated[
         bool | None,
         typer.Option(
@@ -149,6 +174,10 @@ def edit(
         on_limit=on_limit,
         no_on_limit=no_on_limit,
         queue=queue,
+        model=model_rules(model, None)[0],
+        no_model=no_model,
+        fallback=model_rules(None, fallback)[1],
+        no_fallback=no_fallback,
     )
     change.check(name)
     spex = open_spex(ctx)

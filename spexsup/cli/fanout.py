@@ -19,14 +19,17 @@ from spexsup.cli.params import (
     AfterOpt,
     AllOpt,
     BaseOpt,
+    FallbackOpt,
     JsonOpt,
     MatchOpt,
+    ModelOpt,
     OnLimitOpt,
     PromptFileOpt,
     RepoOpt,
     TimeoutOpt,
     WindowOpt,
     after_session,
+    model_rules,
     timeout_seconds,
     window_seconds,
 )
@@ -64,6 +67,11 @@ def leg_line(leg: dict[str, Any]) -> str:
         parts.append(f"ended {leg['turn_state']}" if leg["turn_state"] != "running" else "running")
     if leg["rc"] is not None:
         parts.append(f"rc={leg['rc']}")
+    if leg.get("model"):
+        parts.append(f"on {leg['model']}")
+    for attempt in leg.get("fallbacks") or ():
+        was = attempt.get("model") or "the default"
+        parts.append(f"(fell back from {was}: {attempt.get('cause')})")
     if leg.get("repeat"):
         parts.append("(repeat of its key: no second turn)")
     error = leg.get("turn_error") or leg["error"]
@@ -172,6 +180,8 @@ def fanout(
     ] = None,
     after: AfterOpt = None,
     after_any: AfterAnyOpt = None,
+    model: ModelOpt = None,
+    fallback: FallbackOpt = None,
     window: WindowOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Also wait for every turn to end.")] = False,
     fresh: Annotated[
@@ -257,6 +267,7 @@ def fanout(
       spex fanout a b c -f prompt.md --max-concurrent 4
       spex fanout --match 'test-*' -m "run the suite" --max-running 4 --wait
       spex fanout review-1 review-2 --after api -m "review what api changed"
+      spex fanout --all -m "triage" --model opus --fallback-model sonnet
       spex fanout --retry-failed last
       spex fanout --retry-failed last --timeout 30m --no-strict
       spex fanout --worktrees 3 --repo ~/src/api -m "fix the flaky test"
@@ -281,6 +292,7 @@ def fanout(
                 hint="give --key to a fan-out over existing sessions",
             )
     seconds = timeout_seconds(timeout)
+    models = model_rules(model, fallback)
     if (
         hosts is not None
         or any(":" in n for n in names or [])
@@ -299,6 +311,8 @@ def fanout(
             "timeout": seconds,
             "strict": strict,
             "on_limit": on_limit,
+            "model": models[0],
+            "fallback": list(models[1]) if models[1] is not None else None,
         }
         options = ["--wait"] * wait + ["--fresh"] * fresh
         if key is not None:
@@ -327,7 +341,7 @@ def fanout(
     from spexsup import waves
     from spexsup import worktree as wt
 
-    given = plans.Given(confirm_window, seconds, strict, on_limit)
+    given = plans.Given(confirm_window, seconds, strict, on_limit, *models)
     spex = open_spex(ctx)
     defaults = settings(ctx, spex)
     request = wt.Request(None, base, repo, worktree_dir)

@@ -104,6 +104,41 @@ StrictOpt = Annotated[
         " question) fails the turn.",
     ),
 ]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        metavar="MODEL",
+        help="The model the turn runs (the harness's model flag, or {model} in its argv)."
+        " [default: the session's, else the harness's, else the CLI's own]",
+        show_default=False,
+    ),
+]
+FallbackOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--fallback-model",
+        metavar="MODEL,…",
+        help="When the turn fails on a usage limit, a rate limit, overload or an unknown"
+        " model before doing any work, run it again on the next of these (resuming the"
+        " conversation). [default: the session's, else the harness's fallback]",
+        show_default=False,
+    ),
+]
+
+
+def model_rules(
+    model: str | None, fallback: str | None
+) -> tuple[str | None, tuple[str, ...] | None]:
+    """--model and --fallback-model, checked (None: not given)."""
+    from spexsup.harness import parse_model, parse_models
+
+    return (
+        parse_model(model) if model is not None else None,
+        parse_models(fallback) if fallback is not None else None,
+    )
+
+
 OnLimitOpt = Annotated[
     str | None,
     typer.Option(

@@ -281,6 +281,10 @@ def turn_line(t: dict[str, Any]) -> str:
     The wake's verdict is named only when it was itself a failure (the turn
     never confirmed its start): otherwise the end state says it all."""
     line = f"{short_id(t['id'])}  {end_words(t['state'], t['rc'], t.get('cause'))}"
+    if t.get("model"):
+        line += f" on {t['model']}"
+    for attempt in t.get("fallbacks") or ():
+        line += f" (fell back from {attempt.get('model') or 'the default'}: {attempt.get('cause')})"
     line += f"  {age(time.time() - t['started_at'])}"
     if t["ended_at"] is not None:
         line += f", ran {span(t['ended_at'] - t['started_at'])}"
@@ -381,6 +385,12 @@ def setting_cells(row: dict[str, Any]) -> list[tuple[str, str]]:
         ]
     if "queue" in row:
         cells.append(("queue", "yes (a wake queues when busy)" if row["queue"] else "no"))
+    if "model" in row:
+        fallback = row.get("fallback")
+        cells += [
+            ("model", row["model"] or "-"),
+            ("fallback", ", ".join(fallback) if fallback else "-" if fallback is None else "none"),
+        ]
     return cells
 
 
@@ -396,6 +406,8 @@ EDIT_LABELS = {
     "strict": "strict",
     "on_limit": "on-limit",
     "queue": "queue",
+    "model": "model",
+    "fallback": "fallback",
     "pinned_binary": "binary",
     "harness_session_id": "conversation",
 }

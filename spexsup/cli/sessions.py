@@ -15,8 +15,10 @@ from spexsup.cli.params import (
     AllOpt,
     BaseOpt,
     ColorOpt,
+    FallbackOpt,
     JsonOpt,
     MatchOpt,
+    ModelOpt,
     NameArg,
     NamesArg,
     OnLimitOpt,
@@ -25,6 +27,7 @@ from spexsup.cli.params import (
     TimeoutOpt,
     WindowOpt,
     confirm_many,
+    model_rules,
     timeout_seconds,
     window_seconds,
 )
@@ -111,6 +114,8 @@ def new(
             help="spex wake queues its prompt when the session is busy (as wake --queue).",
         ),
     ] = False,
+    model: ModelOpt = None,
+    fallback: FallbackOpt = None,
     no_check: Annotated[
         bool,
         typer.Option("--no-check", help="Create it even if the harness binary is not found."),
@@ -144,6 +149,7 @@ def new(
         raise Invalid("--branch, --base, --repo and --worktree-dir need --worktree")
     seconds = window_seconds(window)
     limit = timeout_seconds(timeout)
+    models = model_rules(model, fallback)
     if on_limit is not None:
         from spexsup.turn.admit import parse_on_limit
 
@@ -166,6 +172,8 @@ def new(
         strict=strict,
         on_limit=on_limit,
         queue=queue,
+        model=models[0],
+        fallback=models[1],
         check=not no_check,
         command=command,
         harness_args=harness_args,

@@ -12,11 +12,13 @@ from spexsup.cli.params import (
     AfterAnyOpt,
     AfterOpt,
     AllOpt,
+    FallbackOpt,
     GraceOpt,
     JsonOpt,
     KeyOpt,
     MatchOpt,
     MessageOpt,
+    ModelOpt,
     NameArg,
     NamesArg,
     OnLimitOpt,
@@ -27,6 +29,7 @@ from spexsup.cli.params import (
     WindowOpt,
     after_session,
     grace_seconds,
+    model_rules,
     timeout_seconds,
     window_seconds,
 )
@@ -64,6 +67,8 @@ WAKE_OPTIONS = (
     "--key",
     "--after",
     "--after-any",
+    "--model",
+    "--fallback-model",
     "-h",
     "--help",
     "--home",
@@ -114,6 +119,8 @@ def wake_and_report(
     after: str | None = None,
     after_any: bool = False,
     key: str | None = None,
+    model: str | None = None,
+    fallback: str | None = None,
 ) -> None:
     from spexsup.turn.admit import Limits, parse_on_limit
     from spexsup.turn.wake import wake as wake_turn
@@ -121,7 +128,7 @@ def wake_and_report(
     limit = timeout_seconds(timeout)
     if on_limit is not None:
         parse_on_limit(on_limit)
-    limits = Limits(limit, strict, on_limit)
+    limits = Limits(limit, strict, on_limit, *model_rules(model, fallback))
     spex = open_spex(ctx)
     if queue is None:
         from spexsup.sessions import get
@@ -195,6 +202,8 @@ def wake(
     key: KeyOpt = None,
     after: AfterOpt = None,
     after_any: AfterAnyOpt = None,
+    model: ModelOpt = None,
+    fallback: FallbackOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a turn and print its verdict (confirmed, completed, failed, queued).
@@ -212,6 +221,7 @@ def wake(
       spex wake api --queue then update the changelog
       spex wake review --after api review what api just changed
       spex wake api --key nightly-2026-12-01 run the nightly checks
+      spex wake api --model opus --fallback-model sonnet,haiku fix the flaky test
     """
 
     ids.validate_name(name)
@@ -237,6 +247,8 @@ def wake(
         after=other,
         after_any=after_any is not None,
         key=key,
+        model=model,
+        fallback=fallback,
     )
 
 

@@ -36,6 +36,8 @@ LOGIN = "login"
 RENDER = "render"
 DEADLINE = "deadline"
 ON_LIMIT = "on-limit"
+# `{"models": [...]}`: the models a failed attempt falls back to (pane.fallback).
+FALLBACK = "fallback"
 META = "meta.json"
 GIT_START_TODO = "git-start.todo"
 # Written inside the pane, by the wrapper and the processes it starts.

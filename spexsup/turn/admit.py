@@ -84,12 +84,15 @@ def new_turn_id() -> str:
 
 
 class Limits(NamedTuple):
-    """A wake's own `--timeout` (seconds) and `--strict`; the session's and
-    then the harness's apply where these are not given."""
+    """A wake's own per-turn rules: `--timeout` (seconds), `--strict`,
+    `--on-limit`, `--model` and `--fallback-model`; the session's and then
+    the harness's apply where these are not given."""
 
     timeout: float | None = None
     strict: bool = False
     on_limit: str | None = None
+    model: str | None = None
+    fallback: tuple[str, ...] | None = None
 
 
 def parse_on_limit(text: str) -> float:
@@ -195,11 +198,17 @@ def admit(
             import uuid
 
             assigned = str(uuid.uuid4())
-        argv, on_stdin = adapter.argv(prompt, resume_id, assigned)
+        limits = limits or Limits()
+        model, fallback = models(limits, session, adapter)
+        if fallback and not adapter.takes_model():
+            raise Invalid(
+                f"harness {adapter.name} has no way to pass a model, so none to fall back to",
+                hint="give the harness model_flag or {model} in harnesses.toml",
+            )
+        argv, on_stdin = adapter.argv(prompt, resume_id, assigned, model)
         # The first attempt's launch fence (see `claim_fence`), claimed here
         # so the launch needs no transaction of its own.
         fence = session.launch_fence + 1
-        limits = limits or Limits()
         timeout = limits.timeout or session.timeout or adapter.timeout
         strict = limits.strict or session.strict or adapter.strict or settings.strict
         check_limits(db, settings.max_running, wave)
@@ -218,6 +227,7 @@ def admit(
             boot_id=boot_id() or None,
             timeout=timeout,
             strict=int(strict),
+            model=model,
         )
         if wave is not None:
             db.execute("INSERT INTO wave_turns (turn, wave) VALUES (?, ?)", (turn, wave.id))
@@ -231,6 +241,8 @@ def admit(
         settings.login_timeout if settings.login_shell else None,
         parse_on_limit(on_limit) if on_limit else None,
         settings.limit_margin if settings.limit_margin is not None else DEFAULT_LIMIT_MARGIN,
+        model,
+        fallback,
     )
     resumed = resume_id if resume_id and adapter.resume else None
     _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter, ending, resumed)
@@ -272,6 +284,19 @@ def check_limits(db: sqlite3.Connection, home_limit: int | None, wave: Wave | No
             )
 
 
+def models(
+    limits: Limits, session: Session, adapter: Harness
+) -> tuple[str | None, tuple[str, ...]]:
+    """The turn's model (the wake's, else the session's, else the harness's;
+    None: the CLI's own) and the models it falls back to, in order (the
+    wake's list, else the session's, else the harness's), never its own."""
+    model = limits.model or session.model or adapter.model
+    chain = next(
+        (c for c in (limits.fallback, session.fallback) if c is not None), adapter.fallback
+    )
+    return model, tuple(dict.fromkeys(m for m in chain if m != model))
+
+
 # Between the watchdog's SIGTERM and SIGKILL when config.toml sets no grace.
 DEFAULT_KILL_GRACE = 5.0
 
@@ -287,6 +312,9 @@ class Ending(NamedTuple):
     # Wait in the pane for a usage limit to reset, at most this long.
     limit_wait: float | None = None
     limit_margin: float = 60.0
+    # The model of the first attempt, and those to fall back to (pane.fallback).
+    model: str | None = None
+    fallback: tuple[str, ...] = ()
 
 
 def _in_git_tree(cwd: Path) -> bool:
@@ -340,6 +368,7 @@ def _prepare(
         "cwd": session.cwd,
         "started": time.time(),
         "resumed": resumed,
+        "model": ending.model,
     }
     files[turndir.META] = json.dumps(meta).encode()
     if adapter.outcome:
@@ -351,6 +380,8 @@ def _prepare(
         # Every harness, a path too (the demo's interpreter, `-- ./agent.sh`):
         # what the login shell exports (an API key in ~/.bashrc) is its own.
         files[turndir.LOGIN] = f"{ending.login_timeout:g}\n".encode()
+    if ending.fallback:
+        files[turndir.FALLBACK] = json.dumps({"models": list(ending.fallback)}).encode()
     if ending.limit_wait is not None:
         files[turndir.ON_LIMIT] = f"{ending.limit_wait:g} {ending.limit_margin:g}\n".encode()
     # Not fsync'd: after a crash the turn is lost anyway, and these die with it.

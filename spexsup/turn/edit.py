@@ -61,6 +61,10 @@ class Edit(NamedTuple):
     on_limit: str | None = None
     no_on_limit: bool = False
     queue: bool | None = None
+    model: str | None = None
+    no_model: bool = False
+    fallback: tuple[str, ...] | None = None
+    no_fallback: bool = False
 
     def check(self, name: str) -> None:
         """The request on its own, before any session is read: Invalid when
@@ -74,6 +78,8 @@ class Edit(NamedTuple):
             (self.window is not None, self.no_window, "window"),
             (self.timeout is not None, self.no_timeout, "timeout"),
             (self.on_limit is not None, self.no_on_limit, "on-limit"),
+            (self.model is not None, self.no_model, "model"),
+            (self.fallback is not None, self.no_fallback, "fallback-model"),
         ):
             if given and cleared:
                 raise Invalid(f"--{option} and --no-{option}: choose one")
@@ -220,6 +226,12 @@ def _plan(
         timeout=None if change.no_timeout else change.timeout or s.timeout,
         strict=s.strict if change.strict is None else change.strict,
         queue=s.queue if change.queue is None else change.queue,
+        model=None if change.no_model else change.model or s.model,
+        fallback=None
+        if change.no_fallback
+        else change.fallback or s.fallback
+        if change.fallback is None
+        else change.fallback,
         on_limit=None if change.no_on_limit else change.on_limit or s.on_limit,
         binary=pinned if rebind else s.binary,
         harness_session_id=None if switched else s.harness_session_id,
@@ -248,6 +260,8 @@ def _settings(s: Session) -> dict[str, Any]:
         "strict": s.strict,
         "on_limit": s.on_limit,
         "queue": s.queue,
+        "model": s.model,
+        "fallback": list(s.fallback) if s.fallback is not None else None,
         "pinned_binary": s.binary,
         "harness_session_id": s.harness_session_id,
     }
@@ -283,6 +297,8 @@ def _columns(s: Session) -> dict[str, Any]:
         "strict": int(s.strict),
         "on_limit": s.on_limit,
         "queue": int(s.queue),
+        "model": s.model,
+        "fallback": json.dumps(list(s.fallback)) if s.fallback is not None else None,
         "binary": s.binary,
         "harness_session_id": s.harness_session_id,
     }

@@ -82,6 +82,9 @@ def prompt_path(home: Path, entry: str) -> Path:
 def _options(window: float | None, fresh: bool, limits: Limits) -> dict[str, Any]:
     out: dict[str, Any] = {"window": window, "fresh": fresh}
     out.update(timeout=limits.timeout, strict=limits.strict, on_limit=limits.on_limit)
+    out.update(model=limits.model)
+    if limits.fallback is not None:
+        out["fallback"] = list(limits.fallback)
     return {k: v for k, v in out.items() if v not in (None, False)}
 
 
@@ -222,8 +225,13 @@ def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
             _tell_wave(spex, head, Verdict(name, None, "failed", error=why))
             continue
         options = head.options
+        fallback = options.get("fallback")
         limits = Limits(
-            options.get("timeout"), bool(options.get("strict")), options.get("on_limit")
+            options.get("timeout"),
+            bool(options.get("strict")),
+            options.get("on_limit"),
+            options.get("model"),
+            tuple(fallback) if fallback is not None else None,
         )
         try:
             verdict = wake(

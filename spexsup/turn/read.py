@@ -48,6 +48,9 @@ def turn_json(row: Any) -> dict[str, Any]:
         "cause": row["cause"],
         "timeout": row["timeout"],
         "strict": bool(row["strict"]),
+        # The model its (last) attempt ran, and the attempts it fell back from.
+        "model": row["model"],
+        "fallbacks": json.loads(row["fallbacks"]) if row["fallbacks"] else [],
         "survivors": json.loads(row["survivors"]) if row["survivors"] else [],
         "limit_reset": row["limit_reset"],
         "limit_reset_iso": ids.iso(row["limit_reset"]),
@@ -357,6 +360,8 @@ def describe(
             "on_limit": s.on_limit,
             "queue": s.queue,
             "queued": queued.get(s.name, 0),
+            "model": s.model,
+            "fallback": list(s.fallback) if s.fallback is not None else None,
             "command": list(s.command) if s.command else None,
             "harness_args": list(s.harness_args),
             "pinned_binary": s.binary,
