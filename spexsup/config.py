@@ -27,6 +27,8 @@ PREFIX_RE = re.compile(r"(?:[CMS]-)*(?:[!-~]|[A-Za-z][A-Za-z0-9]{1,15})")
 RAW_TABLES = ("hook", "host")
 # Sanity bounds for retention counts, so a typo cannot mean "keep nothing".
 MAX_KEEP = 10**9
+# `stagger` here and the --stagger options: from 0 (none) to this many seconds.
+MAX_STAGGER = 600.0
 
 
 def _seconds(lo: float, hi: float) -> Callable[[object], float | None]:
@@ -122,6 +124,7 @@ KEYS: dict[str, Callable[[object], Any]] = {
     "login_shell": _flag,
     "login_timeout": _seconds(0.1, 600),
     "limit_margin": _seconds(0, 3600),
+    "stagger": _seconds(0, MAX_STAGGER),
 }
 
 
@@ -140,6 +143,8 @@ class Config(NamedTuple):
     login_timeout: float = 10.0
     # After a usage limit's reset time, this long before resuming.
     limit_margin: float | None = None
+    # Launches of one harness at least this far apart (spexsup.stagger); 0: none.
+    stagger: float | None = None
     retention: Retention = Retention()
     files: tuple[Path, ...] = ()
     raw: Mapping[str, Any] = MappingProxyType({})
