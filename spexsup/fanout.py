@@ -35,6 +35,7 @@ class Given(NamedTuple):
     timeout: float | None = None
     strict: bool | None = None
     on_limit: str | None = None
+    stagger: float | None = None
 
 
 class Plan(NamedTuple):
@@ -53,7 +54,7 @@ class Plan(NamedTuple):
 def _limits(given: Given) -> Limits:
     if given.on_limit is not None:
         parse_on_limit(given.on_limit)
-    return Limits(given.timeout, bool(given.strict), given.on_limit)
+    return Limits(given.timeout, bool(given.strict), given.on_limit, given.stagger)
 
 
 def to_sessions(
@@ -83,6 +84,7 @@ def retry(spex: Spex, wave: str, names: Sequence[str], given: Given) -> Plan:
         limits.timeout if given.timeout is not None else recorded["timeout"],
         bool(given.strict) if given.strict is not None else bool(recorded["strict"]),
         given.on_limit if given.on_limit is not None else recorded["on_limit"],
+        given.stagger if given.stagger is not None else recorded["stagger"],
     )
     window = given.window if given.window is not None else recorded["window"]
     nothing = None if targets else f"nothing to retry: no leg of wave {wave} failed"
@@ -127,17 +129,19 @@ def check_best_of_options(
 
 
 @contextmanager
-def revive(spex: Spex, names: Sequence[str] | None, prompt: bytes | None) -> Iterator[Plan]:
+def revive(
+    spex: Spex, names: Sequence[str] | None, prompt: bytes | None, stagger: float | None = None
+) -> Iterator[Plan]:
     """The sessions (of `names`, default all) whose current turn a reboot
     interrupted, claimed for this revive while the plan is held (two
     concurrent revives never wake one session twice), told `prompt` (default
-    REVIVE_PROMPT)."""
+    REVIVE_PROMPT), their launches `stagger` apart (None: config.toml's)."""
     with revivals(spex, names) as targets:
         nothing = None if targets else "nothing to revive: no turn was interrupted by a reboot"
         yield Plan(
             list(targets),
             prompt if prompt is not None else REVIVE_PROMPT.encode(),
             None,
-            Limits(None, False, None),
+            Limits(None, False, None, stagger),
             nothing=nothing,
         )

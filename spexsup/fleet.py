@@ -217,12 +217,13 @@ def group_legs(names: Sequence[str]) -> dict[str, list[str]]:
     return groups
 
 
-TURN_OPTIONS = ("window", "timeout", "strict", "on_limit")
+TURN_OPTIONS = ("window", "timeout", "strict", "on_limit", "stagger")
 
 
 def turn_argv(turn_options: dict[str, Any]) -> list[str]:
-    """`--window`, `--timeout`, `--strict`/`--no-strict`, `--on-limit` for a
-    host's `spex fanout`, from `turn_options` (None: not given)."""
+    """`--window`, `--timeout`, `--strict`/`--no-strict`, `--on-limit`,
+    `--stagger` for a host's `spex fanout`, from `turn_options` (None: not
+    given)."""
     argv: list[str] = []
     if turn_options.get("window") is not None:
         argv += ["--window", f"{float(turn_options['window']):f}"]
@@ -232,6 +233,8 @@ def turn_argv(turn_options: dict[str, Any]) -> list[str]:
         argv.append("--strict" if turn_options["strict"] else "--no-strict")
     if turn_options.get("on_limit") is not None:
         argv += ["--on-limit", str(turn_options["on_limit"])]
+    if turn_options.get("stagger") is not None:
+        argv += ["--stagger", f"{float(turn_options['stagger']):f}"]
     return argv
 
 
@@ -255,7 +258,7 @@ def fanout(
     """Run one `spex fanout --json` per host of `groups` (host -> its session
     names, or None for `--match`/`--all` there) in parallel, and record the
     fleet wave. `retry` maps a host to its own wave whose failed legs to
-    relaunch instead. `turn_options` (window, timeout, strict, on_limit) go to
+    relaunch instead. `turn_options` (window, timeout, strict, on_limit, stagger) go to
     every host's fan-out and into the fleet wave's document."""
 
     turn = {k: (turn_options or {}).get(k) for k in TURN_OPTIONS}

@@ -51,15 +51,16 @@ DEFAULT_MAX_CONCURRENT = 16
 
 def turn_options(window: float | None, limits: Limits | None) -> Doc:
     """The per-turn options a wave's legs run under, as its document records
-    them: `window` and `timeout` in seconds, `strict`, `on_limit` (`wait[:H]`);
-    None (False for strict) where not given, so the session's and then the
-    harness's own apply."""
+    them: `window`, `timeout` and `stagger` in seconds, `strict`, `on_limit`
+    (`wait[:H]`); None (False for strict) where not given, so the session's
+    and then the harness's own apply (config.toml's `stagger`)."""
     limits = limits or Limits()
     return {
         "window": window,
         "timeout": limits.timeout,
         "strict": limits.strict,
         "on_limit": limits.on_limit,
+        "stagger": limits.stagger,
     }
 
 
@@ -285,6 +286,10 @@ class Wave:
 
         claimed = False
 
+        def check_abort() -> None:  # while the leg waits for its staggered start
+            if self.aborted.is_set():
+                raise _AbortedLeg
+
         def started(doc: Doc) -> None:
             nonlocal claimed
             leg = _leg(doc, session)
@@ -317,6 +322,7 @@ class Wave:
                 on_admitted=admitted,
                 limits=limits,
                 key=None if key is None else keys.leg_key(key, session),
+                check_abort=check_abort,
             )
             result = {
                 "turn": v.turn,

@@ -626,6 +626,7 @@ def test_retry_of_a_strict_wave_is_strict_unless_told_otherwise(env: Env) -> Non
         "timeout": None,
         "strict": True,
         "on_limit": None,
+        "stagger": None,
     }
     assert stored(env, first["id"])["turn_options"] == first["turn_options"]
     # No options given: the retry is strict and uses the wave's window.
@@ -685,6 +686,7 @@ def test_retry_of_an_old_wave_without_recorded_options(env: Env) -> None:
         "timeout": None,
         "strict": False,
         "on_limit": None,
+        "stagger": None,
     }
 
 

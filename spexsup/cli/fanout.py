@@ -22,8 +22,10 @@ from spexsup.cli.params import (
     OnLimitOpt,
     PromptFileOpt,
     RepoOpt,
+    StaggerOpt,
     TimeoutOpt,
     WindowOpt,
+    stagger_seconds,
     timeout_seconds,
     window_seconds,
 )
@@ -155,6 +157,7 @@ def fanout(
         ),
     ] = None,
     window: WindowOpt = None,
+    stagger: StaggerOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Also wait for every turn to end.")] = False,
     fresh: Annotated[
         bool,
@@ -237,6 +240,7 @@ def fanout(
     Examples:
       spex fanout --match 'api-*' -m "rebase on main" --wait
       spex fanout a b c -f prompt.md --max-concurrent 4
+      spex fanout --match 'claude-*' -m "carry on" --stagger 2s
       spex fanout --retry-failed last
       spex fanout --retry-failed last --timeout 30m --no-strict
       spex fanout --worktrees 3 --repo ~/src/api -m "fix the flaky test"
@@ -246,6 +250,7 @@ def fanout(
       spex fanout --match 'api-*' -m "rebase on main" --key rebase-2026-12-01
     """
     confirm_window = window_seconds(window)
+    spacing = stagger_seconds(stagger)
     if key is not None:
         from spexsup.turn.keys import validate
 
@@ -274,6 +279,7 @@ def fanout(
             "timeout": seconds,
             "strict": strict,
             "on_limit": on_limit,
+            "stagger": spacing,
         }
         options = ["--wait"] * wait + ["--fresh"] * fresh
         if key is not None:
@@ -297,7 +303,7 @@ def fanout(
     from spexsup import fanout as plans
     from spexsup import worktree as wt
 
-    given = plans.Given(confirm_window, seconds, strict, on_limit)
+    given = plans.Given(confirm_window, seconds, strict, on_limit, spacing)
     spex = open_spex(ctx)
     defaults = settings(ctx, spex)
     request = wt.Request(None, base, repo, worktree_dir)
