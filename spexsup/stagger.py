@@ -8,8 +8,8 @@ time at least `spacing` after the slot reserved before it, and names that
 launch (its predecessor), so the launcher can also keep `spacing` from the
 moment its predecessor's harness really started (spexsup.turn.wake): the
 wrapper's steps before the harness (the login shell's environment, a
-worktree's snapshot) take longer on a loaded machine, and launches spaced
-exactly would start harnesses closer together than that.
+worktree's snapshot) take longer on a loaded machine, so launches spaced
+exactly can still start their harnesses closer together than `spacing`.
 
 The reservations are kept in `stagger/<harness>` (0600, in a 0700
 directory) under an flock held only while that file is read and written: a
@@ -37,8 +37,8 @@ from spexsup.procs import boot_id
 
 DIR = "stagger"
 HARNESS_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
-# What a launch is named by in the file: no whitespace (the file's separator).
-LAUNCH_RE = re.compile(r"[A-Za-z0-9_./-]{1,300}")
+# A launch is named SESSION/TURN (a turn directory under turns/, never a path out).
+LAUNCH_RE = re.compile(r"[A-Za-z0-9_-]{1,64}/[A-Za-z0-9_-]{1,64}")
 
 
 class Slot(NamedTuple):

@@ -20,6 +20,7 @@ from conftest import SPEX, Env, harness, retry_until
 from test_turns import show
 
 from spexsup import stagger
+from spexsup.procs import boot_id
 
 # Launches `--stagger 1s` apart start their harnesses at least this far apart
 # (each waits for the one before it to start its harness): only the reading
@@ -312,6 +313,9 @@ def test_reserve_hands_out_slots_spacing_apart(tmp_path: Path) -> None:
     path.write_text("garbage\n")  # torn or foreign: no last start
     torn = stagger.reserve(home, "h", 10.0, "e/5")
     assert torn.at <= stagger.now() and torn.before is None
+    path.write_text(f"{boot_id()} {stagger.now()} ../..\n")  # no turn of ours: no last start
+    odd = stagger.reserve(home, "h", 10.0, "f/6")
+    assert odd.at <= stagger.now() and odd.before is None
     path.write_text(f"another-boot {stagger.now() + 1000} a/1\n")  # before a reboot: forgotten
     after = stagger.reserve(home, "h", 10.0, "h/8")
     assert after.at <= stagger.now() and after.before is None
@@ -326,8 +330,9 @@ def test_reserve_refuses_names_that_are_no_file_names(tmp_path: Path) -> None:
     for name in ("../x", "", "a/b", "."):
         with pytest.raises(Invalid):
             stagger.reserve(tmp_path, name, 1.0, "a/1")
-    with pytest.raises(Invalid):
-        stagger.reserve(tmp_path, "h", 1.0, "a 1")
+    for launch in ("a 1", "../../x", "a/b/c", "a"):
+        with pytest.raises(Invalid):
+            stagger.reserve(tmp_path, "h", 1.0, launch)
     assert not (tmp_path / stagger.DIR).exists()
 
 
