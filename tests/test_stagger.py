@@ -140,6 +140,20 @@ def test_config_stagger_spaces_concurrent_wakes(env: Env) -> None:
     assert all(gap >= MIN_GAP for gap in gaps(times)), gaps(times)
 
 
+def test_a_queued_prompt_keeps_the_spacing_too(env: Env) -> None:
+    """Its dequeuer launches it through the same wake: config.toml's stagger
+    holds between the turn before it (2 s of work) and it."""
+    harnesses(env, "stamp")
+    new(env, "q", "stamp", "--env", "STAMP_SLEEP=2")
+    (env.home / "config.toml").write_text('stagger = "3s"\n')
+    assert env.run("wake", "q", "first", "--window", "0.5").returncode == 0
+    queued = env.run("wake", "q", "--queue", "second", "--json")
+    assert queued.returncode == 0 and json.loads(queued.stdout)["verdict"] == "queued"
+    assert retry_until(lambda: len(started(env, "q")) == 2, 30)
+    assert gaps(started(env, "q"))[0] >= 2.9  # not the 2 s the first turn took
+    env.run("stop", "q", "--grace", "1")
+
+
 def test_a_launch_keeps_its_distance_from_the_harness_started_before_it(env: Env) -> None:
     """The wrapper's steps before the harness may take long (here the home's
     first login shell takes 2 s): the next launch waits for that harness to
