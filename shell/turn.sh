@@ -305,6 +305,11 @@ else
     # then the harness runs again resuming the same conversation; the
     # attempt that hit the limit keeps its output as limited-N.output.log.
     waits=0
+    # A staggered launch: when its harness really starts, which the next
+    # launch of that harness keeps its distance from (spexsup.stagger).
+    if [ -e "$dir/stagger" ]; then
+        { printf '%s\n' "${EPOCHREALTIME//[!0-9]/}" >"$dir/started"; } 2>/dev/null
+    fi
     while :; do
         if [ -n "$render" ]; then
             (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 |

@@ -27,6 +27,8 @@ PREFIX_RE = re.compile(r"(?:[CMS]-)*(?:[!-~]|[A-Za-z][A-Za-z0-9]{1,15})")
 RAW_TABLES = ("hook", "host")
 # Sanity bounds for retention counts, so a typo cannot mean "keep nothing".
 MAX_KEEP = 10**9
+# `stagger` here and the --stagger options: from 0 (none) to this many seconds.
+MAX_STAGGER = 600.0
 
 
 def _seconds(lo: float, hi: float) -> Callable[[object], float | None]:
@@ -124,6 +126,7 @@ KEYS: dict[str, Callable[[object], Any]] = {
     "limit_margin": _seconds(0, 3600),
     "max_running": _count,
     "queue": _flag,
+    "stagger": _seconds(0, MAX_STAGGER),
 }
 
 
@@ -146,6 +149,8 @@ class Config(NamedTuple):
     max_running: int | None = None
     # `spex wake` queues when the session is busy, as with --queue.
     queue: bool = False
+    # Launches of one harness at least this far apart (spexsup.stagger); 0: none.
+    stagger: float | None = None
     retention: Retention = Retention()
     files: tuple[Path, ...] = ()
     raw: Mapping[str, Any] = MappingProxyType({})

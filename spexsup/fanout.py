@@ -37,6 +37,7 @@ class Given(NamedTuple):
     on_limit: str | None = None
     model: str | None = None
     fallback: tuple[str, ...] | None = None
+    stagger: float | None = None
 
 
 class Plan(NamedTuple):
@@ -55,7 +56,14 @@ class Plan(NamedTuple):
 def _limits(given: Given) -> Limits:
     if given.on_limit is not None:
         parse_on_limit(given.on_limit)
-    return Limits(given.timeout, bool(given.strict), given.on_limit, given.model, given.fallback)
+    return Limits(
+        given.timeout,
+        bool(given.strict),
+        given.on_limit,
+        model=given.model,
+        fallback=given.fallback,
+        stagger=given.stagger,
+    )
 
 
 def to_sessions(
@@ -91,6 +99,7 @@ def retry(spex: Spex, wave: str, names: Sequence[str], given: Given) -> Plan:
         else tuple(recorded["fallback"])
         if recorded["fallback"] is not None
         else None,
+        given.stagger if given.stagger is not None else recorded["stagger"],
     )
     window = given.window if given.window is not None else recorded["window"]
     nothing = None if targets else f"nothing to retry: no leg of wave {wave} failed"
@@ -135,17 +144,19 @@ def check_best_of_options(
 
 
 @contextmanager
-def revive(spex: Spex, names: Sequence[str] | None, prompt: bytes | None) -> Iterator[Plan]:
+def revive(
+    spex: Spex, names: Sequence[str] | None, prompt: bytes | None, stagger: float | None = None
+) -> Iterator[Plan]:
     """The sessions (of `names`, default all) whose current turn a reboot
     interrupted, claimed for this revive while the plan is held (two
     concurrent revives never wake one session twice), told `prompt` (default
-    REVIVE_PROMPT)."""
+    REVIVE_PROMPT), their launches `stagger` apart (None: config.toml's)."""
     with revivals(spex, names) as targets:
         nothing = None if targets else "nothing to revive: no turn was interrupted by a reboot"
         yield Plan(
             list(targets),
             prompt if prompt is not None else REVIVE_PROMPT.encode(),
             None,
-            Limits(None, False, None),
+            Limits(stagger=stagger),
             nothing=nothing,
         )

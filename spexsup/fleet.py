@@ -217,12 +217,13 @@ def group_legs(names: Sequence[str]) -> dict[str, list[str]]:
     return groups
 
 
-TURN_OPTIONS = ("window", "timeout", "strict", "on_limit", "model", "fallback")
+TURN_OPTIONS = ("window", "timeout", "strict", "on_limit", "model", "fallback", "stagger")
 
 
 def turn_argv(turn_options: dict[str, Any]) -> list[str]:
-    """`--window`, `--timeout`, `--strict`/`--no-strict`, `--on-limit` for a
-    host's `spex fanout`, from `turn_options` (None: not given)."""
+    """`--window`, `--timeout`, `--strict`/`--no-strict`, `--on-limit`,
+    `--stagger` for a host's `spex fanout`, from `turn_options` (None: not
+    given)."""
     argv: list[str] = []
     if turn_options.get("window") is not None:
         argv += ["--window", f"{float(turn_options['window']):f}"]
@@ -236,6 +237,8 @@ def turn_argv(turn_options: dict[str, Any]) -> list[str]:
         argv += ["--model", str(turn_options["model"])]
     if turn_options.get("fallback") is not None:
         argv += ["--fallback-model", ",".join(turn_options["fallback"])]
+    if turn_options.get("stagger") is not None:
+        argv += ["--stagger", f"{float(turn_options['stagger']):f}"]
     return argv
 
 
@@ -259,7 +262,7 @@ def fanout(
     """Run one `spex fanout --json` per host of `groups` (host -> its session
     names, or None for `--match`/`--all` there) in parallel, and record the
     fleet wave. `retry` maps a host to its own wave whose failed legs to
-    relaunch instead. `turn_options` (window, timeout, strict, on_limit) go to
+    relaunch instead. `turn_options` (window, timeout, strict, on_limit, stagger) go to
     every host's fan-out and into the fleet wave's document."""
 
     turn = {k: (turn_options or {}).get(k) for k in TURN_OPTIONS}

@@ -71,9 +71,9 @@ NO_PACING = Pacing()
 
 def turn_options(window: float | None, limits: Limits | None) -> Doc:
     """The per-turn options a wave's legs run under, as its document records
-    them: `window` and `timeout` in seconds, `strict`, `on_limit` (`wait[:H]`);
-    None (False for strict) where not given, so the session's and then the
-    harness's own apply."""
+    them: `window`, `timeout` and `stagger` in seconds, `strict`, `on_limit`
+    (`wait[:H]`); None (False for strict) where not given, so the session's
+    and then the harness's own apply (config.toml's `stagger`)."""
     limits = limits or Limits()
     return {
         "window": window,
@@ -82,6 +82,7 @@ def turn_options(window: float | None, limits: Limits | None) -> Doc:
         "on_limit": limits.on_limit,
         "model": limits.model,
         "fallback": list(limits.fallback) if limits.fallback is not None else None,
+        "stagger": limits.stagger,
     }
 
 
@@ -315,6 +316,10 @@ class Wave:
 
         claimed = False
 
+        def check_abort() -> None:  # while the leg waits for its staggered start
+            if self.aborted.is_set():
+                raise _AbortedLeg
+
         def started(doc: Doc) -> None:
             nonlocal claimed
             leg = _leg(doc, session)
@@ -345,12 +350,13 @@ class Wave:
                     spex, session, prompt, window=window, fresh=fresh, force=False,
                     limits=limits or Limits(), after=pacing.after, after_any=pacing.after_any,
                     key=leg_key, wave=wave, only_at_limit=True, gate=Slot(),
-                    on_admitted=admitted,
+                    on_admitted=admitted, check_abort=check_abort,
                 )  # fmt: skip
             else:
                 v = wake(
                     spex, session, prompt, window=window, fresh=fresh, gate=Slot(),
                     on_admitted=admitted, limits=limits, key=leg_key, wave=wave,
+                    check_abort=check_abort,
                 )  # fmt: skip
             result = {
                 "turn": v.turn,

@@ -628,6 +628,7 @@ def test_retry_of_a_strict_wave_is_strict_unless_told_otherwise(env: Env) -> Non
         "on_limit": None,
         "model": None,
         "fallback": None,
+        "stagger": None,
     }
     assert stored(env, first["id"])["turn_options"] == first["turn_options"]
     # No options given: the retry is strict and uses the wave's window.
@@ -689,6 +690,7 @@ def test_retry_of_an_old_wave_without_recorded_options(env: Env) -> None:
         "on_limit": None,
         "model": None,
         "fallback": None,
+        "stagger": None,
     }
 
 

@@ -64,7 +64,10 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     "wait": (("session", "*"), {"--timeout": None, "--match": None}),
     "log": (("session",), {"--turn": "turn", "--tail": None, "-n": None}),
     "attach": (("session",), {}),
-    "up": (("session", "*"), {"-m": None, "--message": None, "-f": None, "--file": None}),
+    "up": (
+        ("session", "*"),
+        {"-m": None, "--message": None, "-f": None, "--file": None, "--stagger": None},
+    ),
     "stop": (("session", "*"), {"--grace": None, "--match": None}),
     "resume": (
         ("session",),
@@ -109,6 +112,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--file": None,
             "--max-concurrent": None,
             "--window": None,
+            "--stagger": None,
             "--retry-failed": "wave",
             "--on-complete": None,
             "--worktrees": None,

@@ -26,10 +26,12 @@ from spexsup.cli.params import (
     OnLimitOpt,
     PromptFileOpt,
     RepoOpt,
+    StaggerOpt,
     TimeoutOpt,
     WindowOpt,
     after_session,
     model_rules,
+    stagger_seconds,
     timeout_seconds,
     window_seconds,
 )
@@ -183,6 +185,7 @@ def fanout(
     model: ModelOpt = None,
     fallback: FallbackOpt = None,
     window: WindowOpt = None,
+    stagger: StaggerOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Also wait for every turn to end.")] = False,
     fresh: Annotated[
         bool,
@@ -268,6 +271,7 @@ def fanout(
       spex fanout --match 'test-*' -m "run the suite" --max-running 4 --wait
       spex fanout review-1 review-2 --after api -m "review what api changed"
       spex fanout --all -m "triage" --model opus --fallback-model sonnet
+      spex fanout --match 'claude-*' -m "carry on" --stagger 2s
       spex fanout --retry-failed last
       spex fanout --retry-failed last --timeout 30m --no-strict
       spex fanout --worktrees 3 --repo ~/src/api -m "fix the flaky test"
@@ -282,6 +286,7 @@ def fanout(
         raise Invalid(f"invalid --max-running {max_running}", hint="between 1 and 1024")
     if other is not None and worktrees is not None:
         raise Invalid("--after and --worktrees: new sessions have nothing to wait for")
+    spacing = stagger_seconds(stagger)
     if key is not None:
         from spexsup.turn.keys import validate
 
@@ -313,6 +318,7 @@ def fanout(
             "on_limit": on_limit,
             "model": models[0],
             "fallback": list(models[1]) if models[1] is not None else None,
+            "stagger": spacing,
         }
         options = ["--wait"] * wait + ["--fresh"] * fresh
         if key is not None:
@@ -341,7 +347,7 @@ def fanout(
     from spexsup import waves
     from spexsup import worktree as wt
 
-    given = plans.Given(confirm_window, seconds, strict, on_limit, *models)
+    given = plans.Given(confirm_window, seconds, strict, on_limit, *models, spacing)
     spex = open_spex(ctx)
     defaults = settings(ctx, spex)
     request = wt.Request(None, base, repo, worktree_dir)

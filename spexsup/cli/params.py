@@ -151,6 +151,18 @@ OnLimitOpt = Annotated[
     ),
 ]
 
+StaggerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--stagger",
+        metavar="DURATION",
+        help=f"Start the turns of one harness at least this far apart ({DURATION}; 0: at"
+        " once), so agents that share a login do not all refresh it together."
+        " [default: config.toml's stagger, else 0]",
+        show_default=False,
+    ),
+]
+
 KeyOpt = Annotated[
     str | None,
     typer.Option(
@@ -218,6 +230,15 @@ def timeout_seconds(text: str | None) -> float | None:
     if text is None:
         return None
     return durations.parse(text, "--timeout", maximum=durations.WEEK)
+
+
+def stagger_seconds(text: str | None) -> float | None:
+    """--stagger in seconds: from 0 (no spacing) to config.MAX_STAGGER (10m)."""
+    if text is None:
+        return None
+    from spexsup.config import MAX_STAGGER
+
+    return durations.parse(text, "--stagger", allow_zero=True, maximum=MAX_STAGGER)
 
 
 def confirm_many(question: str, names: "list[str]", *, nothing: str) -> None:

@@ -23,11 +23,13 @@ from spexsup.cli.params import (
     NamesArg,
     OnLimitOpt,
     RepoOpt,
+    StaggerOpt,
     StrictOpt,
     TimeoutOpt,
     WindowOpt,
     confirm_many,
     model_rules,
+    stagger_seconds,
     timeout_seconds,
     window_seconds,
 )
@@ -479,6 +481,7 @@ def up(
             "-f", "--file", metavar="FILE", help="Read the prompt for --revive from FILE (- stdin)."
         ),
     ] = None,
+    stagger: StaggerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Recreate missing tmux homes (never starts a turn); --revive resumes interrupted turns.
@@ -488,6 +491,7 @@ def up(
       spex up --all
       spex up api web
       spex up --revive -m "the machine restarted; carry on"
+      spex up --revive --stagger 2s
     """
     from spexsup import sessions
 
@@ -497,6 +501,9 @@ def up(
         raise Invalid("name the sessions to bring up, or give --all")
     if (message is not None or file is not None) and not revive:
         raise Invalid("a prompt (-m, -f) goes with --revive")
+    spacing = stagger_seconds(stagger)
+    if spacing is not None and not revive:
+        raise Invalid("--stagger goes with --revive (spex up starts no turn without it)")
     prompt = None
     if message is not None or file is not None:
         prompt = prompts.read(None, file, message=message, forms="-m TEXT")
@@ -513,7 +520,7 @@ def up(
         from spexsup import fanout as plans
         from spexsup.cli.fanout import run_wave
 
-        with plans.revive(spex, names, prompt) as plan:
+        with plans.revive(spex, names, prompt, spacing) as plan:
             if plan.nothing is not None and as_json:
                 print_json(document({"revived": [], "homes": [r.as_json() for r in reports]}))
             elif plan.nothing is not None:

@@ -11,6 +11,8 @@ unless said otherwise:
     ended        the end's one-line detail, for the pane (the reporter)
     binary  not-found  no-login-shell  timed-out  survivors  git-start  git-start.todo
     stop-requested   a stop that could not take the write lock (spexsup.turn.stop)
+    stagger      a staggered launch (spexsup.turn.wake), whose wrapper then writes
+    started      when the harness started (microseconds since the epoch)
 
 Imports only the standard library at import time: the exit reporter loads it.
 """
@@ -40,6 +42,8 @@ ON_LIMIT = "on-limit"
 FALLBACK = "fallback"
 META = "meta.json"
 GIT_START_TODO = "git-start.todo"
+# Written by a staggered launch (spexsup.turn.wake) before the wrapper starts.
+STAGGER = "stagger"
 # Written inside the pane, by the wrapper and the processes it starts.
 OUTPUT = "output.log"
 OUTCOME = "outcome"
@@ -50,6 +54,7 @@ NO_LOGIN_SHELL = "no-login-shell"
 TIMED_OUT = "timed-out"
 SURVIVORS = "survivors"
 GIT_START = "git-start"
+STARTED = "started"
 # Left by a stop that could not take the write lock; honored by whoever records the end.
 STOP_REQUEST = "stop-requested"
 

@@ -93,6 +93,9 @@ class Limits(NamedTuple):
     on_limit: str | None = None
     model: str | None = None
     fallback: tuple[str, ...] | None = None
+    # Not admission's: the least time between launches of the turn's harness
+    # (`spexsup.stagger`; 0: none; None: config.toml's `stagger`).
+    stagger: float | None = None
 
 
 def parse_on_limit(text: str) -> float:

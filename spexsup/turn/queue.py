@@ -85,7 +85,10 @@ def _options(window: float | None, fresh: bool, limits: Limits) -> dict[str, Any
     out.update(model=limits.model)
     if limits.fallback is not None:
         out["fallback"] = list(limits.fallback)
-    return {k: v for k, v in out.items() if v not in (None, False)}
+    kept = {k: v for k, v in out.items() if v not in (None, False)}
+    if limits.stagger is not None:
+        kept["stagger"] = limits.stagger  # 0 too: "no spacing" beats config.toml's
+    return kept
 
 
 def enqueue(
@@ -232,6 +235,7 @@ def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
             options.get("on_limit"),
             options.get("model"),
             tuple(fallback) if fallback is not None else None,
+            options.get("stagger"),
         )
         try:
             verdict = wake(
@@ -321,6 +325,7 @@ def wake_or_queue(
     only_at_limit: bool = False,
     gate: AbstractContextManager[object] | None = None,
     on_admitted: Callable[[str], None] | None = None,
+    check_abort: Callable[[], None] | None = None,
 ) -> Verdict:
     """`spex wake --queue`: wake now, or keep the prompt while the session is
     busy or leased or a running limit is reached (verdict `queued`, its
@@ -345,6 +350,7 @@ def wake_or_queue(
                 return wake(
                     spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits,
                     key=key, wave=wave, gate=gate, on_admitted=on_admitted,
+                    check_abort=check_abort,
                 )  # fmt: skip
             except AtLimit as e:
                 waits = e.waits

@@ -10,16 +10,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
-from spexsup import config, ledger, states
+from spexsup import config, ledger, stagger, states
 from spexsup.errors import Failed, Refused, TurnStopped, clip
 from spexsup.harness import Harness
 from spexsup.home import TmuxTimeout
 from spexsup.pane import marker, report, turndir
 from spexsup.pane.marker import Stage
+from spexsup.paths import write_atomic
 from spexsup.sessions import Session, get, validate_window
 from spexsup.spex import Spex
 from spexsup.tickets import ticket
@@ -57,6 +58,7 @@ def wake(
     queued: str | None = None,
     key: str | None = None,
     wave: Wave | None = None,
+    check_abort: Callable[[], None] | None = None,
 ) -> Verdict:
     """Start a turn and report what is true about it within the window.
 
@@ -77,14 +79,21 @@ def wake(
     refuses the launch (an aborted wave) ends the admitted turn `aborted`
     the same way. `on_admitted` hears the turn id once it exists; a fan-out
     leg's turn is linked to its `wave` at admission (see `admit`).
+
+    Staggered (`limits.stagger`, else config.toml's `stagger`), each launch
+    first waits for its slot among launches of its harness
+    (`spexsup.stagger`), inside the gate, with the turn `starting`; the
+    window starts after it. A stop while it waits ends the wake at once
+    (refused, nothing launched), and so does `check_abort` (called as it
+    waits; a fan-out's abort raises there).
     """
     args = (spex, name, prompt, window, fresh, force, gate, on_admitted, limits, queued)
     if key is None:
-        return _wake(*args, wave=wave)
+        return _wake(*args, wave=wave, check_abort=check_abort)
     for _ in range(KEY_ATTEMPTS):
         if keys.lookup(spex.store.db, key, name) is None:
             try:
-                verdict = _wake(*args, key, wave=wave)
+                verdict = _wake(*args, key, wave=wave, check_abort=check_abort)
                 return verdict._replace(key=key)
             except keys.Repeat:
                 pass
@@ -186,12 +195,15 @@ def _wake(
     key: str | None = None,
     *,
     wave: Wave | None = None,
+    check_abort: Callable[[], None] | None = None,
 ) -> Verdict:
     started = time.monotonic()
     get(spex, name)
     validate_window(window)
     # Read before admission: a broken config file changes nothing.
-    configured = config.load(spex.home).window
+    settings = config.load(spex.home)
+    configured = settings.window
+    spacing = settings.stagger if limits is None or limits.stagger is None else limits.stagger
     gate = gate or nullcontext()
     with ticket(spex, name, "wake"):
         with gate:
@@ -208,6 +220,8 @@ def _wake(
                 attempts += 1
                 with DirWatch([directory]) as watch:
                     with gate:
+                        if spacing:
+                            _await_slot(spex, name, turn, adapter.name, spacing, check_abort)
                         # A retry replaces our own previous attempt's shell.
                         mine = force or attempts > 1
                         pane_pid = launch(spex, session, turn, directory, force=mine)
@@ -242,6 +256,87 @@ def _wake(
                     interrupt.add_note(e.line())
             raise
     return verdict._replace(attempts=attempts, elapsed_ms=int((time.monotonic() - started) * 1000))
+
+
+def _await_slot(
+    spex: Spex,
+    name: str,
+    turn: str,
+    harness: str,
+    spacing: float,
+    check_abort: Callable[[], None] | None,
+) -> None:
+    """Wait for this launch's start among launches of `harness`: its slot
+    (`stagger.reserve`), and `spacing` after the moment the launch before it
+    really started its harness (the wrapper's `started`), waited for at most
+    PREDECESSOR_WAIT past that launch's slot (it may never start: stopped,
+    refused, its launcher dead).
+
+    Woken by the store's commits and the predecessor's files (and the coarse
+    poll), so a stop that aborts the turn meanwhile ends the wait at once
+    (TurnStopped), as does whatever `check_abort` raises. A stop after the
+    wait is launch's fence's to refuse.
+    """
+    directory = turndir.path(spex.home, name, turn)
+    write_atomic(directory / turndir.STAGGER, f"{spacing:g}\n".encode())
+    slot = stagger.reserve(spex.home, harness, spacing, f"{name}/{turn}")
+    before = None
+    if slot.before is not None and slot.before_at is not None:
+        path = turndir.root(spex.home) / slot.before
+        if path != directory and path.is_dir():
+            before = path
+    until = slot.at
+    watch: DirWatch | None = None
+    with ExitStack() as stack:
+        while True:
+            if turn_state(spex, turn) != states.STARTING:
+                raise TurnStopped(name, turn)
+            if check_abort is not None:
+                check_abort()
+            if before is not None:
+                assert slot.before_at is not None
+                since = _harness_started(spex, before)
+                if since is not None:
+                    # The wall clock, as the wrapper wrote it: a step of it
+                    # never makes this launch wait more than `spacing`.
+                    wait = min(spacing, since + spacing - time.time())
+                    until = max(until, stagger.now() + wait)
+                    before = None
+                elif stagger.left(slot.before_at + PREDECESSOR_WAIT) <= 0:
+                    before = None  # it is not going to start: our slot is enough
+            left = stagger.left(until)
+            if before is None and left <= 0:
+                return
+            if watch is None:  # only a launch that waits pays for it
+                watched = [spex.home] if before is None else [spex.home, before]
+                names = STORE_FILES | {turndir.STARTED, turndir.OUTCOME}
+                watch = stack.enter_context(DirWatch(watched, names=names))
+                continue  # what changed before it watched
+            watch.wait(left if left > 0 else COARSE_WAIT)
+
+
+# How long past its own slot a launch's predecessor may take to start its
+# harness (a login shell's environment, a worktree's snapshot) before the
+# launch stops waiting for it.
+PREDECESSOR_WAIT = 10.0
+# Waiting for the predecessor's `started` with no slot time left to wait:
+# woken by its files, and at least this often.
+COARSE_WAIT = 0.5
+
+
+def _harness_started(spex: Spex, directory: Path) -> float | None:
+    """When the harness of the turn in `directory` started (epoch seconds),
+    or None while it has not; a turn that ended, or got as far as its end,
+    without (or whose directory is gone) counts as started long ago (0)."""
+    try:
+        return int((directory / turndir.STARTED).read_text()) / 1e6
+    except (OSError, ValueError):
+        pass
+    if not directory.is_dir() or marker.read(directory).stage in (Stage.REPORTING, Stage.EXIT):
+        return 0.0
+    if turn_state(spex, directory.name) not in (states.STARTING, states.RUNNING):
+        return 0.0
+    return None
 
 
 def _abort_unlaunched(spex: Spex, session: Session, turn: str, why: str) -> None:
