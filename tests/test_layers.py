@@ -51,6 +51,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "maint_client",
             "demo_agent",
             "dequeuer",
+            "schedule",
         ),
     ),
     ("every state change, with its event", ("store", "events", "ledger", "lease")),
