@@ -21,7 +21,16 @@ from spexsup.cli.params import (
 )
 from spexsup.cli.render import age, document, print_json, span, table, verdict_line, with_iso
 
-schedule_app = typer.Typer(cls=SpexGroup, invoke_without_command=True)
+
+class _InOrder(SpexGroup):
+    """The subcommands as registered (add, ls, run, rm), not in the order of
+    the top-level commands they share a name with."""
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        return list(self.commands)
+
+
+schedule_app = typer.Typer(cls=_InOrder, invoke_without_command=True)
 app.add_typer(schedule_app, name="schedule")
 
 ScheduleArg = Annotated[
@@ -85,18 +94,6 @@ def _list(ctx: typer.Context, names: list[str], *, as_json: bool) -> None:
     ]
     headers = ["ID", "SESSION", "WHEN", "NEXT", "LAST", "VERDICT", "ENGINE", "PROMPT"]
     table(headers, rows, squeeze="PROMPT")
-
-
-@schedule_app.command("ls")
-def schedule_ls(ctx: typer.Context, names: NamesArg = None, as_json: JsonOpt = False) -> None:
-    """List schedules: id, session, when, next and last firing, last verdict.
-
-    \b
-    Examples:
-      spex schedule ls
-      spex schedule ls api --json
-    """
-    _list(ctx, names or [], as_json=as_json)
 
 
 @schedule_app.command("add")
@@ -180,6 +177,37 @@ def schedule_add(
     )
 
 
+@schedule_app.command("ls")
+def schedule_ls(ctx: typer.Context, names: NamesArg = None, as_json: JsonOpt = False) -> None:
+    """List schedules: id, session, when, next and last firing, last verdict.
+
+    \b
+    Examples:
+      spex schedule ls
+      spex schedule ls api --json
+    """
+    _list(ctx, names or [], as_json=as_json)
+
+
+@schedule_app.command("run")
+def schedule_run(ctx: typer.Context, schedule: ScheduleArg, as_json: JsonOpt = False) -> None:
+    """Fire a schedule now, as its timer would (a firing of this minute).
+
+    Its key is sched-ID-SLOT with this minute as SLOT: run twice in one
+    minute, or in the minute the timer fired, it starts one turn. Exit as
+    spex wake: 0 confirmed, completed or queued, 1 failed, 3 skipped
+    (busy, --overlap skip) or refused.
+
+    \b
+    Examples:
+      spex schedule run 3f2a
+      spex schedule run last --json
+    """
+    from spexsup.turn.scheduled import find
+
+    _fire(ctx, find(open_spex(ctx), schedule).id, due=False, as_json=as_json)
+
+
 @schedule_app.command("rm")
 def schedule_rm(
     ctx: typer.Context,
@@ -211,25 +239,6 @@ def schedule_rm(
         return
     for s in gone:
         typer.echo(f"{s.session}: removed schedule {s.id} ({s.cadence.describe()})")
-
-
-@schedule_app.command("run")
-def schedule_run(ctx: typer.Context, schedule: ScheduleArg, as_json: JsonOpt = False) -> None:
-    """Fire a schedule now, as its timer would (a firing of this minute).
-
-    Its key is sched-ID-SLOT with this minute as SLOT: run twice in one
-    minute, or in the minute the timer fired, it starts one turn. Exit as
-    spex wake: 0 confirmed, completed or queued, 1 failed, 3 skipped
-    (busy, --overlap skip) or refused.
-
-    \b
-    Examples:
-      spex schedule run 3f2a
-      spex schedule run last --json
-    """
-    from spexsup.turn.scheduled import find
-
-    _fire(ctx, find(open_spex(ctx), schedule).id, due=False, as_json=as_json)
 
 
 def _fire(ctx: typer.Context, schedule: str, *, due: bool, as_json: bool) -> None:
