@@ -602,3 +602,59 @@ def test_a_real_cron_daemon_fires_a_schedule(env: Env, monkeypatch: pytest.Monke
         assert str(env.home) not in after.stdout
     finally:
         forget_block()
+
+
+# --- the systemd engine, against a systemctl that records what it is asked -----------
+
+SYSTEMCTL = """#!/bin/sh
+# A user manager that answers: records each call, fails `enable` on demand.
+echo "$*" >> "$SYSTEMCTL_LOG"
+case "$*" in
+    "--user show-environment") echo "HOME=$HOME" ;;
+    "--user enable --now "*)
+        [ -z "${SYSTEMCTL_FAIL-}" ] || { echo "Failed to enable unit" >&2; exit 1; } ;;
+esac
+"""
+
+
+def test_systemd_timers_are_written_enabled_and_taken_away(env: Env, tmp_path: Path) -> None:
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "systemctl").write_text(SYSTEMCTL)
+    (fake / "systemctl").chmod(0o755)
+    calls = tmp_path / "systemctl.log"
+    env.vars.update(
+        PATH=f"{fake}:{env.vars['PATH']}", SYSTEMCTL_LOG=str(calls), SPEXSUP_SCHEDULE_ENGINE=""
+    )
+    assert env.run("new", "api", "--", harness("exit0.sh")).returncode == 0
+    s = add(env, "api", "--cron", "0 9 * * 1-5", "-m", "standup")
+    unit = f"spexsup-{s['id']}"
+    assert (s["engine"], s["unit"]) == ("systemd", unit)
+    units = Path(env.vars["HOME"]) / ".config" / "systemd" / "user"
+    timer = (units / f"{unit}.timer").read_text()
+    service = (units / f"{unit}.service").read_text()
+    assert "OnCalendar=Mon..Fri *-*-* 09:00:00" in timer and f"Unit={unit}.service" in timer
+    assert f'"internal" "schedule-fire" "{s["id"]}"' in service and f'"{env.home}"' in service
+    assert f"StandardOutput=append:{s['log']}" in service
+    assert calls.read_text().splitlines() == [
+        "--user show-environment",
+        "--user daemon-reload",
+        f"--user enable --now {unit}.timer",
+    ]
+    assert fake_table(env) == ""  # no crontab line
+    assert "schedules: systemd user timers" in env.run("doctor").stdout
+    # The timer's command, run as systemd would run it, fires the schedule.
+    assert fire(env, s["id"]).returncode == 0 and len(turns_of(env, "api")) == 1
+    calls.write_text("")
+    assert env.run("rm", "api").returncode == 0
+    assert calls.read_text().splitlines() == [
+        f"--user disable --now {unit}.timer",
+        "--user daemon-reload",
+    ]
+    assert not list(units.iterdir())
+    # A manager that refuses the timer: nothing is kept.
+    assert env.run("new", "api", "--", harness("exit0.sh")).returncode == 0
+    r = env.run("schedule", "add", "api", "--every", "1h", "-m", "x", extra={"SYSTEMCTL_FAIL": "1"})
+    assert r.returncode == 1 and "enable --now" in r.stderr and "Failed to enable" in r.stderr
+    assert not list(units.iterdir()) and listed(env) == []
+    assert not list((env.home / "schedules").glob("*.prompt"))
