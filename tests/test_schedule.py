@@ -472,6 +472,7 @@ def test_rm_of_a_session_removes_its_schedules_and_lines(env: Env) -> None:
     assert r.returncode == 0, r.stderr
     r = env.run("rm", "a")
     assert r.returncode == 0, r.stderr
+    assert f"a: removed schedule {a1['id']} (every 1h)" in r.stdout.splitlines()
     table = fake_table(env)
     assert a1["id"] not in table and a2["id"] not in table and b1["id"] in table
     assert len(schedule.block_lines(table, other)) == 2
