@@ -2,7 +2,7 @@
 a systemd user timer or the user's crontab (see spexsup.turn.scheduled)."""
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -26,7 +26,7 @@ class _InOrder(SpexGroup):
     """The subcommands as registered (add, ls, run, rm), not in the order of
     the top-level commands they share a name with."""
 
-    def list_commands(self, ctx: typer.Context) -> list[str]:
+    def list_commands(self, ctx: Any) -> list[str]:
         return list(self.commands)
 
 
