@@ -346,6 +346,13 @@ def read_crontab() -> str:
 
 
 def write_crontab(table: str) -> None:
+    """Install `table`; an empty one removes the user's crontab (`crontab -r`),
+    as it was before spex wrote one."""
+    if not table.strip():
+        r = _run(["crontab", "-r"])
+        if r.returncode != 0 and "no crontab for" not in r.stderr:
+            raise Failed(f"crontab -r failed: {_first_line(r)}")
+        return
     r = _run(["crontab", "-"], stdin=table)
     if r.returncode != 0:
         raise Failed(f"crontab refused the new table: {_first_line(r)}", hint="see crontab(5)")
