@@ -117,6 +117,7 @@ def run_checks(spex: Spex, cwd: Path | None = None) -> list[Check]:
     checks.extend(Check("notice", False, n["message"], required=False) for n in notices)
     mode = stat.S_IMODE(spex.home.stat().st_mode)
     checks.append(Check("state", mode == 0o700, f"{spex.home} mode {mode:o}"))
+    checks.append(_schedules(spex))
     login_path = _login(spex, checks)
     registry = load_registry(spex.home)
     for name, error in registry.errors.items():
@@ -146,6 +147,20 @@ def run_checks(spex: Spex, cwd: Path | None = None) -> list[Check]:
         checks.append(Check(f"harness {name}", path is not None, detail, required=False))
     errors.WARNINGS[:] = [w for w in errors.WARNINGS if w not in reported]
     return checks
+
+
+def _schedules(spex: Spex) -> Check:
+    """Which engine a new schedule uses (and whether it fires), and the
+    engines this home's schedules use."""
+    from spexsup import schedule
+
+    ok, detail = schedule.engine_report()
+    rows = spex.store.db.execute(
+        "SELECT engine, count(*) AS n FROM schedules GROUP BY engine ORDER BY engine"
+    ).fetchall()
+    if rows:
+        detail += "; this home: " + ", ".join(f"{r['n']} on {r['engine']}" for r in rows)
+    return Check("schedules", ok, detail, required=False)
 
 
 def _login(spex: Spex, checks: list[Check]) -> str | None:

@@ -60,6 +60,9 @@ SESSION_KINDS = (
     "edited",
     "queued",
     "dequeued",
+    "schedule-added",
+    "schedule-removed",
+    "schedule-fired",
 )
 OTHER_KINDS = (
     "wave-started",

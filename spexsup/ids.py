@@ -76,6 +76,12 @@ def resolve_wave(db: sqlite3.Connection, ref: str) -> str:
     return _resolve([r[0] for r in rows], ref, "wave", "see spex waves")
 
 
+def resolve_schedule(db: sqlite3.Connection, ref: str) -> str:
+    """The full id of the schedule `ref` names; Refused if none."""
+    rows = db.execute("SELECT id FROM schedules ORDER BY created_at DESC, id DESC").fetchall()
+    return _resolve([r[0] for r in rows], ref, "schedule", "see spex schedule ls")
+
+
 def validate_name(name: str) -> str:
     """Refuse anything tmux could read as target syntax (`.`, `:`) or a flag."""
     if not NAME_RE.fullmatch(name) or name.startswith("-"):

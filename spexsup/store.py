@@ -315,6 +315,32 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE turns ADD COLUMN model TEXT;
     ALTER TABLE turns ADD COLUMN fallbacks TEXT;
     """,
+    # 19: schedules (see
+    # `spexsup.turn.scheduled`): when a session is woken by the clock, the
+    # engine that keeps the clock, and its last firing. The prompt's bytes
+    # in schedules/ID.prompt; `env` the variables a firing restores.
+    """
+    CREATE TABLE schedules (
+        id TEXT PRIMARY KEY,
+        session TEXT NOT NULL,
+        cron TEXT NOT NULL,
+        every REAL,
+        overlap TEXT NOT NULL,
+        options TEXT NOT NULL DEFAULT '{}',
+        env TEXT NOT NULL DEFAULT '{}',
+        engine TEXT NOT NULL,
+        first_line TEXT,
+        created_at REAL NOT NULL,
+        last_fired_at REAL,
+        last_slot TEXT,
+        last_verdict TEXT,
+        last_turn TEXT,
+        last_queued TEXT,
+        last_error TEXT,
+        last_repeat INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX schedules_by_session ON schedules (session);
+    """,
 )
 
 

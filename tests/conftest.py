@@ -26,7 +26,7 @@ from spexsup.spex import Spex
 
 HERE = Path(__file__).resolve().parent
 HARNESSES = HERE / "harnesses"
-# Fakes of the real agent CLIs (claude, codex, opencode, pi), first on PATH.
+# Fakes of the real agent CLIs (claude, codex, opencode, pi) and of crontab, first on PATH.
 FAKES = HERE / "fakes"
 WRAPPERS = HERE / "wrappers"
 SPEX = str(Path(sys.executable).parent / "spex")
@@ -116,6 +116,9 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
         "SPEXSUP_TMUX": socket,
         "SPEXSUP_HOME": str(home),
         "SPEXSUP_DEMO_DELAY": "0.2",
+        # Schedules on cron, whose crontab is a fake in tests/fakes (a test of
+        # the real one says so): no test installs a timer of the real user.
+        "SPEXSUP_SCHEDULE_ENGINE": "cron",
         "SHELL": "/bin/bash",
         "PATH": f"{Path(sys.executable).parent}:{FAKES}:{os.environ.get('PATH', '/usr/bin:/bin')}",
     }

@@ -128,6 +128,8 @@ def test_the_fast_table_agrees_with_the_commands() -> None:
                 "wave",
                 "shell",
                 "command",
+                "schedule",
+                "schedules",
             ), name
             many = positional[-1] == "*"
             assert (arguments[0].nargs == -1) == many, name

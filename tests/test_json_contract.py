@@ -237,6 +237,13 @@ SUCCESS: dict[str, list[Call]] = {
     "queue rm": [call("queue", "rm", "{entry}", "--json")],
     "queue clear": [call("queue", "clear", "busy", "--json")],
     "hooks test": [call("hooks", "test", "1", "--json")],
+    "schedule add": [call("schedule", "add", "ok", "--every", "1h", "-m", "tick", "--json")],
+    "schedule ls": [call("schedule", "ls", "--json"), call("schedule", "ls", "ok", "--json")],
+    "schedule run": [
+        call("schedule", "run", "{schedule}", "--json"),
+        call("schedule", "run", "{busy_schedule}", "--json", codes=(3,)),
+    ],
+    "schedule rm": [call("schedule", "rm", "{schedule}", "--json")],
     "diff": [call("diff", "j-1", "--json")],
     "keep": [call("keep", "{best_of}", "1", "--json")],
     "trust": [
@@ -284,6 +291,13 @@ FAILURE: dict[str, list[Call]] = {
     "queue rm": [call("queue", "rm", "qnothing", "--json")],
     "queue clear": [call("queue", "clear", "nosuch", "--json")],
     "hooks test": [call("hooks", "test", "999", "--json")],
+    "schedule add": [
+        call("schedule", "add", "nosuch", "--every", "1h", "-m", "x", "--json"),
+        call("schedule", "add", "ok", "--cron", "0 0 30 2 *", "-m", "x", "--json"),
+    ],
+    "schedule ls": [call("schedule", "ls", "nosuch", "--json")],
+    "schedule run": [call("schedule", "run", "snothing", "--json")],
+    "schedule rm": [call("schedule", "rm", "snothing", "--json")],
     "diff": [call("diff", "nosuch", "--json")],
     "keep": [call("keep", "wnope", "1", "--json")],
     "trust": [call("trust", "{root}/nowhere", "--json")],
@@ -334,6 +348,9 @@ def build_state(env: Env, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     # Two prompts queued behind busy's running turn: one to remove, one to clear.
     queued = json.loads(spex_ok(env, "wake", "busy", "--queue", "later", "--json").stdout)
     spex_ok(env, "wake", "busy", "--queue", "later still")
+    # Schedules (on the fake crontab): one to fire and remove, one whose session is busy.
+    schedule = spex_ok(env, "schedule", "add", "ok", "--cron", "0 0 1 1 *", "-m", "hi", "--json")
+    busy_schedule = spex_ok(env, "schedule", "add", "busy", "--every", "1d", "-m", "hi", "--json")
     complete = json.loads(spex_ok(env, "fanout", "ok", "-m", "again", "--json").stdout)["id"]
     best = spex_ok(
         env, "fanout", "--worktrees", "2", "--repo", str(repo.path), "--prefix", "j",
@@ -369,6 +386,8 @@ def build_state(env: Env, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         "root": str(env.root),
         "nohome": str(env.root / "nohome"),
         "entry": queued["queued"],
+        "schedule": json.loads(schedule.stdout)["id"],
+        "busy_schedule": json.loads(busy_schedule.stdout)["id"],
     }
 
 
@@ -381,7 +400,8 @@ def test_every_document_keeps_the_contract(env: Env, monkeypatch: pytest.MonkeyP
     problems: list[str] = []
     # Those that change what the others read run last, in an order each
     # finds what it needs (sl stopped for a resume; keep removes j-2).
-    last = ["queue rm", "queue clear", "stop", "maint-op resume", "maint-op stop", "resume"]
+    last = ["schedule rm", "queue rm", "queue clear", "stop", "maint-op resume", "maint-op stop"]
+    last += ["resume"]
     last += ["keep", "rm"]
     order = [k for k in SUCCESS if k not in last] + last
     for key in order:

@@ -52,6 +52,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "demo_agent",
             "dequeuer",
             "stagger",
+            "schedule",
         ),
     ),
     ("every state change, with its event", ("store", "events", "ledger", "lease")),

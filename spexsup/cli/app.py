@@ -39,6 +39,7 @@ COMMANDS = (
     Command("wake", "turns", writes=True),
     Command("wait", "turns"),
     Command("queue", "queue", writes=True),
+    Command("schedule", "schedule", writes=True),
     Command("log", "turns"),
     Command("attach", "sessions"),
     Command("stop", "turns", writes=True),

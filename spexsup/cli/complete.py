@@ -156,10 +156,26 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     "harness show": (("harness",), {}),
     "worktree status": (("session", "*"), {}),
     "hooks ls": ((), {}),
+    "schedule ls": (("session", "*"), {}),
+    "schedule add": (
+        ("session",),
+        {
+            "--every": None,
+            "--cron": None,
+            "-m": None,
+            "--message": None,
+            "-f": None,
+            "--file": None,
+            "--overlap": "overlap",
+            "--timeout": None,
+        },
+    ),
+    "schedule rm": (("schedule", "*"), {}),
+    "schedule run": (("schedule",), {}),
 }
 # The global options that take a value, before the command (`-H HOST`).
 GLOBAL: dict[str, str | None] = {"-H": "host", "--host": "host", "--home": None}
-GROUPS = ("harness", "worktree", "hooks")
+GROUPS = ("harness", "worktree", "hooks", "schedule")
 
 
 def _db(home: str | None) -> sqlite3.Connection | None:
@@ -206,6 +222,9 @@ def values(kind: str, home: str | None, session: str | None = None) -> list[str]
             rows = db.execute("SELECT name FROM sessions ORDER BY name").fetchall()
         elif kind == "wave":
             rows = db.execute("SELECT id FROM waves ORDER BY created_at DESC").fetchall()
+            rows = [("last",), *rows]
+        elif kind == "schedule":
+            rows = db.execute("SELECT id FROM schedules ORDER BY created_at DESC").fetchall()
             rows = [("last",), *rows]
         elif kind == "turn":
             rows = db.execute(
@@ -361,12 +380,17 @@ def _states() -> list[str]:
     return list(SESSION_STATES)
 
 
+def _overlaps() -> list[str]:
+    return ["skip", "queue"]
+
+
 # Kinds whose words are fixed lists, not read from the state home.
 WORDS = {
     "shell": lambda: list(SHELLS),
     "command": _commands,
     "event-kind": _event_kinds,
     "state": _states,
+    "overlap": _overlaps,
 }
 
 
@@ -380,6 +404,14 @@ def session_names(ctx: Any, incomplete: str) -> list[str]:
 
 def wave_ids(ctx: Any, incomplete: str) -> list[str]:
     return [n for n in values("wave", _root_home(ctx)) if n.startswith(incomplete)]
+
+
+def schedule_ids(ctx: Any, incomplete: str) -> list[str]:
+    return [n for n in values("schedule", _root_home(ctx)) if n.startswith(incomplete)]
+
+
+def overlap_words(ctx: Any, incomplete: str) -> list[str]:
+    return [w for w in WORDS["overlap"]() if w.startswith(incomplete)]
 
 
 def harness_names(ctx: Any, incomplete: str) -> list[str]:

@@ -152,3 +152,14 @@ def dequeue(ctx: typer.Context, name: Annotated[str, typer.Argument(metavar="NAM
     from spexsup.turn.queue import dequeue as launch_next
 
     launch_next(open_spex(ctx), name)
+
+
+@internal.command("schedule-fire")
+def schedule_fire(
+    ctx: typer.Context, schedule: Annotated[str, typer.Argument(metavar="ID")]
+) -> None:
+    """Fire schedule ID for the slot it is due in (what its systemd timer or
+    crontab line runs; see spexsup.turn.scheduled)."""
+    from spexsup.cli.schedule import engine_fire
+
+    engine_fire(ctx, schedule)

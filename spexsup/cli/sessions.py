@@ -430,10 +430,14 @@ def rm(
             return
         if all_ and not yes and sys.stdin.isatty() and sys.stdout.isatty():
             _confirm_rm(chosen)
+    from spexsup.turn.scheduled import entries
+
     done = []
     for n in chosen:
+        clocks = entries(spex, (n,))
         removal = remove(spex, n, **flags)
         notes = removal.lines() if removal else []
+        notes += [f"removed schedule {c.id} ({c.cadence.describe()})" for c in clocks]
         done.append(document({"ok": True, "session": n, "removed": True, "notes": notes}))
         if not as_json:
             for line in removed_lines(done[-1]):

@@ -17,6 +17,7 @@ from spexsup.paths import remove_tree
 from spexsup.procs import Liveness, identity_liveness
 from spexsup.sessions import Session, get
 from spexsup.spex import Spex
+from spexsup.turn import scheduled
 from spexsup.turn.launch import kill_turn
 from spexsup.turn.reconcile import reconcile
 from spexsup.turn.target import taken
@@ -155,6 +156,14 @@ def remove(
             if session.current_turn is not None:
                 ledger.abort_current(db, name, session.current_turn, "removed by spex rm")
             ledger.mark_removing(db, name)
+        # Its clocks first: no firing is left to find the session half gone.
+        try:
+            scheduled.remove_session(spex, name)
+        except SpexError as e:
+            raise Failed(
+                f"{name}: could not remove its schedules: {e.line()}; the session is left removing",
+                hint=f"spex rm {name} again once that is fixed",
+            ) from None
         if session.current_turn is not None:
             survivors = kill_turn(spex, session, session.current_turn, grace)
             if survivors:
