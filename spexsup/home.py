@@ -38,6 +38,12 @@ HURRIED = 1.0
 _hurry = False
 
 
+def hurry() -> None:
+    """A signal is ending spex: every tmux call from now on gets HURRIED."""
+    global _hurry
+    _hurry = True
+
+
 def tmux_timeout() -> float:
     try:
         value = float(os.environ.get("SPEXSUP_TMUX_TIMEOUT", "") or TMUX_TIMEOUT)
@@ -171,8 +177,7 @@ class TmuxHome:
                     pipe.close()
             if isinstance(e, subprocess.TimeoutExpired):
                 raise TmuxTimeout(self.where(), limit) from None
-            global _hurry
-            _hurry = True
+            hurry()
             raise
         out = stdout.split("\n")
         while out and not out[-1]:

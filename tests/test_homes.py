@@ -438,6 +438,38 @@ def _tmux_server_pid(env: Env) -> int:
     return int(env.tmux("display-message", "-p", "#{pid}").stdout.strip())
 
 
+def test_a_signal_between_tmux_calls_hurries_the_clean_up_too(env: Env) -> None:
+    """SIGTERM after admission, when no tmux call is in flight: the abort's
+    clean-up meets the frozen server with the short bound, not the full one."""
+    assert env.run("new", "a", "--", harness("sleeper.sh")).returncode == 0
+    server = _tmux_server_pid(env)
+    proc = subprocess.Popen(
+        [SPEX, "wake", "a", "y", "--window", "1"],
+        env={**env.vars, "SPEXSUP_FAULT": "pause-before-launch", "SPEXSUP_TMUX_TIMEOUT": "8"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Admitted and paused before its launch: the turn is recorded starting.
+        assert retry_until(
+            lambda: json.loads(env.run("ls", "--json").stdout)[0]["state"] == "running", 20
+        )
+        os.kill(server, signal.SIGSTOP)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        took = time.monotonic() - sent
+    finally:
+        os.kill(server, signal.SIGCONT)
+    err = proc.stderr.read() if proc.stderr else ""
+    assert proc.returncode == 143, err
+    assert took < 4, f"SIGTERM took {took:.1f} s: {err}"
+    assert "aborted" in err, err
+    turn = json.loads(env.run("show", "a", "--json").stdout)["turn"]
+    assert turn["state"] == "aborted", turn
+
+
 def test_a_frozen_tmux_server_is_a_named_failure_never_a_hang(env: Env) -> None:
     assert env.run("new", "a", "--", harness("sleeper.sh")).returncode == 0
     server = _tmux_server_pid(env)

@@ -27,6 +27,11 @@ class Signalled(BaseException):
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
+    # What the signal's clean-up asks of tmux gets the short bound, whether or
+    # not a tmux call was in flight (a frozen server must not hold the exit).
+    from spexsup import home
+
+    home.hurry()
     raise Signalled(signum)
 
 

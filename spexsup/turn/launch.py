@@ -90,6 +90,8 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
     def attempt() -> Launch:
         return spex.tmux.launch(name, owner, fence, turn, session.cwd, env, argv, force=force)
 
+    if os.environ.get("SPEXSUP_FAULT") == "pause-before-launch":
+        time.sleep(2)  # the tests' fault point: admitted, not launched, no tmux call in flight
     _await_reporter(spex, name, session.current_turn)
     result = attempt()
     if result.outcome == "missing" or (result.outcome == "foreign" and not result.holder):
