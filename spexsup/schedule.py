@@ -274,37 +274,36 @@ def block_marks(home: Path) -> tuple[str, str]:
     )
 
 
+def _split(table: str, home: Path) -> tuple[list[str], list[str]]:
+    """`table`'s lines outside this home's block (another home's block
+    included, as it was) and inside it (the marks left out)."""
+    begin, end = block_marks(home)
+    outside: list[str] = []
+    inside: list[str] = []
+    within = False
+    for line in table.splitlines():
+        if line == begin:
+            within = True
+        elif within and line == end:
+            within = False
+        else:
+            (inside if within else outside).append(line)
+    return outside, inside
+
+
 def replace_block(table: str, home: Path, lines: Sequence[str]) -> str:
     """`table` with this home's block holding exactly `lines` (no block for
     none); every other line, another home's block included, as it was."""
-    begin, end = block_marks(home)
-    kept: list[str] = []
-    inside = False
-    for line in table.splitlines():
-        if line == begin:
-            inside = True
-        elif inside and line == end:
-            inside = False
-        elif not inside:
-            kept.append(line)
+    kept, _ = _split(table, home)
     if lines:
+        begin, end = block_marks(home)
         kept += [begin, *lines, end]
     return "".join(f"{line}\n" for line in kept)
 
 
 def block_lines(table: str, home: Path) -> list[str]:
     """The lines of this home's block (the marks left out)."""
-    begin, end = block_marks(home)
-    out: list[str] = []
-    inside = False
-    for line in table.splitlines():
-        if line == begin:
-            inside = True
-        elif inside and line == end:
-            inside = False
-        elif inside:
-            out.append(line)
-    return out
+    return _split(table, home)[1]
 
 
 def _run(argv: list[str], *, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
