@@ -230,8 +230,9 @@ def test_concurrent_up_revives_wake_each_session_once(env: Env) -> None:
     results = [(p.communicate(timeout=120), p.returncode) for p in ups]
     woken: list[str] = []
     for (out, err), code in results:
-        assert code == 0, (out, err)
         doc = json.loads(out)
+        legs = [(leg["session"], leg["verdict"], leg["error"]) for leg in doc.get("legs", [])]
+        assert code == 0, (legs, err)
         woken += [leg["session"] for leg in doc.get("legs", [])]
         assert all(leg["verdict"] == "confirmed" for leg in doc.get("legs", [])), doc
     assert sorted(woken) == names  # each once, by one of them
