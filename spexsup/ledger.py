@@ -411,6 +411,87 @@ def forget_conversation(db: sqlite3.Connection, session: str, turn: str, gone: s
     events.record(db, "conversation-gone", session=session, turn=turn, conversation=gone)
 
 
+# --- usage ----------------------------------------------------------------------
+
+
+def record_usage(
+    db: sqlite3.Connection,
+    session: str,
+    turn: str,
+    *,
+    harness: str | None,
+    runs: Sequence[Mapping[str, Any]],
+) -> bool:
+    """A turn's usage rows (see `store.USAGE_MIGRATION`), in the transaction
+    that records its end: one per model per attempt (`runs`, each with
+    `attempt`, `cause`, `exact`, `parts` [(model, counts or None, reported
+    cost or None)], `running`, `resumed`, `conversation`). Written once per
+    turn: a second report of the same end finds them and writes nothing
+    (False). A wave leg's rows name its wave, so a wave's spend is one
+    indexed sum.
+
+    A `running` attempt (codex) counted the conversation's running total:
+    its own share is that less the last total recorded for the conversation;
+    with none recorded, a resumed one's share is unknown (NULL, not exact)."""
+    if db.execute("SELECT 1 FROM usage WHERE turn = ? LIMIT 1", (turn,)).fetchone():
+        return False
+    found = db.execute("SELECT wave FROM wave_turns WHERE turn = ?", (turn,)).fetchone()
+    wave = found[0] if found else None
+    now = time.time()
+    for run in runs:
+        conversation = run.get("conversation")
+        exact = bool(run.get("exact"))
+        parts = list(run.get("parts") or ()) or [(None, None, None)]
+        running = None
+        if run.get("running") and len(parts) == 1 and parts[0][1] is not None:
+            model, total, cost = parts[0]
+            running = json.dumps([int(n) for n in total])
+            share: list[int] | None = [int(n) for n in total]
+            last = None
+            if conversation:
+                last = db.execute(
+                    "SELECT running FROM usage WHERE conversation = ? AND running IS NOT NULL"
+                    " ORDER BY id DESC LIMIT 1",
+                    (conversation,),
+                ).fetchone()
+            if last is not None:
+                before = json.loads(last[0])
+                share = [a - b for a, b in zip(total, before, strict=True)]
+                if min(share) < 0:  # not the same running total: a new count
+                    share, exact = None, False
+            elif run.get("resumed"):
+                share, exact = None, False
+            parts = [(model, share, cost)]
+        for model, counts, cost in parts:
+            tokens = list(counts) if counts is not None else [None] * 4
+            db.execute(
+                "INSERT INTO usage (turn, attempt, session, harness, wave, model, cause,"
+                " input, output, cache_read, cache_write, cost, exact, conversation, running, at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    turn,
+                    int(run.get("attempt") or 1),
+                    session,
+                    harness,
+                    wave,
+                    model,
+                    run.get("cause"),
+                    *tokens,
+                    cost,
+                    int(exact and counts is not None),
+                    conversation,
+                    running,
+                    now,
+                ),
+            )
+    return True
+
+
+def forget_usage(db: sqlite3.Connection, turns: Sequence[str]) -> None:
+    """The usage rows of turns that retention prunes (they go with their turns)."""
+    db.executemany("DELETE FROM usage WHERE turn = ?", [(t,) for t in turns])
+
+
 # --- wake keys -----------------------------------------------------------------
 
 

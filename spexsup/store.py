@@ -64,6 +64,42 @@ def locked_message(db_path: Path, waited: float) -> str:
     return f"state database {db_path} is write-locked{who} for more than {waited:g} s"
 
 
+# Usage per model per attempt of a turn (issue 26), written by
+# `ledger.record_usage` with the turn's end. Tokens are Anthropic's convention
+# (input without the cache); NULL tokens: the attempt's spend is unknown.
+# `cost` is what the CLI reported (USD), NULL when none (estimates are made
+# at read time from `[pricing]`). `exact` 0: the counts may be short of what
+# the attempt used. `running`: codex's conversation running total (JSON
+# [input, output, cache_read, cache_write]), from which the next turn of that
+# `conversation` takes its own share. Rows outlive `spex rm` (cost history);
+# retention prunes them with their turns.
+USAGE_MIGRATION = """
+    CREATE TABLE usage (
+        id INTEGER PRIMARY KEY,
+        turn TEXT NOT NULL,
+        attempt INTEGER NOT NULL DEFAULT 1,
+        session TEXT NOT NULL,
+        harness TEXT,
+        wave TEXT,
+        model TEXT,
+        cause TEXT,
+        input INTEGER,
+        output INTEGER,
+        cache_read INTEGER,
+        cache_write INTEGER,
+        cost REAL,
+        exact INTEGER NOT NULL DEFAULT 0,
+        conversation TEXT,
+        running TEXT,
+        at REAL NOT NULL
+    );
+    CREATE INDEX usage_by_turn ON usage (turn, attempt);
+    CREATE INDEX usage_by_session ON usage (session, at);
+    CREATE INDEX usage_by_at ON usage (at);
+    CREATE INDEX usage_by_wave ON usage (wave) WHERE wave IS NOT NULL;
+    CREATE INDEX usage_by_conversation ON usage (conversation, id) WHERE running IS NOT NULL;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     # 1: sessions, turns, tickets.
     """
@@ -306,6 +342,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX wave_turns_by_wave ON wave_turns (wave);
     ALTER TABLE sessions ADD COLUMN queue INTEGER NOT NULL DEFAULT 0;
     """,
+    # 18: usage and cost (issue 26, see `spexsup.usage`).
+    USAGE_MIGRATION,
 )
 
 
