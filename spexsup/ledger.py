@@ -438,6 +438,8 @@ def record_usage(
     found = db.execute("SELECT wave FROM wave_turns WHERE turn = ?", (turn,)).fetchone()
     wave = found[0] if found else None
     now = time.time()
+    day = time.strftime("%Y-%m-%d", time.localtime(now))
+    seen: set[str | None] = set()
     for run in runs:
         conversation = run.get("conversation")
         exact = bool(run.get("exact"))
@@ -464,10 +466,15 @@ def record_usage(
             parts = [(model, share, cost)]
         for model, counts, cost in parts:
             tokens = list(counts) if counts is not None else [None] * 4
+            firsts = (int(not seen), int(model not in seen))
+            seen.add(model)
+            known = counts is not None
+            flags = (int(cost is not None), int(known), int(exact and known))
             db.execute(
                 "INSERT INTO usage (turn, attempt, session, harness, wave, model, cause,"
-                " input, output, cache_read, cache_write, cost, exact, conversation, running, at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " input, output, cache_read, cache_write, cost, exact, conversation, running,"
+                " turn_first, model_first, at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     turn,
                     int(run.get("attempt") or 1),
@@ -481,15 +488,40 @@ def record_usage(
                     int(exact and counts is not None),
                     conversation,
                     running,
+                    *firsts,
                     now,
                 ),
+            )
+            keys = (day, session, harness or "", model or "", wave or "", *flags)
+            db.execute(
+                "INSERT INTO usage_days (day, session, harness, model, wave, priced, known,"
+                " exact, rows, turns, model_turns, input, output, cache_read, cache_write, cost)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT DO UPDATE SET rows = rows + 1, turns = turns + excluded.turns,"
+                " model_turns = model_turns + excluded.model_turns,"
+                " input = input + excluded.input, output = output + excluded.output,"
+                " cache_read = cache_read + excluded.cache_read,"
+                " cache_write = cache_write + excluded.cache_write, cost = cost + excluded.cost",
+                (*keys, *firsts, *[int(n or 0) for n in tokens], float(cost or 0.0)),
             )
     return True
 
 
-def forget_usage(db: sqlite3.Connection, turns: Sequence[str]) -> None:
-    """The usage rows of turns that retention prunes (they go with their turns)."""
-    db.executemany("DELETE FROM usage WHERE turn = ?", [(t,) for t in turns])
+def rebuild_usage_days(db: sqlite3.Connection) -> None:
+    """`usage_days` summed anew from the usage rows (each row's local day as
+    of now): what `record_usage` keeps up row by row, for a repair or a
+    table filled otherwise (the benches)."""
+    db.execute("DELETE FROM usage_days")
+    db.execute(
+        "INSERT INTO usage_days (day, session, harness, model, wave, priced, known, exact,"
+        " rows, turns, model_turns, input, output, cache_read, cache_write, cost)"
+        " SELECT date(at, 'unixepoch', 'localtime'), session, coalesce(harness, ''),"
+        " coalesce(model, ''), coalesce(wave, ''), cost IS NOT NULL, input IS NOT NULL,"
+        " exact, count(*), sum(turn_first), sum(model_first), coalesce(sum(input), 0),"
+        " coalesce(sum(output), 0), coalesce(sum(cache_read), 0),"
+        " coalesce(sum(cache_write), 0), coalesce(sum(cost), 0.0)"
+        " FROM usage GROUP BY 1, 2, 3, 4, 5, 6, 7, 8"
+    )
 
 
 # --- wake keys -----------------------------------------------------------------

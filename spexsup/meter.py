@@ -25,6 +25,8 @@ Lean: it runs in the exit reporter.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 
@@ -47,15 +49,24 @@ class Meter:
         """One event's (input, output, cache_read, cache_write), normalised
         already, and the cost the CLI printed for them (None: none). A cost
         counts as reported only when above 0, or 0 for no tokens at all."""
-        numbers = [tokens(c) for c in counts]
-        price = usd(cost)
-        priced = price is not None and (price > 0 or not any(numbers))
         name = model if isinstance(model, str) and model else None
-        part = self.parts.setdefault((name, priced), [0, 0, 0, 0, 0.0])
-        for i, n in enumerate(numbers):
-            part[i] += n
-        if priced and price is not None:
-            part[4] += price
+        i, o, cr, cw = (tokens(c) for c in counts)
+        self.count(name, i, o, cr, cw, usd(cost))
+
+    def count(
+        self, model: str | None, i: int, o: int, cr: int, cw: int, cost: float | None
+    ) -> None:
+        """`add`, the counts checked already."""
+        priced = cost is not None and (cost > 0 or not (i or o or cr or cw))
+        part = self.parts.get((model, priced))
+        if part is None:
+            part = self.parts[(model, priced)] = [0, 0, 0, 0, 0.0]
+        part[0] += i
+        part[1] += o
+        part[2] += cr
+        part[3] += cw
+        if priced and cost is not None:
+            part[4] += cost
 
 
 def tokens(value: object) -> int:
@@ -122,6 +133,54 @@ def opencode(part: dict[str, Any], meter: Meter) -> None:
     output = tokens(counted.get("output")) + tokens(counted.get("reasoning"))
     counts = (counted.get("input"), output, cache.get("read"), cache.get("write"))
     meter.add(None, counts, part.get("cost"))
+
+
+# opencode prints a step every few KB of a long run: its `step_finish` lines
+# are read without decoding the whole event (its `tokens` object, small and
+# flat but for `cache`, and its `cost`), and its `step_start` lines only counted.
+STEP_START = (b'{"type":"step_start"', b'{"type": "step_start"')
+STEP_FINISH = (b'{"type":"step_finish"', b'{"type": "step_finish"')
+# As opencode 1.x prints it (JSON.stringify of its own object: this order).
+_STEP_PRINTED = re.compile(
+    rb'"tokens":\{(?:"total":[0-9]+,)?"input":([0-9]+),"output":([0-9]+),"reasoning":([0-9]+),'
+    rb'"cache":\{"write":([0-9]+),"read":([0-9]+)\}\},"cost":([0-9][0-9.e+-]*)[,}]'
+)
+_STEP = re.compile(
+    rb'"tokens"\s*:\s*(\{[^{}]*(?:\{[^{}]*\}[^{}]*)?\})\s*,\s*"cost"\s*:\s*'
+    rb"(-?[0-9][0-9.eE+-]*)\s*[,}]"
+)
+
+
+def opencode_line(line: bytes, meter: Meter) -> bool:
+    """A `step_start` or `step_finish` line read here; False for any other
+    line (or one this cannot read: the caller decodes it)."""
+    if line.startswith(STEP_START):
+        meter.steps -= 1
+        return True
+    if not line.startswith(STEP_FINISH):
+        return False
+    printed = _STEP_PRINTED.search(line)
+    if printed is not None:
+        i, o, r, cw, cr, cost = printed.groups()
+        try:
+            price: float | None = float(cost)
+        except ValueError:
+            price = None
+        if price is not None and not 0 <= price < 1e9:
+            price = None
+        meter.steps += 1
+        meter.metered = True
+        meter.count(None, int(i), int(o) + int(r), int(cr), int(cw), price)
+        return True
+    found = _STEP.search(line)
+    if found is None:
+        return False
+    try:
+        counted, cost = json.loads(found.group(1)), json.loads(found.group(2))
+    except ValueError:
+        return False
+    opencode({"tokens": counted, "cost": cost}, meter)
+    return True
 
 
 def pi(message: dict[str, Any], meter: Meter) -> None:

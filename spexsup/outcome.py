@@ -199,6 +199,8 @@ class Spec(NamedTuple):
     wanted: tuple[bytes, ...]
     parse: Parser
     finish: Callable[[Outcome], None] | None = None
+    # Reads a line it knows from its bytes (True), before any decoding.
+    raw: Callable[[bytes, Outcome], bool] | None = None
 
 
 def _question(out: Outcome) -> None:
@@ -285,8 +287,6 @@ def _opencode(event: dict[str, Any], out: Outcome) -> bool:
         return False
     if kind == "step_finish":
         meters.opencode(part, out.spent)
-    elif kind == "step_start":
-        out.spent.steps -= 1
     elif kind == "text":
         text = part.get("text")
         if out.answer is None and isinstance(text, str) and text.strip():
@@ -375,9 +375,10 @@ PARSERS: dict[str, Spec] = {
         _codex_finish,
     ),
     "opencode": Spec(
-        (b'"text"', b'"error"', b'"tool_use"', b'"step_finish"', b'"step_start"'),
+        (b'"text"', b'"error"', b'"tool_use"', b'"step_finish"'),
         _opencode,
         _opencode_finish,
+        lambda line, out: meters.opencode_line(line, out.spent),
     ),
     "pi": Spec((b'"message_end"', b'"agent_end"'), _pi, _pi_finish),
 }
@@ -391,7 +392,10 @@ def read(output: Path, parser: str | None, budget: int = SCAN_BUDGET) -> Outcome
         return out
     try:
         out.whole = output.stat().st_size <= budget
+        raw = spec.raw
         for line in lines_backwards(output, budget):
+            if raw is not None and raw(line, out):
+                continue
             if not any(w in line for w in spec.wanted):
                 continue
             start = line.find(b"{")

@@ -367,17 +367,21 @@ def _old_usage(
     limit: int | None,
     delete: bool = False,
 ) -> int:
-    """Usage rows recorded before `cutoff` (of `sessions` only, when given):
-    counted, or `delete`d (at most `limit`)."""
-    where, params = "at < ?", [cutoff, *(sessions or ())]
-    if sessions is not None:
-        where += f" AND session IN ({','.join('?' * len(sessions))})"
+    """Usage rows recorded before the local day of `cutoff` (whole days, as
+    `usage_days` sums them; of `sessions` only, when given): counted, or
+    `delete`d (at most `limit`, with their days' sums)."""
+    from spexsup.usage import day_start, local_day
+
+    day, start = local_day(cutoff), day_start(cutoff)
+    where, params = "at < ?", [start, *(sessions or ())]
+    only = f" AND session IN ({','.join('?' * len(sessions))})" if sessions is not None else ""
     bound = f" LIMIT {int(limit)}" if limit is not None else ""
     if not delete:
-        (n,) = db.execute(f"SELECT count(*) FROM usage WHERE {where}", params).fetchone()
+        (n,) = db.execute(f"SELECT count(*) FROM usage WHERE {where}{only}", params).fetchone()
         return int(n)
+    db.execute(f"DELETE FROM usage_days WHERE day < ?{only}", [day, *(sessions or ())])
     cur = db.execute(
-        f"DELETE FROM usage WHERE id IN (SELECT id FROM usage WHERE {where}{bound})", params
+        f"DELETE FROM usage WHERE id IN (SELECT id FROM usage WHERE {where}{only}{bound})", params
     )
     return cur.rowcount
 

@@ -82,6 +82,7 @@ class Spend:
     __slots__ = (
         "estimated",
         "inexact",
+        "leads",
         "models",
         "n_estimated",
         "n_reported",
@@ -103,7 +104,8 @@ class Spend:
         self.n_estimated = 0
         self.unknown = 0  # rows whose cost is unknown
         self.rows = 0
-        self.turns = 0
+        self.turns = 0  # the turns in this sum (a turn with two models: in each model's)
+        self.leads = 0  # the turns in this sum, each once whatever the grouping
         self.models: set[str] = set()
 
     def add(self, other: Spend) -> Spend:
@@ -119,6 +121,7 @@ class Spend:
         self.unknown += other.unknown
         self.rows += other.rows
         self.turns += other.turns
+        self.leads += other.leads
         self.models |= other.models
         return self
 
@@ -231,7 +234,8 @@ def count_text(n: int) -> str:
 # --- reading the usage table ------------------------------------------------------
 
 _SUMS = (
-    "count(*), sum(input), sum(output), sum(cache_read), sum(cache_write),"
+    "sum(turn_first), sum(model_first),"
+    " count(*), sum(input), sum(output), sum(cache_read), sum(cache_write),"
     " sum(cost), count(cost),"
     " sum(CASE WHEN cost IS NULL THEN input END), sum(CASE WHEN cost IS NULL THEN output END),"
     " sum(CASE WHEN cost IS NULL THEN cache_read END),"
@@ -240,11 +244,17 @@ _SUMS = (
 )
 
 
-def _fold(spend: Spend, model: str | None, row: Sequence[Any], pricing: Pricing) -> None:
+def _fold(
+    spend: Spend, model: str | None, row: Sequence[Any], pricing: Pricing, by_model: bool
+) -> None:
     """Add one (group, model) line of the aggregate query into `spend`; the
     estimate is made here, per model, from the tokens whose cost no CLI reported."""
-    n, i, o, cr, cw, rep, n_rep, ei, eo, ecr, ecw, n_est, n_none, n_inexact = row
+    leads, firsts, n, i, o, cr, cw, rep, n_rep, ei, eo, ecr, ecw, n_est, n_none, n_inexact = (
+        v or 0 for v in row
+    )
     spend.rows += n
+    spend.leads += int(leads or 0)
+    spend.turns += int((firsts if by_model else leads) or 0)
     if n > n_none:
         spend.tokens_known = True
         for k, value in enumerate((i, o, cr, cw)):
@@ -274,31 +284,92 @@ def totals(
     *,
     where: str = "",
     params: Sequence[Any] = (),
+    scan: bool = False,
 ) -> dict[str, Spend]:
     """The usage rows (those `where` selects) summed per group of `by` (a
-    key of GROUPS; None: one group, ""), in SQL: one GROUP BY for the sums
-    per (group, model), one for the turns per group. Groups in key order."""
+    key of GROUPS; None: one group, ""), in SQL: one GROUP BY (group, model),
+    the turns counted by the rows that are a turn's first (`turn_first`, and
+    `model_first` per model), never `count(DISTINCT …)`. For the few rows of
+    a turn, session or wave (indexed); `summary` sums the whole table.
+    `scan`: read the table in its order, not by an index. Groups in key order."""
     key = GROUPS[by] if by is not None else "''"
     clause = f" WHERE {where}" if where else ""
+    source = "usage NOT INDEXED" if scan else "usage"
     out: dict[str, Spend] = {}
     rows = db.execute(
-        f"SELECT {key} AS k, model, {_SUMS} FROM usage{clause} GROUP BY k, model ORDER BY k",
+        f"SELECT {key} AS k, model, {_SUMS} FROM {source}{clause} GROUP BY k, model ORDER BY k",
         tuple(params),
     )
     for row in rows:
         spend = out.get(row[0])
         if spend is None:
             spend = out[row[0]] = Spend()
-        _fold(spend, row[1], tuple(row)[2:], pricing)
-    if out:
-        turns = db.execute(
-            f"SELECT {key} AS k, count(DISTINCT turn) FROM usage{clause} GROUP BY k",
-            tuple(params),
-        )
-        for k, n in turns:
-            if k in out:
-                out[k].turns = int(n)
+        _fold(spend, row[1], tuple(row)[2:], pricing, by == "model")
     return out
+
+
+# `spex cost --by` over `usage_days` (a NULL is '' there).
+DAY_GROUPS: dict[str, str] = {
+    "session": "session",
+    "harness": "coalesce(nullif(harness, ''), '-')",
+    "model": "coalesce(nullif(model, ''), '-')",
+    "day": "day",
+    "wave": "coalesce(nullif(wave, ''), '-')",
+}
+_DAY_SUMS = (
+    "sum(turns), sum(model_turns), sum(rows), sum(input), sum(output), sum(cache_read),"
+    " sum(cache_write), sum(CASE WHEN priced THEN cost END), sum(CASE WHEN priced THEN rows END),"
+    " sum(CASE WHEN NOT priced THEN input END), sum(CASE WHEN NOT priced THEN output END),"
+    " sum(CASE WHEN NOT priced THEN cache_read END),"
+    " sum(CASE WHEN NOT priced THEN cache_write END),"
+    " sum(CASE WHEN NOT priced AND known THEN rows END), sum(CASE WHEN NOT known THEN rows END),"
+    " sum(CASE WHEN NOT exact THEN rows END)"
+)
+
+
+def local_day(epoch: float) -> str:
+    """`2026-12-02`: the local date `usage_days` files a row under."""
+    return time.strftime("%Y-%m-%d", time.localtime(epoch))
+
+
+def next_midnight(epoch: float) -> float:
+    """The local midnight that ends `epoch`'s day."""
+    t = time.localtime(epoch)
+    return time.mktime((t.tm_year, t.tm_mon, t.tm_mday + 1, 0, 0, 0, 0, 0, -1))
+
+
+def day_start(epoch: float) -> float:
+    """The local midnight that starts `epoch`'s day."""
+    t = time.localtime(epoch)
+    return time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
+def summary(
+    db: sqlite3.Connection, by: str, pricing: Pricing, *, since: float | None = None
+) -> dict[str, Spend]:
+    """`spex cost`: the sums per group of `by` (a key of DAY_GROUPS) from
+    `usage_days`, a few rows per session and day, never the 100 000 usage
+    rows; with `since` (epoch), the days after its own from `usage_days`
+    and its own day's rows from `at` on (indexed by `at`). Groups in key order."""
+    key = DAY_GROUPS[by]
+    where = ""
+    params: tuple[str, ...] = ()
+    out: dict[str, Spend] = {}
+    if since is not None:
+        where, params = " WHERE day > ?", (local_day(since),)
+        edge = "at >= ? AND at < ?"
+        out = totals(db, by, pricing, where=edge, params=(since, next_midnight(since)))
+    rows = db.execute(
+        f"SELECT {key} AS k, nullif(model, '') AS m, {_DAY_SUMS} FROM usage_days{where}"
+        " GROUP BY k, m",
+        params,
+    )
+    for row in rows:
+        spend = out.get(row[0])
+        if spend is None:
+            spend = out[row[0]] = Spend()
+        _fold(spend, row[1], tuple(row)[2:], pricing, by == "model")
+    return dict(sorted(out.items()))
 
 
 def total(
@@ -325,10 +396,12 @@ def wave_spend(
 
 
 def grand(spends: Iterable[Spend]) -> Spend:
-    """The sum of several sums (a table's TOTAL; a fleet wave's hosts)."""
+    """The sum of several sums (a table's TOTAL; a fleet wave's hosts); its
+    turns each once, whatever the grouping was."""
     out = Spend()
     for s in spends:
         out.add(s)
+    out.turns = out.leads
     return out
 
 
@@ -341,7 +414,7 @@ def from_json(doc: Mapping[str, Any] | None) -> Spend:
         return spend
     usage, cost = doc.get("usage") or {}, doc.get("cost") or {}
     spend.rows = 1
-    spend.turns = int(doc.get("turns") or 0)
+    spend.turns = spend.leads = int(doc.get("turns") or 0)
     counts = [usage.get(k) for k in KINDS]
     if any(isinstance(c, int) for c in counts):
         spend.tokens_known = True
@@ -356,10 +429,3 @@ def from_json(doc: Mapping[str, Any] | None) -> Spend:
     if not cost.get("exact", False):
         spend.unknown = 1
     return spend
-
-
-def since_clause(since: float | None, now: float | None = None) -> tuple[str, tuple[float, ...]]:
-    """The WHERE clause for rows recorded in the last `since` seconds."""
-    if since is None:
-        return "", ()
-    return "at >= ?", ((time.time() if now is None else now) - since,)

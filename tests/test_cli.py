@@ -14,7 +14,7 @@ import pexpect
 from conftest import SPEX, Env, retry_until
 
 LIFECYCLE = (
-    "new wake wait queue log attach stop resume up ls show edit top rm fanout waves wave maint"
+    "new wake wait queue log attach stop resume up ls show edit top rm fanout waves wave cost maint"
     " prune du doctor"
 )
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")

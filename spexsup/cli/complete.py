@@ -122,6 +122,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     ),
     "waves": ((), {}),
     "wave": (("wave",), {}),
+    "cost": ((), {"--by": "cost-by", "--since": None}),
     "events": (
         (),
         {
@@ -349,12 +350,17 @@ def _states() -> list[str]:
     return list(SESSION_STATES)
 
 
+def _cost_groups() -> list[str]:
+    return ["session", "harness", "model", "day", "wave"]
+
+
 # Kinds whose words are fixed lists, not read from the state home.
 WORDS = {
     "shell": lambda: list(SHELLS),
     "command": _commands,
     "event-kind": _event_kinds,
     "state": _states,
+    "cost-by": _cost_groups,
 }
 
 

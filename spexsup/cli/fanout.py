@@ -35,6 +35,9 @@ from spexsup.cli.render import document, print_json, table, with_iso
 from spexsup.errors import Invalid
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from spexsup.cli.progress import LegCost
     from spexsup.fanout import Plan
     from spexsup.sessions import Session
     from spexsup.spex import Spex
@@ -66,6 +69,12 @@ def leg_line(leg: dict[str, Any]) -> str:
         parts.append(f"rc={leg['rc']}")
     if leg.get("repeat"):
         parts.append("(repeat of its key: no second turn)")
+    if leg.get("cost") and leg["cost"].get("amount") is not None:
+        from spexsup import usage
+
+        parts.append(
+            "· " + usage.from_json({"usage": leg["usage"], "cost": leg["cost"]}).cost_text()
+        )
     error = leg.get("turn_error") or leg["error"]
     if error:
         parts.append(f"({error})")
@@ -76,6 +85,60 @@ def leg_line(leg: dict[str, Any]) -> str:
     from spexsup.pane.pretty import one_line
 
     return one_line(" ".join(parts))
+
+
+def with_spend(spex: "Spex", doc: dict[str, Any]) -> dict[str, Any]:
+    """The wave document with what it spent (issue 26): `usage` and `cost`
+    per leg (null before its turn recorded any) and for the whole wave,
+    every leg and every attempt. Printed only: the wave's file is as it was."""
+    from spexsup import config, usage
+
+    pricing = config.load(spex.home).pricing
+    per, whole = usage.wave_spend(spex.store.db, doc["id"], pricing, doc["legs"])
+    legs = []
+    for leg in doc["legs"]:
+        spent = per.get(leg["session"])
+        extra: dict[str, Any] = {"usage": None, "cost": None}
+        if spent is not None:
+            extra = {"usage": spent.usage_json(), "cost": spent.cost_json()}
+        legs.append({**leg, **extra})
+    return {**doc, "legs": legs, "usage": whole.usage_json(), "cost": whole.cost_json()}
+
+
+def leg_costs(home: "Path") -> "LegCost":
+    """A leg's cost text (`$0.09`, "" when it recorded none), for the live
+    views: each call its own read-only connection (they run in other threads)."""
+    import sqlite3
+
+    from spexsup import config, usage
+
+    pricing = config.load(home).pricing
+
+    def cost(wave: str, session: str) -> str:
+        try:
+            db = sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True, timeout=5)
+            try:
+                spent = usage.total(
+                    db, pricing, where="wave = ? AND session = ?", params=(wave, session)
+                )
+            finally:
+                db.close()
+        except sqlite3.Error:
+            return ""
+        return spent.cost_text() if spent.rows else ""
+
+    return cost
+
+
+def spend_text(doc: dict[str, Any]) -> str:
+    """`cost $0.18 · 58.7k in, 12 out, cache 0/0` for a wave (or a leg) that
+    has one; "" otherwise."""
+    from spexsup import usage
+
+    if not doc.get("cost"):
+        return ""
+    spent = usage.from_json({"usage": doc.get("usage"), "cost": doc["cost"]})
+    return "cost " + spent.line()
 
 
 def counts_line(doc: dict[str, Any]) -> str:
@@ -92,7 +155,10 @@ def counts_line(doc: dict[str, Any]) -> str:
 
 def summary(doc: dict[str, Any]) -> str:
     detached = " (detached)" if doc.get("detached_at") and doc["state"] == "running" else ""
-    return f"wave {doc['id']}: {doc['state']}{detached} · {counts_line(doc)}"
+    spent = spend_text(doc)
+    return f"wave {doc['id']}: {doc['state']}{detached} · {counts_line(doc)}" + (
+        f" · {spent}" if spent else ""
+    )
 
 
 class WaitInterrupted(BaseException):
@@ -414,7 +480,7 @@ def run_wave(
     # --wait: every leg's stage as it changes, a live table on a terminal.
     progress: LegsView | PlainLegs | None = None
     if wait and not as_json:
-        progress = PlainLegs(spex.home) if not live else None
+        progress = PlainLegs(spex.home, costs=leg_costs(spex.home)) if not live else None
 
     def on_change(doc: dict[str, Any]) -> None:
         if as_json:
@@ -439,7 +505,7 @@ def run_wave(
                 + (" (retry)" if retry_failed else "")
             )
         if wait and live and not as_json:
-            progress = LegsView(spex.home, wave.doc).__enter__()
+            progress = LegsView(spex.home, wave.doc, costs=leg_costs(spex.home)).__enter__()
         wave.listeners.append(on_change)
         if "signal" in holder:  # a signal that came before the wave existed
             threading.Thread(target=wave.abort, daemon=True).start()
@@ -482,7 +548,7 @@ def run_wave(
     finally:
         if isinstance(progress, LegsView):
             progress.__exit__()
-    doc = waves.refresh(spex, wave.id)
+    doc = with_spend(spex, waves.refresh(spex, wave.id))
     if as_json:
         print_json(document(with_iso(doc)))
     else:
@@ -571,7 +637,11 @@ def fleet_text(doc: dict[str, Any]) -> None:
     for leg in doc["legs"]:
         typer.echo("  " + leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"}))
     ok = sum(leg.get("verdict") in SUCCESS for leg in doc["legs"])
-    typer.echo(f"wave {doc['id']}: {doc['state']} · ok {ok} · failed {len(doc['legs']) - ok}")
+    spent = spend_text(doc)
+    typer.echo(
+        f"wave {doc['id']}: {doc['state']} · ok {ok} · failed {len(doc['legs']) - ok}"
+        + (f" · {spent}" if spent else "")
+    )
     if doc["retry_of"]:
         typer.echo(f"retry of {doc['retry_of']}")
     if doc["retried_by"]:
@@ -648,7 +718,7 @@ def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> No
             fleet_text(fleet_doc)
         return
     spex = open_spex(ctx)
-    doc = waves.load(spex, ids.resolve_wave(spex.store.db, wave))
+    doc = with_spend(spex, waves.load(spex, ids.resolve_wave(spex.store.db, wave)))
     if doc.get("best_of"):
         from spexsup.bestof import leg_stat
 
