@@ -446,3 +446,19 @@ def test_an_unknown_pricing_key_is_a_warning(env: Env) -> None:
     assert "unknown key 'cache_reads' in [pricing.\"m\"], ignored (did you mean 'cache_read'?)" in (
         r.stderr
     )
+
+
+def test_a_fleet_wave_sums_every_hosts_spend(env: Env) -> None:
+    """A fleet wave (here one host, `local`) carries each host's spend and their sum."""
+    new(env, "c", "claude")
+    r = env.run("fanout", "local:c", "-m", "go", "--window", "20", "--wait", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "fleet"
+    (host,) = doc["hosts"]
+    assert host["cost"]["amount"] == pytest.approx(0.088119) and host["cost"]["exact"] is True
+    assert doc["cost"]["amount"] == pytest.approx(0.088119) and doc["cost"]["exact"] is True
+    assert doc["usage"]["input"] == 29343 and doc["legs"][0]["cost"]["source"] == "reported"
+    shown = json.loads(env.run("wave", doc["id"], "--json").stdout)
+    assert shown["cost"] == doc["cost"]
+    assert "· cost $0.09 · 29.3k in, 6 out" in env.run("wave", doc["id"]).stdout
