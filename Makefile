@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/events.py
 	$(BIN)/python bench/queue.py
 	$(BIN)/python bench/queue.py --max-running
+	$(BIN)/python bench/cost.py
 
 # `spex -H host ls --json` cold, warm and local, through a private sshd (root).
 bench-ssh: $(STAMP) compile

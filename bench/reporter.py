@@ -14,6 +14,12 @@ both alike):
   .venv, e.g. /work/main: what the reporter cost before flags); without it,
   this tree with no parser (the flag parsing alone is the difference).
 
+Then the usage parsing (issue 26) alone, in process, on a `--mb` output of
+each CLI in its real format (claude's stream-json, codex's exec --json,
+opencode's run --format json with a step every ~12 KB, pi's --mode json):
+`outcome.read` of this tree against that of `--baseline`'s outcome.py (the
+flags without usage), target < +2 ms.
+
     python bench/reporter.py [--mb 10] [--n 15] [--baseline /work/main]
 """
 
@@ -30,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 SESSION = "bench"
 TURN = "20261130T000000Z-bench0"
@@ -53,7 +60,14 @@ def write_output(path: Path, mb: int) -> None:
         "result": "Done. Should I also update the docs?",
         "session_id": sid,
         "permission_denials": [{"tool_name": "Write", "tool_use_id": "t1", "tool_input": {}}],
-    }
+        # What claude 2.1 prints (tests/fixtures/real/claude/answer.out).
+        "total_cost_usd": 0.088119,
+        "usage": {"input_tokens": 29343, "cache_creation_input_tokens": 0,
+                  "cache_read_input_tokens": 0, "output_tokens": 6},
+        "modelUsage": {"claude-sonnet-4-5": {"inputTokens": 29343, "outputTokens": 6,
+                       "cacheReadInputTokens": 0, "cacheCreationInputTokens": 0,
+                       "costUSD": 0.088119}},
+    }  # fmt: skip
     with path.open("wb") as f:
         f.write(json.dumps({"type": "system", "subtype": "init", "session_id": sid}).encode())
         f.write(b"\n")
@@ -62,6 +76,98 @@ def write_output(path: Path, mb: int) -> None:
             f.write(step + b"\n")
             written += len(step) + 1
         f.write(json.dumps(result).encode() + b"\n")
+
+
+def write_cli_output(path: Path, cli: str, mb: int) -> None:
+    """`mb` MB of `cli`'s structured output, its usage events where the real
+    CLI prints them (tests/fixtures/real)."""
+    text = "x" * 700
+    big = "y" * 10_000
+    steps: list[dict[str, Any]]
+    end: list[dict[str, Any]]
+    if cli == "codex":
+        step = {"type": "item.completed", "item": {"id": "i", "type": "command_execution",
+                "command": "ls", "aggregated_output": text, "exit_code": 0}}  # fmt: skip
+        end = [
+            {"type": "item.completed", "item": {"type": "agent_message", "text": "done"}},
+            {"type": "turn.completed", "usage": {"input_tokens": 9642, "cached_input_tokens": 0,
+             "cache_write_input_tokens": 0, "output_tokens": 6, "reasoning_output_tokens": 0}},
+        ]  # fmt: skip
+        steps = [step]
+    elif cli == "opencode":
+        tokens = {"total": 7778, "input": 7772, "output": 6, "reasoning": 0,
+                  "cache": {"write": 0, "read": 0}}  # fmt: skip
+        steps = [
+            {"type": "step_start", "part": {"type": "step-start"}},
+            {"type": "tool_use", "part": {"tool": "bash", "state": {"output": big}}},
+            {"type": "text", "part": {"type": "text", "text": text}},
+            {"type": "step_finish",
+             "part": {"reason": "tool-calls", "tokens": tokens, "cost": 0}},
+        ]  # fmt: skip
+        end = [{"type": "step_finish", "part": {"reason": "stop", "tokens": tokens, "cost": 0}}]
+        end.insert(0, steps[0])
+    elif cli == "pi":
+        usage = {"input": 1434, "output": 6, "cacheRead": 0, "cacheWrite": 0,
+                 "totalTokens": 1440, "cost": {"total": 0}}  # fmt: skip
+        message = {"role": "assistant", "model": "fake-model", "usage": usage,
+                   "content": [{"type": "text", "text": text}],
+                   "stopReason": "toolUse"}  # fmt: skip
+        steps = [
+            {"type": "message_update", "message": {"role": "assistant", "content": text}},
+            {"type": "message_end", "message": message},
+        ]
+        last = {**message, "stopReason": "stop"}
+        end = [{"type": "message_end", "message": last},
+               {"type": "agent_end", "messages": [message] * 20 + [last]}]  # fmt: skip
+    else:
+        write_output(path, mb)
+        return
+    lines = [json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in steps]
+    with path.open("wb") as f:
+        written = 0
+        while written < mb * 1_000_000:
+            for line in lines:
+                f.write(line)
+                written += len(line)
+        for e in end:
+            f.write(json.dumps(e, separators=(",", ":")).encode() + b"\n")
+
+
+def usage_parse(baseline: Path, mb: int, n: int) -> None:
+    """`outcome.read` per CLI, this tree's (flags and usage) against the
+    baseline's outcome.py (flags only), p50 of n, alternated."""
+    import importlib.util
+
+    from spexsup import outcome
+
+    spec = importlib.util.spec_from_file_location("baseline_outcome", baseline)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {baseline}")
+    base = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(base)
+    scratch = Path(tempfile.mkdtemp(prefix="spexuse"))
+    print(f"usage parsing on a {mb} MB output, in process, p50 of {n} (target: < +2 ms):")
+    try:
+        for cli in ("claude", "codex", "opencode", "pi"):
+            path = scratch / f"{cli}.log"
+            write_cli_output(path, cli, mb)
+            theirs, ours = [], []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                base.read(path, cli)
+                theirs.append((time.perf_counter() - t0) * 1000)
+                t0 = time.perf_counter()
+                found = outcome.read(path, cli)
+                ours.append((time.perf_counter() - t0) * 1000)
+            b, o = statistics.median(theirs), statistics.median(ours)
+            spent = found.spent
+            parts = {k[0] or "-": v[:2] for k, v in spent.parts.items()}
+            print(
+                f"  {cli:<9} baseline {b:6.2f} ms, with usage {o:6.2f} ms ({o - b:+.2f} ms);"
+                f" read {parts}, exact {spent.exact}"
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 class Home:
@@ -174,6 +280,11 @@ def main() -> int:
         base.close()
         ours.close()
         shutil.rmtree(scratch, ignore_errors=True)
+    baseline = Path(args.baseline or "/work/main") / "spexsup" / "outcome.py"
+    if baseline.exists():
+        usage_parse(baseline, args.mb, args.n)
+    else:
+        print(f"(no {baseline}: give --baseline DIR for the usage parsing comparison)")
     return 0
 
 

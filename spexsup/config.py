@@ -6,7 +6,8 @@ file that does not parse, or a key with a wrong type or value, is `Failed`
 (exit 1) naming the file, the line and the field; an unknown key is a
 warning (with the known key it is closest to) and the rest of the file
 applies. Tables owned by other features (`[[hook]]`, `[host.NAME]`) are kept
-raw for them to validate.
+raw for them to validate. `[pricing."MODEL"]` tables (issue 26) price a
+model's tokens for the cost estimates of `spexsup.usage`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from spexsup import durations
-from spexsup.errors import Failed, Invalid, unknown_key
+from spexsup.errors import Failed, Invalid, clip, unknown_key
+from spexsup.usage import KINDS, Price
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # tmux key names: C-a, M-x, C-Space, F12, ` …
@@ -152,6 +154,8 @@ class Config(NamedTuple):
     # Launches of one harness at least this far apart (spexsup.stagger); 0: none.
     stagger: float | None = None
     retention: Retention = Retention()
+    # `[pricing."MODEL"]`: USD per million tokens, for cost estimates.
+    pricing: Mapping[str, Price] = MappingProxyType({})
     files: tuple[Path, ...] = ()
     raw: Mapping[str, Any] = MappingProxyType({})
 
@@ -203,6 +207,84 @@ def _retention(
     return base._replace(**fields)
 
 
+# A price above this per million tokens is a typo (no model costs $1M per million).
+MAX_PRICE = 1_000_000.0
+PRICE_WORDS = "a number of USD per million tokens, from 0 to 1000000"
+
+
+def _pricing_line(text: str, model: str, key: str = "") -> int:
+    """The line of `key` in `[pricing."MODEL"]` (however the name is quoted),
+    else of that header, else of `[pricing]`/`pricing`, else 1."""
+    name = rf"(?:\"{re.escape(model)}\"|'{re.escape(model)}'|{re.escape(model)})"
+    header = re.compile(rf"\s*\[\s*pricing\s*\.\s*{name}\s*\]")
+    inside, found = False, 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if re.match(r"\s*\[", line):
+            inside = bool(header.match(line))
+            if inside and not found:
+                found = number
+            continue
+        if inside and key and re.match(rf"\s*{re.escape(key)}\s*=", line):
+            return number
+    if found:
+        return found
+    if model:  # `[pricing]` with `MODEL = …` in it
+        within = _line_of(text, model, "pricing")
+        if within > 1:
+            return within
+    for number, line in enumerate(text.splitlines(), 1):
+        if re.match(r"\s*(?:\[\s*pricing\b|pricing\s*=)", line):
+            return number
+    return 1
+
+
+def _price(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 <= value <= MAX_PRICE else None
+
+
+def _pricing(
+    path: Path, text: str, value: object, base: Mapping[str, Price], bad: Callable[[Failed], None]
+) -> Mapping[str, Price]:
+    """`[pricing."MODEL"]` tables: `input` and `output` (required), `cache_read`,
+    `cache_write`, each USD per million tokens. A later file's model replaces
+    an earlier file's whole table for that model."""
+    if not isinstance(value, dict):
+        where = f"{path}:{_pricing_line(text, '')}"
+        bad(Failed(f"{where}: field 'pricing' must be tables ([pricing.\"MODEL\"])"))
+        return base
+    out = dict(base)
+    for model, table in value.items():
+        label = f'pricing."{clip(model)}"'
+        if not isinstance(table, dict):
+            where = f"{path}:{_pricing_line(text, model)}"
+            bad(Failed(f"{where}: field {label!r} must be a table ([{label}] with input, output)"))
+            continue
+        fields: dict[str, float] = {}
+        broken = False
+        for key, item in table.items():
+            where = f"{path}:{_pricing_line(text, model, key)}"
+            if key not in KINDS:
+                unknown_key(where, key, list(KINDS), f"[{label}]")
+                continue
+            price = _price(item)
+            if price is None:
+                bad(Failed(f"{where}: field '{label}.{key}' must be {PRICE_WORDS}"))
+                broken = True
+                continue
+            fields[key] = price
+        if broken:
+            continue
+        missing = [k for k in ("input", "output") if k not in fields]
+        if missing:
+            where = f"{path}:{_pricing_line(text, model)}"
+            bad(Failed(f"{where}: [{label}] needs {' and '.join(missing)} ({PRICE_WORDS})"))
+            continue
+        out[model] = Price(**fields)
+    return MappingProxyType(out)
+
+
 def _read(path: Path) -> tuple[str, dict[str, Any]] | None:
     """One file's text and table; None when it does not exist, Failed when it
     cannot be read or parsed."""
@@ -238,13 +320,16 @@ def _apply(
         if key == "retention":
             values[key] = _retention(path, text, value, values.get(key, Retention()), bad)
             continue
+        if key == "pricing":
+            values[key] = _pricing(path, text, value, values.get(key, {}), bad)
+            continue
         if key in RAW_TABLES:
             raw[key] = value
             continue
         check = KEYS.get(key)
         where = f"{path}:{_line_of(text, key)}"
         if check is None:
-            unknown_key(where, key, [*KEYS, *RAW_TABLES, "retention"])
+            unknown_key(where, key, [*KEYS, *RAW_TABLES, "retention", "pricing"])
             continue
         checked = check(value)
         if checked is None:

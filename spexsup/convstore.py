@@ -18,6 +18,16 @@ Only sessions written since the turn started (less a second) and for the
 session's own working directory count; the newest wins. Bounded: one query
 per database; one directory listing per project, one small read per
 candidate file.
+
+The model a conversation ran (`model`, issue 26), for the CLIs whose
+structured output does not name it:
+
+- codex keeps `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<thread id>.jsonl`
+  (default `~/.codex`), dated by its local creation time, which its thread
+  id (a UUIDv7) carries in its first 48 bits; each `turn_context` line names
+  the `model`. The newest one is read from the file's end.
+- opencode's database: the newest assistant message's `modelID` in table
+  `message` (its `data`), else the session's `model` (`{"id": …}`).
 """
 
 from __future__ import annotations
@@ -132,6 +142,105 @@ def _opencode_json(cwd: str, since: float) -> str | None:
 
 
 LOOKUPS = {"pi": _pi, "opencode": _opencode}
+
+
+def _codex_model(thread: str) -> str | None:
+    import datetime as dt
+    import re
+
+    from spexsup.outcome import lines_backwards
+
+    m = re.fullmatch(r"([0-9a-f]{8})-([0-9a-f]{4})-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", thread)
+    if m is None:
+        return None
+    created = int(m.group(1) + m.group(2), 16) / 1000
+    root = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "sessions"
+    for days in (0, -1, 1):  # its local date, or a neighbour's across a zone change
+        try:
+            day = dt.datetime.fromtimestamp(created) + dt.timedelta(days=days)
+            found = sorted((root / day.strftime("%Y/%m/%d")).glob(f"rollout-*-{thread}.jsonl"))
+        except (OSError, ValueError, OverflowError):
+            continue
+        for path in found:
+            try:
+                for line in lines_backwards(path, 1 << 22):
+                    if b'"turn_context"' not in line:
+                        continue
+                    try:
+                        payload = json.loads(line).get("payload")
+                    except (ValueError, AttributeError):
+                        continue
+                    model = payload.get("model") if isinstance(payload, dict) else None
+                    if isinstance(model, str) and model:
+                        return model
+            except OSError:
+                continue
+    return None
+
+
+def _opencode_model(session: str) -> str | None:
+    for path in _opencode_databases():
+        if not path.is_file():
+            continue
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_SECONDS)
+        except sqlite3.Error:
+            continue
+        try:
+            found = _opencode_model_in(db, session)
+        finally:
+            db.close()
+        if found:
+            return found
+    return None
+
+
+def _opencode_model_in(db: sqlite3.Connection, session: str) -> str | None:
+    try:
+        rows = db.execute(
+            "SELECT data FROM message WHERE session_id = ? ORDER BY time_created DESC LIMIT 50",
+            (session,),
+        ).fetchall()
+    except sqlite3.Error:  # an older schema: no message table
+        rows = []
+    for (data,) in rows:
+        try:
+            message = json.loads(data)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            model = message.get("modelID")
+            if isinstance(model, str) and model:
+                return model
+    try:
+        row = db.execute("SELECT model FROM session WHERE id = ?", (session,)).fetchone()
+    except sqlite3.Error:
+        return None
+    if row is None or not isinstance(row[0], str) or not row[0]:
+        return None
+    try:
+        value = json.loads(row[0])
+    except ValueError:
+        return row[0]
+    if isinstance(value, dict):
+        model = value.get("id") or value.get("modelID")
+        return model if isinstance(model, str) and model else None
+    return value if isinstance(value, str) and value else None
+
+
+MODELS = {"codex": _codex_model, "opencode": _opencode_model}
+
+
+def model(harness: str, conversation: str | None) -> str | None:
+    """The model `harness`'s conversation ran, from the CLI's own store; None
+    when it cannot be told (no store, another schema, a locked database)."""
+    find = MODELS.get(harness)
+    if find is None or not conversation:
+        return None
+    try:
+        return find(conversation)
+    except (OSError, ValueError):
+        return None
 
 
 def lookup(harness: str, cwd: str | None, since: float | None) -> str | None:

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from spexsup import hosts, ids
+from spexsup import hosts, ids, usage
 from spexsup.errors import Failed, Invalid, Refused, SpexError
 from spexsup.ids import SCHEMA_VERSION, validate_name
 from spexsup.mainwait import results
@@ -303,15 +303,20 @@ def fanout(
     parts = parallel(one, list(groups))
     legs: list[dict[str, Any]] = []
     waves: list[dict[str, Any]] = []
+    spent: list[usage.Spend] = []
     for part in parts:
         host = part["host"]
         if "doc" not in part:
             waves.append({"host": host, "wave": None, "state": "failed", "error": part["error"]})
             legs.extend(_failed_leg(host, n, part["error"]) for n in part["legs"])
+            spent.append(usage.from_json(None))  # it may have launched some: unknown
             continue
         doc = part["doc"]
+        # Each host's wave says what it spent (a spex before issue 26: unknown).
+        cost = {"usage": doc.get("usage"), "cost": doc.get("cost")}
+        spent.append(usage.from_json(cost if doc.get("cost") else None))
         waves.append(
-            {"host": host, "wave": doc.get("id"), "state": doc.get("state"), "error": None}
+            {"host": host, "wave": doc.get("id"), "state": doc.get("state"), "error": None, **cost}
         )
         legs.extend({"host": host, **leg, "wave": doc.get("id")} for leg in doc["legs"])
     ok = [leg for leg in legs if leg.get("verdict") in SUCCESS]
@@ -333,6 +338,9 @@ def fanout(
         "hosts": waves,
         "legs": legs,
     }
+    if spent:
+        summed = usage.grand(spent)
+        out.update(usage=summed.usage_json(), cost=summed.cost_json())
     save(state, out)
     if retry_of is not None:
         old = load(state, retry_of)

@@ -13,6 +13,8 @@ after an error it never recovered from. Each built-in adapter names a
 - `no-answer`           no final answer at all
 - `asked-question`      the final answer ends with a question to the user
 
+It also reads what the run spent (`spexsup.meter`, issue 26).
+
 Runs in the exit reporter on every turn end, so it is bounded: the events
 that decide (claude's `result`, codex's `turn.*`, opencode's last `text` or
 `error`, pi's `agent_end`) are at the end of the output, so the log is read
@@ -30,6 +32,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from spexsup import meter as meters
+
 CHUNK = 1 << 16
 SCAN_BUDGET = 4 << 20
 # A single event line longer than this is skipped (never decoded).
@@ -44,7 +48,7 @@ class Outcome:
     it names, if any. A plain class: this runs in the exit reporter, which must
     not import `dataclasses`."""
 
-    __slots__ = ("answer", "error", "fails", "flags", "status")
+    __slots__ = ("answer", "decided", "error", "fails", "flags", "spent", "status", "whole")
 
     def __init__(self) -> None:
         self.flags: list[str] = []
@@ -52,6 +56,9 @@ class Outcome:
         self.fails = False
         self.error: str | None = None
         self.status: int | None = None
+        self.spent = meters.Meter()  # what the run spent
+        self.decided = False  # pi: the newest assistant message was read
+        self.whole = False  # the scan covered the whole output
 
     def add(self, flag: str) -> None:
         if flag not in self.flags:
@@ -192,6 +199,8 @@ class Spec(NamedTuple):
     wanted: tuple[bytes, ...]
     parse: Parser
     finish: Callable[[Outcome], None] | None = None
+    # Reads a line it knows from its bytes (True), before any decoding.
+    raw: Callable[[bytes, Outcome], bool] | None = None
 
 
 def _question(out: Outcome) -> None:
@@ -207,6 +216,7 @@ def _question(out: Outcome) -> None:
 def _claude(event: dict[str, Any], out: Outcome) -> bool:
     if event.get("type") != "result":
         return False
+    meters.claude(event, out.spent)
     subtype = str(event.get("subtype") or "")
     for denial in event.get("permission_denials") or ():
         if isinstance(denial, dict) and denial.get("tool_name"):
@@ -249,6 +259,8 @@ def _codex(event: dict[str, Any], out: Outcome) -> bool:
             out.answer = str(item.get("text") or "")
             return True
     elif kind == "turn.completed":
+        if not out.spent.metered:
+            meters.codex(event.get("usage"), out.spent, failed=out.fails)
         out.answer = out.answer or ""
     return False
 
@@ -273,7 +285,9 @@ def _opencode(event: dict[str, Any], out: Outcome) -> bool:
     part = event.get("part") or {}
     if not isinstance(part, dict):
         return False
-    if kind == "text":
+    if kind == "step_finish":
+        meters.opencode(part, out.spent)
+    elif kind == "text":
         text = part.get("text")
         if out.answer is None and isinstance(text, str) and text.strip():
             out.answer = text
@@ -296,6 +310,9 @@ def _opencode(event: dict[str, Any], out: Outcome) -> bool:
 
 
 def _opencode_finish(out: Outcome) -> None:
+    # Every step read (the scan saw the whole output) and none left unfinished.
+    spent = out.spent
+    spent.exact = spent.metered and out.whole and spent.steps == 0
     if not out.fails:
         _question(out)
 
@@ -314,20 +331,33 @@ def _pi_text(message: dict[str, Any]) -> str:
 
 
 def _pi(event: dict[str, Any], out: Outcome) -> bool:
+    """`agent_end` (last) holds the run's messages: the newest assistant one
+    decides, and their usage is the run's. Without one (the run was cut
+    short), each `message_end` back to the start adds its usage, short of
+    exact; the newest decides."""
     kind = event.get("type")
     messages: list[Any] = []
     if kind == "message_end":
         messages = [event.get("message")]
     elif kind == "agent_end":
+        if out.spent.metered:
+            return True  # an older run's end, past the messages already read
         messages = list(reversed(event.get("messages") or []))
-    for message in messages:
-        if not isinstance(message, dict) or message.get("role") != "assistant":
-            continue
+    else:
+        return False
+    assistant = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
+    for message in assistant:
+        meters.pi(message, out.spent)
+    if assistant and not out.decided:
+        out.decided = True
+        message = assistant[0]
         if message.get("stopReason") in ("error", "aborted"):
             # pi exits 0 after its retries give up: the run still failed.
             out.failed(message.get("errorMessage") or message.get("stopReason"))
         else:
             out.answer = _pi_text(message)
+    if kind == "agent_end":
+        out.spent.metered = out.spent.exact = True
         return True
     return False
 
@@ -344,7 +374,12 @@ PARSERS: dict[str, Spec] = {
         _codex,
         _codex_finish,
     ),
-    "opencode": Spec((b'"text"', b'"error"', b'"tool_use"'), _opencode, _opencode_finish),
+    "opencode": Spec(
+        (b'"text"', b'"error"', b'"tool_use"', b'"step_finish"'),
+        _opencode,
+        _opencode_finish,
+        lambda line, out: meters.opencode_line(line, out.spent),
+    ),
     "pi": Spec((b'"message_end"', b'"agent_end"'), _pi, _pi_finish),
 }
 
@@ -356,7 +391,11 @@ def read(output: Path, parser: str | None, budget: int = SCAN_BUDGET) -> Outcome
     if spec is None:
         return out
     try:
+        out.whole = output.stat().st_size <= budget
+        raw = spec.raw
         for line in lines_backwards(output, budget):
+            if raw is not None and raw(line, out):
+                continue
             if not any(w in line for w in spec.wanted):
                 continue
             start = line.find(b"{")

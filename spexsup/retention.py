@@ -1,8 +1,10 @@
 """Retention: what a long-lived home may forget, and what it occupies (issue 17).
 
 `prune` removes finished turns beyond `keep_turns` per session or older than
-`keep_days`, final waves beyond `keep_waves` or older than `keep_days`, and
-events beyond `keep_events`. It never removes a session's current turn, a
+`keep_days`, final waves beyond `keep_waves` or older than `keep_days`,
+events beyond `keep_events`, and usage rows older than `keep_days` (cost
+history is a time series: it outlives `spex rm` and the turn count, not the
+age limit). It never removes a session's current turn, a
 turn still starting or running, a session's newest turn, a turn of a wave
 that is still launching or running, or any turn of a session that a
 maintenance lease (not `open`) has in scope.
@@ -109,6 +111,7 @@ class Pruned:
     turns: dict[str, int] = field(default_factory=dict)  # per session
     waves: list[str] = field(default_factory=list)
     events: int = 0
+    usage: int = 0
     orphans: int = 0
     bytes: int = 0
 
@@ -122,6 +125,7 @@ class Pruned:
             "waves": len(self.waves),
             "wave_ids": self.waves,
             "events": self.events,
+            "usage": self.usage,
             "orphans": self.orphans,
             "bytes_freed": self.bytes,
         }
@@ -276,6 +280,7 @@ def prune(
         out.bytes += sum(tree_bytes(waves_dir / f"{w}{s}") for w in waves for s in WAVE_SUFFIXES)
         if sessions is None:
             out.events = _event_surplus(db, policy.keep_events, event_limit)
+        out.usage = _old_usage(db, cutoff, sessions, limit=None)
         if sweep:
             for path in orphans(store, home, now=now):
                 out.orphans += 1
@@ -296,6 +301,12 @@ def prune(
         _prune_waves(store, waves_dir, waves[start : start + batch], out)
     if sessions is None:
         out.events = _prune_events(store, policy.keep_events, event_limit)
+    while not spent():
+        with store.tx() as tx:
+            found = _old_usage(tx, cutoff, sessions, limit=batch, delete=True)
+        out.usage += found
+        if found < batch:
+            break
     if sweep:
         for path in orphans(store, home, now=now):
             out.orphans += 1
@@ -346,6 +357,33 @@ def _prune_waves(store: Store, waves_dir: Path, batch: list[str], out: Pruned) -
         for suffix in WAVE_SUFFIXES:
             out.bytes += _remove(waves_dir / f"{wave}{suffix}")
         out.waves.append(wave)
+
+
+def _old_usage(
+    db: sqlite3.Connection,
+    cutoff: float,
+    sessions: Sequence[str] | None,
+    *,
+    limit: int | None,
+    delete: bool = False,
+) -> int:
+    """Usage rows recorded before the local day of `cutoff` (whole days, as
+    `usage_days` sums them; of `sessions` only, when given): counted, or
+    `delete`d (at most `limit`, with their days' sums)."""
+    from spexsup.usage import day_start, local_day
+
+    day, start = local_day(cutoff), day_start(cutoff)
+    where, params = "at < ?", [start, *(sessions or ())]
+    only = f" AND session IN ({','.join('?' * len(sessions))})" if sessions is not None else ""
+    bound = f" LIMIT {int(limit)}" if limit is not None else ""
+    if not delete:
+        (n,) = db.execute(f"SELECT count(*) FROM usage WHERE {where}{only}", params).fetchone()
+        return int(n)
+    db.execute(f"DELETE FROM usage_days WHERE day < ?{only}", [day, *(sessions or ())])
+    cur = db.execute(
+        f"DELETE FROM usage WHERE id IN (SELECT id FROM usage WHERE {where}{only}{bound})", params
+    )
+    return cur.rowcount
 
 
 def _prune_events(store: Store, keep: int, limit: int | None) -> int:

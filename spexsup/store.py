@@ -64,6 +64,67 @@ def locked_message(db_path: Path, waited: float) -> str:
     return f"state database {db_path} is write-locked{who} for more than {waited:g} s"
 
 
+# Usage per model per attempt of a turn (issue 26), written by
+# `ledger.record_usage` with the turn's end. Tokens are Anthropic's convention
+# (input without the cache); NULL tokens: the attempt's spend is unknown.
+# `cost` is what the CLI reported (USD), NULL when none (estimates are made
+# at read time from `[pricing]`). `exact` 0: the counts may be short of what
+# the attempt used. `running`: codex's conversation running total (JSON
+# [input, output, cache_read, cache_write]), from which the next turn of that
+# `conversation` takes its own share. `turn_first` is 1 on a turn's first
+# row, `model_first` on its first row of each model: sums count turns by
+# them. Rows outlive `spex rm` (cost history); retention prunes them by age.
+# `usage_days` sums them per local day and (session, harness, model, wave,
+# cost reported?, tokens known?, exact), '' for a NULL, in the same
+# transaction (`ledger.record_usage`): `spex cost` reads it, not 100 000 rows.
+USAGE_MIGRATION = """
+    CREATE TABLE usage (
+        id INTEGER PRIMARY KEY,
+        turn TEXT NOT NULL,
+        attempt INTEGER NOT NULL DEFAULT 1,
+        session TEXT NOT NULL,
+        harness TEXT,
+        wave TEXT,
+        model TEXT,
+        cause TEXT,
+        input INTEGER,
+        output INTEGER,
+        cache_read INTEGER,
+        cache_write INTEGER,
+        cost REAL,
+        exact INTEGER NOT NULL DEFAULT 0,
+        conversation TEXT,
+        running TEXT,
+        turn_first INTEGER NOT NULL DEFAULT 0,
+        model_first INTEGER NOT NULL DEFAULT 0,
+        at REAL NOT NULL
+    );
+    CREATE INDEX usage_by_turn ON usage (turn, attempt);
+    CREATE INDEX usage_by_session ON usage (session, at);
+    CREATE INDEX usage_by_at ON usage (at);
+    CREATE INDEX usage_by_wave ON usage (wave) WHERE wave IS NOT NULL;
+    CREATE INDEX usage_by_conversation ON usage (conversation, id) WHERE running IS NOT NULL;
+    CREATE TABLE usage_days (
+        day TEXT NOT NULL,
+        session TEXT NOT NULL,
+        harness TEXT NOT NULL,
+        model TEXT NOT NULL,
+        wave TEXT NOT NULL,
+        priced INTEGER NOT NULL,
+        known INTEGER NOT NULL,
+        exact INTEGER NOT NULL,
+        rows INTEGER NOT NULL,
+        turns INTEGER NOT NULL,
+        model_turns INTEGER NOT NULL,
+        input INTEGER NOT NULL,
+        output INTEGER NOT NULL,
+        cache_read INTEGER NOT NULL,
+        cache_write INTEGER NOT NULL,
+        cost REAL NOT NULL,
+        PRIMARY KEY (day, session, harness, model, wave, priced, known, exact)
+    ) WITHOUT ROWID;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     # 1: sessions, turns, tickets.
     """
@@ -341,6 +402,8 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX schedules_by_session ON schedules (session);
     """,
+    # 20: usage and cost (issue 26, see `spexsup.usage`).
+    USAGE_MIGRATION,
 )
 
 

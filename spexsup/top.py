@@ -74,6 +74,7 @@ class Row:
     turn_dir: Path | None
     last: str = ""
     read_size: int = -1  # output.log's size when `last` was read
+    cost: str = "-"  # what the session's turns spent (`usage.Spend.cost_text`)
     # The session as `spex ls --json` shows it (`spex top --json` adds to it).
     entry: dict[str, Any] = field(default_factory=dict)
 
@@ -142,11 +143,16 @@ class Board:
     pattern: str = ""  # the filter; "" lets every session through
     order: str = ORDERS[0]
     shown: list[Row] = field(default_factory=list)  # what the screen shows
+    # Each session's spend (issue 26), summed again only when a usage row
+    # was added since (`spent_at`: the newest row id then).
+    spent: dict[str, Any] = field(default_factory=dict)
+    spent_at: int | None = -1
 
     def refresh(self) -> None:
         """Read every session and its current or last turn (reconciling, as `ls` does)."""
 
         described = listing(self.spex)
+        self._spending()
         rows = []
         for entry in described:
             turn = entry["turn"]
@@ -154,9 +160,31 @@ class Board:
             name, harness, state = entry["name"], entry["harness"], entry["state"]
             row = Row(name, harness, state, turn, _flags(entry), directory, entry=entry)
             row.last = last_line(directory)
+            spent = self.spent.get(name)
+            if spent is not None:
+                row.cost = spent.cost_text()
+                entry = {**entry, "usage": spent.usage_json(), "cost": spent.cost_json()}
+                row.entry = entry
             rows.append(row)
         self.rows = rows
         self.arrange()
+
+    def _spending(self) -> None:
+        """Every session's total, by one GROUP BY over the rows of its own
+        incarnation (not an older session of its name)."""
+        db = self.spex.store.db
+        (newest,) = db.execute("SELECT max(id) FROM usage").fetchone()
+        if newest == self.spent_at:
+            return
+        from spexsup import config, usage
+
+        self.spent = usage.totals(
+            db,
+            "session",
+            config.load(self.spex.home).pricing,
+            where="at >= (SELECT created_at FROM sessions WHERE name = usage.session)",
+        )
+        self.spent_at = newest
 
     def arrange(self) -> None:
         """Choose and order `shown` from `rows` by `pattern` and `order`

@@ -210,6 +210,7 @@ SUCCESS: dict[str, list[Call]] = {
     ],
     "waves": [call("waves", "--json")],
     "wave": [call("wave", "last", "--json"), call("wave", "{fleet_wave}", "--json")],
+    "cost": [call("cost", "--json"), call("cost", "--by", "wave", "--since", "1d", "--json")],
     "maint": [
         call("maint", "--status", "--json"),
         call("maint", "--stop", "sl", "--resume", "sl", "--", "{lease_script}"),
@@ -276,6 +277,7 @@ FAILURE: dict[str, list[Call]] = {
     ],
     "waves": [call("--home", "{nohome}", "waves", "--json")],
     "wave": [call("wave", "wnope", "--json"), call("wave", "bad/id", "--json")],
+    "cost": [call("cost", "--by", "week", "--json"), call("cost", "--since", "x", "--json")],
     "maint": [call("maint", "--status", "--all", "--json")],
     "maint-op stop": [call("maint-op", "stop", "ok", "--json")],
     "maint-op resume": [call("maint-op", "resume", "ok", "--json")],

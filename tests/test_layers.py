@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "prompt",
             "mainwait",
             "statusline",
+            "usage",
         ),
     ),
     (
@@ -46,6 +47,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "fleet",
             "login",
             "outcome",
+            "meter",
             "convstore",
             "git",
             "maint_client",

@@ -76,6 +76,14 @@ def test_a_usage_limit_falls_back_to_the_next_model_and_resumes_the_conversation
     )
     shown = env.run("show", "c").stdout
     assert "complete rc=0 on sonnet (fell back from opus: usage-limit)" in shown, shown
+    # Both attempts' spend is the turn's (the fake reports $0.088119 a run).
+    assert t["cost"]["source"] == "reported" and t["cost"]["exact"], t["cost"]
+    assert abs(t["cost"]["amount"] - 2 * 0.088119) < 1e-9, t["cost"]
+    assert t["usage"]["input"] == 2 * 29343, t["usage"]
+    by_model = json.loads(env.run("cost", "--by", "model", "--json").stdout)
+    spent = {g["key"]: g["cost"]["amount"] for g in by_model["groups"]}
+    assert spent == {"opus": 0.088119, "sonnet": 0.088119}, by_model
+    assert by_model["total"]["turns"] == 1
 
 
 def test_every_model_out_ends_the_turn_failed_with_every_attempt(env: Env) -> None:
@@ -139,18 +147,17 @@ def test_a_harness_spells_model_in_its_argv(env: Env) -> None:
     )
     r = env.run("new", "r", "--harness", "rec", "--env", f"RECORD_TO={record}")
     assert r.returncode == 0, r.stderr
-    argv_file = env.home / "turns" / "r"
+    def argv_of(turn: str) -> list[bytes]:
+        return (env.home / "turns" / "r" / turn / "argv").read_bytes().split(b"\0")[:-1]
 
-    def last_argv() -> list[bytes]:
-        (directory,) = sorted(d for d in argv_file.iterdir() if d.is_dir())[-1:]
-        return (directory / "argv").read_bytes().split(b"\0")[:-1]
-
-    assert wake(env, "r", "hello", "--model", "big", "--window", "5")[0] == 0
-    assert last_argv()[2:] == [b"--model", b"big", b"hello"]
+    code, v = wake(env, "r", "hello", "--model", "big", "--window", "5")
+    assert code == 0, v
+    assert argv_of(v["turn"])[2:] == [b"--model", b"big", b"hello"]
     assert retry_until(lambda: record.exists() and record.read_text() == "hello")
     # No model: `--model {model}` is left out whole.
-    assert wake(env, "r", "again", "--window", "5")[0] == 0
-    assert last_argv()[2:] == [b"again"]
+    code, v = wake(env, "r", "again", "--window", "5")
+    assert code == 0, v
+    assert argv_of(v["turn"])[2:] == [b"again"]
 
 
 def test_a_fan_out_leg_that_fell_back_says_so(env: Env) -> None:
@@ -165,6 +172,10 @@ def test_a_fan_out_leg_that_fell_back_says_so(env: Env) -> None:
         assert leg["model"] == "sonnet" and leg["fallbacks"][0]["model"] == "opus", leg
     text = env.run("wave", "last").stdout
     assert "on sonnet (fell back from opus: usage-limit)" in text, text
+    # Every leg's every attempt is in the wave's spend.
+    shown = json.loads(env.run("wave", "last", "--json").stdout)
+    assert abs(shown["cost"]["amount"] - 4 * 0.088119) < 1e-9, shown["cost"]
+    assert shown["usage"]["models"] == ["opus", "sonnet"] and shown["cost"]["exact"]
 
 
 def test_bad_models_are_refused_and_change_nothing(env: Env) -> None:

@@ -96,7 +96,7 @@ def test_one_line_views_render_json_events(env: Env) -> None:
     code, v = wake_json(env, "c", "go [ask]", "--window", "10")
     assert code == 0, v
     rows = json.loads(env.run("top", "--json").stdout)
-    assert rows[0]["last_output"] == "✓ done (1 turns)", rows
+    assert rows[0]["last_output"] == "✓ done (1 turns, $0.0881)", rows
     top = env.run("top").stdout
     assert '{"' not in top
 
@@ -113,7 +113,8 @@ def test_hook_summary_is_the_rendered_last_line(env: Env, tmp_path: Path) -> Non
     code, v = wake_json(env, "c", "go", "--window", "10")
     assert code == 0, v
     assert retry_until(seen.exists, seconds=15)
-    assert retry_until(lambda: seen.read_text() == "✓ done (1 turns)", seconds=5), seen.read_text()
+    done = "✓ done (1 turns, $0.0881)"
+    assert retry_until(lambda: seen.read_text() == done, seconds=5), seen.read_text()
 
 
 def test_an_error_event_keeps_no_escape_payload_as_words(tmp_path: Path) -> None:

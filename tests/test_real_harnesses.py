@@ -185,6 +185,40 @@ def test_turn_completes_and_the_next_resumes_it(real: Env, model: ModelServer, c
     assert "first answer" in json.dumps(last.messages())
 
 
+# The model each CLI runs here (tests/realclis.py), as its usage names it.
+MODELS = {
+    "claude": "claude-sonnet-4-5",
+    "codex": "gpt-5.5",
+    "opencode": "fake-model",
+    "pi": "fake-model",
+}
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_each_turn_records_its_usage(real: Env, model: ModelServer, cli: str) -> None:
+    """Issue 26: the server returns usage blocks; each CLI's turn records
+    non-zero tokens for its model, and a resumed turn its own share."""
+    model.push(Reply.answer("first answer"), Reply.answer("second answer"))
+    session(real, model, cli)
+    for prompt in ("remember the word kumquat", "what was the word?"):
+        code, v = wake_json(real, "s", prompt, "--window", WINDOW)
+        report(cli, real, "s", v)
+        assert code == 0, v
+        assert finish(real, "s", v)["state"] == "complete"
+    turns = show(real, "s")["turns"]
+    for t in turns:
+        used = t["usage"]
+        assert used is not None and used["input"] > 0 and used["output"] > 0, t
+        assert used["models"] == [MODELS[cli]] and used["exact"] is True, used
+    # Not the conversation's running total (codex counts one): each its own.
+    assert turns[0]["usage"]["input"] < 1.5 * turns[1]["usage"]["input"], turns
+    cost = turns[0]["cost"]
+    # claude reports a cost; codex none; opencode and pi 0 for this unpriced model.
+    assert cost["source"] == ("reported" if cli == "claude" else "unknown"), cost
+    doc = json.loads(real.run("cost", "--json").stdout)
+    assert doc["total"]["turns"] == 2 and doc["total"]["usage"]["input"] > 0
+
+
 @pytest.mark.parametrize("cli", CLIS)
 def test_prompt_arrives_byte_exact(real: Env, model: ModelServer, cli: str) -> None:
     session(real, model, cli)

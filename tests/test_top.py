@@ -128,9 +128,9 @@ def test_off_a_terminal_it_prints_the_table_once(env: Env) -> None:
     assert r.returncode == 0, r.stderr
     assert "\x1b" not in r.stdout
     head, a, b = r.stdout.splitlines()
-    assert head.split() == ["NAME", "STATE", "TURN", "AGE", "FLAGS", "LAST", "OUTPUT"]
-    assert re.fullmatch(r"a +idle +complete rc=0 +\d+s ago +- +answer: done with 'hello'.*", a)
-    assert re.fullmatch(r"b +running +running +\d+s +- +working on: task", b)
+    assert head.split() == ["NAME", "STATE", "TURN", "AGE", "COST", "FLAGS", "LAST", "OUTPUT"]
+    assert re.fullmatch(r"a +idle +complete rc=0 +\d+s ago +\? +- +answer: done with 'hello'.*", a)
+    assert re.fullmatch(r"b +running +running +\d+s +- +- +working on: task", b)
     r = env.run("top", "--json")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
@@ -149,8 +149,8 @@ def test_a_turn_ends_on_screen_a_key_stops_one_and_q_restores_the_terminal(
     assert env.run("new", "b", "--", harness("sleeper.sh")).returncode == 0
     assert env.run("wake", "b", "task").returncode == 0
     t = top(env, terms, after="stty -a")
-    t.row_shows("a", r"^a +idle +- +- +-$")
-    t.row_shows("b", r"^b +running +running +\d+s +- +working on: task")
+    t.row_shows("a", r"^a +idle +- +- +- +-$")
+    t.row_shows("b", r"^b +running +running +\d+s +- +- +working on: task")
 
     # A wake from another process, then its turn's end, both seen as they happen.
     assert env.run("wake", "a", "go").returncode == 0

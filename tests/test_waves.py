@@ -24,6 +24,12 @@ def fan(env: Env, *args: str, extra: dict[str, str] | None = None) -> tuple[int,
     return r.returncode, json.loads(r.stdout)
 
 
+def unspent(doc: dict[str, Any]) -> dict[str, Any]:
+    """A printed wave without what it spent (issue 26: printed, not in its file)."""
+    legs = [{k: v for k, v in leg.items() if k not in ("usage", "cost")} for leg in doc["legs"]]
+    return {**{k: v for k, v in doc.items() if k not in ("usage", "cost")}, "legs": legs}
+
+
 def verdicts(doc: dict[str, Any]) -> dict[str, str]:
     return {leg["session"]: leg["verdict"] for leg in doc["legs"]}
 
@@ -71,8 +77,11 @@ def test_all_legs_confirmed(env: Env) -> None:
     assert verdicts(doc) == {"a": "confirmed", "b": "confirmed", "c": "confirmed"}
     assert all(leg["turn"] for leg in doc["legs"])
     on_disk = json.loads((env.home / "waves" / f"{doc['id']}.json").read_text())
-    # What fanout prints is the wave's file with an ISO twin beside each time.
-    assert with_iso(on_disk) == doc
+    # What fanout prints is the wave's file with an ISO twin beside each time
+    # (and what it spent so far: nothing recorded, a floor while legs run).
+    assert with_iso(on_disk) == unspent(doc)
+    assert doc["cost"]["amount"] is None and doc["cost"]["exact"] is False
+    assert all(leg["cost"] is None for leg in doc["legs"])
     assert Path(doc["prompt_file"]).read_bytes() == b"go"
     listed = json.loads(env.run("waves", "--json").stdout)
     assert [w["id"] for w in listed] == [doc["id"]]
@@ -186,7 +195,7 @@ def test_sigint_mid_wave_aborts_unstarted_legs(env: Env) -> None:
     statuses = [leg["status"] for leg in doc["legs"]]
     assert "aborted" in statuses and "done" in statuses
     assert all(leg["verdict"] == "confirmed" for leg in doc["legs"] if leg["status"] == "done")
-    assert with_iso(wave_on_disk(env)) == doc
+    assert with_iso(wave_on_disk(env)) == unspent(doc)
     # Started turns keep running: they are durable.
     done = [leg["session"] for leg in doc["legs"] if leg["status"] == "done"]
     shown = json.loads(env.run("show", done[0], "--json").stdout)

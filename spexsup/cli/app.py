@@ -53,6 +53,7 @@ COMMANDS = (
     Command("fanout", "fanout", writes=True),
     Command("waves", "fanout"),
     Command("wave", "fanout"),
+    Command("cost", "cost"),
     Command("maint", "maint"),
     Command("prune", "housekeeping"),
     Command("du", "housekeeping"),

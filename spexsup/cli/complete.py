@@ -134,6 +134,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     ),
     "waves": ((), {}),
     "wave": (("wave",), {}),
+    "cost": ((), {"--by": "cost-by", "--since": None}),
     "events": (
         (),
         {
@@ -384,6 +385,10 @@ def _overlaps() -> list[str]:
     return ["skip", "queue"]
 
 
+def _cost_groups() -> list[str]:
+    return ["session", "harness", "model", "day", "wave"]
+
+
 # Kinds whose words are fixed lists, not read from the state home.
 WORDS = {
     "shell": lambda: list(SHELLS),
@@ -391,6 +396,7 @@ WORDS = {
     "event-kind": _event_kinds,
     "state": _states,
     "overlap": _overlaps,
+    "cost-by": _cost_groups,
 }
 
 

@@ -35,8 +35,9 @@ from spexsup.cli.params import (
     timeout_seconds,
     window_seconds,
 )
-from spexsup.cli.progress import LegsView, PlainLegs
+from spexsup.cli.progress import LegsView, PlainLegs, counts_line, leg_line, summary
 from spexsup.cli.render import document, print_json, table, with_iso
+from spexsup.cli.spend import leg_costs, spend_text, with_spend
 from spexsup.errors import Invalid
 
 if TYPE_CHECKING:
@@ -56,53 +57,6 @@ WaveArg = Annotated[
         autocompletion=complete.wave_ids,
     ),
 ]
-
-
-def leg_line(leg: dict[str, Any]) -> str:
-    parts = [f"{leg['session']}: {leg['verdict'] or leg['status']}"]
-    if leg["verdict"] == "queued" and leg["turn"] is None:
-        waits = f"; waits for {leg['waits']}" if leg.get("waits") else ""
-        parts.append(f"{leg.get('queued')} (position {leg.get('position')}{waits})")
-    if leg["turn"]:
-        parts.append(f"turn {leg['turn']}")
-    if leg.get("turn_state"):
-        parts.append(f"ended {leg['turn_state']}" if leg["turn_state"] != "running" else "running")
-    if leg["rc"] is not None:
-        parts.append(f"rc={leg['rc']}")
-    if leg.get("model"):
-        parts.append(f"on {leg['model']}")
-    for attempt in leg.get("fallbacks") or ():
-        was = attempt.get("model") or "the default"
-        parts.append(f"(fell back from {was}: {attempt.get('cause')})")
-    if leg.get("repeat"):
-        parts.append("(repeat of its key: no second turn)")
-    error = leg.get("turn_error") or leg["error"]
-    if error:
-        parts.append(f"({error})")
-    elif leg.get("flags"):
-        from spexsup.outcome import describe
-
-        parts.append(f"({describe(leg['flags'])})")
-    from spexsup.pane.pretty import one_line
-
-    return one_line(" ".join(parts))
-
-
-def counts_line(doc: dict[str, Any]) -> str:
-    from spexsup.wavedoc import counts
-
-    c = counts(doc)
-    parts = [f"launched {c['launched']}/{c['legs']}"]
-    kinds = ("pending", "queued", "running", "ok", "failed", "aborted")
-    parts += [f"{k} {c.get(k, 0)}" for k in kinds if c.get(k)]
-    if len(parts) == 1:
-        parts.append("ok 0")
-    return " · ".join(parts)
-
-
-def summary(doc: dict[str, Any]) -> str:
-    detached = " (detached)" if doc.get("detached_at") and doc["state"] == "running" else ""
-    return f"wave {doc['id']}: {doc['state']}{detached} · {counts_line(doc)}"
 
 
 class WaitInterrupted(BaseException):
@@ -434,7 +388,7 @@ def run_wave(
     # --wait: every leg's stage as it changes, a live table on a terminal.
     progress: LegsView | PlainLegs | None = None
     if wait and not as_json:
-        progress = PlainLegs(spex.home) if not live else None
+        progress = PlainLegs(spex.home, costs=leg_costs(spex.home)) if not live else None
 
     def on_change(doc: dict[str, Any]) -> None:
         if as_json:
@@ -459,7 +413,7 @@ def run_wave(
                 + (" (retry)" if retry_failed else "")
             )
         if wait and live and not as_json:
-            progress = LegsView(spex.home, wave.doc).__enter__()
+            progress = LegsView(spex.home, wave.doc, costs=leg_costs(spex.home)).__enter__()
         wave.listeners.append(on_change)
         if "signal" in holder:  # a signal that came before the wave existed
             threading.Thread(target=wave.abort, daemon=True).start()
@@ -502,7 +456,7 @@ def run_wave(
     finally:
         if isinstance(progress, LegsView):
             progress.__exit__()
-    doc = waves.refresh(spex, wave.id)
+    doc = with_spend(spex, waves.refresh(spex, wave.id))
     if as_json:
         print_json(document(with_iso(doc)))
     else:
@@ -591,7 +545,11 @@ def fleet_text(doc: dict[str, Any]) -> None:
     for leg in doc["legs"]:
         typer.echo("  " + leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"}))
     ok = sum(leg.get("verdict") in SUCCESS for leg in doc["legs"])
-    typer.echo(f"wave {doc['id']}: {doc['state']} · ok {ok} · failed {len(doc['legs']) - ok}")
+    spent = spend_text(doc)
+    typer.echo(
+        f"wave {doc['id']}: {doc['state']} · ok {ok} · failed {len(doc['legs']) - ok}"
+        + (f" · {spent}" if spent else "")
+    )
     if doc["retry_of"]:
         typer.echo(f"retry of {doc['retry_of']}")
     if doc["retried_by"]:
@@ -668,7 +626,7 @@ def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> No
             fleet_text(fleet_doc)
         return
     spex = open_spex(ctx)
-    doc = waves.load(spex, ids.resolve_wave(spex.store.db, wave))
+    doc = with_spend(spex, waves.load(spex, ids.resolve_wave(spex.store.db, wave)))
     if doc.get("best_of"):
         from spexsup.bestof import leg_stat
 

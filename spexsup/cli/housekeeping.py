@@ -108,6 +108,8 @@ def prune(
     parts = [f"{total} turn{'s' * (total != 1)}"]
     parts.append(f"{len(done.waves)} wave{'s' * (len(done.waves) != 1)}")
     parts.append(f"{done.events} event{'s' * (done.events != 1)}")
+    if done.usage:
+        parts.append(f"{done.usage} usage row{'s' * (done.usage != 1)}")
     if done.orphans:
         parts.append(f"{done.orphans} orphaned entr{'ies' if done.orphans != 1 else 'y'}")
     freed = retention.human_bytes(done.bytes)

@@ -13,10 +13,16 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spexsup.cli.spend import spend_text
 from spexsup.pane import turndir
+
+# What a leg spent, as its cost text (`$0.09`; "" for none recorded): given
+# the wave's id and the leg's session, from the views' own threads.
+LegCost = Callable[[str, str], str]
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -76,12 +82,20 @@ class LegsView:
     rich's `Live` renders from its own thread. NO_COLOR is honoured by rich.
     """
 
-    def __init__(self, home: Path, doc: dict[str, Any], console: Console | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        doc: dict[str, Any],
+        console: Console | None = None,
+        costs: LegCost | None = None,
+    ) -> None:
         from rich.console import Console
         from rich.live import Live
 
         self.home = home
         self.doc = doc
+        self.costs = costs
+        self.spent: dict[str, str] = {}  # an ended leg's cost, read once
         self.lock = threading.Lock()
         self.console = console or Console()
         self.live: Live = Live(
@@ -114,7 +128,8 @@ class LegsView:
             doc = self.doc
         now = time.time()
         table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-        for column in ("SESSION", "STAGE", "ELAPSED", "TURN"):
+        columns = ("SESSION", "STAGE", "ELAPSED", "TURN") + (("COST",) if self.costs else ())
+        for column in columns:
             table.add_column(column, no_wrap=column != "STAGE")
         for leg in doc["legs"]:
             text = stage(leg, self.home, now)
@@ -125,19 +140,28 @@ class LegsView:
                 style = "red"
             elif text == "producing output":
                 style = "cyan"
-            table.add_row(
-                leg["session"], text, elapsed(doc, leg, now), leg["turn"] or "", style=style
-            )
+            cells = [leg["session"], text, elapsed(doc, leg, now), leg["turn"] or ""]
+            if self.costs is not None:
+                cells.append(self._cost(doc, leg, text))
+            table.add_row(*cells, style=style)
         return table
+
+    def _cost(self, doc: dict[str, Any], leg: dict[str, Any], text: str) -> str:
+        if not text.startswith("ended") or self.costs is None:
+            return ""
+        if leg["session"] not in self.spent:
+            self.spent[leg["session"]] = self.costs(doc["id"], leg["session"])
+        return self.spent[leg["session"]]
 
 
 class PlainLegs:
     """Off a terminal: `  a: ended complete rc=0 · 0m03s`, one line when a
     leg ends (or fails to launch), flushed at once; `shown` says which did."""
 
-    def __init__(self, home: Path, prefix: str = "  ") -> None:
+    def __init__(self, home: Path, prefix: str = "  ", costs: LegCost | None = None) -> None:
         self.home = home
         self.prefix = prefix
+        self.costs = costs
         self.shown: dict[str, str] = {}
         self.lock = threading.Lock()
 
@@ -150,5 +174,68 @@ class PlainLegs:
                     continue
                 self.shown[leg["session"]] = text
                 line = f"{self.prefix}{leg['session']}: {text} · {elapsed(doc, leg, now)}"
+                spent = self.costs(doc["id"], leg["session"]) if self.costs else ""
+                # A cost nobody knows (`?`: a harness that prints no usage) is not said here.
+                known = spent not in ("", "?") and text.startswith("ended")
+                line += f" · {spent}" if known else ""
                 sys.stdout.write(line + "\n")
             sys.stdout.flush()
+
+
+# --- the lines a fan-out prints (and spex wave) ---
+
+
+def leg_line(leg: dict[str, Any]) -> str:
+    parts = [f"{leg['session']}: {leg['verdict'] or leg['status']}"]
+    if leg["verdict"] == "queued" and leg["turn"] is None:
+        waits = f"; waits for {leg['waits']}" if leg.get("waits") else ""
+        parts.append(f"{leg.get('queued')} (position {leg.get('position')}{waits})")
+    if leg["turn"]:
+        parts.append(f"turn {leg['turn']}")
+    if leg.get("turn_state"):
+        parts.append(f"ended {leg['turn_state']}" if leg["turn_state"] != "running" else "running")
+    if leg["rc"] is not None:
+        parts.append(f"rc={leg['rc']}")
+    if leg.get("model"):
+        parts.append(f"on {leg['model']}")
+    for attempt in leg.get("fallbacks") or ():
+        was = attempt.get("model") or "the default"
+        parts.append(f"(fell back from {was}: {attempt.get('cause')})")
+    if leg.get("repeat"):
+        parts.append("(repeat of its key: no second turn)")
+    if leg.get("cost") and leg["cost"].get("amount") is not None:
+        from spexsup import usage
+
+        parts.append(
+            "· " + usage.from_json({"usage": leg["usage"], "cost": leg["cost"]}).cost_text()
+        )
+    error = leg.get("turn_error") or leg["error"]
+    if error:
+        parts.append(f"({error})")
+    elif leg.get("flags"):
+        from spexsup.outcome import describe
+
+        parts.append(f"({describe(leg['flags'])})")
+    from spexsup.pane.pretty import one_line
+
+    return one_line(" ".join(parts))
+
+
+def counts_line(doc: dict[str, Any]) -> str:
+    from spexsup.wavedoc import counts
+
+    c = counts(doc)
+    parts = [f"launched {c['launched']}/{c['legs']}"]
+    kinds = ("pending", "queued", "running", "ok", "failed", "aborted")
+    parts += [f"{k} {c.get(k, 0)}" for k in kinds if c.get(k)]
+    if len(parts) == 1:
+        parts.append("ok 0")
+    return " · ".join(parts)
+
+
+def summary(doc: dict[str, Any]) -> str:
+    detached = " (detached)" if doc.get("detached_at") and doc["state"] == "running" else ""
+    spent = spend_text(doc)
+    return f"wave {doc['id']}: {doc['state']}{detached} · {counts_line(doc)}" + (
+        f" · {spent}" if spent else ""
+    )

@@ -290,6 +290,8 @@ def turn_line(t: dict[str, Any]) -> str:
         line += f", ran {span(t['ended_at'] - t['started_at'])}"
     if t["verdict"] == "failed":
         line += ", never confirmed its start"
+    if t.get("cost") and t["cost"].get("amount") is not None:
+        line += f"  {spend_of(t).cost_text()}"
     if t["error"]:
         line += f"  ({t['error']})"
     elif waiting(t):
@@ -354,6 +356,11 @@ def show_lines(row: dict[str, Any], *, color: bool = False) -> list[str]:
         if row.get(key)
     ]
     turns = row.get("turns") or []
+    if turns and turns[0].get("cost"):
+        fields.append(("last turn", spend_of(turns[0]).line()))
+    if row.get("cost") and row.get("spent_turns"):
+        n = row["spent_turns"]
+        fields.append(("spent", f"{spend_of(row).line()} ({n} turn{'s' * (n != 1)})"))
     if not turns:
         fields.append(("turns", "none yet"))
     out = [f"{label:<{LABEL}} {value}" for label, value in fields]
@@ -370,6 +377,13 @@ def show_lines(row: dict[str, Any], *, color: bool = False) -> list[str]:
 
 # `spex show`'s label column: its longest label, `conversation`.
 LABEL = 12
+
+
+def spend_of(doc: dict[str, Any]) -> Any:
+    """The `usage.Spend` a document's `usage` and `cost` say (issue 26)."""
+    from spexsup import usage
+
+    return usage.from_json({"usage": doc.get("usage"), "cost": doc.get("cost")})
 
 
 def setting_cells(row: dict[str, Any]) -> list[tuple[str, str]]:
@@ -614,7 +628,7 @@ class WaitProgress:
 
 # --- spex top: the table (piped) and the screen's rows (cli.top_screen) ---
 
-TOP_HEADERS = ("NAME", "STATE", "TURN", "AGE", "FLAGS", "LAST OUTPUT")
+TOP_HEADERS = ("NAME", "STATE", "TURN", "AGE", "COST", "FLAGS", "LAST OUTPUT")
 
 
 def top_age(row: Row, now: float) -> str:
@@ -639,6 +653,7 @@ def top_cells(row: Row, now: float) -> list[str]:
             row.state,
             turn,
             top_age(row, now),
+            row.cost,
             ",".join(row.flags) or "-",
             row.last,
         )

@@ -56,7 +56,7 @@ WAL_GAP = 1.0
 STARTING_POLL = 1.0
 RUNNING_GUARD = 30.0
 # Widest a column may grow; LAST OUTPUT takes what is left.
-CAPS = (24, 9, 16, 9, 24)
+CAPS = (24, 9, 16, 9, 16, 24)
 KEYS = "↑↓ select  ⏎/a attach  l log  s stop  r resume  w wake  / filter  o order  ? help  q quit"
 # The help overlay (`?`): every key, and what it does.
 HELP = (

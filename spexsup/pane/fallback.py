@@ -95,7 +95,14 @@ def next_model(turn_dir: Path, rc: int) -> int:
         write_atomic(turn_dir / turndir.STDIN, b"", durable=False)
     else:
         (turn_dir / turndir.STDIN).unlink(missing_ok=True)
-    write_atomic(turn_dir / turndir.FALLBACK, json.dumps({"models": rest}).encode(), durable=False)
+    # The attempts so far, for the reporter's usage rows (`report.run_outputs`).
+    chain_file = json.loads((turn_dir / turndir.FALLBACK).read_text())
+    done = [*chain_file.get("attempts", []), {"output": kept, "cause": judged.cause}]
+    write_atomic(
+        turn_dir / turndir.FALLBACK,
+        json.dumps({"models": rest, "attempts": done}).encode(),
+        durable=False,
+    )
     meta.update(model=model, resumed=conversation if adapter.resume else meta.get("resumed"))
     write_atomic(turn_dir / turndir.META, json.dumps(meta).encode(), durable=False)
     was = attempt["model"] or "its default model"

@@ -146,7 +146,16 @@ class Judgement:
     A plain class, not a dataclass: `dataclasses` imports `inspect`, 10-20 ms
     on every turn's exit reporter."""
 
-    __slots__ = ("cause", "error", "flags", "gone", "limit_reset", "state", "survivors")
+    __slots__ = (
+        "cause",
+        "error",
+        "flags",
+        "gone",
+        "limit_reset",
+        "outcome",
+        "state",
+        "survivors",
+    )
 
     def __init__(
         self,
@@ -165,6 +174,8 @@ class Judgement:
         self.gone: str | None = None
         # The pids a time limit's SIGKILL left alive (`spexsup.pane.deadline`).
         self.survivors: list[int] = []
+        # What the output's parser read (usage too), when it was read.
+        self.outcome: outcome_mod.Outcome | None = None
 
 
 def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -> Judgement:
@@ -208,6 +219,7 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
     parser = adapter.outcome if adapter is not None else meta.get("outcome")
     found = outcome.read(turn_dir / turndir.OUTPUT, parser if isinstance(parser, str) else None)
     verdict = Judgement(end_state(rc), found.flags)
+    verdict.outcome = found
     if rc == 0 and not found.fails:
         if found.flags and meta.get("strict"):
             verdict.state, verdict.cause = FAILED, "strict"
@@ -349,6 +361,97 @@ def worth_retrying(turn_dir: Path, adapter: Harness | None) -> bool:
     return find_conversation_id(turn_dir, adapter.id_pattern) is None
 
 
+# --- usage (issue 26) -------------------------------------------------------------
+
+# A usage-limit wait keeps each attempt's output as limited-N.output.log.
+LIMITED_MAX = 16
+
+
+def run_outputs(turn_dir: Path) -> list[tuple[int, Path, str | None]]:
+    """Every run of the harness in the turn, in order: (attempt, its output,
+    how it ended when that is known here). The runs a usage-limit wait ended
+    (`limited-N.output.log`, cause `usage-limit`) and those a model fallback
+    ended (`attempt-N.output.log`, their causes in the `fallback` file), in
+    the order they ended, come before the last one (`output.log`). A wake's
+    retried attempts are not here: they ran nothing."""
+    ended: list[tuple[float, Path, str | None]] = []
+    for n in range(1, LIMITED_MAX + 1):
+        path = turn_dir / f"limited-{n}.output.log"
+        if not path.exists():
+            break
+        ended.append((_mtime(path), path, "usage-limit"))
+    try:
+        fell = json.loads((turn_dir / turndir.FALLBACK).read_text()).get("attempts") or []
+    except (OSError, ValueError, AttributeError):
+        fell = []
+    for attempt in fell:
+        path = turn_dir / str(attempt.get("output"))
+        if path.exists() and path.parent == turn_dir:
+            ended.append((_mtime(path), path, attempt.get("cause")))
+    ended.sort(key=lambda run: run[0])
+    runs = [(n, path, cause) for n, (_, path, cause) in enumerate(ended, start=1)]
+    runs.append((len(runs) + 1, turn_dir / turndir.OUTPUT, None))
+    return runs
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def spending(
+    turn_dir: Path,
+    adapter: Harness | None,
+    conversation: str | None,
+    *,
+    last: outcome_mod.Outcome | None = None,
+    cause: str | None = None,
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """(the harness, the usage of each of the turn's runs) for
+    `ledger.record_usage`, read from their outputs as the flags are (`last`:
+    the final run's Outcome when judged already). A model the output does not
+    name (codex, opencode) is looked up in the CLI's own store."""
+    from spexsup import outcome
+
+    meta = turndir.meta(turn_dir)
+    harness = adapter.name if adapter is not None else str(meta.get("harness") or "") or None
+    parser = adapter.outcome if adapter is not None else meta.get("outcome")
+    parser = parser if isinstance(parser, str) else None
+    runs = []
+    model: str | None = None
+    looked = False
+    for attempt, path, ended in run_outputs(turn_dir):
+        final = path.name == turndir.OUTPUT
+        found = last if final and last is not None else outcome.read(path, parser)
+        parts = []
+        spent = found.spent
+        for (name, priced), part in spent.parts.items():
+            if name is None and harness in ("codex", "opencode"):
+                if not looked:
+                    from spexsup import convstore
+
+                    model, looked = convstore.model(harness, conversation), True
+                name = model
+            counts = [int(n) for n in part[:4]]
+            parts.append((name, counts, part[4] if priced else None))
+        runs.append(
+            {
+                "attempt": attempt,
+                "cause": cause if final else ended,
+                "exact": spent.exact,
+                "parts": parts if spent.metered else [],
+                "running": spent.running,
+                # The first run resumed what the wake resumed; a later one
+                # (after a usage-limit wait) always resumes the conversation.
+                "resumed": bool(meta.get("resumed")) or attempt > 1,
+                "conversation": conversation,
+            }
+        )
+    return harness, runs
+
+
 # A stop that could not record its abort first (another process held the write
 # lock) leaves it here, so whoever records the end records the abort.
 
@@ -405,12 +508,25 @@ def record_exit(
     state = state or end_state(rc if rc is not None else 1)
     if error is None and rc and turn_dir is not None:
         error = turndir.last_line(turn_dir)
+    spent = None
+    if turn_dir is not None and (rc is not None or (turn_dir / turndir.OUTPUT).exists()):
+        # What the harness spent, recorded with the end (or, after a stop
+        # recorded the end first, by the turn's own reporter).
+        spent = spending(
+            turn_dir,
+            adapter,
+            conversation,
+            last=found.outcome if found is not None else None,
+            cause=found.cause if found is not None else None,
+        )
     with store.tx() as db:
         row = ledger.current_turn(db, session, turn)
         if row is None or row["state"] not in ACTIVE:
             if row is not None and conversation:
                 # An aborted turn's conversation still exists: keep its id.
                 ledger.set_conversation(db, session, conversation)
+            if reporter and spent is not None:
+                ledger.record_usage(db, session, turn, harness=spent[0], runs=spent[1])
             return STALE
         if (
             reporter
@@ -452,6 +568,8 @@ def record_exit(
             # Resuming it can only fail the same way again: the next wake
             # (and a --retry-failed) starts a new conversation.
             ledger.forget_conversation(db, session, turn, found.gone)
+        if spent is not None:
+            ledger.record_usage(db, session, turn, harness=spent[0], runs=spent[1])
     # Whoever records an end starts the session's next queued prompt (see
     # turn.queue), in a detached process: the pane's hand-back never waits.
     if reporter and os.environ.get("SPEXSUP_FAULT") == "reporter-dies-before-dequeue":

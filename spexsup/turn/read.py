@@ -11,7 +11,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spexsup import ids, lease
 from spexsup.errors import Invalid, Refused, TimedOut, UnknownSession
@@ -23,6 +23,9 @@ from spexsup.states import COMPLETE, SESSION_STATES, legacy_of, read_state
 from spexsup.turn.reconcile import reconcile
 from spexsup.watch import DirWatch
 
+if TYPE_CHECKING:
+    from spexsup.usage import Spend
+
 
 def legacy(state: str | None) -> dict[str, str]:
     """`{"legacy_state": "error"}` beside a `failed` state, for one release
@@ -31,8 +34,9 @@ def legacy(state: str | None) -> dict[str, str]:
     return {"legacy_state": old} if old else {}
 
 
-def turn_json(row: Any) -> dict[str, Any]:
-    """The one JSON shape of a turn, wherever a command prints one."""
+def turn_json(row: Any, spent: Spend | None = None) -> dict[str, Any]:
+    """The one JSON shape of a turn, wherever a command prints one; `usage`
+    and `cost` (issue 26) null until its end recorded some (see `turn_spends`)."""
     return {
         "schema_version": ids.SCHEMA_VERSION,
         "id": row["id"],
@@ -60,8 +64,26 @@ def turn_json(row: Any) -> dict[str, Any]:
         "started_at_iso": ids.iso(row["started_at"]),
         "ended_at": row["ended_at"],
         "ended_at_iso": ids.iso(row["ended_at"]),
+        "usage": spent.usage_json() if spent is not None else None,
+        "cost": spent.cost_json() if spent is not None else None,
         **legacy(row["state"]),
     }
+
+
+def turn_spends(spex: Spex, turns: Sequence[str]) -> dict[str, Spend]:
+    """What each of `turns` spent (those that recorded usage), one indexed
+    query per 500, priced by config.toml's `[pricing]` now."""
+    if not turns:
+        return {}
+    from spexsup import config, usage
+
+    pricing = config.load(spex.home).pricing
+    out: dict[str, Spend] = {}
+    for start in range(0, len(turns), 500):
+        chunk = list(turns[start : start + 500])
+        where = f"turn IN ({','.join('?' * len(chunk))})"
+        out.update(usage.totals(spex.store.db, "turn", pricing, where=where, params=chunk))
+    return out
 
 
 def turn_summary(spex: Spex, session: str, turn: str) -> dict[str, str | None]:
@@ -87,7 +109,7 @@ def load_turn(spex: Spex, turn: str) -> dict[str, Any]:
     row = spex.store.db.execute("SELECT * FROM turns WHERE id = ?", (turn,)).fetchone()
     if row is None:
         raise Refused(f"no turn {turn!r}")
-    return turn_json(row)
+    return turn_json(row, turn_spends(spex, [turn]).get(turn))
 
 
 def recent_turns(spex: Spex, names: Sequence[str], limit: int) -> dict[str, list[dict[str, Any]]]:
@@ -97,15 +119,18 @@ def recent_turns(spex: Spex, names: Sequence[str], limit: int) -> dict[str, list
     rows), not one window query: row_number() over every session's whole
     history read all 200 000 rows of a 1 000-session home (1 s, against 54 ms).
     """
-    out: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, list[Any]] = {}
     for name in names:
         rows = spex.store.db.execute(
             "SELECT * FROM turns WHERE session = ? ORDER BY started_at DESC, id DESC LIMIT ?",
             (name, limit),
         ).fetchall()
         if rows:
-            out[name] = [turn_json(row) for row in rows]
-    return out
+            found[name] = rows
+    spent = turn_spends(spex, [row["id"] for rows in found.values() for row in rows])
+    return {
+        name: [turn_json(row, spent.get(row["id"])) for row in rows] for name, rows in found.items()
+    }
 
 
 class Ended(NamedTuple):
@@ -380,14 +405,30 @@ def describe(
 
             entry["worktree"] = worktrees.describe(s.name, s.worktree)
         # The latest turn's resolved binary, prompt and answer: read from its
-        # files, so only where a session is shown (null in `ls`).
+        # files, so only where a session is shown (null in `ls`); so is the
+        # session's total spend.
         entry.update(binary=None, prompt_line=None, answer_line=None)
+        entry.update(usage=None, cost=None, spent_turns=None)
         if turns > 1:
             entry["turns"] = history
             if history:
                 entry.update(turn_summary(spex, s.name, history[0]["id"]))
+            entry.update(spending(spex, s.name, s.created_at))
         out.append(entry)
     return out
+
+
+def spending(spex: Spex, name: str, since: float) -> dict[str, Any]:
+    """What `spex show` adds about spend (issue 26): the session's total
+    (`usage`, `cost`, `spent_turns`) over every turn this session (not an
+    older one of its name, before `since`) recorded usage for."""
+    from spexsup import config, usage
+
+    pricing = config.load(spex.home).pricing
+    whole = usage.total(
+        spex.store.db, pricing, where="session = ? AND at >= ?", params=(name, since)
+    )
+    return {"usage": whole.usage_json(), "cost": whole.cost_json(), "spent_turns": whole.turns}
 
 
 def natural_key(name: str) -> list[Any]:

@@ -1,0 +1,67 @@
+"""What a wave's turns spent (issue 26), as `spex fanout`, `spex wave` and
+the live fan-out views show it: computed when shown, never written into the
+wave's document (estimates follow config.toml's `[pricing]` as it is now)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from spexsup.cli.progress import LegCost
+    from spexsup.spex import Spex
+
+
+def with_spend(spex: Spex, doc: dict[str, Any]) -> dict[str, Any]:
+    """The wave document with what it spent (issue 26): `usage` and `cost`
+    per leg (null before its turn recorded any) and for the whole wave,
+    every leg and every attempt. Printed only: the wave's file is as it was."""
+    from spexsup import config, usage
+
+    pricing = config.load(spex.home).pricing
+    per, whole = usage.wave_spend(spex.store.db, doc["id"], pricing, doc["legs"])
+    legs = []
+    for leg in doc["legs"]:
+        spent = per.get(leg["session"])
+        extra: dict[str, Any] = {"usage": None, "cost": None}
+        if spent is not None:
+            extra = {"usage": spent.usage_json(), "cost": spent.cost_json()}
+        legs.append({**leg, **extra})
+    return {**doc, "legs": legs, "usage": whole.usage_json(), "cost": whole.cost_json()}
+
+
+def leg_costs(home: Path) -> LegCost:
+    """A leg's cost text (`$0.09`, "" when it recorded none), for the live
+    views: each call its own read-only connection (they run in other threads)."""
+    import sqlite3
+
+    from spexsup import config, usage
+
+    pricing = config.load(home).pricing
+
+    def cost(wave: str, session: str) -> str:
+        try:
+            db = sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True, timeout=5)
+            try:
+                spent = usage.total(
+                    db, pricing, where="wave = ? AND session = ?", params=(wave, session)
+                )
+            finally:
+                db.close()
+        except sqlite3.Error:
+            return ""
+        return spent.cost_text() if spent.rows else ""
+
+    return cost
+
+
+def spend_text(doc: dict[str, Any], *, tokens: bool = True) -> str:
+    """`cost $0.18 · 58.7k in, 12 out, cache 0/0` for a wave (a leg, a fleet
+    wave) that has one, or only `$0.18` without `tokens`; "" otherwise."""
+    from spexsup import usage
+
+    if not doc.get("cost"):
+        return ""
+    spent = usage.from_json({"usage": doc.get("usage"), "cost": doc["cost"]})
+    return "cost " + spent.line() if tokens else spent.cost_text()
