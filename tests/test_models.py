@@ -147,6 +147,7 @@ def test_a_harness_spells_model_in_its_argv(env: Env) -> None:
     )
     r = env.run("new", "r", "--harness", "rec", "--env", f"RECORD_TO={record}")
     assert r.returncode == 0, r.stderr
+
     def argv_of(turn: str) -> list[bytes]:
         return (env.home / "turns" / "r" / turn / "argv").read_bytes().split(b"\0")[:-1]
 
