@@ -185,20 +185,26 @@ def take_queued(db: sqlite3.Connection, entry: str, session: str, turn: str) -> 
 
 
 def skip_queued(
-    db: sqlite3.Connection, entry: str, session: str, turn: str, why: str, wave: str | None = None
+    db: sqlite3.Connection,
+    entry: str,
+    session: str,
+    turn: str,
+    why: str,
+    wave: str | None = None,
+    cause: str = "after",
 ) -> bool:
-    """A queued prompt whose `--after` condition failed ends as a turn that
-    never launched: `skipped`, cause `after`, `why` its message; the
-    session's current turn, the session `failed` (it did not complete); a
-    fan-out leg's turn is its `wave`'s."""
+    """A queued prompt whose `--after` condition failed (or, cause `budget`,
+    whose wave spent its budget) ends as a turn that never launched:
+    `skipped`, `why` its message; the session's current turn, the session
+    `failed` (it did not complete); a fan-out leg's turn is its `wave`'s."""
     cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
     if not cur.rowcount:
         return False
     now = time.time()
     db.execute(
         "INSERT INTO turns (id, session, state, error, cause, attempts, started_at, ended_at)"
-        " VALUES (?, ?, ?, ?, 'after', 0, ?, ?)",
-        (turn, session, SKIPPED, why, now, now),
+        " VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
+        (turn, session, SKIPPED, why, cause, now, now),
     )
     db.execute(
         "UPDATE sessions SET current_turn = ?, state = ? WHERE name = ? AND state IN (?, ?)",
@@ -208,7 +214,7 @@ def skip_queued(
     if wave is not None:
         db.execute("INSERT INTO wave_turns (turn, wave) VALUES (?, ?)", (turn, wave))
     events.record(db, "dequeued", session=session, turn=turn, entry=entry)
-    events.turn_ended(db, SKIPPED, session=session, turn=turn, rc=None, cause="after", error=why)
+    events.turn_ended(db, SKIPPED, session=session, turn=turn, rc=None, cause=cause, error=why)
     return True
 
 

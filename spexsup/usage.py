@@ -385,11 +385,12 @@ def wave_spend(
     """A wave's spend per leg (its session: every turn and attempt it ran in
     the wave) and in all, from the rows that name the wave (one indexed sum).
     A leg of `legs` that launched a turn and has no row yet (still running)
-    makes the total a floor."""
+    makes the total a floor; one whose turn never ran (`skipped`) spent nothing."""
     per = totals(db, "session", pricing, where="wave = ?", params=(wave,))
     whole = grand(per.values())
     for leg in legs:
-        if leg.get("turn") and leg.get("session") not in per:
+        ran = leg.get("turn") and leg.get("turn_state") != "skipped"
+        if ran and leg.get("session") not in per:
             whole.rows += 1
             whole.unknown += 1
     return per, whole

@@ -158,6 +158,24 @@ def merge_turns(db: sqlite3.Connection, doc: Doc) -> None:
                 leg["turn_error"] = row["error"]
 
 
+def over_budget(spex: Spex, wave: str, budget: float) -> str | None:
+    """Why a leg of `wave` may not launch under its `--budget` (USD): its
+    known spend (every ended leg's every attempt) has reached it. What is
+    unknown never counts as zero, nor against the budget: a wave whose
+    costs are unknown is never stopped by it (its document says so)."""
+    from spexsup import config, usage
+
+    spent = usage.total(
+        spex.store.db, config.load(spex.home).pricing, where="wave = ?", params=(wave,)
+    )
+    if spent.amount is None or spent.amount < budget:
+        return None
+    floor = "" if spent.exact else " at least (some costs are unknown)"
+    return (
+        f"budget: wave {wave} spent {usage.money(spent.amount)}{floor} of its {usage.money(budget)}"
+    )
+
+
 def _dequeued(db: sqlite3.Connection, wave: str, leg: Doc) -> None:
     """A queued leg's turn, once a launcher took its prompt (linked to the
     wave in the same transaction); a prompt gone with no turn (removed, or

@@ -27,7 +27,7 @@ from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.procs import own_identity
 from spexsup.spex import Spex
 from spexsup.turn import keys
-from spexsup.turn.admit import Limits
+from spexsup.turn.admit import Limits, Verdict
 from spexsup.turn.admit import Wave as LegWave
 from spexsup.turn.reconcile import reconcile
 from spexsup.turn.wake import wake
@@ -42,6 +42,7 @@ from spexsup.wavedoc import (
     merge_turns,
     mutate,
     new_wave_id,
+    over_budget,
     record_event,
     recorded_options,
     validate_wave_id,
@@ -60,6 +61,8 @@ class Pacing(NamedTuple):
     max_running: int | None = None
     after: str | None = None
     after_any: bool = False
+    # USD: no leg launches once the wave's known spend has reached it.
+    budget: float | None = None
 
     @property
     def queues(self) -> bool:
@@ -200,7 +203,7 @@ class Wave:
             "turn_options": options if options is not None else turn_options(None, None),
             "detached_at": None,
             "key": key,
-            "pacing": pacing._asdict() if pacing.queues else None,
+            "pacing": pacing._asdict() if pacing.queues or pacing.budget else None,
             "on_complete": (
                 {"command": on_complete, "claimed_at": None, "claimer": None, "started_at": None}
                 if on_complete is not None
@@ -341,9 +344,12 @@ class Wave:
 
         result: Doc
         leg_key = None if key is None else keys.leg_key(key, session)
-        wave = LegWave(self.id, pacing.max_running)
+        wave = LegWave(self.id, pacing.max_running, pacing.budget)
+        over = None if pacing.budget is None else over_budget(spex, self.id, pacing.budget)
         try:
-            if pacing.queues or self.home_limit:
+            if over is not None:
+                v = Verdict(session, None, "skipped", error=over)
+            elif pacing.queues or self.home_limit:
                 from spexsup.turn.queue import wake_or_queue
 
                 v = wake_or_queue(
@@ -367,6 +373,8 @@ class Wave:
             }
             if v.verdict == "queued":
                 result.update(queued=v.queued, position=v.position, waits=v.waits)
+            if v.verdict == "skipped" and v.turn is None:
+                result["cause"] = "budget"
             if v.repeat:
                 # The turn is the first wave's (its wave_turns row): this
                 # leg follows it.
@@ -481,6 +489,8 @@ def fanout(
         raise Invalid(f"invalid --max-concurrent {max_concurrent}", hint="between 1 and 1024")
     if pacing.max_running is not None and not 1 <= pacing.max_running <= 1024:
         raise Invalid(f"invalid --max-running {pacing.max_running}", hint="between 1 and 1024")
+    if pacing.budget is not None and not 0 < pacing.budget <= 1_000_000:
+        raise Invalid(f"invalid --budget {pacing.budget:g}", hint="USD, more than 0")
     if pacing.after is not None:
         other = sessions.get(spex, pacing.after)
         if other.current_turn is None:

@@ -126,6 +126,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--on-limit": None,
             "--key": None,
             "--max-running": None,
+            "--budget": None,
             "--after": "session",
             "--after-any": "session",
             "--model": None,

@@ -33,6 +33,7 @@ from spexsup.cli.params import (
     model_rules,
     stagger_seconds,
     timeout_seconds,
+    usd_amount,
     window_seconds,
 )
 from spexsup.cli.progress import LegsView, PlainLegs, counts_line, leg_line, summary
@@ -134,6 +135,16 @@ def fanout(
             show_default=False,
         ),
     ] = None,
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            "--budget",
+            metavar="USD",
+            help="Launch no more legs once the wave's known spend reaches USD (legs run a"
+            " few at a time with --max-running: the ended legs' spend is what it sees).",
+            show_default=False,
+        ),
+    ] = None,
     after: AfterOpt = None,
     after_any: AfterAnyOpt = None,
     model: ModelOpt = None,
@@ -223,6 +234,7 @@ def fanout(
       spex fanout --match 'api-*' -m "rebase on main" --wait
       spex fanout a b c -f prompt.md --max-concurrent 4
       spex fanout --match 'test-*' -m "run the suite" --max-running 4 --wait
+      spex fanout --all -m "review" --max-running 2 --budget 5.00 --wait
       spex fanout review-1 review-2 --after api -m "review what api changed"
       spex fanout --all -m "triage" --model opus --fallback-model sonnet
       spex fanout --match 'claude-*' -m "carry on" --stagger 2s
@@ -238,6 +250,7 @@ def fanout(
     other = after_session(after, after_any, [n for n in names or [] if ":" not in n])
     if max_running is not None and not 1 <= max_running <= 1024:
         raise Invalid(f"invalid --max-running {max_running}", hint="between 1 and 1024")
+    usd = usd_amount(budget, "--budget") if budget is not None else None
     if other is not None and worktrees is not None:
         raise Invalid("--after and --worktrees: new sessions have nothing to wait for")
     spacing = stagger_seconds(stagger)
@@ -281,6 +294,8 @@ def fanout(
             options += ["--max-concurrent", str(max_concurrent)]
         if max_running is not None:
             options += ["--max-running", str(max_running)]
+        if usd is not None:
+            options += ["--budget", f"{usd:g}"]
         if other is not None:
             options += ["--after-any" if after_any else "--after", other]
         fleet_fanout(
@@ -346,7 +361,7 @@ def fanout(
         wait=wait,
         as_json=as_json,
         key=key,
-        pacing=waves.Pacing(max_running, other, after_any is not None),
+        pacing=waves.Pacing(max_running, other, after_any is not None, usd),
     )
 
 

@@ -127,6 +127,19 @@ FallbackOpt = Annotated[
 ]
 
 
+def usd_amount(text: str, option: str) -> float:
+    """An amount of US dollars: `5`, `5.00` or `$5`; more than 0."""
+    from spexsup.errors import Invalid
+
+    try:
+        value = float(text.strip().removeprefix("$").replace(",", ""))
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1_000_000 or value != value:
+        raise Invalid(f"invalid {option} {text!r}", hint="US dollars, such as 5 or 2.50")
+    return value
+
+
 def model_rules(
     model: str | None, fallback: str | None
 ) -> tuple[str | None, tuple[str, ...] | None]:

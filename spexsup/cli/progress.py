@@ -236,6 +236,13 @@ def counts_line(doc: dict[str, Any]) -> str:
 def summary(doc: dict[str, Any]) -> str:
     detached = " (detached)" if doc.get("detached_at") and doc["state"] == "running" else ""
     spent = spend_text(doc)
-    return f"wave {doc['id']}: {doc['state']}{detached} · {counts_line(doc)}" + (
+    line = f"wave {doc['id']}: {doc['state']}{detached} · {counts_line(doc)}" + (
         f" · {spent}" if spent else ""
     )
+    budget = (doc.get("pacing") or {}).get("budget")
+    if budget is not None:
+        from spexsup.usage import money
+
+        exact = (doc.get("cost") or {}).get("exact")
+        line += f" · budget {money(budget)}" + ("" if exact else " (of the costs known)")
+    return line

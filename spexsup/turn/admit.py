@@ -263,6 +263,9 @@ class Wave(NamedTuple):
 
     id: str
     max_running: int | None = None
+    # `fanout --budget` (USD): a leg queued once the wave's known spend
+    # reached it is skipped, cause `budget` (see `wavedoc.over_budget`).
+    budget: float | None = None
 
 
 def check_limits(db: sqlite3.Connection, home_limit: int | None, wave: Wave | None) -> None:

@@ -59,7 +59,9 @@ class Entry(NamedTuple):
         """The fan-out this prompt is a leg of, with its running limit."""
         if self.options.get("wave") is None:
             return None
-        return Wave(self.options["wave"], self.options.get("wave_max"))
+        return Wave(
+            self.options["wave"], self.options.get("wave_max"), self.options.get("wave_budget")
+        )
 
     def as_json(self, position: int) -> dict[str, Any]:
         return {
@@ -119,6 +121,8 @@ def enqueue(
         kept.update(after=after[0], after_any=after[2])
     if wave is not None:
         kept.update(wave=wave.id, wave_max=wave.max_running)
+        if wave.budget is not None:
+            kept["wave_budget"] = wave.budget
     options = json.dumps(kept)
     try:
         with spex.store.tx() as db:
@@ -196,9 +200,23 @@ def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
     (then the next is tried). Nothing when there is none, the session is not
     free, its next waits for a turn still running, or another launcher took
     it. A prompt that cannot be admitted at all (its session's working
-    directory is gone…) is dropped with the reason in its event."""
+    directory is gone…) is dropped with the reason in its event.
+
+    An entry that ended without a turn (skipped, dropped) used no running
+    slot: the prompts of other sessions that wait for one are handed to
+    their launchers as this call returns (else nobody would: no turn ends)."""
     dequeuer.STARTED.add((str(spex.home), name))  # our own reconciles start no other
     done: dict[str, Verdict] = {}
+    freed = [False]
+    try:
+        return _take(spex, name, done, freed)
+    finally:
+        if freed[0]:
+            dequeuer.start_waiting(spex.store.db, spex.home)
+
+
+def _take(spex: Spex, name: str, done: dict[str, Verdict], freed: list[bool]) -> dict[str, Verdict]:
+    """`dequeue`'s loop; `freed[0]` is set when an entry ends without a turn."""
     while True:
         found = entries(spex, (name,))
         if not found:
@@ -217,7 +235,22 @@ def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
                 return done  # its turn still runs: that turn's end starts us again
             if isinstance(skipped, Verdict):
                 done[head.id] = skipped
+                freed[0] = True
                 _tell_wave(spex, head, skipped)
+                continue
+        if head.wave is not None and head.wave.budget is not None:
+            why = wavedoc.over_budget(spex, head.wave.id, head.wave.budget)
+            if why is not None:
+                turn = new_turn_id()
+                with spex.store.tx() as db:
+                    if not ledger.skip_queued(
+                        db, head.id, name, turn, why, head.wave.id, cause="budget"
+                    ):
+                        return done
+                prompt_path(spex.home, head.id).unlink(missing_ok=True)
+                done[head.id] = Verdict(name, turn, "skipped", error=why)
+                freed[0] = True
+                _tell_wave(spex, head, done[head.id])
                 continue
         try:
             prompt = prompt_path(spex.home, head.id).read_bytes()
@@ -225,6 +258,7 @@ def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
             why = f"its prompt is unreadable: {e.strerror}"
             with spex.store.tx() as db:
                 ledger.drop_queued(db, head.id, name, error=why)
+            freed[0] = True
             _tell_wave(spex, head, Verdict(name, None, "failed", error=why))
             continue
         options = head.options
@@ -256,6 +290,7 @@ def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
                 if not ledger.drop_queued(db, head.id, name, error=e.line()):
                     return done
             prompt_path(spex.home, head.id).unlink(missing_ok=True)
+            freed[0] = True
             _tell_wave(spex, head, Verdict(name, None, "failed", error=e.line()))
             continue
         prompt_path(spex.home, head.id).unlink(missing_ok=True)

@@ -1,0 +1,66 @@
+"""A wave's budget (issue 26, item 4, in part): `fanout --budget USD` launches
+no more legs once the wave's known spend (every ended leg's every attempt)
+has reached it; the legs left end `skipped`, cause `budget`. What is unknown
+never counts as zero, nor against it."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import Env
+
+# What the fake claude reports for one turn (tests/fixtures/real/claude).
+RUN = 0.088119
+
+
+def claude(env: Env, name: str) -> None:
+    args = ["new", name, "--harness", "claude", "--cwd", str(env.root)]
+    r = env.run(*args, "--env", "FAKE_CLAUDE_LOGGED_IN=1")
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_wave_budget_stops_launching_legs_once_spent(env: Env) -> None:
+    names = ["a", "b", "c", "d"]
+    for name in names:
+        claude(env, name)
+    # One leg at a time: the first two spend $0.18, past $0.10 after the second.
+    r = env.run("fanout", *names, "-m", "go", "--max-running", "1", "--budget", "$0.10",
+                "--wait", timeout=120)  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = json.loads(env.run("wave", "last", "--json").stdout)
+    assert doc["pacing"]["budget"] == 0.1
+    ended = {leg["session"]: leg["turn_state"] for leg in doc["legs"]}
+    assert sorted(ended.values()) == ["complete", "complete", "skipped", "skipped"], doc["legs"]
+    skipped = [leg for leg in doc["legs"] if leg["turn_state"] == "skipped"]
+    for leg in skipped:
+        assert leg["cause"] == "budget", leg
+        assert leg["turn_error"].startswith(f"budget: wave {doc['id']} spent $0.18 of its $0.10")
+    assert abs(doc["cost"]["amount"] - 2 * RUN) < 1e-9 and doc["cost"]["exact"], doc["cost"]
+    assert "budget $0.10" in r.stdout and "skipped" in r.stdout, r.stdout
+    # The skipped legs' sessions ran nothing: each has its skipped turn only.
+    for leg in skipped:
+        turn = json.loads(env.run("show", leg["session"], "--json").stdout)["turn"]
+        assert (turn["state"], turn["cause"]) == ("skipped", "budget"), turn
+
+
+def test_a_budget_never_stops_on_costs_nobody_knows(env: Env) -> None:
+    """The command harness prints no usage: its spend is unknown, not $0 and
+    not past the budget; the summary says the budget counts known costs."""
+    for name in ("a", "b", "c"):
+        assert env.run("new", name, "--", "true").returncode == 0
+    r = env.run("fanout", "a", "b", "c", "-m", "go", "--max-running", "1", "--budget", "0.01",
+                "--wait", timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(env.run("wave", "last", "--json").stdout)
+    assert [leg["turn_state"] for leg in doc["legs"]] == ["complete"] * 3
+    assert doc["cost"]["amount"] is None, doc["cost"]
+    assert "budget $0.01 (of the costs known)" in r.stdout, r.stdout
+
+
+def test_bad_budgets_are_refused_and_change_nothing(env: Env) -> None:
+    claude(env, "a")
+    for value in ("0", "-1", "lots", "nan", "$"):
+        r = env.run("fanout", "a", "-m", "x", "--budget", value)
+        assert r.returncode == 2, (value, r.stdout, r.stderr)
+        assert r.stderr.startswith(f"spex: invalid --budget '{value}'"), r.stderr
+    assert env.run("waves").stdout.startswith("no waves")
