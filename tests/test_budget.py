@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from conftest import Env
+from test_turns import turn_processes_alive
 
 # What the fake claude reports for one turn (tests/fixtures/real/claude).
 RUN = 0.088119
@@ -64,3 +65,40 @@ def test_bad_budgets_are_refused_and_change_nothing(env: Env) -> None:
         assert r.returncode == 2, (value, r.stdout, r.stderr)
         assert r.stderr.startswith(f"spex: invalid --budget '{value}'"), r.stderr
     assert env.run("waves").stdout.startswith("no waves")
+
+
+def test_a_turn_over_its_budget_is_stopped_in_the_pane(env: Env) -> None:
+    """Each API message costs $0.315 at these prices: the third one passes
+    $0.70, and the turn is stopped there with no watcher, its processes gone."""
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text(
+        '[pricing."claude-sonnet-4-5"]\ninput = 3.0\noutput = 15.0\n'
+    )
+    claude(env, "c")
+    r = env.run("wake", "c", "go [spend 8]", "--budget", "0.70", "--window", "0.3", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert env.run("wait", "c", "--timeout", "60").returncode == 1
+    turn = json.loads(env.run("show", "c", "--json").stdout)["turn"]
+    assert (turn["state"], turn["cause"]) == ("failed", "budget"), turn
+    assert turn["error"].startswith("spent $0.9"), turn  # 3 x $0.315
+    assert turn["error"].endswith(" of its $0.70 budget"), turn
+    log = env.run("log", "c").stdout
+    assert "step 2" in log and "step 4" not in log, log
+    assert turn_processes_alive(turn["id"]) == []
+
+
+def test_a_turn_budget_counts_no_cost_it_cannot_know(env: Env) -> None:
+    """No price for its model: the turn runs to its end, the pane says why."""
+    claude(env, "c")
+    r = env.run("wake", "c", "go [spend 3]", "--budget", "0.01", "--window", "0.3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert env.run("wait", "c", "--timeout", "60").returncode == 0
+    pane = env.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "=c:0.0").stdout
+    assert "its spend is not counted against the budget" in pane, pane
+
+
+def test_a_turn_budget_needs_a_harness_that_prints_usage(env: Env) -> None:
+    assert env.run("new", "cmd", "--", "true").returncode == 0
+    r = env.run("wake", "cmd", "x", "--budget", "1")
+    assert r.returncode == 2 and "prints no usage" in r.stderr, r.stderr
+    assert json.loads(env.run("show", "cmd", "--json").stdout)["turn"] is None

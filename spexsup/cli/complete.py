@@ -59,6 +59,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--after-any": "session",
             "--model": None,
             "--fallback-model": None,
+            "--budget": None,
         },
     ),
     "wait": (("session", "*"), {"--timeout": None, "--match": None}),

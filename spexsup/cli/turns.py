@@ -31,6 +31,7 @@ from spexsup.cli.params import (
     grace_seconds,
     model_rules,
     timeout_seconds,
+    usd_amount,
     window_seconds,
 )
 from spexsup.cli.render import (
@@ -69,6 +70,7 @@ WAKE_OPTIONS = (
     "--after-any",
     "--model",
     "--fallback-model",
+    "--budget",
     "-h",
     "--help",
     "--home",
@@ -121,6 +123,7 @@ def wake_and_report(
     key: str | None = None,
     model: str | None = None,
     fallback: str | None = None,
+    budget: str | None = None,
 ) -> None:
     from spexsup.turn.admit import Limits, parse_on_limit
     from spexsup.turn.wake import wake as wake_turn
@@ -129,6 +132,8 @@ def wake_and_report(
     if on_limit is not None:
         parse_on_limit(on_limit)
     limits = Limits(limit, strict, on_limit, *model_rules(model, fallback))
+    if budget is not None:
+        limits = limits._replace(budget=usd_amount(budget, "--budget"))
     spex = open_spex(ctx)
     if queue is None:
         from spexsup.sessions import get
@@ -204,6 +209,16 @@ def wake(
     after_any: AfterAnyOpt = None,
     model: ModelOpt = None,
     fallback: FallbackOpt = None,
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            "--budget",
+            metavar="USD",
+            help="Stop the turn once its known spend reaches USD (what the CLI reports, or"
+            " [pricing] estimates; a cost nobody knows is never counted).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a turn and print its verdict (confirmed, completed, failed, queued).
@@ -249,6 +264,7 @@ def wake(
         key=key,
         model=model,
         fallback=fallback,
+        budget=budget,
     )
 
 

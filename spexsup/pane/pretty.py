@@ -323,6 +323,9 @@ def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
     log = os.open(output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     renderer = RENDERERS.get(parser)
     painter = Painter(os.isatty(stdout))
+    from spexsup.pane.budget import Watch
+
+    watch = Watch.of(output_log)  # `spex wake --budget`: kept as the events come
     pending = b""
     showing = True
 
@@ -354,6 +357,13 @@ def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
                 shown = [line.decode("utf-8", "replace")]
             if shown:
                 show(("\n".join(shown) + "\n").encode())
+            if watch is not None and line[:1] == b"{":
+                try:
+                    event = json.loads(line)
+                    if isinstance(event, dict):
+                        watch.see(event)
+                except Exception:  # a budget's bookkeeping must never cost the pane a line
+                    pass
     if pending:
         show(pending + b"\n")
     os.close(log)

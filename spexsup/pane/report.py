@@ -207,6 +207,11 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
         where = "the login PATH" if (turn_dir / turndir.LOGIN).exists() else "PATH"
         binary = name if name and name != "command" else "the harness"
         return Judgement(FAILED, cause="not-found", error=f"{binary} not found on {where}")
+    from spexsup.pane import budget
+
+    over = budget.over(turn_dir)
+    if over is not None:
+        return Judgement(FAILED, cause="budget", error=over)
     if rc == 124 and (turn_dir / turndir.TIMED_OUT).exists():
         limit = meta.get("timeout")
         spent = f" ({outcome.span(limit)})" if isinstance(limit, int | float) else ""

@@ -24,7 +24,7 @@ from spexsup.errors import (
     UnknownSession,
 )
 from spexsup.harness import Harness
-from spexsup.pane import turndir
+from spexsup.pane import budget, turndir
 from spexsup.paths import (
     ensure_private_dir,
     own_python,
@@ -96,6 +96,8 @@ class Limits(NamedTuple):
     # Not admission's: the least time between launches of the turn's harness
     # (`spexsup.stagger`; 0: none; None: config.toml's `stagger`).
     stagger: float | None = None
+    # USD: the turn is stopped once its known spend reaches it (pane.budget).
+    budget: float | None = None
 
 
 def parse_on_limit(text: str) -> float:
@@ -203,6 +205,11 @@ def admit(
             assigned = str(uuid.uuid4())
         limits = limits or Limits()
         model, fallback = models(limits, session, adapter)
+        if limits.budget is not None and adapter.outcome is None:
+            raise Invalid(
+                f"harness {adapter.name} prints no usage: a turn budget cannot be kept",
+                hint="--budget needs structured output (claude, codex, opencode, pi)",
+            )
         if fallback and not adapter.takes_model():
             raise Invalid(
                 f"harness {adapter.name} has no way to pass a model, so none to fall back to",
@@ -246,6 +253,7 @@ def admit(
         settings.limit_margin if settings.limit_margin is not None else DEFAULT_LIMIT_MARGIN,
         model,
         fallback,
+        limits.budget,
     )
     resumed = resume_id if resume_id and adapter.resume else None
     _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter, ending, resumed)
@@ -321,6 +329,7 @@ class Ending(NamedTuple):
     # The model of the first attempt, and those to fall back to (pane.fallback).
     model: str | None = None
     fallback: tuple[str, ...] = ()
+    budget: float | None = None
 
 
 def _in_git_tree(cwd: Path) -> bool:
@@ -386,6 +395,9 @@ def _prepare(
         # Every harness, a path too (the demo's interpreter, `-- ./agent.sh`):
         # what the login shell exports (an API key in ~/.bashrc) is its own.
         files[turndir.LOGIN] = f"{ending.login_timeout:g}\n".encode()
+    if ending.budget is not None:
+        prices = {m: list(p) for m, p in config.load(spex.home).pricing.items()}
+        files[budget.FILE] = json.dumps({"amount": ending.budget, "pricing": prices}).encode()
     if ending.fallback:
         files[turndir.FALLBACK] = json.dumps({"models": list(ending.fallback)}).encode()
     if ending.limit_wait is not None:

@@ -87,6 +87,7 @@ def _options(window: float | None, fresh: bool, limits: Limits) -> dict[str, Any
     out.update(model=limits.model)
     if limits.fallback is not None:
         out["fallback"] = list(limits.fallback)
+    out.update(budget=limits.budget)
     kept = {k: v for k, v in out.items() if v not in (None, False)}
     if limits.stagger is not None:
         kept["stagger"] = limits.stagger  # 0 too: "no spacing" beats config.toml's
@@ -270,6 +271,7 @@ def _take(spex: Spex, name: str, done: dict[str, Verdict], freed: list[bool]) ->
             options.get("model"),
             tuple(fallback) if fallback is not None else None,
             options.get("stagger"),
+            options.get("budget"),
         )
         try:
             verdict = wake(
