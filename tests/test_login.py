@@ -93,7 +93,8 @@ def test_a_hanging_login_shell_fails_the_turn_unstarted(env: Env) -> None:
     assert v["error"].startswith("no login shell could be resolved - turn NOT started")
     assert v["elapsed_ms"] < 9000
     assert not marker.exists()
-    assert show(env, "t")["turn"]["cause"] == "no-login-shell"
+    turn = show(env, "t")["turn"]
+    assert (turn["state"], turn["cause"]) == ("failed", "no-login-shell"), turn
 
 
 def test_login_shell_off_uses_the_panes_path(env: Env) -> None:

@@ -190,7 +190,7 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
     name = adapter.name if adapter is not None else str(meta.get("harness") or "")
     if rc == 126 and (turn_dir / turndir.NO_LOGIN_SHELL).exists():
         return Judgement(
-            "error",
+            FAILED,
             cause="no-login-shell",
             error="no login shell could be resolved - turn NOT started"
             " (check $SHELL and its rc files; or login_shell = false in config.toml)",
