@@ -58,6 +58,13 @@ def _count(value: object) -> int | None:
     return value if 1 <= value <= 1024 else None
 
 
+def _usd(value: object) -> float | None:
+    """an amount of US dollars above 0 (5, 2.50)"""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 < value <= 1_000_000 else None
+
+
 def _flag(value: object) -> bool | None:
     """true or false"""
     return value if isinstance(value, bool) else None
@@ -129,6 +136,7 @@ KEYS: dict[str, Callable[[object], Any]] = {
     "max_running": _count,
     "queue": _flag,
     "stagger": _seconds(0, MAX_STAGGER),
+    "budget_day": _usd,
 }
 
 
@@ -147,6 +155,8 @@ class Config(NamedTuple):
     login_timeout: float = 10.0
     # After a usage limit's reset time, this long before resuming.
     limit_margin: float | None = None
+    # USD: no turn starts once the home's known spend today has reached it.
+    budget_day: float | None = None
     # At most this many turns run in the home at once (others queue or are refused).
     max_running: int | None = None
     # `spex wake` queues when the session is busy, as with --queue.

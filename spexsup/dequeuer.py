@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -74,9 +75,17 @@ def _home_room(db: sqlite3.Connection, home: Path | None) -> int | None:
     from spexsup import config  # only when prompts are queued
 
     try:
-        limit = config.load(home).max_running
+        settings = config.load(home)
     except SpexError:
         return None  # the launcher's admission says what is wrong with the file
+    if settings.budget_day is not None:
+        from spexsup import usage
+
+        day = usage.day_start(time.time())
+        spent = usage.total(db, settings.pricing, where="at >= ?", params=(day,)).amount
+        if spent is not None and spent >= settings.budget_day:
+            return 0  # the day's budget is spent: nothing may start until tomorrow
+    limit = settings.max_running
     if limit is None:
         return None
     (running,) = db.execute(

@@ -90,6 +90,20 @@ class AtLimit(Refused):
         self.waits = f"a free slot ({setting})"
 
 
+class OverBudget(AtLimit):
+    """The home's known spend today has reached config.toml's `budget_day`:
+    a wake with `--queue` waits for the next day, one without is refused."""
+
+    def __init__(self, spent: str, budget: str) -> None:
+        Refused.__init__(
+            self,
+            f"today's known spend {spent} has reached budget_day ({budget})",
+            hint="give --queue to launch it tomorrow, or raise budget_day in config.toml",
+        )
+        self.limit = 0
+        self.waits = f"tomorrow (budget_day {budget})"
+
+
 class SessionStopped(Refused):
     def __init__(self, session: str) -> None:
         super().__init__(f"session {session!r} is stopped", hint=f"spex resume {session}")

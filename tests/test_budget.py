@@ -102,3 +102,32 @@ def test_a_turn_budget_needs_a_harness_that_prints_usage(env: Env) -> None:
     r = env.run("wake", "cmd", "x", "--budget", "1")
     assert r.returncode == 2 and "prints no usage" in r.stderr, r.stderr
     assert json.loads(env.run("show", "cmd", "--json").stdout)["turn"] is None
+
+
+def test_budget_day_refuses_or_queues_once_todays_spend_reached_it(env: Env) -> None:
+    """Two fake claude turns spend $0.18 today, past budget_day = $0.10: a
+    third wake is refused (exit 3) or, with --queue, waits; raising the
+    budget lets the next spex command launch it."""
+    env.home.mkdir(parents=True, exist_ok=True)
+    config = env.home / "config.toml"
+    config.write_text("budget_day = 0.10\n")
+    claude(env, "c")
+    for _ in range(2):
+        r = env.run("wake", "c", "go", "--window", "10")
+        assert r.returncode == 0, r.stdout + r.stderr
+    r = env.run("wake", "c", "third")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert r.stderr.startswith("spex: today's known spend $0.18 has reached budget_day ($0.10)")
+    r = env.run("wake", "c", "--queue", "third", "--json")
+    v = json.loads(r.stdout)
+    assert (r.returncode, v["verdict"], v["waits"]) == (0, "queued", "tomorrow (budget_day $0.10)")
+    assert len(json.loads(env.run("show", "c", "--json").stdout)["turns"]) == 2
+    config.write_text("budget_day = 5\n")
+    env.run("ls")  # a reader hands the waiting prompt to its launcher
+    r = env.run("wait", "c", "--timeout", "60")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(env.run("queue", "ls", "--json").stdout) == []
+    # A bad value is the config file's one-line error.
+    config.write_text("budget_day = -1\n")
+    r = env.run("wake", "c", "x")
+    assert r.returncode == 1 and "field 'budget_day' must be" in r.stderr, r.stderr

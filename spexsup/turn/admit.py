@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from spexsup import config, durations, ids, ledger
 from spexsup.errors import (
     AtLimit,
+    OverBudget,
     Failed,
     Invalid,
     Refused,
@@ -222,6 +223,8 @@ def admit(
         timeout = limits.timeout or session.timeout or adapter.timeout
         strict = limits.strict or session.strict or adapter.strict or settings.strict
         check_limits(db, settings.max_running, wave)
+        if settings.budget_day is not None:
+            check_day_budget(db, settings)
         if queued is not None and not ledger.take_queued(db, queued, name, turn):
             raise QueueTaken(f"queued prompt {queued} was taken or removed")
         ledger.admit_turn(
@@ -274,6 +277,20 @@ class Wave(NamedTuple):
     # `fanout --budget` (USD): a leg queued once the wave's known spend
     # reached it is skipped, cause `budget` (see `wavedoc.over_budget`).
     budget: float | None = None
+
+
+def check_day_budget(db: sqlite3.Connection, settings: config.Config) -> None:
+    """OverBudget once today's known spend in the home (every turn's every
+    attempt since local midnight) has reached `budget_day`; an unknown cost
+    never counts."""
+    from spexsup import usage
+
+    assert settings.budget_day is not None
+    spent = usage.total(
+        db, settings.pricing, where="at >= ?", params=(usage.day_start(time.time()),)
+    ).amount
+    if spent is not None and spent >= settings.budget_day:
+        raise OverBudget(usage.money(spent), usage.money(settings.budget_day))
 
 
 def check_limits(db: sqlite3.Connection, home_limit: int | None, wave: Wave | None) -> None:
