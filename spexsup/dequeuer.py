@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 from spexsup.errors import SpexError

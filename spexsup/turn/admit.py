@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 from spexsup import config, durations, ids, ledger
 from spexsup.errors import (
     AtLimit,
-    OverBudget,
     Failed,
     Invalid,
+    OverBudget,
     Refused,
     SessionBusy,
     SessionStopped,
