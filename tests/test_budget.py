@@ -131,3 +131,15 @@ def test_budget_day_refuses_or_queues_once_todays_spend_reached_it(env: Env) -> 
     config.write_text("budget_day = -1\n")
     r = env.run("wake", "c", "x")
     assert r.returncode == 1 and "field 'budget_day' must be" in r.stderr, r.stderr
+
+
+def test_a_turn_budget_says_when_it_cannot_see_the_cost(env: Env) -> None:
+    claude(env, "c")
+    r = env.run("wake", "c", "go", "--budget", "1", "--window", "10")
+    assert r.returncode == 0, r.stderr
+    assert "spex: note: claude reports its cost only when the turn ends" in r.stderr
+    env.home.joinpath("config.toml").write_text(
+        '[pricing."claude-sonnet-4-5"]\ninput = 3.0\noutput = 15.0\n'
+    )
+    r = env.run("wake", "c", "go", "--budget", "1", "--window", "10")
+    assert r.returncode == 0 and "note" not in r.stderr, r.stderr

@@ -47,7 +47,7 @@ from spexsup.cli.render import (
 from spexsup.errors import Invalid
 
 if TYPE_CHECKING:
-    pass
+    from spexsup.spex import Spex
 
 
 # `wake`'s options as a user may spell them before `--`.
@@ -105,6 +105,26 @@ def check_dashed_prompt(argv: list[str]) -> None:
             )
 
 
+# What a turn budget can see while the turn runs, by harness (spexsup.pane.budget).
+LIVE_COST = {
+    "codex": "codex reports its usage only when the turn ends: --budget cannot stop it"
+    " while it runs",
+    "claude": "claude reports its cost only when the turn ends: with no [pricing] in"
+    " config.toml, --budget counts nothing while it runs",
+}
+
+
+def budget_note(ctx: typer.Context, spex: "Spex", name: str) -> None:
+    """Say, before the turn starts, when its budget cannot be kept: an
+    unknown cost never passes for zero."""
+    from spexsup.sessions import get
+
+    harness = get(spex, name).harness
+    note = LIVE_COST.get(harness)
+    if note and not (harness == "claude" and settings(ctx, spex).pricing):
+        typer.echo(f"spex: note: {note}", err=True)
+
+
 def wake_and_report(
     ctx: typer.Context,
     name: str,
@@ -135,6 +155,8 @@ def wake_and_report(
     if budget is not None:
         limits = limits._replace(budget=usd_amount(budget, "--budget"))
     spex = open_spex(ctx)
+    if limits.budget is not None:
+        budget_note(ctx, spex, name)
     if queue is None:
         from spexsup.sessions import get
 
