@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 HEADER_BYTES = 4096
@@ -85,16 +86,25 @@ def _opencode_databases() -> list[Path]:
     return [data / "opencode.db", *channels]
 
 
-def _opencode_db(cwd: str, since: float) -> str | None:
-    best: tuple[int, str] | None = None
+def _opencode_connections() -> Iterator[sqlite3.Connection]:
+    """Each of opencode's databases there is, open read-only (never created;
+    `timeout` is the busy timeout), closed once the caller moves on."""
     for path in _opencode_databases():
         if not path.is_file():
             continue
         try:
-            # Read-only, never created; `timeout` is the busy timeout.
             db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_SECONDS)
         except sqlite3.Error:
             continue
+        try:
+            yield db
+        finally:
+            db.close()
+
+
+def _opencode_db(cwd: str, since: float) -> str | None:
+    best: tuple[int, str] | None = None
+    for db in _opencode_connections():
         try:
             row = db.execute(
                 "SELECT time_updated, id FROM session WHERE directory = ? AND parent_id IS NULL"
@@ -103,8 +113,6 @@ def _opencode_db(cwd: str, since: float) -> str | None:
             ).fetchone()
         except sqlite3.Error:  # locked past the timeout, another schema, not a database
             row = None
-        finally:
-            db.close()
         if row and isinstance(row[1], str) and (best is None or row[0] > best[0]):
             best = (int(row[0]), row[1])
     return best[1] if best else None
@@ -179,17 +187,8 @@ def _codex_model(thread: str) -> str | None:
 
 
 def _opencode_model(session: str) -> str | None:
-    for path in _opencode_databases():
-        if not path.is_file():
-            continue
-        try:
-            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_SECONDS)
-        except sqlite3.Error:
-            continue
-        try:
-            found = _opencode_model_in(db, session)
-        finally:
-            db.close()
+    for db in _opencode_connections():
+        found = _opencode_model_in(db, session)
         if found:
             return found
     return None
