@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 SPEX = str(Path(sys.executable).parent / "spex")
 
 
@@ -71,9 +73,9 @@ def main() -> int:
     log = root / "marks"
     now = "$(date +%s.%N)"
     script = f'echo "start {now}" >> {log}; sleep 0.3; echo "end {now}" >> {log}'
+    names = ["a", "b"] if args.max_running else ["a"]
     try:
         home.mkdir(mode=0o700, parents=True)
-        names = ["a", "b"] if args.max_running else ["a"]
         if args.max_running:
             (home / "config.toml").write_text("max_running = 1\n")
         for name in names:
@@ -88,7 +90,19 @@ def main() -> int:
             time.sleep(0.2)
         found = gaps(log)
     finally:
-        subprocess.run(["tmux", "-L", env["SPEXSUP_TMUX"], "kill-server"], capture_output=True)
+        # The last turn's reporter may still run (and would make the home
+        # again): let it end, then stop every process of this home and the
+        # bench's own server (its TMUX_TMPDIR: never the user's).
+        subprocess.run([SPEX, "wait", *names, "--timeout", "30"], env=env, capture_output=True)
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get("SPEXSUP_HOME") == str(home):
+                    proc.kill()
+            except psutil.Error:
+                continue
+        subprocess.run(
+            ["tmux", "-L", env["SPEXSUP_TMUX"], "kill-server"], env=env, capture_output=True
+        )
         shutil.rmtree(tmux_tmpdir, ignore_errors=True)
     if len(found) != args.n:
         print(f"queue: only {len(found)} of {args.n} queued prompts launched; kept {root}")
