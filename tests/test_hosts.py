@@ -543,11 +543,10 @@ def test_a_host_home_that_does_not_exist_yet_is_made_on_first_use(fleet: Fleet) 
     assert json.loads(r.stdout) == [] and (fresh / "state.db").exists()
 
 
-def test_a_wake_whose_connection_drops_is_asked_again_and_starts_one_turn(fleet: Fleet) -> None:
-    """The host's spex starts the turn, then the connection drops before its
-    answer arrives (ssh exits 255). The wake is asked again under the key
-    made here (`host-…`), and the host answers with the turn it started."""
-    f = fleet
+def dropping_host(f: Fleet, command: str) -> tuple[Path, Path]:
+    """Host `flaky`: its spex logs each call to `calls` and, the first time it
+    runs `command`, does it and then drops the connection before the answer
+    arrives (ssh exits 255), leaving `dropped`."""
     calls = f.sshd.dir / "calls"
     dropped = f.sshd.dir / "dropped"
     flaky = f.sshd.dir / "flakyspex"
@@ -555,12 +554,21 @@ def test_a_wake_whose_connection_drops_is_asked_again_and_starts_one_turn(fleet:
         "#!/bin/sh\n"
         f'printf "%s\\n" "$*" >> {calls}\n'
         f'"{SPEX}" "$@"; rc=$?\n'
-        f'case " $* " in *" wake "*) if [ ! -e {dropped} ]; then : > {dropped}\n'
+        f'case " $* " in *" {command} "*) if [ ! -e {dropped} ]; then : > {dropped}\n'
         '  echo "Connection to box closed by remote host." >&2; exit 255; fi;; esac\n'
         "exit $rc\n"
     )
     flaky.chmod(0o755)
     (f.env.home / "config.toml").write_text(f.sshd.host_table("flaky", f.h1, spex=str(flaky)))
+    return calls, dropped
+
+
+def test_a_wake_whose_connection_drops_is_asked_again_and_starts_one_turn(fleet: Fleet) -> None:
+    """The host's spex starts the turn, then the connection drops before its
+    answer arrives (ssh exits 255). The wake is asked again under the key
+    made here (`host-…`), and the host answers with the turn it started."""
+    f = fleet
+    calls, dropped = dropping_host(f, "wake")
     r = f.spex("new", "flaky:slow", "--cwd", str(f.h1), "--", str(HARNESSES / "sleeper.sh"))
     assert r.returncode == 0, r.stderr
     r = f.spex("wake", "flaky:slow", "work", "--window", "0.3", "--json")
@@ -590,19 +598,7 @@ def test_a_fleet_fanout_whose_connection_drops_is_asked_again_and_starts_each_le
     the answer arrives. The fleet asks again under the key it made (the
     fleet wave's id): every leg there is a repeat, no leg runs twice."""
     f = fleet
-    calls = f.sshd.dir / "calls"
-    dropped = f.sshd.dir / "dropped"
-    flaky = f.sshd.dir / "flakyspex"
-    flaky.write_text(
-        "#!/bin/sh\n"
-        f'printf "%s\\n" "$*" >> {calls}\n'
-        f'"{SPEX}" "$@"; rc=$?\n'
-        f'case " $* " in *" fanout "*) if [ ! -e {dropped} ]; then : > {dropped}\n'
-        '  echo "Connection to box closed by remote host." >&2; exit 255; fi;; esac\n'
-        "exit $rc\n"
-    )
-    flaky.chmod(0o755)
-    (f.env.home / "config.toml").write_text(f.sshd.host_table("flaky", f.h1, spex=str(flaky)))
+    calls, _ = dropping_host(f, "fanout")
     for name in ("a", "b"):
         r = f.spex("new", f"flaky:{name}", "--cwd", str(f.h1), "--", str(HARNESSES / "sleeper.sh"))
         assert r.returncode == 0, r.stderr
