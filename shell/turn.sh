@@ -20,6 +20,8 @@
 #
 # Marker states, each written atomically (tmp + mv -f):
 #   running:<pid>  ->  reporting:<pid>:<rc>  ->  exit:<rc>:cas:<cas>
+# and, with a verify command after a clean exit, running:<pid> ->
+# verifying:<pid> -> reporting:<pid>:0 (the check's rc in verify-rc) -> …
 # and, waiting for a usage limit to reset (`on-limit`), running:<pid> ->
 # limited:<pid>:<reset_epoch> -> running:<pid> (the resumed run) -> …
 # then the pane becomes a shell again.
@@ -365,6 +367,50 @@ if [ -n "$watchdog" ]; then
             tee -a "$dir/output.log"
         rc=124
     fi
+fi
+
+# A check of the turn's work (`--verify`): after a clean exit that stands on
+# its own (spexsup.pane.verify decides and records the start), the check runs
+# here in the pane, in the turn's cwd and environment, its output shown and
+# appended to verify.log, bounded by its own watchdog (`verify-timed-out`,
+# rc 124); its status goes to verify-rc for the reporter, which judges the
+# end by it. `verifying:<pid>` is the same live wrapper: the turn runs on.
+if [ "$rc" = 0 ] && [ -r "$dir/verify" ] && [ -z "$refused" ] && [ ${#py[@]} -gt 0 ] &&
+    [ ! -e "$dir/timed-out" ] &&
+    { "${py[@]}" -m spexsup.pane.verify start "$dir" </dev/null | tee -a "$dir/verify.log"; } &&
+    [ "${PIPESTATUS[0]}" = 0 ]; then
+    check=()
+    mapfile -d '' -t check <"$dir/verify"
+    mark "verifying:$pid"
+    status "turn $turn verifying"
+    checker=""
+    if [ -r "$dir/verify-deadline" ]; then
+        read -r check_limit check_grace <"$dir/verify-deadline"
+        (
+            sleeper=""
+            trap '[ -n "$sleeper" ] && kill "$sleeper" 2>/dev/null; exit 0' TERM
+            sleep "$check_limit" &
+            sleeper=$!
+            wait "$sleeper" || exit 0
+            : >"$dir/verify-timed-out"
+            "${py[@]}" -m spexsup.pane.deadline "$dir" "$pid" "$check_grace" </dev/null
+        ) &
+        checker=$!
+    fi
+    (umask "$user_umask" && exec "${check[@]}") </dev/null 2>&1 | tee -a "$dir/verify.log"
+    check_rc=${PIPESTATUS[0]}
+    if [ -n "$checker" ]; then
+        kill "$checker" 2>/dev/null
+        wait "$checker" 2>/dev/null
+    fi
+    if [ -e "$dir/verify-timed-out" ]; then
+        printf '[spex] the check ran past its time limit (%ss): ended\n' "$check_limit" |
+            tee -a "$dir/verify.log"
+        check_rc=124
+    fi
+    printf '%s\n' "$check_rc" 2>/dev/null >"$dir/verify-rc.tmp" &&
+        mv -f "$dir/verify-rc.tmp" "$dir/verify-rc"
+    status "turn $turn verified rc=$check_rc"
 fi
 
 mark "reporting:$pid:$rc"

@@ -8,6 +8,7 @@ unsaved work goes to `spex/salvage/…` branches and nothing is lost.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shlex
 from collections.abc import Callable, Sequence
@@ -15,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spexsup import ids, sessions, waves
+from spexsup import ids, sessions, states, waves
 from spexsup.errors import Failed, Invalid, Refused
 from spexsup.git import git, snapshot_tree
 from spexsup.ids import validate_name
@@ -212,3 +213,69 @@ def leg_stat(spex: Spex, session: str) -> str | None:
     except Failed as e:
         return f"({e.message})"
     return out or "no changes"
+
+
+# --- keeping the best leg by its check (issue 27) --------------------------------
+
+PICKS = ("first", "smallest")
+
+
+@dataclass
+class Choice:
+    """What `fanout --keep-best` decided: the leg kept (None: no leg passed
+    its check), how it was picked, and each leg's check as it ended."""
+
+    leg: str | None
+    pick: str
+    checks: dict[str, dict[str, Any] | None]
+    diffstat: str | None = None
+
+    def public(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _changed_lines(stat: str | None) -> int:
+    """Insertions plus deletions of a `git diff --shortstat` line (huge when unknown)."""
+    if not stat or stat.startswith("("):
+        return 1 << 62
+    if stat == "no changes":
+        return 0
+    return sum(int(n) for n in re.findall(r"(\d+) (?:insertion|deletion)", stat))
+
+
+def choose(spex: Spex, doc: Doc, pick: str = "first") -> Choice:
+    """The leg of an ended best-of-N wave to keep: of the legs whose turn
+    completed with its check passed (flag `verified`), the first to end, or
+    (`smallest`) the one with the smallest diff against its base (the first
+    to end among equals). None when no leg passed."""
+    from spexsup.turn.read import turn_checks
+
+    if pick not in PICKS:
+        raise Invalid(f"invalid --pick {pick!r}", hint="first or smallest")
+    turns = {leg["session"]: leg.get("turn") for leg in doc["legs"]}
+    checks = turn_checks(spex, [t for t in turns.values() if t])
+    passed = []
+    for leg in doc["legs"]:
+        turn = leg.get("turn")
+        row = (
+            spex.store.db.execute(
+                "SELECT state, flags, ended_at FROM turns WHERE id = ?", (turn,)
+            ).fetchone()
+            if turn
+            else None
+        )
+        if row is None or row["state"] != states.COMPLETE:
+            continue
+        if states.VERIFIED not in json.loads(row["flags"] or "[]"):
+            continue
+        passed.append((row["ended_at"] or 0.0, leg["session"]))
+    per_leg = {name: checks.get(turn) if turn else None for name, turn in turns.items()}
+    if not passed:
+        return Choice(None, pick, per_leg)
+    passed.sort()
+    if pick == "smallest":
+        stats = {name: leg_stat(spex, name) for _, name in passed}
+        _, chosen = min(passed, key=lambda p: (_changed_lines(stats[p[1]]), p[0]))
+        return Choice(chosen, pick, per_leg, stats[chosen])
+    chosen = passed[0][1]
+    return Choice(chosen, pick, per_leg, leg_stat(spex, chosen))

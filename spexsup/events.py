@@ -49,6 +49,8 @@ TURN_KINDS = (
     "timed-out",
     "skipped",
     "fell-back",
+    "verifying",
+    "verified",
 )
 SESSION_KINDS = (
     "created",

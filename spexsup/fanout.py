@@ -38,6 +38,9 @@ class Given(NamedTuple):
     model: str | None = None
     fallback: tuple[str, ...] | None = None
     stagger: float | None = None
+    # `--verify CMD` as an argv (() for --no-verify) and `--verify-timeout`.
+    verify: tuple[str, ...] | None = None
+    verify_timeout: float | None = None
 
 
 class Plan(NamedTuple):
@@ -63,6 +66,8 @@ def _limits(given: Given) -> Limits:
         model=given.model,
         fallback=given.fallback,
         stagger=given.stagger,
+        verify=given.verify,
+        verify_timeout=given.verify_timeout,
     )
 
 
@@ -100,6 +105,12 @@ def retry(spex: Spex, wave: str, names: Sequence[str], given: Given) -> Plan:
         if recorded["fallback"] is not None
         else None,
         given.stagger if given.stagger is not None else recorded["stagger"],
+        verify=given.verify
+        if given.verify is not None
+        else tuple(recorded["verify"])
+        if recorded.get("verify") is not None
+        else None,
+        verify_timeout=given.verify_timeout or recorded.get("verify_timeout"),
     )
     window = given.window if given.window is not None else recorded["window"]
     nothing = None if targets else f"nothing to retry: no leg of wave {wave} failed"

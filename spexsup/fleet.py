@@ -217,7 +217,17 @@ def group_legs(names: Sequence[str]) -> dict[str, list[str]]:
     return groups
 
 
-TURN_OPTIONS = ("window", "timeout", "strict", "on_limit", "model", "fallback", "stagger")
+TURN_OPTIONS = (
+    "window",
+    "timeout",
+    "strict",
+    "on_limit",
+    "model",
+    "fallback",
+    "stagger",
+    "verify",
+    "verify_timeout",
+)
 
 
 def turn_argv(turn_options: dict[str, Any]) -> list[str]:
@@ -239,6 +249,13 @@ def turn_argv(turn_options: dict[str, Any]) -> list[str]:
         argv += ["--fallback-model", ",".join(turn_options["fallback"])]
     if turn_options.get("stagger") is not None:
         argv += ["--stagger", f"{float(turn_options['stagger']):f}"]
+    check = turn_options.get("verify")
+    if check is not None:
+        from spexsup.harness import shown_verify
+
+        argv += ["--verify", shown_verify(check)] if check else ["--no-verify"]
+    if turn_options.get("verify_timeout") is not None:
+        argv += ["--verify-timeout", f"{float(turn_options['verify_timeout']):f}"]
     return argv
 
 

@@ -92,6 +92,10 @@ class Harness(NamedTuple):
     # models to fall back to, in order (`--fallback-model`, see pane.fallback).
     model: str | None = None
     fallback: tuple[str, ...] = ()
+    # The command that checks a turn's work after the harness exits 0
+    # (`--verify`, DESIGN §16), as an argv; () for none. Its time limit.
+    verify: tuple[str, ...] = ()
+    verify_timeout: float | None = None
 
     def takes_model(self) -> bool:
         if self.prompt_via == "append":
@@ -189,6 +193,39 @@ def parse_model(text: str, option: str = "--model") -> str:
             f"invalid {option} {text!r}", hint="a model name: 1-200 characters, no space or comma"
         )
     return text
+
+
+# A verify command given as one string runs as `sh -c STRING`.
+VERIFY_SHELL = ("sh", "-c")
+VERIFY_HINT = "a command line such as 'make test' (run by sh -c), or an argv list"
+
+
+def verify_argv(value: object, where: str) -> tuple[str, ...]:
+    """A verify command as written (`--verify`, `verify = …` in a harness or
+    `.spexsup.toml`): a string, run by `sh -c`, or an argv list of strings.
+    An empty string or list is no check. Invalid on anything else, naming
+    `where`."""
+    if isinstance(value, str):
+        if "\0" in value:
+            raise Invalid(f"{where}: a verify command must not contain a NUL", hint=VERIFY_HINT)
+        return (*VERIFY_SHELL, value) if value.strip() else ()
+    if isinstance(value, list | tuple) and all(isinstance(w, str) and w for w in value):
+        if any("\0" in w for w in value):
+            raise Invalid(f"{where}: a verify command must not contain a NUL", hint=VERIFY_HINT)
+        return tuple(value)
+    raise Invalid(
+        f"{where}: verify must be a string or a list of non-empty strings", hint=VERIFY_HINT
+    )
+
+
+def shown_verify(argv: Sequence[str]) -> str:
+    """A verify argv as a person wrote it: the string of `sh -c STRING`, else
+    the argv shell-quoted."""
+    if tuple(argv[:2]) == VERIFY_SHELL and len(argv) == 3:
+        return argv[2]
+    import shlex
+
+    return shlex.join(argv)
 
 
 def parse_models(text: str, option: str = "--fallback-model") -> tuple[str, ...]:

@@ -351,6 +351,9 @@ def variables(home: Path, event: dict[str, Any]) -> dict[str, str]:
         "error": text(event.get("error")),
         "reason": text(event.get("cause")),
         "summary": summary_of(home, event),
+        # The turn's verify command's exit status, on a verified turn's end
+        # and on `verifying`/`verified` events ("" when it has none).
+        "verify_rc": text((event.get("payload") or {}).get("verify_rc")),
         "at": text(event.get("at_iso")),
         "home": str(home),
     }

@@ -430,6 +430,8 @@ def describe(flags: list[str]) -> str:
             parts.append("no final answer")
         elif f == "asked-question":
             parts.append("ended asking a question")
+        elif f == "verified":
+            parts.append("verified")
     return "; ".join(parts)
 
 

@@ -31,6 +31,7 @@ from spexsup.harness import (
     Limit,
     command_harness,
     shown,
+    verify_argv,
 )
 from spexsup.ids import SCHEMA_VERSION
 
@@ -55,6 +56,8 @@ FIELDS = {
     "model_flag": str,
     "model": str,
     "fallback": list,
+    "verify": object,
+    "verify_timeout": object,
 }
 
 
@@ -106,7 +109,14 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
         if kind is None:
             unknown_key(str(path), key, list(FIELDS), f"[harness.{clip(name, 40)}]")
             continue
-        if key == "timeout":
+        if key == "verify":
+            try:
+                value = verify_argv(value, f"{path}: harness {clip(repr(name))}")
+            except Invalid as e:
+                raise _bad(
+                    path, name, key, "must be a string (run by sh -c) or an argv list"
+                ) from e
+        elif key in ("timeout", "verify_timeout"):
             try:
                 value = durations.parse(value, key, maximum=durations.WEEK)
             except Invalid:
@@ -311,6 +321,8 @@ def describe(registry: Registry, name: str) -> dict[str, Any]:
             "outcome": None,
             "strict": False,
             "timeout": None,
+            "verify": None,
+            "verify_timeout": None,
             "notes": COMMAND_NOTES,
         }
     h = registry.get(name)
@@ -326,6 +338,8 @@ def describe(registry: Registry, name: str) -> dict[str, Any]:
         "outcome": h.outcome,
         "strict": h.strict,
         "timeout": h.timeout,
+        "verify": list(h.verify) or None,
+        "verify_timeout": h.verify_timeout,
         "notes": h.notes,
     }
 

@@ -335,6 +335,7 @@ def _prune_turns(store: Store, turns_dir: Path, batch: list[tuple[str, str]], ou
             and states.get(turn, ACTIVE[0]) not in ACTIVE
         ]
         db.executemany("DELETE FROM turns WHERE id = ?", [(turn,) for _, turn in gone])
+        db.executemany("DELETE FROM verifications WHERE turn = ?", [(t,) for _, t in gone])
         db.executemany("DELETE FROM wave_turns WHERE turn = ?", [(turn,) for _, turn in gone])
         ledger.forget_keys(db, [turn for _, turn in gone])
     _pause_for_tests()

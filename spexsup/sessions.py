@@ -62,6 +62,10 @@ class Session(NamedTuple):
     # falls back to, in order (None: the harness's list).
     model: str | None = None
     fallback: tuple[str, ...] | None = None
+    # The check of its turns' work (`--verify`; None: the repository's, else
+    # the harness's; (): none), and its time limit (None: theirs, else 10m).
+    verify: tuple[str, ...] | None = None
+    verify_timeout: float | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Session:
@@ -91,6 +95,8 @@ class Session(NamedTuple):
             queue=bool(row["queue"]),
             model=row["model"],
             fallback=tuple(json.loads(row["fallback"])) if row["fallback"] else None,
+            verify=tuple(json.loads(row["verify"])) if row["verify"] is not None else None,
+            verify_timeout=row["verify_timeout"],
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
@@ -284,6 +290,8 @@ def create(
     queue: bool = False,
     model: str | None = None,
     fallback: Sequence[str] | None = None,
+    verify: Sequence[str] | None = None,
+    verify_timeout: float | None = None,
     check: bool = True,
     confirm: Callable[[Setup], bool] | None = None,
 ) -> Session:
@@ -346,6 +354,8 @@ def create(
                 queue=int(queue),
                 model=model,
                 fallback=json.dumps(list(fallback)) if fallback is not None else None,
+                verify=json.dumps(list(verify)) if verify is not None else None,
+                verify_timeout=verify_timeout,
             )
     except sqlite3.IntegrityError:
         raise Refused(f"session {name!r} already exists", hint="see spex ls") from None

@@ -53,3 +53,16 @@ def read_state(word: str) -> str:
 def legacy_of(state: str | None) -> str | None:
     """The old word for `state` (`error` for `failed`), None if it was not renamed."""
     return "error" if state == FAILED else None
+
+
+# A turn's verification (`--verify CMD`, DESIGN §16): how its latest check
+# stands. A turn verifying is still `running`; a passed check adds the flag
+# VERIFIED to a complete turn, a failed one ends it `failed` with cause
+# VERIFY or VERIFY_TIMEOUT.
+VERIFYING = "verifying"
+VERIFIED = "verified"
+VERIFY_FAILED = "verify-failed"
+VERIFY_TIMED_OUT = "verify-timed-out"
+VERIFICATIONS = (VERIFYING, VERIFIED, VERIFY_FAILED, VERIFY_TIMED_OUT)
+VERIFY = "verify"
+VERIFY_TIMEOUT = "verify-timeout"

@@ -404,6 +404,28 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 20: usage and cost (issue 26, see `spexsup.usage`).
     USAGE_MIGRATION,
+    # 21: verification (issue 27, DESIGN §16). A session's own verify argv
+    # (JSON; NULL: the repository's, else the harness's; []: none) and its
+    # time limit. One row per run of a turn's check: attempt 1 by the turn's
+    # wrapper, later ones by `spex verify`; `state` is one of
+    # states.VERIFICATIONS, `tail` the last lines of its verify.log.
+    """
+    ALTER TABLE sessions ADD COLUMN verify TEXT;
+    ALTER TABLE sessions ADD COLUMN verify_timeout REAL;
+    CREATE TABLE verifications (
+        turn TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        session TEXT NOT NULL,
+        command TEXT NOT NULL,
+        state TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        rc INTEGER,
+        tail TEXT,
+        PRIMARY KEY (turn, attempt)
+    ) WITHOUT ROWID;
+    CREATE INDEX verifications_by_session ON verifications (session);
+    """,
 )
 
 

@@ -137,3 +137,59 @@ def require_trust(home: Path, setup: Setup, confirm: Callable[[Setup], bool] | N
         f"the post_create of {setup.path} is {why}; it runs arbitrary commands",
         hint=f"read it, then: spex trust {setup.path}",
     )
+
+
+def repo_check(cwd: Path, repo: str | None = None) -> Setup | None:
+    """The `verify` of the `.spexsup.toml` that governs a session: the one of
+    its worktree's repository (`repo`), else of the git work tree holding
+    `cwd`; None when there is none or it asks for no check. Only the verify
+    keys are read (a turn never fails on a copy list). Invalid when they, or
+    the file, are malformed."""
+    import tomllib
+
+    from spexsup.worktree import SETUP_FILE, sha256
+
+    if repo is None:
+        top = next((d for d in (cwd, *cwd.parents) if (d / ".git").exists()), None)
+        if top is None:
+            return None
+        repo = str(top)
+    path = Path(repo) / SETUP_FILE
+    try:
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:
+        raise Invalid(f"cannot read {path}: {e}") from None
+    if "verify" not in data:
+        return None
+    from spexsup import durations
+    from spexsup.harness import verify_argv
+
+    verify = verify_argv(data["verify"], str(path))
+    limit = data.get("verify_timeout")
+    if limit is not None:
+        limit = durations.parse(limit, f"{path}: verify_timeout", maximum=durations.WEEK)
+    if not verify:
+        return None
+    return Setup(
+        verify=verify,
+        verify_timeout=limit,
+        path=os.path.realpath(path),
+        sha256=sha256(raw),
+    )
+
+
+def require_check_trust(home: Path, setup: Setup) -> None:
+    """Pass when the `.spexsup.toml` whose verify `setup` holds is trusted as
+    it is now; Refused otherwise: its check is arbitrary code, never run
+    unread, and a turn it was meant to check is not started unchecked."""
+    t = _read_trust(_entry(home, setup.path))
+    if t is not None and t.sha256 == setup.sha256:
+        return
+    why = "changed since it was trusted" if t is not None else "not trusted"
+    raise Refused(
+        f"the verify of {setup.path} is {why}; it runs arbitrary commands",
+        hint=f"read it, then: spex trust {setup.path} (or wake --no-verify)",
+    )

@@ -50,7 +50,17 @@ TURN_ENV = ("SPEXSUP_SESSION", "SPEXSUP_TURN", "SPEXSUP_TURN_DIR", "SPEXSUP_PROM
 Doc = dict[str, Any]
 Change = Callable[[Doc], None]
 Listener = Callable[[Doc], None]
-TURN_OPTIONS = ("window", "timeout", "strict", "on_limit", "model", "fallback", "stagger")
+TURN_OPTIONS = (
+    "window",
+    "timeout",
+    "strict",
+    "on_limit",
+    "model",
+    "fallback",
+    "stagger",
+    "verify",
+    "verify_timeout",
+)
 
 
 def recorded_options(doc: Doc) -> Doc:

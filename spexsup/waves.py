@@ -86,6 +86,8 @@ def turn_options(window: float | None, limits: Limits | None) -> Doc:
         "model": limits.model,
         "fallback": list(limits.fallback) if limits.fallback is not None else None,
         "stagger": limits.stagger,
+        "verify": list(limits.verify) if limits.verify is not None else None,
+        "verify_timeout": limits.verify_timeout,
     }
 
 

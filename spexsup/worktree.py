@@ -46,7 +46,8 @@ from spexsup.git import GitError, git, identity, scratch_index, sha, snapshot_tr
 SETUP_FILE = ".spexsup.toml"
 
 
-SETUP_KEYS = ("copy", "symlink", "post_create")
+SETUP_KEYS = ("copy", "symlink", "post_create", "verify", "verify_timeout")
+_LIST_KEYS = ("copy", "symlink", "post_create")
 
 
 # The turn id that tags the pane (and SPEXSUP_TURN) while post_create runs.
@@ -61,6 +62,11 @@ class Setup:
     copy: tuple[str, ...] = ()
     symlink: tuple[str, ...] = ()
     post_create: tuple[str, ...] = ()
+    # The check of every turn's work in the repository (`--verify`), an argv
+    # (a string runs as `sh -c`), and its time limit; like post_create, it
+    # runs only once the file is trusted.
+    verify: tuple[str, ...] = ()
+    verify_timeout: float | None = None
     # The file's real path and the sha256 of the bytes these fields came from
     # (empty when there is no file): what trust is recorded against.
     path: str = ""
@@ -145,7 +151,7 @@ def load_setup(repo: Path) -> Setup:
     for key in sorted(set(data) - set(SETUP_KEYS)):
         unknown_key(str(path), key, SETUP_KEYS)
     lists: dict[str, tuple[str, ...]] = {}
-    for key in SETUP_KEYS:
+    for key in _LIST_KEYS:
         value = data.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise Invalid(f"{path}: {key} must be a list of strings")
@@ -158,10 +164,19 @@ def load_setup(repo: Path) -> Setup:
         lists[key] = checked
     if lists["post_create"] and any("\0" in a for a in lists["post_create"]):
         raise Invalid(f"{path}: post_create holds a NUL byte")
+    from spexsup import durations
+    from spexsup.harness import verify_argv
+
+    verify = verify_argv(data.get("verify", []), str(path))
+    limit = data.get("verify_timeout")
+    if limit is not None:
+        limit = durations.parse(limit, f"{path}: verify_timeout", maximum=durations.WEEK)
     return Setup(
         lists["copy"],
         lists["symlink"],
         lists["post_create"],
+        verify,
+        limit,
         os.path.realpath(path),
         sha256(raw),
     )

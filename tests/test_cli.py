@@ -14,8 +14,8 @@ import pexpect
 from conftest import SPEX, Env, retry_until
 
 LIFECYCLE = (
-    "new wake wait queue schedule log attach stop resume up ls show edit top rm fanout waves wave"
-    " cost maint prune du doctor"
+    "new wake wait queue schedule log verify attach stop resume up ls show edit top rm fanout"
+    " waves wave cost maint prune du doctor"
 )
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 

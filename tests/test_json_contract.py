@@ -182,6 +182,10 @@ SUCCESS: dict[str, list[Call]] = {
     ],
     "wait": [call("wait", "ok", "bad", "--json", codes=(1,)), call("wait", "ok", "--json")],
     "log": [call("log", "bad", "--json")],
+    "verify": [
+        call("verify", "ok", "--verify", "true", "--json"),
+        call("verify", "bad", "--verify", "exit 3", "--json", codes=(1,)),
+    ],
     "stop": [call("stop", "sl", "--json"), call("stop", "ok", "fresh", "--json")],
     "resume": [call("resume", "sl", "--json"), call("resume", "--all", "--json")],
     "up": [call("up", "ok", "--json"), call("up", "--all", "--json")],
@@ -262,6 +266,7 @@ FAILURE: dict[str, list[Call]] = {
     "wake": [call("wake", "nosuch", "hi", "--json"), call("wake", "ok", "--json")],
     "wait": [call("wait", "nosuch", "--json")],
     "log": [call("log", "nosuch", "--json"), call("log", "ok", "--turn", "zzz", "--json")],
+    "verify": [call("verify", "nosuch", "--json"), call("verify", "ok", "--json")],
     "stop": [call("stop", "nosuch", "--json")],
     "resume": [call("resume", "nosuch", "--json")],
     "up": [call("up", "nosuch", "--json"), call("up", "--revive", "nosuch", "--json")],

@@ -65,7 +65,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("git worktrees", ("worktree", "trust", "salvage")),
     ("the session record", ("sessions", "tickets")),
     ("the turn wing", ("turn",)),
-    ("what a command does", ("bestof", "waves", "fanout", "top", "broker", "doctor", "diff")),
+    (
+        "what a command does",
+        ("bestof", "waves", "fanout", "top", "broker", "doctor", "diff", "verify"),
+    ),
     ("the CLI", ("cli", "__main__")),
 ]
 # Run by shell/turn.sh on every turn: their start-up time is part of every verdict.

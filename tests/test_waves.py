@@ -25,8 +25,12 @@ def fan(env: Env, *args: str, extra: dict[str, str] | None = None) -> tuple[int,
 
 
 def unspent(doc: dict[str, Any]) -> dict[str, Any]:
-    """A printed wave without what it spent (issue 26: printed, not in its file)."""
-    legs = [{k: v for k, v in leg.items() if k not in ("usage", "cost")} for leg in doc["legs"]]
+    """A printed wave without what it spent (issue 26) and its legs' checks (issue 27):
+    printed, not in its file."""
+    legs = [
+        {k: v for k, v in leg.items() if k not in ("usage", "cost", "verify")}
+        for leg in doc["legs"]
+    ]
     return {**{k: v for k, v in doc.items() if k not in ("usage", "cost")}, "legs": legs}
 
 
@@ -638,6 +642,8 @@ def test_retry_of_a_strict_wave_is_strict_unless_told_otherwise(env: Env) -> Non
         "model": None,
         "fallback": None,
         "stagger": None,
+        "verify": None,
+        "verify_timeout": None,
     }
     assert stored(env, first["id"])["turn_options"] == first["turn_options"]
     # No options given: the retry is strict and uses the wave's window.
@@ -700,6 +706,8 @@ def test_retry_of_an_old_wave_without_recorded_options(env: Env) -> None:
         "model": None,
         "fallback": None,
         "stagger": None,
+        "verify": None,
+        "verify_timeout": None,
     }
 
 

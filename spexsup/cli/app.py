@@ -41,6 +41,7 @@ COMMANDS = (
     Command("queue", "queue", writes=True),
     Command("schedule", "schedule", writes=True),
     Command("log", "turns"),
+    Command("verify", "verify", writes=True),
     Command("attach", "sessions"),
     Command("stop", "turns", writes=True),
     Command("resume", "turns", writes=True),

@@ -12,12 +12,15 @@ from spexsup.cli.params import (
     JsonOpt,
     ModelOpt,
     NameArg,
+    VerifyTimeoutOpt,
     model_rules,
     timeout_seconds,
+    verify_rules,
     window_seconds,
 )
 from spexsup.cli.render import document, edit_lines, print_json
 from spexsup.errors import Invalid
+from spexsup.harness import verify_argv
 from spexsup.pane.pretty import one_line
 
 
@@ -99,6 +102,22 @@ def edit(
         bool,
         typer.Option("--no-fallback-model", help="No fallback list of its own (the harness's)."),
     ] = False,
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            "--verify",
+            metavar="CMD",
+            help="The check its turns run after the harness exits 0 (by sh -c; '' for none).",
+            show_default=False,
+        ),
+    ] = None,
+    no_verify: Annotated[
+        bool,
+        typer.Option(
+            "--no-verify", help="No check of its own (the repository's, else the harness's)."
+        ),
+    ] = False,
+    verify_timeout: VerifyTimeoutOpt = None,
     queue: Annotated[
         bool | None,
         typer.Option(
@@ -178,6 +197,9 @@ def edit(
         no_model=no_model,
         fallback=model_rules(None, fallback)[1],
         no_fallback=no_fallback,
+        verify=verify_argv(verify, "--verify") if verify is not None else None,
+        no_verify=no_verify,
+        verify_timeout=verify_rules(None, False, verify_timeout)[1],
     )
     change.check(name)
     spex = open_spex(ctx)

@@ -21,19 +21,25 @@ from spexsup.cli.params import (
     BaseOpt,
     FallbackOpt,
     JsonOpt,
+    KeepBestOpt,
     MatchOpt,
     ModelOpt,
+    NoVerifyOpt,
     OnLimitOpt,
+    PickOpt,
     PromptFileOpt,
     RepoOpt,
     StaggerOpt,
     TimeoutOpt,
+    VerifyOpt,
+    VerifyTimeoutOpt,
     WindowOpt,
     after_session,
     model_rules,
     stagger_seconds,
     timeout_seconds,
     usd_amount,
+    verify_rules,
     window_seconds,
 )
 from spexsup.cli.progress import LegsView, PlainLegs, counts_line, leg_line, summary
@@ -149,6 +155,11 @@ def fanout(
     after_any: AfterAnyOpt = None,
     model: ModelOpt = None,
     fallback: FallbackOpt = None,
+    verify: VerifyOpt = None,
+    no_verify: NoVerifyOpt = False,
+    verify_timeout: VerifyTimeoutOpt = None,
+    keep_best: KeepBestOpt = False,
+    pick: PickOpt = None,
     window: WindowOpt = None,
     stagger: StaggerOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Also wait for every turn to end.")] = False,
@@ -241,6 +252,7 @@ def fanout(
       spex fanout --retry-failed last
       spex fanout --retry-failed last --timeout 30m --no-strict
       spex fanout --worktrees 3 --repo ~/src/api -m "fix the flaky test"
+      spex fanout --worktrees 3 -m "fix it" --verify 'make test' --keep-best
       spex fanout --all -m "start over: summarise the repo" --fresh
       spex fanout box1:api box2:api web -m "rebase on main"
       spex fanout --hosts local,box1 --match 'api-*' -m "rebase on main"
@@ -265,6 +277,11 @@ def fanout(
             )
     seconds = timeout_seconds(timeout)
     models = model_rules(model, fallback)
+    check = verify_rules(verify, no_verify, verify_timeout)
+    from spexsup.cli.worktree import best_pick
+
+    best = best_pick(keep_best, pick, worktrees, check[0])
+    wait = wait or best is not None
     if (
         hosts is not None
         or any(":" in n for n in names or [])
@@ -286,6 +303,8 @@ def fanout(
             "model": models[0],
             "fallback": list(models[1]) if models[1] is not None else None,
             "stagger": spacing,
+            "verify": list(check[0]) if check[0] is not None else None,
+            "verify_timeout": check[1],
         }
         options = ["--wait"] * wait + ["--fresh"] * fresh
         if key is not None:
@@ -316,7 +335,7 @@ def fanout(
     from spexsup import waves
     from spexsup import worktree as wt
 
-    given = plans.Given(confirm_window, seconds, strict, on_limit, *models, spacing)
+    given = plans.Given(confirm_window, seconds, strict, on_limit, *models, spacing, *check)
     spex = open_spex(ctx)
     defaults = settings(ctx, spex)
     request = wt.Request(None, base, repo, worktree_dir)
@@ -362,6 +381,7 @@ def fanout(
         as_json=as_json,
         key=key,
         pacing=waves.Pacing(max_running, other, after_any is not None, usd),
+        keep_best=best,
     )
 
 
@@ -376,9 +396,11 @@ def run_wave(
     as_json: bool = False,
     key: str | None = None,
     pacing: "Pacing | None" = None,
+    keep_best: str | None = None,
 ) -> None:
     """Launch the plan's wave and show it: each leg as it settles (a live
-    table on a terminal with --wait), then the wave's summary."""
+    table on a terminal with --wait), then the wave's summary; with
+    `keep_best` (the pick), keep the best leg by its check (`bestof.choose`)."""
     from spexsup import bestof, wavedoc, waves
 
     if plan.nothing is not None:
@@ -472,6 +494,12 @@ def run_wave(
         if isinstance(progress, LegsView):
             progress.__exit__()
     doc = with_spend(spex, waves.refresh(spex, wave.id))
+    kept = None
+    if keep_best is not None and not detached and "signal" not in holder:
+        from spexsup.cli.worktree import keep_best_leg
+
+        kept = keep_best_leg(spex, doc, keep_best)
+        doc = {**with_spend(spex, waves.refresh(spex, wave.id)), "keep": kept.public()}
     if as_json:
         print_json(document(with_iso(doc)))
     else:
@@ -483,12 +511,17 @@ def run_wave(
                 if leg["session"] not in shown:
                     typer.echo("  " + leg_line(leg))
         typer.echo(summary(doc))
+        if kept is not None:
+            for line in kept.lines:
+                typer.echo(line)
         if detached:
             typer.echo(f"stopped waiting; still running: {', '.join(detached)}")
             typer.echo(f"keep waiting with: spex wait {' '.join(detached)}")
     if "signal" in holder:
         raise typer.Exit(holder["code"])
     ok = doc["state"] == "complete" if wait else wavedoc.succeeded(doc)
+    if kept is not None:
+        ok = kept.ok
     if not ok:
         raise typer.Exit(1)
 

@@ -127,6 +127,75 @@ FallbackOpt = Annotated[
 ]
 
 
+VerifyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--verify",
+        metavar="CMD",
+        help="After the harness exits 0, run CMD (by sh -c) in the turn's cwd, in its pane:"
+        " exit 0 -> complete, flag verified; else failed, cause verify (verify.log's last"
+        " lines). [default: the session's, else the repository's .spexsup.toml verify, else"
+        " the harness's]",
+        show_default=False,
+    ),
+]
+NoVerifyOpt = Annotated[
+    bool, typer.Option("--no-verify", help="Run no check this time, whatever is configured.")
+]
+VerifyTimeoutOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--verify-timeout",
+        metavar="DURATION",
+        help="The check's time limit (30s, 10m, 1h30m); past it the check's processes are"
+        " ended and the turn fails, cause verify-timeout. [default: 10m]",
+        show_default=False,
+    ),
+]
+
+
+KeepBestOpt = Annotated[
+    bool,
+    typer.Option(
+        "--keep-best",
+        help="With --worktrees and a check: wait for every leg, keep the first that"
+        " passed its check (or see --pick), salvage and remove the others (as spex keep).",
+    ),
+]
+PickOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--pick",
+        metavar="first|smallest",
+        help="With --keep-best: the first passing leg to end, or the one with the smallest"
+        " diff. [default: first]",
+        show_default=False,
+    ),
+]
+
+
+def verify_rules(
+    verify: str | None, no_verify: bool, timeout: str | None
+) -> tuple[tuple[str, ...] | None, float | None]:
+    """--verify, --no-verify and --verify-timeout, checked: the check's argv
+    (None: not given; (): none) and its time limit in seconds (None: not given)."""
+    from spexsup import durations
+    from spexsup.errors import Invalid
+    from spexsup.harness import verify_argv
+
+    if verify is not None and no_verify:
+        raise Invalid("--verify and --no-verify: choose one")
+    argv: tuple[str, ...] | None = () if no_verify else None
+    if verify is not None:
+        argv = verify_argv(verify, "--verify")
+        if not argv:
+            raise Invalid("--verify: an empty command", hint="--verify 'make test', or --no-verify")
+    limit = None
+    if timeout is not None:
+        limit = durations.parse(timeout, "--verify-timeout", maximum=durations.WEEK)
+    return argv, limit
+
+
 def usd_amount(text: str, option: str) -> float:
     """An amount of US dollars: `5`, `5.00` or `$5`; more than 0."""
     from spexsup.errors import Invalid

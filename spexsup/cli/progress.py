@@ -45,15 +45,51 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
         return "aborted"
     if leg["verdict"] == "queued" and leg["turn"] is None:
         return "queued"
+    directory = turndir.path(home, leg["session"], leg["turn"]) if leg["turn"] else None
+    checked = _check_stage(directory, now) if directory is not None else ""
     if leg["verdict"] not in (*SUCCESS, "unconfirmed", "queued"):
-        return f"{leg['verdict']}: {leg['error']}" if leg["error"] else str(leg["verdict"])
+        verdict = f"{leg['verdict']}, {checked}" if checked else str(leg["verdict"])
+        return f"{verdict}: {leg['error']}" if leg["error"] else verdict
     state = leg.get("turn_state")
     if state in ACTIVE:
-        if leg["turn"] and _fresh(turndir.path(home, leg["session"], leg["turn"]), now):
+        if checked:
+            return checked
+        if directory is not None and _fresh(directory, now):
             return "producing output"
         return "confirmed"
     rc = "" if leg["rc"] is None else f" rc={leg['rc']}"
-    return f"ended {state}{rc}"
+    return f"ended {state}{rc}" + (f", {checked}" if checked else "")
+
+
+def _check_stage(turn_dir: Path, now: float) -> str:
+    """`verifying 0m12s`, `verified`, `verify failed (rc 1)`, `verify timed out`,
+    or "" for a turn with no check (yet), from its turn dir's files."""
+    try:
+        started = (turn_dir / turndir.VERIFY_STARTED).stat().st_mtime
+    except OSError:
+        return ""
+    try:
+        rc = (turn_dir / turndir.VERIFY_RC).read_text().strip()
+    except OSError:
+        took = int(max(0.0, now - started))
+        return f"verifying {took // 60}m{took % 60:02d}s"
+    return check_words({"state": None, "rc": int(rc) if rc.isdigit() else None}, turn_dir)
+
+
+def check_words(check: dict[str, Any], turn_dir: Path | None = None) -> str:
+    """A leg's check as the fan-out lines say it (see `_check_stage`)."""
+    timed_out = check.get("state") == "verify-timed-out" or (
+        turn_dir is not None and (turn_dir / turndir.VERIFY_TIMED_OUT).exists()
+    )
+    if timed_out:
+        return "verify timed out"
+    if check.get("state") == "verifying":
+        return "verifying"
+    if check.get("rc") == 0:
+        return "verified"
+    return (
+        f"verify failed (rc {check.get('rc')})" if check.get("rc") is not None else "verify failed"
+    )
 
 
 def _fresh(turn_dir: Path, now: float) -> bool:
@@ -196,6 +232,8 @@ def leg_line(leg: dict[str, Any]) -> str:
         parts.append(f"ended {leg['turn_state']}" if leg["turn_state"] != "running" else "running")
     if leg["rc"] is not None:
         parts.append(f"rc={leg['rc']}")
+    if leg.get("verify"):
+        parts.append(check_words(leg["verify"]))
     if leg.get("model"):
         parts.append(f"on {leg['model']}")
     for attempt in leg.get("fallbacks") or ():
@@ -212,7 +250,7 @@ def leg_line(leg: dict[str, Any]) -> str:
     error = leg.get("turn_error") or leg["error"]
     if error:
         parts.append(f"({error})")
-    elif leg.get("flags"):
+    elif [f for f in leg.get("flags") or () if f != "verified" or not leg.get("verify")]:
         from spexsup.outcome import describe
 
         parts.append(f"({describe(leg['flags'])})")

@@ -288,7 +288,7 @@ def turn_line(t: dict[str, Any]) -> str:
     line += f"  {age(time.time() - t['started_at'])}"
     if t["ended_at"] is not None:
         line += f", ran {span(t['ended_at'] - t['started_at'])}"
-    if t["verdict"] == "failed":
+    if t["verdict"] == "failed" and t["rc"] is None:
         line += ", never confirmed its start"
     if t.get("cost") and t["cost"].get("amount") is not None:
         line += f"  {spend_of(t).cost_text()}"
@@ -405,6 +405,14 @@ def setting_cells(row: dict[str, Any]) -> list[tuple[str, str]]:
             ("model", row["model"] or "-"),
             ("fallback", ", ".join(fallback) if fallback else "-" if fallback is None else "none"),
         ]
+    if "verify" in row:
+        from spexsup.harness import shown_verify
+
+        check = row["verify"]
+        text = shown_verify(check) if check else "-" if check is None else "none"
+        if check and row.get("verify_timeout"):
+            text += f" (time limit {limit_span(row['verify_timeout'])})"
+        cells.append(("verify", text))
     return cells
 
 
@@ -422,6 +430,8 @@ EDIT_LABELS = {
     "queue": "queue",
     "model": "model",
     "fallback": "fallback",
+    "verify": "verify",
+    "verify_timeout": "verify-timeout",
     "pinned_binary": "binary",
     "harness_session_id": "conversation",
 }
@@ -432,8 +442,12 @@ def _setting(key: str, value: Any) -> str:
 
     if value is None or value == []:
         return "-"
-    if key in ("window", "timeout"):
+    if key in ("window", "timeout", "verify_timeout"):
         return limit_span(value)
+    if key == "verify" and isinstance(value, list):
+        from spexsup.harness import shown_verify
+
+        return shown_verify(value)
     if key in ("strict", "queue"):
         return "yes" if value else "no"
     if isinstance(value, list):

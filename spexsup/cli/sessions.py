@@ -26,11 +26,14 @@ from spexsup.cli.params import (
     StaggerOpt,
     StrictOpt,
     TimeoutOpt,
+    VerifyOpt,
+    VerifyTimeoutOpt,
     WindowOpt,
     confirm_many,
     model_rules,
     stagger_seconds,
     timeout_seconds,
+    verify_rules,
     window_seconds,
 )
 from spexsup.cli.render import (
@@ -118,6 +121,12 @@ def new(
     ] = False,
     model: ModelOpt = None,
     fallback: FallbackOpt = None,
+    verify: VerifyOpt = None,
+    no_verify: Annotated[
+        bool,
+        typer.Option("--no-verify", help="Its turns run no check, whatever is configured."),
+    ] = False,
+    verify_timeout: VerifyTimeoutOpt = None,
     no_check: Annotated[
         bool,
         typer.Option("--no-check", help="Create it even if the harness binary is not found."),
@@ -136,6 +145,7 @@ def new(
       spex new tool -- ./my-agent.sh --flag
       spex new edit --harness claude -- --permission-mode acceptEdits
       spex new fix --harness claude --worktree --base main
+      spex new api --harness claude --verify 'make test' --verify-timeout 20m
     """
     from spexsup import sessions
     from spexsup.errors import Invalid
@@ -152,6 +162,7 @@ def new(
     seconds = window_seconds(window)
     limit = timeout_seconds(timeout)
     models = model_rules(model, fallback)
+    check, check_timeout = verify_rules(verify, no_verify, verify_timeout)
     if on_limit is not None:
         from spexsup.turn.admit import parse_on_limit
 
@@ -176,6 +187,8 @@ def new(
         queue=queue,
         model=models[0],
         fallback=models[1],
+        verify=check,
+        verify_timeout=check_timeout,
         check=not no_check,
         command=command,
         harness_args=harness_args,

@@ -16,17 +16,22 @@ if TYPE_CHECKING:
 def with_spend(spex: Spex, doc: dict[str, Any]) -> dict[str, Any]:
     """The wave document with what it spent (issue 26): `usage` and `cost`
     per leg (null before its turn recorded any) and for the whole wave,
-    every leg and every attempt. Printed only: the wave's file is as it was."""
+    every leg and every attempt; and each leg's `verify` (issue 27). Printed
+    only: the wave's file is as it was."""
     from spexsup import config, usage
+    from spexsup.turn.read import turn_checks
 
     pricing = config.load(spex.home).pricing
     per, whole = usage.wave_spend(spex.store.db, doc["id"], pricing, doc["legs"])
+    checks = turn_checks(spex, [leg["turn"] for leg in doc["legs"] if leg.get("turn")])
     legs = []
     for leg in doc["legs"]:
         spent = per.get(leg["session"])
         extra: dict[str, Any] = {"usage": None, "cost": None}
         if spent is not None:
             extra = {"usage": spent.usage_json(), "cost": spent.cost_json()}
+        # Its turn's latest check (issue 27), null without one.
+        extra["verify"] = checks.get(leg["turn"]) if leg.get("turn") else None
         legs.append({**leg, **extra})
     return {**doc, "legs": legs, "usage": whole.usage_json(), "cost": whole.cost_json()}
 

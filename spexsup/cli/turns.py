@@ -21,17 +21,21 @@ from spexsup.cli.params import (
     ModelOpt,
     NameArg,
     NamesArg,
+    NoVerifyOpt,
     OnLimitOpt,
     PromptFileOpt,
     StrictOpt,
     TimeoutOpt,
     TurnOpt,
+    VerifyOpt,
+    VerifyTimeoutOpt,
     WindowOpt,
     after_session,
     grace_seconds,
     model_rules,
     timeout_seconds,
     usd_amount,
+    verify_rules,
     window_seconds,
 )
 from spexsup.cli.render import (
@@ -71,6 +75,9 @@ WAKE_OPTIONS = (
     "--model",
     "--fallback-model",
     "--budget",
+    "--verify",
+    "--no-verify",
+    "--verify-timeout",
     "-h",
     "--help",
     "--home",
@@ -144,6 +151,7 @@ def wake_and_report(
     model: str | None = None,
     fallback: str | None = None,
     budget: str | None = None,
+    verify: tuple[tuple[str, ...] | None, float | None] = (None, None),
 ) -> None:
     from spexsup.turn.admit import Limits, parse_on_limit
     from spexsup.turn.wake import wake as wake_turn
@@ -152,6 +160,7 @@ def wake_and_report(
     if on_limit is not None:
         parse_on_limit(on_limit)
     limits = Limits(limit, strict, on_limit, *model_rules(model, fallback))
+    limits = limits._replace(verify=verify[0], verify_timeout=verify[1])
     if budget is not None:
         limits = limits._replace(budget=usd_amount(budget, "--budget"))
     spex = open_spex(ctx)
@@ -241,6 +250,9 @@ def wake(
             show_default=False,
         ),
     ] = None,
+    verify: VerifyOpt = None,
+    no_verify: NoVerifyOpt = False,
+    verify_timeout: VerifyTimeoutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a turn and print its verdict (confirmed, completed, failed, queued).
@@ -259,9 +271,11 @@ def wake(
       spex wake review --after api review what api just changed
       spex wake api --key nightly-2026-12-01 run the nightly checks
       spex wake api --model opus --fallback-model sonnet,haiku fix the flaky test
+      spex wake api --verify 'make test' fix the flaky test
     """
 
     ids.validate_name(name)
+    checked = verify_rules(verify, no_verify, verify_timeout)
     if key is not None:
         from spexsup.turn.keys import validate
 
@@ -287,6 +301,7 @@ def wake(
         model=model,
         fallback=fallback,
         budget=budget,
+        verify=checked,
     )
 
 

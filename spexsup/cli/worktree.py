@@ -5,7 +5,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 
@@ -17,6 +17,7 @@ from spexsup.cli.render import age, argv_word, document, print_json, table, with
 
 if TYPE_CHECKING:
     from spexsup.salvage import Salvage
+    from spexsup.spex import Spex
     from spexsup.worktree import Setup, Worktree
 
 worktree_app = typer.Typer(
@@ -190,6 +191,67 @@ def keep(
     worst = max(o.exit_code for o in outcomes)
     if worst:
         raise typer.Exit(worst)
+
+
+# --- fanout --keep-best ------------------------------------------------------------
+
+
+def best_pick(
+    keep_best: bool, pick: str | None, worktrees: int | None, check: tuple[str, ...] | None
+) -> str | None:
+    """`fanout --keep-best [--pick first|smallest]`, checked: the pick (None: no --keep-best)."""
+    from spexsup.bestof import PICKS
+    from spexsup.errors import Invalid
+
+    if pick is not None and not keep_best:
+        raise Invalid("--pick needs --keep-best")
+    if not keep_best:
+        return None
+    if worktrees is None:
+        raise Invalid("--keep-best keeps one leg of a best of N", hint="--worktrees N --keep-best")
+    if check == ():
+        raise Invalid("--keep-best decides by each leg's check: not with --no-verify")
+    if pick is not None and pick not in PICKS:
+        raise Invalid(f"invalid --pick {pick!r}", hint="first or smallest")
+    return pick or "first"
+
+
+class Kept(NamedTuple):
+    """What `fanout --keep-best` did, as its JSON (`keep`) and its lines."""
+
+    ok: bool
+    doc: dict[str, Any]
+    lines: list[str]
+
+    def public(self) -> dict[str, Any]:
+        return self.doc
+
+
+def keep_best_leg(spex: "Spex", wave: dict[str, Any], pick: str) -> Kept:
+    """Keep the wave's best leg by its check (`bestof.choose`) as `spex keep`
+    does; when no leg passed, nothing is removed and each leg's check says why."""
+    from spexsup import bestof
+
+    choice = bestof.choose(spex, wave, pick)
+    doc: dict[str, Any] = {**choice.public(), "outcomes": []}
+    if choice.leg is None:
+        lines = ["no leg passed its check: nothing kept, nothing removed"]
+        if all(c is None for c in choice.checks.values()):
+            lines[0] = "no leg ran a check (give --verify CMD): nothing kept, nothing removed"
+        for name, c in choice.checks.items():
+            if c is not None:
+                said = f"rc {c['rc']}" if c["rc"] is not None else c["state"]
+                lines.append(f"  {name}: check `{c['command']}` failed ({said})"
+                             + (f": {c['tail']}" if c["tail"] else ""))  # fmt: skip
+        return Kept(False, doc, lines)
+    outcomes = bestof.keep(spex, wave["id"], choice.leg)
+    doc["outcomes"] = [o.public() for o in outcomes]
+    how = "the first to pass its check" if pick == "first" else "the smallest diff that passed"
+    lines = [f"kept {choice.leg} ({how}): {choice.diffstat or 'no changes'}"]
+    for o in outcomes:
+        lines.append(f"{o.session}: {o.outcome}" + "".join(f"\n  {d}" for d in o.detail))
+    lines += bestof.next_steps(spex, outcomes)
+    return Kept(max(o.exit_code for o in outcomes) == 0, doc, lines)
 
 
 # --- trust in a repository's post_create ----------------------------------------

@@ -18,12 +18,22 @@ from typing import TYPE_CHECKING, Any
 
 from spexsup import dequeuer, ledger
 from spexsup.pane import turndir
-from spexsup.states import ACTIVE, COMPLETE, FAILED
+from spexsup.states import (
+    ACTIVE,
+    COMPLETE,
+    FAILED,
+    VERIFIED,
+    VERIFY,
+    VERIFY_FAILED,
+    VERIFY_TIMED_OUT,
+    VERIFY_TIMEOUT,
+)
 from spexsup.store import Store
 
 if TYPE_CHECKING:
     from spexsup import outcome as outcome_mod
     from spexsup.harness import Harness
+    from spexsup.pane import check as verify_mod
 
 RECORDED = 0
 STALE = 3
@@ -155,6 +165,7 @@ class Judgement:
         "outcome",
         "state",
         "survivors",
+        "verification",
     )
 
     def __init__(
@@ -176,11 +187,21 @@ class Judgement:
         self.survivors: list[int] = []
         # What the output's parser read (usage too), when it was read.
         self.outcome: outcome_mod.Outcome | None = None
+        # How the turn's check ended, when it has one (`pane.verify`).
+        self.verification: verify_mod.Result | None = None
 
 
-def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -> Judgement:
+def judge(
+    home: Path,
+    turn_dir: Path,
+    rc: int,
+    adapter: Harness | None = None,
+    *,
+    verify: bool = True,
+) -> Judgement:
     """Read the turn's end from its files: the watchdog's `timed-out`, the
-    outcome flags of its structured output, strict mode, a usage-limit message.
+    outcome flags of its structured output, strict mode, a usage-limit
+    message, and (with `verify`) how its check ended (`pane.verify`).
 
     Bounded (see `outcome`): the flags are read from the end of the output.
     """
@@ -229,6 +250,8 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
         if found.flags and meta.get("strict"):
             verdict.state, verdict.cause = FAILED, "strict"
             verdict.error = f"strict: {outcome.describe(found.flags)}"
+        elif verify:
+            verified(turn_dir, verdict, meta)
         return verdict
     # A failed end: name its cause and the agent's own line for it, from
     # one read of the output's end.
@@ -258,6 +281,51 @@ def judge(home: Path, turn_dir: Path, rc: int, adapter: Harness | None = None) -
         line = found.error or outcome.describe(found.flags)
         verdict.error = f"{fatal[0]}: {line}" if fatal else line
     return verdict
+
+
+def verified(turn_dir: Path, verdict: Judgement, meta: dict[str, Any]) -> None:
+    """A complete end as its check has it: flag `verified` when the check
+    passed, else failed with cause `verify` (its rc and the last lines of
+    verify.log) or `verify-timeout`; a turn without a check stays as it is."""
+    from spexsup.pane import check as verify
+
+    argv = verify.command(turn_dir)
+    if not argv:
+        return
+    checked = verify.result(turn_dir)
+    verdict.verification = checked
+    if checked.rc == 0 and not checked.timed_out:
+        verdict.flags = [*verdict.flags, VERIFIED]
+        return
+    shown = shown_check(argv)
+    verdict.state = FAILED
+    said = verify.tail(turn_dir / verify.LOG)
+    if checked.timed_out:
+        limit = meta.get("verify_timeout")
+        spent = f" ({_span(limit)})" if isinstance(limit, int | float) else ""
+        verdict.cause = VERIFY_TIMEOUT
+        verdict.error = f"its check `{shown}` ran past its time limit{spent}"
+        verdict.survivors = _survivors(turn_dir)
+    elif checked.rc is None:
+        verdict.cause = VERIFY
+        verdict.error = f"its check `{shown}` never finished"
+    else:
+        verdict.cause = VERIFY
+        verdict.error = f"its check `{shown}` failed (rc {checked.rc})"
+    if said:
+        verdict.error += f": {said}"
+
+
+def shown_check(argv: tuple[str, ...]) -> str:
+    from spexsup.harness import shown_verify
+
+    return shown_verify(argv)[:120]
+
+
+def _span(seconds: float) -> str:
+    from spexsup import outcome
+
+    return outcome.span(seconds)
 
 
 def _harness_name(turn_dir: Path) -> str:
@@ -457,6 +525,30 @@ def spending(
     return harness, runs
 
 
+def record_verification(
+    db: Any, session: str, turn: str, turn_dir: Path | None, checked: verify_mod.Result
+) -> None:
+    """The wrapper's check's row, ended as `checked` says, with the turn's end."""
+    from spexsup.pane import check as verify
+
+    if turn_dir is None:
+        return
+    if checked.timed_out:
+        state = VERIFY_TIMED_OUT
+    else:
+        state = VERIFIED if checked.rc == 0 else VERIFY_FAILED
+    ledger.verification_ended(
+        db,
+        session,
+        turn,
+        state=state,
+        rc=checked.rc,
+        tail=verify.tail(turn_dir / verify.LOG) or None,
+        command=verify.command(turn_dir),
+        started_at=verify.started_at(turn_dir),
+    )
+
+
 # A stop that could not record its abort first (another process held the write
 # lock) leaves it here, so whoever records the end records the abort.
 
@@ -550,8 +642,12 @@ def record_exit(
             # `reason` repeats the event's `cause` for the hooks and scripts
             # that read it before 2026-12 (one release).
             extra = {"flags": found.flags, "reason": found.cause}
+            if found.verification is not None:
+                extra["verify_rc"] = found.verification.rc
             if found.survivors:
                 extra["survivors"] = found.survivors
+        if found is not None and found.verification is not None:
+            record_verification(db, session, turn, turn_dir, found.verification)
         ledger.record_end(
             db,
             session,

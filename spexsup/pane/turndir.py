@@ -11,6 +11,7 @@ unless said otherwise:
     ended        the end's one-line detail, for the pane (the reporter)
     binary  not-found  no-login-shell  timed-out  survivors  git-start  git-start.todo
     stop-requested   a stop that could not take the write lock (spexsup.turn.stop)
+    verify  verify-deadline  verify.log  verify-rc  verify-started  verify-timed-out
     stagger      a staggered launch (spexsup.turn.wake), whose wrapper then writes
     started      when the harness started (microseconds since the epoch)
 
@@ -55,6 +56,15 @@ TIMED_OUT = "timed-out"
 SURVIVORS = "survivors"
 GIT_START = "git-start"
 STARTED = "started"
+# A turn's check (`--verify`, spexsup.pane.verify): its argv (NUL-separated)
+# and `SECONDS GRACE`, by the launcher; its output (appended by the wrapper,
+# then by `spex verify`), exit status, start time and its watchdog's mark.
+VERIFY = "verify"
+VERIFY_DEADLINE = "verify-deadline"
+VERIFY_LOG = "verify.log"
+VERIFY_RC = "verify-rc"
+VERIFY_STARTED = "verify-started"
+VERIFY_TIMED_OUT = "verify-timed-out"
 # Left by a stop that could not take the write lock; honored by whoever records the end.
 STOP_REQUEST = "stop-requested"
 

@@ -99,6 +99,42 @@ class Limits(NamedTuple):
     stagger: float | None = None
     # USD: the turn is stopped once its known spend reaches it (pane.budget).
     budget: float | None = None
+    # `--verify CMD` as an argv (None: the session's, the repository's, the
+    # harness's; (): `--no-verify`), and `--verify-timeout` (seconds).
+    verify: tuple[str, ...] | None = None
+    verify_timeout: float | None = None
+
+
+# A check with no time limit of its own gets this one.
+DEFAULT_VERIFY_TIMEOUT = 600.0
+
+
+def verification(
+    home: Path, limits: Limits, session: Session, adapter: Harness
+) -> tuple[tuple[str, ...], float]:
+    """The turn's check and its time limit: the wake's, else the session's,
+    else the repository's `.spexsup.toml` (only once trusted: Refused
+    otherwise), else the harness's; () for none."""
+    from spexsup import trust
+
+    check = limits.verify if limits.verify is not None else session.verify
+    repo = None
+    if check is None:
+        where = session.worktree.repo if session.worktree is not None else None
+        repo = trust.repo_check(Path(session.cwd), where)
+        if repo is not None:
+            trust.require_check_trust(home, repo)
+            check = repo.verify
+    if check is None:
+        check = adapter.verify
+    limit = (
+        limits.verify_timeout
+        or session.verify_timeout
+        or (repo.verify_timeout if repo is not None else None)
+        or adapter.verify_timeout
+        or DEFAULT_VERIFY_TIMEOUT
+    )
+    return check, limit
 
 
 def parse_on_limit(text: str) -> float:
@@ -217,6 +253,7 @@ def admit(
                 hint="give the harness model_flag or {model} in harnesses.toml",
             )
         argv, on_stdin = adapter.argv(prompt, resume_id, assigned, model)
+        check, check_timeout = verification(spex.home, limits, session, adapter)
         # The first attempt's launch fence (see `claim_fence`), claimed here
         # so the launch needs no transaction of its own.
         fence = session.launch_fence + 1
@@ -257,6 +294,8 @@ def admit(
         model,
         fallback,
         limits.budget,
+        check,
+        check_timeout,
     )
     resumed = resume_id if resume_id and adapter.resume else None
     _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter, ending, resumed)
@@ -347,6 +386,9 @@ class Ending(NamedTuple):
     model: str | None = None
     fallback: tuple[str, ...] = ()
     budget: float | None = None
+    # The check of the turn's work and its time limit (pane.verify).
+    verify: tuple[str, ...] = ()
+    verify_timeout: float = DEFAULT_VERIFY_TIMEOUT
 
 
 def _in_git_tree(cwd: Path) -> bool:
@@ -401,6 +443,8 @@ def _prepare(
         "started": time.time(),
         "resumed": resumed,
         "model": ending.model,
+        "verify": list(ending.verify) or None,
+        "verify_timeout": ending.verify_timeout if ending.verify else None,
     }
     files[turndir.META] = json.dumps(meta).encode()
     if adapter.outcome:
@@ -415,6 +459,9 @@ def _prepare(
     if ending.budget is not None:
         prices = {m: list(p) for m, p in config.load(spex.home).pricing.items()}
         files[budget.FILE] = json.dumps({"amount": ending.budget, "pricing": prices}).encode()
+    if ending.verify:
+        files[turndir.VERIFY] = b"".join(w.encode() + b"\0" for w in ending.verify)
+        files[turndir.VERIFY_DEADLINE] = f"{ending.verify_timeout:g} {ending.grace:g}\n".encode()
     if ending.fallback:
         files[turndir.FALLBACK] = json.dumps({"models": list(ending.fallback)}).encode()
     if ending.limit_wait is not None:

@@ -112,12 +112,9 @@ def confirm_startup(
         if first is not None and now >= deadline:
             if m.stage is Stage.REPORTING:
                 continue  # it exited while settling: wait for its exit like any other
-            # A usage-limit wait (`limited:`) is the same wrapper, alive.
-            if (
-                first.pid is None
-                or m.pid != first.pid
-                or m.stage not in (Stage.RUNNING, Stage.LIMITED)
-            ):
+            # A usage-limit wait (`limited:`), a verification (`verifying:`):
+            # the same wrapper, alive.
+            if first.pid is None or m.pid != first.pid or m.stage not in marker.LIVE:
                 why = f"its start did not hold: the turn's record changed to {m.text!r}"
                 return Startup("failed", m, why)
             if identity_liveness(first.pid, token) is not Liveness.ALIVE:

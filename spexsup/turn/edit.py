@@ -65,6 +65,9 @@ class Edit(NamedTuple):
     no_model: bool = False
     fallback: tuple[str, ...] | None = None
     no_fallback: bool = False
+    verify: tuple[str, ...] | None = None
+    no_verify: bool = False
+    verify_timeout: float | None = None
 
     def check(self, name: str) -> None:
         """The request on its own, before any session is read: Invalid when
@@ -80,6 +83,7 @@ class Edit(NamedTuple):
             (self.on_limit is not None, self.no_on_limit, "on-limit"),
             (self.model is not None, self.no_model, "model"),
             (self.fallback is not None, self.no_fallback, "fallback-model"),
+            (self.verify is not None, self.no_verify, "verify"),
         ):
             if given and cleared:
                 raise Invalid(f"--{option} and --no-{option}: choose one")
@@ -233,6 +237,8 @@ def _plan(
         if change.fallback is None
         else change.fallback,
         on_limit=None if change.no_on_limit else change.on_limit or s.on_limit,
+        verify=None if change.no_verify else s.verify if change.verify is None else change.verify,
+        verify_timeout=change.verify_timeout or s.verify_timeout,
         binary=pinned if rebind else s.binary,
         harness_session_id=None if switched else s.harness_session_id,
     )
@@ -262,6 +268,8 @@ def _settings(s: Session) -> dict[str, Any]:
         "queue": s.queue,
         "model": s.model,
         "fallback": list(s.fallback) if s.fallback is not None else None,
+        "verify": list(s.verify) if s.verify is not None else None,
+        "verify_timeout": s.verify_timeout,
         "pinned_binary": s.binary,
         "harness_session_id": s.harness_session_id,
     }
@@ -299,6 +307,8 @@ def _columns(s: Session) -> dict[str, Any]:
         "queue": int(s.queue),
         "model": s.model,
         "fallback": json.dumps(list(s.fallback)) if s.fallback is not None else None,
+        "verify": json.dumps(list(s.verify)) if s.verify is not None else None,
+        "verify_timeout": s.verify_timeout,
         "binary": s.binary,
         "harness_session_id": s.harness_session_id,
     }

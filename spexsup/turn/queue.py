@@ -91,6 +91,10 @@ def _options(window: float | None, fresh: bool, limits: Limits) -> dict[str, Any
     kept = {k: v for k, v in out.items() if v not in (None, False)}
     if limits.stagger is not None:
         kept["stagger"] = limits.stagger  # 0 too: "no spacing" beats config.toml's
+    if limits.verify is not None:
+        kept["verify"] = list(limits.verify)  # [] too: --no-verify
+    if limits.verify_timeout is not None:
+        kept["verify_timeout"] = limits.verify_timeout
     return kept
 
 
@@ -272,6 +276,8 @@ def _take(spex: Spex, name: str, done: dict[str, Verdict], freed: list[bool]) ->
             tuple(fallback) if fallback is not None else None,
             options.get("stagger"),
             options.get("budget"),
+            tuple(options["verify"]) if options.get("verify") is not None else None,
+            options.get("verify_timeout"),
         )
         try:
             verdict = wake(

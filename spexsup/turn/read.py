@@ -34,9 +34,12 @@ def legacy(state: str | None) -> dict[str, str]:
     return {"legacy_state": old} if old else {}
 
 
-def turn_json(row: Any, spent: Spend | None = None) -> dict[str, Any]:
+def turn_json(
+    row: Any, spent: Spend | None = None, checked: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The one JSON shape of a turn, wherever a command prints one; `usage`
-    and `cost` (issue 26) null until its end recorded some (see `turn_spends`)."""
+    and `cost` (issue 26) null until its end recorded some (see `turn_spends`);
+    `verify` (issue 27) its latest check, null without one (`turn_checks`)."""
     return {
         "schema_version": ids.SCHEMA_VERSION,
         "id": row["id"],
@@ -66,8 +69,41 @@ def turn_json(row: Any, spent: Spend | None = None) -> dict[str, Any]:
         "ended_at_iso": ids.iso(row["ended_at"]),
         "usage": spent.usage_json() if spent is not None else None,
         "cost": spent.cost_json() if spent is not None else None,
+        "verify": checked,
         **legacy(row["state"]),
     }
+
+
+def check_json(row: Any) -> dict[str, Any]:
+    """The one JSON shape of a turn's check (a `verifications` row)."""
+    from spexsup.harness import shown_verify
+
+    argv = json.loads(row["command"])
+    return {
+        "command": shown_verify(argv),
+        "argv": argv,
+        "attempt": row["attempt"],
+        "state": row["state"],
+        "rc": row["rc"],
+        "tail": row["tail"],
+        "started_at": row["started_at"],
+        "started_at_iso": ids.iso(row["started_at"]),
+        "ended_at": row["ended_at"],
+        "ended_at_iso": ids.iso(row["ended_at"]),
+    }
+
+
+def turn_checks(spex: Spex, turns: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The latest check of each of `turns` that has one, one query per 500."""
+    out: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(turns), 500):
+        chunk = list(turns[start : start + 500])
+        marks = ",".join("?" * len(chunk))
+        rows = spex.store.db.execute(
+            f"SELECT * FROM verifications WHERE turn IN ({marks}) ORDER BY turn, attempt", chunk
+        ).fetchall()
+        out.update((row["turn"], check_json(row)) for row in rows)
+    return out
 
 
 def turn_spends(spex: Spex, turns: Sequence[str]) -> dict[str, Spend]:
@@ -109,7 +145,7 @@ def load_turn(spex: Spex, turn: str) -> dict[str, Any]:
     row = spex.store.db.execute("SELECT * FROM turns WHERE id = ?", (turn,)).fetchone()
     if row is None:
         raise Refused(f"no turn {turn!r}")
-    return turn_json(row, turn_spends(spex, [turn]).get(turn))
+    return turn_json(row, turn_spends(spex, [turn]).get(turn), turn_checks(spex, [turn]).get(turn))
 
 
 def recent_turns(spex: Spex, names: Sequence[str], limit: int) -> dict[str, list[dict[str, Any]]]:
@@ -127,9 +163,11 @@ def recent_turns(spex: Spex, names: Sequence[str], limit: int) -> dict[str, list
         ).fetchall()
         if rows:
             found[name] = rows
-    spent = turn_spends(spex, [row["id"] for rows in found.values() for row in rows])
+    ids_ = [row["id"] for rows in found.values() for row in rows]
+    spent, checks = turn_spends(spex, ids_), turn_checks(spex, ids_)
     return {
-        name: [turn_json(row, spent.get(row["id"])) for row in rows] for name, rows in found.items()
+        name: [turn_json(row, spent.get(row["id"]), checks.get(row["id"])) for row in rows]
+        for name, rows in found.items()
     }
 
 
@@ -387,6 +425,9 @@ def describe(
             "queued": queued.get(s.name, 0),
             "model": s.model,
             "fallback": list(s.fallback) if s.fallback is not None else None,
+            # Its own check (None: the repository's, else the harness's; []: none).
+            "verify": list(s.verify) if s.verify is not None else None,
+            "verify_timeout": s.verify_timeout,
             "command": list(s.command) if s.command else None,
             "harness_args": list(s.harness_args),
             "pinned_binary": s.binary,

@@ -160,7 +160,7 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
     m = marker.read(directory)
     if m.stage is Stage.EXIT:
         report.record_exit(spex.store, name, turn, m.rc, directory)
-    elif m.stage in (Stage.RUNNING, Stage.LIMITED, Stage.REPORTING):
+    elif m.stage in marker.LIVE or m.stage is Stage.REPORTING:
         assert m.pid is not None
         alive = turndir.wrapper_liveness(m.pid, directory)
         if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:

@@ -34,6 +34,8 @@ from spexsup.states import (
     SKIPPED,
     STARTING,
     STOPPED,
+    VERIFY_FAILED,
+    VERIFYING,
     session_state_after,
 )
 
@@ -75,6 +77,7 @@ def delete_session(db: sqlite3.Connection, name: str, incarnation: str) -> bool:
     """The end of `spex rm`: the session (this incarnation only, never a
     newer one of the same name) and its turns; `removed` if it was there."""
     db.execute("DELETE FROM turns WHERE session = ?", (name,))
+    db.execute("DELETE FROM verifications WHERE session = ?", (name,))
     cur = db.execute("DELETE FROM sessions WHERE name = ? AND incarnation = ?", (name, incarnation))
     if cur.rowcount:
         db.execute("DELETE FROM queue WHERE session = ?", (name,))
@@ -109,6 +112,8 @@ EDITABLE = frozenset(
         "queue",
         "model",
         "fallback",
+        "verify",
+        "verify_timeout",
         "command",
         "cwd",
         "env",
@@ -297,8 +302,19 @@ def abort_current(
             "UPDATE sessions SET state = ? WHERE name = ? AND current_turn = ? AND state = ?",
             (session_after, session, turn, BUSY),
         )
+    _close_verification(db, turn, why)
     events.record(db, "aborted", session=session, turn=turn, error=why)
     return True
+
+
+def _close_verification(db: sqlite3.Connection, turn: str, why: str | None) -> None:
+    """A check still `verifying` when its turn ended otherwise (a stop, a
+    lost wrapper) did not pass: failed, with no rc, and why."""
+    db.execute(
+        "UPDATE verifications SET state = ?, ended_at = ?, tail = coalesce(tail, ?)"
+        " WHERE turn = ? AND state = ?",
+        (VERIFY_FAILED, time.time(), why, turn, VERIFYING),
+    )
 
 
 def mark_running(
@@ -368,6 +384,7 @@ def record_end(
     )
     if launched:
         events.launched(db, session=session, turn=turn)
+    _close_verification(db, turn, error)
     payload = dict(event or {})
     events.turn_ended(
         db, state, session=session, turn=turn, rc=rc, cause=cause, error=error, **payload
@@ -452,119 +469,6 @@ def forget_conversation(db: sqlite3.Connection, session: str, turn: str, gone: s
         (session, gone),
     )
     events.record(db, "conversation-gone", session=session, turn=turn, conversation=gone)
-
-
-# --- usage ----------------------------------------------------------------------
-
-
-def record_usage(
-    db: sqlite3.Connection,
-    session: str,
-    turn: str,
-    *,
-    harness: str | None,
-    runs: Sequence[Mapping[str, Any]],
-) -> bool:
-    """A turn's usage rows (see `store.USAGE_MIGRATION`), in the transaction
-    that records its end: one per model per attempt (`runs`, each with
-    `attempt`, `cause`, `exact`, `parts` [(model, counts or None, reported
-    cost or None)], `running`, `resumed`, `conversation`). Written once per
-    turn: a second report of the same end finds them and writes nothing
-    (False). A wave leg's rows name its wave, so a wave's spend is one
-    indexed sum.
-
-    A `running` attempt (codex) counted the conversation's running total:
-    its own share is that less the last total recorded for the conversation;
-    with none recorded, a resumed one's share is unknown (NULL, not exact)."""
-    if db.execute("SELECT 1 FROM usage WHERE turn = ? LIMIT 1", (turn,)).fetchone():
-        return False
-    found = db.execute("SELECT wave FROM wave_turns WHERE turn = ?", (turn,)).fetchone()
-    wave = found[0] if found else None
-    now = time.time()
-    day = time.strftime("%Y-%m-%d", time.localtime(now))
-    seen: set[str | None] = set()
-    for run in runs:
-        conversation = run.get("conversation")
-        exact = bool(run.get("exact"))
-        parts = list(run.get("parts") or ()) or [(None, None, None)]
-        running = None
-        if run.get("running") and len(parts) == 1 and parts[0][1] is not None:
-            model, total, cost = parts[0]
-            running = json.dumps([int(n) for n in total])
-            share: list[int] | None = [int(n) for n in total]
-            last = None
-            if conversation:
-                last = db.execute(
-                    "SELECT running FROM usage WHERE conversation = ? AND running IS NOT NULL"
-                    " ORDER BY id DESC LIMIT 1",
-                    (conversation,),
-                ).fetchone()
-            if last is not None:
-                before = json.loads(last[0])
-                share = [a - b for a, b in zip(total, before, strict=True)]
-                if min(share) < 0:  # not the same running total: a new count
-                    share, exact = None, False
-            elif run.get("resumed"):
-                share, exact = None, False
-            parts = [(model, share, cost)]
-        for model, counts, cost in parts:
-            tokens = list(counts) if counts is not None else [None] * 4
-            firsts = (int(not seen), int(model not in seen))
-            seen.add(model)
-            known = counts is not None
-            flags = (int(cost is not None), int(known), int(exact and known))
-            db.execute(
-                "INSERT INTO usage (turn, attempt, session, harness, wave, model, cause,"
-                " input, output, cache_read, cache_write, cost, exact, conversation, running,"
-                " turn_first, model_first, at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    turn,
-                    int(run.get("attempt") or 1),
-                    session,
-                    harness,
-                    wave,
-                    model,
-                    run.get("cause"),
-                    *tokens,
-                    cost,
-                    int(exact and counts is not None),
-                    conversation,
-                    running,
-                    *firsts,
-                    now,
-                ),
-            )
-            keys = (day, session, harness or "", model or "", wave or "", *flags)
-            db.execute(
-                "INSERT INTO usage_days (day, session, harness, model, wave, priced, known,"
-                " exact, rows, turns, model_turns, input, output, cache_read, cache_write, cost)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT DO UPDATE SET rows = rows + 1, turns = turns + excluded.turns,"
-                " model_turns = model_turns + excluded.model_turns,"
-                " input = input + excluded.input, output = output + excluded.output,"
-                " cache_read = cache_read + excluded.cache_read,"
-                " cache_write = cache_write + excluded.cache_write, cost = cost + excluded.cost",
-                (*keys, *firsts, *[int(n or 0) for n in tokens], float(cost or 0.0)),
-            )
-    return True
-
-
-def rebuild_usage_days(db: sqlite3.Connection) -> None:
-    """`usage_days` summed anew from the usage rows (each row's local day as
-    of now): what `record_usage` keeps up row by row, for a repair or a
-    table filled otherwise (the benches)."""
-    db.execute("DELETE FROM usage_days")
-    db.execute(
-        "INSERT INTO usage_days (day, session, harness, model, wave, priced, known, exact,"
-        " rows, turns, model_turns, input, output, cache_read, cache_write, cost)"
-        " SELECT date(at, 'unixepoch', 'localtime'), session, coalesce(harness, ''),"
-        " coalesce(model, ''), coalesce(wave, ''), cost IS NOT NULL, input IS NOT NULL,"
-        " exact, count(*), sum(turn_first), sum(model_first), coalesce(sum(input), 0),"
-        " coalesce(sum(output), 0), coalesce(sum(cache_read), 0),"
-        " coalesce(sum(cache_write), 0), coalesce(sum(cost), 0.0)"
-        " FROM usage GROUP BY 1, 2, 3, 4, 5, 6, 7, 8"
-    )
 
 
 # --- wake keys -----------------------------------------------------------------
@@ -694,3 +598,10 @@ def record_salvage(
 def forget_salvage(db: sqlite3.Connection, repo: str, branch: str) -> None:
     """The branch was deleted (by `spex prune --salvage`, or by hand)."""
     db.execute("DELETE FROM salvages WHERE repo = ? AND branch = ?", (repo, branch))
+
+
+# Re-exported: every transition is `ledger.NAME`, wherever its code lives.
+from spexsup.ledger.checks import reverified, verification_ended, verifying  # noqa: E402
+from spexsup.ledger.usage import rebuild_usage_days, record_usage  # noqa: E402
+
+__all__ = ["rebuild_usage_days", "record_usage", "reverified", "verification_ended", "verifying"]

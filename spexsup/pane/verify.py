@@ -1,0 +1,69 @@
+"""The wrapper's verification step (`--verify CMD`, DESIGN §16), run in the pane:
+
+    python -m spexsup.pane.verify start TURN_DIR   -> exit 0: run the check
+
+After the harness exited 0 and before the turn's end is reported: when the
+turn has a check and its end would be `complete` as it stands (a turn that
+failed on its own, a strict flag, an error the CLI exited 0 after, never
+runs the check), it records the check's start (its row in `verifications`,
+the `verifying` event), prints the check's header line and exits 0; the
+wrapper then runs the check (`verifying:<pid>`), its output to the pane and
+to `verify.log`, its exit status to `verify-rc`. Any other case exits 1.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from spexsup.pane import turndir
+from spexsup.pane.check import HEADER, STARTED, command
+from spexsup.states import ACTIVE, COMPLETE
+
+RUN = 0
+NO = 1
+
+
+def start(turn_dir: Path) -> int:
+    from spexsup import events, ledger
+    from spexsup.pane import report
+    from spexsup.paths import write_atomic
+    from spexsup.store import Store
+
+    argv = command(turn_dir)
+    if not argv or (turn_dir / turndir.STOP_REQUEST).exists():
+        return NO
+    home, session, turn = turn_dir.parent.parent.parent, turn_dir.parent.name, turn_dir.name
+    if report.judge(home, turn_dir, 0, verify=False).state != COMPLETE:
+        return NO  # it failed on its own: that end stands, unchecked
+    now = time.time()
+    write_atomic(turn_dir / STARTED, f"{now:.6f}\n".encode(), durable=False)
+    from spexsup.harness import shown_verify
+
+    print(f"{HEADER}{shown_verify(argv)}", flush=True)
+    try:
+        store = Store(home, (events,))  # its event is recorded; no hook runs in the pane
+        with store.tx() as db:
+            row = ledger.current_turn(db, session, turn)
+            if row is None or row["state"] not in ACTIVE:
+                return NO  # stopped (or ended) meanwhile
+            ledger.verifying(db, session, turn, command=argv, at=now)
+    except Exception as e:  # the reporter records the row with the end
+        print(f"spex: recording the verification's start: {e}", file=sys.stderr)
+    return RUN
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] != "start":
+        print("spex: usage: python -m spexsup.pane.verify start TURN_DIR", file=sys.stderr)
+        return 2
+    try:
+        return start(Path(argv[1]))
+    except Exception as e:  # unjudgeable: run the check, the reporter decides
+        print(f"spex: verification: {e}", file=sys.stderr)
+        return RUN
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

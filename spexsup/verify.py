@@ -1,0 +1,269 @@
+"""`spex verify NAME [--turn ID]`: run a finished turn's check again.
+
+The check runs here, in the foreground, in the session's cwd (the turn's
+worktree), with the caller's environment plus the session's `--env` and
+`SPEXSUP_TURN_DIR`; its output goes to the caller and is appended to the
+turn's `verify.log`. It is recorded as a new attempt of that turn's
+verification (not a new turn). When the turn's end was its check's (complete,
+or failed with cause `verify`/`verify-timeout`), the end follows the new
+result: a pass makes it `complete`, flag `verified`; a failure makes it
+`failed`, cause `verify`. A turn that failed on its own keeps its end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO, NamedTuple
+
+from spexsup import ids, ledger, states
+from spexsup.errors import Failed, Invalid, Refused
+from spexsup.harness import shown_verify
+from spexsup.pane import check as pane_verify
+from spexsup.pane import turndir
+from spexsup.sessions import Session, get
+from spexsup.spex import Spex
+from spexsup.turn.admit import DEFAULT_KILL_GRACE, Limits, verification
+from spexsup.turn.reconcile import reconcile
+
+# The ends a check decides: a rerun may change them.
+CHECKED_CAUSES = (states.VERIFY, states.VERIFY_TIMEOUT)
+
+
+class Rerun(NamedTuple):
+    """What a `spex verify` did: the turn, its check's new attempt, and the
+    turn's state after it (`changed`: the rerun changed the turn's end)."""
+
+    session: str
+    turn: str
+    check: dict[str, Any]
+    state: str
+    changed: bool
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.check["state"] == states.VERIFIED)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": ids.SCHEMA_VERSION,
+            "ok": self.ok,
+            "session": self.session,
+            "turn": self.turn,
+            "state": self.state,
+            "changed": self.changed,
+            "verify": self.check,
+            # A failed check, in the failure document's words (DESIGN §3).
+            "error": None
+            if self.ok
+            else (
+                f"its check `{self.check['command']}` failed"
+                + (f" (rc {self.check['rc']})" if self.check["rc"] is not None else "")
+            ),
+            "exit_code": 0 if self.ok else 1,
+        }
+
+
+def rerun(
+    spex: Spex,
+    name: str,
+    turn: str | None = None,
+    *,
+    check: tuple[str, ...] | None = None,
+    timeout: float | None = None,
+    out: BinaryIO | None = None,
+    interrupted: Callable[[], bool] = lambda: False,
+) -> Rerun:
+    """Run the check of `name`'s turn (default: its current or last) again
+    and record it; Refused while the turn runs, Invalid when it has no check."""
+    reconcile(spex, [name])
+    session = get(spex, name)
+    turn = ids.resolve_turn(spex.store.db, name, turn) if turn else session.current_turn
+    if turn is None:
+        raise Refused(f"session {name!r} has no turn yet")
+    row = spex.store.db.execute("SELECT * FROM turns WHERE id = ?", (turn,)).fetchone()
+    if row["state"] in states.ACTIVE:
+        raise Refused(
+            f"turn {turn} of {name} is still running; its own check runs when it ends",
+            hint=f"spex wait {name}",
+        )
+    directory = turndir.path(spex.home, name, turn)
+    argv, limit = _command(spex, session, directory, check, timeout)
+    cwd = Path(session.cwd)
+    if not cwd.is_dir():
+        raise Failed(f"{name}: working directory {cwd} no longer exists")
+    with spex.store.tx() as db:
+        attempt = ledger.verifying(db, name, turn, command=argv, at=time.time())
+    log = directory / turndir.VERIFY_LOG
+    rc, timed_out = _run(argv, cwd, _environment(session, directory), limit, log, out, interrupted)
+    tail = pane_verify.tail(log) or None
+    if timed_out:
+        outcome = states.VERIFY_TIMED_OUT
+    else:
+        outcome = states.VERIFIED if rc == 0 else states.VERIFY_FAILED
+    judged = _judged(row, argv, outcome, rc, tail, limit)
+    with spex.store.tx() as db:
+        ledger.reverified(
+            db, name, turn, attempt=attempt, state=outcome, rc=rc, tail=tail, judged=judged
+        )
+    from spexsup.turn.read import check_json
+
+    done = spex.store.db.execute(
+        "SELECT * FROM verifications WHERE turn = ? AND attempt = ?", (turn, attempt)
+    ).fetchone()
+    state = judged[0] if judged is not None else row["state"]
+    return Rerun(name, turn, check_json(done), state, judged is not None and state != row["state"])
+
+
+def _command(
+    spex: Spex,
+    session: Session,
+    directory: Path,
+    given: tuple[str, ...] | None,
+    timeout: float | None,
+) -> tuple[tuple[str, ...], float]:
+    """The check to run: the one given, else the one the turn ran, else the
+    one the session's next turn would run; and its time limit."""
+    meta = turndir.meta(directory)
+    argv = given or pane_verify.command(directory)
+    limit = timeout or meta.get("verify_timeout")
+    if not argv or not limit:
+        now, now_limit = verification(spex.home, Limits(), session, session.adapter(spex.home))
+        argv = argv or now
+        limit = limit or now_limit
+    if not argv:
+        raise Invalid(
+            f"{session.name}: no check to run: the turn ran none and none is configured",
+            hint=f"spex verify {session.name} --verify 'make test'",
+        )
+    return tuple(argv), float(limit)
+
+
+def _environment(session: Session, directory: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPEXSUP_TURN")}
+    env.update(session.env)
+    env["SPEXSUP_TURN_DIR"] = str(directory)
+    return env
+
+
+def _run(
+    argv: Sequence[str],
+    cwd: Path,
+    env: dict[str, str],
+    limit: float,
+    log: Path,
+    out: BinaryIO | None,
+    interrupted: Callable[[], bool],
+) -> tuple[int | None, bool]:
+    """Run the check in its own session, its output teed to `out` and
+    `log`; past `limit` (or when `interrupted`), its whole process tree is
+    ended (SIGTERM, then SIGKILL). (rc, timed out); rc None: it never ran."""
+    from spexsup.procs import reap, session_members, start_token
+
+    header = f"{pane_verify.HEADER}{shown_verify(argv)} (spex verify)\n".encode()
+    with log.open("ab") as sink:
+        sink.write(header)
+        if out is not None:
+            out.write(header)
+            out.flush()
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as e:
+            said = f"spex: cannot run the check: {e}\n".encode()
+            sink.write(said)
+            if out is not None:
+                out.write(said)
+            return 127, False
+        assert proc.stdout is not None
+        born = start_token(proc.pid) or ""
+        os.set_blocking(proc.stdout.fileno(), False)
+        deadline = time.monotonic() + limit
+        import selectors
+
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while (left := deadline - time.monotonic()) > 0 and not interrupted():
+                if not sel.get_map():
+                    # Its output is closed; the check may still run: wait, bounded.
+                    try:
+                        proc.wait(timeout=min(left, 0.5))
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
+                if sel.select(min(left, 0.5)):
+                    chunk = proc.stdout.read(65536) or b""
+                    if not chunk:
+                        sel.unregister(proc.stdout)
+                        continue
+                    sink.write(chunk)
+                    if out is not None:
+                        out.write(chunk)
+                        out.flush()
+            timed_out = left <= 0
+        if proc.poll() is None or session_members(proc.pid, born):
+            import psutil
+
+            def members() -> list[psutil.Process]:
+                found = []
+                for pid in session_members(proc.pid, born):
+                    try:
+                        found.append(psutil.Process(pid))
+                    except psutil.Error:
+                        continue
+                return found
+
+            reap(members, DEFAULT_KILL_GRACE)
+        rc = proc.wait()
+        if timed_out:
+            said = f"[spex] the check ran past its time limit ({limit:g}s): ended\n".encode()
+            sink.write(said)
+            if out is not None:
+                out.write(said)
+            return 124, True
+    return (128 - rc if rc < 0 else rc), False
+
+
+def _judged(
+    row: Any, argv: Sequence[str], outcome: str, rc: int | None, tail: str | None, limit: float
+) -> tuple[str, list[str], str | None, str | None] | None:
+    """The turn's end after the rerun, when its check decides it; None for a
+    turn that ended otherwise (failed on its own, stopped, lost)."""
+    state, cause = row["state"], row["cause"]
+    if not (state == states.COMPLETE or (state == states.FAILED and cause in CHECKED_CAUSES)):
+        return None
+    flags = [f for f in json.loads(row["flags"] or "[]") if f != states.VERIFIED]
+    if outcome == states.VERIFIED:
+        return states.COMPLETE, [*flags, states.VERIFIED], None, None
+    shown = shown_verify(argv)[:120]
+    if outcome == states.VERIFY_TIMED_OUT:
+        from spexsup.outcome import span
+
+        error = f"its check `{shown}` ran past its time limit ({span(limit)})"
+        return states.FAILED, flags, states.VERIFY_TIMEOUT, error
+    error = f"its check `{shown}` failed (rc {rc})" + (f": {tail}" if tail else "")
+    return states.FAILED, flags, states.VERIFY, error
+
+
+def interrupted_by_signal() -> Callable[[], bool]:
+    """A flag SIGINT and SIGTERM set, so the check's tree is ended first."""
+    hit: list[int] = []
+
+    def mark(signum: int, _frame: object) -> None:
+        hit.append(signum)
+
+    signal.signal(signal.SIGINT, mark)
+    signal.signal(signal.SIGTERM, mark)
+    return lambda: bool(hit)
