@@ -179,6 +179,10 @@ def result(ran: Ran, text: str | None = None, *, json_lines: bool = False) -> Ca
         content.append(TextContent(type="text", text=ran.stderr.decode("utf-8", "replace")))
     content = [c for c in content if not isinstance(c, TextContent) or c.text]
     structured = {"result": doc} if isinstance(doc, list) else doc
+    if ran.code != 0 and structured is None:
+        # A command with no --json (log): its line, as --json would have put it.
+        line = message(ran, doc).partition("\n")[0].removeprefix("spex: ")
+        structured = {"schema_version": 1, "ok": False, "error": line, "exit_code": ran.code}
     return CallToolResult(
         content=content,
         structured_content=structured if isinstance(structured, dict) else None,
@@ -186,32 +190,10 @@ def result(ran: Ran, text: str | None = None, *, json_lines: bool = False) -> Ca
     )
 
 
-def refused(line: str, code: int = 2) -> CallToolResult:
-    """An input the CLI cannot be given at all, in the CLI's failure document."""
-    doc = {"schema_version": 1, "ok": False, "error": line, "exit_code": code}
-    return CallToolResult(
-        content=[
-            TextContent(type="text", text=f"spex: {line} (exit code {code})"),
-            TextContent(type="text", text=json.dumps(doc)),
-        ],
-        structured_content=doc,
-        is_error=True,
-    )
-
-
 def readable(data: bytes) -> str:
     """A turn's output as `spex log` shows it on a terminal, without colours:
     the agent's escapes and controls removed, newlines and tabs kept."""
     return TerminalText(colours=False).feed(data, final=True).decode("utf-8", "replace")
-
-
-def encoded(prompt: str) -> bytes | None:
-    """The prompt's UTF-8 bytes: what the client sent, exactly. None for a
-    string no bytes can hold (a lone surrogate from a JSON escape)."""
-    try:
-        return prompt.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
 
 
 def duration(value: Duration) -> str:
@@ -386,7 +368,7 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         words = ["events", "--json", *option("--since", since)]
         ran = await run([*words, *many("--session", session), *many("--kind", kind)])
         if ran.code != 0:
-            return result(ran, json_lines=True)
+            return result(ran)  # the failure document
         lines = ran.stdout.splitlines(keepends=True)
         kept = Ran(ran.code, b"".join(lines[:limit]), ran.stderr)
         answer = result(kept, json_lines=True)
@@ -423,14 +405,11 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
     ) -> CallToolResult:
         """Start a turn and return its verdict (confirmed, completed, failed,
         queued): `spex wake NAME -f - --json`, the prompt on stdin."""
-        data = encoded(prompt)
-        if data is None:
-            return refused("the prompt is not valid Unicode (a lone surrogate)")
         words = ["wake", "-f", "-", "--json", *option("--window", window)]
         words += option("--timeout", timeout) + option("--key", key)
         words += ["--strict"] * strict + ["--fresh"] * fresh
         words += [] if queue is None else ["--queue" if queue else "--no-queue"]
-        return result(await run([*words, "--", name], data))
+        return result(await run([*words, "--", name], prompt.encode()))
 
     async def stop(
         names: Names,
@@ -457,10 +436,7 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         words = ["resume", "--json", *(["--force"] if force else [])]
         if prompt is None:
             return result(await run([*words, "--", name]))
-        data = encoded(prompt)
-        if data is None:
-            return refused("the prompt is not valid Unicode (a lone surrogate)")
-        return result(await run([*words, "-f", "-", "--", name], data))
+        return result(await run([*words, "-f", "-", "--", name], prompt.encode()))
 
     async def fanout(
         prompt: Prompt,
@@ -487,9 +463,6 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
     ) -> CallToolResult:
         """Wake many sessions with one prompt, a wave with a verdict per leg:
         `spex fanout NAMES… -f - --json`."""
-        data = encoded(prompt)
-        if data is None:
-            return refused("the prompt is not valid Unicode (a lone surrogate)")
         words = ["fanout", "-f", "-", "--json", *option("--match", match)]
         words += ["--all"] * all_sessions + ["--fresh"] * fresh + ["--wait"] * wait
         words += option("--window", window) + option("--timeout", timeout)
@@ -497,7 +470,7 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         words += option("--max-concurrent", None if max_concurrent is None else str(max_concurrent))
         words += option("--max-running", None if max_running is None else str(max_running))
         words += option("--key", key)
-        return result(await run([*words, "--", *(names or [])], data))
+        return result(await run([*words, "--", *(names or [])], prompt.encode()))
 
     tools: dict[str, Callable[..., Awaitable[CallToolResult]]] = {
         "list_sessions": list_sessions,
