@@ -161,19 +161,28 @@ def test_refusals_and_bad_input_are_tool_errors_with_the_cli_message_and_code(
         ("read_log", {"name": "nosuch"}, ["log", "nosuch"], 3),
         ("show_wave", {"wave": "nosuch"}, ["wave", "nosuch"], 3),
         ("events_since", {"since": "yesterday"}, ["events", "--since", "yesterday"], 2),
+        # HOST:NAME reaches the CLI's router, as typed; a dashed name is a name.
+        ("wake", {"name": "box1:d", "prompt": "hi"}, ["wake", "box1:d", "hi"], 2),
+        ("show_session", {"name": "box1:d"}, ["show", "box1:d"], 2),
+        ("stop", {"names": ["d", "box1:d"]}, ["stop", "d", "box1:d"], 2),
+        ("show_session", {"name": "-d"}, ["show", "--json", "--", "-d"], 2),
     ]  # fmt: skip
     answers: list[CallToolResult] = []
 
     async def body(session: ClientSession) -> None:
         for tool, arguments, _, _ in calls:
             answers.append(await session.call_tool(tool, arguments))
+        # Busy, with queue: the prompt is kept (exit 0), as wake --queue keeps it.
+        queued = await session.call_tool("wake", {"name": "slow", "prompt": "hi", "queue": True})
+        assert not queued.is_error and queued.structured_content is not None, texts(queued)
+        assert queued.structured_content["verdict"] == "queued"
         # A bad argument's type never reaches spex: the SDK's validation says so.
         typed = await session.call_tool("wait", {"names": ["d"], "timeout": 99999})
         assert typed.is_error and "timeout" in texts(typed)[0]
 
     drive(env, body)
     for (tool, _, words, code), answer in zip(calls, answers, strict=True):
-        r = env.run(*words, "--json")
+        r = env.run(*words) if "--json" in words else env.run(*words, "--json")
         assert r.returncode == code, (words, r.stderr)
         line = r.stderr.strip()
         assert line.startswith("spex: ") and line.count("\n") == 0, line

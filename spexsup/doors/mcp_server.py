@@ -204,6 +204,16 @@ def option(name: str, value: Duration | None) -> list[str]:
     return [] if value is None else [name, duration(value)]
 
 
+def typed(command: str, names: Sequence[str], options: Sequence[str]) -> list[str]:
+    """`COMMAND NAME… OPTIONS…` as a person types it: a `HOST:NAME` there is
+    run on its host by the CLI's router, which reads names before `--`. A
+    name that starts with `-` goes after `--`, where the CLI refuses it as a
+    name rather than reading it as an option."""
+    if any(n.startswith("-") for n in names):
+        return [command, *options, "--", *names]
+    return [command, *names, *options]
+
+
 def many(name: str, values: Sequence[str] | None) -> list[str]:
     return [w for v in values or () for w in (name, v)]
 
@@ -288,7 +298,7 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
 
     async def show_session(name: Name) -> CallToolResult:
         """One session in full, its turns included: `spex show NAME --json`."""
-        return result(await run(["show", "--json", "--", name]))
+        return result(await run(typed("show", [name], ["--json"])))
 
     async def wait(
         names: Names,
@@ -305,7 +315,7 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         """Block until each session's current turn ends, then each turn's document:
         `spex wait NAMES --timeout T --json`. Exit code 1 (a tool error) when any
         turn did not end complete; each turn's rc and state are in the result."""
-        return result(await run(["wait", "--json", "--timeout", f"{timeout:g}s", "--", *names]))
+        return result(await run(typed("wait", names, ["--json", "--timeout", f"{timeout:g}s"])))
 
     async def read_log(
         name: Name,
@@ -329,14 +339,14 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         terminal (the agent's escape sequences removed)."""
         words = ["log", *option("--turn", turn), *(["--pretty"] if pretty else [])]
         words += [] if tail is None else ["--tail", str(tail)]
-        ran = await run([*words, "--", name])
+        ran = await run(typed(words[0], [name], words[1:]))
         return result(ran, readable(ran.stdout) if ran.code == 0 else None)
 
     async def show_wave(
         wave: Annotated[str, Field(description="A wave id, a prefix of one, or last.")] = "last",
     ) -> CallToolResult:
         """A fan-out wave and each of its legs: `spex wave WAVE --json`."""
-        return result(await run(["wave", "--json", "--", wave]))
+        return result(await run(typed("wave", [wave], ["--json"])))
 
     async def events_since(
         since: Annotated[
@@ -409,7 +419,7 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         words += option("--timeout", timeout) + option("--key", key)
         words += ["--strict"] * strict + ["--fresh"] * fresh
         words += [] if queue is None else ["--queue" if queue else "--no-queue"]
-        return result(await run([*words, "--", name], prompt.encode()))
+        return result(await run(typed(words[0], [name], words[1:]), prompt.encode()))
 
     async def stop(
         names: Names,
@@ -420,7 +430,7 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
     ) -> CallToolResult:
         """Abort each session's running turn and take no new turns until resume:
         `spex stop NAMES --json`. The conversation is kept."""
-        return result(await run(["stop", "--json", *option("--grace", grace), "--", *names]))
+        return result(await run(typed("stop", names, ["--json", *option("--grace", grace)])))
 
     async def resume(
         name: Name,
@@ -435,8 +445,8 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         `spex resume NAME [-f -] --json`."""
         words = ["resume", "--json", *(["--force"] if force else [])]
         if prompt is None:
-            return result(await run([*words, "--", name]))
-        return result(await run([*words, "-f", "-", "--", name], prompt.encode()))
+            return result(await run(typed(words[0], [name], words[1:])))
+        return result(await run(typed(words[0], [name], [*words[1:], "-f", "-"]), prompt.encode()))
 
     async def fanout(
         prompt: Prompt,
@@ -470,7 +480,7 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         words += option("--max-concurrent", None if max_concurrent is None else str(max_concurrent))
         words += option("--max-running", None if max_running is None else str(max_running))
         words += option("--key", key)
-        return result(await run([*words, "--", *(names or [])], prompt.encode()))
+        return result(await run(typed(words[0], names or [], words[1:]), prompt.encode()))
 
     tools: dict[str, Callable[..., Awaitable[CallToolResult]]] = {
         "list_sessions": list_sessions,
