@@ -105,6 +105,23 @@ def test_tools_with_typed_described_inputs_and_read_only_offers_only_reading(env
     assert env.run("ls", "-q").stdout == ""
 
 
+def test_the_global_home_reaches_every_call(env: Env) -> None:
+    """`spex --home DIR mcp` drives DIR's sessions, whatever SPEXSUP_HOME says."""
+    other = env.root / "other"
+    r = env.run("--home", str(other), "--create", "new", "o", "--harness", "demo")
+    assert r.returncode == 0, r.stderr
+    assert env.run("new", "mine", "--harness", "demo").returncode == 0
+
+    async def body(session: ClientSession) -> None:
+        listed = await session.call_tool("list_sessions", {})
+        assert listed.structured_content is not None
+        assert [s["name"] for s in listed.structured_content["result"]] == ["o"]
+
+    drive(env, body, "--home", str(other))  # anywhere on the line, as every command takes it
+    r = env.run("--home", str(env.root / "nowhere"), "mcp")
+    assert r.returncode == 2 and r.stderr.startswith("spex: ") and r.stderr.count("\n") == 1
+
+
 def test_wake_wait_read_log_are_the_cli_documents(env: Env) -> None:
     assert env.run("new", "d", "--harness", "demo").returncode == 0
     got: dict[str, Any] = {}
