@@ -434,3 +434,63 @@ def test_an_opencode_model_it_does_not_know_is_named(real: Env, model: ModelServ
     turn = finish(real, "o", v)
     assert turn["state"] == "failed" and turn["cause"] == "model-not-found", turn
     assert turn["error"].startswith(f"Model not found: fake/{realclis.MODEL}x."), turn
+
+
+def test_claude_drives_spex_mcp_and_wakes_another_session(real: Env, model: ModelServer) -> None:
+    """Issue 28: claude, given `spex mcp` as an MCP server (--mcp-config), is
+    scripted by the model server to call its `wake` tool (mcp__spex__wake):
+    the other session, on the demo harness, runs a turn that completes, and
+    claude gets the verdict document back as the tool's result."""
+    from conftest import SPEX
+
+    assert real.run("new", "target", "--harness", "demo").returncode == 0
+    wake = {"name": "target", "prompt": "woken by claude 'via' MCP", "window": 20}
+    model.push(Reply.call("mcp__spex__wake", wake), Reply.answer("target is awake"))
+    keep = ("SPEXSUP_HOME", "SPEXSUP_TMUX", "TMUX_TMPDIR", "SPEXSUP_DEMO_DELAY", "PATH", "HOME")
+    servers = {
+        "mcpServers": {
+            "spex": {
+                "type": "stdio",
+                "command": SPEX,
+                "args": ["mcp"],
+                "env": {k: real.vars[k] for k in keep if k in real.vars},
+            }
+        }
+    }
+    config = real.root / "mcp.json"
+    config.write_text(json.dumps(servers))
+    repo = real.root / "repo-agent"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    env = realclis.setup("claude", Path(real.vars["HOME"]), model.url)
+    r = real.run(
+        "new", "agent", "--harness", "claude", "--cwd", str(repo),
+        *[f"--env={k}={v}" for k, v in env.items() if v],
+        "--", "--mcp-config", str(config), "--strict-mcp-config",
+        "--allowedTools", "mcp__spex__wake",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    _code, v = wake_json(real, "agent", "wake the target session", "--window", WINDOW)
+    report("claude via spex mcp", real, "agent", v)
+    turn = finish(real, "agent", v)
+    assert (turn["state"], turn["rc"]) == ("complete", 0), turn
+    offered = model.main_requests()[0].tool_names()
+    assert "mcp__spex__wake" in offered and "mcp__spex__list_sessions" in offered, offered
+    target = show(real, "target")
+    assert target["turn"] is not None and target["turn"]["state"] == "complete", target
+    assert "woken by claude 'via' MCP" in real.run("log", "target").stdout
+    # The tool's result, as claude sent it back to the model: the wake's
+    # verdict document (claude passes on the structured content).
+    last = model.last_main()
+    assert last is not None
+    results = [
+        block["content"]
+        for message in last.messages()
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]
+    assert len(results) == 1, results
+    verdict = json.loads(results[0] if isinstance(results[0], str) else results[0][0]["text"])
+    assert verdict["schema_version"] == 1 and verdict["verdict"] == "completed", verdict
+    assert verdict["turn"] == target["turn"]["id"], (verdict, target["turn"])

@@ -64,6 +64,7 @@ COMMANDS = (
     Command("events", "events"),
     Command("hooks", "events"),
     Command("status-line", "events"),
+    Command("mcp", "mcp_door"),
     Command("completion", "sessions"),
     Command("diff", "worktree"),
     Command("keep", "worktree"),

@@ -161,6 +161,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
         },
     ),
     "status-line": ((), {"--format": None}),
+    "mcp": ((), {}),
     "prune": ((), {"--older-than": None, "--session": "session"}),
     "du": ((), {}),
     "diff": (("session",), {"--turn": "turn"}),

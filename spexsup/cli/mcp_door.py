@@ -1,0 +1,49 @@
+"""`spex mcp`: serve the Model Context Protocol over stdio (spexsup.doors.mcp_server).
+
+The server and the SDK under it (mcp, pydantic, starlette, anyio) are
+imported inside the command: no other command pays for them.
+"""
+
+import sys
+from typing import Annotated
+
+import typer
+
+from spexsup.cli.app import app, open_spex
+
+
+@app.command("mcp")
+def mcp_command(
+    ctx: typer.Context,
+    read_only: Annotated[
+        bool,
+        typer.Option(
+            "--read-only",
+            help="Offer only the reading tools (list_sessions, show_session, wait, read_log,"
+            " show_wave, events_since) and the logs: no wake, stop, resume or fanout.",
+        ),
+    ] = False,
+) -> None:
+    """Serve spex to an agent over MCP (stdio): its tools answer as `spex … --json` does.
+
+    Tools: list_sessions, show_session, wake, wait, read_log, stop, resume,
+    fanout, show_wave, events_since; resources: each session's log
+    (spex://sessions/NAME/log). Each tool runs the command it names and
+    returns its JSON document; a refusal or failure is a tool error with
+    spex's message and exit code. It serves until stdin closes.
+
+    \b
+    Examples:
+      claude mcp add spex -- spex mcp
+      codex mcp add spex -- spex mcp --read-only
+      spex --home ~/agents mcp
+    """
+    spex = open_spex(ctx)  # a broken home or config.toml fails here, before serving
+    options = ["--home", str(spex.home)]
+    if getattr(sys.modules.get("spexsup.spex"), "NO_HOOKS", False):
+        options.append("--no-hooks")
+    from spexsup.doors.mcp_server import serve
+
+    code = serve(options, read_only=read_only)
+    if code:
+        raise typer.Exit(code)

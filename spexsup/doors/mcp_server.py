@@ -1,0 +1,533 @@
+"""`spex mcp`: the Model Context Protocol over stdio, on the official SDK's MCPServer.
+
+Every tool runs the CLI itself, `spex … --json` in a process of its own,
+and hands back what it printed: the same documents (`schema_version`
+included), the same one-line message and exit code for a refusal or a
+failure (as a tool error, `isError: true`), and the same admission, bounds
+and byte-exact prompt delivery (the prompt goes on stdin, `-f -`). Nothing
+here decides anything. Why a process per call rather than the core in
+process: wake, wait, stop and fanout install signal handlers and block,
+which the event loop's thread cannot do; each call is then as independent,
+as interruptible (SIGTERM, the CLI's own clean-up) and as bounded as a
+command a person types, and no second way to build a document exists.
+
+A call the client cancels, or one in flight when the server ends (stdin
+closed, SIGINT, SIGTERM), sends its `spex` SIGTERM, which it handles as it
+does a Ctrl-C, and SIGKILL `STOP_GRACE` seconds later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import anyio
+from anyio.abc import ByteReceiveStream, Process
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    INTERNAL_ERROR,
+    CallToolResult,
+    ContentBlock,
+    Resource,
+    TextContent,
+    ToolAnnotations,
+)
+from pydantic import Field
+
+from spexsup import __version__
+from spexsup.pane.pretty import TerminalText
+
+# What `--read-only` offers; the others change something and are not offered at all.
+READING = ("list_sessions", "show_session", "wait", "read_log", "show_wave", "events_since")
+CHANGING = ("wake", "stop", "resume", "fanout")
+# A cancelled call's spex gets this long after SIGTERM (a fan-out's own hard exit is 8 s).
+STOP_GRACE = 10.0
+# The longest `wait` a client may ask for, in seconds.
+MAX_WAIT = 3600
+LOG_URI = "spex://sessions/{name}/log"
+
+INSTRUCTIONS = """\
+spex supervises coding-agent sessions in tmux panes. wake starts a turn and
+returns its verdict (confirmed: still running, completed, failed with the
+reason); wait blocks until turns end; read_log shows a turn's output. Each
+tool returns the JSON document `spex … --json` prints; a refusal or failure
+is a tool error carrying spex's one-line message and its exit code (1
+failed, 2 invalid input, 3 refused, 124 timed out)."""
+
+Duration = str | float
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What one `spex` command did: its exit code and both outputs, as bytes."""
+
+    code: int
+    stdout: bytes
+    stderr: bytes
+
+
+class Runner:
+    """Runs `spex WORDS…` as the server was started: the same interpreter,
+    environment, `--home` and `--no-hooks`."""
+
+    def __init__(self, options: Sequence[str]) -> None:
+        self.argv = [sys.executable, "-m", "spexsup", *options]
+
+    async def run(self, words: Sequence[str], stdin: bytes | None = None) -> Ran:
+        """Run to the end; `stdin` (a prompt) is written whole, then closed.
+        Never the server's own stdin or stdout, which carry the protocol."""
+        process = await anyio.open_process(
+            [*self.argv, *words],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        out, err = bytearray(), bytearray()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_feed, process, stdin or b"")
+                assert process.stdout is not None and process.stderr is not None
+                tg.start_soon(_drain, process.stdout, out)
+                tg.start_soon(_drain, process.stderr, err)
+            code = await process.wait()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await _end(process)
+            raise
+        await process.aclose()
+        return Ran(code, bytes(out), bytes(err))
+
+
+async def _feed(process: Process, data: bytes) -> None:
+    assert process.stdin is not None
+    try:
+        if data:
+            await process.stdin.send(data)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        pass  # it exited (refused) before reading it all: its exit says why
+    finally:
+        await process.stdin.aclose()
+
+
+async def _drain(stream: ByteReceiveStream, into: bytearray) -> None:
+    async for chunk in stream:
+        into += chunk
+
+
+async def _end(process: Process) -> None:
+    """SIGTERM (the CLI cleans up as on Ctrl-C), SIGKILL after STOP_GRACE."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        with anyio.move_on_after(STOP_GRACE):
+            await process.wait()
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+    await process.aclose()
+
+
+# --- what a tool returns ------------------------------------------------------
+
+
+def documents(stdout: str, json_lines: bool = False) -> Any:
+    """The JSON `spex --json` printed: one document (an object or a list),
+    or with `json_lines` a list of one document a line. None if not JSON."""
+    try:
+        if json_lines:
+            return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+        return json.loads(stdout) if stdout.strip() else None
+    except ValueError:
+        return None
+
+
+def message(ran: Ran, doc: Any) -> str:
+    """The CLI's own words for a refusal or failure: its `spex: …` lines on
+    stderr, else (a wake's failed verdict says it only in the document) the
+    document's `error`."""
+    said = ran.stderr.decode("utf-8", "replace").strip()
+    if said:
+        return said
+    if isinstance(doc, dict) and doc.get("error"):
+        return f"spex: {doc['error']}"
+    return "spex: not every turn ended complete" if isinstance(doc, list) else "spex: failed"
+
+
+def result(ran: Ran, text: str | None = None, *, json_lines: bool = False) -> CallToolResult:
+    """A tool's answer: the output as the CLI printed it (or `text`), and the
+    document as structured content (a list as `{"result": [...]}`, the SDK's
+    form: structured content is an object); a non-zero exit is a tool error
+    whose first text is the message and the exit code."""
+    out = ran.stdout.decode("utf-8", "replace")
+    doc = documents(out, json_lines)
+    content: list[ContentBlock] = [
+        TextContent(type="text", text=(out if text is None else text).rstrip("\n"))
+    ]
+    if ran.code != 0:
+        said = f"{message(ran, doc)} (exit code {ran.code})"
+        content.insert(0, TextContent(type="text", text=said))
+    elif ran.stderr.strip():  # notes and warnings
+        content.append(TextContent(type="text", text=ran.stderr.decode("utf-8", "replace")))
+    content = [c for c in content if not isinstance(c, TextContent) or c.text]
+    structured = {"result": doc} if isinstance(doc, list) else doc
+    if ran.code != 0 and structured is None:
+        # A command with no --json (log): its line, as --json would have put it.
+        line = message(ran, doc).partition("\n")[0].removeprefix("spex: ")
+        structured = {"schema_version": 1, "ok": False, "error": line, "exit_code": ran.code}
+    return CallToolResult(
+        content=content,
+        structured_content=structured if isinstance(structured, dict) else None,
+        is_error=ran.code != 0,
+    )
+
+
+def readable(data: bytes) -> str:
+    """A turn's output as `spex log` shows it on a terminal, without colours:
+    the agent's escapes and controls removed, newlines and tabs kept."""
+    return TerminalText(colours=False).feed(data, final=True).decode("utf-8", "replace")
+
+
+def duration(value: Duration) -> str:
+    return f"{value:g}" if isinstance(value, float | int) else value
+
+
+def option(name: str, value: Duration | None) -> list[str]:
+    return [] if value is None else [name, duration(value)]
+
+
+def typed(command: str, names: Sequence[str], options: Sequence[str]) -> list[str]:
+    """`COMMAND NAME… OPTIONS…` as a person types it: a `HOST:NAME` there is
+    run on its host by the CLI's router, which reads names before `--`. A
+    name that starts with `-` goes after `--`, where the CLI refuses it as a
+    name rather than reading it as an option."""
+    if any(n.startswith("-") for n in names):
+        return [command, *options, "--", *names]
+    return [command, *names, *options]
+
+
+def many(name: str, values: Sequence[str] | None) -> list[str]:
+    return [w for v in values or () for w in (name, v)]
+
+
+# --- the server -----------------------------------------------------------------
+
+DURATION_HELP = "a duration: 5 (seconds), 90s, 15m, 2h"
+Name = Annotated[str, Field(description="The session's name (HOST:NAME for another host).")]
+Names = Annotated[list[str], Field(description="Session names.", min_length=1)]
+Prompt = Annotated[
+    str, Field(description="The prompt, delivered byte for byte (UTF-8), at most 1 MiB.")
+]
+Window = Annotated[
+    Duration | None,
+    Field(description=f"How long to watch the start before the verdict ({DURATION_HELP})."),
+]
+Timeout = Annotated[
+    str | None, Field(description=f"The turn's time limit ({DURATION_HELP}; up to 7d).")
+]
+
+
+class SpexServer(MCPServer[Any]):
+    """MCPServer whose resources are the sessions' logs, listed as they are now."""
+
+    def __init__(self, runner: Runner, read_only: bool) -> None:
+        super().__init__(
+            "spex", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
+        )
+        self.runner = runner
+        self.read_only = read_only
+
+    async def list_resources(self) -> list[Resource]:
+        ran = await self.runner.run(["ls", "--json"])
+        doc = documents(ran.stdout.decode("utf-8", "replace"))
+        if ran.code != 0 or not isinstance(doc, list):
+            raise MCPError(INTERNAL_ERROR, message(ran, doc))
+        return [
+            Resource(
+                uri=LOG_URI.format(name=s["name"]),
+                name=f"{s['name']} log",
+                title=f"{s['name']}: its current turn's output",
+                description=f"The output of session {s['name']}'s current or last turn"
+                f" ({s['state']}), as spex log shows it.",
+                mime_type="text/plain",
+            )
+            for s in doc
+            if isinstance(s, dict) and isinstance(s.get("name"), str)
+        ]
+
+
+def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
+    """The server with its tools: all of them, or with `read_only` only READING."""
+    server = SpexServer(runner, read_only)
+    run = runner.run
+    reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+    @server.resource(
+        LOG_URI,
+        name="session log",
+        description="The output of a session's current or last turn, as spex log shows it.",
+        mime_type="text/plain",
+    )
+    async def session_log(name: str) -> str:
+        ran = await run(["log", name])
+        if ran.code != 0:
+            raise ResourceError(message(ran, None))
+        return readable(ran.stdout)
+
+    async def list_sessions(
+        match: Annotated[
+            str | None, Field(description="Only sessions whose name matches this glob.")
+        ] = None,
+        state: Annotated[
+            str | None,
+            Field(description="Only sessions in this state (idle, running, failed, stopped…)."),
+        ] = None,
+    ) -> CallToolResult:
+        """Every session with its state and current or last turn: `spex ls --json`."""
+        return result(
+            await run(["ls", "--json", *option("--match", match), *option("--state", state)])
+        )
+
+    async def show_session(name: Name) -> CallToolResult:
+        """One session in full, its turns included: `spex show NAME --json`."""
+        return result(await run(typed("show", [name], ["--json"])))
+
+    async def wait(
+        names: Names,
+        timeout: Annotated[
+            float,
+            Field(
+                description="Give up after this many seconds: a tool error with exit code 124,"
+                " as spex wait --timeout says it; the turns run on.",
+                ge=0,
+                le=MAX_WAIT,
+            ),
+        ] = 60,
+    ) -> CallToolResult:
+        """Block until each session's current turn ends, then each turn's document:
+        `spex wait NAMES --timeout T --json`. Exit code 1 (a tool error) when any
+        turn did not end complete; each turn's rc and state are in the result."""
+        return result(await run(typed("wait", names, ["--json", "--timeout", f"{timeout:g}s"])))
+
+    async def read_log(
+        name: Name,
+        tail: Annotated[
+            int | None,
+            Field(description="Only the last N lines (null: the whole output).", ge=0),
+        ] = 200,
+        pretty: Annotated[
+            bool,
+            Field(
+                description="Render claude/codex/opencode/pi JSON events as text: assistant"
+                " text, one line per tool call, errors marked (as spex log --pretty)."
+            ),
+        ] = False,
+        turn: Annotated[
+            str | None,
+            Field(description="Another turn: an id, a prefix of one, last or last~N."),
+        ] = None,
+    ) -> CallToolResult:
+        """A turn's output, as `spex log NAME [--tail N] [--pretty]` shows it on a
+        terminal (the agent's escape sequences removed)."""
+        words = ["log", *option("--turn", turn), *(["--pretty"] if pretty else [])]
+        words += [] if tail is None else ["--tail", str(tail)]
+        ran = await run(typed(words[0], [name], words[1:]))
+        return result(ran, readable(ran.stdout) if ran.code == 0 else None)
+
+    async def show_wave(
+        wave: Annotated[str, Field(description="A wave id, a prefix of one, or last.")] = "last",
+    ) -> CallToolResult:
+        """A fan-out wave and each of its legs: `spex wave WAVE --json`."""
+        return result(await run(typed("wave", [wave], ["--json"])))
+
+    async def events_since(
+        since: Annotated[
+            str | None,
+            Field(
+                description="After this event id (the last id you saw), or those of the last"
+                " DURATION (15m), or since an ISO time; null: from the oldest kept."
+            ),
+        ] = None,
+        session: Annotated[
+            list[str] | None, Field(description="Only events of these sessions.")
+        ] = None,
+        kind: Annotated[
+            list[str] | None,
+            Field(description="Only events of these kinds (launched, completed, failed…)."),
+        ] = None,
+        limit: Annotated[
+            int,
+            Field(
+                description="At most this many events, the oldest first; call again with"
+                " since = the last id for the next ones.",
+                ge=1,
+                le=10000,
+            ),
+        ] = 500,
+    ) -> CallToolResult:
+        """The event log after a point: `spex events --since ID --json`, one
+        document per event (a `pruned` one first if events after ID were pruned)."""
+        words = ["events", "--json", *option("--since", since)]
+        ran = await run([*words, *many("--session", session), *many("--kind", kind)])
+        if ran.code != 0:
+            return result(ran)  # the failure document
+        lines = ran.stdout.splitlines(keepends=True)
+        kept = Ran(ran.code, b"".join(lines[:limit]), ran.stderr)
+        answer = result(kept, json_lines=True)
+        if len(lines) > limit:
+            last = documents(lines[limit - 1].decode("utf-8", "replace"))
+            after = last.get("id") if isinstance(last, dict) else None
+            more = f"{len(lines) - limit} more: call again with since={after}"
+            answer.content.append(TextContent(type="text", text=more))
+        return answer
+
+    async def wake(
+        name: Name,
+        prompt: Prompt,
+        window: Window = None,
+        timeout: Timeout = None,
+        strict: Annotated[
+            bool,
+            Field(description="Any outcome flag (a denied tool, max turns…) fails the turn."),
+        ] = False,
+        fresh: Annotated[
+            bool, Field(description="Start a new conversation instead of resuming.")
+        ] = False,
+        key: Annotated[
+            str | None,
+            Field(description="Idempotent: a second wake with the same key starts nothing."),
+        ] = None,
+        queue: Annotated[
+            bool | None,
+            Field(
+                description="If busy, keep the prompt and launch it when the session may go"
+                " (verdict queued). null: the session's or config.toml's default."
+            ),
+        ] = None,
+    ) -> CallToolResult:
+        """Start a turn and return its verdict (confirmed, completed, failed,
+        queued): `spex wake NAME -f - --json`, the prompt on stdin."""
+        words = ["wake", "-f", "-", "--json", *option("--window", window)]
+        words += option("--timeout", timeout) + option("--key", key)
+        words += ["--strict"] * strict + ["--fresh"] * fresh
+        words += [] if queue is None else ["--queue" if queue else "--no-queue"]
+        return result(await run(typed(words[0], [name], words[1:]), prompt.encode()))
+
+    async def stop(
+        names: Names,
+        grace: Annotated[
+            Duration | None,
+            Field(description=f"SIGTERM, then SIGKILL after this long ({DURATION_HELP})."),
+        ] = None,
+    ) -> CallToolResult:
+        """Abort each session's running turn and take no new turns until resume:
+        `spex stop NAMES --json`. The conversation is kept."""
+        return result(await run(typed("stop", names, ["--json", *option("--grace", grace)])))
+
+    async def resume(
+        name: Name,
+        prompt: Annotated[
+            str | None, Field(description="Then wake it with this prompt (byte for byte).")
+        ] = None,
+        force: Annotated[
+            bool, Field(description="Resume even if an old turn may still run.")
+        ] = False,
+    ) -> CallToolResult:
+        """Let a stopped session take turns again; with a prompt, also wake it:
+        `spex resume NAME [-f -] --json`."""
+        words = ["resume", "--json", *(["--force"] if force else [])]
+        if prompt is None:
+            return result(await run(typed(words[0], [name], words[1:])))
+        return result(await run(typed(words[0], [name], [*words[1:], "-f", "-"]), prompt.encode()))
+
+    async def fanout(
+        prompt: Prompt,
+        names: Annotated[list[str] | None, Field(description="Sessions to wake.")] = None,
+        match: Annotated[
+            str | None, Field(description="Every session whose name matches this glob.")
+        ] = None,
+        all_sessions: Annotated[bool, Field(description="Every session.")] = False,
+        window: Window = None,
+        timeout: Timeout = None,
+        strict: Annotated[
+            bool | None, Field(description="Any outcome flag fails the turn.")
+        ] = None,
+        fresh: Annotated[bool, Field(description="Start new conversations.")] = False,
+        wait: Annotated[bool, Field(description="Also wait for every turn to end.")] = False,
+        max_concurrent: Annotated[int | None, Field(description="Launches at once.", ge=1)] = None,
+        max_running: Annotated[
+            int | None,
+            Field(description="At most N legs running at once; the others queue.", ge=1),
+        ] = None,
+        key: Annotated[
+            str | None, Field(description="Idempotent: the same key starts no leg twice.")
+        ] = None,
+    ) -> CallToolResult:
+        """Wake many sessions with one prompt, a wave with a verdict per leg:
+        `spex fanout NAMES… -f - --json`."""
+        words = ["fanout", "-f", "-", "--json", *option("--match", match)]
+        words += ["--all"] * all_sessions + ["--fresh"] * fresh + ["--wait"] * wait
+        words += option("--window", window) + option("--timeout", timeout)
+        words += [] if strict is None else ["--strict" if strict else "--no-strict"]
+        words += option("--max-concurrent", None if max_concurrent is None else str(max_concurrent))
+        words += option("--max-running", None if max_running is None else str(max_running))
+        words += option("--key", key)
+        return result(await run(typed(words[0], names or [], words[1:]), prompt.encode()))
+
+    tools: dict[str, Callable[..., Awaitable[CallToolResult]]] = {
+        "list_sessions": list_sessions,
+        "show_session": show_session,
+        "wait": wait,
+        "read_log": read_log,
+        "show_wave": show_wave,
+        "events_since": events_since,
+        "wake": wake,
+        "stop": stop,
+        "resume": resume,
+        "fanout": fanout,
+    }
+    changes = {
+        "wake": ToolAnnotations(destructive_hint=False, open_world_hint=False),
+        "stop": ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False),
+        "resume": ToolAnnotations(destructive_hint=False, open_world_hint=False),
+        "fanout": ToolAnnotations(destructive_hint=False, open_world_hint=False),
+    }
+    for name in (*READING, *(() if read_only else CHANGING)):
+        server.add_tool(tools[name], name=name, annotations=changes.get(name, reads))
+    return server
+
+
+def serve(options: Sequence[str], *, read_only: bool = False) -> int:
+    """Serve on stdin/stdout until the client closes stdin (0) or a SIGINT or
+    SIGTERM (130, 143); `options` are the global ones each `spex` gets."""
+    server = build(Runner(options), read_only=read_only)
+    code = 0
+
+    async def main() -> None:
+        nonlocal code
+        async with anyio.create_task_group() as tg:
+
+            async def on_signal() -> None:
+                nonlocal code
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for signum in signals:
+                        code = 128 + signum
+                        tg.cancel_scope.cancel()
+
+            tg.start_soon(on_signal)
+            await server.run_stdio_async()
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    return code
+
+
+__all__ = ["CHANGING", "READING", "Runner", "build", "serve"]

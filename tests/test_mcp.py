@@ -1,0 +1,311 @@
+"""`spex mcp`, driven by the MCP SDK's own client over stdio, as an agent drives it.
+
+Each test starts the installed `spex mcp` under the test's home and tmux
+socket and compares what a tool returns with what `spex … --json` prints
+for the same thing: the same documents, the same message and exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+from conftest import SPEX, Env, harness, retry_until
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.types import CallToolResult, TextContent
+
+from spexsup.doors.mcp_server import CHANGING, READING
+
+TRICKY = "say \"hi\" 'there'\n$(touch /tmp/nope) `id` -lead\ttab é ✓ \\ {x}\n\nend"
+
+
+@asynccontextmanager
+async def connected(env: Env, *options: str) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(command=SPEX, args=["mcp", *options], env=env.vars)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+def drive(env: Env, body: Callable[[ClientSession], Awaitable[None]], *options: str) -> None:
+    async def main() -> None:
+        async with connected(env, *options) as session:
+            await body(session)
+
+    anyio.run(main)
+
+
+def texts(result: CallToolResult) -> list[str]:
+    return [c.text for c in result.content if isinstance(c, TextContent)]
+
+
+def cli(env: Env, *args: str, input: bytes | None = None) -> tuple[int, Any]:
+    r = env.run(*args, input=input)
+    return r.returncode, json.loads(r.stdout) if r.stdout.strip() else None
+
+
+def lines(env: Env, *args: str) -> list[Any]:
+    return [json.loads(line) for line in env.run(*args).stdout.splitlines()]
+
+
+def test_the_cli_start_up_imports_no_sdk(env: Env) -> None:
+    """`spex --help` builds every command, `spex mcp`'s too, and imports none
+    of the SDK's stack: it loads only inside `spex mcp`."""
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "spexsup", "--help"],
+        capture_output=True,
+        text=True,
+        env=env.vars,
+        check=True,
+    )
+    assert "  mcp  " in r.stdout
+    loaded = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in r.stderr.splitlines()}
+    assert "spexsup" in loaded
+    heavy = {"mcp", "mcp_types", "pydantic", "pydantic_core", "anyio", "starlette", "uvicorn"}
+    assert loaded & heavy == set()
+
+
+def test_tools_with_typed_described_inputs_and_read_only_offers_only_reading(env: Env) -> None:
+    async def every(session: ClientSession) -> None:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert set(tools) == {*READING, *CHANGING}
+        for tool in tools.values():
+            assert tool.description, tool.name
+            for name, prop in tool.input_schema["properties"].items():
+                assert prop.get("description"), (tool.name, name)
+        wake = tools["wake"].input_schema
+        assert set(wake["required"]) == {"name", "prompt"}
+        assert {"window", "timeout", "strict", "fresh", "key", "queue"} <= set(wake["properties"])
+        wait = tools["wait"].input_schema["properties"]["timeout"]
+        assert (wait["type"], wait["maximum"]) == ("number", 3600)
+        assert tools["list_sessions"].annotations is not None
+        assert tools["list_sessions"].annotations.read_only_hint is True
+        assert tools["stop"].annotations is not None
+        assert tools["stop"].annotations.destructive_hint is True
+
+    async def reading(session: ClientSession) -> None:
+        tools = {t.name for t in (await session.list_tools()).tools}
+        assert tools == set(READING)
+        for name in CHANGING:
+            refused = await session.call_tool(name, {"name": "d", "prompt": "hi"})
+            assert refused.is_error and "Unknown tool" in texts(refused)[0], name
+        listed = await session.call_tool("list_sessions", {})
+        assert not listed.is_error and listed.structured_content == {"result": []}
+
+    drive(env, every)
+    drive(env, reading, "--read-only")
+    assert env.run("ls", "-q").stdout == ""
+
+
+def test_the_global_home_reaches_every_call(env: Env) -> None:
+    """`spex --home DIR mcp` drives DIR's sessions, whatever SPEXSUP_HOME says."""
+    other = env.root / "other"
+    r = env.run("--home", str(other), "--create", "new", "o", "--harness", "demo")
+    assert r.returncode == 0, r.stderr
+    assert env.run("new", "mine", "--harness", "demo").returncode == 0
+
+    async def body(session: ClientSession) -> None:
+        listed = await session.call_tool("list_sessions", {})
+        assert listed.structured_content is not None
+        assert [s["name"] for s in listed.structured_content["result"]] == ["o"]
+
+    drive(env, body, "--home", str(other))  # anywhere on the line, as every command takes it
+    r = env.run("--home", str(env.root / "nowhere"), "mcp")
+    assert r.returncode == 2 and r.stderr.startswith("spex: ") and r.stderr.count("\n") == 1
+
+
+def test_wake_wait_read_log_are_the_cli_documents(env: Env) -> None:
+    assert env.run("new", "d", "--harness", "demo").returncode == 0
+    got: dict[str, Any] = {}
+
+    async def body(session: ClientSession) -> None:
+        woke = await session.call_tool("wake", {"name": "d", "prompt": "hi", "window": 0.1})
+        assert not woke.is_error, texts(woke)
+        got["wake"] = woke.structured_content
+        assert json.loads(texts(woke)[0]) == woke.structured_content  # the line it printed
+        waited = await session.call_tool("wait", {"names": ["d"], "timeout": 30})
+        assert not waited.is_error, texts(waited)
+        got["wait"] = waited.structured_content
+        logged = await session.call_tool("read_log", {"name": "d", "tail": 2})
+        assert not logged.is_error and logged.structured_content is None
+        got["log"] = texts(logged)[0]
+        shown = await session.call_tool("show_session", {"name": "d"})
+        got["show"] = shown.structured_content
+        listed = await session.call_tool("list_sessions", {"match": "d*"})
+        got["ls"] = listed.structured_content
+
+    drive(env, body)
+    wake = got["wake"]
+    assert wake["schema_version"] == 1 and wake["ok"] is True and wake["session"] == "d"
+    assert wake["verdict"] == "confirmed", wake
+    # The same shape as the CLI's own wake prints, field for field.
+    assert env.run("new", "e", "--harness", "demo").returncode == 0
+    code, mine = cli(env, "wake", "e", "hi", "--window", "0.1", "--json")
+    assert code == 0 and list(mine) == list(wake)
+    # The turn has ended: the CLI's documents of it now are the tool's.
+    assert got["wait"] == {"result": cli(env, "wait", "d", "--json")[1]}
+    (ended,) = got["wait"]["result"]
+    assert (ended["turn"], ended["state"], ended["rc"]) == (wake["turn"], "complete", 0)
+    assert got["log"] == env.run("log", "d", "--tail", "2").stdout.rstrip("\n")
+    assert got["log"].startswith("... writing the answer\nanswer: done with 'hi'")
+    assert got["show"] == cli(env, "show", "d", "--json")[1]
+    assert got["ls"] == {"result": [cli(env, "ls", "d", "--json")[1][0]]}
+
+
+def test_refusals_and_bad_input_are_tool_errors_with_the_cli_message_and_code(
+    env: Env,
+) -> None:
+    assert env.run("new", "d", "--harness", "demo").returncode == 0
+    assert env.run("new", "slow", "--", "bash", "-c", "sleep 30").returncode == 0
+    assert env.run("stop", "d").returncode == 0
+    assert cli(env, "wake", "slow", "x", "--window", "0.2", "--json")[0] == 0
+    calls: list[tuple[str, dict[str, Any], list[str], int]] = [
+        ("wake", {"name": "d", "prompt": "hi"}, ["wake", "d", "hi"], 3),
+        ("wake", {"name": "nosuch", "prompt": "hi"}, ["wake", "nosuch", "hi"], 3),
+        ("wake", {"name": "bad/name", "prompt": "hi"}, ["wake", "bad/name", "hi"], 2),
+        ("wake", {"name": "slow", "prompt": "hi"}, ["wake", "slow", "hi"], 3),
+        ("wake", {"name": "d", "prompt": "x", "window": "a"}, ["wake", "d", "x", "--window=a"], 2),
+        ("show_session", {"name": "nosuch"}, ["show", "nosuch"], 3),
+        ("wait", {"names": ["slow"], "timeout": 0.2}, ["wait", "slow", "--timeout", "0.2"], 124),
+        ("read_log", {"name": "nosuch"}, ["log", "nosuch"], 3),
+        ("show_wave", {"wave": "nosuch"}, ["wave", "nosuch"], 3),
+        ("events_since", {"since": "yesterday"}, ["events", "--since", "yesterday"], 2),
+        # HOST:NAME reaches the CLI's router, as typed; a dashed name is a name.
+        ("wake", {"name": "box1:d", "prompt": "hi"}, ["wake", "box1:d", "hi"], 2),
+        ("show_session", {"name": "box1:d"}, ["show", "box1:d"], 2),
+        ("stop", {"names": ["d", "box1:d"]}, ["stop", "d", "box1:d"], 2),
+        ("show_session", {"name": "-d"}, ["show", "--json", "--", "-d"], 2),
+    ]  # fmt: skip
+    answers: list[CallToolResult] = []
+
+    async def body(session: ClientSession) -> None:
+        for tool, arguments, _, _ in calls:
+            answers.append(await session.call_tool(tool, arguments))
+        # Busy, with queue: the prompt is kept (exit 0), as wake --queue keeps it.
+        queued = await session.call_tool("wake", {"name": "slow", "prompt": "hi", "queue": True})
+        assert not queued.is_error and queued.structured_content is not None, texts(queued)
+        assert queued.structured_content["verdict"] == "queued"
+        # A bad argument's type never reaches spex: the SDK's validation says so.
+        typed = await session.call_tool("wait", {"names": ["d"], "timeout": 99999})
+        assert typed.is_error and "timeout" in texts(typed)[0]
+
+    drive(env, body)
+    for (tool, _, words, code), answer in zip(calls, answers, strict=True):
+        r = env.run(*words) if "--json" in words else env.run(*words, "--json")
+        assert r.returncode == code, (words, r.stderr)
+        line = r.stderr.strip()
+        assert line.startswith("spex: ") and line.count("\n") == 0, line
+        assert answer.is_error, (tool, texts(answer))
+        assert texts(answer)[0] == f"{line} (exit code {code})", (tool, texts(answer))
+        doc = answer.structured_content
+        assert doc == {**json.loads(r.stdout), "exit_code": code}, (tool, doc)
+        assert doc["ok"] is False and doc["exit_code"] == code
+
+
+def test_a_prompt_arrives_byte_exact_through_wake_resume_and_fanout(env: Env) -> None:
+    record = [sys.executable, harness("record.py")]
+    for name in ("r1", "r2", "r3"):
+        out = env.root / name
+        r = env.run("new", name, "--env", f"RECORD_TO={out}", "--", *record)
+        assert r.returncode == 0, r.stderr
+
+    async def body(session: ClientSession) -> None:
+        woke = await session.call_tool("wake", {"name": "r1", "prompt": TRICKY, "window": 10})
+        assert not woke.is_error and woke.structured_content is not None, texts(woke)
+        assert woke.structured_content["verdict"] == "completed", texts(woke)
+        await session.call_tool("stop", {"names": ["r2"]})
+        resumed = await session.call_tool(
+            "resume", {"name": "r2", "prompt": TRICKY + "!", "force": False}
+        )
+        assert not resumed.is_error, texts(resumed)
+        fanned = await session.call_tool(
+            "fanout", {"names": ["r3"], "prompt": "-" + TRICKY, "window": 10, "wait": True}
+        )
+        assert not fanned.is_error, texts(fanned)
+        doc = fanned.structured_content
+        assert doc is not None and [leg["session"] for leg in doc["legs"]] == ["r3"]
+
+    drive(env, body)
+    assert (env.root / "r1").read_bytes() == TRICKY.encode()
+    assert retry_until(lambda: (env.root / "r2").exists())
+    assert (env.root / "r2").read_bytes() == (TRICKY + "!").encode()
+    assert (env.root / "r3").read_bytes() == ("-" + TRICKY).encode()
+    assert not (env.root.parent / "nope").exists()
+
+
+def test_resources_are_each_sessions_log_and_events_page_by_id(env: Env) -> None:
+    for name in ("a", "b"):
+        assert env.run("new", name, "--harness", "demo").returncode == 0
+    assert cli(env, "wake", "a", "hello", "--window", "10", "--json")[0] == 0
+    first = json.loads(env.run("events", "--json").stdout.splitlines()[0])["id"]
+    got: dict[str, Any] = {}
+
+    async def body(session: ClientSession) -> None:
+        listed = (await session.list_resources()).resources
+        got["uris"] = [str(r.uri) for r in listed]
+        assert all(r.mime_type == "text/plain" for r in listed)
+        read = await session.read_resource("spex://sessions/a/log")
+        got["log"] = [c.text for c in read.contents if hasattr(c, "text")]
+        events = await session.call_tool("events_since", {"since": str(first), "limit": 2})
+        got["events"] = events.structured_content
+        got["more"] = texts(events)[-1]
+        everything = await session.call_tool("events_since", {"session": ["a"]})
+        got["all"] = everything.structured_content
+        with pytest.raises(Exception, match="no session named 'zz'"):
+            await session.read_resource("spex://sessions/zz/log")
+
+    drive(env, body)
+    assert got["uris"] == ["spex://sessions/a/log", "spex://sessions/b/log"]
+    assert got["log"] == [env.run("log", "a").stdout]
+    after = lines(env, "events", "--since", str(first), "--json")
+    assert got["events"] == {"result": after[:2]}
+    assert got["more"] == f"{len(after) - 2} more: call again with since={after[1]['id']}"
+    every = lines(env, "events", "--session", "a", "--json")
+    assert got["all"] == {"result": every}
+
+
+def spex_children(env: Env, command: str) -> list[psutil.Process]:
+    """The `spex COMMAND` processes the server started, under this test's env."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            line = proc.cmdline()
+            if proc.environ().get("TMUX_TMPDIR") != str(env.tmux_tmpdir):
+                continue
+        except psutil.Error:
+            continue
+        if line[1:4] == ["-m", "spexsup", "--home"] and command in line:
+            found.append(proc)
+    return found
+
+
+def test_a_cancelled_call_or_a_closed_server_ends_its_spex(env: Env) -> None:
+    """A wait the client gives up on, and one in flight when the client goes
+    away, do not outlive the call: their `spex wait` is ended."""
+    assert env.run("new", "slow", "--", "bash", "-c", "sleep 60").returncode == 0
+    assert cli(env, "wake", "slow", "x", "--window", "0.2", "--json")[0] == 0
+
+    async def body(session: ClientSession) -> None:
+        with anyio.move_on_after(3):  # the SDK's client sends notifications/cancelled
+            await session.call_tool("wait", {"names": ["slow"], "timeout": 600})
+        with anyio.fail_after(20):
+            while spex_children(env, "wait"):
+                await anyio.sleep(0.05)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.call_tool, "wait", {"names": ["slow"], "timeout": 600})
+            with anyio.fail_after(20):
+                while not spex_children(env, "wait"):
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+
+    drive(env, body)
+    assert retry_until(lambda: not spex_children(env, "wait"), seconds=20)
+    assert cli(env, "show", "slow", "--json")[1]["turn"]["state"] == "running"
