@@ -111,6 +111,8 @@ def rerun(
         ledger.reverified(
             db, name, turn, attempt=attempt, state=outcome, rc=rc, tail=tail, judged=judged
         )
+    if judged is not None:
+        _follow_in_wave(spex, turn)
     from spexsup.turn.read import check_json
 
     done = spex.store.db.execute(
@@ -118,6 +120,37 @@ def rerun(
     ).fetchone()
     state = judged[0] if judged is not None else row["state"]
     return Rerun(name, turn, check_json(done), state, judged is not None and state != row["state"])
+
+
+def _follow_in_wave(spex: Spex, turn: str) -> None:
+    """A fan-out leg's turn whose end the rerun changed: its wave says so too
+    (the leg's turn end, and its verdict when its check had failed it)."""
+    from spexsup import wavedoc
+
+    row = spex.store.db.execute("SELECT wave FROM wave_turns WHERE turn = ?", (turn,)).fetchone()
+    if row is None:
+        return
+    t = spex.store.db.execute(
+        "SELECT state, flags, cause, error FROM turns WHERE id = ?", (turn,)
+    ).fetchone()
+
+    def change(doc: wavedoc.Doc) -> None:
+        for leg in doc["legs"]:
+            if leg["turn"] != turn:
+                continue
+            leg.update(turn_state=t["state"], flags=json.loads(t["flags"] or "[]"))
+            leg["cause"] = t["cause"]
+            if t["state"] == states.COMPLETE:
+                leg.pop("turn_error", None)
+                if leg["verdict"] == states.FAILED:
+                    leg["verdict"], leg["error"] = "completed", None
+            else:
+                leg["turn_error"] = t["error"]
+            wavedoc.record_event(
+                doc, "leg-reverified", session=leg["session"], turn=turn, turn_state=t["state"]
+            )
+
+    wavedoc.mutate(spex, row["wave"], change)
 
 
 def _command(

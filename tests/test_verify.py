@@ -451,3 +451,19 @@ def test_retry_failed_retries_the_legs_whose_check_failed(env: Env, repo: Any) -
     assert [leg["session"] for leg in doc["legs"]] == ["b"]
     assert doc["turn_options"]["verify"] == ["sh", "-c", check]
     assert doc["legs"][0]["verify"]["state"] == "verified", doc["legs"][0]
+
+
+def test_a_rerun_that_passes_a_leg_moves_its_wave(env: Env, repo: Any) -> None:
+    for name in ("a", "b"):
+        agent(env, name, repo.path)
+    flag = env.root / "allow"
+    check = f'[ "$SPEXSUP_SESSION" = a ] || [ -e {flag} ]'
+    assert env.run("fanout", "a", "b", "-m", "go", "--verify", check, "--wait").returncode == 1
+    assert json.loads(env.run("wave", "last", "--json").stdout)["state"] == "partial"
+    flag.touch()
+    assert env.run("verify", "b").returncode == 0
+    doc = json.loads(env.run("wave", "last", "--json").stdout)
+    legs = {leg["session"]: (leg["verdict"], leg["turn_state"]) for leg in doc["legs"]}
+    assert legs == {"a": ("completed", "complete"), "b": ("completed", "complete")}, legs
+    assert doc["state"] == "complete", doc["state"]
+    assert doc["history"][-1]["event"] in ("leg-reverified", "wave-ended"), doc["history"][-2:]
