@@ -35,6 +35,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -60,7 +61,7 @@ class Run:
     ops: Counter[str] = field(default_factory=Counter)
     codes: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
-    verdicts: list[dict[str, object]] = field(default_factory=list)
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
     # The verdicts of keyed wakes (first and repeats).
     keyed: list[dict[str, object]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -113,9 +114,16 @@ def worker(run: Run, rng: random.Random, names: list[str], deadline: float) -> N
             queue = ["--queue"] if rng.random() < 0.25 else []
             # One in five with a key that a few other wakes of the session repeat.
             key = ["--key", f"{name}-k{rng.randint(0, 9)}"] if rng.random() < 0.2 else []
+            # One in five checked (issue 27): a check that takes a while and
+            # fails one time in three, which the turn's end must follow.
+            check_rc = rng.choice([0, 0, 1]) if rng.random() < 0.2 else None
+            verify = []
+            if check_rc is not None:
+                verify = ["--verify", f"sleep 0.{rng.randint(0, 5)}; exit {check_rc}"]
             r = run.spex(
-                "wake", "wake", name, "--window", window, *queue, *key, "--json", "--", prompt
-            )
+                "wake", "wake", name, "--window", window, *queue, *key, *verify, "--json", "--",
+                prompt,
+            )  # fmt: skip
             if r.returncode in (0, 1) and r.stdout:
                 v = json.loads(r.stdout)
                 if v.get("repeat"):
@@ -131,7 +139,10 @@ def worker(run: Run, rng: random.Random, names: list[str], deadline: float) -> N
                         run.ops["queued"] += 1
                     continue
                 v["expected_rc"] = int(prompt.split()[1])
+                v["check_rc"] = check_rc
                 with run.lock:
+                    if check_rc is not None:
+                        run.ops["checked"] += 1
                     run.verdicts.append(v)
         elif op == "stop":
             run.spex("stop", "stop", name, "--grace", "0.5")
@@ -266,6 +277,14 @@ def check(run: Run, names: list[str]) -> dict[str, int]:
             why = f"failed rc={v['rc']}, but the agent exits {v['expected_rc']}"
         elif v["verdict"] == "completed" and v["expected_rc"] != 0:
             why = "completed, but the agent exits non-zero"
+        elif v["verdict"] == "completed" and v.get("check_rc") not in (None, 0):
+            why = "completed, but its check exits non-zero"
+        elif (
+            v["verdict"] == "completed" and v.get("check_rc") == 0 and "verified" not in v["flags"]
+        ):
+            why = "completed with its check passed, but not flagged verified"
+        elif row["state"] == "complete" and v.get("check_rc") not in (None, 0):
+            why = "its turn ended complete, but its check exits non-zero"
         if why:
             wrong += 1
             run.problems.append(f"wrong verdict for turn {v['turn']}: {why}")

@@ -309,3 +309,25 @@ def test_a_cancelled_call_or_a_closed_server_ends_its_spex(env: Env) -> None:
     drive(env, body)
     assert retry_until(lambda: not spex_children(env, "wait"), seconds=20)
     assert cli(env, "show", "slow", "--json")[1]["turn"]["state"] == "running"
+
+
+def test_a_wake_tool_call_can_carry_a_check(env: Env) -> None:
+    """An agent driving others asks for verified verdicts (issue 27)."""
+    assert env.run("new", "c", "--", "true").returncode == 0
+    got: dict[str, Any] = {}
+
+    async def body(session: ClientSession) -> None:
+        ok = await session.call_tool(
+            "wake", {"name": "c", "prompt": "go", "window": 5, "verify": "echo checked"}
+        )
+        got["ok"] = ok.structured_content
+        bad = await session.call_tool(
+            "wake", {"name": "c", "prompt": "go", "window": 5, "verify": "exit 4"}
+        )
+        got["bad"] = (bad.is_error, texts(bad)[0], bad.structured_content)
+
+    drive(env, body)
+    assert (got["ok"]["verdict"], got["ok"]["flags"]) == ("completed", ["verified"]), got["ok"]
+    is_error, text, doc = got["bad"]
+    assert is_error and doc["verdict"] == "failed", got["bad"]
+    assert "its check `exit 4` failed (rc 4)" in text and "(exit code 1)" in text, text

@@ -412,10 +412,19 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
                 " (verdict queued). null: the session's or config.toml's default."
             ),
         ] = None,
+        verify: Annotated[
+            str | None,
+            Field(
+                description="A check run (by sh -c) in the turn's cwd after the agent exits 0:"
+                " exit 0 -> complete, flag verified; else failed, cause verify."
+                " null: the session's, the repository's or the harness's."
+            ),
+        ] = None,
     ) -> CallToolResult:
         """Start a turn and return its verdict (confirmed, completed, failed,
         queued): `spex wake NAME -f - --json`, the prompt on stdin."""
         words = ["wake", "-f", "-", "--json", *option("--window", window)]
+        words += [] if verify is None else ["--verify", verify]
         words += option("--timeout", timeout) + option("--key", key)
         words += ["--strict"] * strict + ["--fresh"] * fresh
         words += [] if queue is None else ["--queue" if queue else "--no-queue"]
