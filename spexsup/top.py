@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from spexsup import states
 from spexsup.pane import turndir
 from spexsup.spex import Spex
-from spexsup.states import ACTIVE
+from spexsup.states import ACTIVE, VERIFYING
 from spexsup.turn.read import listing, name_matches
 
 if TYPE_CHECKING:
@@ -95,8 +95,11 @@ def _flags(entry: dict[str, Any]) -> list[str]:
     if wt and wt.get("state") == "missing":
         flags.append("worktree missing")
     turn = entry["turn"] or {}
-    # Turn flags (denied:<tool>, max-turns, …) where the store records them.
+    # Turn flags (denied:<tool>, max-turns, verified, …) where the store records them.
     flags.extend(str(f) for f in turn.get("flags") or [])
+    check = turn.get("verify") or {}
+    if turn.get("state") in ACTIVE and check.get("state") == VERIFYING:
+        flags.append(VERIFYING)  # the agent is done; its check runs
     return flags
 
 

@@ -126,6 +126,8 @@ def test_a_wake_that_exits_is_verified_by_the_reporter_alone(env: Env) -> None:
     t = turn_of(env, "a")
     assert t["state"] == "running" and t["verify"]["state"] == "verifying", t
     assert show(env, "a")["state"] == "running"
+    (row,) = json.loads(env.run("top", "--json").stdout)
+    assert row["flags"] == ["verifying"], row["flags"]
     assert env.run("wait", "a", "--timeout", "0.3").returncode != 0  # still running
     outcome = env.home / "turns" / "a" / t["id"] / "outcome"
     assert outcome.read_text().startswith("verifying:")
