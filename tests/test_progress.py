@@ -178,3 +178,25 @@ def test_maint_wait_says_what_it_waits_for(env: Env) -> None:
     _, rest = waiter.communicate(timeout=60)
     assert waiter.returncode == 0, rest
     assert "\x1b" not in line + rest
+
+
+def test_the_live_table_shows_a_leg_verifying_then_its_check(env: Env) -> None:
+    """Issue 27: `verifying 0m0Ns` while a leg's check runs, then the check's end."""
+    import pexpect
+
+    gate = env.root / "gate"
+    for name in ("a", "b"):
+        assert env.run("new", name, "--", "true").returncode == 0
+    check = f'while [ ! -e {gate} ]; do sleep 0.05; done; [ "$SPEXSUP_SESSION" = a ]'
+    child = spawn(env, "fanout", "a", "b", "-m", "x", "--window", "0.3", "--verify", check,
+                  "--wait")  # fmt: skip
+    child.expect("waiting for the turns to end")
+    child.expect(rf"a{GAP}verifying \dm\d\ds")
+    child.expect(rf"b{GAP}verifying \dm\d\ds")
+    gate.touch()
+    child.expect(r"ended complete rc=0, verified")
+    child.expect(r"ended failed rc=0, verify failed \(rc 1\)")
+    child.expect(r"wave \S+: partial")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
