@@ -262,23 +262,33 @@ if [ -e "$dir/git-start.todo" ]; then
     rm -f "$dir/git-start.todo"
 fi
 
-# A time limit: a watchdog that, when it expires, leaves `timed-out` in the
-# turn dir and ends the harness's process tree (SIGTERM, SIGKILL after the
-# grace). Cancelled when the harness ends first; waited for when it fired,
-# so its SIGKILL pass is over before the end is reported (rc 124).
-watchdog=""
-if [ -r "$dir/deadline" ] && [ ${#reporter[@]} -gt 0 ] && [ -z "$refused" ]; then
-    read -r limit grace <"$dir/deadline"
+# A time limit (the turn's, its check's): `start_watchdog LIMIT GRACE MARK`
+# starts a watchdog (its pid in `watchdog`) that, when LIMIT expires, leaves
+# MARK in the turn dir and ends the turn's processes but the wrapper
+# (SIGTERM, SIGKILL after GRACE). `stop_watchdog` cancels it when what it
+# bounds ended first, or waits for it when it fired, so its SIGKILL pass is
+# over before the end is reported (rc 124).
+start_watchdog() {
     (
         sleeper=""
         trap '[ -n "$sleeper" ] && kill "$sleeper" 2>/dev/null; exit 0' TERM
-        sleep "$limit" &
+        sleep "$1" &
         sleeper=$!
         wait "$sleeper" || exit 0
-        : >"$dir/timed-out"
-        "${py[@]}" -m spexsup.pane.deadline "$dir" "$pid" "$grace" </dev/null
+        : >"$dir/$3"
+        "${py[@]}" -m spexsup.pane.deadline "$dir" "$pid" "$2" </dev/null
     ) &
     watchdog=$!
+}
+stop_watchdog() {
+    kill "$watchdog" 2>/dev/null
+    wait "$watchdog" 2>/dev/null
+}
+
+watchdog=""
+if [ -r "$dir/deadline" ] && [ ${#reporter[@]} -gt 0 ] && [ -z "$refused" ]; then
+    read -r limit grace <"$dir/deadline"
+    start_watchdog "$limit" "$grace" timed-out
 fi
 
 # Output goes live to the pane and to output.log. PIPESTATUS keeps the
@@ -360,8 +370,7 @@ else
     done
 fi
 if [ -n "$watchdog" ]; then
-    kill "$watchdog" 2>/dev/null
-    wait "$watchdog" 2>/dev/null
+    stop_watchdog
     if [ -e "$dir/timed-out" ]; then
         printf '\n[spex] turn %s ran past its time limit (%ss): ended\n' "$turn" "$limit" |
             tee -a "$dir/output.log"
@@ -383,26 +392,14 @@ if [ "$rc" = 0 ] && [ -r "$dir/verify" ] && [ -z "$refused" ] && [ ${#py[@]} -gt
     mapfile -d '' -t check <"$dir/verify"
     mark "verifying:$pid"
     status "turn $turn verifying"
-    checker=""
+    watchdog=""
     if [ -r "$dir/verify-deadline" ]; then
         read -r check_limit check_grace <"$dir/verify-deadline"
-        (
-            sleeper=""
-            trap '[ -n "$sleeper" ] && kill "$sleeper" 2>/dev/null; exit 0' TERM
-            sleep "$check_limit" &
-            sleeper=$!
-            wait "$sleeper" || exit 0
-            : >"$dir/verify-timed-out"
-            "${py[@]}" -m spexsup.pane.deadline "$dir" "$pid" "$check_grace" </dev/null
-        ) &
-        checker=$!
+        start_watchdog "$check_limit" "$check_grace" verify-timed-out
     fi
     (umask "$user_umask" && exec "${check[@]}") </dev/null 2>&1 | tee -a "$dir/verify.log"
     check_rc=${PIPESTATUS[0]}
-    if [ -n "$checker" ]; then
-        kill "$checker" 2>/dev/null
-        wait "$checker" 2>/dev/null
-    fi
+    [ -n "$watchdog" ] && stop_watchdog
     if [ -e "$dir/verify-timed-out" ]; then
         printf '[spex] the check ran past its time limit (%ss): ended\n' "$check_limit" |
             tee -a "$dir/verify.log"

@@ -6,9 +6,8 @@ from typing import Annotated
 import typer
 
 from spexsup import ids, states
-from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex
-from spexsup.cli.params import JsonOpt, NameArg, VerifyTimeoutOpt, verify_rules
+from spexsup.cli.params import JsonOpt, NameArg, TurnOpt, VerifyTimeoutOpt, verify_rules
 from spexsup.cli.render import document, print_json, with_iso
 
 
@@ -16,17 +15,7 @@ from spexsup.cli.render import document, print_json, with_iso
 def verify(
     ctx: typer.Context,
     name: NameArg,
-    turn: Annotated[
-        str | None,
-        typer.Option(
-            "--turn",
-            metavar="TURN",
-            help="A turn id, a unique prefix of its random part, last or last~N."
-            " [default: the current or last turn]",
-            autocompletion=complete.turn_ids,
-            show_default=False,
-        ),
-    ] = None,
+    turn: TurnOpt = None,
     command: Annotated[
         str | None,
         typer.Option(
