@@ -570,3 +570,26 @@ def test_a_rerun_that_cannot_log_or_print_leaves_no_check_verifying(env: Env) ->
     rows = verifications(env, t["id"])
     assert [(v["state"], v["rc"]) for v in rows] == [("verified", 0), ("verified", 0)], rows
     assert rows[-1]["tail"].endswith("all passed")
+
+
+def test_a_check_that_is_not_utf8_is_refused_before_anything_starts(env: Env) -> None:
+    """Undecodable bytes on the command line (`--verify $'echo \\xff'`) once
+    crashed the wake after its turn was admitted (an internal error, the
+    turn left `lost`)."""
+    from conftest import SPEX
+
+    repo = git_repo(env)
+    agent(env, "a", repo)
+    for args in (
+        [b"wake", b"a", b"x", b"--verify", b"echo \xff", b"--window", b"5"],
+        [b"edit", b"a", b"--verify", b"echo \xff"],
+        [b"new", b"b", b"--cwd", str(repo).encode(), b"--verify", b"echo \xff", b"--", b"true"],
+    ):
+        r = subprocess.run([SPEX.encode(), *args], env=env.vars, capture_output=True, check=False)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert r.stderr.startswith(b"spex: --verify: a verify command must be valid UTF-8"), (
+            r.stderr
+        )
+        assert len(r.stderr.strip().splitlines()) == 1
+    assert show(env, "a")["turn"] is None and show(env, "a")["verify"] is None
+    assert env.run("show", "b").returncode == 3
