@@ -593,3 +593,33 @@ def test_a_check_that_is_not_utf8_is_refused_before_anything_starts(env: Env) ->
         assert len(r.stderr.strip().splitlines()) == 1
     assert show(env, "a")["turn"] is None and show(env, "a")["verify"] is None
     assert env.run("show", "b").returncode == 3
+
+
+def test_a_symlinked_repository_check_can_be_trusted(env: Env) -> None:
+    """A `.spexsup.toml` that is a symlink (a shared file): `spex trust REPO`
+    once read the link target's directory for a .spexsup.toml, recorded an
+    empty trust (`trusted:  (sha256 )`), and the hint named the target,
+    which `spex trust` refused: the check could never be trusted."""
+    repo = git_repo(env)
+    shared = env.root / "shared.toml"
+    shared.write_text('verify = "echo shared check"\n')
+    (repo / ".spexsup.toml").symlink_to(shared)
+    agent(env, "a", repo)
+    r = env.run("wake", "a", "x", "--window", "5")
+    assert r.returncode == 3, r.stdout + r.stderr
+    hint = f"spex trust {repo / '.spexsup.toml'} (or wake --no-verify)"
+    assert r.stderr.startswith(f"spex: the verify of {shared} is not trusted"), r.stderr
+    assert hint in r.stderr, r.stderr
+    # What the hint says works.
+    r = env.run("trust", str(repo / ".spexsup.toml"))
+    assert r.returncode == 0, r.stderr
+    assert str(shared) in r.stdout and "(sha256 )" not in r.stdout, r.stdout
+    assert env.run("wake", "a", "x", "--window", "5").returncode == 0
+    assert turn_of(env, "a")["verify"]["tail"] == "shared check"
+    # Editing the file it points to withdraws the trust.
+    shared.write_text('verify = "echo changed"\n')
+    r = env.run("wake", "a", "x", "--window", "5")
+    assert r.returncode == 3 and "changed since it was trusted" in r.stderr, r.stderr
+    assert env.run("trust", str(repo)).returncode == 0
+    assert env.run("wake", "a", "x", "--window", "5").returncode == 0
+    assert turn_of(env, "a")["verify"]["tail"] == "changed"
