@@ -623,3 +623,33 @@ def test_a_symlinked_repository_check_can_be_trusted(env: Env) -> None:
     assert env.run("trust", str(repo)).returncode == 0
     assert env.run("wake", "a", "x", "--window", "5").returncode == 0
     assert turn_of(env, "a")["verify"]["tail"] == "changed"
+
+
+def test_the_pane_check_is_decided_by_its_exit_not_by_a_child_holding_its_output(
+    env: Env,
+) -> None:
+    """A check that starts a server in the background (holding its stdout)
+    and exits 0 once hung the turn until its time limit, then failed it
+    `verify-timeout`. Its exit decides; what it left running is ended."""
+    import time
+
+    repo = git_repo(env)
+    agent(env, "a", repo)
+    pids = env.root / "pids"
+    check = (
+        f"sleep 60 & echo $! >> {pids}; sleep 60 >/dev/null 2>&1 & echo $! >> {pids};"
+        " echo all passed"
+    )
+    started = time.monotonic()
+    r = env.run(
+        "wake", "a", "x", "--verify", check, "--verify-timeout", "40", "--window", "30", "--json"
+    )
+    assert time.monotonic() - started < 20, r.stdout
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["flags"] == ["verified"], r.stdout
+    t = turn_of(env, "a")
+    assert (t["state"], t["flags"]) == ("complete", ["verified"]), t
+    assert (t["verify"]["rc"], t["verify"]["tail"]) == (0, "all passed"), t["verify"]
+    for pid in map(int, pids.read_text().split()):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", pid
+    assert turn_processes_alive(t["id"]) == []
