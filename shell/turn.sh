@@ -397,8 +397,23 @@ if [ "$rc" = 0 ] && [ -r "$dir/verify" ] && [ -z "$refused" ] && [ ${#py[@]} -gt
         read -r check_limit check_grace <"$dir/verify-deadline"
         start_watchdog "$check_limit" "$check_grace" verify-timed-out
     fi
-    (umask "$user_umask" && exec "${check[@]}") </dev/null 2>&1 | tee -a "$dir/verify.log"
-    check_rc=${PIPESTATUS[0]}
+    # In a process session of its own, so that its verdict is its own exit:
+    # what it leaves running (a server started in the background, holding
+    # its output open) is ended then, never waited for until the time limit.
+    exec {check_out}> >(tee -a "$dir/verify.log")
+    check_tee=$!
+    (umask "$user_umask" && exec setsid -w "${check[@]}") </dev/null >&"$check_out" 2>&1 &
+    check_pid=$!
+    wait "$check_pid"
+    check_rc=$?
+    exec {check_out}>&-
+    # Its last output drains; a leftover still holding the pipe is ended.
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        kill -0 "$check_tee" 2>/dev/null || break
+        sleep 0.1
+    done
+    "${py[@]}" -m spexsup.pane.verify end "$dir" "$check_pid" </dev/null
+    wait "$check_tee" 2>/dev/null
     [ -n "$watchdog" ] && stop_watchdog
     if [ -e "$dir/verify-timed-out" ]; then
         printf '[spex] the check ran past its time limit (%ss): ended\n' "$check_limit" |

@@ -206,16 +206,29 @@ def verify_argv(value: object, where: str) -> tuple[str, ...]:
     An empty string or list is no check. Invalid on anything else, naming
     `where`."""
     if isinstance(value, str):
-        if "\0" in value:
-            raise Invalid(f"{where}: a verify command must not contain a NUL", hint=VERIFY_HINT)
+        _verify_words(where, (value,))
         return (*VERIFY_SHELL, value) if value.strip() else ()
     if isinstance(value, list | tuple) and all(isinstance(w, str) and w for w in value):
-        if any("\0" in w for w in value):
-            raise Invalid(f"{where}: a verify command must not contain a NUL", hint=VERIFY_HINT)
+        _verify_words(where, value)
         return tuple(value)
     raise Invalid(
         f"{where}: verify must be a string or a list of non-empty strings", hint=VERIFY_HINT
     )
+
+
+def _verify_words(where: str, words: Sequence[str]) -> None:
+    """No NUL (the turn dir's argv is NUL-separated) and valid UTF-8 (a
+    command line's undecodable bytes arrive as surrogates, which no JSON
+    document, database row or meta.json can hold)."""
+    for w in words:
+        if "\0" in w:
+            raise Invalid(f"{where}: a verify command must not contain a NUL", hint=VERIFY_HINT)
+        try:
+            w.encode()
+        except UnicodeEncodeError:
+            raise Invalid(
+                f"{where}: a verify command must be valid UTF-8", hint=VERIFY_HINT
+            ) from None
 
 
 def shown_verify(argv: Sequence[str]) -> str:

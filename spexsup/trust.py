@@ -85,9 +85,14 @@ def trust(home: Path, word: str) -> Trust:
     (replacing an earlier trust of that file). Invalid when there is no such
     file or it is not a valid setup file; nothing is recorded then."""
     path = setup_path(word)
-    if not path.is_file():
+    # Read where it was named: a `.spexsup.toml` that is a symlink is read
+    # through it, as a wake reads it (its real path is what trust names).
+    given = Path(word).expanduser()
+    if given.name != SETUP_FILE:
+        given = given / SETUP_FILE
+    if not given.is_file():
         raise Invalid(f"no {SETUP_FILE} at {path}", hint="spex trust REPO or REPO/.spexsup.toml")
-    return record_trust(home, load_setup(path.parent))
+    return record_trust(home, load_setup(given.parent))
 
 
 def record_trust(home: Path, setup: Setup) -> Trust:
@@ -147,14 +152,9 @@ def repo_check(cwd: Path, repo: str | None = None) -> Setup | None:
     the file, are malformed."""
     import tomllib
 
-    from spexsup.worktree import SETUP_FILE, sha256
-
-    if repo is None:
-        top = next((d for d in (cwd, *cwd.parents) if (d / ".git").exists()), None)
-        if top is None:
-            return None
-        repo = str(top)
-    path = Path(repo) / SETUP_FILE
+    path = governing_file(cwd, repo)
+    if path is None:
+        return None
     try:
         raw = path.read_bytes()
         data = tomllib.loads(raw.decode("utf-8"))
@@ -181,15 +181,30 @@ def repo_check(cwd: Path, repo: str | None = None) -> Setup | None:
     )
 
 
-def require_check_trust(home: Path, setup: Setup) -> None:
+def governing_file(cwd: Path, repo: str | None = None) -> Path | None:
+    """The `.spexsup.toml` that governs a session, as its repository holds
+    it (not resolved: it may be a symlink): its worktree's repository's
+    (`repo`), else the one of the git work tree holding `cwd`."""
+
+    if repo is None:
+        top = next((d for d in (cwd, *cwd.parents) if (d / ".git").exists()), None)
+        if top is None:
+            return None
+        repo = str(top)
+    return Path(repo) / SETUP_FILE
+
+
+def require_check_trust(home: Path, setup: Setup, shown: Path | None = None) -> None:
     """Pass when the `.spexsup.toml` whose verify `setup` holds is trusted as
     it is now; Refused otherwise: its check is arbitrary code, never run
-    unread, and a turn it was meant to check is not started unchecked."""
+    unread, and a turn it was meant to check is not started unchecked.
+    `shown`: the file as its repository holds it, for the hint (`spex trust`
+    of a symlink's target would look for a .spexsup.toml in it)."""
     t = _read_trust(_entry(home, setup.path))
     if t is not None and t.sha256 == setup.sha256:
         return
     why = "changed since it was trusted" if t is not None else "not trusted"
     raise Refused(
         f"the verify of {setup.path} is {why}; it runs arbitrary commands",
-        hint=f"read it, then: spex trust {setup.path} (or wake --no-verify)",
+        hint=f"read it, then: spex trust {shown or setup.path} (or wake --no-verify)",
     )

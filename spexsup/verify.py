@@ -12,6 +12,7 @@ result: a pass makes it `complete`, flag `verified`; a failure makes it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -44,10 +45,30 @@ class Rerun(NamedTuple):
     check: dict[str, Any]
     state: str
     changed: bool
+    # The signal that interrupted the check (0: none); the turn kept its end.
+    interrupted: int = 0
 
     @property
     def ok(self) -> bool:
         return bool(self.check["state"] == states.VERIFIED)
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 128 + self.interrupted
+        return 0 if self.ok else 1
+
+    def error(self) -> str | None:
+        """A failed check, in the failure document's words (DESIGN §3)."""
+        if self.ok:
+            return None
+        said = f"its check `{self.check['command']}`"
+        if self.interrupted:
+            return f"{said} was interrupted (signal {self.interrupted})"
+        if self.check["state"] == states.VERIFY_TIMED_OUT:
+            return f"{said} ran past its time limit"
+        rc = self.check["rc"]
+        return f"{said} failed" + (f" (rc {rc})" if rc is not None else "")
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -58,14 +79,8 @@ class Rerun(NamedTuple):
             "state": self.state,
             "changed": self.changed,
             "verify": self.check,
-            # A failed check, in the failure document's words (DESIGN §3).
-            "error": None
-            if self.ok
-            else (
-                f"its check `{self.check['command']}` failed"
-                + (f" (rc {self.check['rc']})" if self.check["rc"] is not None else "")
-            ),
-            "exit_code": 0 if self.ok else 1,
+            "error": self.error(),
+            "exit_code": self.exit_code,
         }
 
 
@@ -77,7 +92,7 @@ def rerun(
     check: tuple[str, ...] | None = None,
     timeout: float | None = None,
     out: BinaryIO | None = None,
-    interrupted: Callable[[], bool] = lambda: False,
+    interrupted: Callable[[], int] = lambda: 0,
 ) -> Rerun:
     """Run the check of `name`'s turn (default: its current or last) again
     and record it; Refused while the turn runs, Invalid when it has no check."""
@@ -97,19 +112,33 @@ def rerun(
     cwd = Path(session.cwd)
     if not cwd.is_dir():
         raise Failed(f"{name}: working directory {cwd} no longer exists")
-    with spex.store.tx() as db:
-        attempt = ledger.verifying(db, name, turn, command=argv, at=time.time())
     log = directory / turndir.VERIFY_LOG
-    rc, timed_out = _run(argv, cwd, _environment(session, directory), limit, log, out, interrupted)
+    try:
+        sink = log.open("ab", buffering=0)
+    except OSError as e:
+        raise Failed(f"{name}: cannot write {log}: {e.strerror or e}") from None
+    with sink:
+        with spex.store.tx() as db:
+            attempt = ledger.verifying(db, name, turn, command=argv, at=time.time())
+        try:
+            ran = _run(argv, cwd, _environment(session, directory), limit, sink, out, interrupted)
+        except BaseException:
+            with spex.store.tx() as db:  # never left `verifying`
+                ledger.reverified(
+                    db, name, turn, attempt=attempt, state=states.VERIFY_FAILED, rc=None,
+                    tail=None, judged=None,
+                )  # fmt: skip
+            raise
     tail = pane_verify.tail(log) or None
-    if timed_out:
+    if ran.timed_out:
         outcome = states.VERIFY_TIMED_OUT
     else:
-        outcome = states.VERIFIED if rc == 0 else states.VERIFY_FAILED
-    judged = _judged(row, argv, outcome, rc, tail, limit)
+        outcome = states.VERIFIED if ran.rc == 0 else states.VERIFY_FAILED
+    # An interrupted check is no verdict on the work: the turn keeps its end.
+    judged = None if ran.interrupted else _judged(row, argv, outcome, ran.rc, tail, limit)
     with spex.store.tx() as db:
         ledger.reverified(
-            db, name, turn, attempt=attempt, state=outcome, rc=rc, tail=tail, judged=judged
+            db, name, turn, attempt=attempt, state=outcome, rc=ran.rc, tail=tail, judged=judged
         )
     if judged is not None:
         _follow_in_wave(spex, turn)
@@ -119,7 +148,8 @@ def rerun(
         "SELECT * FROM verifications WHERE turn = ? AND attempt = ?", (turn, attempt)
     ).fetchone()
     state = judged[0] if judged is not None else row["state"]
-    return Rerun(name, turn, check_json(done), state, judged is not None and state != row["state"])
+    changed = judged is not None and state != row["state"]
+    return Rerun(name, turn, check_json(done), state, changed, ran.interrupted)
 
 
 def _follow_in_wave(spex: Spex, turn: str) -> None:
@@ -184,51 +214,73 @@ def _environment(session: Session, directory: Path) -> dict[str, str]:
     return env
 
 
+class Ran(NamedTuple):
+    """How a rerun's check ended: its rc (None: it never finished), whether
+    its time limit ended it, and the signal (SIGINT, SIGTERM) that
+    interrupted it (0: none)."""
+
+    rc: int | None
+    timed_out: bool
+    interrupted: int
+
+
+# After the check exited, how long what it left holding its output open
+# (a background child) may still be read before it is ended.
+DRAIN = 1.0
+
+
 def _run(
     argv: Sequence[str],
     cwd: Path,
     env: dict[str, str],
     limit: float,
-    log: Path,
+    sink: BinaryIO,
     out: BinaryIO | None,
-    interrupted: Callable[[], bool],
-) -> tuple[int | None, bool]:
+    interrupted: Callable[[], int],
+) -> Ran:
     """Run the check in its own session, its output teed to `out` and
-    `log`; past `limit` (or when `interrupted`), its whole process tree is
-    ended (SIGTERM, then SIGKILL). (rc, timed out); rc None: it never ran."""
+    `sink` (verify.log); past `limit` (or when `interrupted`), its whole
+    process tree is ended (SIGTERM, then SIGKILL). Its verdict is its own
+    exit status: once it exited, what it left running in its session is
+    ended too, even while it holds the output open."""
     from spexsup.procs import reap, session_members, start_token
 
-    header = f"{pane_verify.HEADER}{shown_verify(argv)} (spex verify)\n".encode()
-    with log.open("ab") as sink:
-        sink.write(header)
+    def say(data: bytes) -> None:
+        nonlocal out
+        sink.write(data)
         if out is not None:
-            out.write(header)
-            out.flush()
-        try:
-            proc = subprocess.Popen(
-                list(argv),
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as e:
-            said = f"spex: cannot run the check: {e}\n".encode()
-            sink.write(said)
-            if out is not None:
-                out.write(said)
-            return 127, False
-        assert proc.stdout is not None
-        born = start_token(proc.pid) or ""
+            try:
+                out.write(data)
+                out.flush()
+            except OSError:  # the caller's output is gone: the check still decides
+                out = None
+
+    say(f"{pane_verify.HEADER}{shown_verify(argv)} (spex verify)\n".encode())
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as e:
+        say(f"spex: cannot run the check: {e}\n".encode())
+        return Ran(127, False, 0)
+    assert proc.stdout is not None
+    born = start_token(proc.pid) or ""
+    signum = 0
+    try:
         os.set_blocking(proc.stdout.fileno(), False)
         deadline = time.monotonic() + limit
+        exited: float | None = None
         import selectors
 
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
-            while (left := deadline - time.monotonic()) > 0 and not interrupted():
+            while (left := deadline - time.monotonic()) > 0 and not (signum := interrupted()):
                 if not sel.get_map():
                     # Its output is closed; the check may still run: wait, bounded.
                     try:
@@ -236,16 +288,21 @@ def _run(
                         break
                     except subprocess.TimeoutExpired:
                         continue
-                if sel.select(min(left, 0.5)):
+                if exited is None and proc.poll() is not None:
+                    exited = time.monotonic()
+                if exited is not None and time.monotonic() - exited > DRAIN:
+                    break  # what still writes is a leftover, not the check
+                if sel.select(min(left, 0.1 if exited is not None else 0.5)):
                     chunk = proc.stdout.read(65536) or b""
                     if not chunk:
                         sel.unregister(proc.stdout)
                         continue
-                    sink.write(chunk)
-                    if out is not None:
-                        out.write(chunk)
-                        out.flush()
-            timed_out = left <= 0
+                    say(chunk)
+                elif exited is not None:
+                    break  # it exited and said all it had to
+        # Its status, before its tree is reaped (a reaped child reads as rc 0).
+        rc = proc.poll()
+    finally:
         if proc.poll() is None or session_members(proc.pid, born):
             import psutil
 
@@ -259,14 +316,17 @@ def _run(
                 return found
 
             reap(members, DEFAULT_KILL_GRACE)
-        rc = proc.wait()
-        if timed_out:
-            said = f"[spex] the check ran past its time limit ({limit:g}s): ended\n".encode()
-            sink.write(said)
-            if out is not None:
-                out.write(said)
-            return 124, True
-    return (128 - rc if rc < 0 else rc), False
+        with contextlib.suppress(ChildProcessError):
+            proc.wait()
+        proc.stdout.close()
+    if signum:
+        say(f"[spex] the check was interrupted (signal {signum}): ended\n".encode())
+        return Ran(None, False, signum)
+    if rc is None:
+        said = f"[spex] the check ran past its time limit ({limit:g}s): ended\n"
+        say(said.encode())
+        return Ran(124, True, 0)
+    return Ran(128 - rc if rc < 0 else rc, False, 0)
 
 
 def _judged(
@@ -290,8 +350,9 @@ def _judged(
     return states.FAILED, flags, states.VERIFY, error
 
 
-def interrupted_by_signal() -> Callable[[], bool]:
-    """A flag SIGINT and SIGTERM set, so the check's tree is ended first."""
+def interrupted_by_signal() -> Callable[[], int]:
+    """The first of SIGINT and SIGTERM received (0: none), so the check's
+    tree is ended first."""
     hit: list[int] = []
 
     def mark(signum: int, _frame: object) -> None:
@@ -299,4 +360,4 @@ def interrupted_by_signal() -> Callable[[], bool]:
 
     signal.signal(signal.SIGINT, mark)
     signal.signal(signal.SIGTERM, mark)
-    return lambda: bool(hit)
+    return lambda: hit[0] if hit else 0

@@ -194,9 +194,12 @@ def test_the_live_table_shows_a_leg_verifying_then_its_check(env: Env) -> None:
     child.expect(rf"a{GAP}verifying \dm\d\ds")
     child.expect(rf"b{GAP}verifying \dm\d\ds")
     gate.touch()
-    child.expect(r"ended complete rc=0, verified")
-    child.expect(r"ended failed rc=0, verify failed \(rc 1\)")
+    # The last frame may be cut short by the exit (the live view redraws a
+    # few times a second): the ends are read from the wave as well.
+    child.expect(r"ended (complete|failed) rc=0, verif")
     child.expect(r"wave \S+: partial")
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 1
+    shown = env.run("wave", "last").stdout
+    assert "rc=0 verified" in shown and "rc=0 verify failed (rc 1)" in shown, shown

@@ -469,3 +469,189 @@ def test_a_rerun_that_passes_a_leg_moves_its_wave(env: Env, repo: Any) -> None:
     assert legs == {"a": ("completed", "complete"), "b": ("completed", "complete")}, legs
     assert doc["state"] == "complete", doc["state"]
     assert doc["history"][-1]["event"] in ("leg-reverified", "wave-ended"), doc["history"][-2:]
+
+
+# --- spex verify under fire (hostile pass) ------------------------------------------
+
+
+def test_an_interrupted_rerun_is_no_verdict(env: Env) -> None:
+    """Ctrl-C while `spex verify` runs a check ends the check's tree; the
+    attempt is recorded as not finished, the turn keeps its end (a reaped
+    check once read as rc 0: an interrupted check passed the turn)."""
+    import signal
+    import time
+
+    from conftest import SPEX
+
+    repo = git_repo(env)
+    agent(env, "a", repo)
+    assert env.run("wake", "a", "x", "--verify", "exit 1", "--window", "5").returncode == 1
+    before = turn_of(env, "a")
+    pidf = env.root / "pid"
+    check = f"trap '' INT; echo $$ > {pidf}; sleep 60"
+    p = subprocess.Popen(
+        [SPEX, "verify", "a", "--verify", check, "--json"],
+        env=env.vars, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert retry_until(lambda: pidf.exists() and pidf.read_text().strip() != "", 10)
+        started = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert time.monotonic() - started < 10
+    assert p.returncode == 130, (out, err)
+    doc = json.loads(out)
+    assert (doc["ok"], doc["changed"], doc["state"], doc["exit_code"]) == (
+        False, False, "failed", 130,
+    ), doc  # fmt: skip
+    assert doc["error"] == f"its check `{check}` was interrupted (signal 2)", doc
+    assert (doc["verify"]["state"], doc["verify"]["rc"]) == ("verify-failed", None), doc
+    t = turn_of(env, "a")
+    assert (t["state"], t["cause"], t["flags"], t["error"]) == (
+        before["state"], before["cause"], before["flags"], before["error"],
+    ), t  # fmt: skip
+    pid = int(pidf.read_text())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
+
+def test_a_rerun_is_decided_by_the_check_exit_not_by_a_child_holding_its_output(
+    env: Env,
+) -> None:
+    """A check that leaves a background child with its stdout (a server it
+    started) has ended when it exits: not at its time limit, as `timed out`."""
+    import time
+
+    repo = git_repo(env)
+    agent(env, "a", repo)
+    assert env.run("wake", "a", "x", "--verify", "true", "--window", "5").returncode == 0
+    pidf = env.root / "pid"
+    started = time.monotonic()
+    check = f"sleep 60 & echo $! > {pidf}; echo all passed"
+    r = env.run("verify", "a", "--verify", check, "--verify-timeout", "30", "--json")
+    assert time.monotonic() - started < 15
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert (doc["verify"]["state"], doc["verify"]["rc"]) == ("verified", 0), doc
+    assert doc["verify"]["tail"] == "all passed", doc
+    # What it left running in its session was ended with it.
+    pid = int(pidf.read_text())
+    assert retry_until(
+        lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", 5
+    )
+
+
+def test_a_rerun_that_cannot_log_or_print_leaves_no_check_verifying(env: Env) -> None:
+    repo = git_repo(env)
+    agent(env, "a", repo)
+    assert env.run("wake", "a", "x", "--verify", "true", "--window", "5").returncode == 0
+    t = turn_of(env, "a")
+    log = env.home / "turns" / "a" / t["id"] / "verify.log"
+    log.unlink()
+    log.mkdir()
+    r = env.run("verify", "a")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"spex: a: cannot write {log}"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert [v["state"] for v in verifications(env, t["id"])] == ["verified"]
+    log.rmdir()
+    # The caller's output closed mid-run (`spex verify a | head -1`): the
+    # check still runs to its end and is recorded, never left `verifying`.
+    from conftest import SPEX
+
+    check = "seq 200000; echo all passed"
+    p = subprocess.Popen(
+        [SPEX, "verify", "a", "--verify", check], env=env.vars, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert p.stdout is not None
+    p.stdout.read(10)
+    p.stdout.close()
+    p.wait(timeout=30)
+    rows = verifications(env, t["id"])
+    assert [(v["state"], v["rc"]) for v in rows] == [("verified", 0), ("verified", 0)], rows
+    assert rows[-1]["tail"].endswith("all passed")
+
+
+def test_a_check_that_is_not_utf8_is_refused_before_anything_starts(env: Env) -> None:
+    """Undecodable bytes on the command line (`--verify $'echo \\xff'`) once
+    crashed the wake after its turn was admitted (an internal error, the
+    turn left `lost`)."""
+    from conftest import SPEX
+
+    repo = git_repo(env)
+    agent(env, "a", repo)
+    for args in (
+        [b"wake", b"a", b"x", b"--verify", b"echo \xff", b"--window", b"5"],
+        [b"edit", b"a", b"--verify", b"echo \xff"],
+        [b"new", b"b", b"--cwd", str(repo).encode(), b"--verify", b"echo \xff", b"--", b"true"],
+    ):
+        r = subprocess.run([SPEX.encode(), *args], env=env.vars, capture_output=True, check=False)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert r.stderr.startswith(b"spex: --verify: a verify command must be valid UTF-8"), (
+            r.stderr
+        )
+        assert len(r.stderr.strip().splitlines()) == 1
+    assert show(env, "a")["turn"] is None and show(env, "a")["verify"] is None
+    assert env.run("show", "b").returncode == 3
+
+
+def test_a_symlinked_repository_check_can_be_trusted(env: Env) -> None:
+    """A `.spexsup.toml` that is a symlink (a shared file): `spex trust REPO`
+    once read the link target's directory for a .spexsup.toml, recorded an
+    empty trust (`trusted:  (sha256 )`), and the hint named the target,
+    which `spex trust` refused: the check could never be trusted."""
+    repo = git_repo(env)
+    shared = env.root / "shared.toml"
+    shared.write_text('verify = "echo shared check"\n')
+    (repo / ".spexsup.toml").symlink_to(shared)
+    agent(env, "a", repo)
+    r = env.run("wake", "a", "x", "--window", "5")
+    assert r.returncode == 3, r.stdout + r.stderr
+    hint = f"spex trust {repo / '.spexsup.toml'} (or wake --no-verify)"
+    assert r.stderr.startswith(f"spex: the verify of {shared} is not trusted"), r.stderr
+    assert hint in r.stderr, r.stderr
+    # What the hint says works.
+    r = env.run("trust", str(repo / ".spexsup.toml"))
+    assert r.returncode == 0, r.stderr
+    assert str(shared) in r.stdout and "(sha256 )" not in r.stdout, r.stdout
+    assert env.run("wake", "a", "x", "--window", "5").returncode == 0
+    assert turn_of(env, "a")["verify"]["tail"] == "shared check"
+    # Editing the file it points to withdraws the trust.
+    shared.write_text('verify = "echo changed"\n')
+    r = env.run("wake", "a", "x", "--window", "5")
+    assert r.returncode == 3 and "changed since it was trusted" in r.stderr, r.stderr
+    assert env.run("trust", str(repo)).returncode == 0
+    assert env.run("wake", "a", "x", "--window", "5").returncode == 0
+    assert turn_of(env, "a")["verify"]["tail"] == "changed"
+
+
+def test_the_pane_check_is_decided_by_its_exit_not_by_a_child_holding_its_output(
+    env: Env,
+) -> None:
+    """A check that starts a server in the background (holding its stdout)
+    and exits 0 once hung the turn until its time limit, then failed it
+    `verify-timeout`. Its exit decides; what it left running is ended."""
+    import time
+
+    repo = git_repo(env)
+    agent(env, "a", repo)
+    pids = env.root / "pids"
+    check = (
+        f"sleep 60 & echo $! >> {pids}; sleep 60 >/dev/null 2>&1 & echo $! >> {pids};"
+        " echo all passed"
+    )
+    started = time.monotonic()
+    r = env.run(
+        "wake", "a", "x", "--verify", check, "--verify-timeout", "40", "--window", "30", "--json"
+    )
+    assert time.monotonic() - started < 20, r.stdout
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["flags"] == ["verified"], r.stdout
+    t = turn_of(env, "a")
+    assert (t["state"], t["flags"]) == ("complete", ["verified"]), t
+    assert (t["verify"]["rc"], t["verify"]["tail"]) == (0, "all passed"), t["verify"]
+    for pid in map(int, pids.read_text().split()):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", pid
+    assert turn_processes_alive(t["id"]) == []

@@ -65,8 +65,10 @@ def verify(
         said = "passed" if done.ok else f"failed (rc {c['rc']})"
         if c["state"] == states.VERIFY_TIMED_OUT:
             said = "ran past its time limit"
+        if done.interrupted:
+            said = f"was interrupted (signal {done.interrupted})"
         line = f"{name}: turn {done.turn} check `{c['command']}` {said} (attempt {c['attempt']})"
         line += f"; the turn {'is now' if done.changed else 'stays'} {done.state}"
         typer.echo(line)
-    if not done.ok:
-        raise typer.Exit(1)
+    if done.exit_code:
+        raise typer.Exit(done.exit_code)

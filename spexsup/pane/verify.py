@@ -1,6 +1,8 @@
 """The wrapper's verification step (`--verify CMD`, DESIGN §16), run in the pane:
 
     python -m spexsup.pane.verify start TURN_DIR   -> exit 0: run the check
+    python -m spexsup.pane.verify end TURN_DIR PID  (the check exited: end
+        what it left running in its process session, PID's)
 
 After the harness exited 0 and before the turn's end is reported: when the
 turn has a check and its end would be `complete` as it stands (a turn that
@@ -18,7 +20,7 @@ import time
 from pathlib import Path
 
 from spexsup.pane import turndir
-from spexsup.pane.check import HEADER, STARTED, command
+from spexsup.pane.check import DEADLINE, HEADER, STARTED, command
 from spexsup.states import ACTIVE, COMPLETE
 
 RUN = 0
@@ -54,9 +56,46 @@ def start(turn_dir: Path) -> int:
     return RUN
 
 
+def end(turn_dir: Path, leader: int) -> int:
+    """The check (its process session, `leader`'s) exited: end what it left
+    running there (SIGTERM, SIGKILL after the grace). Linux keeps a pid out
+    of reuse while a live process has it as its session: every member is
+    the check's."""
+    from spexsup.procs import reap, session_members
+
+    try:
+        grace = float((turn_dir / DEADLINE).read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        grace = 2.0
+
+    def members() -> list:  # type: ignore[type-arg]
+        import psutil
+
+        found = []
+        for pid in session_members(leader, "0"):
+            try:
+                found.append(psutil.Process(pid))
+            except psutil.Error:
+                continue
+        return found
+
+    if session_members(leader, "0"):
+        reap(members, grace)
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "end" and argv[2].isdigit():
+        try:
+            return end(Path(argv[1]), int(argv[2]))
+        except Exception as e:  # its leftovers stay: never the turn's end
+            print(f"spex: ending the check's leftovers: {e}", file=sys.stderr)
+            return 1
     if len(argv) != 2 or argv[0] != "start":
-        print("spex: usage: python -m spexsup.pane.verify start TURN_DIR", file=sys.stderr)
+        print(
+            "spex: usage: python -m spexsup.pane.verify start TURN_DIR | end TURN_DIR PID",
+            file=sys.stderr,
+        )
         return 2
     try:
         return start(Path(argv[1]))

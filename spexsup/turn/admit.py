@@ -123,7 +123,7 @@ def verification(
         where = session.worktree.repo if session.worktree is not None else None
         repo = trust.repo_check(Path(session.cwd), where)
         if repo is not None:
-            trust.require_check_trust(home, repo)
+            trust.require_check_trust(home, repo, trust.governing_file(Path(session.cwd), where))
             check = repo.verify
     if check is None:
         check = adapter.verify
