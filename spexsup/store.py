@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -471,8 +472,7 @@ class Store:
             self.path.chmod(0o600)
             self.db.row_factory = sqlite3.Row
             self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                self.db.execute("PRAGMA journal_mode = WAL")
+            self._use_wal()
             self.db.execute("PRAGMA synchronous = NORMAL")
             self._migrate()
         except (sqlite3.DatabaseError, OSError) as e:
@@ -481,6 +481,24 @@ class Store:
                 f"cannot open state database {self.path}: {why}",
                 hint="it must be a writable file of yours; see SPEXSUP_HOME / --home",
             ) from None
+
+    def _use_wal(self) -> None:
+        """Switch a new database to WAL. SQLite does not wait on its busy
+        handler for this switch: commands racing on a fresh home (three
+        `spex new` at once) got `database is locked` at once. Tried again,
+        a little later each time, within the busy timeout."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        pause = 0.005
+        while True:
+            try:
+                if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self.db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     def _migrate(self) -> None:
         if self.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):

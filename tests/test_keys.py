@@ -298,7 +298,7 @@ def test_a_pruned_turn_takes_its_key_along(env: Env, tmp_path: Path) -> None:
 def test_only_the_ledger_writes_wake_keys() -> None:
     """Keys are claimed, moved and dropped by ledger functions only, inside
     the transactions that admit, enqueue, dequeue, drop, prune and remove."""
-    from test_ledger import PACKAGE, migration_lines, sql_strings
+    from test_ledger import PACKAGE, in_ledger, migration_lines, sql_strings
 
     writes = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+wake_keys\b", re.IGNORECASE)
     found = []
@@ -306,5 +306,5 @@ def test_only_the_ledger_writes_wake_keys() -> None:
         skip = migration_lines(path) if path.name == "store.py" else range(0)
         for line, text in sql_strings(path):
             if line not in skip and writes.search(text):
-                found.append(f"{path.name}:{line}")
-    assert found and all(place.startswith("ledger.py:") for place in found), found
+                found.append((path, line))
+    assert found and all(in_ledger(path) for path, _ in found), found

@@ -1,4 +1,4 @@
-"""One writer of state: only `spexsup/ledger.py` executes SQL that changes a
+"""One writer of state: only `spexsup/ledger/` executes SQL that changes a
 turn's or a session's state (or creates one), so abort-wins, the stale-report
 no-op and the fence live in one file. Read from the source, statement by
 statement, as SQLite would see them (string literals joined)."""
@@ -10,6 +10,13 @@ import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "spexsup"
+# The ledger: one package (its transitions, usage's and checks' beside them).
+LEDGER = PACKAGE / "ledger"
+
+
+def in_ledger(path: Path) -> bool:
+    return LEDGER in path.parents
+
 
 # A statement that sets `state` on turns or sessions, or makes a row of them
 # (which gives it its first state).
@@ -56,7 +63,7 @@ def migration_lines(path: Path) -> range:
 def state_writers() -> list[str]:
     places = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name == "ledger.py":
+        if in_ledger(path):
             continue
         skip = migration_lines(path) if path.name == "store.py" else range(0)
         for line, text in sql_strings(path):
@@ -83,6 +90,6 @@ def test_the_check_finds_a_state_write_where_there_is_one(tmp_path: Path) -> Non
     )
     hits = [text for _, text in sql_strings(planted) if WRITES_STATE.search(text)]
     assert len(hits) == 3 and not any("waves" in h for h in hits), hits
-    ledger = [t for _, t in sql_strings(PACKAGE / "ledger.py") if WRITES_STATE.search(t)]
+    ledger = [t for p in LEDGER.glob("*.py") for _, t in sql_strings(p) if WRITES_STATE.search(t)]
     assert len(ledger) >= 8, ledger  # the writers are all there
     assert len(migration_lines(PACKAGE / "store.py")) > 100  # and only the migrations are skipped

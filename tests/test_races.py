@@ -818,3 +818,22 @@ def test_a_launcher_slow_after_its_launch_reports_the_end_its_turn_already_had(
     v = json.loads(r.stdout)
     assert (v["verdict"], v["rc"]) == ("failed", 7), v
     assert show(env, "a")["turn"]["state"] == "failed"
+
+
+def test_a_fresh_home_waits_for_a_lock_instead_of_failing(env: Env) -> None:
+    """Commands racing on a fresh home: the one that finds the new database
+    locked (another is creating or migrating it) waits for it, as for any
+    lock, rather than failing at once with `database is locked` (seen as
+    three racing `spex new`, two of them exit 1)."""
+    import sqlite3
+    import threading
+
+    env.home.mkdir(parents=True)
+    holder = sqlite3.connect(env.home / "state.db", isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # RESERVED: readers may read, the WAL switch may not
+    holder.execute("CREATE TABLE t (x)")
+    threading.Timer(1.0, lambda: holder.execute("COMMIT")).start()
+    r = env.run("ls")
+    holder.close()
+    assert r.returncode == 0, r.stderr
+    assert "database is locked" not in r.stderr

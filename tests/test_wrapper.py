@@ -125,7 +125,8 @@ def test_the_wrapper_spells_only_the_turn_dir_names_turndir_owns() -> None:
     script = wrapper_path().read_text()
     spelled = set(re.findall(r"\$dir/([A-Za-z][A-Za-z0-9_.-]*)", script))
     owned = {v for k, v in vars(turndir).items() if k.isupper() and isinstance(v, str)}
-    scratch = {"outcome.tmp", "limited-"}  # the marker's temp file; a limit wait's old output
+    # The marker's and the check's status's temp files; a limit wait's old output.
+    scratch = {"outcome.tmp", "verify-rc.tmp", "limited-"}
     assert spelled, "the pattern finds the wrapper's turn-dir files"
     assert spelled - scratch <= owned, spelled - scratch - owned
     assert {turndir.OUTCOME, turndir.OUTPUT, turndir.ARGV, turndir.REPORTER} <= spelled

@@ -288,7 +288,7 @@ def turn_line(t: dict[str, Any]) -> str:
     line += f"  {age(time.time() - t['started_at'])}"
     if t["ended_at"] is not None:
         line += f", ran {span(t['ended_at'] - t['started_at'])}"
-    if t["verdict"] == "failed" and t["rc"] is None:
+    if t["verdict"] == "failed":
         line += ", never confirmed its start"
     if t.get("cost") and t["cost"].get("amount") is not None:
         line += f"  {spend_of(t).cost_text()}"
