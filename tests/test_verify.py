@@ -655,3 +655,16 @@ def test_the_pane_check_is_decided_by_its_exit_not_by_a_child_holding_its_output
     for pid in map(int, pids.read_text().split()):
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", pid
     assert turn_processes_alive(t["id"]) == []
+
+
+def test_a_check_the_turn_dir_lost_never_passes_for_complete(env: Env) -> None:
+    """A harness that truncates its turn's `verify` file: the check the
+    launcher recorded cannot run, and the turn does not end complete."""
+    repo = git_repo(env)
+    script = ': > "$SPEXSUP_TURN_DIR/verify"'
+    assert env.run("new", "a", "--cwd", str(repo), "--", "sh", "-c", script).returncode == 0
+    r = env.run("wake", "a", "x", "--verify", "true", "--window", "5", "--json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    t = turn_of(env, "a")
+    assert (t["state"], t["cause"]) == ("failed", "verify"), t
+    assert "its check was never run" in t["error"], t["error"]

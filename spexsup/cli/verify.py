@@ -9,6 +9,7 @@ from spexsup import ids, states
 from spexsup.cli.app import app, open_spex
 from spexsup.cli.params import JsonOpt, NameArg, TurnOpt, VerifyTimeoutOpt, verify_rules
 from spexsup.cli.render import document, print_json, with_iso
+from spexsup.pane.pretty import one_line
 
 
 @app.command()
@@ -69,6 +70,6 @@ def verify(
             said = f"was interrupted (signal {done.interrupted})"
         line = f"{name}: turn {done.turn} check `{c['command']}` {said} (attempt {c['attempt']})"
         line += f"; the turn {'is now' if done.changed else 'stays'} {done.state}"
-        typer.echo(line)
+        typer.echo(one_line(line))  # the command is the user's: no control bytes reach us
     if done.exit_code:
         raise typer.Exit(done.exit_code)

@@ -290,6 +290,12 @@ def verified(turn_dir: Path, verdict: Judgement, meta: dict[str, Any]) -> None:
     from spexsup.pane import check as verify
 
     argv = verify.command(turn_dir)
+    if not argv and meta.get("verify"):
+        # The launcher wrote a check the turn dir no longer holds (something
+        # truncated or removed it): never a complete end nobody checked.
+        verdict.state, verdict.cause = FAILED, VERIFY
+        verdict.error = "its check was never run: the turn dir's verify file is gone or garbled"
+        return
     if not argv:
         return
     checked = verify.result(turn_dir)
