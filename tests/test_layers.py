@@ -66,7 +66,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the session record", ("sessions", "tickets")),
     ("the turn wing", ("turn",)),
     ("what a command does", ("bestof", "waves", "fanout", "top", "broker", "doctor", "diff")),
-    ("the CLI", ("cli", "__main__")),
+    ("the CLI and the web door", ("cli", "web", "__main__")),
 ]
 # Run by shell/turn.sh on every turn: their start-up time is part of every verdict.
 PANE_FORBIDS = ("typer", "rich", "libtmux", "watchdog", "click")

@@ -63,6 +63,7 @@ COMMANDS = (
     Command("events", "events"),
     Command("hooks", "events"),
     Command("status-line", "events"),
+    Command("serve", "serve"),
     Command("completion", "sessions"),
     Command("diff", "worktree"),
     Command("keep", "worktree"),
