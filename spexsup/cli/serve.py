@@ -14,7 +14,7 @@ from spexsup.cli.app import app, open_spex
 from spexsup.errors import Failed, Invalid
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp
+    from spexsup.web.app import Guard
 
 
 @app.command()
@@ -114,9 +114,17 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run(listener: socket.socket, asgi: "ASGIApp") -> None:
-    """uvicorn on `listener` until SIGINT/SIGTERM (then the CLI exits 130/143)."""
+def run(listener: socket.socket, asgi: "Guard") -> None:
+    """uvicorn on `listener` until SIGINT/SIGTERM (then the CLI exits 130/143);
+    the live streams end first, so the shutdown waits for nothing."""
+    from types import FrameType
+
     import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            asgi.stopping()
+            super().handle_exit(sig, frame)
 
     config = uvicorn.Config(
         asgi,
@@ -127,4 +135,4 @@ def run(listener: socket.socket, asgi: "ASGIApp") -> None:
         server_header=False,
         proxy_headers=False,
     )
-    uvicorn.Server(config).run(sockets=[listener])
+    Server(config).run(sockets=[listener])

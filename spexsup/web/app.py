@@ -97,11 +97,13 @@ class Web:
 
 # --- the guard ------------------------------------------------------------------
 
+# Referrer-Policy same-origin, not no-referrer: with no-referrer Chromium sends
+# a form's POST with `Origin: null`, which the Origin check must refuse.
 SECURITY_HEADERS = {
     "cache-control": "no-store",
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",
     "cross-origin-opener-policy": "same-origin",
     "cross-origin-resource-policy": "same-origin",
 }
@@ -129,6 +131,10 @@ class Guard:
     def __init__(self, app: ASGIApp, web: Web) -> None:
         self.app = app
         self.web = web
+
+    def stopping(self) -> None:
+        """The server is stopping: end the live streams (from a signal handler)."""
+        self.web.hub.end_all()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -312,7 +318,7 @@ def routes(web: Web) -> list[Route]:
         if not tail or not tail.isdigit():
             tail = str(views.LOG_TAIL)
         await in_thread(lambda: views.turn_state(views.spex_for(home), name, turn))
-        return sse_response(log_stream(home, name, turn, int(tail)))
+        return sse_response(log_stream(web.hub, home, name, turn, int(tail)))
 
     async def stop_page(request: Request) -> Response:
         if web.read_only:
@@ -326,7 +332,11 @@ def routes(web: Web) -> list[Route]:
         if wants_json(request):
             response: Response = JSONResponse(answer.doc, status)
         else:
-            response = await session_page(request, answer, status)
+            try:
+                response = await session_page(request, answer, status)
+            except SpexError:  # no page to show it on (an unknown session): the line alone
+                message = answer.line or f"spex: exited {answer.exit_code}"
+                response = web.render(request, "error.html", status, page="error", message=message)
         response.headers["x-spex-exit-code"] = str(answer.exit_code)
         return response
 
@@ -412,7 +422,7 @@ def sse_response(body: AsyncIterator[str]) -> StreamingResponse:
     )
 
 
-def create_app(home: Path, keys: auth.Keys, *, bound: str, read_only: bool) -> ASGIApp:
+def create_app(home: Path, keys: auth.Keys, *, bound: str, read_only: bool) -> Guard:
     web = Web(home, keys, bound=bound, read_only=read_only)
 
     @asynccontextmanager

@@ -56,10 +56,11 @@ class Stream:
             return
         if self.lagged:
             return
+        item: Any = doc
         if self.queue.qsize() >= QUEUE_SIZE:  # a read of its length: safe from this thread
             self.lagged = True
-            doc = _END
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, doc)
+            item = _END
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
 
 class Broadcaster:
@@ -67,6 +68,7 @@ class Broadcaster:
         self.home = home
         self.lock = threading.Lock()
         self.streams: set[Stream] = set()
+        self.logs: set[Stream] = set()  # the live logs' queues, to end them too
         self.high = 0  # the last event handed to the streams
         self.ready = threading.Event()
         self.failed: str | None = None
@@ -89,7 +91,8 @@ class Broadcaster:
                 with self.lock:
                     self.high = doc["id"]
                     for stream in self.streams:
-                        stream.push(doc)
+                        with contextlib.suppress(RuntimeError):  # the server is stopping
+                            stream.push(doc)
         except Exception as e:  # the pages keep working; only live updates stop
             self.failed = f"{type(e).__name__}: {e}"
             self.ready.set()
@@ -103,6 +106,15 @@ class Broadcaster:
     def leave(self, stream: Stream) -> None:
         with self.lock:
             self.streams.discard(stream)
+
+    def end_all(self) -> None:
+        """End every open stream now (the server is stopping: they would never
+        end by themselves). Safe from a signal handler."""
+        with self.lock:
+            ending = [*self.streams, *self.logs]
+        for stream in ending:
+            with contextlib.suppress(RuntimeError):  # its loop is closed already
+                stream.loop.call_soon_threadsafe(stream.queue.put_nowait, _END)
 
 
 def backlog(home: Path, since: int, high: int, sessions: tuple[str, ...]) -> list[dict[str, Any]] | None:
@@ -172,32 +184,38 @@ def follow_log(
         spex.close()
 
 
-async def log_stream(home: Path, name: str, turn: str, tail: int | None) -> AsyncIterator[str]:
+async def log_stream(
+    hub: Broadcaster, home: Path, name: str, turn: str, tail: int | None
+) -> AsyncIterator[str]:
     """The SSE body of a session page's live log: `log` messages (the first
     one replaces what the page shows), then one `end`."""
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[Any] = asyncio.Queue()
+    stream = Stream(loop, ())
     closed = threading.Event()
 
     def pump() -> None:
         try:
             for doc in follow_log(home, name, turn, tail, closed):
-                loop.call_soon_threadsafe(queue.put_nowait, doc)
+                loop.call_soon_threadsafe(stream.queue.put_nowait, doc)
         except Exception as e:
             doc = {"session": name, "turn": turn, "end": True, "state": None, "error": str(e)}
             with contextlib.suppress(RuntimeError):  # the loop is gone: the server stopped
-                loop.call_soon_threadsafe(queue.put_nowait, doc)
+                loop.call_soon_threadsafe(stream.queue.put_nowait, doc)
         finally:
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(queue.put_nowait, _END)
+                loop.call_soon_threadsafe(stream.queue.put_nowait, _END)
 
     threading.Thread(target=pump, name=f"spex-log-{name}", daemon=True).start()
+    with hub.lock:
+        hub.logs.add(stream)
     try:
         yield "retry: 2000\n\n"
         while True:
-            doc = await queue.get()
+            doc = await stream.queue.get()
             if doc is _END:
                 return
             yield sse(doc, event="end" if doc.get("end") else "log")
     finally:
         closed.set()
+        with hub.lock:
+            hub.logs.discard(stream)
