@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
 import select
 import shutil
@@ -218,7 +217,9 @@ def test_the_page_lists_sessions_and_a_wake_from_it_ends_live(
     expect(page.locator("#turn-state")).to_have_text("complete rc=0")
     expect(page.locator("#log")).to_contain_text("& done")
     expect(listing.locator("#row-api .turn")).to_contain_text("complete rc=0")
-    assert page.evaluate("window.sameDocument") == 1 and listing.evaluate("window.sameDocument") == 1
+    assert (
+        page.evaluate("window.sameDocument") == 1 and listing.evaluate("window.sameDocument") == 1
+    )
     assert page.evaluate("window.pwned") is None
     assert "<b>bold</b>" in page.text_content("#log")  # the agent's text, shown as text
     assert page.locator("#log b").count() == 0
@@ -273,7 +274,7 @@ def test_without_the_token_it_answers_401(
 ) -> None:
     request.node.web_base = server.base
     for path in ("/", "/rows", "/s/api", "/waves", "/events", "/s/api/log/live?turn=x"):
-        status, headers, body = server.request("GET", path, bearer=False)
+        status, _, body = server.request("GET", path, bearer=False)
         assert status == 401 and b"no token" in body, path
     assert server.request("GET", "/", headers={"Authorization": "Bearer " + "x" * 43})[0] == 401
     cookie = {"Cookie": "spex_0=" + "0" * 64}
@@ -300,7 +301,11 @@ def test_a_post_without_the_pages_csrf_token_is_refused(
     csrf = page.get_attribute("form.wake input[name=csrf]", "value")
     assert csrf
     before = event_count(env)
-    for form in ({"prompt": "x"}, {"prompt": "x", "csrf": "forged.0000"}, {"prompt": "x", "csrf": ""}):
+    for form in (
+        {"prompt": "x"},
+        {"prompt": "x", "csrf": "forged.0000"},
+        {"prompt": "x", "csrf": ""},
+    ):
         r = browser.request.post(server.base + "/s/api/wake", form=form)
         assert r.status == 403 and "CSRF" in r.text(), form
     assert event_count(env) == before and state(env, "api")["turn"] is None
@@ -333,7 +338,7 @@ def test_no_get_changes_anything_and_only_get_head_post_are_served(
 
 def test_the_host_header_and_a_posts_origin_must_be_this_server(env: Env, server: Server) -> None:
     new_until_go(env, "api")
-    for host in ("evil.example", "evil.example:%d" % server.port, "127.0.0.1.evil.example", ""):
+    for host in ("evil.example", f"evil.example:{server.port}", "127.0.0.1.evil.example", ""):
         status, _, _ = server.request("GET", "/", headers={"Host": host})
         assert status == 421, host
     for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}", "[::1]:9"):
@@ -427,7 +432,7 @@ def test_events_stream_names_session_and_turn_and_resumes_without_gaps(
     headers = {"Authorization": f"Bearer {server.token}", "Last-Event-ID": str(ids[1])}
     conn.request("GET", "/events?since=0", headers=headers)
     r = conn.getresponse()
-    again = []
+    again: list[int] = []
     while len(again) < len(ids) - 2:
         line = r.fp.readline().decode()
         if line.startswith("id: "):

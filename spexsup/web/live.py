@@ -117,7 +117,9 @@ class Broadcaster:
                 stream.loop.call_soon_threadsafe(stream.queue.put_nowait, _END)
 
 
-def backlog(home: Path, since: int, high: int, sessions: tuple[str, ...]) -> list[dict[str, Any]] | None:
+def backlog(
+    home: Path, since: int, high: int, sessions: tuple[str, ...]
+) -> list[dict[str, Any]] | None:
     """The events after `since` up to `high` (of `sessions`, or all), or None
     when there are more than MAX_BACKLOG (the page reloads instead)."""
     from spexsup.web.views import spex_for

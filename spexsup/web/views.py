@@ -80,7 +80,9 @@ def session(spex: Spex, name: str, turn: str | None = None) -> dict[str, Any]:
 
     ids.validate_name(name)
     (row,) = describe(spex, [name], turns=10, worktree_status=False)
-    shown = ids.resolve_turn(spex.store.db, name, turn) if turn else row["turn"] and row["turn"]["id"]
+    shown = (
+        ids.resolve_turn(spex.store.db, name, turn) if turn else row["turn"] and row["turn"]["id"]
+    )
     turn_doc = None
     if shown:
         turn_doc = next((t for t in row.get("turns") or () if t["id"] == shown), None)
@@ -165,11 +167,19 @@ def wave(spex: Spex, ident: str) -> dict[str, Any]:
 
         doc = fleet.load(spex.home, fleet.resolve(spex.home, ident))
         legs = [
-            {"session": None, "line": leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"})}
+            {
+                "session": None,
+                "line": leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"}),
+            }
             for leg in doc["legs"]
         ]
-        return {"id": doc["id"], "summary": f"wave {doc['id']}: {doc['state']}", "legs": legs,
-                "prompt": doc.get("prompt_head", ""), "sessions": []}
+        return {
+            "id": doc["id"],
+            "summary": f"wave {doc['id']}: {doc['state']}",
+            "legs": legs,
+            "prompt": doc.get("prompt_head", ""),
+            "sessions": [],
+        }
     from spexsup import waves
     from spexsup.cli.spend import with_spend
 
