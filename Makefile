@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/queue.py
 	$(BIN)/python bench/queue.py --max-running
 	$(BIN)/python bench/cost.py
+	$(BIN)/python bench/web.py
 
 # `spex -H host ls --json` cold, warm and local, through a private sshd (root).
 bench-ssh: $(STAMP) compile

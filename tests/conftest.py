@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -164,3 +165,12 @@ def signal_a_helper_thread(pid: int, sig: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.tgkill(pid, max(helpers), sig) != 0:
         raise OSError(ctypes.get_errno(), "tgkill")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Each phase's report on the test item (`item.rep_call`), so a fixture's
+    teardown knows whether the test failed (tests/test_web.py's screenshot)."""
+    outcome: Any = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)

@@ -69,7 +69,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "what a command does",
         ("bestof", "waves", "fanout", "top", "broker", "doctor", "diff", "verify"),
     ),
-    ("the CLI and the other doors", ("cli", "doors", "__main__")),
+    ("the CLI and the other doors", ("cli", "doors", "web", "__main__")),
 ]
 # Run by shell/turn.sh on every turn: their start-up time is part of every verdict.
 PANE_FORBIDS = ("typer", "rich", "libtmux", "watchdog", "click")

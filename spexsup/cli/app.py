@@ -65,6 +65,7 @@ COMMANDS = (
     Command("hooks", "events"),
     Command("status-line", "events"),
     Command("mcp", "mcp_door"),
+    Command("serve", "serve"),
     Command("completion", "sessions"),
     Command("diff", "worktree"),
     Command("keep", "worktree"),

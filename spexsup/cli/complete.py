@@ -93,6 +93,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
         ("session", "*"),
         {"--hosts": None, "--match": None, "--state": "state", "--color": "color"},
     ),
+    "serve": ((), {"--host": None, "--port": None}),
     "hosts": ((), {}),
     "show": (("session",), {"--color": "color"}),
     "edit": (

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 RENDERED = frozenset({"ls", "show", "wake", "wait", "stop", "rm", "resume"})
 # Commands whose prompt option (-m TEXT) is turned into stdin (-f -).
 PROMPT_OPTIONS = {"fanout": ("-m", "--message"), "up": ("-m", "--message")}
+# Commands that run on this machine only, whose own --host is not the global one.
+HERE_ONLY = frozenset({"serve"})
 
 
 def route(argv: list[str]) -> int | None:
@@ -74,6 +76,14 @@ def _plan(argv: list[str]) -> tuple[str | None, str, list[str], str] | None:
             continue
         elif w.startswith("--home="):
             home = w.partition("=")[2]
+        elif w in HERE_ONLY and not any(not x.startswith("-") for x in words):
+            # `spex serve --host ADDRESS`: its own option, the address it listens on.
+            if host is not None:
+                raise Invalid(
+                    f"spex {w} serves this machine's state home",
+                    hint=f"run spex {w} on {host} and reach it with ssh -L",
+                )
+            return None
         else:
             words.append(w)
         i += 1

@@ -1,0 +1,193 @@
+"""What the pages show, read through the functions the CLI's commands call.
+
+Each view is the document a `--json` command builds (or the lines its text
+output prints), gathered for one template: the list is `spex top`'s board
+(`spex ls --json` plus flags, spend and last output line) with `spex top`'s
+cells, a session is `spex show`'s lines, its log is `spex log --pretty`'s
+text, the waves are `spex waves` / `spex wave`'s. Nothing is decided here.
+
+Reads run in the server's worker threads; each thread keeps one `Spex`
+(SQLite connections belong to the thread that opened them).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from spexsup import ids, sessions
+from spexsup.errors import Refused
+from spexsup.spex import Spex
+from spexsup.states import ACTIVE
+
+# How much of a turn's output a session page shows (`spex log --pretty --tail`).
+LOG_TAIL = 400
+
+_local = threading.local()
+
+
+def spex_for(home: Path) -> Spex:
+    """This thread's handle on the state home (opened on first use)."""
+    spex: Spex | None = getattr(_local, "spex", None)
+    if spex is None or spex.home != home:
+        spex = Spex.open(home)
+        _local.spex = spex
+    return spex
+
+
+def last_event(spex: Spex) -> int:
+    """The newest event id: a page rendered now has seen every event up to it,
+    so its live stream starts after it (nothing is missed in between)."""
+    from spexsup import events
+
+    return events.last_id(spex.store.db)
+
+
+def board(spex: Spex) -> dict[str, Any]:
+    """The list page: `spex top`'s rows and header counts."""
+    from spexsup.cli.render import short_id, top_cells
+    from spexsup.top import Board
+
+    b = Board(spex)
+    b.refresh()
+    now = time.time()
+    rows = []
+    for r in b.rows:
+        name, state, turn, age, cost, flags, last = top_cells(r, now)
+        rows.append(
+            {
+                "name": name,
+                "state": state,
+                "turn": turn,
+                "turn_id": short_id(r.turn["id"]) if r.turn else None,
+                "age": age,
+                "cost": cost,
+                "flags": flags,
+                "last": last,
+                "active": r.active,
+            }
+        )
+    return {"rows": rows, "counts": b.counts()._asdict()}
+
+
+def session(spex: Spex, name: str, turn: str | None = None) -> dict[str, Any]:
+    """A session page: `spex show NAME`'s lines and its document, the turn shown
+    (the current or last one, or `turn`), and that turn's `spex log --pretty`."""
+    from spexsup.cli.render import show_lines
+    from spexsup.turn.read import describe
+
+    ids.validate_name(name)
+    (row,) = describe(spex, [name], turns=10, worktree_status=False)
+    shown = (
+        ids.resolve_turn(spex.store.db, name, turn) if turn else row["turn"] and row["turn"]["id"]
+    )
+    turn_doc = None
+    if shown:
+        turn_doc = next((t for t in row.get("turns") or () if t["id"] == shown), None)
+        if turn_doc is None:
+            from spexsup.turn.read import load_turn
+
+            turn_doc = load_turn(spex, shown)
+    return {
+        "name": name,
+        "doc": row,
+        "lines": show_lines(row),
+        "turn": turn_doc,
+        "active": bool(turn_doc and turn_doc["state"] in ACTIVE),
+        "log": log_text(spex, name, shown, tail=LOG_TAIL) if shown else "",
+        "stopped": row["state"] == "stopped",
+    }
+
+
+def pretty_chunks(spex: Spex, name: str, turn: str, *, follow: bool, tail: int | None) -> Any:
+    """`spex log NAME --turn TURN --pretty` as text chunks (no colour, no
+    escapes), in the order the turn wrote them; with `follow`, until it ends."""
+    from spexsup.pane import pretty, turndir
+    from spexsup.turn.read import log
+
+    chunks = log(spex, name, turn=turn, follow=follow, tail=tail)
+    parser = turndir.meta(turndir.path(spex.home, name, turn)).get("outcome")
+    rendered = pretty.render(chunks, parser if isinstance(parser, str) else None, color=False)
+    screen = pretty.TerminalText(colours=False)
+    for chunk in rendered:
+        text = screen.feed(chunk)
+        if text:
+            yield text.decode("utf-8", "replace")
+    rest = screen.feed(b"", final=True)
+    if rest:
+        yield rest.decode("utf-8", "replace")
+
+
+def log_text(spex: Spex, name: str, turn: str, *, tail: int | None) -> str:
+    return "".join(pretty_chunks(spex, name, turn, follow=False, tail=tail))
+
+
+def turn_state(spex: Spex, name: str, turn: str) -> str:
+    """A turn's state now; Refused for a turn the session does not have."""
+    sessions.get(spex, name)
+    row = spex.store.db.execute(
+        "SELECT state FROM turns WHERE id = ? AND session = ?", (turn, name)
+    ).fetchone()
+    if row is None:
+        raise Refused(f"session {name!r} has no turn {turn!r}", hint=f"spex show {name}")
+    return str(row["state"])
+
+
+def wave_list(spex: Spex) -> list[dict[str, Any]]:
+    """`spex waves`: this host's waves and the fleet waves, newest first, each
+    with the LEGS cell `spex waves` prints."""
+    from spexsup import fleet, waves
+    from spexsup.cli.fanout import fleet_counts
+    from spexsup.cli.progress import counts_line
+
+    docs = [{**d, "kind": d.get("kind", "local")} for d in waves.list_waves(spex)]
+    docs += [{**d, "kind": "fleet"} for d in fleet.list_docs(spex.home)]
+    docs.sort(key=lambda d: float(d.get("created_at") or 0), reverse=True)
+    return [
+        {
+            "id": d["id"],
+            "kind": d["kind"],
+            "state": d["state"],
+            "legs": fleet_counts(d) if d["kind"] == "fleet" else counts_line(d),
+            "retry_of": d.get("retry_of") or "-",
+        }
+        for d in docs
+    ]
+
+
+def wave(spex: Spex, ident: str) -> dict[str, Any]:
+    """`spex wave WAVE`: its summary line and one line per leg (a fleet wave:
+    each leg named HOST:NAME, linked to nothing here)."""
+    from spexsup.cli.progress import leg_line, summary
+
+    if ident.startswith("fleet-"):
+        from spexsup import fleet
+
+        doc = fleet.load(spex.home, fleet.resolve(spex.home, ident))
+        legs = [
+            {
+                "session": None,
+                "line": leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"}),
+            }
+            for leg in doc["legs"]
+        ]
+        return {
+            "id": doc["id"],
+            "summary": f"wave {doc['id']}: {doc['state']}",
+            "legs": legs,
+            "prompt": doc.get("prompt_head", ""),
+            "sessions": [],
+        }
+    from spexsup import waves
+    from spexsup.cli.spend import with_spend
+
+    doc = with_spend(spex, waves.load(spex, ids.resolve_wave(spex.store.db, ident)))
+    return {
+        "id": doc["id"],
+        "summary": summary(doc),
+        "prompt": doc.get("prompt_head", ""),
+        "legs": [{"session": leg["session"], "line": leg_line(leg)} for leg in doc["legs"]],
+        "sessions": [leg["session"] for leg in doc["legs"]],
+    }
