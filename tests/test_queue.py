@@ -205,9 +205,16 @@ def test_a_queued_prompt_waits_out_a_lease_and_starts_when_it_ends(env: Env) -> 
 
 
 def pipeline(env: Env, rc: int) -> Path:
-    """impl works 1.5 s then exits `rc`; review records each prompt it gets."""
-    assert env.run("new", "impl", "--", "bash", "-c", f"sleep 1.5; exit {rc}").returncode == 0
+    """impl works until the test opens its gate (`impl_done`), then exits
+    `rc`; review records each prompt it gets. A gate, not a sleep: a loaded
+    machine must not end impl's turn before the test looked at the queue."""
+    work = f"while [ ! -e {env.root / 'impl.gate'} ]; do sleep 0.05; done; exit {rc}"
+    assert env.run("new", "impl", "--", "bash", "-c", work).returncode == 0
     return slow(env, "review", 0.1)
+
+
+def impl_done(env: Env) -> None:
+    (env.root / "impl.gate").touch()
 
 
 def test_after_launches_the_next_step_when_the_other_turn_completes(env: Env) -> None:
@@ -219,6 +226,7 @@ def test_after_launches_the_next_step_when_the_other_turn_completes(env: Env) ->
     assert not log.exists()  # review is idle, but waits for impl's turn
     listed = json.loads(env.run("queue", "ls", "--json").stdout)
     assert listed[0]["options"]["after"] == "impl" and listed[0]["after_turn"]
+    impl_done(env)
     # Nobody watches: impl's end starts review's turn.
     assert retry_until(lambda: log.exists() and log.read_text().split() == ["review", "it"], 30)
     assert retry_until(lambda: turns_of(env, "review")[-1]["state"] == "complete", seconds=20)
@@ -228,6 +236,7 @@ def test_after_a_failed_turn_the_next_step_ends_skipped_with_the_cause(env: Env)
     log = pipeline(env, 3)
     assert wake(env, "impl", "build it", "--window", "0.3")[1]["verdict"] == "confirmed"
     assert wake(env, "review", "--after", "impl", "review it")[1]["verdict"] == "queued"
+    impl_done(env)
     assert retry_until(lambda: bool(turns_of(env, "review")), seconds=30)
     (turn,) = turns_of(env, "review")
     assert (turn["state"], turn["cause"]) == ("skipped", "after"), dict(turn)
@@ -244,11 +253,13 @@ def test_after_any_launches_whatever_the_end(env: Env) -> None:
     log = pipeline(env, 3)
     assert wake(env, "impl", "build it", "--window", "0.3")[1]["verdict"] == "confirmed"
     assert wake(env, "review", "--after-any", "impl", "look")[1]["verdict"] == "queued"
+    impl_done(env)
     assert retry_until(lambda: log.exists() and log.read_text().split() == ["look"], seconds=30)
 
 
 def test_after_a_turn_that_already_ended_decides_at_once(env: Env) -> None:
     log = pipeline(env, 0)
+    impl_done(env)
     assert wake(env, "impl", "x", "--window", "5")[1]["verdict"] == "completed"
     code, v = wake(env, "review", "--after", "impl", "now", "--window", "5")
     assert (code, v["verdict"]) == (0, "completed"), v
