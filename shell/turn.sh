@@ -268,6 +268,21 @@ fi
 # (SIGTERM, SIGKILL after GRACE). `stop_watchdog` cancels it when what it
 # bounds ended first, or waits for it when it fired, so its SIGKILL pass is
 # over before the end is reported (rc 124).
+# Is any process left in session SID (field 6 of /proc/PID/stat)? A scan in
+# bash: a check that left nothing costs no Python start to find that out.
+session_left() {
+    local stat line
+    local -a f
+    for stat in /proc/[0-9]*/stat; do
+        IFS= read -r line 2>/dev/null <"$stat" || continue
+        # After the command's name: state ppid pgrp session (digits, a letter).
+        line=${line##*) }
+        f=($line)
+        [ "${f[3]}" = "$1" ] && return 0
+    done
+    return 1
+}
+
 start_watchdog() {
     (
         sleeper=""
@@ -408,11 +423,11 @@ if [ "$rc" = 0 ] && [ -r "$dir/verify" ] && [ -z "$refused" ] && [ ${#py[@]} -gt
     check_rc=$?
     exec {check_out}>&-
     # Its last output drains; a leftover still holding the pipe is ended.
-    for _ in 1 2 3 4 5 6 7 8 9 10; do
+    for ((i = 0; i < 100; i++)); do
         kill -0 "$check_tee" 2>/dev/null || break
-        sleep 0.1
+        sleep 0.01
     done
-    "${py[@]}" -m spexsup.pane.verify end "$dir" "$check_pid" </dev/null
+    session_left "$check_pid" && "${py[@]}" -m spexsup.pane.verify end "$dir" "$check_pid" </dev/null
     wait "$check_tee" 2>/dev/null
     [ -n "$watchdog" ] && stop_watchdog
     if [ -e "$dir/verify-timed-out" ]; then
