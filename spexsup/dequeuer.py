@@ -116,7 +116,14 @@ def start_once(home: Path, name: str) -> None:
 def start(home: Path, name: str) -> None:
     """`spex internal dequeue NAME`, detached (its own session, no stdio), with
     no turn's environment; never raises (the next reader tries again)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPEXSUP_TURN", "TMUX"))}
+    # Not the pane's TMUX/TMUX_PANE (it is no client of that pane), but the
+    # user's TMUX_TMPDIR: without it `-L NAME` names a socket in the default
+    # directory, and the launcher made a second server there.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("SPEXSUP_TURN") and k not in ("TMUX", "TMUX_PANE")
+    }
     env.pop("SPEXSUP_SESSION", None)
     env["SPEXSUP_HOME"] = str(home)
     inside = os.environ.get("TMUX", "").split(",")[0]

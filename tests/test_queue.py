@@ -308,3 +308,25 @@ def test_a_queued_wake_waits_behind_earlier_ones_even_when_the_session_is_free(e
     code, v = wake(env, "a", "--queue", "third")
     assert (code, v["verdict"]) == (0, "queued"), v  # behind second, which it launched
     assert retry_until(lambda: log.read_text().split() == ["first", "second", "third"], 30)
+
+
+def test_a_queued_prompt_runs_on_the_tmux_server_its_session_lives_on(env: Env) -> None:
+    """The turn's end starts the queued prompt in a detached process: that
+    process keeps the user's TMUX_TMPDIR (it used to drop every TMUX* name),
+    so it reaches the session's own server, never a new one in the default
+    socket directory (a home `recreated` there, out of the user's sight)."""
+    log = slow(env, "q", 0.5)
+    assert wake(env, "q", "first", "--window", "0.3")[1]["verdict"] == "confirmed"
+    assert wake(env, "q", "--queue", "second")[1]["verdict"] == "queued"
+    assert retry_until(lambda: log.exists() and log.read_text().split() == ["first", "second"], 30)
+    assert env.run("wait", "q", "--timeout", "30").returncode == 0
+    kinds = [json.loads(line)["kind"] for line in env.run("events", "--json").stdout.splitlines()]
+    assert "home-recreated" not in kinds, kinds
+    # No server under the socket's name outside the test's TMUX_TMPDIR.
+    default = {k: v for k, v in env.vars.items() if k != "TMUX_TMPDIR"}
+    stray = subprocess.run(
+        ["tmux", "-L", env.socket, "list-sessions"], env=default, capture_output=True, text=True
+    )
+    if stray.returncode == 0:
+        subprocess.run(["tmux", "-L", env.socket, "kill-server"], env=default, check=False)
+    assert stray.returncode != 0, f"a second tmux server: {stray.stdout}"
