@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
 import threading
 import time
 from pathlib import Path
 
-from conftest import Env, harness, retry_until
+from conftest import SPEX, Env, harness, retry_until
 
 
 def configure(env: Env, text: str) -> None:
@@ -173,14 +174,27 @@ def test_a_wave_leg_that_meets_the_homes_limit_is_queued_not_refused(env: Env) -
 
 
 def test_fanout_after_launches_every_leg_once_the_other_turn_completes(env: Env) -> None:
-    assert env.run("new", "impl", "--", "bash", "-c", "sleep 1.5").returncode == 0
+    # impl works until the legs are queued behind it (a gate, not a sleep:
+    # a loaded machine must not end it before the fan-out looked).
+    gate = env.root / "impl.gate"
+    work = f"while [ ! -e {gate} ]; do sleep 0.05; done"
+    assert env.run("new", "impl", "--", "bash", "-c", work).returncode == 0
     record = env.root / "record"
     for name in ("r1", "r2"):
         script = f'echo "{name} $0" >> {record}'
         assert env.run("new", name, "--", "bash", "-c", script).returncode == 0
     assert wake(env, "impl", "build", "--window", "0.3")[1]["verdict"] == "confirmed"
-    r = env.run("fanout", "r1", "r2", "--after", "impl", "-m", "review", "--wait", timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
+    fan = subprocess.Popen(
+        [SPEX, "fanout", "r1", "r2", "--after", "impl", "-m", "review", "--wait"],
+        env=env.vars, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        queued = lambda: len(json.loads(env.run("queue", "ls", "--json").stdout)) == 2  # noqa: E731
+        assert retry_until(queued, 30)
+    finally:
+        gate.touch()
+    out, err = fan.communicate(timeout=60)
+    assert fan.returncode == 0, out + err
     assert sorted(record.read_text().splitlines()) == ["r1 review", "r2 review"]
     doc = json.loads(env.run("wave", "last", "--json").stdout)
     assert doc["state"] == "complete" and doc["pacing"]["after"] == "impl"

@@ -315,9 +315,12 @@ def test_a_queued_prompt_runs_on_the_tmux_server_its_session_lives_on(env: Env) 
     process keeps the user's TMUX_TMPDIR (it used to drop every TMUX* name),
     so it reaches the session's own server, never a new one in the default
     socket directory (a home `recreated` there, out of the user's sight)."""
-    log = slow(env, "q", 0.5)
+    log, gate = env.root / "q.order", env.root / "q.gate"
+    script = f'while [ ! -e {gate} ]; do sleep 0.05; done; echo "$0" >> {log}'
+    assert env.run("new", "q", "--", "bash", "-c", script).returncode == 0
     assert wake(env, "q", "first", "--window", "0.3")[1]["verdict"] == "confirmed"
     assert wake(env, "q", "--queue", "second")[1]["verdict"] == "queued"
+    gate.touch()
     assert retry_until(lambda: log.exists() and log.read_text().split() == ["first", "second"], 30)
     assert env.run("wait", "q", "--timeout", "30").returncode == 0
     kinds = [json.loads(line)["kind"] for line in env.run("events", "--json").stdout.splitlines()]
