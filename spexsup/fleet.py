@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from spexsup import hosts, ids, usage
 from spexsup.errors import Failed, Invalid, Refused, SpexError
-from spexsup.ids import SCHEMA_VERSION, validate_name
+from spexsup.ids import SCHEMA_VERSION, TURN_OPTIONS, recorded_options, validate_name
 from spexsup.mainwait import results
 from spexsup.paths import ensure_private_dir, own_python, write_atomic
 
@@ -217,19 +217,6 @@ def group_legs(names: Sequence[str]) -> dict[str, list[str]]:
     return groups
 
 
-TURN_OPTIONS = (
-    "window",
-    "timeout",
-    "strict",
-    "on_limit",
-    "model",
-    "fallback",
-    "stagger",
-    "verify",
-    "verify_timeout",
-)
-
-
 def turn_argv(turn_options: dict[str, Any]) -> list[str]:
     """`--window`, `--timeout`, `--strict`/`--no-strict`, `--on-limit`,
     `--stagger` for a host's `spex fanout`, from `turn_options` (None: not
@@ -257,11 +244,6 @@ def turn_argv(turn_options: dict[str, Any]) -> list[str]:
     if turn_options.get("verify_timeout") is not None:
         argv += ["--verify-timeout", f"{float(turn_options['verify_timeout']):f}"]
     return argv
-
-
-def recorded_options(doc: dict[str, Any]) -> dict[str, Any]:
-    found = doc.get("turn_options") or {}
-    return {k: found.get(k, False if k == "strict" else None) for k in TURN_OPTIONS}
 
 
 def fanout(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spexsup.errors import Invalid, Refused
 
@@ -23,6 +23,29 @@ if TYPE_CHECKING:
 
 # Every JSON document spex prints carries this (DESIGN §8 "JSON").
 SCHEMA_VERSION = 1
+
+# The per-turn options a wave document records (`turn_options`), a local
+# wave's (wavedoc) and a fleet wave's (fleet) alike.
+TURN_OPTIONS = (
+    "window",
+    "timeout",
+    "strict",
+    "on_limit",
+    "model",
+    "fallback",
+    "stagger",
+    "verify",
+    "verify_timeout",
+)
+
+
+def recorded_options(doc: dict[str, Any]) -> dict[str, Any]:
+    """A wave's recorded per-turn options (a wave from before one was
+    recorded ran under none: None, `strict` False)."""
+    found = doc.get("turn_options") or {}
+    return {k: found.get(k, False if k == "strict" else None) for k in TURN_OPTIONS}
+
+
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 REF_RE = re.compile(r"[0-9A-Za-z_~-]{1,64}")
 LAST_RE = re.compile(r"last(?:~([0-9]{1,6}))?")

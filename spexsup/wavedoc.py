@@ -50,24 +50,6 @@ TURN_ENV = ("SPEXSUP_SESSION", "SPEXSUP_TURN", "SPEXSUP_TURN_DIR", "SPEXSUP_PROM
 Doc = dict[str, Any]
 Change = Callable[[Doc], None]
 Listener = Callable[[Doc], None]
-TURN_OPTIONS = (
-    "window",
-    "timeout",
-    "strict",
-    "on_limit",
-    "model",
-    "fallback",
-    "stagger",
-    "verify",
-    "verify_timeout",
-)
-
-
-def recorded_options(doc: Doc) -> Doc:
-    """A wave's recorded per-turn options (a wave from before they were
-    recorded ran under none)."""
-    found = doc.get("turn_options") or {}
-    return {k: found.get(k, False if k == "strict" else None) for k in TURN_OPTIONS}
 
 
 def new_wave_id() -> str:

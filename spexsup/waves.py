@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from spexsup import events, ids, sessions
 from spexsup.errors import Invalid, Refused, SpexError
+from spexsup.ids import recorded_options
 from spexsup.mainwait import results
 from spexsup.pane import turndir
 from spexsup.paths import ensure_private_dir, write_atomic
@@ -44,7 +45,6 @@ from spexsup.wavedoc import (
     new_wave_id,
     over_budget,
     record_event,
-    recorded_options,
     validate_wave_id,
     waves_dir,
 )
