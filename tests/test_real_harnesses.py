@@ -463,6 +463,10 @@ def test_claude_drives_spex_mcp_and_wakes_another_session(real: Env, model: Mode
     repo.mkdir()
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     env = realclis.setup("claude", Path(real.vars["HOME"]), model.url)
+    # claude -p sends its first request without waiting for its MCP servers
+    # (2.1.197): on a loaded machine `spex mcp` was not up yet and the turn
+    # ran without its tools. This makes claude wait, as the README says.
+    env["MCP_CONNECTION_NONBLOCKING"] = "0"
     r = real.run(
         "new", "agent", "--harness", "claude", "--cwd", str(repo),
         *[f"--env={k}={v}" for k, v in env.items() if v],
