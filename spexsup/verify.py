@@ -255,7 +255,7 @@ def _run(
             except OSError:  # the caller's output is gone: the check still decides
                 out = None
 
-    say(f"{pane_verify.HEADER}{shown_verify(argv)} (spex verify)\n".encode())
+    say(f"{pane_verify.header(argv)} (spex verify)\n".encode())
     try:
         proc = subprocess.Popen(
             list(argv),

@@ -18,9 +18,12 @@ the check, writing `verifying:<pid>`, its output to the pane and to
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from spexsup.pane import turndir
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 LOG = turndir.VERIFY_LOG
 ARGV = turndir.VERIFY
@@ -68,6 +71,16 @@ def started_at(turn_dir: Path) -> float | None:
 
 # Each run's output in verify.log starts with this line (the pane shows it too).
 HEADER = "[spex] verifying: "
+
+
+def header(argv: Sequence[str]) -> str:
+    """The line that heads a run of `argv` in verify.log: the check on one
+    line, so that a multi-line command's rest never reads as its output
+    (`tail` quotes what follows this line)."""
+    from spexsup.harness import shown_verify
+    from spexsup.pane.pretty import one_line
+
+    return f"{HEADER}{one_line(shown_verify(argv))}"
 
 
 def tail(log: Path, lines: int = TAIL_LINES) -> str:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from spexsup.pane import turndir
-from spexsup.pane.check import DEADLINE, HEADER, STARTED, command
+from spexsup.pane.check import DEADLINE, STARTED, command, header
 from spexsup.states import ACTIVE, COMPLETE
 
 RUN = 0
@@ -41,9 +41,7 @@ def start(turn_dir: Path) -> int:
         return NO  # it failed on its own: that end stands, unchecked
     now = time.time()
     write_atomic(turn_dir / STARTED, f"{now:.6f}\n".encode(), durable=False)
-    from spexsup.harness import shown_verify
-
-    print(f"{HEADER}{shown_verify(argv)}", flush=True)
+    print(header(argv), flush=True)
     try:
         store = Store(home, (events,))  # its event is recorded; no hook runs in the pane
         with store.tx() as db:
