@@ -4,7 +4,12 @@ while their check runs. Real tmux, real processes, real git repositories."""
 
 from __future__ import annotations
 
-from conftest import Env
+import os
+import signal
+
+import psutil
+import pytest
+from conftest import Env, retry_until
 from test_verify import agent, git_repo, turn_of
 
 
@@ -28,3 +33,39 @@ def test_a_multi_line_check_is_quoted_by_its_output_not_by_its_own_lines(env: En
         "[spex] verifying: true test -e nothing",
         "[spex] verifying: true test -e nothing (spex verify)",
     ], log
+
+
+def alive(pids: list[int]) -> list[int]:
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    return [pid for pid in pids if running(pid)]
+
+
+@pytest.mark.parametrize("death", ["wrapper", "server"])
+def test_a_check_whose_turn_is_lost_does_not_run_on(env: Env, death: str) -> None:
+    """A harness dies with its pane (the hangup of its wrapper's end or of
+    the tmux server's); the check, in a process session of its own, never
+    got it, and its watchdog died with the wrapper: it ran on, unbounded,
+    after its turn was recorded lost."""
+    repo = git_repo(env)
+    agent(env, "a", repo)
+    pids = env.root / "pids"
+    check = f"sleep 60 & echo $! >> {pids}; echo $$ >> {pids}; wait"
+    r = env.run("wake", "a", "x", "--verify", check, "--window", "0.3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert retry_until(lambda: pids.exists() and len(pids.read_text().split()) == 2, 10)
+    t = turn_of(env, "a")
+    outcome = env.home / "turns" / "a" / t["id"] / "outcome"
+    assert outcome.read_text().startswith("verifying:")
+    if death == "wrapper":
+        os.kill(int(outcome.read_text().split(":")[1]), signal.SIGKILL)
+    else:
+        env.tmux("kill-server")
+    assert retry_until(lambda: turn_of(env, "a")["state"] != "running", 15)
+    t = turn_of(env, "a")
+    assert (t["state"], t["verify"]["state"]) == ("lost", "verify-failed"), t
+    assert alive([int(p) for p in pids.read_text().split()]) == []

@@ -62,6 +62,15 @@ def result(turn_dir: Path) -> Result:
     return Result(rc, (turn_dir / TIMED_OUT).exists())
 
 
+def grace(turn_dir: Path) -> float:
+    """How long the check's processes get between SIGTERM and SIGKILL when
+    they are ended (`verify-deadline`'s GRACE)."""
+    try:
+        return float((turn_dir / DEADLINE).read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 2.0
+
+
 def started_at(turn_dir: Path) -> float | None:
     try:
         return float((turn_dir / STARTED).read_text())

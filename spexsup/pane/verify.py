@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from spexsup.pane import turndir
-from spexsup.pane.check import DEADLINE, STARTED, command, header
+from spexsup.pane.check import STARTED, command, grace, header
 from spexsup.states import ACTIVE, COMPLETE
 
 RUN = 0
@@ -61,11 +61,6 @@ def end(turn_dir: Path, leader: int) -> int:
     the check's."""
     from spexsup.procs import reap, session_members
 
-    try:
-        grace = float((turn_dir / DEADLINE).read_text().split()[1])
-    except (OSError, ValueError, IndexError):
-        grace = 2.0
-
     def members() -> list:  # type: ignore[type-arg]
         import psutil
 
@@ -78,7 +73,7 @@ def end(turn_dir: Path, leader: int) -> int:
         return found
 
     if session_members(leader, "0"):
-        reap(members, grace)
+        reap(members, grace(turn_dir))
     return 0
 
 
