@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import psutil
 import pytest
@@ -69,3 +70,31 @@ def test_a_check_whose_turn_is_lost_does_not_run_on(env: Env, death: str) -> Non
     t = turn_of(env, "a")
     assert (t["state"], t["verify"]["state"]) == ("lost", "verify-failed"), t
     assert alive([int(p) for p in pids.read_text().split()]) == []
+
+
+def test_a_check_is_decided_by_its_exit_not_by_a_setsid_child_holding_its_output(
+    env: Env,
+) -> None:
+    """A check that starts a server with `setsid` (out of the check's process
+    session) holding its stdout, and exits 0: the wrapper waited for its
+    output to close, so the turn hung until the check's time limit and
+    failed `verify-timeout`. Its exit decides; what holds its output is ended."""
+    repo = git_repo(env)
+    agent(env, "a", repo)
+    pids = env.root / "pids"
+    check = f"setsid sleep 60 & echo $! >> {pids}; echo all passed"
+    started = time.monotonic()
+    r = env.run(
+        "wake", "a", "x", "--verify", check, "--verify-timeout", "40", "--window", "30", "--json"
+    )
+    assert time.monotonic() - started < 20, r.stdout
+    assert r.returncode == 0, r.stdout + r.stderr
+    t = turn_of(env, "a")
+    assert (t["state"], t["flags"]) == ("complete", ["verified"]), t
+    assert (t["verify"]["rc"], t["verify"]["tail"]) == (0, "all passed"), t["verify"]
+    assert retry_until(lambda: alive([int(p) for p in pids.read_text().split()]) == [], 5)
+    # The same check run again by `spex verify`: what it left holding its
+    # output is ended with it there too.
+    r = env.run("verify", "a", "--verify-timeout", "40")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert retry_until(lambda: alive([int(p) for p in pids.read_text().split()]) == [], 5)
