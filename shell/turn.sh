@@ -422,12 +422,14 @@ if [ "$rc" = 0 ] && [ -r "$dir/verify" ] && [ -z "$refused" ] && [ ${#py[@]} -gt
     wait "$check_pid"
     check_rc=$?
     exec {check_out}>&-
-    # Its last output drains; a leftover still holding the pipe is ended.
+    # Its last output drains; a leftover still holding the pipe (in its
+    # session, or one that left it with setsid) is ended.
     for ((i = 0; i < 100; i++)); do
         kill -0 "$check_tee" 2>/dev/null || break
         sleep 0.01
     done
-    session_left "$check_pid" && "${py[@]}" -m spexsup.pane.verify end "$dir" "$check_pid" </dev/null
+    { session_left "$check_pid" || kill -0 "$check_tee" 2>/dev/null; } &&
+        "${py[@]}" -m spexsup.pane.verify end "$dir" "$check_pid" "$check_tee" </dev/null
     wait "$check_tee" 2>/dev/null
     [ -n "$watchdog" ] && stop_watchdog
     if [ -e "$dir/verify-timed-out" ]; then

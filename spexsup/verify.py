@@ -243,7 +243,7 @@ def _run(
     process tree is ended (SIGTERM, then SIGKILL). Its verdict is its own
     exit status: once it exited, what it left running in its session is
     ended too, even while it holds the output open."""
-    from spexsup.procs import reap, session_members, start_token
+    from spexsup.procs import fd_holders, reap, session_members, start_token
 
     def say(data: bytes) -> None:
         nonlocal out
@@ -255,7 +255,7 @@ def _run(
             except OSError:  # the caller's output is gone: the check still decides
                 out = None
 
-    say(f"{pane_verify.HEADER}{shown_verify(argv)} (spex verify)\n".encode())
+    say(f"{pane_verify.header(argv)} (spex verify)\n".encode())
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -271,6 +271,13 @@ def _run(
         return Ran(127, False, 0)
     assert proc.stdout is not None
     born = start_token(proc.pid) or ""
+    # Its output pipe: whoever else holds it is the check's (a child that
+    # left its session with setsid), ended with it.
+    output = [str(Path(f"/proc/self/fd/{proc.stdout.fileno()}").readlink())]
+
+    def leftovers() -> list[int]:
+        return [*session_members(proc.pid, born), *fd_holders(output, skip={os.getpid()})]
+
     signum = 0
     try:
         os.set_blocking(proc.stdout.fileno(), False)
@@ -303,12 +310,12 @@ def _run(
         # Its status, before its tree is reaped (a reaped child reads as rc 0).
         rc = proc.poll()
     finally:
-        if proc.poll() is None or session_members(proc.pid, born):
+        if proc.poll() is None or leftovers():
             import psutil
 
             def members() -> list[psutil.Process]:
                 found = []
-                for pid in session_members(proc.pid, born):
+                for pid in set(leftovers()):
                     try:
                         found.append(psutil.Process(pid))
                     except psutil.Error:

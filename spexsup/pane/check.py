@@ -18,9 +18,12 @@ the check, writing `verifying:<pid>`, its output to the pane and to
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from spexsup.pane import turndir
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 LOG = turndir.VERIFY_LOG
 ARGV = turndir.VERIFY
@@ -59,6 +62,15 @@ def result(turn_dir: Path) -> Result:
     return Result(rc, (turn_dir / TIMED_OUT).exists())
 
 
+def grace(turn_dir: Path) -> float:
+    """How long the check's processes get between SIGTERM and SIGKILL when
+    they are ended (`verify-deadline`'s GRACE)."""
+    try:
+        return float((turn_dir / DEADLINE).read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 2.0
+
+
 def started_at(turn_dir: Path) -> float | None:
     try:
         return float((turn_dir / STARTED).read_text())
@@ -68,6 +80,16 @@ def started_at(turn_dir: Path) -> float | None:
 
 # Each run's output in verify.log starts with this line (the pane shows it too).
 HEADER = "[spex] verifying: "
+
+
+def header(argv: Sequence[str]) -> str:
+    """The line that heads a run of `argv` in verify.log: the check on one
+    line, so that a multi-line command's rest never reads as its output
+    (`tail` quotes what follows this line)."""
+    from spexsup.harness import shown_verify
+    from spexsup.pane.pretty import one_line
+
+    return f"{HEADER}{one_line(shown_verify(argv))}"
 
 
 def tail(log: Path, lines: int = TAIL_LINES) -> str:

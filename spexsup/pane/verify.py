@@ -1,8 +1,9 @@
 """The wrapper's verification step (`--verify CMD`, DESIGN §16), run in the pane:
 
     python -m spexsup.pane.verify start TURN_DIR   -> exit 0: run the check
-    python -m spexsup.pane.verify end TURN_DIR PID  (the check exited: end
-        what it left running in its process session, PID's)
+    python -m spexsup.pane.verify end TURN_DIR PID [TEE]  (the check exited:
+        end what it left running in its process session, PID's, and what
+        still holds its output, the pipe TEE reads)
 
 After the harness exited 0 and before the turn's end is reported: when the
 turn has a check and its end would be `complete` as it stands (a turn that
@@ -15,12 +16,13 @@ to `verify.log`, its exit status to `verify-rc`. Any other case exits 1.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
 
 from spexsup.pane import turndir
-from spexsup.pane.check import DEADLINE, HEADER, STARTED, command
+from spexsup.pane.check import STARTED, command, grace, header
 from spexsup.states import ACTIVE, COMPLETE
 
 RUN = 0
@@ -41,9 +43,7 @@ def start(turn_dir: Path) -> int:
         return NO  # it failed on its own: that end stands, unchecked
     now = time.time()
     write_atomic(turn_dir / STARTED, f"{now:.6f}\n".encode(), durable=False)
-    from spexsup.harness import shown_verify
-
-    print(f"{HEADER}{shown_verify(argv)}", flush=True)
+    print(header(argv), flush=True)
     try:
         store = Store(home, (events,))  # its event is recorded; no hook runs in the pane
         with store.tx() as db:
@@ -56,44 +56,57 @@ def start(turn_dir: Path) -> int:
     return RUN
 
 
-def end(turn_dir: Path, leader: int) -> int:
+def end(turn_dir: Path, leader: int, tee: int | None = None) -> int:
     """The check (its process session, `leader`'s) exited: end what it left
-    running there (SIGTERM, SIGKILL after the grace). Linux keeps a pid out
-    of reuse while a live process has it as its session: every member is
-    the check's."""
-    from spexsup.procs import reap, session_members
+    running there, and what still holds its output open (the pipe `tee`,
+    the wrapper's copy of it to the pane and verify.log, reads: a child
+    that left the session with `setsid`), SIGTERM, SIGKILL after the grace.
+    Linux keeps a pid out of reuse while a live process has it as its
+    session: every member is the check's; so is every other holder of its
+    output, which the wrapper closed before starting this step."""
+    import os
 
-    try:
-        grace = float((turn_dir / DEADLINE).read_text().split()[1])
-    except (OSError, ValueError, IndexError):
-        grace = 2.0
+    from spexsup.procs import fd_holders, reap, session_members
+
+    output: list[str] = []
+    ours = {os.getpid(), os.getppid()}  # this step and the wrapper
+    if tee is not None:
+        ours.add(tee)
+        with contextlib.suppress(OSError):  # tee is done: nothing holds the output
+            output.append(str(Path(f"/proc/{tee}/fd/0").readlink()))
+
+    def pids() -> set[int]:
+        found = set(session_members(leader, "0"))
+        if output:
+            found.update(fd_holders(output, skip=ours))
+        return found
 
     def members() -> list:  # type: ignore[type-arg]
         import psutil
 
         found = []
-        for pid in session_members(leader, "0"):
+        for pid in pids():
             try:
                 found.append(psutil.Process(pid))
             except psutil.Error:
                 continue
         return found
 
-    if session_members(leader, "0"):
-        reap(members, grace)
+    if pids():
+        reap(members, grace(turn_dir))
     return 0
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 3 and argv[0] == "end" and argv[2].isdigit():
+    if len(argv) in (3, 4) and argv[0] == "end" and all(a.isdigit() for a in argv[2:]):
         try:
-            return end(Path(argv[1]), int(argv[2]))
+            return end(Path(argv[1]), *map(int, argv[2:]))
         except Exception as e:  # its leftovers stay: never the turn's end
             print(f"spex: ending the check's leftovers: {e}", file=sys.stderr)
             return 1
     if len(argv) != 2 or argv[0] != "start":
         print(
-            "spex: usage: python -m spexsup.pane.verify start TURN_DIR | end TURN_DIR PID",
+            "spex: usage: python -m spexsup.pane.verify start TURN_DIR | end TURN_DIR PID [TEE]",
             file=sys.stderr,
         )
         return 2

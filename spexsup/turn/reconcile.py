@@ -181,6 +181,8 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
             why = f"the turn's process (pid {m.pid}) died while recording its end (rc={m.rc})"
             report.record_exit(spex.store, name, turn, m.rc, directory, error=why)
         else:
+            if m.stage is Stage.VERIFYING:
+                _end_check(turn, directory)
             why = (
                 f"the turn's process (pid {m.pid}) is gone and never recorded how it ended"
                 " (its pane was closed, the tmux server died, or the machine restarted)"
@@ -194,6 +196,18 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
     elif _unlaunched(spex, row, directory) is Liveness.DEAD:
         why = "the spex wake that started it died before the turn confirmed its start"
         report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+
+
+def _end_check(turn: str, directory: Path) -> None:
+    """End the check of a turn whose wrapper died while it ran. A harness
+    ends with its pane (the hangup of its wrapper's or the tmux server's
+    end); the check runs in a process session of its own, which no hangup
+    reaches, and its watchdog died with the wrapper: it would run on,
+    unbounded. Its processes carry the turn's `SPEXSUP_TURN`."""
+    from spexsup.pane import check
+    from spexsup.procs import reap, turn_processes
+
+    reap(lambda: turn_processes(turn, None), check.grace(directory))
 
 
 def _kept_marker(spex: Spex, name: str, turn: str) -> Marker | None:
