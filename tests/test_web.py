@@ -441,6 +441,27 @@ def test_events_stream_names_session_and_turn_and_resumes_without_gaps(
     assert again == ids[2:]
 
 
+def test_a_bad_event_id_or_tail_in_a_stream_is_400_or_ignored_never_500(
+    env: Env, server: Server
+) -> None:
+    """`str.isdigit` takes '²' and any number of digits; `int` refuses both."""
+    assert env.run("new", "api", "--harness", "demo").returncode == 0
+    assert env.run("wake", "api", "hi", "--window", "5").returncode == 0
+    turn = state(env, "api")["turn"]["id"]
+    for since in ("%C2%B2", "9" * 5000):
+        status, _, body = server.request("GET", f"/events?since={since}")
+        assert (status, body) == (400, b"spex: since is an event id\n"), since
+    status, _, _ = server.request("GET", "/events", headers={"Last-Event-ID": "\xb2"})
+    assert status == 400
+    for tail in ("%C2%B2", "9" * 5000):  # not a count: the page's own tail
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        path = f"/s/api/log/live?turn={turn}&tail={tail}"
+        conn.request("GET", path, headers={"Authorization": f"Bearer {server.token}"})
+        r = conn.getresponse()
+        assert r.status == 200 and r.readline() == b"retry: 2000\n", tail
+        conn.close()
+
+
 def test_the_token_file_the_url_and_the_address(env: Env) -> None:
     s = start(env)
     path = env.home / "serve.token"
