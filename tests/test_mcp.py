@@ -261,6 +261,9 @@ def test_resources_are_each_sessions_log_and_events_page_by_id(env: Env) -> None
         got["all"] = everything.structured_content
         with pytest.raises(Exception, match="no session named 'zz'"):
             await session.read_resource("spex://sessions/zz/log")
+        for dashed in ("--help", "-d"):  # a name, refused as one: not `spex log --help`
+            with pytest.raises(Exception, match=f"invalid session name '{dashed}'"):
+                await session.read_resource(f"spex://sessions/{dashed}/log")
 
     drive(env, body)
     assert got["uris"] == ["spex://sessions/a/log", "spex://sessions/b/log"]

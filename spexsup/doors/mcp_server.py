@@ -277,7 +277,7 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         mime_type="text/plain",
     )
     async def session_log(name: str) -> str:
-        ran = await run(["log", name])
+        ran = await run(typed("log", [name], []))  # `--help` is a bad name, not an option
         if ran.code != 0:
             raise ResourceError(message(ran, None))
         return readable(ran.stdout)
