@@ -210,6 +210,29 @@ def test_refusals_and_bad_input_are_tool_errors_with_the_cli_message_and_code(
         assert doc["ok"] is False and doc["exit_code"] == code
 
 
+def test_a_nul_byte_in_an_argument_is_invalid_input(env: Env) -> None:
+    """argv cannot carry a NUL: the call is refused with exit code 2, as the
+    CLI refuses a prompt with one, instead of failing inside the server."""
+    assert env.run("new", "d", "--harness", "demo").returncode == 0
+    answers: list[CallToolResult] = []
+
+    async def body(session: ClientSession) -> None:
+        answers.append(await session.call_tool("show_session", {"name": "d\0"}))
+        answers.append(await session.call_tool("wake", {"name": "d", "prompt": "x", "key": "\0"}))
+
+    drive(env, body)
+    for answer, word in zip(answers, ["'d\\x00'", "'\\x00'"], strict=True):
+        said = f"spex: {word} contains a NUL byte (arguments are NUL-free text)"
+        assert answer.is_error and texts(answer)[0] == f"{said} (exit code 2)", texts(answer)
+        assert answer.structured_content == {
+            "schema_version": 1,
+            "ok": False,
+            "error": said.removeprefix("spex: "),
+            "exit_code": 2,
+        }
+    assert env.run("show", "d", "--json").stdout.count('"turn": null') == 1
+
+
 def test_a_prompt_arrives_byte_exact_through_wake_resume_and_fanout(env: Env) -> None:
     record = [sys.executable, harness("record.py")]
     for name in ("r1", "r2", "r3"):

@@ -43,6 +43,7 @@ from mcp.types import (
 from pydantic import Field
 
 from spexsup import __version__
+from spexsup.errors import clip
 from spexsup.pane.pretty import TerminalText
 
 # What `--read-only` offers; the others change something and are not offered at all.
@@ -83,7 +84,13 @@ class Runner:
 
     async def run(self, words: Sequence[str], stdin: bytes | None = None) -> Ran:
         """Run to the end; `stdin` (a prompt) is written whole, then closed.
-        Never the server's own stdin or stdout, which carry the protocol."""
+        Never the server's own stdin or stdout, which carry the protocol. A
+        word with a NUL byte cannot be an argument: exit 2, as the CLI
+        refuses a prompt with one."""
+        for word in words:
+            if "\0" in word:
+                said = f"spex: {clip(repr(word))} contains a NUL byte (arguments are NUL-free text)"
+                return Ran(2, b"", said.encode() + b"\n")
         process = await anyio.open_process(
             [*self.argv, *words],
             stdin=subprocess.PIPE,
