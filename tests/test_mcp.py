@@ -233,6 +233,29 @@ def test_a_nul_byte_in_an_argument_is_invalid_input(env: Env) -> None:
     assert env.run("show", "d", "--json").stdout.count('"turn": null') == 1
 
 
+def test_a_number_of_seconds_reaches_the_cli_as_typed_not_as_an_exponent(env: Env) -> None:
+    assert env.run("new", "d", "--harness", "demo").returncode == 0
+    woke = {"name": "d", "prompt": "x", "window": 1234567}
+    calls = [
+        ("wait", {"names": ["d"], "timeout": 0.00001}, ["wait", "d", "--timeout", "0.00001"]),
+        ("wake", woke, ["wake", "d", "x", "--window", "1234567"]),
+        ("stop", {"names": ["d"], "grace": 0.0000001}, ["stop", "d", "--grace", "0.0000001"]),
+    ]
+    answers: list[CallToolResult] = []
+
+    async def body(session: ClientSession) -> None:
+        for tool, arguments, _ in calls:
+            answers.append(await session.call_tool(tool, arguments))
+
+    drive(env, body)
+    for (_, _, words), answer in zip(calls, answers, strict=True):
+        r = env.run(*words, "--json")  # after the tool's: a stop of a stopped one is still 0
+        assert answer.is_error == (r.returncode != 0), (words, texts(answer))
+        if r.returncode:
+            said = f"{r.stderr.strip()} (exit code {r.returncode})"
+            assert texts(answer)[0] == said, (words, texts(answer))
+
+
 def test_a_prompt_arrives_byte_exact_through_wake_resume_and_fanout(env: Env) -> None:
     record = [sys.executable, harness("record.py")]
     for name in ("r1", "r2", "r3"):

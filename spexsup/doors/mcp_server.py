@@ -25,6 +25,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Annotated, Any
 
 import anyio
@@ -204,7 +205,11 @@ def readable(data: bytes) -> str:
 
 
 def duration(value: Duration) -> str:
-    return f"{value:g}" if isinstance(value, float | int) else value
+    """A number of seconds written as the CLI's grammar reads it: every digit,
+    never an exponent (`:g` made 1e-05 and 1.23457e+06 of 0.00001 and 1234567)."""
+    if isinstance(value, str):
+        return value
+    return format(Decimal(repr(float(value))).normalize(), "f")
 
 
 def option(name: str, value: Duration | None) -> list[str]:
@@ -322,7 +327,7 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         """Block until each session's current turn ends, then each turn's document:
         `spex wait NAMES --timeout T --json`. Exit code 1 (a tool error) when any
         turn did not end complete; each turn's rc and state are in the result."""
-        return result(await run(typed("wait", names, ["--json", "--timeout", f"{timeout:g}s"])))
+        return result(await run(typed("wait", names, ["--json", "--timeout", duration(timeout)])))
 
     async def read_log(
         name: Name,
