@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
-from conftest import SPEX, Env, harness
+from conftest import SPEX, Env, harness, retry_until
 from playwright.sync_api import expect
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -460,6 +461,33 @@ def test_a_bad_event_id_or_tail_in_a_stream_is_400_or_ignored_never_500(
         r = conn.getresponse()
         assert r.status == 200 and r.readline() == b"retry: 2000\n", tail
         conn.close()
+
+
+def test_a_closed_live_log_of_a_quiet_turn_leaves_no_thread_behind(
+    env: Env, server: Server
+) -> None:
+    """Each open log stream follows in a thread of its own: a page closed while
+    its turn writes nothing must not leave that thread (and its store and
+    watch) until the turn ends or writes again."""
+    assert env.run("new", "slow", "--", "bash", "-c", "sleep 60").returncode == 0
+    assert env.run("wake", "slow", "x", "--window", "0.2").returncode == 0
+    turn = state(env, "slow")["turn"]["id"]
+    proc = psutil.Process(server.proc.pid)
+    assert server.request("GET", f"/s/slow?turn={turn}")[0] == 200  # the thread pool is up
+    before = proc.num_threads()
+    streams = []
+    for _ in range(8):  # one at a time: one worker thread of the pool serves them all
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        path = f"/s/slow/log/live?turn={turn}"
+        conn.request("GET", path, headers={"Authorization": f"Bearer {server.token}"})
+        r = conn.getresponse()
+        assert r.status == 200 and r.readline() == b"retry: 2000\n"
+        streams.append(conn)
+    assert retry_until(lambda: proc.num_threads() >= before + 8)
+    for conn in streams:
+        conn.close()
+    assert retry_until(lambda: proc.num_threads() <= before, seconds=5), proc.num_threads()
+    assert state(env, "slow")["turn"]["state"] == "running"
 
 
 def test_the_token_file_the_url_and_the_address(env: Env) -> None:
