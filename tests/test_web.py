@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import select
 import shutil
@@ -506,6 +507,15 @@ def test_the_token_file_the_url_and_the_address(env: Env) -> None:
     path.chmod(0o644)
     r = env.run("serve", "--port", "0")
     assert r.returncode == 1 and r.stderr.startswith("spex: ") and "readable by others" in r.stderr
+    path.chmod(0o600)
+    kept = path.read_bytes()
+    path.unlink()
+    for fifo in (False, True):  # not read: a FIFO would block the open
+        os.mkfifo(path, 0o600) if fifo else path.mkdir()
+        r = env.run("serve", "--port", "0", timeout=10)
+        assert (r.returncode, r.stderr) == (1, f"spex: {path} is not a file of yours (remove it)\n")
+        path.unlink() if fifo else path.rmdir()
+    path.write_bytes(kept)
     path.chmod(0o600)
     # Another address only when asked, and said with a warning.
     wide = start(env, "--host", "0.0.0.0")
