@@ -210,6 +210,52 @@ def test_refusals_and_bad_input_are_tool_errors_with_the_cli_message_and_code(
         assert doc["ok"] is False and doc["exit_code"] == code
 
 
+def test_a_nul_byte_in_an_argument_is_invalid_input(env: Env) -> None:
+    """argv cannot carry a NUL: the call is refused with exit code 2, as the
+    CLI refuses a prompt with one, instead of failing inside the server."""
+    assert env.run("new", "d", "--harness", "demo").returncode == 0
+    answers: list[CallToolResult] = []
+
+    async def body(session: ClientSession) -> None:
+        answers.append(await session.call_tool("show_session", {"name": "d\0"}))
+        answers.append(await session.call_tool("wake", {"name": "d", "prompt": "x", "key": "\0"}))
+
+    drive(env, body)
+    for answer, word in zip(answers, ["'d\\x00'", "'\\x00'"], strict=True):
+        said = f"spex: {word} contains a NUL byte (arguments are NUL-free text)"
+        assert answer.is_error and texts(answer)[0] == f"{said} (exit code 2)", texts(answer)
+        assert answer.structured_content == {
+            "schema_version": 1,
+            "ok": False,
+            "error": said.removeprefix("spex: "),
+            "exit_code": 2,
+        }
+    assert env.run("show", "d", "--json").stdout.count('"turn": null') == 1
+
+
+def test_a_number_of_seconds_reaches_the_cli_as_typed_not_as_an_exponent(env: Env) -> None:
+    assert env.run("new", "d", "--harness", "demo").returncode == 0
+    woke = {"name": "d", "prompt": "x", "window": 1234567}
+    calls = [
+        ("wait", {"names": ["d"], "timeout": 0.00001}, ["wait", "d", "--timeout", "0.00001"]),
+        ("wake", woke, ["wake", "d", "x", "--window", "1234567"]),
+        ("stop", {"names": ["d"], "grace": 0.0000001}, ["stop", "d", "--grace", "0.0000001"]),
+    ]
+    answers: list[CallToolResult] = []
+
+    async def body(session: ClientSession) -> None:
+        for tool, arguments, _ in calls:
+            answers.append(await session.call_tool(tool, arguments))
+
+    drive(env, body)
+    for (_, _, words), answer in zip(calls, answers, strict=True):
+        r = env.run(*words, "--json")  # after the tool's: a stop of a stopped one is still 0
+        assert answer.is_error == (r.returncode != 0), (words, texts(answer))
+        if r.returncode:
+            said = f"{r.stderr.strip()} (exit code {r.returncode})"
+            assert texts(answer)[0] == said, (words, texts(answer))
+
+
 def test_a_prompt_arrives_byte_exact_through_wake_resume_and_fanout(env: Env) -> None:
     record = [sys.executable, harness("record.py")]
     for name in ("r1", "r2", "r3"):
@@ -261,6 +307,9 @@ def test_resources_are_each_sessions_log_and_events_page_by_id(env: Env) -> None
         got["all"] = everything.structured_content
         with pytest.raises(Exception, match="no session named 'zz'"):
             await session.read_resource("spex://sessions/zz/log")
+        for dashed in ("--help", "-d"):  # a name, refused as one: not `spex log --help`
+            with pytest.raises(Exception, match=f"invalid session name '{dashed}'"):
+                await session.read_resource(f"spex://sessions/{dashed}/log")
 
     drive(env, body)
     assert got["uris"] == ["spex://sessions/a/log", "spex://sessions/b/log"]

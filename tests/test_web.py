@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import select
 import shutil
@@ -18,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
-from conftest import SPEX, Env, harness
+from conftest import SPEX, Env, harness, retry_until
 from playwright.sync_api import expect
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -441,6 +443,54 @@ def test_events_stream_names_session_and_turn_and_resumes_without_gaps(
     assert again == ids[2:]
 
 
+def test_a_bad_event_id_or_tail_in_a_stream_is_400_or_ignored_never_500(
+    env: Env, server: Server
+) -> None:
+    """`str.isdigit` takes '²' and any number of digits; `int` refuses both."""
+    assert env.run("new", "api", "--harness", "demo").returncode == 0
+    assert env.run("wake", "api", "hi", "--window", "5").returncode == 0
+    turn = state(env, "api")["turn"]["id"]
+    for since in ("%C2%B2", "9" * 5000):
+        status, _, body = server.request("GET", f"/events?since={since}")
+        assert (status, body) == (400, b"spex: since is an event id\n"), since
+    status, _, _ = server.request("GET", "/events", headers={"Last-Event-ID": "\xb2"})
+    assert status == 400
+    for tail in ("%C2%B2", "9" * 5000):  # not a count: the page's own tail
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        path = f"/s/api/log/live?turn={turn}&tail={tail}"
+        conn.request("GET", path, headers={"Authorization": f"Bearer {server.token}"})
+        r = conn.getresponse()
+        assert r.status == 200 and r.readline() == b"retry: 2000\n", tail
+        conn.close()
+
+
+def test_a_closed_live_log_of_a_quiet_turn_leaves_no_thread_behind(
+    env: Env, server: Server
+) -> None:
+    """Each open log stream follows in a thread of its own: a page closed while
+    its turn writes nothing must not leave that thread (and its store and
+    watch) until the turn ends or writes again."""
+    assert env.run("new", "slow", "--", "bash", "-c", "sleep 60").returncode == 0
+    assert env.run("wake", "slow", "x", "--window", "0.2").returncode == 0
+    turn = state(env, "slow")["turn"]["id"]
+    proc = psutil.Process(server.proc.pid)
+    assert server.request("GET", f"/s/slow?turn={turn}")[0] == 200  # the thread pool is up
+    before = proc.num_threads()
+    streams = []
+    for _ in range(8):  # one at a time: one worker thread of the pool serves them all
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        path = f"/s/slow/log/live?turn={turn}"
+        conn.request("GET", path, headers={"Authorization": f"Bearer {server.token}"})
+        r = conn.getresponse()
+        assert r.status == 200 and r.readline() == b"retry: 2000\n"
+        streams.append(conn)
+    assert retry_until(lambda: proc.num_threads() >= before + 8)
+    for conn in streams:
+        conn.close()
+    assert retry_until(lambda: proc.num_threads() <= before, seconds=5), proc.num_threads()
+    assert state(env, "slow")["turn"]["state"] == "running"
+
+
 def test_the_token_file_the_url_and_the_address(env: Env) -> None:
     s = start(env)
     path = env.home / "serve.token"
@@ -457,6 +507,15 @@ def test_the_token_file_the_url_and_the_address(env: Env) -> None:
     path.chmod(0o644)
     r = env.run("serve", "--port", "0")
     assert r.returncode == 1 and r.stderr.startswith("spex: ") and "readable by others" in r.stderr
+    path.chmod(0o600)
+    kept = path.read_bytes()
+    path.unlink()
+    for fifo in (False, True):  # not read: a FIFO would block the open
+        os.mkfifo(path, 0o600) if fifo else path.mkdir()
+        r = env.run("serve", "--port", "0", timeout=10)
+        assert (r.returncode, r.stderr) == (1, f"spex: {path} is not a file of yours (remove it)\n")
+        path.unlink() if fifo else path.rmdir()
+    path.write_bytes(kept)
     path.chmod(0o600)
     # Another address only when asked, and said with a warning.
     wide = start(env, "--host", "0.0.0.0")

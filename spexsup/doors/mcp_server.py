@@ -25,6 +25,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Annotated, Any
 
 import anyio
@@ -43,6 +44,7 @@ from mcp.types import (
 from pydantic import Field
 
 from spexsup import __version__
+from spexsup.errors import clip
 from spexsup.pane.pretty import TerminalText
 
 # What `--read-only` offers; the others change something and are not offered at all.
@@ -83,7 +85,13 @@ class Runner:
 
     async def run(self, words: Sequence[str], stdin: bytes | None = None) -> Ran:
         """Run to the end; `stdin` (a prompt) is written whole, then closed.
-        Never the server's own stdin or stdout, which carry the protocol."""
+        Never the server's own stdin or stdout, which carry the protocol. A
+        word with a NUL byte cannot be an argument: exit 2, as the CLI
+        refuses a prompt with one."""
+        for word in words:
+            if "\0" in word:
+                said = f"spex: {clip(repr(word))} contains a NUL byte (arguments are NUL-free text)"
+                return Ran(2, b"", said.encode() + b"\n")
         process = await anyio.open_process(
             [*self.argv, *words],
             stdin=subprocess.PIPE,
@@ -197,7 +205,11 @@ def readable(data: bytes) -> str:
 
 
 def duration(value: Duration) -> str:
-    return f"{value:g}" if isinstance(value, float | int) else value
+    """A number of seconds written as the CLI's grammar reads it: every digit,
+    never an exponent (`:g` made 1e-05 and 1.23457e+06 of 0.00001 and 1234567)."""
+    if isinstance(value, str):
+        return value
+    return format(Decimal(repr(float(value))).normalize(), "f")
 
 
 def option(name: str, value: Duration | None) -> list[str]:
@@ -277,7 +289,7 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         mime_type="text/plain",
     )
     async def session_log(name: str) -> str:
-        ran = await run(["log", name])
+        ran = await run(typed("log", [name], []))  # `--help` is a bad name, not an option
         if ran.code != 0:
             raise ResourceError(message(ran, None))
         return readable(ran.stdout)
@@ -315,7 +327,7 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         """Block until each session's current turn ends, then each turn's document:
         `spex wait NAMES --timeout T --json`. Exit code 1 (a tool error) when any
         turn did not end complete; each turn's rc and state are in the result."""
-        return result(await run(typed("wait", names, ["--json", "--timeout", f"{timeout:g}s"])))
+        return result(await run(typed("wait", names, ["--json", "--timeout", duration(timeout)])))
 
     async def read_log(
         name: Name,

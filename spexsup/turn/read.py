@@ -8,6 +8,7 @@ import fnmatch
 import json
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -314,9 +315,11 @@ def log(
     turn: str | None = None,
     follow: bool = False,
     tail: int | None = None,
+    stop: threading.Event | None = None,
 ) -> Iterator[bytes]:
     """A turn's output (default: the current or last turn), from its last `tail`
-    lines when given; `follow` until it ends."""
+    lines when given; `follow` until it ends, or until `stop` is set (seen
+    within a second even while the turn writes nothing)."""
     session = get(spex, name)
     turn = turn or session.current_turn
     if turn is None:
@@ -357,7 +360,7 @@ def log(
             state = spex.store.db.execute("SELECT state FROM turns WHERE id = ?", (turn,))
             done = state.fetchone()["state"] not in ("starting", "running")
             yield from drain()
-            if done:
+            if done or (stop is not None and stop.is_set()):
                 return
             watch.wait(1.0)
 

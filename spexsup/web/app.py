@@ -236,6 +236,15 @@ def status_of(code: int) -> int:
     return {0: 200, 1: 200, 2: 400, 3: 409}.get(code, 500)
 
 
+def number(text: str | None) -> int | None:
+    """A count or an event id as a URL or header gives it, else None: ASCII
+    digits only (`str.isdigit` takes '²', which `int` refuses) and few enough
+    of them for `int` and for SQLite."""
+    if text and len(text) <= 18 and text.isascii() and text.isdigit():
+        return int(text)
+    return None
+
+
 def wants_json(request: Request) -> bool:
     return "application/json" in request.headers.get("accept", "")
 
@@ -314,11 +323,10 @@ def routes(web: Web) -> list[Route]:
     async def log_live(request: Request) -> Response:
         name = session_name(request)
         turn = request.query_params.get("turn") or ""
-        tail = request.query_params.get("tail")
-        if not tail or not tail.isdigit():
-            tail = str(views.LOG_TAIL)
+        tail = number(request.query_params.get("tail"))
         await in_thread(lambda: views.turn_state(views.spex_for(home), name, turn))
-        return sse_response(log_stream(web.hub, home, name, turn, int(tail)))
+        tail = views.LOG_TAIL if tail is None else tail
+        return sse_response(log_stream(web.hub, home, name, turn, tail))
 
     async def stop_page(request: Request) -> Response:
         if web.read_only:
@@ -390,13 +398,15 @@ def routes(web: Web) -> list[Route]:
         return web.render(request, template, page="wave", since=since, title=doc["id"], wave=doc)
 
     async def event_feed(request: Request) -> Response:
-        since = request.headers.get("last-event-id") or request.query_params.get("since") or "0"
-        if not since.isdigit():
+        since = number(
+            request.headers.get("last-event-id") or request.query_params.get("since") or "0"
+        )
+        if since is None:
             raise Problem(400, "spex: since is an event id")
         names = tuple(ids.validate_name(n) for n in request.query_params.getlist("session"))
         if web.hub.failed:
             raise Problem(503, f"spex: live updates stopped: {web.hub.failed}")
-        return sse_response(event_stream(web.hub, home, int(since), names))
+        return sse_response(event_stream(web.hub, home, since, names))
 
     return [
         Route("/", index),

@@ -49,14 +49,15 @@ def load_token(home: Path, *, renew: bool = False) -> str:
     path = token_path(home)
     if not renew:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            # O_NONBLOCK: a FIFO there would block the open until a writer came.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             pass
         except OSError as e:
             raise Failed(f"cannot read {path}: {e.strerror}", hint="spex serve --new-token") from e
         else:
-            with os.fdopen(fd, "rb") as f:
-                info = os.fstat(f.fileno())
+            try:  # checked before reading: a directory or FIFO is not read at all
+                info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
                     raise Failed(f"{path} is not a file of yours", hint="remove it")
                 if info.st_mode & 0o077:
@@ -64,7 +65,9 @@ def load_token(home: Path, *, renew: bool = False) -> str:
                         f"{path} is readable by others (mode {info.st_mode & 0o777:o})",
                         hint=f"chmod 600 {path}, or spex serve --new-token",
                     )
-                text = f.read(200).decode("ascii", "replace").strip()
+                text = os.read(fd, 200).decode("ascii", "replace").strip()
+            finally:
+                os.close(fd)
             if not _TOKEN.fullmatch(text):
                 raise Failed(f"{path} holds no token", hint="spex serve --new-token")
             return text

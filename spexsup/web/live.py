@@ -168,15 +168,15 @@ def follow_log(
     home: Path, name: str, turn: str, tail: int | None, closed: threading.Event
 ) -> Iterator[dict[str, Any]]:
     """`spex log NAME --turn TURN --pretty -f` as documents: each new piece of
-    text, then the end (`state`). Runs in a thread; stops at the next piece
-    once `closed` is set (the page went away)."""
+    text, then the end (`state`). Runs in a thread; stops within a second
+    once `closed` is set (the page went away), output or not."""
     from spexsup.spex import Spex
     from spexsup.web.views import pretty_chunks, turn_state
 
     spex = Spex.open(home)
     try:
         first = True
-        for text in pretty_chunks(spex, name, turn, follow=True, tail=tail):
+        for text in pretty_chunks(spex, name, turn, follow=True, tail=tail, stop=closed):
             if closed.is_set():
                 return
             yield {"session": name, "turn": turn, "text": text, "first": first}

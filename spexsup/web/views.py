@@ -101,13 +101,22 @@ def session(spex: Spex, name: str, turn: str | None = None) -> dict[str, Any]:
     }
 
 
-def pretty_chunks(spex: Spex, name: str, turn: str, *, follow: bool, tail: int | None) -> Any:
+def pretty_chunks(
+    spex: Spex,
+    name: str,
+    turn: str,
+    *,
+    follow: bool,
+    tail: int | None,
+    stop: threading.Event | None = None,
+) -> Any:
     """`spex log NAME --turn TURN --pretty` as text chunks (no colour, no
-    escapes), in the order the turn wrote them; with `follow`, until it ends."""
+    escapes), in the order the turn wrote them; with `follow`, until it ends
+    or `stop` is set."""
     from spexsup.pane import pretty, turndir
     from spexsup.turn.read import log
 
-    chunks = log(spex, name, turn=turn, follow=follow, tail=tail)
+    chunks = log(spex, name, turn=turn, follow=follow, tail=tail, stop=stop)
     parser = turndir.meta(turndir.path(spex.home, name, turn)).get("outcome")
     rendered = pretty.render(chunks, parser if isinstance(parser, str) else None, color=False)
     screen = pretty.TerminalText(colours=False)
