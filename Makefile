@@ -4,10 +4,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-ssh lint bench bench-ssh stress dist wheel-check test-real clean compile
+.PHONY: system-demo system-test system-real demo test test-ssh lint bench bench-ssh stress dist wheel-check test-real clean compile
+
+# The system packages each kind of target needs (contrib/system-packages.sh
+# installs the missing ones, or names the apt-get line and stops).
+system-demo:
+	@bash contrib/system-packages.sh demo
+system-test:
+	@bash contrib/system-packages.sh test
+system-real:
+	@bash contrib/system-packages.sh real
 
 $(STAMP): pyproject.toml
-	@command -v tmux >/dev/null || { echo "tmux is required (apt-get install tmux)"; exit 1; }
+	@bash contrib/system-packages.sh demo
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,dev]'
@@ -19,15 +28,15 @@ $(STAMP): pyproject.toml
 compile: $(STAMP)
 	@$(BIN)/python -m compileall -q spexsup
 
-demo: $(STAMP) compile
+demo: system-demo $(STAMP) compile
 	$(BIN)/python contrib/demo.py
 
-test: $(STAMP) compile
+test: system-test $(STAMP) compile
 	$(BIN)/python -m pytest -q -n 4
 
 # Only the host tests (a real sshd on 127.0.0.1; part of `make test` too).
-# They need root and openssh-server, which .ci/run installs.
-test-ssh: $(STAMP) compile
+# They need root; openssh-server comes with the test packages.
+test-ssh: system-test $(STAMP) compile
 	$(BIN)/python -m pytest -q -n 2 tests/test_hosts.py
 
 lint: $(STAMP)
@@ -35,7 +44,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict
 
-bench: $(STAMP)
+bench: system-test $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/prune.py
@@ -48,7 +57,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/web.py
 
 # `spex -H host ls --json` cold, warm and local, through a private sshd (root).
-bench-ssh: $(STAMP) compile
+bench-ssh: system-test $(STAMP) compile
 	$(BIN)/python bench/ssh.py
 
 # sdist and wheel in dist/; the wheel carries shell/turn.sh inside the package.
@@ -70,13 +79,13 @@ stress: $(STAMP)
 REAL_CLIS ?= $(HOME)/.cache/spexsup/real-clis
 REAL_PKGS := @anthropic-ai/claude-code @openai/codex opencode-ai @mariozechner/pi-coding-agent
 
-$(REAL_CLIS)/node_modules/.bin/pi:
+$(REAL_CLIS)/node_modules/.bin/pi: | system-real
 	mkdir -p $(REAL_CLIS)
 	cd $(REAL_CLIS) && npm install --no-audit --no-fund $(REAL_PKGS)
 
 # Against a fake model server on 127.0.0.1 (tests/modelserver.py): 3 workers
 # keep the ~50 tests near 5 minutes on 2 cores (about 12 serially).
-test-real: $(STAMP) compile $(REAL_CLIS)/node_modules/.bin/pi
+test-real: system-real $(STAMP) compile $(REAL_CLIS)/node_modules/.bin/pi
 	SPEXSUP_REAL_CLI_BIN=$(REAL_CLIS)/node_modules/.bin \
 	  $(BIN)/python -m pytest -q -s -n 3 -m real tests/test_real_harnesses.py
 

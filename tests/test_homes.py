@@ -337,7 +337,7 @@ def test_a_shell_still_reading_its_rc_files_is_not_in_use(env: Env, shell: str) 
     commands in its own process group, zsh as jobs of their own)."""
     path = shutil.which(shell)
     if path is None:
-        pytest.skip(f"{shell} is not installed (.ci/run installs it)")
+        pytest.fail(f"{shell} is not installed (make test installs it: contrib/system-packages.sh)")
     home = Path(env.vars["HOME"])
     rc = home / (".zshrc" if shell == "zsh" else ".profile")
     flag = env.root / "rc-ran"

@@ -193,7 +193,7 @@ def test_the_sessions_env_wins_over_the_login_environment(env: Env) -> None:
 def test_a_zsh_user_gets_the_zshrc_environment(env: Env) -> None:
     zsh = shutil.which("zsh")
     if zsh is None:
-        pytest.skip("zsh is not installed (.ci/run installs it)")
+        pytest.fail("zsh is not installed (make test installs it: contrib/system-packages.sh)")
     home = user_home(env)
     env.vars["SHELL"] = zsh
     agent = dumping_cli(home / ".local" / "zbin", "myagent")
@@ -278,7 +278,7 @@ def test_an_rc_file_that_reaches_for_the_terminal_does_not_stop_the_turn(
     # stdin: the pane's own shells read these files too.)
     path = shutil.which(shell)
     if path is None:
-        pytest.skip(f"{shell} is not installed (.ci/run installs it)")
+        pytest.fail(f"{shell} is not installed (make test installs it: contrib/system-packages.sh)")
     env.vars["SHELL"] = path
     rc = ".profile" if shell == "bash" else ".zprofile"
     (user_home(env) / rc).write_text(

@@ -207,9 +207,6 @@ def units(tmp_path: Path, cron: str, home: Path) -> tuple[Path, Path]:
     return written[0], written[1]
 
 
-@pytest.mark.skipif(
-    shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed"
-)
 def test_rendered_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     runtime = tmp_path / "runtime"
     runtime.mkdir(mode=0o700)
@@ -246,9 +243,6 @@ def calendar_times(values: list[str], count: int) -> list[datetime]:
     return times[:count]
 
 
-@pytest.mark.skipif(
-    shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed"
-)
 def test_the_timer_fires_at_the_minutes_cron_would() -> None:
     from cronsim import CronSim
 
