@@ -157,7 +157,7 @@ def running() -> Iterator[Sshd]:
     """Start the daemon in a new temp dir; stop it and what came through it after."""
     daemon = shutil.which("sshd") or "/usr/sbin/sshd"
     if not Path(daemon).exists() or os.geteuid() != 0:
-        raise NoSshd("the host tests need sshd and root (make test installs openssh-server: contrib/system-packages.sh)")
+        raise NoSshd("the host tests need sshd and root (make test installs openssh-server)")
     entry = ensure_user()
     base = Path(tempfile.mkdtemp(prefix="spxssh"))
     base.chmod(0o755)  # the login account reaches its homes inside

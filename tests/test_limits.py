@@ -40,11 +40,13 @@ def running(env: Env) -> int:
     return int(count)
 
 
-def timed(env: Env, name: str, seconds: float) -> Path:
-    """A session whose turns write their start and end times, then sleep."""
+def timed(env: Env, name: str, seconds: float, gate: Path | None = None) -> Path:
+    """A session whose turns write their start and end times, then sleep (after
+    waiting for the file `gate`, when given)."""
     log = env.root / "spans"
     now = "$(date +%s.%N)"
-    script = f'echo "start {now}" >> {log}; sleep {seconds}; echo "end {now}" >> {log}'
+    wait = f"while [ ! -e {gate} ]; do sleep 0.05; done; " if gate else ""
+    script = f'echo "start {now}" >> {log}; {wait}sleep {seconds}; echo "end {now}" >> {log}'
     assert env.run("new", name, "--", "bash", "-c", script).returncode == 0
     return log
 
@@ -89,12 +91,31 @@ class Sampler:
 
 def test_max_running_across_a_fanout_of_20_legs_with_4(env: Env) -> None:
     names = [f"leg{i:02d}" for i in range(20)]
+    # The first four legs hold until every other leg was admitted: under load a
+    # leg that ended early let the 5th start at once instead of queueing.
+    go = env.root / "go"
     for name in names:
-        log = timed(env, name, 0.6)
+        log = timed(env, name, 0.6, gate=go)
     with Sampler(env) as sampler:
-        r = env.run(
-            "fanout", *names, "-m", "go", "--max-running", "4", "--wait", "--json", timeout=180
+        fanout = subprocess.Popen(
+            [SPEX, "fanout", *names, "-m", "go", "--max-running", "4", "--wait", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env.vars,
         )
+
+        def queued_now() -> int:
+            return len(json.loads(env.run("queue", "ls", "--json").stdout))
+
+        try:
+            assert retry_until(lambda: queued_now() == 16, 120), queued_now()
+            go.touch()
+            out, err = fanout.communicate(timeout=180)
+        finally:
+            fanout.kill()
+            fanout.wait()
+    r = subprocess.CompletedProcess(fanout.args, fanout.returncode, out, err)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(r.stdout)
     assert doc["state"] == "complete" and doc["pacing"]["max_running"] == 4, doc
