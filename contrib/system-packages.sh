@@ -39,6 +39,8 @@ if [ "$need" = test ] || [ "$need" = real ]; then
     has cron "on_path cron"                        # a schedule fired by Debian's cron daemon
     has systemd "on_path systemd-analyze"          # the rendered timer units are verified
     has chromium "on_path chromium"                # spex serve looked at in a real browser
+    has bubblewrap "on_path bwrap"                 # sandboxed sessions' engine
+    has socat "on_path socat"                      # the sandbox's bridge to its network gate
 fi
 if [ "$need" = real ]; then
     has nodejs "on_path node"                      # the real agent CLIs are npm packages

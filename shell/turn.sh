@@ -245,6 +245,7 @@ fi
 input=/dev/null
 [ -e "$dir/stdin" ] && input=$dir/prompt
 
+
 reporter=()
 mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
 # spex's own interpreter and its flags (the reporter's argv before its -m):
@@ -260,6 +261,105 @@ if [ -e "$dir/git-start.todo" ]; then
     [ ${#py[@]} -gt 0 ] &&
         "${py[@]}" -m spexsup.pane.snapshot "$dir" "$PWD" </dev/null >/dev/null 2>&1
     rm -f "$dir/git-start.todo"
+fi
+
+# A sandboxed turn (DESIGN §19): the harness runs inside bubblewrap, with the
+# options the launcher wrote in `sandbox` (NUL-separated). Before it starts, a
+# probe in the same sandbox must fail to write outside (the path in
+# `sandbox-probe`), to read the turn's own marker, to share the host's
+# network or process namespace and to reach the gate's canary port: if any
+# succeeds, or the engine is missing or fails, the turn fails with cause
+# `sandbox` and the harness never runs. With `sandbox-gate` (network
+# `allow`), a gate outside (spexsup.pane.netgate) serves the allowed hosts
+# on Unix sockets, which socat bridges to loopback ports inside.
+launch=()
+gate=""
+sandbox_fail() {
+    refused="sandbox: $1 - turn NOT started"
+    refused_rc=125
+    printf '%s\n' "$1" 2>/dev/null >"$dir/sandbox-failed"
+}
+# Run inside: $1 a path to fail to write, $2 one to fail to read, $3 the host's
+# network namespace (empty: network open), $4 its PID namespace, $5 the
+# gate's canary port on the host's loopback (empty: none).
+probe_script='held=""
+( : >"$1" ) 2>/dev/null && held="$held; wrote $1"
+c=$(head -c 64 -- "$2" 2>/dev/null) && [ -n "$c" ] && held="$held; read $2"
+[ -n "$3" ] && [ "$(readlink /proc/self/ns/net)" = "$3" ] && held="$held; shares the host network"
+[ "$(readlink /proc/self/ns/pid)" = "$4" ] && held="$held; sees the host processes"
+[ -n "$5" ] && (exec 3<>"/dev/tcp/127.0.0.1/$5") 2>/dev/null && held="$held; reached the host loopback"
+[ -z "$held" ] && exit 0
+printf "%s\n" "${held#; }"
+exit 1'
+# Inside, before the harness: a socat bridge per `PORT:SOCKET` in
+# SPEX_BRIDGES, each listening (/proc/net/tcp) before the harness may dial it.
+bridge_script='for b in $SPEX_BRIDGES; do
+    socat "TCP-LISTEN:${b%%:*},bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:/tmp/.spex-net/${b#*:}" 2>/dev/null &
+done
+for b in $SPEX_BRIDGES; do
+    hex=$(printf "%04X" "${b%%:*}")
+    i=0
+    while ! grep -q ":$hex 00000000:0000 0A" /proc/net/tcp && [ $i -lt 500 ]; do
+        sleep 0.01
+        i=$((i + 1))
+    done
+done
+unset SPEX_BRIDGES
+exec "$@"'
+if [ -z "$refused" ] && [ -r "$dir/sandbox" ]; then
+    sandbox=()
+    mapfile -d '' -t sandbox <"$dir/sandbox"
+    host_net=$(readlink /proc/$$/ns/net)
+    canary=""
+    if ! type -P -- "${sandbox[0]}" >/dev/null; then
+        sandbox_fail "${sandbox[0]} is not installed (apt-get install bubblewrap)"
+    elif [ -r "$dir/sandbox-gate" ]; then
+        if ! type -P socat >/dev/null || [ ${#py[@]} -eq 0 ]; then
+            sandbox_fail "socat is not installed (apt-get install socat)"
+        else
+            exec {gate_out}< <(exec "${py[@]}" -m spexsup.pane.netgate "$dir" "$pid" \
+                </dev/null 2>>"$dir/netgate.log")
+            gate=$!
+            ready="" ports=""
+            read -r -t 10 ready canary ports <&"$gate_out"
+            exec {gate_out}<&-
+            if [ "$ready" != ready ]; then
+                sandbox_fail "the network gate did not start${canary:+: $canary $ports}"
+            else
+                bridges="3128:proxy.sock"
+                for p in $ports; do
+                    bridges="$bridges $p:port-$p.sock"
+                done
+                proxy=http://127.0.0.1:3128
+                sandbox+=(--bind "$dir/net" /tmp/.spex-net --setenv SPEX_BRIDGES "$bridges")
+                for v in HTTPS_PROXY HTTP_PROXY https_proxy http_proxy; do
+                    sandbox+=(--setenv "$v" "$proxy")
+                done
+                for v in NO_PROXY no_proxy; do
+                    sandbox+=(--setenv "$v" "localhost,127.0.0.1,::1")
+                done
+            fi
+        fi
+    elif grep -qzx -- --unshare-net "$dir/sandbox"; then
+        :
+    else
+        host_net=""  # network open: nothing to prove
+    fi
+    if [ -z "$refused" ]; then
+        { IFS= read -r probe_write && IFS= read -r probe_read; } <"$dir/sandbox-probe"
+        said=$("${sandbox[@]}" -- /bin/bash -c "$probe_script" probe "$probe_write" \
+            "$probe_read" "$host_net" "$(readlink /proc/$$/ns/pid)" "$canary" 2>&1 </dev/null)
+        probe_rc=$?
+        rm -f -- "$probe_write" 2>/dev/null
+        if [ $probe_rc != 0 ]; then
+            said=${said//$'\n'/; }
+            sandbox_fail "the probe ${said:-failed (rc $probe_rc)}"
+        else
+            : >"$dir/sandbox-held"
+            launch=("${sandbox[@]}" --)
+            [ -n "$gate" ] && launch+=(/bin/sh -c "$bridge_script" sh)
+        fi
+    fi
 fi
 
 # A time limit (the turn's, its check's): `start_watchdog LIMIT GRACE MARK`
@@ -339,10 +439,10 @@ else
     fi
     while :; do
         if [ -n "$render" ]; then
-            (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 |
+            (umask "$user_umask" && exec "${launch[@]}" "${argv[@]}") <"$input" 2>&1 |
                 "${py[@]}" -m spexsup.pane.pretty feed "$dir/output.log" "$render"
         else
-            (umask "$user_umask" && exec "${argv[@]}") <"$input" 2>&1 | tee -a "$dir/output.log"
+            (umask "$user_umask" && exec "${launch[@]}" "${argv[@]}") <"$input" 2>&1 | tee -a "$dir/output.log"
         fi
         rc=${PIPESTATUS[0]}
         # With `fallback` (--fallback-model): an attempt that failed on its
@@ -384,6 +484,7 @@ else
         printf '[spex] usage limit reset: resuming the conversation\n' | tee -a "$dir/output.log"
     done
 fi
+[ -n "$gate" ] && kill "$gate" 2>/dev/null
 if [ -n "$watchdog" ]; then
     stop_watchdog
     if [ -e "$dir/timed-out" ]; then

@@ -123,6 +123,16 @@ RETENTION_KEYS: dict[str, Callable[[object], Any]] = {
     "auto": lambda v: v if isinstance(v, bool) else None,
 }
 
+
+def _sandbox(value: object) -> str | None:
+    """true, false or "optional"."""
+    if value is True:
+        return "on"
+    if value is False:
+        return "off"
+    return value if value == "optional" else None
+
+
 KEYS: dict[str, Callable[[object], Any]] = {
     "default_harness": _harness_name,
     "window": _seconds(0.05, 3600),
@@ -137,6 +147,7 @@ KEYS: dict[str, Callable[[object], Any]] = {
     "queue": _flag,
     "stagger": _seconds(0, MAX_STAGGER),
     "budget_day": _usd,
+    "sandbox": _sandbox,
 }
 
 
@@ -163,6 +174,9 @@ class Config(NamedTuple):
     queue: bool = False
     # Launches of one harness at least this far apart (spexsup.stagger); 0: none.
     stagger: float | None = None
+    # Sessions that say nothing are sandboxed (DESIGN §19): "on", "optional",
+    # "off", or None (the harness's default).
+    sandbox: str | None = None
     retention: Retention = Retention()
     # `[pricing."MODEL"]`: USD per million tokens, for cost estimates.
     pricing: Mapping[str, Price] = MappingProxyType({})

@@ -96,6 +96,13 @@ class Harness(NamedTuple):
     # (`--verify`, DESIGN §16), as an argv; () for none. Its time limit.
     verify: tuple[str, ...] = ()
     verify_timeout: float | None = None
+    # Sandboxed sessions (DESIGN §19): whether its sessions are sandboxed
+    # unless they say otherwise; the state it writes besides the session's
+    # cwd (`~` and `$VAR` expanded, a path whose variable is unset skipped);
+    # the hosts it reaches its model on (`host`, `host:port`, `*.domain`).
+    sandbox: bool = False
+    sandbox_write: tuple[str, ...] = ()
+    model_hosts: tuple[str, ...] = ()
 
     def takes_model(self) -> bool:
         if self.prompt_via == "append":
@@ -370,6 +377,8 @@ BUILTIN: dict[str, Harness] = {
             ),
             Limit(r"Claude AI usage limit reached|You've hit your (?:[A-Za-z0-9-]+ )?limit", ""),
         ),
+        sandbox_write=("~/.claude", "~/.claude.json", "$CLAUDE_CONFIG_DIR", "~/.cache/claude"),
+        model_hosts=("api.anthropic.com", "statsig.anthropic.com", "claude.ai"),
     ),
     # codex refuses to run outside a trusted (git) directory; spex keeps that
     # safety check and names it when it fires. Add --skip-git-repo-check in
@@ -421,6 +430,8 @@ BUILTIN: dict[str, Harness] = {
                 "",
             ),
         ),
+        sandbox_write=("$CODEX_HOME", "~/.codex"),
+        model_hosts=("api.openai.com", "chatgpt.com", "auth.openai.com"),
     ),
     "opencode": Harness(
         name="opencode",
@@ -468,6 +479,19 @@ BUILTIN: dict[str, Harness] = {
                 "",
             ),
         ),
+        sandbox_write=(
+            "~/.local/share/opencode",
+            "~/.config/opencode",
+            "~/.cache/opencode",
+            "~/.local/state/opencode",
+        ),
+        model_hosts=(
+            "api.anthropic.com",
+            "api.openai.com",
+            "opencode.ai",
+            "models.dev",
+            "openrouter.ai",
+        ),
     ),
     "pi": Harness(
         name="pi",
@@ -506,5 +530,7 @@ BUILTIN: dict[str, Harness] = {
                 "",
             ),
         ),
+        sandbox_write=("~/.pi",),
+        model_hosts=("api.anthropic.com", "api.openai.com", "chatgpt.com", "openrouter.ai"),
     ),
 }

@@ -58,6 +58,9 @@ FIELDS = {
     "fallback": list,
     "verify": object,
     "verify_timeout": object,
+    "sandbox": bool,
+    "sandbox_write": list,
+    "model_hosts": list,
 }
 
 
@@ -131,7 +134,16 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
         elif not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             raise _bad(path, name, key, f"must be a {kind.__name__}")
         values[key] = value
-    for key in ("fresh", "resume", "retryable", "version_args", "gone", "fallback"):
+    for key in (
+        "fresh",
+        "resume",
+        "retryable",
+        "version_args",
+        "gone",
+        "fallback",
+        "sandbox_write",
+        "model_hosts",
+    ):
         items = values.get(key)
         if items is not None and not all(isinstance(x, str) and x for x in items):  # type: ignore[attr-defined]
             raise _bad(path, name, key, "must be a list of non-empty strings")

@@ -24,6 +24,7 @@ from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Marker, Stage
 from spexsup.paths import ensure_private_dir, remove_tree, wrapper_path, write_atomic
 from spexsup.procs import Liveness, reap, turn_processes
+from spexsup.sandbox import Policy
 from spexsup.spex import Spex
 from spexsup.tickets import ticket
 
@@ -66,6 +67,8 @@ class Session(NamedTuple):
     # the harness's; (): none), and its time limit (None: theirs, else 10m).
     verify: tuple[str, ...] | None = None
     verify_timeout: float | None = None
+    # Its sandbox (DESIGN §19); None: the harness's, else config.toml's.
+    sandbox: Policy | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Session:
@@ -97,6 +100,7 @@ class Session(NamedTuple):
             fallback=tuple(json.loads(row["fallback"])) if row["fallback"] else None,
             verify=tuple(json.loads(row["verify"])) if row["verify"] is not None else None,
             verify_timeout=row["verify_timeout"],
+            sandbox=Policy.loads(row["sandbox"]),
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
@@ -292,6 +296,7 @@ def create(
     fallback: Sequence[str] | None = None,
     verify: Sequence[str] | None = None,
     verify_timeout: float | None = None,
+    sandbox: Policy | None = None,
     check: bool = True,
     confirm: Callable[[Setup], bool] | None = None,
 ) -> Session:
@@ -356,6 +361,7 @@ def create(
                 fallback=json.dumps(list(fallback)) if fallback is not None else None,
                 verify=json.dumps(list(verify)) if verify is not None else None,
                 verify_timeout=verify_timeout,
+                sandbox=sandbox.dumps() if sandbox is not None else None,
             )
     except sqlite3.IntegrityError:
         raise Refused(f"session {name!r} already exists", hint="see spex ls") from None

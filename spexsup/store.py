@@ -427,6 +427,11 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     CREATE INDEX verifications_by_session ON verifications (session);
     """,
+    # 22: sandboxed sessions (DESIGN §19): a session's sandbox policy (JSON,
+    # `spexsup.sandbox.Policy`; NULL: the harness's or config.toml's).
+    """
+    ALTER TABLE sessions ADD COLUMN sandbox TEXT;
+    """,
 )
 
 

@@ -136,6 +136,29 @@ def status_line(argv: list[str]) -> int | None:
     return 0
 
 
+def sandbox_form(argv: list[str]) -> list[str]:
+    """`--sandbox=optional` (and `=on`, `=off`) as the flags click parses:
+    a flag that may take a value is not something click does. Before `--`."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    forms = {
+        "--sandbox=optional": "--sandbox-optional",
+        "--sandbox=on": "--sandbox",
+        "--sandbox=true": "--sandbox",
+        "--sandbox=off": "--no-sandbox",
+        "--sandbox=false": "--no-sandbox",
+    }
+    words = argv[:end]
+    for word in words:
+        if word.startswith("--sandbox=") and word not in forms:
+            from spexsup.errors import Invalid
+
+            raise Invalid(
+                f"{word}: --sandbox takes no value but optional",
+                hint="--sandbox, --sandbox=optional or --no-sandbox",
+            )
+    return [forms.get(w, w) for w in words] + argv[end:]
+
+
 def run(argv: list[str]) -> int:
     argv = no_hooks(argv)
     fast = status_line(argv)
@@ -219,6 +242,8 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
     else:
         register()
     try:
+        if any(w.startswith("--sandbox=") for w in argv):
+            argv = sandbox_form(argv)
         if rest[:1] == ["wake"]:
             from spexsup.cli.turns import check_dashed_prompt
 

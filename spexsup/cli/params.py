@@ -336,3 +336,57 @@ def confirm_many(question: str, names: "list[str]", *, nothing: str) -> None:
         ok = False
     if not ok:
         raise Refused(f"{nothing} (not confirmed)", hint="--yes skips the question")
+
+
+# A session's sandbox (DESIGN §19): `--sandbox`, `--sandbox=optional` (read
+# as the hidden --sandbox-optional, see spexsup.cli.sandbox_form), `--no-sandbox`.
+SandboxOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sandbox",
+        help="Run every turn sandboxed (bubblewrap): writes only to its cwd, a private /tmp"
+        " and the harness's state; no secrets, no spex state, only its model's hosts."
+        " --sandbox=optional also lets wake --no-sandbox run one turn outside.",
+    ),
+]
+SandboxOptionalOpt = Annotated[bool, typer.Option("--sandbox-optional", hidden=True)]
+NoSandboxOpt = Annotated[
+    bool, typer.Option("--no-sandbox", help="Run its turns unsandboxed, whatever is configured.")
+]
+AllowWriteOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-write",
+        metavar="PATH",
+        help="Sandboxed: PATH is writable too; repeatable.",
+        show_default=False,
+    ),
+]
+DenyReadOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--deny-read",
+        metavar="PATH",
+        help="Sandboxed: PATH is hidden too (besides ~/.ssh, cloud credentials…); repeatable.",
+        show_default=False,
+    ),
+]
+NetworkOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--network",
+        metavar="allow|none|open",
+        help="Sandboxed: what turns reach. allow: the model's hosts and --allow-host ones;"
+        " none; open. [default: allow]",
+        show_default=False,
+    ),
+]
+AllowHostOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-host",
+        metavar="HOST",
+        help="Sandboxed: HOST (name, name:port, *.domain) is reachable too; repeatable.",
+        show_default=False,
+    ),
+]

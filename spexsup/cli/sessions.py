@@ -13,16 +13,23 @@ from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import (
     AllOpt,
+    AllowHostOpt,
+    AllowWriteOpt,
     BaseOpt,
     ColorOpt,
+    DenyReadOpt,
     FallbackOpt,
     JsonOpt,
     MatchOpt,
     ModelOpt,
     NameArg,
     NamesArg,
+    NetworkOpt,
+    NoSandboxOpt,
     OnLimitOpt,
     RepoOpt,
+    SandboxOpt,
+    SandboxOptionalOpt,
     StaggerOpt,
     StrictOpt,
     TimeoutOpt,
@@ -127,6 +134,13 @@ def new(
         typer.Option("--no-verify", help="Its turns run no check, whatever is configured."),
     ] = False,
     verify_timeout: VerifyTimeoutOpt = None,
+    sandbox: SandboxOpt = False,
+    sandbox_optional: SandboxOptionalOpt = False,
+    no_sandbox: NoSandboxOpt = False,
+    allow_write: AllowWriteOpt = None,
+    deny_read: DenyReadOpt = None,
+    network: NetworkOpt = None,
+    allow_host: AllowHostOpt = None,
     no_check: Annotated[
         bool,
         typer.Option("--no-check", help="Create it even if the harness binary is not found."),
@@ -146,6 +160,7 @@ def new(
       spex new edit --harness claude -- --permission-mode acceptEdits
       spex new fix --harness claude --worktree --base main
       spex new api --harness claude --verify 'make test' --verify-timeout 20m
+      spex new night --harness claude --worktree --sandbox -- --dangerously-skip-permissions
     """
     from spexsup import sessions
     from spexsup.errors import Invalid
@@ -167,6 +182,18 @@ def new(
         from spexsup.turn.admit import parse_on_limit
 
         parse_on_limit(on_limit)
+    from spexsup import sandbox as sandboxes
+
+    policy = sandboxes.build(
+        None,
+        mode=sandboxes.mode_of(sandbox, sandbox_optional, no_sandbox),
+        network=network,
+        allow_write=allow_write or (),
+        deny_read=deny_read or (),
+        allow_hosts=allow_host or (),
+    )
+    if policy is not None and policy.enabled:
+        sandboxes.require_engine()
     spex = open_spex(ctx)
     if harness is None and not command:
         harness = settings(ctx, spex).default_harness
@@ -189,6 +216,7 @@ def new(
         fallback=models[1],
         verify=check,
         verify_timeout=check_timeout,
+        sandbox=policy,
         check=not no_check,
         command=command,
         harness_args=harness_args,

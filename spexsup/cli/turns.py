@@ -78,6 +78,7 @@ WAKE_OPTIONS = (
     "--verify",
     "--no-verify",
     "--verify-timeout",
+    "--no-sandbox",
     "-h",
     "--help",
     "--home",
@@ -152,6 +153,7 @@ def wake_and_report(
     fallback: str | None = None,
     budget: str | None = None,
     verify: tuple[tuple[str, ...] | None, float | None] = (None, None),
+    unsandboxed: bool = False,
 ) -> None:
     from spexsup.turn.admit import Limits, parse_on_limit
     from spexsup.turn.wake import wake as wake_turn
@@ -160,7 +162,7 @@ def wake_and_report(
     if on_limit is not None:
         parse_on_limit(on_limit)
     limits = Limits(limit, strict, on_limit, *model_rules(model, fallback))
-    limits = limits._replace(verify=verify[0], verify_timeout=verify[1])
+    limits = limits._replace(verify=verify[0], verify_timeout=verify[1], unsandboxed=unsandboxed)
     if budget is not None:
         limits = limits._replace(budget=usd_amount(budget, "--budget"))
     spex = open_spex(ctx)
@@ -170,6 +172,12 @@ def wake_and_report(
         from spexsup.sessions import get
 
         queue = get(spex, name).queue or settings(ctx, spex).queue
+    if unsandboxed and (queue or after is not None):
+        raise Invalid(
+            "--no-sandbox is for a turn that starts now: a queued prompt runs under the"
+            " session's sandbox, with nobody there to ask",
+            hint="leave out --queue/--after, or spex edit NAME --no-sandbox",
+        )
     if queue or after is not None:
         from spexsup.turn.queue import wake_or_queue
 
@@ -253,6 +261,14 @@ def wake(
     verify: VerifyOpt = None,
     no_verify: NoVerifyOpt = False,
     verify_timeout: VerifyTimeoutOpt = None,
+    no_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--no-sandbox",
+            help="Run this one turn outside the session's sandbox (only a session made"
+            " with --sandbox=optional allows it).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a turn and print its verdict (confirmed, completed, failed, queued).
@@ -302,6 +318,7 @@ def wake(
         fallback=fallback,
         budget=budget,
         verify=checked,
+        unsandboxed=no_sandbox,
     )
 
 

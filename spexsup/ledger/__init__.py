@@ -114,6 +114,7 @@ EDITABLE = frozenset(
         "fallback",
         "verify",
         "verify_timeout",
+        "sandbox",
         "command",
         "cwd",
         "env",

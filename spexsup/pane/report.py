@@ -203,8 +203,41 @@ def judge(
     outcome flags of its structured output, strict mode, a usage-limit
     message, and (with `verify`) how its check ended (`pane.verify`).
 
+    A sandboxed turn (DESIGN §19) whose sandbox could not be proven failed
+    with cause `sandbox`; one that ran in it carries the flag `sandboxed`
+    and what the sandbox denied it (`denied-net:HOST`), which strict mode
+    fails.
+
     Bounded (see `outcome`): the flags are read from the end of the output.
     """
+    if (turn_dir / turndir.SANDBOX_FAILED).exists():
+        try:
+            why = (turn_dir / turndir.SANDBOX_FAILED).read_text(errors="replace").strip()
+        except OSError:
+            why = ""
+        return Judgement(
+            FAILED, cause="sandbox", error=f"sandbox: {why or 'not proven'} - turn NOT started"
+        )
+    verdict = _judge(home, turn_dir, rc, adapter, verify=verify)
+    if (turn_dir / turndir.SANDBOX_HELD).exists():
+        from spexsup.sandbox import denied
+
+        refused = denied(turn_dir)
+        verdict.flags = [*verdict.flags, "sandboxed", *refused]
+        if refused and verdict.state == COMPLETE and turndir.meta(turn_dir).get("strict"):
+            verdict.state, verdict.cause = FAILED, "strict"
+            verdict.error = f"strict: the sandbox denied {', '.join(refused)}"
+    return verdict
+
+
+def _judge(
+    home: Path,
+    turn_dir: Path,
+    rc: int,
+    adapter: Harness | None,
+    *,
+    verify: bool,
+) -> Judgement:
     from spexsup import outcome
 
     meta = turndir.meta(turn_dir)

@@ -10,6 +10,7 @@ unless said otherwise:
     outcome      the outcome marker (spexsup.pane.marker)
     ended        the end's one-line detail, for the pane (the reporter)
     binary  not-found  no-login-shell  timed-out  survivors  git-start  git-start.todo
+    sandbox  sandbox-probe  sandbox-gate  sandbox-held  sandbox-failed  denied-net  net/
     stop-requested   a stop that could not take the write lock (spexsup.turn.stop)
     verify  verify-deadline  verify.log  verify-rc  verify-started  verify-timed-out
     stagger      a staggered launch (spexsup.turn.wake), whose wrapper then writes
@@ -52,6 +53,16 @@ ENDED = "ended"
 BINARY = "binary"
 NOT_FOUND = "not-found"
 NO_LOGIN_SHELL = "no-login-shell"
+# A sandboxed turn (spexsup.sandbox): the engine's options (NUL-separated),
+# the probe's two paths, the network gate's allowed hosts (JSON), by the
+# launcher; `sandbox-held` (proven) or `sandbox-failed` (why), by the
+# wrapper; `denied-net` (a host a line), by the gate.
+SANDBOX = "sandbox"
+SANDBOX_PROBE = "sandbox-probe"
+SANDBOX_GATE = "sandbox-gate"
+SANDBOX_HELD = "sandbox-held"
+SANDBOX_FAILED = "sandbox-failed"
+DENIED_NET = "denied-net"
 TIMED_OUT = "timed-out"
 SURVIVORS = "survivors"
 GIT_START = "git-start"

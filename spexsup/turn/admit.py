@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from spexsup import config, durations, ids, ledger
+from spexsup import sandbox as sandboxes
 from spexsup.errors import (
     AtLimit,
     Failed,
@@ -103,6 +104,9 @@ class Limits(NamedTuple):
     # harness's; (): `--no-verify`), and `--verify-timeout` (seconds).
     verify: tuple[str, ...] | None = None
     verify_timeout: float | None = None
+    # `--no-sandbox`: this one turn outside the session's sandbox, which
+    # only a session sandboxed as `optional` allows (DESIGN §19).
+    unsandboxed: bool = False
 
 
 # A check with no time limit of its own gets this one.
@@ -259,6 +263,12 @@ def admit(
         fence = session.launch_fence + 1
         timeout = limits.timeout or session.timeout or adapter.timeout
         strict = limits.strict or session.strict or adapter.strict or settings.strict
+        policy = sandbox_policy(session, adapter, settings, unsandboxed=limits.unsandboxed)
+        others = (
+            [Path(r["cwd"]) for r in db.execute("SELECT cwd FROM sessions WHERE worktree NOT NULL")]
+            if policy.enabled
+            else []
+        )
         check_limits(db, settings.max_running, wave)
         if settings.budget_day is not None:
             check_day_budget(db, settings)
@@ -296,6 +306,7 @@ def admit(
         limits.budget,
         check,
         check_timeout,
+        sandbox_plan(spex, session, adapter, policy, directory, others),
     )
     resumed = resume_id if resume_id and adapter.resume else None
     _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter, ending, resumed)
@@ -305,6 +316,52 @@ def admit(
         # holding the verdict for.
         write_atomic(directory / turndir.GIT_START_TODO, b"", durable=False)
     return session, turn, directory, adapter
+
+
+def sandbox_policy(
+    session: Session, adapter: Harness, settings: config.Config, *, unsandboxed: bool = False
+) -> sandboxes.Policy:
+    """The sandbox a turn of `session` runs in: the session's own policy,
+    else the harness's default, else config.toml's `sandbox`, else none.
+    `unsandboxed` (wake --no-sandbox) is Refused unless it is `optional`."""
+    Mode = sandboxes.Mode
+    policy = session.sandbox
+    if policy is None:
+        mode = "on" if adapter.sandbox else settings.sandbox or "off"
+        policy = sandboxes.Policy(Mode(mode))
+    if unsandboxed and policy.mode is Mode.ON:
+        raise Refused(
+            f"session {session.name!r} is sandboxed: no turn of it runs outside",
+            hint=f"spex edit {session.name} --sandbox=optional allows --no-sandbox",
+        )
+    if unsandboxed:
+        return policy._replace(mode=Mode.OFF)
+    return policy
+
+
+def sandbox_plan(
+    spex: Spex,
+    session: Session,
+    adapter: Harness,
+    policy: sandboxes.Policy,
+    directory: Path,
+    others: list[Path],
+) -> sandboxes.Plan | None:
+    """The paths and hosts of the turn's sandbox; None when it runs without."""
+    if not policy.enabled:
+        return None
+    plan = sandboxes.plan(
+        policy,
+        cwd=Path(session.cwd),
+        spex_home=spex.home,
+        turn_dir=directory,
+        harness_write=adapter.sandbox_write,
+        harness_hosts=adapter.model_hosts,
+        env=session.env,
+        other_worktrees=others,
+    )
+    sandboxes.prepare_writable(plan)
+    return plan
 
 
 class Wave(NamedTuple):
@@ -389,6 +446,8 @@ class Ending(NamedTuple):
     # The check of the turn's work and its time limit (pane.verify).
     verify: tuple[str, ...] = ()
     verify_timeout: float = DEFAULT_VERIFY_TIMEOUT
+    # The sandbox it runs in (spexsup.sandbox), or None.
+    sandbox: sandboxes.Plan | None = None
 
 
 def _in_git_tree(cwd: Path) -> bool:
@@ -445,6 +504,7 @@ def _prepare(
         "model": ending.model,
         "verify": list(ending.verify) or None,
         "verify_timeout": ending.verify_timeout if ending.verify else None,
+        "sandbox": ending.sandbox.as_json() if ending.sandbox is not None else None,
     }
     files[turndir.META] = json.dumps(meta).encode()
     if adapter.outcome:
@@ -466,6 +526,13 @@ def _prepare(
         files[turndir.FALLBACK] = json.dumps({"models": list(ending.fallback)}).encode()
     if ending.limit_wait is not None:
         files[turndir.ON_LIMIT] = f"{ending.limit_wait:g} {ending.limit_margin:g}\n".encode()
+    if ending.sandbox is not None:
+        plan = ending.sandbox
+        engine = sandboxes.bwrap_argv(plan, sandboxes.engine() or sandboxes.ENGINE)
+        files[turndir.SANDBOX] = b"".join(w.encode() + b"\0" for w in engine)
+        files[turndir.SANDBOX_PROBE] = f"{plan.probe_write}\n{plan.probe_read}\n".encode()
+        if plan.policy.network is sandboxes.Network.ALLOW:
+            files[turndir.SANDBOX_GATE] = json.dumps({"hosts": list(plan.hosts)}).encode()
     # Not fsync'd: after a crash the turn is lost anyway, and these die with it.
     for name, data in files.items():
         write_atomic(directory / name, data, durable=False)
