@@ -130,6 +130,46 @@ export_login() {
     done
 }
 
+# Run inside: $1 a path to fail to write, $2 one to fail to read, $3 the host's
+# network namespace (empty: network open), $4 its PID namespace, $5 the
+# gate's canary port on the host's loopback (empty: none).
+probe_script='held=""
+( : >"$1" ) 2>/dev/null && held="$held; wrote $1"
+c=$(head -c 64 -- "$2" 2>/dev/null) && [ -n "$c" ] && held="$held; read $2"
+[ -n "$3" ] && [ "$(readlink /proc/self/ns/net)" = "$3" ] && held="$held; shares the host network"
+[ "$(readlink /proc/self/ns/pid)" = "$4" ] && held="$held; sees the host processes"
+[ -n "$5" ] && (exec 3<>"/dev/tcp/127.0.0.1/$5") 2>/dev/null && held="$held; reached the host loopback"
+[ -z "$held" ] && exit 0
+printf "%s\n" "${held#; }"
+exit 1'
+
+# The probe of a sandbox (`sandbox`, NUL-separated, and `sandbox-probe`, its
+# two paths, in DIR) with the gate's canary port $2 (may be empty): prints
+# what the sandbox let through, or the engine's error; 0 when it held.
+probe_sandbox() {
+    local pdir=$1 canary=${2:-} pwrite pread net rc said
+    local -a engine=()
+    mapfile -d '' -t engine <"$pdir/sandbox"
+    { IFS= read -r pwrite && IFS= read -r pread; } <"$pdir/sandbox-probe"
+    net=$(readlink /proc/$$/ns/net)
+    grep -qzx -- --unshare-net "$pdir/sandbox" || net=""  # network open: nothing to prove
+    said=$("${engine[@]}" "${probe_extra[@]}" -- /bin/bash -c "$probe_script" probe "$pwrite" \
+        "$pread" "$net" "$(readlink /proc/$$/ns/pid)" "$canary" 2>&1 </dev/null)
+    rc=$?
+    rm -f -- "$pwrite" 2>/dev/null
+    [ $rc = 0 ] && return 0
+    said=${said//$'\n'/; }
+    printf '%s\n' "${said:-the probe failed (rc $rc)}"
+    return 1
+}
+probe_extra=()
+
+# `spex doctor`: the probe of the sandbox in DIR, as a turn runs it.
+if [ "${1:-}" = "--sandbox-probe" ]; then
+    probe_sandbox "${2:?usage: turn.sh --sandbox-probe DIR}"
+    exit $?
+fi
+
 if [ "${1:-}" = "--which" ]; then
     name=${2:?usage: turn.sh --which NAME [SECONDS]}
     umask 077
@@ -279,18 +319,6 @@ sandbox_fail() {
     refused_rc=125
     printf '%s\n' "$1" 2>/dev/null >"$dir/sandbox-failed"
 }
-# Run inside: $1 a path to fail to write, $2 one to fail to read, $3 the host's
-# network namespace (empty: network open), $4 its PID namespace, $5 the
-# gate's canary port on the host's loopback (empty: none).
-probe_script='held=""
-( : >"$1" ) 2>/dev/null && held="$held; wrote $1"
-c=$(head -c 64 -- "$2" 2>/dev/null) && [ -n "$c" ] && held="$held; read $2"
-[ -n "$3" ] && [ "$(readlink /proc/self/ns/net)" = "$3" ] && held="$held; shares the host network"
-[ "$(readlink /proc/self/ns/pid)" = "$4" ] && held="$held; sees the host processes"
-[ -n "$5" ] && (exec 3<>"/dev/tcp/127.0.0.1/$5") 2>/dev/null && held="$held; reached the host loopback"
-[ -z "$held" ] && exit 0
-printf "%s\n" "${held#; }"
-exit 1'
 # Inside, before the harness: a socat bridge per `PORT:SOCKET` in
 # SPEX_BRIDGES, each listening (/proc/net/tcp) before the harness may dial it.
 bridge_script='for b in $SPEX_BRIDGES; do
@@ -309,7 +337,7 @@ exec "$@"'
 if [ -z "$refused" ] && [ -r "$dir/sandbox" ]; then
     sandbox=()
     mapfile -d '' -t sandbox <"$dir/sandbox"
-    host_net=$(readlink /proc/$$/ns/net)
+    file_words=${#sandbox[@]}
     canary=""
     if ! type -P -- "${sandbox[0]}" >/dev/null; then
         sandbox_fail "${sandbox[0]} is not installed (apt-get install bubblewrap)"
@@ -340,20 +368,11 @@ if [ -z "$refused" ] && [ -r "$dir/sandbox" ]; then
                 done
             fi
         fi
-    elif grep -qzx -- --unshare-net "$dir/sandbox"; then
-        :
-    else
-        host_net=""  # network open: nothing to prove
     fi
     if [ -z "$refused" ]; then
-        { IFS= read -r probe_write && IFS= read -r probe_read; } <"$dir/sandbox-probe"
-        said=$("${sandbox[@]}" -- /bin/bash -c "$probe_script" probe "$probe_write" \
-            "$probe_read" "$host_net" "$(readlink /proc/$$/ns/pid)" "$canary" 2>&1 </dev/null)
-        probe_rc=$?
-        rm -f -- "$probe_write" 2>/dev/null
-        if [ $probe_rc != 0 ]; then
-            said=${said//$'\n'/; }
-            sandbox_fail "the probe ${said:-failed (rc $probe_rc)}"
+        probe_extra=("${sandbox[@]:file_words}")
+        if ! said=$(probe_sandbox "$dir" "$canary"); then
+            sandbox_fail "the probe ${said}"
         else
             : >"$dir/sandbox-held"
             launch=("${sandbox[@]}" --)

@@ -20,6 +20,7 @@ from spexsup import ids, sessions, states, waves
 from spexsup.errors import Failed, Invalid, Refused
 from spexsup.git import git, snapshot_tree
 from spexsup.ids import validate_name
+from spexsup.sandbox import Policy
 from spexsup.sessions import Session, get
 from spexsup.spex import Spex
 from spexsup.turn.remove import remove
@@ -53,6 +54,7 @@ def create_legs(
     harness: str | None = None,
     window: float | None = None,
     confirm: Callable[[Setup], bool] | None = None,
+    sandbox: Policy | None = None,
 ) -> list[Session]:
     """Create one worktree session per name, each on its own branch
     `spex/<name>` from the same base. All or nothing: refused up front when a
@@ -72,7 +74,13 @@ def create_legs(
         for n in names:  # a loop, not extend: `made` must hold the legs made so far
             made.append(  # noqa: PERF401
                 sessions.create(
-                    spex, n, harness=harness, window=window, worktree=request, confirm=confirm
+                    spex,
+                    n,
+                    harness=harness,
+                    window=window,
+                    worktree=request,
+                    confirm=confirm,
+                    sandbox=sandbox,
                 )
             )
     except BaseException as e:

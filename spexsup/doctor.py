@@ -10,6 +10,7 @@ an error fails the doctor.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import stat
 import subprocess
@@ -118,6 +119,7 @@ def run_checks(spex: Spex, cwd: Path | None = None) -> list[Check]:
     mode = stat.S_IMODE(spex.home.stat().st_mode)
     checks.append(Check("state", mode == 0o700, f"{spex.home} mode {mode:o}"))
     checks.append(_schedules(spex))
+    checks.append(sandbox_check(spex))
     login_path = _login(spex, checks)
     registry = load_registry(spex.home)
     for name, error in registry.errors.items():
@@ -191,3 +193,73 @@ def _login(spex: Spex, checks: list[Check]) -> str | None:
     checks.append(Check("login", True, f"{found.shell}: {source}"))
     checks.append(Check("login PATH", True, found.path))
     return found.path
+
+
+def sandbox_check(spex: Spex) -> Check:
+    """Which engine sandboxed sessions use, and whether it holds here: the
+    probe every sandboxed turn runs (shell/turn.sh), in a sandbox of the
+    default policy with no network. Required once a session or config.toml
+    asks for sandboxes."""
+    import tempfile
+
+    from spexsup import config
+    from spexsup import sandbox as sandboxes
+    from spexsup.paths import wrapper_path
+
+    wanted = any(
+        (p := sandboxes.Policy.loads(r["sandbox"])) is not None and p.enabled
+        for r in spex.store.db.execute("SELECT sandbox FROM sessions WHERE sandbox NOT NULL")
+    )
+    with contextlib.suppress(SpexError):  # config.toml's own check says what is wrong
+        wanted = wanted or config.load(spex.home).sandbox in ("on", "optional")
+    engine = sandboxes.engine()
+    if engine is None:
+        return Check(
+            "sandbox",
+            False,
+            "bubblewrap (bwrap) is not installed: no session can be sandboxed"
+            f" ({sandboxes.INSTALL})",
+            required=wanted,
+        )
+    version = _version([engine, "--version"]) or "bubblewrap"
+    with tempfile.TemporaryDirectory(prefix="doctor-probe-", dir=spex.home) as where:
+        probe = Path(where)
+        (probe / "work").mkdir()
+        (probe / "outcome").write_text("the state home, which no sandbox may read\n")
+        policy = sandboxes.Policy(sandboxes.Mode.ON, sandboxes.Network.NONE)
+        plan = sandboxes.plan(
+            policy,
+            cwd=probe / "work",
+            spex_home=spex.home,
+            turn_dir=probe,
+            harness_write=(),
+            harness_hosts=(),
+            env={},
+        )
+        argv = sandboxes.bwrap_argv(plan, engine)
+        (probe / "sandbox").write_bytes(b"".join(w.encode() + b"\0" for w in argv))
+        (probe / "sandbox-probe").write_text(f"{plan.probe_write}\n{plan.probe_read}\n")
+        try:
+            ran = subprocess.run(
+                ["bash", str(wrapper_path()), "--sandbox-probe", str(probe)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return Check(
+                "sandbox", False, f"{version}: the probe did not run: {e}", required=wanted
+            )
+    if ran.returncode != 0:
+        said = (ran.stdout or ran.stderr).strip().replace("\n", "; ")[:300]
+        return Check(
+            "sandbox", False, f"{version} ({engine}): it does not hold here: {said}", wanted
+        )
+    return Check(
+        "sandbox",
+        True,
+        f"{version} ({engine}): a probe held (no write outside, no state home, no host"
+        " network or processes)",
+        required=False,
+    )

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from spexsup import bestof, ids, waves
 from spexsup.errors import Invalid
+from spexsup.sandbox import Policy
 from spexsup.sessions import Session, no_harness
 from spexsup.spex import Spex
 from spexsup.turn.admit import Limits, parse_on_limit
@@ -128,17 +129,25 @@ def best_of(
     harness: str | None,
     confirm: Callable[[Setup], bool] | None = None,
     made: Callable[[Session], None] | None = None,
+    sandbox: Policy | None = None,
 ) -> Plan:
     """N new worktree sessions of `harness` (else config.toml's
     default_harness; never the demo simulator by default, as `spex new`),
-    each told the same prompt. `made` hears each leg once it exists."""
+    each told the same prompt, each with the `sandbox` policy when given.
+    `made` hears each leg once it exists."""
     limits = _limits(given)
     if harness is None:
         raise no_harness(spex.home, command=False)
     text = prompt()
     legs = bestof.leg_names(prefix or bestof.default_prefix(request.repo), count)
     sessions = bestof.create_legs(
-        spex, legs, request, harness=harness, window=given.window, confirm=confirm
+        spex,
+        legs,
+        request,
+        harness=harness,
+        window=given.window,
+        confirm=confirm,
+        sandbox=sandbox,
     )
     for leg in sessions:
         if made is not None:

@@ -432,6 +432,11 @@ def describe(flags: list[str]) -> str:
             parts.append("ended asking a question")
         elif f == "verified":
             parts.append("verified")
+        elif f == "sandboxed":
+            parts.append("sandboxed")
+    hosts = [f.split(":", 1)[1] for f in flags if f.startswith("denied-net:")]
+    if hosts:
+        parts.append(f"sandbox denied {', '.join(hosts)}")
     return "; ".join(parts)
 
 

@@ -26,12 +26,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
 
 from spexsup.errors import Invalid, Refused
 
@@ -122,6 +120,8 @@ class Policy(NamedTuple):
 
 def engine() -> str | None:
     """The bubblewrap binary on PATH, or None."""
+    import shutil
+
     return shutil.which(ENGINE)
 
 
@@ -166,6 +166,8 @@ class Plan(NamedTuple):
 
 def base_url_hosts(env: Mapping[str, str]) -> list[str]:
     """`host:port` of every `*_BASE_URL` in `env` (a local model server)."""
+    from urllib.parse import urlsplit
+
     found = []
     for key, value in sorted(env.items()):
         if not key.endswith("_BASE_URL") or "://" not in value:
@@ -275,14 +277,60 @@ def prepare_writable(plan: Plan) -> None:
             path.mkdir(parents=True, exist_ok=True)
 
 
-def denied(turn_dir: Path) -> list[str]:
-    """What the turn's sandbox denied it, as flags (`denied-net:HOST`)."""
+def failure(turn_dir: Path) -> str | None:
+    """Why the turn's sandbox could not be proven (`sandbox-failed`, by the
+    wrapper: the harness never ran), or None."""
+    try:
+        why = (turn_dir / "sandbox-failed").read_text(errors="replace").strip()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        why = ""
+    return f"sandbox: {why or 'not proven'} - turn NOT started"
+
+
+def flags(turn_dir: Path) -> list[str]:
+    """A proven sandbox's flags: `sandboxed`, then what it denied the turn
+    (`denied-net:HOST`, from the gate's `denied-net`, at most 20)."""
+    if not (turn_dir / "sandbox-held").exists():
+        return []
     try:
         text = (turn_dir / "denied-net").read_text(errors="replace")
     except OSError:
-        return []
+        text = ""
     hosts = dict.fromkeys(line.strip() for line in text.splitlines() if line.strip())
-    return [f"denied-net:{h}" for h in list(hosts)[:20]]
+    return ["sandboxed", *(f"denied-net:{h}" for h in list(hosts)[:20])]
+
+
+def shown(doc: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """`spex show`'s sandbox lines: the mode and where it comes from, then
+    (sandboxed) the network, what its turns may write, what they cannot
+    read, and the hosts they reach."""
+    if not doc:
+        return []
+    source = {"session": "", "harness": " (the harness's default)", "config": " (config.toml)"}
+    if doc["mode"] == "off":
+        return [("sandbox", "no" + source.get(doc.get("source", ""), ""))]
+    mode = "yes" if doc["mode"] == "on" else "optional (wake --no-sandbox allowed)"
+    cells = [("sandbox", mode + source.get(doc.get("source", ""), ""))]
+    if "writable" not in doc:
+        return cells
+    home = str(Path.home())
+
+    def tilde(paths: list[str]) -> str:
+        return ", ".join("~" + p[len(home) :] if p.startswith(home + "/") else p for p in paths)
+
+    network = doc["network"]
+    if network == "allow":
+        network = "allow: " + (", ".join(doc["hosts"]) or "nothing")
+    engine = doc.get("engine")
+    cells += [
+        ("  network", network),
+        ("  writes", tilde(doc["writable"]) + ", a private /tmp"),
+        ("  hidden", tilde(doc["hidden"]) or "-"),
+        ("  engine", engine or f"bwrap NOT installed ({INSTALL})"),
+    ]
+    return cells
 
 
 HOST_RE = re.compile(

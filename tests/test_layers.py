@@ -55,6 +55,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dequeuer",
             "stagger",
             "schedule",
+            "sandbox",
         ),
     ),
     ("every state change, with its event", ("store", "events", "ledger", "lease")),

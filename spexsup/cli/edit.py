@@ -9,9 +9,16 @@ from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex
 from spexsup.cli.params import (
     DURATION,
+    AllowHostOpt,
+    AllowWriteOpt,
+    DenyReadOpt,
     JsonOpt,
     ModelOpt,
     NameArg,
+    NetworkOpt,
+    NoSandboxOpt,
+    SandboxOpt,
+    SandboxOptionalOpt,
     VerifyTimeoutOpt,
     model_rules,
     timeout_seconds,
@@ -144,6 +151,13 @@ def edit(
         bool,
         typer.Option("--no-check", help="Change it even if the harness binary is not found."),
     ] = False,
+    sandbox: SandboxOpt = False,
+    sandbox_optional: SandboxOptionalOpt = False,
+    no_sandbox: NoSandboxOpt = False,
+    allow_write: AllowWriteOpt = None,
+    deny_read: DenyReadOpt = None,
+    network: NetworkOpt = None,
+    allow_host: AllowHostOpt = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print what would change; change nothing.")
     ] = False,
@@ -166,7 +180,9 @@ def edit(
       spex edit api -- --model opus
       spex edit api --harness codex --clear-args
       spex edit tool -- ./my-agent.sh --verbose
+      spex edit api --sandbox --allow-host 127.0.0.1:8080
     """
+    from spexsup.sandbox import mode_of
     from spexsup.sessions import parse_env
     from spexsup.turn.edit import Edit
     from spexsup.turn.edit import edit as change_session
@@ -200,6 +216,11 @@ def edit(
         verify=verify_argv(verify, "--verify") if verify is not None else None,
         no_verify=no_verify,
         verify_timeout=verify_rules(None, False, verify_timeout)[1],
+        sandbox=mode_of(sandbox, sandbox_optional, no_sandbox),
+        network=network,
+        allow_write=tuple(allow_write or ()),
+        deny_read=tuple(deny_read or ()),
+        allow_hosts=tuple(allow_host or ()),
     )
     change.check(name)
     spex = open_spex(ctx)

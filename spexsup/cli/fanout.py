@@ -1,4 +1,4 @@
-"""`spex fanout | waves | wave`."""
+"""`spex fanout` (and a wave across hosts); `spex waves | wave` are in cli/waves.py."""
 
 import contextlib
 import os
@@ -18,17 +18,22 @@ from spexsup.cli.params import (
     AfterAnyOpt,
     AfterOpt,
     AllOpt,
+    AllowHostOpt,
+    AllowWriteOpt,
     BaseOpt,
+    DenyReadOpt,
     FallbackOpt,
     JsonOpt,
     KeepBestOpt,
     MatchOpt,
     ModelOpt,
+    NetworkOpt,
     NoVerifyOpt,
     OnLimitOpt,
     PickOpt,
     PromptFileOpt,
     RepoOpt,
+    SandboxOptionalOpt,
     StaggerOpt,
     TimeoutOpt,
     VerifyOpt,
@@ -42,8 +47,8 @@ from spexsup.cli.params import (
     verify_rules,
     window_seconds,
 )
-from spexsup.cli.progress import LegsView, PlainLegs, counts_line, leg_line, summary
-from spexsup.cli.render import document, print_json, table, with_iso
+from spexsup.cli.progress import LegsView, PlainLegs, leg_line, summary
+from spexsup.cli.render import document, print_json, with_iso
 from spexsup.cli.spend import leg_costs, spend_text, with_spend
 from spexsup.errors import Invalid
 
@@ -56,14 +61,6 @@ if TYPE_CHECKING:
 # Whatever the window, a signalled fan-out is gone this long after the first signal.
 HARD_EXIT_AFTER = 8.0
 SUCCESS = ("confirmed", "completed")
-WaveArg = Annotated[
-    str,
-    typer.Argument(
-        metavar="WAVE",
-        help="A wave id, a unique prefix of its random part, last or last~N.",
-        autocompletion=complete.wave_ids,
-    ),
-]
 
 
 class WaitInterrupted(BaseException):
@@ -236,6 +233,15 @@ def fanout(
             show_default=False,
         ),
     ] = None,
+    sandbox: Annotated[
+        bool,
+        typer.Option("--sandbox", help="With --worktrees: the new sessions are sandboxed."),
+    ] = False,
+    sandbox_optional: SandboxOptionalOpt = False,
+    allow_write: AllowWriteOpt = None,
+    deny_read: DenyReadOpt = None,
+    network: NetworkOpt = None,
+    allow_host: AllowHostOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Wake many sessions with one prompt: a wave, a verdict each (HOST:NAME on other hosts).
@@ -253,6 +259,7 @@ def fanout(
       spex fanout --retry-failed last --timeout 30m --no-strict
       spex fanout --worktrees 3 --repo ~/src/api -m "fix the flaky test"
       spex fanout --worktrees 3 -m "fix it" --verify 'make test' --keep-best
+      spex fanout --worktrees 4 --harness claude --sandbox -m "fix the flaky test"
       spex fanout --all -m "start over: summarise the repo" --fresh
       spex fanout box1:api box2:api web -m "rebase on main"
       spex fanout --hosts local,box1 --match 'api-*' -m "rebase on main"
@@ -344,6 +351,23 @@ def fanout(
     def read_prompt() -> bytes:
         return prompts.read(None, file, message=message, forms="-m TEXT")
 
+    from spexsup import sandbox as sandboxes
+
+    policy = sandboxes.build(
+        None,
+        mode=sandboxes.mode_of(sandbox, sandbox_optional, False),
+        network=network,
+        allow_write=allow_write or (),
+        deny_read=deny_read or (),
+        allow_hosts=allow_host or (),
+    )
+    if policy is not None and worktrees is None:
+        raise Invalid(
+            "--sandbox shapes the sessions --worktrees makes; named sessions keep their own",
+            hint="spex edit NAME --sandbox",
+        )
+    if policy is not None and policy.enabled:
+        sandboxes.require_engine()
     if worktrees is not None:
         if names or all_ or match or retry_failed:
             raise Invalid("--worktrees makes its own sessions: name none, no --all/--match")
@@ -364,6 +388,7 @@ def fanout(
             harness=harness or defaults.default_harness,
             confirm=confirm_post_create,
             made=made,
+            sandbox=policy,
         )
     elif retry_failed is not None:
         if all_ or match or message is not None or file is not None:
@@ -602,96 +627,3 @@ def fleet_text(doc: dict[str, Any]) -> None:
         typer.echo(f"retry of {doc['retry_of']}")
     if doc["retried_by"]:
         typer.echo(f"retried by {', '.join(doc['retried_by'])}")
-
-
-@app.command("waves")
-def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List fan-out waves, newest first: this host's and the fleet waves across hosts.
-
-    \b
-    Examples:
-      spex waves
-      spex waves --json | jq -r '.[0].id'
-      spex waves --json | jq -r '.[] | select(.kind == "fleet") | .id'
-    """
-    from spexsup import fleet, waves
-    from spexsup.paths import resolve_home
-
-    spex = open_spex(ctx)
-    docs = [{**d, "kind": d.get("kind", "local")} for d in waves.list_waves(spex)]
-    docs += [{**d, "kind": "fleet"} for d in fleet.list_docs(resolve_home(ctx.find_root().obj))]
-    docs.sort(key=lambda d: float(d.get("created_at") or 0), reverse=True)
-    if as_json:
-        print_json([document(with_iso(d)) for d in docs])
-        return
-    if not docs:
-        typer.echo("no waves yet")
-        return
-    table(
-        ["WAVE", "KIND", "STATE", "LEGS", "RETRY OF"],
-        [
-            [
-                d["id"],
-                d["kind"],
-                d["state"],
-                fleet_counts(d) if d["kind"] == "fleet" else counts_line(d),
-                d.get("retry_of") or "-",
-            ]
-            for d in docs
-        ],
-    )
-
-
-def fleet_counts(doc: dict[str, Any]) -> str:
-    """A fleet wave's legs as recorded when it launched: hosts, ok, failed."""
-    legs = doc["legs"]
-    ok = sum(leg.get("verdict") in SUCCESS for leg in legs)
-    hosts_n = len(doc.get("hosts") or [])
-    on = f"{len(legs)} on {hosts_n} host{'s' * (hosts_n != 1)}"
-    return f"{on} · ok {ok} · failed {len(legs) - ok}"
-
-
-@app.command("wave")
-def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> None:
-    """Show one wave and its legs (a fleet-… id: a wave across hosts).
-
-    \b
-    Examples:
-      spex wave last
-      spex wave 3fa --json
-    """
-    from spexsup import ids, waves
-
-    if wave.startswith("fleet-"):
-        from spexsup import fleet
-        from spexsup.paths import resolve_home
-
-        state = resolve_home(ctx.find_root().obj)
-        fleet_doc = fleet.load(state, fleet.resolve(state, wave))
-        if as_json:
-            print_json(document(with_iso(fleet_doc)))
-        else:
-            fleet_text(fleet_doc)
-        return
-    spex = open_spex(ctx)
-    doc = with_spend(spex, waves.load(spex, ids.resolve_wave(spex.store.db, wave)))
-    if doc.get("best_of"):
-        from spexsup.bestof import leg_stat
-
-        for leg in doc["legs"]:
-            leg["diffstat"] = leg_stat(spex, leg["session"])
-    if as_json:
-        print_json(document(with_iso({"id": doc["id"], "kind": doc.get("kind", "local"), **doc})))
-        return
-    typer.echo(summary(doc))
-    typer.echo(f"prompt: {doc.get('prompt_head', '')[:80]!r}")
-    if doc["retry_of"]:
-        typer.echo(f"retry of {doc['retry_of']}")
-    if doc["retried_by"]:
-        typer.echo(f"retried by {', '.join(doc['retried_by'])}")
-    for leg in doc["legs"]:
-        typer.echo("  " + leg_line(leg))
-        if leg.get("diffstat"):
-            typer.echo(f"    {leg['diffstat']}")
-    if doc.get("best_of") and doc["best_of"]["kept"]:
-        typer.echo(f"kept {doc['best_of']['kept']}")

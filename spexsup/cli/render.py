@@ -346,6 +346,10 @@ def show_lines(row: dict[str, Any], *, color: bool = False) -> list[str]:
     # The agent's own conversation id, which the next wake continues.
     fields.append(("conversation", row["harness_session_id"] or "- (the next wake starts one)"))
     fields += setting_cells(row)
+    if row.get("sandbox"):
+        from spexsup.sandbox import shown
+
+        fields += shown(row["sandbox"])
     fields += [
         (label, row[key])
         for key, label in (
@@ -432,6 +436,7 @@ EDIT_LABELS = {
     "fallback": "fallback",
     "verify": "verify",
     "verify_timeout": "verify-timeout",
+    "sandbox": "sandbox",
     "pinned_binary": "binary",
     "harness_session_id": "conversation",
 }
@@ -450,6 +455,12 @@ def _setting(key: str, value: Any) -> str:
         return shown_verify(value)
     if key in ("strict", "queue"):
         return "yes" if value else "no"
+    if key == "sandbox" and isinstance(value, dict):
+        extra = [f"network {value['network']}"] if value["mode"] != "off" else []
+        extra += [f"+write {p}" for p in value["allow_write"]]
+        extra += [f"-read {p}" for p in value["deny_read"]]
+        extra += [f"+host {h}" for h in value["allow_hosts"]]
+        return " ".join([value["mode"], *extra])
     if isinstance(value, list):
         return argv_text(value)
     return str(value)

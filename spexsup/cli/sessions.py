@@ -160,7 +160,7 @@ def new(
       spex new edit --harness claude -- --permission-mode acceptEdits
       spex new fix --harness claude --worktree --base main
       spex new api --harness claude --verify 'make test' --verify-timeout 20m
-      spex new night --harness claude --worktree --sandbox -- --dangerously-skip-permissions
+      spex new night --harness claude --worktree --sandbox
     """
     from spexsup import sessions
     from spexsup.errors import Invalid
@@ -350,45 +350,6 @@ def settings_here(state: Path) -> "Config":
     from spexsup import config
 
     return config.load(state)
-
-
-@app.command("hosts")
-def list_hosts(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List the hosts of config.toml: reachable?, their spex version, their sessions.
-
-    Exit 1 when a host cannot be reached.
-
-    \b
-    Examples:
-      spex hosts
-      spex hosts --json
-    """
-    from spexsup import fleet
-    from spexsup.paths import resolve_home
-
-    state = resolve_home(ctx.find_root().obj)
-    rows = fleet.describe_hosts(settings_here(state), state)
-    if as_json:
-        print_json(rows)
-    elif not rows:
-        typer.echo('no hosts (add a [host.NAME] table with ssh = "user@box" to config.toml)')
-    else:
-        table(
-            ["HOST", "SSH", "REACHABLE", "VERSION", "SESSIONS", "ERROR"],
-            [
-                [
-                    r["name"],
-                    r["ssh"],
-                    "yes" if r["reachable"] else "no",
-                    r["version"] or "-",
-                    "-" if r["sessions"] is None else str(r["sessions"]),
-                    r["error"] or "-",
-                ]
-                for r in rows
-            ],
-        )
-    if any(not r["reachable"] or r["error"] for r in rows):
-        raise typer.Exit(1)
 
 
 @app.command()

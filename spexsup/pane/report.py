@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from spexsup import dequeuer, ledger
 from spexsup.pane import turndir
+from spexsup.pane.judgement import Judgement
 from spexsup.states import (
     ACTIVE,
     COMPLETE,
@@ -148,49 +149,6 @@ def end_state(rc: int) -> str:
     return COMPLETE if rc == 0 else FAILED
 
 
-class Judgement:
-    """How a turn that exited with `rc` ended: its state, flags, and for a
-    failure its named cause (`timed-out`, `strict`, `agent-error`,
-    `usage-limit`, `not-found`, `no-login-shell`) and message.
-
-    A plain class, not a dataclass: `dataclasses` imports `inspect`, 10-20 ms
-    on every turn's exit reporter."""
-
-    __slots__ = (
-        "cause",
-        "error",
-        "flags",
-        "gone",
-        "limit_reset",
-        "outcome",
-        "state",
-        "survivors",
-        "verification",
-    )
-
-    def __init__(
-        self,
-        state: str,
-        flags: list[str] | None = None,
-        cause: str | None = None,
-        error: str | None = None,
-        limit_reset: float | None = None,
-    ) -> None:
-        self.state = state
-        self.flags = flags if flags is not None else []
-        self.cause = cause
-        self.error = error
-        self.limit_reset = limit_reset
-        # The conversation id a `conversation-gone` end found unknown.
-        self.gone: str | None = None
-        # The pids a time limit's SIGKILL left alive (`spexsup.pane.deadline`).
-        self.survivors: list[int] = []
-        # What the output's parser read (usage too), when it was read.
-        self.outcome: outcome_mod.Outcome | None = None
-        # How the turn's check ended, when it has one (`pane.verify`).
-        self.verification: verify_mod.Result | None = None
-
-
 def judge(
     home: Path,
     turn_dir: Path,
@@ -210,23 +168,18 @@ def judge(
 
     Bounded (see `outcome`): the flags are read from the end of the output.
     """
-    if (turn_dir / turndir.SANDBOX_FAILED).exists():
-        try:
-            why = (turn_dir / turndir.SANDBOX_FAILED).read_text(errors="replace").strip()
-        except OSError:
-            why = ""
-        return Judgement(
-            FAILED, cause="sandbox", error=f"sandbox: {why or 'not proven'} - turn NOT started"
-        )
-    verdict = _judge(home, turn_dir, rc, adapter, verify=verify)
-    if (turn_dir / turndir.SANDBOX_HELD).exists():
-        from spexsup.sandbox import denied
+    from spexsup import sandbox as sandboxes
 
-        refused = denied(turn_dir)
-        verdict.flags = [*verdict.flags, "sandboxed", *refused]
-        if refused and verdict.state == COMPLETE and turndir.meta(turn_dir).get("strict"):
-            verdict.state, verdict.cause = FAILED, "strict"
-            verdict.error = f"strict: the sandbox denied {', '.join(refused)}"
+    failed = sandboxes.failure(turn_dir)
+    if failed is not None:
+        return Judgement(FAILED, cause="sandbox", error=failed)
+    verdict = _judge(home, turn_dir, rc, adapter, verify=verify)
+    held = sandboxes.flags(turn_dir)
+    verdict.flags = [*verdict.flags, *held]
+    refused = [f for f in held if f.startswith("denied-")]
+    if refused and verdict.state == COMPLETE and turndir.meta(turn_dir).get("strict"):
+        verdict.state, verdict.cause = FAILED, "strict"
+        verdict.error = f"strict: the sandbox denied {', '.join(refused)}"
     return verdict
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from spexsup import lease, ledger
+from spexsup import sandbox as sandboxes
 from spexsup.errors import Invalid, Refused, SessionBusy, UnknownSession
 from spexsup.sessions import (
     Session,
@@ -68,6 +69,13 @@ class Edit(NamedTuple):
     verify: tuple[str, ...] | None = None
     no_verify: bool = False
     verify_timeout: float | None = None
+    # The sandbox (DESIGN §19): its mode (`--sandbox`, `--sandbox=optional`,
+    # `--no-sandbox`), and what adds to its policy.
+    sandbox: sandboxes.Mode | None = None
+    network: str | None = None
+    allow_write: tuple[str, ...] = ()
+    deny_read: tuple[str, ...] = ()
+    allow_hosts: tuple[str, ...] = ()
 
     def check(self, name: str) -> None:
         """The request on its own, before any session is read: Invalid when
@@ -202,6 +210,16 @@ def _plan(
             f"dropped {s.harness}'s arguments ({shlex.join(s.harness_args)});"
             f" give {harness}'s own after --"
         )
+    sandbox = sandboxes.build(
+        s.sandbox,
+        mode=change.sandbox,
+        network=change.network,
+        allow_write=change.allow_write,
+        deny_read=change.deny_read,
+        allow_hosts=change.allow_hosts,
+    )
+    if sandbox is not None and sandbox.enabled and not (s.sandbox and s.sandbox.enabled):
+        sandboxes.require_engine()
     env = dict(s.env)
     env.update(change.env or {})
     for key in change.unset_env:
@@ -239,6 +257,7 @@ def _plan(
         on_limit=None if change.no_on_limit else change.on_limit or s.on_limit,
         verify=None if change.no_verify else s.verify if change.verify is None else change.verify,
         verify_timeout=change.verify_timeout or s.verify_timeout,
+        sandbox=sandbox,
         binary=pinned if rebind else s.binary,
         harness_session_id=None if switched else s.harness_session_id,
     )
@@ -270,6 +289,7 @@ def _settings(s: Session) -> dict[str, Any]:
         "fallback": list(s.fallback) if s.fallback is not None else None,
         "verify": list(s.verify) if s.verify is not None else None,
         "verify_timeout": s.verify_timeout,
+        "sandbox": s.sandbox.as_json() if s.sandbox is not None else None,
         "pinned_binary": s.binary,
         "harness_session_id": s.harness_session_id,
     }
@@ -309,6 +329,7 @@ def _columns(s: Session) -> dict[str, Any]:
         "fallback": json.dumps(list(s.fallback)) if s.fallback is not None else None,
         "verify": json.dumps(list(s.verify)) if s.verify is not None else None,
         "verify_timeout": s.verify_timeout,
+        "sandbox": s.sandbox.dumps() if s.sandbox is not None else None,
         "binary": s.binary,
         "harness_session_id": s.harness_session_id,
     }

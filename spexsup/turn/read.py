@@ -453,7 +453,9 @@ def describe(
         # session's total spend.
         entry.update(binary=None, prompt_line=None, answer_line=None)
         entry.update(usage=None, cost=None, spent_turns=None)
+        entry["sandbox"] = s.sandbox.as_json() if s.sandbox is not None else None
         if turns > 1:
+            entry["sandbox"] = effective_sandbox(spex, s)
             entry["turns"] = history
             if history:
                 entry.update(turn_summary(spex, s.name, history[0]["id"]))
@@ -503,3 +505,42 @@ def listing(
     if state is not None:
         rows = [r for r in rows if r["state"] == state]
     return sorted(rows, key=lambda r: natural_key(r["name"]))
+
+
+def effective_sandbox(spex: Spex, s: Session) -> dict[str, Any]:
+    """The sandbox the session's next turn runs in, as `spex show` prints it:
+    the policy, where it comes from, and its paths and hosts resolved."""
+    from spexsup import config
+    from spexsup import sandbox as sandboxes
+    from spexsup.turn.admit import sandbox_policy
+
+    adapter = s.adapter(spex.home)
+    settings = config.load(spex.home)
+    policy = sandbox_policy(s, adapter, settings)
+    source = (
+        "session"
+        if s.sandbox is not None
+        else "harness"
+        if adapter.sandbox
+        else "config"
+        if settings.sandbox
+        else "default"
+    )
+    doc: dict[str, Any] = {**policy.as_json(), "source": source}
+    if policy.enabled:
+        others = [
+            Path(r["cwd"])
+            for r in spex.store.db.execute("SELECT cwd FROM sessions WHERE worktree NOT NULL")
+        ]
+        plan = sandboxes.plan(
+            policy,
+            cwd=Path(s.cwd),
+            spex_home=spex.home,
+            turn_dir=spex.home / "turns" / s.name / "next",
+            harness_write=adapter.sandbox_write,
+            harness_hosts=adapter.model_hosts,
+            env=s.env,
+            other_worktrees=others,
+        )
+        doc.update(plan.as_json(), source=source, engine=sandboxes.engine())
+    return doc

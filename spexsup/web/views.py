@@ -148,8 +148,8 @@ def wave_list(spex: Spex) -> list[dict[str, Any]]:
     """`spex waves`: this host's waves and the fleet waves, newest first, each
     with the LEGS cell `spex waves` prints."""
     from spexsup import fleet, waves
-    from spexsup.cli.fanout import fleet_counts
     from spexsup.cli.progress import counts_line
+    from spexsup.cli.waves import fleet_counts
 
     docs = [{**d, "kind": d.get("kind", "local")} for d in waves.list_waves(spex)]
     docs += [{**d, "kind": "fleet"} for d in fleet.list_docs(spex.home)]

@@ -1,0 +1,47 @@
+"""`spex hosts`: the other machines of config.toml, and whether they answer."""
+
+import typer
+
+from spexsup.cli.app import app
+from spexsup.cli.params import JsonOpt
+from spexsup.cli.render import print_json, table
+from spexsup.cli.sessions import settings_here
+
+
+@app.command("hosts")
+def list_hosts(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List the hosts of config.toml: reachable?, their spex version, their sessions.
+
+    Exit 1 when a host cannot be reached.
+
+    \b
+    Examples:
+      spex hosts
+      spex hosts --json
+    """
+    from spexsup import fleet
+    from spexsup.paths import resolve_home
+
+    state = resolve_home(ctx.find_root().obj)
+    rows = fleet.describe_hosts(settings_here(state), state)
+    if as_json:
+        print_json(rows)
+    elif not rows:
+        typer.echo('no hosts (add a [host.NAME] table with ssh = "user@box" to config.toml)')
+    else:
+        table(
+            ["HOST", "SSH", "REACHABLE", "VERSION", "SESSIONS", "ERROR"],
+            [
+                [
+                    r["name"],
+                    r["ssh"],
+                    "yes" if r["reachable"] else "no",
+                    r["version"] or "-",
+                    "-" if r["sessions"] is None else str(r["sessions"]),
+                    r["error"] or "-",
+                ]
+                for r in rows
+            ],
+        )
+    if any(not r["reachable"] or r["error"] for r in rows):
+        raise typer.Exit(1)

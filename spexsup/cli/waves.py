@@ -1,0 +1,115 @@
+"""`spex waves | wave`: the fan-out waves, this host's and those across hosts."""
+
+from typing import Annotated, Any
+
+import typer
+
+from spexsup.cli import complete
+from spexsup.cli.app import app, open_spex
+from spexsup.cli.fanout import SUCCESS, fleet_text
+from spexsup.cli.params import JsonOpt
+from spexsup.cli.progress import counts_line, leg_line, summary
+from spexsup.cli.render import document, print_json, table, with_iso
+from spexsup.cli.spend import with_spend
+
+WaveArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="WAVE",
+        help="A wave id, a unique prefix of its random part, last or last~N.",
+        autocompletion=complete.wave_ids,
+    ),
+]
+
+
+@app.command("waves")
+def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List fan-out waves, newest first: this host's and the fleet waves across hosts.
+
+    \b
+    Examples:
+      spex waves
+      spex waves --json | jq -r '.[0].id'
+      spex waves --json | jq -r '.[] | select(.kind == "fleet") | .id'
+    """
+    from spexsup import fleet, waves
+    from spexsup.paths import resolve_home
+
+    spex = open_spex(ctx)
+    docs = [{**d, "kind": d.get("kind", "local")} for d in waves.list_waves(spex)]
+    docs += [{**d, "kind": "fleet"} for d in fleet.list_docs(resolve_home(ctx.find_root().obj))]
+    docs.sort(key=lambda d: float(d.get("created_at") or 0), reverse=True)
+    if as_json:
+        print_json([document(with_iso(d)) for d in docs])
+        return
+    if not docs:
+        typer.echo("no waves yet")
+        return
+    table(
+        ["WAVE", "KIND", "STATE", "LEGS", "RETRY OF"],
+        [
+            [
+                d["id"],
+                d["kind"],
+                d["state"],
+                fleet_counts(d) if d["kind"] == "fleet" else counts_line(d),
+                d.get("retry_of") or "-",
+            ]
+            for d in docs
+        ],
+    )
+
+
+def fleet_counts(doc: dict[str, Any]) -> str:
+    """A fleet wave's legs as recorded when it launched: hosts, ok, failed."""
+    legs = doc["legs"]
+    ok = sum(leg.get("verdict") in SUCCESS for leg in legs)
+    hosts_n = len(doc.get("hosts") or [])
+    on = f"{len(legs)} on {hosts_n} host{'s' * (hosts_n != 1)}"
+    return f"{on} · ok {ok} · failed {len(legs) - ok}"
+
+
+@app.command("wave")
+def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> None:
+    """Show one wave and its legs (a fleet-… id: a wave across hosts).
+
+    \b
+    Examples:
+      spex wave last
+      spex wave 3fa --json
+    """
+    from spexsup import ids, waves
+
+    if wave.startswith("fleet-"):
+        from spexsup import fleet
+        from spexsup.paths import resolve_home
+
+        state = resolve_home(ctx.find_root().obj)
+        fleet_doc = fleet.load(state, fleet.resolve(state, wave))
+        if as_json:
+            print_json(document(with_iso(fleet_doc)))
+        else:
+            fleet_text(fleet_doc)
+        return
+    spex = open_spex(ctx)
+    doc = with_spend(spex, waves.load(spex, ids.resolve_wave(spex.store.db, wave)))
+    if doc.get("best_of"):
+        from spexsup.bestof import leg_stat
+
+        for leg in doc["legs"]:
+            leg["diffstat"] = leg_stat(spex, leg["session"])
+    if as_json:
+        print_json(document(with_iso({"id": doc["id"], "kind": doc.get("kind", "local"), **doc})))
+        return
+    typer.echo(summary(doc))
+    typer.echo(f"prompt: {doc.get('prompt_head', '')[:80]!r}")
+    if doc["retry_of"]:
+        typer.echo(f"retry of {doc['retry_of']}")
+    if doc["retried_by"]:
+        typer.echo(f"retried by {', '.join(doc['retried_by'])}")
+    for leg in doc["legs"]:
+        typer.echo("  " + leg_line(leg))
+        if leg.get("diffstat"):
+            typer.echo(f"    {leg['diffstat']}")
+    if doc.get("best_of") and doc["best_of"]["kept"]:
+        typer.echo(f"kept {doc['best_of']['kept']}")
