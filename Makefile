@@ -55,6 +55,7 @@ bench: system-test $(STAMP)
 	$(BIN)/python bench/queue.py --max-running
 	$(BIN)/python bench/cost.py
 	$(BIN)/python bench/web.py
+	$(BIN)/python bench/sandbox.py
 
 # `spex -H host ls --json` cold, warm and local, through a private sshd (root).
 bench-ssh: system-test $(STAMP) compile

@@ -130,44 +130,94 @@ export_login() {
     done
 }
 
-# Run inside: $1 a path to fail to write, $2 one to fail to read, $3 the host's
-# network namespace (empty: network open), $4 its PID namespace, $5 the
-# gate's canary port on the host's loopback (empty: none).
-probe_script='held=""
-( : >"$1" ) 2>/dev/null && held="$held; wrote $1"
-c=$(head -c 64 -- "$2" 2>/dev/null) && [ -n "$c" ] && held="$held; read $2"
-[ -n "$3" ] && [ "$(readlink /proc/self/ns/net)" = "$3" ] && held="$held; shares the host network"
-[ "$(readlink /proc/self/ns/pid)" = "$4" ] && held="$held; sees the host processes"
-[ -n "$5" ] && (exec 3<>"/dev/tcp/127.0.0.1/$5") 2>/dev/null && held="$held; reached the host loopback"
-[ -z "$held" ] && exit 0
-printf "%s\n" "${held#; }"
-exit 1'
+# A sandboxed turn's first steps, inside its sandbox (DESIGN §19), before
+# the harness: $1 the host's network namespace (empty: network open), $2 its
+# PID namespace, $3 a path to fail to write, $4 one to fail to read, then
+# the harness's argv. With SPEX_GATE set it first waits for the network
+# gate (its `ready` file: the canary port, the loopback ports it serves).
+# The probe must fail to write, to read, to share the host's network or
+# process namespace and to reach the canary on the host's loopback: what
+# got through goes to fd 3 and it exits 125; else fd 3 gets `held`, socat
+# bridges loopback ports to the gate's sockets, and the harness runs. One
+# bubblewrap start for both: the probe runs in the harness's own sandbox.
+sandbox_inside='net_ns=$1 pid_ns=$2 pwrite=$3 pread=$4
+shift 4
+# A 2 ms pause without a fork: a read that times out on a pipe we hold both ends of.
+exec {pause}<> <(:)
+held=""
+( : >"$pwrite" ) 2>/dev/null && held="$held; wrote $pwrite"
+c=$(head -c 64 -- "$pread" 2>/dev/null) && [ -n "$c" ] && held="$held; read $pread"
+[ -n "$net_ns" ] && [ "$(readlink /proc/self/ns/net)" = "$net_ns" ] &&
+    held="$held; shares the host network"
+[ "$(readlink /proc/self/ns/pid)" = "$pid_ns" ] && held="$held; sees the host processes"
+bridges="" ports="" canary=""
+if [ -z "$held" ] && [ -n "${SPEX_GATE:-}" ]; then
+    # The proxy bridge first: socat dials the gate only per connection.
+    bridges="3128:proxy.sock"
+    socat TCP-LISTEN:3128,bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:/tmp/.spex-net/proxy.sock \
+        2>/dev/null &
+    for ((i = 0; i < 5000; i++)); do
+        [ -s /tmp/.spex-net/ready ] && break
+        read -r -t 0.002 -u $pause
+    done
+    if ! read -r canary ports </tmp/.spex-net/ready; then
+        echo "the network gate did not start" >&3
+        exit 125
+    fi
+    (exec 5<>"/dev/tcp/127.0.0.1/$canary") 2>/dev/null && held="$held; reached the host loopback"
+    for p in $ports; do
+        bridges="$bridges $p:port-$p.sock"
+        socat "TCP-LISTEN:$p,bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:/tmp/.spex-net/port-$p.sock" \
+            2>/dev/null &
+    done
+fi
+if [ -n "$held" ]; then
+    printf "%s\n" "${held#; }" >&3
+    exit 125
+fi
+echo held >&3
+exec 3>&-
+# Each bridge listening (/proc/net/tcp) before the harness may dial it.
+for b in $bridges; do
+    printf -v hex "%04X" "${b%%:*}"
+    for ((i = 0; i < 2500; i++)); do
+        found=""
+        while read -r _ local _ state _; do
+            [ "$local" = "0100007F:$hex" ] && [ "$state" = 0A ] && found=1 && break
+        done </proc/net/tcp
+        [ -n "$found" ] && break
+        read -r -t 0.002 -u $pause
+    done
+done
+exec {pause}<&-
+unset SPEX_GATE
+exec "$@"'
 
-# The probe of a sandbox (`sandbox`, NUL-separated, and `sandbox-probe`, its
-# two paths, in DIR) with the gate's canary port $2 (may be empty): prints
-# what the sandbox let through, or the engine's error; 0 when it held.
-probe_sandbox() {
-    local pdir=$1 canary=${2:-} pwrite pread net rc said
-    local -a engine=()
-    mapfile -d '' -t engine <"$pdir/sandbox"
+# The arguments of `sandbox_inside` for the sandbox in DIR (`sandbox`,
+# NUL-separated, and `sandbox-probe`, its two paths), in `inside_args`.
+sandbox_args() {
+    local pdir=$1 net pwrite pread
     { IFS= read -r pwrite && IFS= read -r pread; } <"$pdir/sandbox-probe"
     net=$(readlink /proc/$$/ns/net)
     grep -qzx -- --unshare-net "$pdir/sandbox" || net=""  # network open: nothing to prove
-    said=$("${engine[@]}" "${probe_extra[@]}" -- /bin/bash -c "$probe_script" probe "$pwrite" \
-        "$pread" "$net" "$(readlink /proc/$$/ns/pid)" "$canary" 2>&1 </dev/null)
+    inside_args=(/bin/bash -c "$sandbox_inside" sandbox "$net" "$(readlink /proc/$$/ns/pid)" \
+        "$pwrite" "$pread")
+    probe_write=$pwrite
+}
+
+# `spex doctor`: the probe of the sandbox in DIR, as a turn runs it (with
+# `true` for the harness); prints what got through, or the engine's error.
+if [ "${1:-}" = "--sandbox-probe" ]; then
+    pdir=${2:?usage: turn.sh --sandbox-probe DIR}
+    mapfile -d '' -t engine <"$pdir/sandbox"
+    sandbox_args "$pdir"
+    said=$("${engine[@]}" -- "${inside_args[@]}" true 3>&1 2>&1 </dev/null)
     rc=$?
-    rm -f -- "$pwrite" 2>/dev/null
-    [ $rc = 0 ] && return 0
+    rm -f -- "$probe_write" 2>/dev/null
+    [ $rc = 0 ] && [ "$said" = held ] && exit 0
     said=${said//$'\n'/; }
     printf '%s\n' "${said:-the probe failed (rc $rc)}"
-    return 1
-}
-probe_extra=()
-
-# `spex doctor`: the probe of the sandbox in DIR, as a turn runs it.
-if [ "${1:-}" = "--sandbox-probe" ]; then
-    probe_sandbox "${2:?usage: turn.sh --sandbox-probe DIR}"
-    exit $?
+    exit 1
 fi
 
 if [ "${1:-}" = "--which" ]; then
@@ -304,82 +354,63 @@ if [ -e "$dir/git-start.todo" ]; then
 fi
 
 # A sandboxed turn (DESIGN §19): the harness runs inside bubblewrap, with the
-# options the launcher wrote in `sandbox` (NUL-separated). Before it starts, a
-# probe in the same sandbox must fail to write outside (the path in
-# `sandbox-probe`), to read the turn's own marker, to share the host's
-# network or process namespace and to reach the gate's canary port: if any
-# succeeds, or the engine is missing or fails, the turn fails with cause
-# `sandbox` and the harness never runs. With `sandbox-gate` (network
-# `allow`), a gate outside (spexsup.pane.netgate) serves the allowed hosts
-# on Unix sockets, which socat bridges to loopback ports inside.
+# options the launcher wrote in `sandbox` (NUL-separated), after the probe
+# (`sandbox_inside`) proved its sandbox; what the probe said goes to
+# `sandbox-probed`. With `sandbox-gate` (network `allow`), a gate outside
+# (spexsup.pane.netgate), started here beside the sandbox, serves the
+# allowed hosts on Unix sockets in `net/`. A missing engine fails the turn
+# here (cause `sandbox`); so does a probe that did not hold, once it ran.
 launch=()
 gate=""
+probe_write=""
+probed=/dev/null
 sandbox_fail() {
     refused="sandbox: $1 - turn NOT started"
     refused_rc=125
     printf '%s\n' "$1" 2>/dev/null >"$dir/sandbox-failed"
 }
-# Inside, before the harness: a socat bridge per `PORT:SOCKET` in
-# SPEX_BRIDGES, each listening (/proc/net/tcp) before the harness may dial it.
-bridge_script='for b in $SPEX_BRIDGES; do
-    socat "TCP-LISTEN:${b%%:*},bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:/tmp/.spex-net/${b#*:}" 2>/dev/null &
-done
-for b in $SPEX_BRIDGES; do
-    hex=$(printf "%04X" "${b%%:*}")
-    i=0
-    while ! grep -q ":$hex 00000000:0000 0A" /proc/net/tcp && [ $i -lt 500 ]; do
-        sleep 0.01
-        i=$((i + 1))
-    done
-done
-unset SPEX_BRIDGES
-exec "$@"'
 if [ -z "$refused" ] && [ -r "$dir/sandbox" ]; then
     sandbox=()
     mapfile -d '' -t sandbox <"$dir/sandbox"
-    file_words=${#sandbox[@]}
-    canary=""
     if ! type -P -- "${sandbox[0]}" >/dev/null; then
         sandbox_fail "${sandbox[0]} is not installed (apt-get install bubblewrap)"
-    elif [ -r "$dir/sandbox-gate" ]; then
-        if ! type -P socat >/dev/null || [ ${#py[@]} -eq 0 ]; then
-            sandbox_fail "socat is not installed (apt-get install socat)"
-        else
-            exec {gate_out}< <(exec "${py[@]}" -m spexsup.pane.netgate "$dir" "$pid" \
-                </dev/null 2>>"$dir/netgate.log")
+    elif [ -r "$dir/sandbox-gate" ] && { ! type -P socat >/dev/null || [ ${#py[@]} -eq 0 ]; }; then
+        sandbox_fail "socat is not installed (apt-get install socat)"
+    else
+        if [ -r "$dir/sandbox-gate" ]; then
+            mkdir -p -m 700 "$dir/net"
+            "${py[@]}" -m spexsup.pane.netgate "$dir" "$pid" </dev/null >/dev/null \
+                2>>"$dir/netgate.log" &
             gate=$!
-            ready="" ports=""
-            read -r -t 10 ready canary ports <&"$gate_out"
-            exec {gate_out}<&-
-            if [ "$ready" != ready ]; then
-                sandbox_fail "the network gate did not start${canary:+: $canary $ports}"
-            else
-                bridges="3128:proxy.sock"
-                for p in $ports; do
-                    bridges="$bridges $p:port-$p.sock"
-                done
-                proxy=http://127.0.0.1:3128
-                sandbox+=(--bind "$dir/net" /tmp/.spex-net --setenv SPEX_BRIDGES "$bridges")
-                for v in HTTPS_PROXY HTTP_PROXY https_proxy http_proxy; do
-                    sandbox+=(--setenv "$v" "$proxy")
-                done
-                for v in NO_PROXY no_proxy; do
-                    sandbox+=(--setenv "$v" "localhost,127.0.0.1,::1")
-                done
-            fi
+            proxy=http://127.0.0.1:3128
+            sandbox+=(--bind "$dir/net" /tmp/.spex-net --setenv SPEX_GATE 1)
+            for v in HTTPS_PROXY HTTP_PROXY https_proxy http_proxy; do
+                sandbox+=(--setenv "$v" "$proxy")
+            done
+            for v in NO_PROXY no_proxy; do
+                sandbox+=(--setenv "$v" "localhost,127.0.0.1,::1")
+            done
         fi
-    fi
-    if [ -z "$refused" ]; then
-        probe_extra=("${sandbox[@]:file_words}")
-        if ! said=$(probe_sandbox "$dir" "$canary"); then
-            sandbox_fail "the probe ${said}"
-        else
-            : >"$dir/sandbox-held"
-            launch=("${sandbox[@]}" --)
-            [ -n "$gate" ] && launch+=(/bin/sh -c "$bridge_script" sh)
-        fi
+        sandbox_args "$dir"
+        launch=("${sandbox[@]}" -- "${inside_args[@]}")
+        probed=$dir/sandbox-probed
     fi
 fi
+# After a sandboxed run: did its probe hold? (`held` in sandbox-probed.)
+sandbox_held() {
+    local said=""
+    rm -f -- "$probe_write" 2>/dev/null
+    IFS= read -r said <"$dir/sandbox-probed" 2>/dev/null
+    if [ "$said" = held ]; then
+        : >"$dir/sandbox-held"
+        return 0
+    fi
+    [ -z "$said" ] && said="the engine failed (rc $rc): $(tail -n 1 "$dir/output.log" 2>/dev/null)"
+    sandbox_fail "the probe: $said"
+    echo "spex: $refused" | tee -a "$dir/output.log"
+    rc=$refused_rc
+    return 1
+}
 
 # A time limit (the turn's, its check's): `start_watchdog LIMIT GRACE MARK`
 # starts a watchdog (its pid in `watchdog`) that, when LIMIT expires, leaves
@@ -458,12 +489,17 @@ else
     fi
     while :; do
         if [ -n "$render" ]; then
-            (umask "$user_umask" && exec "${launch[@]}" "${argv[@]}") <"$input" 2>&1 |
+            (umask "$user_umask" && exec "${launch[@]}" "${argv[@]}") <"$input" \
+                3>"$probed" 2>&1 |
                 "${py[@]}" -m spexsup.pane.pretty feed "$dir/output.log" "$render"
         else
-            (umask "$user_umask" && exec "${launch[@]}" "${argv[@]}") <"$input" 2>&1 | tee -a "$dir/output.log"
+            (umask "$user_umask" && exec "${launch[@]}" "${argv[@]}") <"$input" \
+                3>"$probed" 2>&1 | tee -a "$dir/output.log"
         fi
         rc=${PIPESTATUS[0]}
+        if [ ${#launch[@]} -gt 0 ] && ! sandbox_held; then
+            break
+        fi
         # With `fallback` (--fallback-model): an attempt that failed on its
         # model before doing any work runs again on the next model, the same
         # turn (its output kept as attempt-N.output.log).

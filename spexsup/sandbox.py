@@ -164,24 +164,6 @@ class Plan(NamedTuple):
         }
 
 
-def base_url_hosts(env: Mapping[str, str]) -> list[str]:
-    """`host:port` of every `*_BASE_URL` in `env` (a local model server)."""
-    from urllib.parse import urlsplit
-
-    found = []
-    for key, value in sorted(env.items()):
-        if not key.endswith("_BASE_URL") or "://" not in value:
-            continue
-        try:
-            parts = urlsplit(value)
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:
-            continue
-        if parts.hostname:
-            found.append(f"{parts.hostname}:{port}")
-    return found
-
-
 def plan(
     policy: Policy,
     *,
@@ -195,8 +177,9 @@ def plan(
     user_home: Path | None = None,
 ) -> Plan:
     """Resolve `policy` for a turn in `cwd`. `env` is the session's (for
-    `$VAR` paths and base URLs); `harness_write` and `harness_hosts` the
-    adapter's state directories and model hosts."""
+    `$VAR` paths); `harness_write` the adapter's state directories;
+    `harness_hosts` its model hosts and the session's base URLs' hosts
+    (`spexsup.pane.netgate.base_url_hosts`)."""
     home = user_home or Path.home()
     env = {**os.environ, **env}
 
@@ -219,7 +202,7 @@ def plan(
     ]
     # /tmp is the sandbox's own (a tmpfs): nothing under it needs hiding.
     hidden = [h for h in dict.fromkeys(hidden) if not _under(h, [Path("/tmp")])]
-    hosts = [*harness_hosts, *base_url_hosts(env), *policy.allow_hosts]
+    hosts = [*harness_hosts, *policy.allow_hosts]
     return Plan(
         policy,
         cwd,

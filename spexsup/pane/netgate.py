@@ -17,26 +17,47 @@ which the wrapper binds into the sandbox and bridges to loopback ports there
 It also listens on a loopback port of the host nobody is allowed to reach
 (the canary): the probe must fail to connect to it.
 
-The allowed hosts (`sandbox-gate`, JSON, by the launcher) are extended by
+The allowed hosts (`sandbox-gate`, one a line, by the launcher) are extended by
 the `*_BASE_URL`s of the environment the wrapper passes (the login shell's
-and the session's). On start it prints one line, `ready CANARY PORT…`,
-and it ends when its wrapper is gone.
+and the session's). Once it serves, it writes `net/ready` (`CANARY PORT…`,
+atomically), which the sandbox waits for; it ends when its wrapper is gone
+(or is ended with the harness).
 """
 
+# Plain os.path and try/except: pathlib and contextlib would cost every
+# sandboxed turn's start 5 ms more (see the imports below).
+# ruff: noqa: PTH103, PTH104, PTH118, PTH123, SIM105
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import os
+import socket
 import sys
-from pathlib import Path
+import threading
+import time
 
-from spexsup.sandbox import base_url_hosts
+TYPE_CHECKING = False  # not typing's: importing typing costs 8 ms
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
+# Imports only these: every sandboxed turn's harness waits for the gate
+# (asyncio alone would add 70 ms, pathlib and json 7 ms).
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # A request head larger than this is no proxy request.
 MAX_HEAD = 64 * 1024
+
+
+def base_url_hosts(env: Mapping[str, str]) -> list[str]:
+    """`host:port` of every `*_BASE_URL` in `env` (a local model server)."""
+    found = []
+    for key, value in sorted(env.items()):
+        scheme, sep, rest = value.partition("://")
+        if not key.endswith("_BASE_URL") or not sep:
+            continue
+        authority = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+        host, port = split_host(authority)
+        if host and (port or scheme in ("http", "https")):
+            found.append(f"{host}:{port or (443 if scheme == 'https' else 80)}")
+    return found
 
 
 def split_host(entry: str) -> tuple[str, int | None]:
@@ -72,151 +93,179 @@ class Allowed:
 
 
 class Gate:
-    def __init__(self, turn_dir: Path, allowed: Allowed) -> None:
+    """The gate's servers, each an accept loop in a thread; a thread per
+    connection, blocking: a turn opens a handful (asyncio alone would add
+    70 ms to every sandboxed turn's start)."""
+
+    def __init__(self, turn_dir: str, allowed: Allowed) -> None:
         self.turn_dir = turn_dir
         self.allowed = allowed
         self.denied: set[str] = set()
+        self.lock = threading.Lock()
 
     def deny(self, host: str) -> None:
-        if host in self.denied:
-            return
-        self.denied.add(host)
-        with contextlib.suppress(OSError), (self.turn_dir / "denied-net").open("a") as f:
-            f.write(host + "\n")
+        with self.lock:
+            if host in self.denied:
+                return
+            self.denied.add(host)
+            try:
+                with open(os.path.join(self.turn_dir, "denied-net"), "a") as f:
+                    f.write(host + "\n")
+            except OSError:
+                pass
 
-    async def proxy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def serve(self, server: socket.socket, handle: Callable[[socket.socket], None]) -> None:
+        def accept_loop() -> None:
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                threading.Thread(target=self.guarded, args=(handle, conn), daemon=True).start()
+
+        threading.Thread(target=accept_loop, daemon=True).start()
+
+    @staticmethod
+    def guarded(handle: Callable[[socket.socket], None], conn: socket.socket) -> None:
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            writer.close()
-            return
-        line, _, rest = head.partition(b"\r\n")
+            handle(conn)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def proxy(self, conn: socket.socket) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            data = conn.recv(65536)
+            if not data or len(head) > MAX_HEAD:
+                return
+            head += data
+        head, _, early = head.partition(b"\r\n\r\n")
+        line, _, headers = head.partition(b"\r\n")
         try:
             method, target, version = line.decode("latin-1").split(" ", 2)
         except ValueError:
-            await self.answer(writer, 400, "Bad Request")
+            answer(conn, 400, "Bad Request")
             return
         if method.upper() == "CONNECT":
             host, port = split_host(target)
-            forward = b""
-        else:
-            if not target.startswith("http://"):
-                await self.answer(writer, 400, "Bad Request")
-                return
+            forward = early
+        elif target.startswith("http://"):
             authority, _, path = target[len("http://") :].partition("/")
             host, port = split_host(authority)
             port = port or 80
-            forward = f"{method} /{path} {version}\r\n".encode("latin-1") + rest
+            start = f"{method} /{path} {version}\r\n".encode("latin-1")
+            forward = start + headers + b"\r\n\r\n" + early
+        else:
+            answer(conn, 400, "Bad Request")
+            return
         if port is None or (host.lower(), port) not in self.allowed:
             self.deny(host if port is None else f"{host}:{port}")
-            await self.answer(writer, 403, "Connection blocked by network allowlist")
+            answer(conn, 403, "Connection blocked by network allowlist")
             return
         try:
-            up_reader, up_writer = await asyncio.open_connection(host, port)
+            upstream = socket.create_connection((host, port), timeout=30)
         except OSError:
-            await self.answer(writer, 502, "Bad Gateway")
+            answer(conn, 502, "Bad Gateway")
             return
+        upstream.settimeout(None)
+        if method.upper() == "CONNECT":
+            conn.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         if forward:
-            up_writer.write(forward)
-        else:
-            writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-        await pipe_both(reader, writer, up_reader, up_writer)
-
-    async def answer(self, writer: asyncio.StreamWriter, code: int, reason: str) -> None:
-        body = f"{reason}\n".encode()
-        writer.write(
-            f"HTTP/1.1 {code} {reason}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n".encode()
-            + body
-        )
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
-        writer.close()
+            upstream.sendall(forward)
+        splice(conn, upstream)
 
 
-async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except ConnectionError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            if writer.can_write_eof():
-                writer.write_eof()
+def answer(conn: socket.socket, code: int, reason: str) -> None:
+    body = f"{reason}\n".encode()
+    conn.sendall(
+        f"HTTP/1.1 {code} {reason}\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n".encode()
+        + body
+    )
 
 
-async def pipe_both(
-    a_reader: asyncio.StreamReader,
-    a_writer: asyncio.StreamWriter,
-    b_reader: asyncio.StreamReader,
-    b_writer: asyncio.StreamWriter,
-) -> None:
-    await asyncio.gather(pipe(a_reader, b_writer), pipe(b_reader, a_writer))
-    a_writer.close()
-    b_writer.close()
+def splice(a: socket.socket, b: socket.socket) -> None:
+    """Copy both ways until both sides are done; then close `b`."""
 
-
-def port_pipe(
-    port: int,
-) -> asyncio.Future[None] | object:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def copy(src: socket.socket, dst: socket.socket) -> None:
         try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
+            while data := src.recv(65536):
+                dst.sendall(data)
         except OSError:
-            writer.close()
-            return
-        await pipe_both(reader, writer, up_reader, up_writer)
-
-    return serve
-
-
-async def watch_wrapper(pid: int) -> None:
-    """Return once the wrapper is gone (the gate must not outlive its turn)."""
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        except PermissionError:
             pass
-        await asyncio.sleep(0.5)
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    back = threading.Thread(target=copy, args=(b, a), daemon=True)
+    back.start()
+    copy(a, b)
+    back.join()
+    b.close()
 
 
-async def run(turn_dir: Path, wrapper: int) -> None:
-    spec = json.loads((turn_dir / "sandbox-gate").read_text())
-    allowed = Allowed([*spec.get("hosts", []), *base_url_hosts(os.environ)])
+def port_pipe(port: int) -> Callable[[socket.socket], None]:
+    def handle(conn: socket.socket) -> None:
+        upstream = socket.create_connection(("127.0.0.1", port), timeout=30)
+        upstream.settimeout(None)
+        splice(conn, upstream)
+
+    return handle
+
+
+def unix_server(path: str) -> socket.socket:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(64)
+    return server
+
+
+def wrapper_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def run(turn_dir: str, wrapper: int) -> None:
+    with open(os.path.join(turn_dir, "sandbox-gate")) as f:
+        hosts = f.read().split()
+    allowed = Allowed([*hosts, *base_url_hosts(os.environ)])
     gate = Gate(turn_dir, allowed)
-    net = turn_dir / "net"
-    net.mkdir(mode=0o700, exist_ok=True)
-    servers = [await asyncio.start_unix_server(gate.proxy, path=str(net / "proxy.sock"))]
+    net = os.path.join(turn_dir, "net")
+    os.makedirs(net, mode=0o700, exist_ok=True)
+    gate.serve(unix_server(os.path.join(net, "proxy.sock")), gate.proxy)
     ports = allowed.loopback_ports()
     for port in ports:
-        serve = port_pipe(port)
-        servers.append(await asyncio.start_unix_server(serve, path=str(net / f"port-{port}.sock")))  # type: ignore[arg-type]
+        gate.serve(unix_server(os.path.join(net, f"port-{port}.sock")), port_pipe(port))
+    canary = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    canary.bind(("127.0.0.1", 0))
+    canary.listen(8)
 
-    async def canary(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError):
-            (turn_dir / "sandbox-breach").write_text("connected to the canary port\n")
-        writer.close()
+    def breached(conn: socket.socket) -> None:
+        with open(os.path.join(turn_dir, "sandbox-breach"), "w") as f:
+            f.write("connected to the canary port\n")
 
-    canary_server = await asyncio.start_server(canary, "127.0.0.1", 0)
-    servers.append(canary_server)
-    canary_port = canary_server.sockets[0].getsockname()[1]
-    print("ready", canary_port, *ports, flush=True)
-    sys.stdout.close()
-    await watch_wrapper(wrapper)
-    for server in servers:
-        server.close()
+    gate.serve(canary, breached)
+    with open(os.path.join(net, "ready.tmp"), "w") as f:
+        f.write(" ".join(map(str, [canary.getsockname()[1], *ports])) + "\n")
+    os.rename(os.path.join(net, "ready.tmp"), os.path.join(net, "ready"))
+    while wrapper_alive(wrapper):
+        time.sleep(0.5)
 
 
 def main(argv: list[str]) -> int:
-    turn_dir, wrapper = Path(argv[0]), int(argv[1])
+    turn_dir, wrapper = argv[0], int(argv[1])
     try:
-        asyncio.run(run(turn_dir, wrapper))
+        run(turn_dir, wrapper)
     except (OSError, ValueError) as e:
-        print(f"error {e}", flush=True)
+        print(f"spex netgate: {e}", file=sys.stderr, flush=True)
         return 1
     return 0
 

@@ -350,13 +350,20 @@ def sandbox_plan(
     """The paths and hosts of the turn's sandbox; None when it runs without."""
     if not policy.enabled:
         return None
+    import os
+
+    from spexsup.pane import netgate
+
     plan = sandboxes.plan(
         policy,
         cwd=Path(session.cwd),
         spex_home=spex.home,
         turn_dir=directory,
         harness_write=adapter.sandbox_write,
-        harness_hosts=adapter.model_hosts,
+        harness_hosts=[
+            *adapter.model_hosts,
+            *netgate.base_url_hosts({**os.environ, **session.env}),
+        ],
         env=session.env,
         other_worktrees=others,
     )
@@ -532,7 +539,7 @@ def _prepare(
         files[turndir.SANDBOX] = b"".join(w.encode() + b"\0" for w in engine)
         files[turndir.SANDBOX_PROBE] = f"{plan.probe_write}\n{plan.probe_read}\n".encode()
         if plan.policy.network is sandboxes.Network.ALLOW:
-            files[turndir.SANDBOX_GATE] = json.dumps({"hosts": list(plan.hosts)}).encode()
+            files[turndir.SANDBOX_GATE] = "".join(h + "\n" for h in plan.hosts).encode()
     # Not fsync'd: after a crash the turn is lost anyway, and these die with it.
     for name, data in files.items():
         write_atomic(directory / name, data, durable=False)

@@ -510,8 +510,11 @@ def listing(
 def effective_sandbox(spex: Spex, s: Session) -> dict[str, Any]:
     """The sandbox the session's next turn runs in, as `spex show` prints it:
     the policy, where it comes from, and its paths and hosts resolved."""
+    import os
+
     from spexsup import config
     from spexsup import sandbox as sandboxes
+    from spexsup.pane import netgate
     from spexsup.turn.admit import sandbox_policy
 
     adapter = s.adapter(spex.home)
@@ -538,7 +541,7 @@ def effective_sandbox(spex: Spex, s: Session) -> dict[str, Any]:
             spex_home=spex.home,
             turn_dir=spex.home / "turns" / s.name / "next",
             harness_write=adapter.sandbox_write,
-            harness_hosts=adapter.model_hosts,
+            harness_hosts=[*adapter.model_hosts, *netgate.base_url_hosts({**os.environ, **s.env})],
             env=s.env,
             other_worktrees=others,
         )
