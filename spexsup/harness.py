@@ -530,7 +530,7 @@ BUILTIN: dict[str, Harness] = {
                 "",
             ),
         ),
-        sandbox_write=("~/.pi",),
+        sandbox_write=("~/.pi", "$PI_CODING_AGENT_DIR"),
         model_hosts=("api.anthropic.com", "api.openai.com", "chatgpt.com", "openrouter.ai"),
     ),
 }
