@@ -27,6 +27,8 @@ TOOLS = [
     "ssh",
     "systemd-analyze",
     "chromium",
+    "bwrap",
+    "socat",
 ]
 
 

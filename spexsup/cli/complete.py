@@ -44,6 +44,10 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--fallback-model": None,
             "--verify": None,
             "--verify-timeout": None,
+            "--allow-write": None,
+            "--deny-read": None,
+            "--network": "network",
+            "--allow-host": None,
         },
     ),
     "wake": (
@@ -110,6 +114,10 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--fallback-model": None,
             "--verify": None,
             "--verify-timeout": None,
+            "--allow-write": None,
+            "--deny-read": None,
+            "--network": "network",
+            "--allow-host": None,
         },
     ),
     "top": ((), {"--color": "color"}),
@@ -146,6 +154,10 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
             "--verify": None,
             "--verify-timeout": None,
             "--pick": None,
+            "--allow-write": None,
+            "--deny-read": None,
+            "--network": "network",
+            "--allow-host": None,
         },
     ),
     "waves": ((), {}),
@@ -406,6 +418,10 @@ def _cost_groups() -> list[str]:
     return ["session", "harness", "model", "day", "wave"]
 
 
+def _networks() -> list[str]:
+    return ["allow", "none", "open"]
+
+
 # Kinds whose words are fixed lists, not read from the state home.
 WORDS = {
     "shell": lambda: list(SHELLS),
@@ -414,6 +430,7 @@ WORDS = {
     "state": _states,
     "overlap": _overlaps,
     "cost-by": _cost_groups,
+    "network": _networks,
 }
 
 

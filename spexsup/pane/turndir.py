@@ -10,7 +10,8 @@ unless said otherwise:
     outcome      the outcome marker (spexsup.pane.marker)
     ended        the end's one-line detail, for the pane (the reporter)
     binary  not-found  no-login-shell  timed-out  survivors  git-start  git-start.todo
-    sandbox  sandbox-probe  sandbox-gate  sandbox-held  sandbox-failed  denied-net
+    sandbox  sandbox-probe  sandbox-gate  sandbox-probed  sandbox-held  sandbox-failed
+    denied-net
     net/  netgate.log   a sandboxed turn's (spexsup.sandbox, spexsup.pane.netgate)
     stop-requested   a stop that could not take the write lock (spexsup.turn.stop)
     verify  verify-deadline  verify.log  verify-rc  verify-started  verify-timed-out
@@ -61,6 +62,7 @@ NO_LOGIN_SHELL = "no-login-shell"
 SANDBOX = "sandbox"
 SANDBOX_PROBE = "sandbox-probe"
 SANDBOX_GATE = "sandbox-gate"
+SANDBOX_PROBED = "sandbox-probed"
 SANDBOX_HELD = "sandbox-held"
 SANDBOX_FAILED = "sandbox-failed"
 DENIED_NET = "denied-net"
