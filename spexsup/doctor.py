@@ -118,6 +118,9 @@ def run_checks(spex: Spex, cwd: Path | None = None) -> list[Check]:
     mode = stat.S_IMODE(spex.home.stat().st_mode)
     checks.append(Check("state", mode == 0o700, f"{spex.home} mode {mode:o}"))
     checks.append(_schedules(spex))
+    damaged = _crontab(spex)
+    if damaged is not None:
+        checks.append(damaged)
     login_path = _login(spex, checks)
     registry = load_registry(spex.home)
     for name, error in registry.errors.items():
@@ -161,6 +164,16 @@ def _schedules(spex: Spex) -> Check:
     if rows:
         detail += "; this home: " + ", ".join(f"{r['n']} on {r['engine']}" for r in rows)
     return Check("schedules", ok, detail, required=False)
+
+
+def _crontab(spex: Spex) -> Check | None:
+    """A failing check when this home's block of the user's crontab has a
+    mark without its pair: `spex schedule` refuses to edit it until it is
+    mended (whichever engine schedules use: the block is this home's)."""
+    from spexsup import schedule
+
+    damage = schedule.check_block(spex.home)
+    return None if damage is None else Check("crontab", False, damage)
 
 
 def _login(spex: Spex, checks: list[Check]) -> str | None:
