@@ -430,6 +430,16 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 
+def damaged_hint(home: Path) -> str:
+    """What to do about a state.db that SQLite cannot read (the store and
+    the doctor say it alike)."""
+    return (
+        f"with no spex running, in {home}: restore state.db from a backup, or rebuild what"
+        " SQLite can still read (sqlite3's .recover or .dump) into a new state.db, the old"
+        " state.db-wal and state.db-shm moved aside"
+    )
+
+
 def _empty(path: Path) -> bool:
     """No database file, or one of zero bytes (a new home, or a lost state)."""
     try:
@@ -529,7 +539,9 @@ class Store:
                 self._refuse_a_lost_state(why)
             raise Failed(
                 f"cannot open state database {self.path}: {why}",
-                hint="it must be a writable file of yours; see SPEXSUP_HOME / --home",
+                hint=damaged_hint(self.home)
+                if damaged(e)
+                else "it must be a writable file of yours; see SPEXSUP_HOME / --home",
             ) from None
 
     def _version(self) -> int:

@@ -1,10 +1,12 @@
-"""The state database lost under a home that has sessions: an emptied,
-deleted or unreadable state.db is refused while turns/ or the home's tmux
-server holds sessions, changing nothing. Real homes, real files."""
+"""The state database damaged or lost under a home that has sessions: a
+malformed state.db is named by `spex doctor`, and an emptied, deleted or
+unreadable one is refused while turns/ or the home's tmux server holds
+sessions, changing nothing. Real homes, real SQLite files broken for real."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 from conftest import Env, harness, retry_until
@@ -28,12 +30,62 @@ def _tree(root: Path) -> dict[str, bytes | None]:
     }
 
 
+def _checkpoint(db: Path) -> None:
+    """Everything into the main file, the -wal emptied: its pages are the state."""
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
 def _one_line(r: object, code: int) -> str:
     stderr = str(getattr(r, "stderr", ""))
     assert getattr(r, "returncode", None) == code, r
     assert stderr.startswith("spex: ") and stderr.count("\n") == 1, stderr
     assert "internal error" not in stderr and "Traceback" not in stderr
     return stderr
+
+
+def test_doctor_fails_on_a_malformed_state_database_and_says_what_to_do(env: Env) -> None:
+    _home_with_sessions(env)
+    ok = json.loads(env.run("doctor", "--json").stdout)
+    (check,) = [c for c in ok["checks"] if c["name"] == "state database"]
+    assert check["ok"] and "quick_check ok" in check["detail"], check
+    db = env.home / "state.db"
+    _checkpoint(db)
+    conn = sqlite3.connect(db)
+    pages = [r[0] for r in conn.execute("SELECT rootpage FROM sqlite_master WHERE type='table'")]
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    roots = conn.execute(
+        "SELECT rootpage FROM sqlite_master WHERE name IN ('sessions', 'turns')"
+    ).fetchall()
+    conn.close()
+    assert len(pages) > 10
+    # Garbage over the pages of the sessions and turns tables (page 1, the
+    # header and schema, stays readable: the database still opens).
+    with db.open("r+b") as f:
+        for (root,) in roots:
+            f.seek((root - 1) * size)
+            f.write(b"\xde\xad\xbe\xef" * (size // 4))
+    r = env.run("ls")
+    assert "malformed" in _one_line(r, 1) and "spex doctor says what to do" in r.stderr
+    d = env.run("doctor")
+    assert d.returncode == 1, d
+    (line,) = [x for x in d.stdout.splitlines() if "state database" in x]
+    assert line.startswith(f"FAIL  state database: {db} is damaged: "), line
+    assert "restore state.db from a backup" in line and ".recover" in line, line
+    doc = json.loads(env.run("doctor", "--json").stdout)
+    assert doc["ok"] is False
+    (check,) = [c for c in doc["checks"] if c["name"] == "state database"]
+    assert not check["ok"] and check["required"] and "\n" not in check["detail"], check
+    # Its schema opened, a table of it gone: named too.
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE wake_keys")
+    conn.close()
+    doc = json.loads(env.run("doctor", "--json").stdout)
+    (check,) = [c for c in doc["checks"] if c["name"] == "state database"]
+    assert not check["ok"] and "the schema lacks wake_keys" in check["detail"], check
 
 
 def test_an_emptied_state_database_is_refused_while_sessions_live(env: Env) -> None:
