@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import sqlite3
 import stat
 import subprocess
 from dataclasses import asdict, dataclass
@@ -114,12 +115,18 @@ def run_checks(spex: Spex, cwd: Path | None = None) -> list[Check]:
         Liveness.UNPROVEN: f"private server {where}: {census.error}",
     }[census.liveness]
     checks.append(Check("server", census.liveness is not Liveness.UNPROVEN, server))
-    notices = spex.store.db.execute("SELECT message FROM notices ORDER BY at")
-    checks.extend(Check("notice", False, n["message"], required=False) for n in notices)
     mode = stat.S_IMODE(spex.home.stat().st_mode)
     checks.append(Check("state", mode == 0o700, f"{spex.home} mode {mode:o}"))
-    checks.append(_schedules(spex))
-    checks.append(sandbox_check(spex))
+    database = _database(spex)
+    checks.append(database)
+    if database.ok:  # else what it holds cannot be read: the check says so
+        notices = spex.store.db.execute("SELECT message FROM notices ORDER BY at")
+        checks.extend(Check("notice", False, n["message"], required=False) for n in notices)
+    checks.append(_schedules(spex, read=database.ok))
+    damaged = _crontab(spex)
+    if damaged is not None:
+        checks.append(damaged)
+    checks.append(sandbox_check(spex, read=database.ok))
     login_path = _login(spex, checks)
     registry = load_registry(spex.home)
     for name, error in registry.errors.items():
@@ -151,18 +158,93 @@ def run_checks(spex: Spex, cwd: Path | None = None) -> list[Check]:
     return checks
 
 
-def _schedules(spex: Spex) -> Check:
+def _database(spex: Spex) -> Check:
+    """The state database whole: its schema and `PRAGMA quick_check` (every
+    command fails on a malformed one, so the doctor must not say ok)."""
+    from spexsup.store import MIGRATIONS, damaged_hint
+
+    problems = database_problems(spex.store.db)
+    if not problems:
+        detail = f"{spex.store.path}: schema {len(MIGRATIONS)}, quick_check ok"
+        return Check("state database", True, detail)
+    return Check(
+        "state database",
+        False,
+        f"{spex.store.path} is damaged: {'; '.join(problems)} ({damaged_hint(spex.home)})",
+    )
+
+
+# How many of quick_check's findings `database_problems` names.
+_SHOWN = 3
+# The schema's own tables and indexes (not SQLite's automatic ones).
+_NAMES = "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite^_%' ESCAPE '^'"
+
+
+def database_problems(db: sqlite3.Connection) -> list[str]:
+    """What is wrong with a state database (none when nothing is): its
+    schema version against this spex's, a table or index of the schema
+    missing, and the first of `PRAGMA quick_check`'s findings (pages,
+    indexes, NOT NULLs); a check that cannot run says why. Reads every
+    page: for the doctor, never on the way of a command."""
+    from spexsup.store import MIGRATIONS
+
+    found: list[str] = []
+    try:
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        if version != len(MIGRATIONS):
+            found.append(f"schema {version}, where this spex keeps {len(MIGRATIONS)}")
+        lacking = sorted(_schema_names() - {r[0] for r in db.execute(_NAMES)})
+        if lacking:
+            found.append(f"the schema lacks {', '.join(lacking[:5])}")
+        rows = [str(r[0]) for r in db.execute(f"PRAGMA quick_check({_SHOWN + 1})")]
+    except sqlite3.DatabaseError as e:
+        return [*found, str(e)]
+    # One row may hold several lines, headed `*** in database main ***`.
+    lines = [x for r in rows for x in r.splitlines() if x != "ok" and not x.startswith("***")]
+    return found + lines[:_SHOWN] + (["and more"] if len(lines) > _SHOWN else [])
+
+
+def _schema_names() -> set[str]:
+    """The tables and indexes the migrations make (on a database in memory)."""
+    from spexsup.store import MIGRATIONS
+
+    db = sqlite3.connect(":memory:")
+    try:
+        for migration in MIGRATIONS:
+            for statement in migration.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+        return {r[0] for r in db.execute(_NAMES)}
+    finally:
+        db.close()
+
+
+def _schedules(spex: Spex, *, read: bool) -> Check:
     """Which engine a new schedule uses (and whether it fires), and the
-    engines this home's schedules use."""
+    engines this home's schedules use (when its database can be `read`)."""
     from spexsup import schedule
 
     ok, detail = schedule.engine_report()
-    rows = spex.store.db.execute(
-        "SELECT engine, count(*) AS n FROM schedules GROUP BY engine ORDER BY engine"
-    ).fetchall()
+    rows = (
+        spex.store.db.execute(
+            "SELECT engine, count(*) AS n FROM schedules GROUP BY engine ORDER BY engine"
+        ).fetchall()
+        if read
+        else []
+    )
     if rows:
         detail += "; this home: " + ", ".join(f"{r['n']} on {r['engine']}" for r in rows)
     return Check("schedules", ok, detail, required=False)
+
+
+def _crontab(spex: Spex) -> Check | None:
+    """A failing check when this home's block of the user's crontab has a
+    mark without its pair: `spex schedule` refuses to edit it until it is
+    mended (whichever engine schedules use: the block is this home's)."""
+    from spexsup import schedule
+
+    damage = schedule.check_block(spex.home)
+    return None if damage is None else Check("crontab", False, damage)
 
 
 def _login(spex: Spex, checks: list[Check]) -> str | None:
@@ -195,7 +277,7 @@ def _login(spex: Spex, checks: list[Check]) -> str | None:
     return found.path
 
 
-def sandbox_check(spex: Spex) -> Check:
+def sandbox_check(spex: Spex, *, read: bool = True) -> Check:
     """Which engine sandboxed sessions use, and whether it holds here: the
     probe every sandboxed turn runs (shell/turn.sh), in a sandbox of the
     default policy with no network. Required once a session or config.toml
@@ -206,7 +288,7 @@ def sandbox_check(spex: Spex) -> Check:
     from spexsup import sandbox as sandboxes
     from spexsup.paths import wrapper_path
 
-    wanted = any(
+    wanted = read and any(
         (p := sandboxes.Policy.loads(r["sandbox"])) is not None and p.enabled
         for r in spex.store.db.execute("SELECT sandbox FROM sessions WHERE sandbox NOT NULL")
     )

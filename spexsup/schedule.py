@@ -274,31 +274,71 @@ def block_marks(home: Path) -> tuple[str, str]:
     )
 
 
+def _lines(table: str) -> list[str]:
+    """`table`'s lines, each with its newline (the last may have none). Split
+    on the newline only, as cron reads a table: a carriage return or a form
+    feed stays inside its line (`str.splitlines` would cut there)."""
+    parts = table.split("\n")
+    return [f"{p}\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def _is(line: str, mark: str) -> bool:
+    # A table saved with CRLF line ends keeps its marks: the block is found.
+    return line.removesuffix("\n").removesuffix("\r") == mark
+
+
 def _split(table: str, home: Path) -> tuple[list[str], list[str]]:
     """`table`'s lines outside this home's block (another home's block
-    included, as it was) and inside it (the marks left out)."""
+    included), each as it was with its own line end, and those inside it
+    (the marks left out, without their newline).
+
+    Failed, naming the line, for a mark without its pair (a begin mark with
+    no end mark after it, an end mark with no begin mark before it): what is
+    the block there is unknown, and guessing would lose the user's lines."""
     begin, end = block_marks(home)
     outside: list[str] = []
     inside: list[str] = []
-    within = False
-    for line in table.splitlines():
-        if line == begin:
-            within = True
-        elif within and line == end:
-            within = False
+    opened = 0  # the line number of the begin mark of the block we are in
+    for number, line in enumerate(_lines(table), start=1):
+        if _is(line, begin):
+            if opened:
+                raise _damaged(opened, "begin", f"before the next begin mark (line {number})", home)
+            opened = number
+        elif _is(line, end):
+            if not opened:
+                raise _damaged(number, "end", "before it", home)
+            opened = 0
+        elif opened:
+            inside.append(line.removesuffix("\n"))
         else:
-            (inside if within else outside).append(line)
+            outside.append(line)
+    if opened:
+        raise _damaged(opened, "begin", "after it", home)
     return outside, inside
+
+
+def _damaged(number: int, which: str, where: str, home: Path) -> Failed:
+    begin, end = block_marks(home)
+    other, missing = ("end", end) if which == "begin" else ("begin", begin)
+    return Failed(
+        f"your crontab's line {number} is the {which} mark of this home's schedules with no"
+        f" {other} mark {where}",
+        hint=f"spex edits only a whole block; crontab -e: add the line '{missing}' where this"
+        f" home's lines {other}, or delete the mark",
+    )
 
 
 def replace_block(table: str, home: Path, lines: Sequence[str]) -> str:
     """`table` with this home's block holding exactly `lines` (no block for
-    none); every other line, another home's block included, as it was."""
+    none), at its end; every other line, another home's block included, as
+    it was, byte for byte. Failed for a damaged block (see `_split`)."""
     kept, _ = _split(table, home)
     if lines:
         begin, end = block_marks(home)
-        kept += [begin, *lines, end]
-    return "".join(f"{line}\n" for line in kept)
+        if kept and not kept[-1].endswith("\n"):
+            kept[-1] += "\n"
+        kept += [f"{line}\n" for line in (begin, *lines, end)]
+    return "".join(kept)
 
 
 def block_lines(table: str, home: Path) -> list[str]:
@@ -306,13 +346,32 @@ def block_lines(table: str, home: Path) -> list[str]:
     return _split(table, home)[1]
 
 
-def _run(argv: list[str], *, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def check_block(home: Path) -> str | None:
+    """For `spex doctor`: why this home's block of the user's crontab cannot
+    be edited (a mark without its pair), or None (a whole block or none, no
+    crontab, or no `crontab` to ask)."""
+    if shutil.which("crontab") is None:
+        return None
     try:
-        return subprocess.run(
+        table = read_crontab()
+    except (Failed, Refused):
+        return None
+    try:
+        _split(table, home)
+    except Failed as e:
+        return e.line()
+    return None
+
+
+def _run(argv: list[str], *, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`argv`, bounded in time. Its text is bytes decoded as they are (UTF-8,
+    undecodable bytes kept as surrogates) with no newline translation: a
+    crontab read and written back keeps its CRLF and its Latin-1 comment."""
+    try:
+        r = subprocess.run(
             argv,
-            input=stdin,
+            input=None if stdin is None else stdin.encode("utf-8", "surrogateescape"),
             capture_output=True,
-            text=True,
             timeout=COMMAND_TIMEOUT,
             check=False,
             stdin=None if stdin is not None else subprocess.DEVNULL,
@@ -321,6 +380,8 @@ def _run(argv: list[str], *, stdin: str | None = None) -> subprocess.CompletedPr
         raise Refused(f"{argv[0]} is not installed", hint=_missing_hint(argv[0])) from None
     except subprocess.TimeoutExpired:
         raise Failed(f"{' '.join(argv[:3])} did not answer in {COMMAND_TIMEOUT:g} s") from None
+    out, err = (b.decode("utf-8", "surrogateescape") for b in (r.stdout, r.stderr))
+    return subprocess.CompletedProcess(r.args, r.returncode, out, err)
 
 
 def _missing_hint(command: str) -> str:

@@ -435,6 +435,56 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 
+def damaged_hint(home: Path) -> str:
+    """What to do about a state.db that SQLite cannot read (the store and
+    the doctor say it alike)."""
+    return (
+        f"with no spex running, in {home}: restore state.db from a backup, or rebuild what"
+        " SQLite can still read (sqlite3's .recover or .dump) into a new state.db, the old"
+        " state.db-wal and state.db-shm moved aside"
+    )
+
+
+def _empty(path: Path) -> bool:
+    """No database file, or one of zero bytes (a new home, or a lost state)."""
+    try:
+        return path.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+    except OSError:  # SQLite says what it is
+        return False
+
+
+def damaged(e: BaseException) -> bool:
+    """Whether SQLite found the file not a database or its pages malformed
+    (not locked, busy, read-only or out of room: those are the moment's)."""
+    name = getattr(e, "sqlite_errorname", "")
+    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+
+
+def missing_sessions(home: Path) -> tuple[list[str], str]:
+    """The sessions a home has beyond its database (see `Store`): the
+    directories of `turns/` and the tmux sessions of its server tagged by
+    this home, by name; and that server as tmux's flags spell it."""
+    from spexsup.errors import SpexError
+    from spexsup.home import TmuxHome, home_digest
+
+    names: set[str] = set()
+    try:
+        with os.scandir(home / "turns") as found:
+            names.update(e.name for e in found if e.is_dir(follow_symlinks=False))
+    except OSError:
+        pass
+    tmux = TmuxHome(home=home)
+    mine = f"{home_digest(home)}-"
+    try:
+        census = tmux.census()
+    except SpexError:  # tmux not installed: it holds nothing of ours
+        return sorted(names), tmux.where()
+    names.update(p.session_name for p in census.panes.values() if p.owner.startswith(mine))
+    return sorted(names), tmux.where()
+
+
 class CommitListener(Protocol):
     """What a store tells about its transactions (a module may be one).
 
@@ -470,6 +520,11 @@ class Store:
         self.home = ensure_private_dir(home)
         self.path = home / "state.db"
         self.listeners = tuple(listeners)
+        # One stat, before SQLite opens the file: on an empty database it
+        # deletes the -wal file beside it, which may hold the lost state.
+        empty = _empty(self.path)
+        if empty:
+            self._refuse_a_lost_state("")
         try:
             self.db = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
@@ -477,15 +532,56 @@ class Store:
             self.path.chmod(0o600)
             self.db.row_factory = sqlite3.Row
             self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            version = self._version()
+            if version == 0 and not empty:
+                self._refuse_a_lost_state("it holds no schema")
             self._use_wal()
             self.db.execute("PRAGMA synchronous = NORMAL")
-            self._migrate()
+            self._migrate(version)
         except (sqlite3.DatabaseError, OSError) as e:
-            why = e.strerror if isinstance(e, OSError) else e
+            why = str(e.strerror or e) if isinstance(e, OSError) else str(e)
+            if damaged(e):
+                self._refuse_a_lost_state(why)
             raise Failed(
                 f"cannot open state database {self.path}: {why}",
-                hint="it must be a writable file of yours; see SPEXSUP_HOME / --home",
+                hint=damaged_hint(self.home)
+                if damaged(e)
+                else "it must be a writable file of yours; see SPEXSUP_HOME / --home",
             ) from None
+
+    def _version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _refuse_a_lost_state(self, why: str) -> None:
+        """Failed, changing nothing, when the home has sessions (a directory
+        in turns/, a tmux session tagged by this home) while its database
+        holds no state (gone, empty, without a schema, unreadable: `why`):
+        it would otherwise become a fresh home whose `spex new a` takes over
+        the old pane and turns/a/. Asked only of such a database, never on
+        the way of a working home."""
+        names, where = missing_sessions(self.home)
+        if not names or self._schema_came():
+            return
+        if not why:
+            why = "it is gone" if not self.path.exists() else "it is empty"
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        raise Failed(
+            f"the state of {len(names)} session{'s' * (len(names) != 1)} is missing:"
+            f" {shown} ({self.path}: {why})",
+            hint=f"restore {self.path.name} from a backup; to start afresh instead, kill their"
+            f" tmux sessions (tmux {where} kill-session -t =NAME) and move {self.home}/turns"
+            " aside; nothing was changed",
+        )
+
+    def _schema_came(self) -> bool:
+        """Whether another process made this new home's schema meanwhile (it
+        migrates before it makes a session): then those sessions are its."""
+        if _empty(self.path):
+            return False
+        try:
+            return not hasattr(self, "db") or self._version() != 0
+        except sqlite3.DatabaseError:
+            return False
 
     def _use_wal(self) -> None:
         """Switch a new database to WAL. SQLite does not wait on its busy
@@ -505,8 +601,8 @@ class Store:
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
 
-    def _migrate(self) -> None:
-        if self.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):
+    def _migrate(self, version: int) -> None:
+        if version == len(MIGRATIONS):
             return
         with self.tx():
             version = self.db.execute("PRAGMA user_version").fetchone()[0]

@@ -506,6 +506,46 @@ def test_adds_at_once_lose_no_line(env: Env) -> None:
     assert len(listed(env)) == 5
 
 
+def test_a_mark_without_its_pair_is_refused_and_every_byte_of_the_table_kept(
+    env: Env,
+) -> None:
+    """A begin mark of this home with no end mark (a hand edit cut the block)
+    made `schedule add` drop every line after it: now it is an error naming
+    the line, the crontab is not written, and the doctor fails on it. Once
+    mended, the lines outside the block come back byte for byte: CRLF, a
+    form feed and a NEL inside a line, a Latin-1 byte, no final newline."""
+    assert env.run("new", "api", "--", harness("exit0.sh")).returncode == 0
+    path = Path(env.vars["HOME"]) / ".fake-crontab"
+    begin, end = (m.encode() for m in schedule.block_marks(env.home))
+    mine = b"MAILTO=me\r\n0 5 * * * backup \x0c --page\r\n# caf\xe9 \xc2\x85 n\xc3\xa9\n"
+    after = b"30 6 * * * /usr/bin/report\r\n# my last line, no newline"
+    damaged = {
+        1 + mine.count(b"\n"): mine + begin + b"\n" + after,  # begin, no end
+        2 + mine.count(b"\n"): mine + b"# mine\n" + end + b"\n" + after,  # end, no begin
+    }
+    for line, table in damaged.items():
+        path.write_bytes(table)
+        r = env.run("schedule", "add", "api", "--every", "1h", "-m", "x")
+        assert r.returncode == 1, r
+        assert r.stderr.startswith("spex: ") and r.stderr.count("\n") == 1, r.stderr
+        assert f"your crontab's line {line} is the " in r.stderr and "crontab -e" in r.stderr
+        assert path.read_bytes() == table
+        assert listed(env) == [] and not list((env.home / "schedules").glob("*.prompt"))
+        d = env.run("doctor")
+        assert d.returncode == 1 and f"FAIL  crontab: your crontab's line {line} " in d.stdout
+    # Mended by hand: a whole block, the user's lines around it.
+    path.write_bytes(mine + begin + b"\n# gone\n" + end + b"\r\n" + after)
+    assert env.run("doctor").stdout.count("crontab:") == 0
+    s = add(env, "api", "--every", "1h", "-m", "x")
+    table = path.read_bytes()
+    kept = mine + after + b"\n"
+    assert table.startswith(kept) and table.endswith(end + b"\n"), table
+    assert table[len(kept) :].startswith(begin + b"\n") and s["id"].encode() in table
+    r = env.run("schedule", "rm", s["id"])
+    assert r.returncode == 0, r.stderr
+    assert path.read_bytes() == kept
+
+
 # --- a real cron daemon ----------------------------------------------------------
 
 

@@ -292,6 +292,10 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
         if _is_sqlite_error(e):
             if "locked" in str(e) or "busy" in str(e):
                 return fail(f"state database: {e} (another process holds it)", 1, as_json)
+            from spexsup.store import damaged
+
+            if damaged(e):
+                return fail(f"state database: {e} (spex doctor says what to do)", 1, as_json)
             return fail(f"state database: {e} (check SPEXSUP_HOME and its permissions)", 1, as_json)
         # a bug of ours: still one line, never a traceback
         return fail(f"internal error: {type(e).__name__}: {e} (please report this)", 1, as_json)
