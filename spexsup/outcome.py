@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from spexsup import meter as meters
+from spexsup.usage import BAD_USAGE
 
 CHUNK = 1 << 16
 SCAN_BUDGET = 4 << 20
@@ -432,6 +433,8 @@ def describe(flags: list[str]) -> str:
             parts.append("ended asking a question")
         elif f == "verified":
             parts.append("verified")
+        elif f.startswith(BAD_USAGE):
+            parts.append(f"{f.removeprefix(BAD_USAGE)} was no usage number: unknown")
     return "; ".join(parts)
 
 

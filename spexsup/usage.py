@@ -48,6 +48,30 @@ GROUPS: dict[str, str] = {
 UNKNOWN = "?"
 FLOOR = "≥"
 ESTIMATE = "~"
+# Past these a number a CLI printed is not usage (no run spends 10^15 tokens
+# or $10^9): it is unknown, as an infinite, NaN or negative one is.
+MAX_TOKENS = 10**15
+MAX_COST = 1e9
+# The turn flag naming a field whose number was not usage (`bad-usage:FIELD`).
+BAD_USAGE = "bad-usage:"
+
+
+def token_count(value: object) -> int | None:
+    """A token count as a CLI printed it, or None when it is not one: not a
+    number, not finite, negative, or past MAX_TOKENS."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    # A comparison, never a conversion first: NaN and infinities fail it, and
+    # int(inf) or float(10**400) would raise.
+    return int(value) if 0 <= value <= MAX_TOKENS else None
+
+
+def reported_cost(value: object) -> float | None:
+    """A cost in USD as a CLI printed it, or None when it is not one: not a
+    number, not finite, negative, or past MAX_COST."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 <= value <= MAX_COST else None
 
 
 class Price(NamedTuple):
@@ -233,6 +257,19 @@ def count_text(n: int) -> str:
 
 # --- reading the usage table ------------------------------------------------------
 
+# Each row's numbers as the sums read them: a row holding a count that is no
+# usage (an infinity, a negative or absurd number: an older spex wrote them)
+# has its counts unknown, one holding such a cost its cost, as `meter` leaves
+# them now. Never a conversion of such a number.
+_TOKENS_SOUND = " AND ".join(f"{k} BETWEEN 0 AND {MAX_TOKENS}" for k in KINDS)
+_SOUND = ", ".join(
+    [
+        *(f"CASE WHEN {_TOKENS_SOUND} THEN {k} END AS {k}" for k in KINDS),
+        f"CASE WHEN cost BETWEEN 0 AND {MAX_COST:.0f} THEN cost END AS cost",
+        f"CASE WHEN {_TOKENS_SOUND} THEN exact ELSE 0 END AS exact",
+    ]
+)
+
 _SUMS = (
     "sum(turn_first), sum(model_first),"
     " count(*), sum(input), sum(output), sum(cache_read), sum(cache_write),"
@@ -297,7 +334,8 @@ def totals(
     source = "usage NOT INDEXED" if scan else "usage"
     out: dict[str, Spend] = {}
     rows = db.execute(
-        f"SELECT {key} AS k, model, {_SUMS} FROM {source}{clause} GROUP BY k, model ORDER BY k",
+        f"SELECT k, model, {_SUMS} FROM (SELECT {key} AS k, model, turn_first, model_first,"
+        f" {_SOUND} FROM {source}{clause}) GROUP BY k, model ORDER BY k",
         tuple(params),
     )
     for row in rows:
@@ -316,6 +354,20 @@ DAY_GROUPS: dict[str, str] = {
     "day": "day",
     "wave": "coalesce(nullif(wave, ''), '-')",
 }
+# `usage_days` sums rows: a sum past `rows` times a bound holds one that was no
+# usage; its tokens are then unknown, or its cost (and what it priced).
+_DAY_TOKENS_SOUND = " AND ".join(f"{k} BETWEEN 0 AND rows * {MAX_TOKENS}" for k in KINDS)
+_DAY_COST_SOUND = f"cost BETWEEN 0 AND rows * {MAX_COST:.0f}"
+_DAY_SOUND = ", ".join(
+    [
+        "turns, model_turns, rows",
+        f"CASE WHEN {_DAY_TOKENS_SOUND} THEN exact ELSE 0 END AS exact",
+        f"CASE WHEN {_DAY_TOKENS_SOUND} THEN known ELSE 0 END AS known",
+        f"CASE WHEN {_DAY_COST_SOUND} THEN priced ELSE 0 END AS priced",
+        *(f"CASE WHEN {_DAY_TOKENS_SOUND} THEN {k} ELSE 0 END AS {k}" for k in KINDS),
+        f"CASE WHEN {_DAY_COST_SOUND} THEN cost ELSE 0 END AS cost",
+    ]
+)
 _DAY_SUMS = (
     "sum(turns), sum(model_turns), sum(rows), sum(input), sum(output), sum(cache_read),"
     " sum(cache_write), sum(CASE WHEN priced THEN cost END), sum(CASE WHEN priced THEN rows END),"
@@ -360,7 +412,8 @@ def summary(
         edge = "at >= ? AND at < ?"
         out = totals(db, by, pricing, where=edge, params=(since, next_midnight(since)))
     rows = db.execute(
-        f"SELECT {key} AS k, nullif(model, '') AS m, {_DAY_SUMS} FROM usage_days{where}"
+        f"SELECT k, m, {_DAY_SUMS} FROM (SELECT {key} AS k, nullif(model, '') AS m,"
+        f" {_DAY_SOUND} FROM usage_days{where})"
         " GROUP BY k, m",
         params,
     )
