@@ -239,6 +239,32 @@ def _round(amount: float | None) -> float | None:
     return None if amount is None else round(amount, 8)
 
 
+# The one rule for an amount of money a user gives (`--budget`, `budget_day`).
+MAX_AMOUNT = 1_000_000
+AMOUNT_RULE = (
+    "an amount of US dollars, a finite number from 0.01 to 1000000 at cents' precision"
+    " (what rounds to $0.00 is none), such as 5, 2.50 or $2.50"
+)
+
+
+def amount(value: object) -> float | None:
+    """An amount of money as a user gives it, on the command line (`5`,
+    `2.50`, `$2.50`, `1,000`) or in config.toml (a number); None unless it
+    keeps AMOUNT_RULE: not 0, negative, infinite or NaN, nor so small that
+    it rounds to $0.00 at cents (0.001, 1e-320), nor past MAX_AMOUNT."""
+    if isinstance(value, str):
+        try:
+            number = float(value.strip().removeprefix("$").replace(",", ""))
+        except ValueError:
+            return None
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    else:
+        number = value
+    # Half a cent rounds up to one; NaN and the infinities fail the comparison.
+    return float(number) if 0.005 <= number <= MAX_AMOUNT else None
+
+
 def money(amount: float) -> str:
     """`$1.23`; under a cent with four decimals (`$0.0042`): a small cost never reads $0.00."""
     if 0 < amount < 0.01:
