@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from spexsup import durations
 from spexsup.errors import Failed, Invalid, clip, unknown_key
-from spexsup.usage import KINDS, Price
+from spexsup.usage import AMOUNT_RULE, KINDS, Price, amount
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # tmux key names: C-a, M-x, C-Space, F12, ` …
@@ -59,10 +59,10 @@ def _count(value: object) -> int | None:
 
 
 def _usd(value: object) -> float | None:
-    """an amount of US dollars above 0 (5, 2.50)"""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if 0 < value <= 1_000_000 else None
+    return amount(value)
+
+
+_usd.__doc__ = AMOUNT_RULE
 
 
 def _flag(value: object) -> bool | None:

@@ -20,6 +20,11 @@ claude's and pi's already are so. A cost of 0 with tokens used is no
 reported $0 (opencode and pi print 0 for a model they have no price for):
 those tokens' cost is left unknown, for an estimate from `[pricing]`.
 
+A number that is not usage (not finite, negative, past `usage.MAX_TOKENS`
+or `usage.MAX_COST`, or no number at all) is unknown: the event's counts
+(or its cost) are left unknown, and the field is named in `bad` (the turn's
+flag `bad-usage:FIELD`). An absent field is 0, as the CLIs omit a zero.
+
 Lean: it runs in the exit reporter.
 """
 
@@ -29,29 +34,70 @@ import json
 import re
 from typing import Any
 
+from spexsup import usage
+
 
 class Meter:
     """A run's usage: (model or None, cost reported?) -> [input, output,
     cache_read, cache_write, cost]. `metered` once an event that carries
     usage was read, `exact` when the counts are all the run used, `running`
-    when they are the conversation's running total, not this run's alone."""
+    when they are the conversation's running total, not this run's alone.
+    `unknown`: the parts whose counts are unknown (an event's count was no
+    number of tokens); `bad`: the fields that held no usage, as printed."""
 
-    __slots__ = ("exact", "metered", "parts", "running", "steps")
+    __slots__ = ("bad", "exact", "metered", "parts", "running", "steps", "unknown")
 
     def __init__(self) -> None:
         self.parts: dict[tuple[str | None, bool], list[float]] = {}
+        self.unknown: set[tuple[str | None, bool]] = set()
+        self.bad: list[str] = []
         self.metered = False
         self.exact = False
         self.running = False
         self.steps = 0  # opencode: step finishes less step starts read
 
-    def add(self, model: object, counts: tuple[object, ...], cost: object = None) -> None:
+    def counts(self, table: dict[str, Any], where: str, *keys: str) -> list[int | None]:
+        """The token counts of `keys` in `table` (`where`: its name, for the
+        flag): 0 for an absent one, None for one that is no count."""
+        out: list[int | None] = []
+        for key in keys:
+            value = table.get(key)
+            n = 0 if value is None else usage.token_count(value)
+            if n is None:
+                self.flag(f"{where}.{key}" if where else key)
+            out.append(n)
+        return out
+
+    def cost(self, table: dict[str, Any], where: str, key: str) -> float | None:
+        """The cost `table[key]` in USD; None when absent or no cost (flagged)."""
+        value = table.get(key)
+        if value is None:
+            return None
+        cost = usage.reported_cost(value)
+        if cost is None:
+            self.flag(f"{where}.{key}" if where else key)
+        return cost
+
+    def flag(self, field: str) -> None:
+        if field not in self.bad:
+            self.bad.append(field)
+
+    def add(self, model: object, counts: list[int | None], cost: float | None = None) -> None:
         """One event's (input, output, cache_read, cache_write), normalised
-        already, and the cost the CLI printed for them (None: none). A cost
-        counts as reported only when above 0, or 0 for no tokens at all."""
+        already (None: unknown), and the cost the CLI printed for them (None:
+        none). A cost counts as reported only when above 0, or 0 for no
+        tokens at all."""
         name = model if isinstance(model, str) and model else None
-        i, o, cr, cw = (tokens(c) for c in counts)
-        self.count(name, i, o, cr, cw, usd(cost))
+        i, o, cr, cw = counts
+        if i is None or o is None or cr is None or cw is None:
+            priced = cost is not None and cost > 0
+            key = (name, priced)
+            self.unknown.add(key)
+            part = self.parts.setdefault(key, [0, 0, 0, 0, 0.0])
+            if priced and cost is not None:
+                part[4] += cost
+            return
+        self.count(name, i, o, cr, cw, cost)
 
     def count(
         self, model: str | None, i: int, o: int, cr: int, cw: int, cost: float | None
@@ -69,19 +115,6 @@ class Meter:
             part[4] += cost
 
 
-def tokens(value: object) -> int:
-    """A token count as a CLI printed it; anything else counts as 0."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        return 0
-    return max(0, min(int(value), 1 << 53))
-
-
-def usd(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if 0 <= value < 1e9 else None
-
-
 def _table(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -92,32 +125,40 @@ def claude(event: dict[str, Any], meter: Meter) -> None:
     if isinstance(models, dict) and models:
         for model, u in models.items():
             u = _table(u)
-            counts = (
-                u.get("inputTokens"),
-                u.get("outputTokens"),
-                u.get("cacheReadInputTokens"),
-                u.get("cacheCreationInputTokens"),
+            counts = meter.counts(
+                u,
+                "modelUsage",
+                "inputTokens",
+                "outputTokens",
+                "cacheReadInputTokens",
+                "cacheCreationInputTokens",
             )
-            meter.add(model, counts, u.get("costUSD"))
+            meter.add(model, counts, meter.cost(u, "modelUsage", "costUSD"))
         return
     run = _table(event.get("usage"))
-    counts = (
-        run.get("input_tokens"),
-        run.get("output_tokens"),
-        run.get("cache_read_input_tokens"),
-        run.get("cache_creation_input_tokens"),
+    counts = meter.counts(
+        run,
+        "usage",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
     )
-    meter.add(None, counts, event.get("total_cost_usd"))
+    meter.add(None, counts, meter.cost(event, "", "total_cost_usd"))
 
 
 def codex(usage: object, meter: Meter, *, failed: bool) -> None:
     """`turn.completed`'s usage; short of exact when an error followed it (`failed`)."""
     if not isinstance(usage, dict):
         return
-    cached = tokens(usage.get("cached_input_tokens"))
-    written = tokens(usage.get("cache_write_input_tokens"))
-    fresh = max(0, tokens(usage.get("input_tokens")) - cached - written)
-    meter.add(None, (fresh, usage.get("output_tokens"), cached, written))
+    given, output, cached, written = meter.counts(
+        usage, "usage", "input_tokens", "output_tokens", "cached_input_tokens",
+        "cache_write_input_tokens",
+    )  # fmt: skip
+    fresh = None
+    if given is not None and cached is not None and written is not None:
+        fresh = max(0, given - cached - written)
+    meter.add(None, [fresh, output, cached, written])
     meter.metered = meter.running = True
     meter.exact = not failed
 
@@ -129,10 +170,10 @@ def opencode(part: dict[str, Any], meter: Meter) -> None:
     counted = part.get("tokens")
     if not isinstance(counted, dict):
         return
-    cache = _table(counted.get("cache"))
-    output = tokens(counted.get("output")) + tokens(counted.get("reasoning"))
-    counts = (counted.get("input"), output, cache.get("read"), cache.get("write"))
-    meter.add(None, counts, part.get("cost"))
+    fresh, output, reasoning = meter.counts(counted, "tokens", "input", "output", "reasoning")
+    read, write = meter.counts(_table(counted.get("cache")), "tokens.cache", "read", "write")
+    both = None if output is None or reasoning is None else output + reasoning
+    meter.add(None, [fresh, both, read, write], meter.cost(part, "", "cost"))
 
 
 # opencode prints a step every few KB of a long run: its `step_finish` lines
@@ -162,16 +203,19 @@ def opencode_line(line: bytes, meter: Meter) -> bool:
     printed = _STEP_PRINTED.search(line)
     if printed is not None:
         i, o, r, cw, cr, cost = printed.groups()
+        counts = [usage.token_count(int(n)) for n in (i, o, r, cr, cw)]
         try:
-            price: float | None = float(cost)
+            price = usage.reported_cost(float(cost))
         except ValueError:
             price = None
-        if price is not None and not 0 <= price < 1e9:
-            price = None
-        meter.steps += 1
-        meter.metered = True
-        meter.count(None, int(i), int(o) + int(r), int(cr), int(cw), price)
-        return True
+        if price is not None and None not in counts:
+            # The common case, every number sound; any other is decoded below
+            # and named in `bad`.
+            fresh, output, reasoning, read, write = (n or 0 for n in counts)
+            meter.steps += 1
+            meter.metered = True
+            meter.count(None, fresh, output + reasoning, read, write, price)
+            return True
     found = _STEP.search(line)
     if found is None:
         return False
@@ -187,7 +231,8 @@ def pi(message: dict[str, Any], meter: Meter) -> None:
     """One assistant message."""
     u = message.get("usage")
     if isinstance(u, dict):
-        total = _table(u.get("cost")).get("total")
-        counts = (u.get("input"), u.get("output"), u.get("cacheRead"), u.get("cacheWrite"))
-        meter.add(message.get("model"), counts, total)
+        counts = meter.counts(u, "usage", "input", "output", "cacheRead", "cacheWrite")
+        meter.add(
+            message.get("model"), counts, meter.cost(_table(u.get("cost")), "usage.cost", "total")
+        )
         meter.metered = True

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from spexsup import meter as meters
+from spexsup.usage import BAD_USAGE
 
 CHUNK = 1 << 16
 SCAN_BUDGET = 4 << 20
@@ -434,6 +435,8 @@ def describe(flags: list[str]) -> str:
             parts.append("verified")
         elif f == "sandboxed":
             parts.append("sandboxed")
+        elif f.startswith(BAD_USAGE):
+            parts.append(f"{f.removeprefix(BAD_USAGE)} was no usage number: unknown")
     hosts = [f.split(":", 1)[1] for f in flags if f.startswith("denied-net:")]
     if hosts:
         parts.append(f"sandbox denied {', '.join(hosts)}")

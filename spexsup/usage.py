@@ -48,6 +48,30 @@ GROUPS: dict[str, str] = {
 UNKNOWN = "?"
 FLOOR = "≥"
 ESTIMATE = "~"
+# Past these a number a CLI printed is not usage (no run spends 10^15 tokens
+# or $10^9): it is unknown, as an infinite, NaN or negative one is.
+MAX_TOKENS = 10**15
+MAX_COST = 1e9
+# The turn flag naming a field whose number was not usage (`bad-usage:FIELD`).
+BAD_USAGE = "bad-usage:"
+
+
+def token_count(value: object) -> int | None:
+    """A token count as a CLI printed it, or None when it is not one: not a
+    number, not finite, negative, or past MAX_TOKENS."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    # A comparison, never a conversion first: NaN and infinities fail it, and
+    # int(inf) or float(10**400) would raise.
+    return int(value) if 0 <= value <= MAX_TOKENS else None
+
+
+def reported_cost(value: object) -> float | None:
+    """A cost in USD as a CLI printed it, or None when it is not one: not a
+    number, not finite, negative, or past MAX_COST."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 <= value <= MAX_COST else None
 
 
 class Price(NamedTuple):
@@ -215,6 +239,32 @@ def _round(amount: float | None) -> float | None:
     return None if amount is None else round(amount, 8)
 
 
+# The one rule for an amount of money a user gives (`--budget`, `budget_day`).
+MAX_AMOUNT = 1_000_000
+AMOUNT_RULE = (
+    "an amount of US dollars, a finite number from 0.01 to 1000000 at cents' precision"
+    " (what rounds to $0.00 is none), such as 5, 2.50 or $2.50"
+)
+
+
+def amount(value: object) -> float | None:
+    """An amount of money as a user gives it, on the command line (`5`,
+    `2.50`, `$2.50`, `1,000`) or in config.toml (a number); None unless it
+    keeps AMOUNT_RULE: not 0, negative, infinite or NaN, nor so small that
+    it rounds to $0.00 at cents (0.001, 1e-320), nor past MAX_AMOUNT."""
+    if isinstance(value, str):
+        try:
+            number = float(value.strip().removeprefix("$").replace(",", ""))
+        except ValueError:
+            return None
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    else:
+        number = value
+    # Half a cent rounds up to one; NaN and the infinities fail the comparison.
+    return float(number) if 0.005 <= number <= MAX_AMOUNT else None
+
+
 def money(amount: float) -> str:
     """`$1.23`; under a cent with four decimals (`$0.0042`): a small cost never reads $0.00."""
     if 0 < amount < 0.01:
@@ -232,6 +282,19 @@ def count_text(n: int) -> str:
 
 
 # --- reading the usage table ------------------------------------------------------
+
+# Each row's numbers as the sums read them: a row holding a count that is no
+# usage (an infinity, a negative or absurd number: an older spex wrote them)
+# has its counts unknown, one holding such a cost its cost, as `meter` leaves
+# them now. Never a conversion of such a number.
+_TOKENS_SOUND = " AND ".join(f"{k} BETWEEN 0 AND {MAX_TOKENS}" for k in KINDS)
+_SOUND = ", ".join(
+    [
+        *(f"CASE WHEN {_TOKENS_SOUND} THEN {k} END AS {k}" for k in KINDS),
+        f"CASE WHEN cost BETWEEN 0 AND {MAX_COST:.0f} THEN cost END AS cost",
+        f"CASE WHEN {_TOKENS_SOUND} THEN exact ELSE 0 END AS exact",
+    ]
+)
 
 _SUMS = (
     "sum(turn_first), sum(model_first),"
@@ -297,7 +360,8 @@ def totals(
     source = "usage NOT INDEXED" if scan else "usage"
     out: dict[str, Spend] = {}
     rows = db.execute(
-        f"SELECT {key} AS k, model, {_SUMS} FROM {source}{clause} GROUP BY k, model ORDER BY k",
+        f"SELECT k, model, {_SUMS} FROM (SELECT {key} AS k, model, turn_first, model_first,"
+        f" {_SOUND} FROM {source}{clause}) GROUP BY k, model ORDER BY k",
         tuple(params),
     )
     for row in rows:
@@ -316,6 +380,20 @@ DAY_GROUPS: dict[str, str] = {
     "day": "day",
     "wave": "coalesce(nullif(wave, ''), '-')",
 }
+# `usage_days` sums rows: a sum past `rows` times a bound holds one that was no
+# usage; its tokens are then unknown, or its cost (and what it priced).
+_DAY_TOKENS_SOUND = " AND ".join(f"{k} BETWEEN 0 AND rows * {MAX_TOKENS}" for k in KINDS)
+_DAY_COST_SOUND = f"cost BETWEEN 0 AND rows * {MAX_COST:.0f}"
+_DAY_SOUND = ", ".join(
+    [
+        "turns, model_turns, rows",
+        f"CASE WHEN {_DAY_TOKENS_SOUND} THEN exact ELSE 0 END AS exact",
+        f"CASE WHEN {_DAY_TOKENS_SOUND} THEN known ELSE 0 END AS known",
+        f"CASE WHEN {_DAY_COST_SOUND} THEN priced ELSE 0 END AS priced",
+        *(f"CASE WHEN {_DAY_TOKENS_SOUND} THEN {k} ELSE 0 END AS {k}" for k in KINDS),
+        f"CASE WHEN {_DAY_COST_SOUND} THEN cost ELSE 0 END AS cost",
+    ]
+)
 _DAY_SUMS = (
     "sum(turns), sum(model_turns), sum(rows), sum(input), sum(output), sum(cache_read),"
     " sum(cache_write), sum(CASE WHEN priced THEN cost END), sum(CASE WHEN priced THEN rows END),"
@@ -360,7 +438,8 @@ def summary(
         edge = "at >= ? AND at < ?"
         out = totals(db, by, pricing, where=edge, params=(since, next_midnight(since)))
     rows = db.execute(
-        f"SELECT {key} AS k, nullif(model, '') AS m, {_DAY_SUMS} FROM usage_days{where}"
+        f"SELECT k, m, {_DAY_SUMS} FROM (SELECT {key} AS k, nullif(model, '') AS m,"
+        f" {_DAY_SOUND} FROM usage_days{where})"
         " GROUP BY k, m",
         params,
     )

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-from spexsup import events, ids, sessions
+from spexsup import events, ids, sessions, usage
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.ids import recorded_options
 from spexsup.mainwait import results
@@ -491,8 +491,8 @@ def fanout(
         raise Invalid(f"invalid --max-concurrent {max_concurrent}", hint="between 1 and 1024")
     if pacing.max_running is not None and not 1 <= pacing.max_running <= 1024:
         raise Invalid(f"invalid --max-running {pacing.max_running}", hint="between 1 and 1024")
-    if pacing.budget is not None and not 0 < pacing.budget <= 1_000_000:
-        raise Invalid(f"invalid --budget {pacing.budget:g}", hint="USD, more than 0")
+    if pacing.budget is not None and usage.amount(pacing.budget) is None:
+        raise Invalid(f"invalid --budget {pacing.budget!r}", hint=usage.AMOUNT_RULE)
     if pacing.after is not None:
         other = sessions.get(spex, pacing.after)
         if other.current_turn is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import Env
 from test_turns import turn_processes_alive
 
@@ -67,6 +68,58 @@ def test_bad_budgets_are_refused_and_change_nothing(env: Env) -> None:
     assert env.run("waves").stdout.startswith("no waves")
 
 
+# The one rule for an amount of money, as the error line states it.
+RULE = (
+    "(an amount of US dollars, a finite number from 0.01 to 1000000 at cents' precision"
+    " (what rounds to $0.00 is none), such as 5, 2.50 or $2.50)"
+)
+NOT_AMOUNTS = ["1e-320", "0.001", "0.0049", "0", "-0", "-1", "inf", "-inf", "nan", "1e999",
+               "1000000.01", "$", "lots", ""]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", NOT_AMOUNTS)
+def test_every_budget_option_keeps_one_rule_for_money(env: Env, value: str) -> None:
+    """`wake --budget` and `fanout --budget` refuse what is no amount of money
+    at cents (1e-320 was a budget while 0 was refused), stating the rule;
+    nothing is made."""
+    claude(env, "a")
+    for args in (
+        ("wake", "a", "x", "--budget", value),
+        ("fanout", "a", "-m", "x", "--budget", value),
+    ):
+        r = env.run(*args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert r.stderr.splitlines() == [f"spex: invalid --budget {value!r} {RULE}"], r.stderr
+    assert env.run("waves").stdout.startswith("no waves")
+    assert json.loads(env.run("show", "a", "--json").stdout)["turn"] is None
+
+
+@pytest.mark.parametrize("value", ["1e-320", "0.001", "0", "-1", "nan", "inf", '"lots"'])
+def test_budget_day_keeps_the_same_rule(env: Env, value: str) -> None:
+    env.home.mkdir(parents=True, exist_ok=True)
+    config = env.home / "config.toml"
+    config.write_text(f"budget_day = {value}\n")
+    r = env.run("ls")
+    assert r.returncode == 1, r.stdout + r.stderr
+    rule = RULE[1:-1]
+    assert r.stderr.splitlines() == [f"spex: {config}:1: field 'budget_day' must be {rule}"]
+
+
+def test_an_amount_at_cents_is_a_budget_and_reaches_each_host_whole(env: Env) -> None:
+    """Half a cent rounds to one: a budget. A fleet fan-out hands each host
+    its budget with every cent (`:g` made $123,456.78 $123,457)."""
+    claude(env, "a")
+    r = env.run("wake", "a", "go", "--budget", "0.005", "--window", "10", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert env.run("wait", "a", "--timeout", "60").returncode == 0
+    r = env.run("fanout", "local:a", "-m", "go", "--budget", "$123,456.78", "--wait", "--json",
+                timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    (host,) = json.loads(r.stdout)["hosts"]
+    shown = json.loads(env.run("wave", host["wave"], "--json").stdout)
+    assert shown["pacing"]["budget"] == 123456.78, shown["pacing"]
+
+
 def test_a_turn_over_its_budget_is_stopped_in_the_pane(env: Env) -> None:
     """Each API message costs $0.315 at these prices: the third one passes
     $0.70, and the turn is stopped there with no watcher, its processes gone."""
@@ -85,6 +138,60 @@ def test_a_turn_over_its_budget_is_stopped_in_the_pane(env: Env) -> None:
     log = env.run("log", "c").stdout
     assert "step 2" in log and "step 4" not in log, log
     assert turn_processes_alive(turn["id"]) == []
+
+
+@pytest.mark.parametrize(
+    ("printed", "shown"),
+    [
+        ("1e999", "Infinity"),
+        ("NaN", "NaN"),
+        ("-5", "-5"),
+        ("10000000000000000", "10000000000000000"),  # 10^16 tokens: no usage
+    ],
+)
+def test_a_message_whose_usage_is_no_number_is_not_counted_and_said(
+    env: Env, printed: str, shown: str
+) -> None:
+    """The first API message's input count is no usage: its spend is unknown,
+    said once in the pane and not counted (neither as 0 silently nor as the
+    number); the budget goes on counting the others: the third sound message
+    ($0.315 each) passes $0.70 and the turn is stopped there."""
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text(
+        '[pricing."claude-sonnet-4-5"]\ninput = 3.0\noutput = 15.0\n'
+    )
+    first = json.dumps({"input_tokens": f"raw:{printed}"})
+    online, spend = "FAKE_CLAUDE_LOGGED_IN=1", f"FAKE_SPEND_FIRST={first}"
+    r = env.run("new", "c", "--harness", "claude", "--cwd", str(env.root),
+                "--env", online, "--env", spend)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = env.run("wake", "c", "go [spend 8]", "--budget", "0.70", "--window", "0.3", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert env.run("wait", "c", "--timeout", "60").returncode == 1
+    turn = json.loads(env.run("show", "c", "--json").stdout)["turn"]
+    assert (turn["state"], turn["cause"]) == ("failed", "budget"), turn
+    assert turn["error"] == "spent $0.95 of its $0.70 budget", turn  # 3 x $0.315, not 4
+    log = env.run("log", "c").stdout
+    assert "step 3" in log and "step 5" not in log, log
+    pane = env.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "=c:0.0").stdout
+    said = f"usage.input_tokens = {shown} is no usage number: that spend is unknown"
+    assert said in pane, pane
+
+
+def test_a_step_cost_that_is_no_number_is_not_counted(env: Env) -> None:
+    """opencode's step costs Infinity: not past the budget (nor counted), said."""
+    online, spend = "FAKE_OPENCODE_ONLINE=1", 'FAKE_USAGE={"cost": 1e999}'
+    r = env.run("new", "o", "--harness", "opencode", "--cwd", str(env.root),
+                "--env", online, "--env", spend)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = env.run("wake", "o", "go", "--budget", "0.01", "--window", "0.3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = env.run("wait", "o", "--timeout", "60")
+    assert r.returncode == 0, r.stdout + r.stderr
+    turn = json.loads(env.run("show", "o", "--json").stdout)["turn"]
+    assert turn["state"] == "complete" and "bad-usage:cost" in turn["flags"], turn
+    pane = env.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "=o:0.0").stdout
+    assert "cost = Infinity is no usage number" in pane, pane
 
 
 def test_a_turn_budget_counts_no_cost_it_cannot_know(env: Env) -> None:

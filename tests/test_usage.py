@@ -393,6 +393,97 @@ def test_top_shows_each_sessions_cost(env: Env) -> None:
     assert doc["c"]["cost"]["amount"] == pytest.approx(0.088119) and doc["idle"]["cost"] is None
 
 
+# --- numbers that are not usage (issue 36) -------------------------------------------
+
+
+def lives_on(env: Env, name: str) -> None:
+    """Every reader and writer of the home still works: ls, show, top, cost,
+    then stop and rm."""
+    for args in (("ls",), ("show", name), ("top", "--json"), ("cost", "--json")):
+        r = env.run(*args)
+        assert r.returncode == 0 and "internal error" not in r.stderr, (args, r.stderr)
+    for args in (("stop", name), ("rm", name)):
+        r = env.run(*args)
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+    assert env.run("ls", "--json").stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("cli", "printed", "field"),
+    [
+        # claude prints its usage twice, `usage` and `modelUsage`: the model's is read.
+        ("claude", {"input": "raw:1e999"}, "modelUsage.inputTokens"),
+        ("claude", {"input": "raw:Infinity"}, "modelUsage.inputTokens"),
+        ("claude", {"output": "raw:NaN"}, "modelUsage.outputTokens"),
+        ("claude", {"cache_read": "raw:-5"}, "modelUsage.cacheReadInputTokens"),
+        ("claude", {"input": "raw:1000000000000001"}, "modelUsage.inputTokens"),  # past 10^15
+        ("claude", {"cost": "raw:1e999"}, "modelUsage.costUSD"),
+        ("claude", {"cost": "raw:-0.5"}, "modelUsage.costUSD"),
+        ("claude", {"cost": "raw:2000000000"}, "modelUsage.costUSD"),  # past $10^9
+        # These fakes print a float as Python does: `Infinity`, `1e+16`, `NaN`.
+        ("codex", {"input": float("inf")}, "usage.input_tokens"),
+        ("opencode", {"output": 1e16}, "tokens.output"),
+        ("pi", {"cost": float("nan")}, "usage.cost.total"),
+    ],
+)
+def test_a_number_that_is_no_usage_is_unknown_and_named(
+    env: Env, cli: str, printed: dict[str, object], field: str
+) -> None:
+    """A CLI's usage line holding an infinite, NaN, negative or absurd number:
+    the turn ends with its verdict, that count (or cost) is unknown, never 0
+    nor the number, a flag names the field, and the home lives on."""
+    new(env, "s", cli, FAKE_USAGE=json.dumps(printed))
+    v = turn(env, "s")
+    assert v["verdict"] in ("completed", "confirmed"), v
+    r = env.run("wait", "s", "--timeout", "60")
+    assert r.returncode == 0, r.stdout + r.stderr
+    t = show(env, "s")["turns"][0]
+    assert t["state"] == "complete" and f"bad-usage:{field}" in t["flags"], t
+    bad_cost = "cost" in printed
+    if bad_cost:
+        assert t["cost"]["amount"] is None and t["cost"]["source"] == "unknown", t["cost"]
+        assert t["usage"]["input"] is not None and t["usage"]["exact"] is True, t
+    else:
+        assert t["usage"]["input"] is None and t["usage"]["exact"] is False, t["usage"]
+        assert t["cost"]["exact"] is False, t["cost"]
+    text = env.run("show", "s").stdout
+    assert f"({field} was no usage number: unknown)" in text, text
+    assert f"bad-usage:{field}" in env.run("ls").stdout
+    lives_on(env, "s")
+
+
+def test_usage_rows_an_older_spex_wrote_with_no_usage_in_them(env: Env) -> None:
+    """Rows holding an infinity, a negative or an absurd number (an older
+    spex wrote them): they read as unknown, and the home lists, stops and
+    removes as ever."""
+    new(env, "c", "claude")
+    turn(env, "c")
+    (row,) = rows(env)
+    db = sqlite3.connect(env.home / "state.db")
+    with db:
+        bad = [(1e999, 6, 0, 0, 0.05), (-7, 6, 0, 0, float("inf")), (10**16, 1, 0, 0, -1.0)]
+        for attempt, (i, o, cr, cw, spent) in enumerate(bad, start=2):
+            db.execute(
+                "INSERT INTO usage (turn, attempt, session, harness, model, input, output,"
+                " cache_read, cache_write, cost, exact, at) VALUES (?, ?, 'c', 'claude',"
+                " 'claude-sonnet-4-5', ?, ?, ?, ?, ?, 1, ?)",
+                (row["turn"], attempt, i, o, cr, cw, spent, time.time()),
+            )
+        ledger.rebuild_usage_days(db)
+    db.close()
+    t = show(env, "c")["turns"][0]
+    # The sound row's cost and the first bad row's stand; the counts are a floor.
+    assert t["cost"]["amount"] == pytest.approx(0.088119 + 0.05), t["cost"]
+    assert t["cost"]["exact"] is False and t["usage"]["exact"] is False, t
+    assert t["usage"]["input"] == 29343, t["usage"]
+    assert "≥$0.14 · ≥29.3k in" in env.run("show", "c").stdout
+    # The day's sums hold them all (as an older spex added them up): unknown.
+    total = cost(env)["total"]
+    assert total["turns"] == 1 and total["usage"]["input"] is None, total
+    assert total["cost"]["amount"] is None and total["cost"]["source"] == "unknown", total
+    lives_on(env, "c")
+
+
 # --- bad input ----------------------------------------------------------------------
 
 

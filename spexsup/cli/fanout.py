@@ -321,7 +321,8 @@ def fanout(
         if max_running is not None:
             options += ["--max-running", str(max_running)]
         if usd is not None:
-            options += ["--budget", f"{usd:g}"]
+            # Every cent to each host: `:g` kept six digits ($123,456.78 was $123,457).
+            options += ["--budget", repr(usd)]
         if other is not None:
             options += ["--after-any" if after_any else "--after", other]
         fleet_fanout(

@@ -197,15 +197,13 @@ def verify_rules(
 
 
 def usd_amount(text: str, option: str) -> float:
-    """An amount of US dollars: `5`, `5.00` or `$5`; more than 0."""
+    """An amount of US dollars by `usage.amount`'s rule, or Invalid stating it."""
     from spexsup.errors import Invalid
+    from spexsup.usage import AMOUNT_RULE, amount
 
-    try:
-        value = float(text.strip().removeprefix("$").replace(",", ""))
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 1_000_000 or value != value:
-        raise Invalid(f"invalid {option} {text!r}", hint="US dollars, such as 5 or 2.50")
+    value = amount(text)
+    if value is None:
+        raise Invalid(f"invalid {option} {text!r}", hint=AMOUNT_RULE)
     return value
 
 

@@ -83,6 +83,12 @@ WAKE_OPTIONS = (
     "--help",
     "--home",
 )
+# Those that take a value, which click reads whatever it starts with
+# (`--budget -1`): the value is no prompt.
+WAKE_VALUED = frozenset(WAKE_OPTIONS) - {
+    "--fresh", "--force", "--strict", "--json", "--queue", "--no-queue", "--no-verify", "-h",
+    "--help",
+}  # fmt: skip
 
 
 def check_dashed_prompt(argv: list[str]) -> None:
@@ -102,7 +108,9 @@ def check_dashed_prompt(argv: list[str]) -> None:
     for arg in rest:
         if arg == "--":
             return
-        if arg.startswith("-") and arg != "-" and arg.split("=", 1)[0] not in WAKE_OPTIONS:
+        if arg in WAKE_VALUED:
+            next(rest, None)
+        elif arg.startswith("-") and arg != "-" and arg.split("=", 1)[0] not in WAKE_OPTIONS:
             import difflib
 
             close = difflib.get_close_matches(arg.split("=", 1)[0], WAKE_OPTIONS, n=1)

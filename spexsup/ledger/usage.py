@@ -7,6 +7,8 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from spexsup.usage import BAD_USAGE, KINDS, token_count
+
 if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Mapping, Sequence
@@ -32,7 +34,10 @@ def record_usage(
 
     A `running` attempt (codex) counted the conversation's running total:
     its own share is that less the last total recorded for the conversation;
-    with none recorded, a resumed one's share is unknown (NULL, not exact)."""
+    with none recorded, a resumed one's share is unknown (NULL, not exact).
+
+    A field that held no usage (a run's `bad`, see `spexsup.meter`) becomes
+    the turn's flag `bad-usage:FIELD`, added to those its end recorded."""
     if db.execute("SELECT 1 FROM usage WHERE turn = ? LIMIT 1", (turn,)).fetchone():
         return False
     found = db.execute("SELECT wave FROM wave_turns WHERE turn = ?", (turn,)).fetchone()
@@ -57,9 +62,11 @@ def record_usage(
                     (conversation,),
                 ).fetchone()
             if last is not None:
-                before = json.loads(last[0])
-                share = [a - b for a, b in zip(total, before, strict=True)]
-                if min(share) < 0:  # not the same running total: a new count
+                before = _running(last[0])
+                share = (
+                    None if before is None else [a - b for a, b in zip(total, before, strict=True)]
+                )
+                if share is None or min(share) < 0:  # not the same running total: a new count
                     share, exact = None, False
             elif run.get("resumed"):
                 share, exact = None, False
@@ -104,7 +111,26 @@ def record_usage(
                 " cache_write = cache_write + excluded.cache_write, cost = cost + excluded.cost",
                 (*keys, *firsts, *[int(n or 0) for n in tokens], float(cost or 0.0)),
             )
+    bad = [f"{BAD_USAGE}{field}" for run in runs for field in run.get("bad") or ()]
+    if bad:
+        row = db.execute("SELECT flags FROM turns WHERE id = ?", (turn,)).fetchone()
+        marked: list[str] = list(json.loads(row[0] or "[]")) if row is not None else []
+        marked += [flag for flag in dict.fromkeys(bad) if flag not in marked]
+        db.execute("UPDATE turns SET flags = ? WHERE id = ?", (json.dumps(marked), turn))
     return True
+
+
+def _running(text: str) -> list[int] | None:
+    """A recorded running total, or None when it is not four token counts
+    (written by an older spex from a number that was no usage)."""
+    try:
+        total = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(total, list) or len(total) != len(KINDS):
+        return None
+    counts = [token_count(n) for n in total]
+    return None if None in counts else [int(n or 0) for n in counts]
 
 
 def rebuild_usage_days(db: sqlite3.Connection) -> None:

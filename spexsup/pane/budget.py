@@ -12,7 +12,9 @@ ends the turn's processes as a time limit does (`python -m
 spexsup.pane.deadline`).
 A cost it cannot know (no price, no reported cost: codex prints none until
 the end) is never counted as zero, nor against the budget: the pane says so
-once.
+once. So is the spend of a message or step whose count or cost is no usage
+number (infinite, NaN, negative, past `usage.MAX_TOKENS` or `MAX_COST`):
+the budget goes on counting the others.
 
 Lean: the renderer runs on every turn of a JSON-speaking harness.
 """
@@ -23,6 +25,8 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+
+from spexsup.usage import reported_cost, token_count
 
 FILE = "budget"
 OVER = "over-budget"
@@ -42,7 +46,7 @@ class Watch:
         self.messages: dict[str, tuple[str | None, list[int]]] = {}
         self.reported = 0.0  # costs the CLI printed for a step or message
         self.estimated = 0.0
-        self.unpriced: set[str] = set()
+        self.said: set[str] = set()  # what the pane said it cannot count
         self.tripped = False
 
     @classmethod
@@ -67,9 +71,9 @@ class Watch:
                 total += count * per_million / 1_000_000
         return total
 
-    def _add(self, model: str | None, counts: list[int], cost: object) -> None:
-        if isinstance(cost, int | float) and not isinstance(cost, bool) and cost > 0:
-            self.reported += float(cost)
+    def _add(self, model: str | None, counts: list[int], cost: float | None) -> None:
+        if cost is not None and cost > 0:
+            self.reported += cost
             return
         if not any(counts):
             return
@@ -81,13 +85,49 @@ class Watch:
 
     def _unpriced(self, model: str | None) -> None:
         name = model or "its model"
-        if name not in self.unpriced:
-            self.unpriced.add(name)
-            print(
-                f"[spex] budget: {name} has no price ([pricing] in config.toml) and no cost"
-                " was reported: its spend is not counted against the budget",
-                flush=True,
-            )
+        self._say(
+            name,
+            f"{name} has no price ([pricing] in config.toml) and no cost"
+            " was reported: its spend is not counted against the budget",
+        )
+
+    def _say(self, key: str, text: str) -> None:
+        """Say `text` in the pane, once for each `key`."""
+        if key not in self.said:
+            self.said.add(key)
+            print(f"[spex] budget: {text}", flush=True)
+
+    def _counts(self, table: dict[str, Any], where: str, *keys: str) -> list[int] | None:
+        """The token counts of `keys` (0 for an absent one); None, said once,
+        when one is no count: that spend is unknown."""
+        out = []
+        for key in keys:
+            value = table.get(key)
+            n = 0 if value is None else token_count(value)
+            if n is None:
+                self._no_usage(f"{where}.{key}" if where else key, value)
+                return None
+            out.append(n)
+        return out
+
+    def _cost(self, table: dict[str, Any], where: str, key: str) -> tuple[bool, float | None]:
+        """(sound, the cost `table[key]`, None when none was printed); not
+        sound, said once, when it is no cost: that spend is unknown."""
+        value = table.get(key)
+        if value is None:
+            return True, None
+        cost = reported_cost(value)
+        if cost is None:
+            self._no_usage(f"{where}.{key}" if where else key, value)
+        return cost is not None, cost
+
+    def _no_usage(self, field: str, value: object) -> None:
+        shown = json.dumps(value) if isinstance(value, int | float) else type(value).__name__
+        self._say(
+            field,
+            f"{field} = {shown[:40]} is no usage number: that spend is unknown and not"
+            " counted against the budget",
+        )
 
     def spent(self) -> float:
         live = 0.0
@@ -103,45 +143,41 @@ class Watch:
         if kind == "assistant":  # claude: one API message's usage so far
             message = event.get("message")
             if isinstance(message, dict) and isinstance(message.get("usage"), dict):
-                u = message["usage"]
-                counts = [
-                    _n(u.get("input_tokens")),
-                    _n(u.get("output_tokens")),
-                    _n(u.get("cache_read_input_tokens")),
-                    _n(u.get("cache_creation_input_tokens")),
-                ]
+                counts = self._counts(
+                    message["usage"],
+                    "usage",
+                    "input_tokens",
+                    "output_tokens",
+                    "cache_read_input_tokens",
+                    "cache_creation_input_tokens",
+                )
                 model = message.get("model") if isinstance(message.get("model"), str) else None
                 key = str(message.get("id") or len(self.messages))
-                self.messages[key] = (model, counts)
-                if self._estimate(model, counts) is None and any(counts):
-                    self._unpriced(model)
+                if counts is not None:
+                    self.messages[key] = (model, counts)
+                    if self._estimate(model, counts) is None and any(counts):
+                        self._unpriced(model)
         elif kind == "result":
             # The run's end: its cost is the usage rows' now; nothing is left to stop.
             return
         elif kind == "step_finish":  # opencode: one step's tokens and cost
             part = _table(event.get("part"))
             t = _table(part.get("tokens"))
-            cache = _table(t.get("cache"))
-            counts = [
-                _n(t.get("input")),
-                _n(t.get("output")) + _n(t.get("reasoning")),
-                _n(cache.get("read")),
-                _n(cache.get("write")),
-            ]
-            self._add(None, counts, part.get("cost"))
+            counts = self._counts(t, "tokens", "input", "output", "reasoning")
+            cache = self._counts(_table(t.get("cache")), "tokens.cache", "read", "write")
+            sound, cost = self._cost(part, "", "cost")
+            if counts is not None and cache is not None and sound:
+                fresh, output, reasoning = counts
+                self._add(None, [fresh, output + reasoning, *cache], cost)
         elif kind == "message_end":  # pi: one message's usage and cost
             message = event.get("message")
             if isinstance(message, dict) and isinstance(message.get("usage"), dict):
                 u = message["usage"]
-                cost = _table(u.get("cost"))
-                counts = [
-                    _n(u.get("input")),
-                    _n(u.get("output")),
-                    _n(u.get("cacheRead")),
-                    _n(u.get("cacheWrite")),
-                ]
+                counts = self._counts(u, "usage", "input", "output", "cacheRead", "cacheWrite")
+                sound, cost = self._cost(_table(u.get("cost")), "usage.cost", "total")
                 model = message.get("model") if isinstance(message.get("model"), str) else None
-                self._add(model, counts, cost.get("total"))
+                if counts is not None and sound:
+                    self._add(model, counts, cost)
         if not self.tripped and self.spent() >= self.amount:
             self.trip()
 
@@ -167,10 +203,6 @@ class Watch:
 
 def _table(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _n(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _money(amount: float) -> str:

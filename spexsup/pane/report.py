@@ -492,14 +492,16 @@ def spending(
         found = last if final and last is not None else outcome.read(path, parser)
         parts = []
         spent = found.spent
-        for (name, priced), part in spent.parts.items():
+        for key, part in spent.parts.items():
+            name, priced = key
             if name is None and harness in ("codex", "opencode"):
                 if not looked:
                     from spexsup import convstore
 
                     model, looked = convstore.model(harness, conversation), True
                 name = model
-            counts = [int(n) for n in part[:4]]
+            # A count that was no number of tokens leaves the part's unknown.
+            counts = None if key in spent.unknown else [int(n) for n in part[:4]]
             parts.append((name, counts, part[4] if priced else None))
         runs.append(
             {
@@ -507,6 +509,7 @@ def spending(
                 "cause": cause if final else ended,
                 "exact": spent.exact,
                 "parts": parts if spent.metered else [],
+                "bad": spent.bad,
                 "running": spent.running,
                 # The first run resumed what the wake resumed; a later one
                 # (after a usage-limit wait) always resumes the conversation.
