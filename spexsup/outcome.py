@@ -432,6 +432,8 @@ def describe(flags: list[str]) -> str:
             parts.append("ended asking a question")
         elif f == "verified":
             parts.append("verified")
+        elif f == "orphaned":
+            parts.append("its agent outlived its pane")
     return "; ".join(parts)
 
 
