@@ -66,13 +66,23 @@ class UnknownSession(Refused):
 
 
 class SessionBusy(Refused):
-    """A turn runs: the session takes no other one until it ends."""
+    """A turn runs: the session takes no other one until it ends. An
+    `orphaned` one (its pane gone, its agent running on as `survivors`) is
+    named so: only a stop ends it."""
 
-    def __init__(self, session: str, turn: str | None) -> None:
-        super().__init__(
-            f"session {session!r} is busy with turn {turn}",
-            hint=f"spex wait {session}, or spex stop {session}",
-        )
+    def __init__(self, session: str, turn: str | None, survivors: Sequence[int] = ()) -> None:
+        if survivors:
+            pids = ", ".join(map(str, survivors))
+            super().__init__(
+                f"session {session!r} is busy with turn {turn}, whose agent (pid {pids})"
+                " runs on without its pane",
+                hint=f"spex stop {session} ends it",
+            )
+        else:
+            super().__init__(
+                f"session {session!r} is busy with turn {turn}",
+                hint=f"spex wait {session}, or spex stop {session}",
+            )
         self.session = session
         self.turn = turn
 

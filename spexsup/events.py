@@ -51,6 +51,7 @@ TURN_KINDS = (
     "fell-back",
     "verifying",
     "verified",
+    "orphaned",
 )
 SESSION_KINDS = (
     "created",

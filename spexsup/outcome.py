@@ -437,6 +437,8 @@ def describe(flags: list[str]) -> str:
             parts.append("sandboxed")
         elif f.startswith(BAD_USAGE):
             parts.append(f"{f.removeprefix(BAD_USAGE)} was no usage number: unknown")
+        elif f == "orphaned":
+            parts.append("its agent outlived its pane")
     hosts = [f.split(":", 1)[1] for f in flags if f.startswith("denied-net:")]
     if hosts:
         parts.append(f"sandbox denied {', '.join(hosts)}")

@@ -96,6 +96,25 @@ def command_line_liveness(pid: int, word: str) -> Liveness:
     return Liveness.ALIVE if os.fsencode(word) in argv else Liveness.DEAD
 
 
+def tagged_liveness(pid: int, turn_id: str) -> Liveness:
+    """Is `pid` alive (not a zombie) with `SPEXSUP_TURN=<turn_id>` in its
+    environment? Two reads of /proc: how a reader re-checks the survivors it
+    recorded of a turn without scanning every process (`turn_processes`).
+    Reuse-proof: a turn's id is never another's. A process whose environment
+    we may not read is UNPROVEN."""
+    try:
+        fields = _stat_fields(pid)
+        if fields is None or fields[0] in (b"Z", b"X"):
+            return Liveness.DEAD
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError):
+        return Liveness.DEAD
+    except OSError:
+        return Liveness.UNPROVEN
+    tag = b"SPEXSUP_TURN=" + os.fsencode(turn_id)
+    return Liveness.ALIVE if tag in environ else Liveness.DEAD
+
+
 def is_zombie(pid: int) -> bool:
     fields = _stat_fields(pid)
     return fields is not None and fields[0] == b"Z"

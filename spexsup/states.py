@@ -21,6 +21,10 @@ SKIPPED = "skipped"
 
 ACTIVE = (STARTING, RUNNING)
 ENDS = (COMPLETE, FAILED, ABORTED, LOST, INTERRUPTED, TIMED_OUT, SKIPPED)
+# A flag, not a state: a turn still `running` whose wrapper is gone (its
+# pane closed, its tmux server killed) while processes carrying its
+# SPEXSUP_TURN run on (its `survivors`). Only once none is left is it `lost`.
+ORPHANED = "orphaned"
 
 # A session: `creating` (a worktree session being made), `idle`, `running`
 # (its current turn is active), `failed` (its last turn did not complete),

@@ -397,29 +397,123 @@ def test_ctrl_c_before_launch_aborts_the_turn(env: Env) -> None:
 # --- 6, 7. stop finds everything a turn left --------------------------------
 
 
-def test_stop_reaps_a_lost_turns_survivors(env: Env) -> None:
+def orphaned(env: Env, name: str) -> bool:
+    """Is the current turn of `name` running on without its wrapper?"""
+    t = show(env, name)["turn"]
+    return t["state"] == "running" and "orphaned" in t["flags"]
+
+
+def test_stop_reaps_an_orphaned_turns_survivors(env: Env) -> None:
     env.run("new", "a", "--", harness("ignore_hup.sh"))
     _, v = wake_json(env, "a", "x", "--window", "1")
     assert v["verdict"] == "confirmed"
     os.kill(v["pid"], signal.SIGKILL)
-    assert retry_until(lambda: show(env, "a")["turn"]["state"] == "lost")
+    # The harness outlived its wrapper: the turn is not lost while it runs.
+    assert retry_until(lambda: orphaned(env, "a"))
     assert turn_processes_alive(v["turn"]), "the harness should have outlived its wrapper"
     r = env.run("stop", "a", "--grace", "1")
     assert r.returncode == 0, r.stderr
     assert turn_processes_alive(v["turn"]) == []
+    assert show(env, "a")["turn"]["state"] == "aborted"
 
 
 def test_stop_reaps_survivors_of_a_killed_server(env: Env) -> None:
     env.run("new", "a", "--", harness("ignore_hup.sh"))
     _, v = wake_json(env, "a", "x", "--window", "1")
     env.tmux("kill-server")
-    assert retry_until(lambda: show(env, "a")["turn"]["state"] == "lost")
+    assert retry_until(lambda: orphaned(env, "a"))
     assert turn_processes_alive(v["turn"])
     assert env.run("stop", "a", "--grace", "1").returncode == 0
     assert turn_processes_alive(v["turn"]) == []
     # A second stop is harmless, and the advice of resume holds.
     assert env.run("stop", "a", "--grace", "1").returncode == 0
     assert env.run("resume", "a").returncode == 0
+
+
+def _outlive_the_server(env: Env, name: str) -> tuple[str, int, list[int]]:
+    """A turn of hangup_proof.sh (it ignores SIGHUP and SIGTERM) whose tmux
+    server was killed: its id, its wrapper's pid (gone) and the pids of what
+    runs on, carrying its SPEXSUP_TURN."""
+    started = env.root / f"started-{name}"
+    env.run("new", name, "--env", f"STARTED={started}", "--", harness("hangup_proof.sh"))
+    _, v = wake_json(env, name, "x", "--window", "1")
+    assert v["verdict"] == "confirmed", v
+    assert retry_until(started.exists)
+    assert env.tmux("kill-server").returncode == 0
+
+    def wrapper_gone() -> bool:
+        try:
+            return psutil.Process(v["pid"]).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    assert retry_until(wrapper_gone)
+    agents = sorted(turn_processes_alive(v["turn"]))
+    assert agents, "the agent should have outlived its wrapper and the server"
+    return v["turn"], v["pid"], agents
+
+
+def _kill_turns(*turns: str) -> None:
+    """SIGKILL whatever carries one of `turns` (a test's own, even when it failed)."""
+    for turn in turns:
+        for pid in turn_processes_alive(turn):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+
+
+def test_an_agent_that_outlives_a_killed_server_is_not_lost(env: Env) -> None:
+    turns: list[str] = []
+    try:
+        turn, wrapper, agents = _outlive_the_server(env, "a")
+        turns.append(turn)
+        t = show(env, "a")["turn"]
+        assert (t["id"], t["state"]) == (turn, "running"), t
+        assert "orphaned" in t["flags"] and sorted(t["survivors"]) == agents, t
+        listed = json.loads(env.run("ls", "--json").stdout)
+        assert listed[0]["turn"]["flags"] == ["orphaned"], listed
+        said = env.run("show", "a").stdout
+        assert "orphaned" in said and f"pid {agents[0]}" in said, said
+        # No second agent beside the first in the same cwd.
+        r = env.run("wake", "a", "again", "--window", "1")
+        assert r.returncode == 3, r.stdout + r.stderr
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith("spex: "), r.stderr
+        assert f"pid {agents[0]}" in r.stderr and "spex stop a" in r.stderr, r.stderr
+        assert show(env, "a")["turn"]["id"] == turn
+        # The stop finds it by its environment, and the end is recorded.
+        r = env.run("stop", "a", "--grace", "1")
+        assert r.returncode == 0, r.stderr
+        assert turn_processes_alive(turn) == []
+        t = show(env, "a")["turn"]
+        assert (t["id"], t["state"]) == (turn, "aborted"), t
+        assert t["survivors"] == [], t
+        assert f"pid {wrapper}" not in (t["error"] or ""), t
+    finally:
+        _kill_turns(*turns)
+
+
+def test_a_turn_is_lost_once_its_last_survivor_dies(env: Env) -> None:
+    turns: list[str] = []
+    try:
+        turn, wrapper, agents = _outlive_the_server(env, "a")
+        turns.append(turn)
+        assert show(env, "a")["turn"]["state"] == "running"
+        _kill_turns(turn)
+        assert retry_until(lambda: turn_processes_alive(turn) == [])
+        # The next reader records the end.
+        t = show(env, "a")["turn"]
+        assert (t["id"], t["state"]) == (turn, "lost"), t
+        assert f"the turn's process (pid {wrapper}) is gone" in t["error"], t
+        assert f"pid {agents[0]}" in t["error"] and "ran on" in t["error"], t
+        assert "orphaned" in t["flags"] and t["survivors"] == [], t
+        # The session takes turns again.
+        _, v = wake_json(env, "a", "back", "--window", "1")
+        turns.append(v["turn"])
+        assert v["verdict"] == "confirmed", v
+        assert env.run("stop", "a", "--grace", "1").returncode == 0
+    finally:
+        _kill_turns(*turns)
 
 
 def test_stop_rescans_after_sigterm(env: Env) -> None:

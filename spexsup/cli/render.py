@@ -294,6 +294,12 @@ def turn_line(t: dict[str, Any]) -> str:
         line += f"  {spend_of(t).cost_text()}"
     if t["error"]:
         line += f"  ({t['error']})"
+    elif states.ORPHANED in (t.get("flags") or ()) and t["state"] in states.ACTIVE:
+        pids = ", ".join(map(str, t.get("survivors") or ())) or "unknown"
+        line += (
+            f"  (orphaned: its pane is gone, its agent runs on as pid {pids};"
+            f" spex stop {t['session']} ends it)"
+        )
     elif waiting(t):
         line += f"  (waiting for usage reset {clock(t['waiting_until'])})"
     elif t.get("flags"):

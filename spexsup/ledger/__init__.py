@@ -29,6 +29,7 @@ from spexsup.states import (
     CREATING,
     FAILED,
     IDLE,
+    ORPHANED,
     REMOVING,
     RUNNING,
     SKIPPED,
@@ -291,9 +292,10 @@ def abort_current(
     while it is still busy with this turn. True if this call aborted it."""
     states = (STARTING,) if only_starting else ACTIVE
     marks = ", ".join("?" * len(states))
+    # An orphaned turn's survivors are the stop's to kill: none is left to name.
     cur = db.execute(
         "UPDATE turns SET state = ?, ended_at = ?, rc = coalesce(rc, ?),"
-        f" error = coalesce(error, ?) WHERE id = ? AND state IN ({marks})",
+        f" error = coalesce(error, ?), survivors = NULL WHERE id = ? AND state IN ({marks})",
         (ABORTED, time.time(), rc, why, turn, *states),
     )
     if not cur.rowcount:
@@ -333,6 +335,35 @@ def mark_running(
     if pid is not None and "note" not in confirmed:
         confirmed["pid"] = pid
     events.record(db, "confirmed", session=session, turn=turn, **confirmed)
+    return True
+
+
+def mark_orphaned(
+    db: sqlite3.Connection, session: str, turn: str, *, wrapper: int, survivors: Sequence[int]
+) -> bool:
+    """A `running` turn whose wrapper (pid `wrapper`) is gone while
+    `survivors` (processes carrying its SPEXSUP_TURN) run on: it stays
+    running, flagged `orphaned` with those pids as its `survivors`; its
+    `orphaned` event the first time. False if it was no longer running."""
+    row = db.execute("SELECT state, flags FROM turns WHERE id = ?", (turn,)).fetchone()
+    if row is None or row["state"] != RUNNING:
+        return False
+    db.execute(
+        "UPDATE turns SET flags = ?, survivors = ? WHERE id = ?",
+        (json.dumps([ORPHANED]), json.dumps(list(survivors)), turn),
+    )
+    if ORPHANED not in json.loads(row["flags"] or "[]"):
+        pids = ", ".join(map(str, survivors))
+        why = f"the turn's process (pid {wrapper}) is gone; its agent runs on as pid {pids}"
+        events.record(
+            db,
+            ORPHANED,
+            session=session,
+            turn=turn,
+            error=why,
+            pid=wrapper,
+            survivors=list(survivors),
+        )
     return True
 
 

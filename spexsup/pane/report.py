@@ -32,6 +32,8 @@ from spexsup.states import (
 from spexsup.store import Store
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from spexsup import outcome as outcome_mod
     from spexsup.harness import Harness
     from spexsup.pane import check as verify_mod
@@ -575,6 +577,7 @@ def record_exit(
     adapter: Harness | None = None,
     reporter: bool = False,
     launched: bool | None = None,
+    flags: Sequence[str] | None = None,
 ) -> int:
     """CAS the turn's end; RECORDED if this call recorded it, STALE if it was a no-op.
 
@@ -584,7 +587,8 @@ def record_exit(
     holds nothing hostage (readers take a deferred one over after
     DEFER_BOUND, see turns.reconcile). `launched` says the turn
     provably launched (default: it has an rc), so its `launched` event is
-    recorded first if no one has yet.
+    recorded first if no one has yet. `flags` are the end's when no rc is
+    read (a lost turn that was `orphaned`); with an rc, the output's.
     """
     conversation = conversation_of(store, turn_dir, adapter) if turn_dir else None
     found = None
@@ -650,7 +654,7 @@ def record_exit(
             state,
             rc=rc,
             error=error,
-            flags=found.flags if found is not None else None,
+            flags=found.flags if found is not None else flags,
             cause=found.cause if found is not None else None,
             limit_reset=found.limit_reset if found is not None else None,
             survivors=found.survivors if found is not None else (),

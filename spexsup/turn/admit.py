@@ -39,7 +39,7 @@ from spexsup.procs import (
 from spexsup.sessions import Session
 from spexsup.spex import Spex
 from spexsup.turn import keys
-from spexsup.turn.reconcile import reconcile
+from spexsup.turn.reconcile import orphan_pids, reconcile
 
 DEFAULT_WINDOW = 2.0
 
@@ -227,7 +227,11 @@ def admit(
                 hint=f"spex rm {name} (its branch {session.worktree.branch} is checked first)",
             )
         if session.state == "running":
-            raise SessionBusy(name, session.current_turn)
+            busy = db.execute(
+                "SELECT flags, survivors FROM turns WHERE id = ?", (session.current_turn,)
+            ).fetchone()
+            # An agent running on without its pane is named: only a stop ends it.
+            raise SessionBusy(name, session.current_turn, orphan_pids(busy) if busy else ())
         if not Path(session.cwd).is_dir():
             # tmux would silently start the turn somewhere else.
             raise Failed(

@@ -8,6 +8,7 @@ is taken over; the waves its turns are legs of move on.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from spexsup.procs import (
 )
 from spexsup.sessions import get
 from spexsup.spex import Spex
+from spexsup.states import ORPHANED, RUNNING
 
 
 def _unlaunched(spex: Spex, row: Any, directory: Path) -> Liveness:
@@ -63,11 +65,13 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
     wrapper that is provably gone without a final marker makes the turn
     `lost`; an exit the reporter did not record is recorded; a turn whose
     launcher died after a good start moves on to `running`; a probe that
-    proves nothing leaves the turn alone.
+    proves nothing leaves the turn alone. A wrapper gone while processes
+    carrying the turn's SPEXSUP_TURN run on (an agent that ignores the
+    hangup) leaves the turn running, `orphaned` (see `_orphaned`).
     """
     query = (
         "SELECT t.id, t.session, t.state, t.launcher_pid, t.launcher_token, t.fence,"
-        " t.boot_id FROM sessions s JOIN turns t ON t.id = s.current_turn"
+        " t.boot_id, t.flags, t.survivors FROM sessions s JOIN turns t ON t.id = s.current_turn"
         " WHERE t.state IN ('starting', 'running')"
     )
     rows = spex.store.db.execute(query).fetchall()
@@ -162,7 +166,8 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
         report.record_exit(spex.store, name, turn, m.rc, directory)
     elif m.stage in marker.LIVE or m.stage is Stage.REPORTING:
         assert m.pid is not None
-        alive = turndir.wrapper_liveness(m.pid, directory)
+        wrapper = m.pid
+        alive = turndir.wrapper_liveness(wrapper, directory)
         if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:
             with spex.store.tx() as db:
                 why = "the spex wake that started it died; the turn runs on"
@@ -183,12 +188,25 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
         else:
             if m.stage is Stage.VERIFYING:
                 _end_check(turn, directory)
+            elif _orphaned(spex, row, wrapper):
+                return
             why = (
                 f"the turn's process (pid {m.pid}) is gone and never recorded how it ended"
                 " (its pane was closed, the tmux server died, or the machine restarted)"
             )
+            ran_on = orphan_pids(row)
+            if ran_on:
+                why += f"; its agent ran on without it (pid {_pids(ran_on)}) until it ended"
             report.record_exit(
-                spex.store, name, turn, None, directory, state="lost", error=why, launched=True
+                spex.store,
+                name,
+                turn,
+                None,
+                directory,
+                state="lost",
+                error=why,
+                launched=True,
+                flags=[ORPHANED] if ran_on else None,
             )
     elif m.stage is Stage.INVALID:
         why = f"the turn's record is unreadable ({m.text!r})"
@@ -196,6 +214,48 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
     elif _unlaunched(spex, row, directory) is Liveness.DEAD:
         why = "the spex wake that started it died before the turn confirmed its start"
         report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+
+
+def _orphaned(spex: Spex, row: Any, wrapper: int) -> bool:
+    """Does the turn run on without its wrapper (pid `wrapper`, gone)? An
+    agent that ignores SIGHUP outlives its pane and its tmux server: while
+    any process carrying the turn's SPEXSUP_TURN lives, the turn is not
+    lost but `running`, flagged `orphaned`, those pids its `survivors` (a
+    stop finds them by the same tag; a wake is refused meanwhile).
+
+    Scanning every process's environment is the rare path, taken once when
+    the wrapper is found gone and again only when every survivor recorded
+    is: each later reader re-checks the recorded pids alone (two reads of
+    /proc each), and writes only when they changed. A survivor whose
+    liveness cannot be proven counts as alive."""
+    from spexsup.procs import tagged_liveness, turn_processes
+
+    name, turn = row["session"], row["id"]
+    recorded = orphan_pids(row)
+    left = [pid for pid in recorded if tagged_liveness(pid, turn) is not Liveness.DEAD]
+    if not left:
+        left = sorted(p.pid for p in turn_processes(turn, None))
+    if not left:
+        return False
+    if row["state"] == RUNNING and left == recorded:
+        return True
+    with spex.store.tx() as db:
+        why = "the spex wake that started it died; the turn runs on"
+        ledger.mark_running(db, name, turn, pid=wrapper, note=why)
+        ledger.mark_orphaned(db, name, turn, wrapper=wrapper, survivors=left)
+    return True
+
+
+def orphan_pids(row: Any) -> list[int]:
+    """The survivors recorded of an `orphaned` turn (none of any other), from
+    its row's `flags` and `survivors`."""
+    if ORPHANED not in json.loads(row["flags"] or "[]"):
+        return []
+    return [int(pid) for pid in json.loads(row["survivors"] or "[]")]
+
+
+def _pids(pids: Sequence[int]) -> str:
+    return ", ".join(map(str, pids))
 
 
 def _end_check(turn: str, directory: Path) -> None:
