@@ -22,7 +22,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 
-from spexsup.doors.mcp_server import CHANGING, READING
+from spexsup.doors.mcp_server import BOUNDS, CHANGING, MAX_ITEMS, READING
 
 TRICKY = "say \"hi\" 'there'\n$(touch /tmp/nope) `id` -lead\ttab é ✓ \\ {x}\n\nend"
 
@@ -231,6 +231,63 @@ def test_a_nul_byte_in_an_argument_is_invalid_input(env: Env) -> None:
             "exit_code": 2,
         }
     assert env.run("show", "d", "--json").stdout.count('"turn": null') == 1
+
+
+def test_every_argument_over_its_bound_is_spex_own_invalid_input(env: Env) -> None:
+    """A 200 KB match was `Error executing tool` and E2BIG's traceback (one
+    argv word over the kernel's 128 KiB): every argument the door puts on the
+    command line has a bound, and a call over it is a tool error naming the
+    argument and its bound, exit code 2, before any spex runs."""
+    assert env.run("new", "d", "--harness", "demo").returncode == 0
+    big = "x" * 200_000
+    over = {key: "y" * (bound.limit + 1) for key, bound in BOUNDS.items()}
+    calls: list[tuple[str, dict[str, Any], str]] = [
+        ("list_sessions", {"match": big}, "match is 200000 bytes, over its bound of 1024"),
+        ("list_sessions", {"state": over["state"]}, "state is 257 bytes"),
+        ("show_session", {"name": big}, "name is 200000 bytes"),
+        ("read_log", {"name": "d", "turn": over["turn"]}, "turn is 257 bytes"),
+        ("show_wave", {"wave": over["wave"]}, "wave is 257 bytes"),
+        ("events_since", {"since": over["since"]}, "since is 257 bytes"),
+        ("events_since", {"session": ["d", big]}, "session is 200000 bytes"),
+        ("events_since", {"kind": [over["kind"]]}, "kind is 257 bytes"),
+        ("wait", {"names": ["d", big]}, "names is 200000 bytes"),
+        ("stop", {"names": ["d"] * (MAX_ITEMS + 1)}, f"names has {MAX_ITEMS + 1} items"),
+        ("stop", {"names": ["d"], "grace": over["grace"]}, "grace is 257 bytes"),
+        ("wake", {"name": "d", "prompt": "x", "key": "é" * 600}, "key is 1200 bytes"),
+        ("wake", {"name": "d", "prompt": "x", "window": big}, "window is 200000 bytes"),
+        ("wake", {"name": "d", "prompt": "x", "timeout": big}, "timeout is 200000 bytes"),
+        ("wake", {"name": "d", "prompt": "x", "verify": big}, "verify is 200000 bytes"),
+        ("resume", {"name": big}, "name is 200000 bytes"),
+        ("fanout", {"prompt": "x", "match": big}, "match is 200000 bytes"),
+        ("fanout", {"prompt": "x", "names": ["d", big]}, "names is 200000 bytes"),
+    ]
+    answers: list[CallToolResult] = []
+    bounded: dict[str, set[str]] = {}
+
+    async def body(session: ClientSession) -> None:
+        for listed in (await session.list_tools()).tools:
+            props = listed.input_schema["properties"]
+            words = {k for k, v in props.items() if "string" in json.dumps(v)}
+            bounded[listed.name] = words - {"prompt"}  # on stdin, under the CLI's 1 MiB
+        for tool, arguments, _ in calls:
+            answers.append(await session.call_tool(tool, arguments))
+        at = await session.call_tool("list_sessions", {"match": "d" + "*" * 1023})
+        assert not at.is_error and at.structured_content is not None, texts(at)
+        assert [s["name"] for s in at.structured_content["result"]] == ["d"]
+        with pytest.raises(Exception, match="name is 257 bytes"):
+            await session.read_resource(f"spex://sessions/{over['name']}/log")
+
+    drive(env, body)
+    assert all(words <= set(BOUNDS) for words in bounded.values()), bounded
+    for (tool, _, said), answer in zip(calls, answers, strict=True):
+        first = texts(answer)[0]
+        assert answer.is_error, (tool, first[:300])
+        assert first.startswith(f"spex: {said}") and first.endswith(" (exit code 2)"), first
+        assert first.count("\n") == 0 and "Traceback" not in "".join(texts(answer))
+        assert answer.structured_content is not None
+        assert answer.structured_content["exit_code"] == 2
+    shown = json.loads(env.run("show", "d", "--json").stdout)
+    assert shown["turn"] is None and shown["state"] == "idle"  # nothing ran
 
 
 def test_a_number_of_seconds_reaches_the_cli_as_typed_not_as_an_exponent(env: Env) -> None:

@@ -362,12 +362,12 @@ def test_wake_stop_resume_answer_as_the_cli_does(env: Env, server: Server) -> No
     """Bearer clients (scripts) need no CSRF token and may ask for the JSON."""
     js = {"Accept": "application/json"}
     status, headers, body = server.request("POST", "/s/nosuch/wake", headers=js, body=b"prompt=x")
-    assert (status, headers["x-spex-exit-code"]) == (409, "3")
+    assert (status, headers["x-spex-exit-code"]) == (404, "3")
     cli = env.run("wake", "nosuch", "x", "--json")
     assert json.loads(body) == json.loads(cli.stdout)  # the CLI's own document
     said = cli.stderr.strip()  # spex: no session named 'nosuch' (…)
     status, _, body = server.request("POST", "/s/nosuch/wake", body=b"prompt=x")
-    assert status == 409 and said.replace("'", "&#39;").encode() in body
+    assert status == 404 and said.replace("'", "&#39;").encode() in body
     assert server.request("GET", "/s/bad.name")[0] == 400
     assert server.request("GET", "/s/nosuch")[0] == 404
     go = new_until_go(env, "api")
@@ -390,6 +390,28 @@ def test_wake_stop_resume_answer_as_the_cli_does(env: Env, server: Server) -> No
     status, _, _ = server.request("POST", "/s/api/wake", body=b"prompt=" + b"x" * (4 << 20))
     assert status == 413
     go.touch()
+
+
+def test_every_post_to_an_unknown_session_is_404_as_its_get(env: Env, server: Server) -> None:
+    """A POST to /s/UNKNOWN/wake, /stop or /resume said 409 (the CLI's exit 3,
+    a refusal of a state); there is no session, as GET /s/UNKNOWN says: 404,
+    with the CLI's line or document, and nothing happens."""
+    new_until_go(env, "api")  # a home with a session in it, and its events
+    before = event_count(env)
+    said = env.run("wake", "nosuch", "x").stderr.strip().encode()  # spex: no session named …
+    assert server.request("GET", "/s/nosuch")[0] == 404
+    for action, body in (("wake", b"prompt=x"), ("stop", b"confirm=yes"), ("stop", b""),
+                         ("resume", b"")):  # fmt: skip
+        status, headers, page = server.request("POST", f"/s/nosuch/{action}", body=body)
+        assert status == 404 and said in page.replace(b"&#39;", b"'"), (action, body, page[:300])
+        js = {"Accept": "application/json"}
+        status, headers, page = server.request("POST", f"/s/nosuch/{action}", body=body, headers=js)
+        assert status == 404, (action, body, status, page[:300])
+        if body != b"":  # a stop without confirm=yes asks first: no command, no document
+            doc = json.loads(page)
+            assert (doc["ok"], doc["exit_code"], headers["x-spex-exit-code"]) == (False, 3, "3")
+    assert event_count(env) == before and state(env, "api")["state"] != "stopped"
+    assert env.run("show", "nosuch").returncode == 3
 
 
 def test_hostile_names_prompts_and_output_are_text(env: Env, server: Server) -> None:

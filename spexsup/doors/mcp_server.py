@@ -19,11 +19,13 @@ does a Ctrl-C, and SIGKILL `STOP_GRACE` seconds later.
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import json
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Annotated, Any
@@ -55,6 +57,41 @@ STOP_GRACE = 10.0
 # The longest `wait` a client may ask for, in seconds.
 MAX_WAIT = 3600
 LOG_URI = "spex://sessions/{name}/log"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The most UTF-8 bytes one argument may carry to the CLI's command line,
+    and what the argument is (said when it is over)."""
+
+    limit: int
+    what: str
+
+
+# Every argument a tool puts on the CLI's command line, by parameter name (a
+# list's bound is each item's). The kernel refuses one word over 128 KiB
+# and a command line over ARG_MAX (E2BIG): these keep every call far below
+# both and say which argument was over. A prompt goes on stdin (the CLI's
+# 1 MiB bound applies there).
+WORD = 256  # a session name is 1-64 characters, HOST:NAME 129; an id 64
+BOUNDS = {
+    "name": Bound(WORD, "a session name"),
+    "names": Bound(WORD, "a session name"),
+    "session": Bound(WORD, "a session name"),
+    "match": Bound(1024, "a glob of session names"),
+    "state": Bound(WORD, "a state"),
+    "kind": Bound(WORD, "an event kind"),
+    "turn": Bound(WORD, "a turn id"),
+    "wave": Bound(WORD, "a wave id"),
+    "since": Bound(WORD, "an event id, a duration or a time"),
+    "window": Bound(WORD, "a duration"),
+    "timeout": Bound(WORD, "a duration"),
+    "grace": Bound(WORD, "a duration"),
+    "key": Bound(1024, "a key of at most 200 characters"),
+    "verify": Bound(64 * 1024, "a check command"),
+}
+# The most items a list argument (names, session, kind) may hold.
+MAX_ITEMS = 1000
 
 INSTRUCTIONS = """\
 spex supervises coding-agent sessions in tmux panes. wake starts a turn and
@@ -92,12 +129,16 @@ class Runner:
             if "\0" in word:
                 said = f"spex: {clip(repr(word))} contains a NUL byte (arguments are NUL-free text)"
                 return Ran(2, b"", said.encode() + b"\n")
-        process = await anyio.open_process(
-            [*self.argv, *words],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        try:
+            process = await anyio.open_process(
+                [*self.argv, *words],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        except OSError as e:  # BOUNDS keep E2BIG away; a full process table does not
+            code = 2 if e.errno == errno.E2BIG else 1
+            return Ran(code, b"", f"spex: cannot run spex: {e.strerror}\n".encode())
         out, err = bytearray(), bytearray()
         try:
             async with anyio.create_task_group() as tg:
@@ -112,6 +153,38 @@ class Runner:
             raise
         await process.aclose()
         return Ran(code, bytes(out), bytes(err))
+
+
+def over_bound(arguments: Mapping[str, object]) -> Ran | None:
+    """Exit 2 with spex's one line if an argument is over its `BOUNDS` (or a
+    list over MAX_ITEMS), naming it and its bound; else None."""
+    for key, value in arguments.items():
+        bound = BOUNDS.get(key)
+        if bound is None:
+            continue
+        items = value if isinstance(value, list) else [value]
+        if len(items) > MAX_ITEMS:
+            said = f"{key} has {len(items)} items, over its bound of {MAX_ITEMS}"
+            return Ran(2, b"", f"spex: {said}\n".encode())
+        for item in items:
+            size = len(item.encode("utf-8", "surrogatepass")) if isinstance(item, str) else 0
+            if size > bound.limit:
+                said = f"{key} is {size} bytes, over its bound of {bound.limit} ({bound.what})"
+                return Ran(2, b"", f"spex: {said}\n".encode())
+    return None
+
+
+def bounded(tool: Callable[..., Awaitable[CallToolResult]]) -> Callable[..., Any]:
+    """`tool`, answering a call with an argument over its bound as a tool
+    error (exit code 2) before any spex runs. The SDK reads the schema
+    through `__wrapped__`."""
+
+    @functools.wraps(tool)
+    async def checked(**arguments: Any) -> CallToolResult:
+        refused = over_bound(arguments)
+        return result(refused) if refused else await tool(**arguments)
+
+    return checked
 
 
 async def _feed(process: Process, data: bytes) -> None:
@@ -289,7 +362,8 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         mime_type="text/plain",
     )
     async def session_log(name: str) -> str:
-        ran = await run(typed("log", [name], []))  # `--help` is a bad name, not an option
+        # `--help` is a bad name, not an option
+        ran = over_bound({"name": name}) or await run(typed("log", [name], []))
         if ran.code != 0:
             raise ResourceError(message(ran, None))
         return readable(ran.stdout)
@@ -522,7 +596,7 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         "fanout": ToolAnnotations(destructive_hint=False, open_world_hint=False),
     }
     for name in (*READING, *(() if read_only else CHANGING)):
-        server.add_tool(tools[name], name=name, annotations=changes.get(name, reads))
+        server.add_tool(bounded(tools[name]), name=name, annotations=changes.get(name, reads))
     return server
 
 
@@ -551,4 +625,4 @@ def serve(options: Sequence[str], *, read_only: bool = False) -> int:
     return code
 
 
-__all__ = ["CHANGING", "READING", "Runner", "build", "serve"]
+__all__ = ["BOUNDS", "CHANGING", "MAX_ITEMS", "READING", "Runner", "build", "serve"]

@@ -36,8 +36,8 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from spexsup import ids
-from spexsup.errors import Invalid, SpexError, UnknownSession
+from spexsup import ids, sessions
+from spexsup.errors import Invalid, Refused, SpexError, UnknownSession
 from spexsup.web import actions, auth, views
 from spexsup.web.live import Broadcaster, event_stream, log_stream
 
@@ -335,8 +335,17 @@ def routes(web: Web) -> list[Route]:
         context = await in_thread(session_context, name, None)
         return web.render(request, "stop.html", page="confirm", title=f"stop {name}", **context)
 
+    def known(name: str) -> bool:
+        try:
+            sessions.get(views.spex_for(home), name)
+        except UnknownSession:
+            return False
+        return True
+
     async def answered(request: Request, answer: actions.Answer) -> Response:
-        status = status_of(answer.exit_code)
+        status, name = status_of(answer.exit_code), session_name(request)
+        if answer.exit_code == Refused.exit_code and not await in_thread(known, name):
+            status = 404  # no such session, as its GET says (not 409, a state's refusal)
         if wants_json(request):
             response: Response = JSONResponse(answer.doc, status)
         else:
