@@ -144,7 +144,17 @@ sandbox_inside='net_ns=$1 pid_ns=$2 pwrite=$3 pread=$4
 shift 4
 # A 2 ms pause without a fork: a read that times out on a pipe we hold both ends of.
 exec {pause}<> <(:)
-held=""
+held="" caps=""
+# A capability left (bubblewrap run by root keeps them all) would undo any of
+# it by a mount.
+while read -r key value; do
+    [ "$key" = CapEff: ] && caps=$value
+done </proc/self/status
+if [ -z "$caps" ]; then
+    held="$held; cannot read its capabilities"
+elif [ -n "${caps//0/}" ]; then
+    held="$held; keeps capabilities $caps"
+fi
 ( : >"$pwrite" ) 2>/dev/null && held="$held; wrote $pwrite"
 c=$(head -c 64 -- "$pread" 2>/dev/null) && [ -n "$c" ] && held="$held; read $pread"
 [ -n "$net_ns" ] && [ "$(readlink /proc/self/ns/net)" = "$net_ns" ] &&

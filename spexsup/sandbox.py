@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -75,6 +76,11 @@ DEFAULT_DENY_READ = (
     "~/.config/chromium",
     "~/.config/BraveSoftware",
     "~/.local/share/keyrings",
+    # Sockets are reached on a read-only file system too: the runtime
+    # directory holds the session bus (whose systemd runs any command
+    # outside) and spex's own ssh control masters (a shell on each host).
+    "$XDG_RUNTIME_DIR",
+    "$SSH_AUTH_SOCK",
 )
 
 
@@ -198,6 +204,8 @@ def plan(
         *paths(policy.deny_read),
         spex_home,
         tmux_dir,
+        Path(f"/run/user/{os.getuid()}"),
+        Path(tempfile.gettempdir()) / f"spexsup-ssh-{os.getuid()}",
         *(w for w in other_worktrees if w != cwd),
     ]
     # /tmp is the sandbox's own (a tmpfs): nothing under it needs hiding.
@@ -230,7 +238,9 @@ def bwrap_argv(plan: Plan, binary: str = ENGINE) -> list[str]:
     inside a hidden directory shows, a secret inside a writable cwd stays
     hidden; at one depth the hiding comes last."""
     argv = [binary, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc"]
-    argv += ["--unshare-cgroup-try"]
+    # Run by root, bubblewrap keeps every capability inside, with which a
+    # mount undoes the sandbox (`mount -o remount,rw /`, `umount ~/.ssh`).
+    argv += ["--unshare-cgroup-try", "--cap-drop", "ALL"]
     if plan.policy.network is not Network.OPEN:
         argv.append("--unshare-net")
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -247,6 +257,12 @@ def bwrap_argv(plan: Plan, binary: str = ENGINE) -> list[str]:
             mounts.append((len(path.parts), 1, ["--ro-bind", "/dev/null", str(path)]))
     for _, _, words in sorted(mounts, key=lambda m: (m[0], m[1])):
         argv += words
+    # A hidden directory is an empty one that cannot be written either: a
+    # write there fails as a write outside does, rather than vanishing with
+    # the tmpfs. Last, so deeper mounts could still make their mount points.
+    for path in plan.hidden:
+        if path.is_dir():
+            argv += ["--remount-ro", str(path)]
     argv += ["--unsetenv", "TMUX", "--unsetenv", "TMUX_PANE", "--setenv", "SPEXSUP_SANDBOX", "1"]
     argv += ["--chdir", str(plan.cwd)]
     return argv

@@ -30,6 +30,7 @@ atomically), which the sandbox waits for; it ends when its wrapper is gone
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import threading
@@ -58,6 +59,10 @@ def base_url_hosts(env: Mapping[str, str]) -> list[str]:
         if host and (port or scheme in ("http", "https")):
             found.append(f"{host}:{port or (443 if scheme == 'https' else 80)}")
     return found
+
+
+# A DNS name or an IPv4 or IPv6 address: what a request may name as its host.
+HOST_NAME = re.compile(r"[A-Za-z0-9._-]{1,253}|[0-9A-Fa-f:.]{2,45}")
 
 
 def split_host(entry: str) -> tuple[str, int | None]:
@@ -158,6 +163,11 @@ class Gate:
             start = f"{method} /{path} {version}\r\n".encode("latin-1")
             forward = start + headers + b"\r\n\r\n" + early
         else:
+            answer(conn, 400, "Bad Request")
+            return
+        if not HOST_NAME.fullmatch(host) or not 0 < (port or 1) < 65536:
+            # No host at all: nothing is recorded of it, for what the gate
+            # records becomes a flag of the turn (a line, an escape).
             answer(conn, 400, "Bad Request")
             return
         if port is None or (host.lower(), port) not in self.allowed:
