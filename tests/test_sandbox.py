@@ -368,7 +368,7 @@ def test_a_setsid_daemon_does_not_outlive_its_turn(sbx: Env) -> None:
     v = wake(sbx, "a", "daemon", window="0.3")
     assert v["verdict"] == "confirmed", v
     # daemon.pid is written at the fork, before the exec that names it.
-    assert retry_until(lambda: daemons(v["turn"]), seconds=30)
+    assert retry_until(lambda: bool(daemons(v["turn"])), seconds=30)
     # It runs, out of the turn's session and environment.
     [daemon] = daemons(v["turn"])
     assert daemon.environ().get("SPEXSUP_TURN") is None
