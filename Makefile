@@ -86,9 +86,13 @@ $(REAL_CLIS)/node_modules/.bin/pi: | system-real
 
 # Against a fake model server on 127.0.0.1 (tests/modelserver.py): 3 workers
 # keep the ~50 tests near 5 minutes on 2 cores (about 12 serially).
+# The homes live on a disk, not in /tmp, as a user's do: codex 0.17x will not
+# put its sandbox helper (codex-linux-sandbox, run by bubblewrap) under a
+# CODEX_HOME in /tmp, and its shell tool then fails.
+REAL_TMP ?= /var/tmp/spexsup-real-$(shell id -u)
 test-real: system-real $(STAMP) compile $(REAL_CLIS)/node_modules/.bin/pi
 	SPEXSUP_REAL_CLI_BIN=$(REAL_CLIS)/node_modules/.bin \
-	  $(BIN)/python -m pytest -q -s -n 3 -m real tests/test_real_harnesses.py
+	  $(BIN)/python -m pytest -q -s -n 3 -m real --basetemp $(REAL_TMP) tests/test_real_harnesses.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
