@@ -137,7 +137,11 @@ def test_stop_pauses_the_queue_resume_continues_it_and_rm_refuses_it(env: Env) -
 
 
 def test_queue_rm_and_clear_and_their_refusals(env: Env) -> None:
-    slow(env, "a", 5)
+    # The first turn runs until the test is done: its end would start the
+    # next queued prompt (a 5 s turn ended before `queue clear` under load).
+    go = env.root / "go"
+    script = f"while [ ! -e {go} ]; do sleep 0.05; done"
+    assert env.run("new", "a", "--", "bash", "-c", script).returncode == 0
     assert wake(env, "a", "first", "--window", "0.3")[1]["verdict"] == "confirmed"
     one = wake(env, "a", "--queue", "two")[1]["queued"]
     wake(env, "a", "--queue", "three")
@@ -153,7 +157,6 @@ def test_queue_rm_and_clear_and_their_refusals(env: Env) -> None:
     assert json.loads(env.run("queue", "ls", "--json").stdout) == []
     assert not list((env.home / "queue").glob("*.prompt"))
     assert env.run("stop", "a", "--grace", "1").returncode == 0
-    time.sleep(0.5)
     assert len(turns_of(env, "a")) == 1
 
 
