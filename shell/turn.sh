@@ -20,6 +20,9 @@
 #
 # Marker states, each written atomically (tmp + mv -f):
 #   running:<pid>  ->  reporting:<pid>:<rc>  ->  exit:<rc>:cas:<cas>
+# the final two followed by :ran:<ms> (this wrapper's own run time) and,
+# when output.log could not keep all the harness printed, :lost:<bytes>
+# (:lost:? when how much is unknown);
 # and, with a verify command after a clean exit, running:<pid> ->
 # verifying:<pid> -> reporting:<pid>:0 (the check's rc in verify-rc) -> …
 # and, waiting for a usage limit to reset (`on-limit`), running:<pid> ->
@@ -271,6 +274,9 @@ fi
 
 dir=${1:?usage: turn.sh TURN_DIR}
 pid=$$
+# The turn's run time is the wrapper's own, from here to its end (`ran:` in
+# the final markers): never when a reader came to record the end.
+began=${EPOCHREALTIME//[!0-9]/}
 
 # Our files (marker, output.log) are private, 0600; the harness and the shell
 # that follows get the user's own umask back.
@@ -466,6 +472,42 @@ if [ -r "$dir/deadline" ] && [ ${#reporter[@]} -gt 0 ] && [ -z "$refused" ]; the
     start_watchdog "$limit" "$grace" timed-out
 fi
 
+# What the harness prints is counted on its way to output.log (`wc -c`, fed
+# by a tee through `tap`): when the log's writer fails a write (a full disk;
+# tee and the renderer exit 1 then, and go on showing the pane), the bytes it
+# could not keep are the count less what the log grew by, said in the final
+# markers (`lost:`). `count_start` opens the count; `count_end` closes it
+# and reads it into `seen` ("" when the counter was killed: unknown).
+count_start() {
+    local p
+    exec {p}<> <(:)
+    exec {counted}< <(exec wc -c <"/dev/fd/$p" {p}>&-)
+    exec {tap}>"/dev/fd/$p"
+    exec {p}>&-
+}
+count_end() {
+    exec {tap}>&-
+    seen=""
+    read -r seen <&"$counted"
+    exec {counted}<&-
+    [[ $seen =~ ^[0-9]+$ ]] || seen=""
+}
+# `tally_lost STATUS SIZE`: the log's writer exited STATUS, the log held SIZE
+# bytes before the run; adds what it could not keep to `lost`.
+tally_lost() {
+    local now missing
+    [ "$1" = 1 ] || return 0
+    now=$(stat -c %s -- "$dir/output.log" 2>/dev/null) || now=0
+    if [ -z "$seen" ] || [ "$lost" = "?" ]; then
+        lost="?"
+        return 0
+    fi
+    missing=$((seen - (now - $2)))
+    [ "$missing" -gt 0 ] && lost=$((${lost:-0} + missing))
+    return 0
+}
+lost=""
+
 # Output goes live to the pane and to output.log. PIPESTATUS keeps the
 # harness's own status; bash reports a signal death as 128+signal. A CLI
 # that speaks JSON events (`render` names its parser) shows the pane their
@@ -498,15 +540,22 @@ else
         { printf '%s\n' "${EPOCHREALTIME//[!0-9]/}" >"$dir/started"; } 2>/dev/null
     fi
     while :; do
+        size=$(stat -c %s -- "$dir/output.log" 2>/dev/null) || size=0
+        count_start
         if [ -n "$render" ]; then
-            (umask "$user_umask" && exec "${launch[@]}" "${argv[@]}") <"$input" \
+            (exec {tap}>&- && umask "$user_umask" && exec "${launch[@]}" "${argv[@]}") <"$input" \
                 3>"$probed" 2>&1 |
-                "${py[@]}" -m spexsup.pane.pretty feed "$dir/output.log" "$render"
+                tee "/dev/fd/$tap" |
+                "${py[@]}" -m spexsup.pane.pretty feed "$dir/output.log" "$render" {tap}>&-
+            piped=("${PIPESTATUS[0]}" "${PIPESTATUS[2]}")
         else
-            (umask "$user_umask" && exec "${launch[@]}" "${argv[@]}") <"$input" \
-                3>"$probed" 2>&1 | tee -a "$dir/output.log"
+            (exec {tap}>&- && umask "$user_umask" && exec "${launch[@]}" "${argv[@]}") <"$input" \
+                3>"$probed" 2>&1 | tee -a "$dir/output.log" "/dev/fd/$tap"
+            piped=("${PIPESTATUS[0]}" "${PIPESTATUS[1]}")
         fi
-        rc=${PIPESTATUS[0]}
+        rc=${piped[0]}
+        count_end
+        tally_lost "${piped[1]}" "$size"
         if [ ${#launch[@]} -gt 0 ] && ! sandbox_held; then
             break
         fi
@@ -608,7 +657,11 @@ if [ "$rc" = 0 ] && [ -r "$dir/verify" ] && [ -z "$refused" ] && [ ${#py[@]} -gt
     status "turn $turn verified rc=$check_rc"
 fi
 
-mark "reporting:$pid:$rc"
+ran=$(((${EPOCHREALTIME//[!0-9]/} - began) / 1000))
+[ "$ran" -ge 0 ] || ran=0
+run=":ran:$ran"
+[ -n "$lost" ] && run+=":lost:$lost"
+mark "reporting:$pid:$rc$run"
 
 # Read again: what the harness may have done to its turn dir is the reporter's
 # to find out, not ours to have cached.
@@ -617,14 +670,15 @@ mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
 if [ ${#reporter[@]} -gt 0 ]; then
     # Marked as the wrapper's own step: a stop killing the turn spares it
     # (procs.turn_processes), so the end and its line are still recorded.
-    SPEXSUP_STEP=report "${reporter[@]}" "$rc" </dev/null
+    # It gets the marker above whether or not the disk took it.
+    SPEXSUP_STEP=report SPEXSUP_MARKER="reporting:$pid:$rc$run" "${reporter[@]}" "$rc" </dev/null
     cas=$?
 else
     echo "spex: the exit reporter is missing from $dir" >&2
     cas=127
 fi
 
-mark "exit:$rc:cas:$cas"
+mark "exit:$rc:cas:$cas$run"
 status "turn $turn ended rc=$rc"
 
 # Keys typed into the pane while a person watched the turn sit in the pty;

@@ -13,6 +13,9 @@ after an error it never recovered from. Each built-in adapter names a
 - `no-answer`           no final answer at all
 - `asked-question`      the final answer ends with a question to the user
 
+(The wrapper adds `output-lost:<bytes>` for output output.log could not
+keep, `describe` words it; see `spexsup.pane.marker`.)
+
 It also reads what the run spent (`spexsup.meter`, issue 26).
 
 Runs in the exit reporter on every turn end, so it is bounded: the events
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from spexsup import meter as meters
+from spexsup.states import OUTPUT_LOST
 from spexsup.usage import BAD_USAGE
 
 CHUNK = 1 << 16
@@ -439,10 +443,23 @@ def describe(flags: list[str]) -> str:
             parts.append(f"{f.removeprefix(BAD_USAGE)} was no usage number: unknown")
         elif f == "orphaned":
             parts.append("its agent outlived its pane")
+        elif f.partition(":")[0] == OUTPUT_LOST:
+            lost = f.partition(":")[2]
+            amount = _amount(int(lost)) if lost.isdigit() else "some"
+            parts.append(f"{amount} of its output could not be written to output.log")
     hosts = [f.split(":", 1)[1] for f in flags if f.startswith("denied-net:")]
     if hosts:
         parts.append(f"sandbox denied {', '.join(hosts)}")
     return "; ".join(parts)
+
+
+def _amount(size: int) -> str:
+    """`812 bytes`, `64.0 kB`, `1.3 MB`: a byte count as a person reads it."""
+    if size < 1000:
+        return f"{size} byte{'s' * (size != 1)}"
+    if size < 1_000_000:
+        return f"{size / 1000:.1f} kB"
+    return f"{size / 1_000_000:.1f} MB"
 
 
 # --- usage limits ------------------------------------------------------------

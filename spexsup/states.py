@@ -70,3 +70,7 @@ VERIFY_TIMED_OUT = "verify-timed-out"
 VERIFICATIONS = (VERIFYING, VERIFIED, VERIFY_FAILED, VERIFY_TIMED_OUT)
 VERIFY = "verify"
 VERIFY_TIMEOUT = "verify-timeout"
+
+# The flag of a turn whose harness printed more than its output.log could
+# keep (a full disk): `output-lost:<bytes>`, or bare when how much is unknown.
+OUTPUT_LOST = "output-lost"

@@ -432,6 +432,15 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN sandbox TEXT;
     """,
+    # 23: a turn's run time (seconds) as its wrapper measured it, from its
+    # start to its end (`ran:` in its final marker); NULL for a turn that
+    # never ran (or whose wrapper died unheard). Older ended turns that
+    # launched keep what spex showed for them then, end minus admission.
+    """
+    ALTER TABLE turns ADD COLUMN ran REAL;
+    UPDATE turns SET ran = max(0.0, ended_at - started_at)
+        WHERE ended_at IS NOT NULL AND launched_event IS NOT NULL;
+    """,
 )
 
 

@@ -931,3 +931,165 @@ def test_a_fresh_home_waits_for_a_lock_instead_of_failing(env: Env) -> None:
     holder.close()
     assert r.returncode == 0, r.stderr
     assert "database is locked" not in r.stderr
+
+
+def _shown_run_time(env: Env, name: str, extra: dict[str, str] | None = None) -> float:
+    """The run time `spex ls` shows for NAME's turn (`…, ran 2s`), in seconds."""
+    import re
+
+    from spexsup import durations
+
+    line = next(
+        ln for ln in env.run("ls", extra=extra).stdout.splitlines() if ln.split()[:1] == [name]
+    )
+    found = re.search(r", ran (\S+)", line)
+    assert found, line
+    return durations.parse(found.group(1), "ran", allow_zero=True, maximum=None)
+
+
+def _reporter_of(turn: str) -> psutil.Process | None:
+    for proc in psutil.process_iter():
+        try:
+            seen = proc.environ()
+            if seen.get("SPEXSUP_TURN") == turn and seen.get("SPEXSUP_STEP") == "report":
+                return proc
+        except psutil.Error:
+            continue
+    return None
+
+
+def test_a_turn_recorded_late_keeps_the_run_time_its_wrapper_measured(env: Env) -> None:
+    """The turn's reporter is SIGKILLed before it records the end (the state
+    is write-locked meanwhile); a reader records it from the final marker
+    3 s later. Its run time is the wrapper's own span (the harness's 1 s and
+    the wrapper's steps), not the time until that reader came (`ran 14s` for
+    a 3 s turn): at most from its admission to the moment its final marker
+    was seen, whatever the machine's speed."""
+    go = env.root / "go"
+    script = 'while [ ! -e "$GO" ]; do sleep 0.05; done; sleep 1; exit 3'
+    assert env.run("new", "a", "--env", f"GO={go}", "--", "bash", "-c", script).returncode == 0
+    _, v = wake_json(env, "a", "x", "--window", "0.5")
+    assert v["verdict"] == "confirmed", v
+    directory = env.home / "turns" / "a" / v["turn"]
+    holder = sqlite3.connect(env.home / "state.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the reporter waits for the write lock
+    try:
+        go.touch()
+        assert retry_until(lambda: _reporter_of(v["turn"]) is not None, 30)
+        reporter = _reporter_of(v["turn"])
+        assert reporter is not None
+        reporter.send_signal(signal.SIGKILL)
+        assert retry_until(lambda: marker.read(directory).stage is Stage.EXIT, 30)
+        seen = time.time()
+    finally:
+        holder.rollback()
+        holder.close()
+    assert marker.read(directory).cas == 128 + signal.SIGKILL
+    # The lateness under test, not a wait for an event: the reader comes 3 s on.
+    time.sleep(max(0.0, seen + 3 - time.time()))
+    shown = _shown_run_time(env, "a")
+    turn = show(env, "a")["turn"]
+    assert (turn["state"], turn["rc"]) == ("failed", 3), turn
+    assert turn["ended_at"] - seen >= 3, turn  # recorded by the late reader
+    # `ls` shows whole seconds (half a second off at most); the reader's 3 s are not in it.
+    assert 1.0 <= shown <= seen - turn["started_at"] + 0.5, (shown, seen, turn)
+    assert 1.0 <= turn["ran"] <= seen - turn["started_at"], (seen, turn)
+
+
+@pytest.mark.parametrize("rendered", [False, True], ids=["plain", "rendered"])
+def test_output_a_full_disk_could_not_keep_is_flagged_with_how_much(
+    env: Env, rendered: bool
+) -> None:
+    """The harness prints 1 MB and its last line while the disk is full: the
+    turn ends with its verdict and the flag `output-lost:<bytes>`, the bytes
+    output.log could not keep (`spex ls`, `show`, JSON), and its run time is
+    the wrapper's own, not the wait until the disk had room to record it.
+    Plain (tee) and rendered (a CLI of JSON events, `pretty feed`) alike."""
+    mount = env.root / "tiny"
+    if os.geteuid() != 0 or not _mount_tiny_tmpfs(mount):
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    last = '{"type":"result","subtype":"success","result":"the agent said this last"}'
+    total = 1_000_000 + len(f"\n{last}\n")
+    script = (
+        'while [ ! -e "$GO" ]; do sleep 0.05; done; '
+        f'yes \'{{"type":"system","subtype":"noise"}}\' | head -c 1000000; '
+        f"printf '\\n%s\\n' '{last}'"
+    )
+    try:
+        home = mount / "state"
+        extra = {"SPEXSUP_HOME": str(home)}
+        go = env.root / "go"
+        how = ["--", "bash", "-c", script]
+        if rendered:
+            home.mkdir()
+            fresh = json.dumps(["bash", "-c", script, "noisy", "{prompt}"])
+            (home / "harnesses.toml").write_text(
+                f'[harness.noisy]\nfresh = {fresh}\noutcome = "claude"\n'
+            )
+            how = ["--harness", "noisy"]
+        r = env.run("new", "a", "--env", f"GO={go}", *how, extra=extra)
+        assert r.returncode == 0, r.stderr
+        _, v = wake_json(env, "a", "x", "--window", "0.5", extra=extra)
+        assert v["verdict"] == "confirmed", v
+        directory = home / "turns" / "a" / v["turn"]
+        assert (directory / "render").exists() is rendered
+        filler = _fill(mount)
+        go.touch()
+        assert retry_until(lambda: not turn_processes_alive(v["turn"]), 60)
+        gone = time.time()
+        filler.unlink()
+        r = env.run("wait", "a", "--timeout", "30", "--json", extra=extra)
+        assert r.returncode == 0, r.stdout + r.stderr
+        log = directory / "output.log"
+        kept = log.stat().st_size if log.exists() else 0
+        flag = f"output-lost:{total - kept}"
+        assert kept < total
+        turn = show_in(env, extra)["turn"]
+        assert (turn["state"], turn["rc"]) == ("complete", 0), turn
+        # (Rendered, the log lost its result event too: `no-answer` says so.)
+        assert flag in turn["flags"], turn
+        assert flag in env.run("ls", extra=extra).stdout
+        said = env.run("show", "a", extra=extra).stdout
+        assert "of its output could not be written to output.log" in said, said
+        assert 0 < turn["ran"] <= gone - turn["started_at"], (gone, turn)
+    finally:
+        env.tmux("kill-server")
+        kill_everything(str(env.tmux_tmpdir))
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def show_in(env: Env, extra: dict[str, str]) -> dict:  # type: ignore[type-arg]
+    return json.loads(env.run("show", "a", "--json", extra=extra).stdout)  # type: ignore[no-any-return]
+
+
+def test_the_renderer_goes_on_when_the_disk_is_full(env: Env) -> None:
+    """A rendered CLI's output (`pretty feed`) on a full disk: what the log
+    cannot keep is dropped as tee drops it, the rendering goes on to the end,
+    and the exit status (1) tells the wrapper to count what was lost; it
+    raised ENOSPC, which broke the harness's pipe."""
+    from spexsup.pane import pretty
+
+    mount = env.root / "tiny"
+    if os.geteuid() != 0 or not _mount_tiny_tmpfs(mount):
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    try:
+        log = mount / "output.log"
+        log.touch()
+        filler = _fill(mount)
+        events = b"".join(
+            json.dumps({"type": "assistant", "n": n}).encode() + b"\n" for n in range(500)
+        )
+        r, w = os.pipe()
+        shown_r, shown_w = os.pipe()
+        os.write(w, events[:60000])  # under a pipe's buffer: no writer thread needed
+        os.close(w)
+        try:
+            assert pretty.feed(str(log), "claude", stdin=r, stdout=shown_w) == 1
+        finally:
+            os.close(r)
+            os.close(shown_w)
+            os.close(shown_r)
+        assert log.stat().st_size < 60000
+        filler.unlink()
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

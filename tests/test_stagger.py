@@ -215,6 +215,8 @@ def test_up_revive_stagger_spaces_the_revived_turns(env: Env) -> None:
     assert sorted(leg["session"] for leg in doc["legs"]) == names
     assert all(leg["verdict"] == "confirmed" for leg in doc["legs"]), doc
     assert doc["turn_options"]["stagger"] == 1.0
+    # Confirmed is the wrapper's start: each harness's own stamp may come just after.
+    assert retry_until(lambda: all(len(started(env, name)) == 2 for name in names), 30)
     revived = [started(env, name)[1] for name in names]  # each one's second start
     assert all(gap >= MIN_GAP for gap in gaps(revived)), gaps(revived)
 
@@ -279,6 +281,41 @@ def test_an_interrupted_fanout_aborts_the_legs_still_waiting(env: Env) -> None:
     assert leg["verdict"] == "aborted", leg
     assert show(env, waiting)["turn"]["state"] == "aborted"
     assert started(env, waiting) == []
+
+
+def test_a_leg_aborted_before_its_launch_shows_no_run_time(env: Env) -> None:
+    """A fan-out leg aborted while it waited for its start never ran: `spex
+    ls` gives it no run time (it said `ran 3s`, the wait), its JSON `ran` is
+    null, while the leg that ran has its own."""
+    harnesses(env, "stamp")
+    new(env, "a")
+    new(env, "b")
+    fan = subprocess.Popen(
+        [SPEX, "fanout", "a", "b", "-m", "go", "--stagger", "1m", "--json"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert retry_until(lambda: len(started(env, "a") + started(env, "b")) == 1, 30)
+        waiting = "a" if not started(env, "a") else "b"
+        assert retry_until(lambda: _waiting(env, waiting), 30)
+        fan.send_signal(signal.SIGINT)
+        out, err = fan.communicate(timeout=30)
+    finally:
+        fan.kill()
+    assert fan.returncode == 130, (out, err)
+    ran = "b" if waiting == "a" else "a"
+    assert env.run("wait", ran, "--timeout", "30").returncode == 0
+    lines = {line.split()[0]: line for line in env.run("ls").stdout.splitlines()[1:]}
+    assert "aborted" in lines[waiting] and ", ran" not in lines[waiting], lines[waiting]
+    assert ", ran " in lines[ran], lines[ran]
+    shown = env.run("show", waiting).stdout
+    assert "aborted" in shown and ", ran" not in shown, shown
+    listed = {s["name"]: s["turn"] for s in json.loads(env.run("ls", "--json").stdout)}
+    assert listed[waiting]["state"] == "aborted" and listed[waiting]["ran"] is None
+    assert listed[ran]["state"] == "complete" and listed[ran]["ran"] >= 0, listed[ran]
 
 
 def test_bad_stagger_values_are_one_line_errors_that_change_nothing(env: Env) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -16,6 +17,7 @@ REPORTER = """#!/bin/bash
 # Records its argv and the marker it sees while it runs, exits $REPORTER_RC.
 printf '%s\\n' "$@" >"$(dirname "$0")/reporter-args"
 cat "$(dirname "$0")/outcome" >"$(dirname "$0")/marker-seen-by-reporter"
+printf '%s' "$SPEXSUP_MARKER" >"$(dirname "$0")/marker-handed-to-reporter"
 exit "${REPORTER_RC:-0}"
 """
 
@@ -60,7 +62,9 @@ def test_runs_the_exact_argv_and_records_every_stage(tmp_path: Path) -> None:
     assert "hello from the harness" in (d / "output.log").read_text()
     assert "hello from the harness" in r.stdout  # shown live in the pane too
     wrapper_pid = (d / "marker-seen-by-reporter").read_text().split(":")[1]
-    assert (d / "marker-seen-by-reporter").read_text() == f"reporting:{wrapper_pid}:3"
+    seen = (d / "marker-seen-by-reporter").read_text()
+    assert re.fullmatch(f"reporting:{wrapper_pid}:3:ran:[0-9]+", seen), seen
+    assert (d / "marker-handed-to-reporter").read_text() == seen
     assert (d / "reporter-args").read_text().split() == ["s1", "t1", "3"]
     m = read(d)
     assert (m.stage, m.rc, m.cas) == (Stage.EXIT, 3, 0)
@@ -70,7 +74,7 @@ def test_runs_the_exact_argv_and_records_every_stage(tmp_path: Path) -> None:
 def test_signal_death_and_reporter_rc(tmp_path: Path) -> None:
     d = turn_dir(tmp_path, [b"bash", b"-c", b"kill -TERM $$"])
     run(d, REPORTER_RC="3")
-    assert (d / "outcome").read_text() == "exit:143:cas:3"
+    assert re.fullmatch("exit:143:cas:3:ran:[0-9]+", (d / "outcome").read_text())
 
 
 def test_unwritable_marker_exits_125_before_the_harness(tmp_path: Path) -> None:
@@ -87,7 +91,7 @@ def test_unwritable_marker_exits_125_before_the_harness(tmp_path: Path) -> None:
 def test_empty_argv_is_reported_not_run(tmp_path: Path) -> None:
     d = turn_dir(tmp_path, [])
     run(d)
-    assert (d / "outcome").read_text() == "exit:127:cas:0"
+    assert re.fullmatch("exit:127:cas:0:ran:[0-9]+", (d / "outcome").read_text())
     assert "empty harness argv" in (d / "output.log").read_text()
 
 

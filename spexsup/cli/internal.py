@@ -4,12 +4,14 @@ Parsed by hand, before typer is imported: it runs on every turn end, so its
 start-up time is part of every verdict. Exit code (the marker's `cas`):
 0 recorded, 3 stale or duplicate (no-op), 4 deferred to the live `spex wake` still
 confirming the turn (it may retry a lock-class failure), 2 bad arguments, 1 not
-recorded.
+recorded. The wrapper hands over its `reporting:` marker (its run time, the
+output it could not keep) in `SPEXSUP_MARKER`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sys
 from pathlib import Path
@@ -38,17 +40,28 @@ def fast_path(argv: list[str]) -> int | None:
         print("spex: usage: spex internal turn-exit SESSION TURN RC", file=sys.stderr)
         return 2
     from spexsup.errors import SpexError
-    from spexsup.pane import turndir
+    from spexsup.pane import marker, turndir
     from spexsup.pane.report import record_exit, write_ended
     from spexsup.paths import resolve_home
     from spexsup.spex import open_store
 
     session, turn, rc = args[0], args[1], int(args[2])
+    # The marker the wrapper wrote before it started us (its run time, the
+    # output it could not keep), handed over whether or not the disk took it.
+    final = marker.parse(os.environ.pop("SPEXSUP_MARKER", "").encode())
     try:
         path = resolve_home(home)
         store = open_store(path)
         directory = turndir.path(path, session, turn)
-        cas = record_exit(store, session, turn, rc, directory, reporter=True)
+        cas = record_exit(
+            store,
+            session,
+            turn,
+            rc,
+            directory,
+            reporter=True,
+            final=final if final.stage is marker.Stage.REPORTING and final.rc == rc else None,
+        )
         if cas == 0:
             _settle_wave(store, path, turn)
 

@@ -88,6 +88,13 @@ def age(seconds: float) -> str:
     return f"{span(max(0.0, seconds))} ago"
 
 
+def run_time(turn: dict[str, Any]) -> str:
+    """`, ran 9s` for an ended turn, as its wrapper measured it; nothing for
+    one that never ran or whose run time is unknown (no guess from its record)."""
+    seconds = turn.get("ran")
+    return "" if turn["ended_at"] is None or seconds is None else f", ran {span(seconds)}"
+
+
 def short_id(turn_id: str) -> str:
     """The random part of an id, what `--turn` and `spex wave` accept as a prefix."""
     return turn_id.rpartition("-")[2]
@@ -100,9 +107,7 @@ def turn_cells(turn: dict[str, Any] | None, *, wide: bool = False) -> tuple[str,
         return "-", "-"
     rc = "" if turn["rc"] is None else f" rc={turn['rc']}"
     ident = turn["id"] if wide else short_id(turn["id"])
-    when = age(time.time() - turn["started_at"])
-    if turn["ended_at"] is not None:
-        when += f", ran {span(turn['ended_at'] - turn['started_at'])}"
+    when = age(time.time() - turn["started_at"]) + run_time(turn)
     state = turn["state"]
     if state in ("starting", "running") and turn.get("waiting_until"):
         state = f"waiting for usage reset {clock(turn['waiting_until'])}"
@@ -285,9 +290,7 @@ def turn_line(t: dict[str, Any]) -> str:
         line += f" on {t['model']}"
     for attempt in t.get("fallbacks") or ():
         line += f" (fell back from {attempt.get('model') or 'the default'}: {attempt.get('cause')})"
-    line += f"  {age(time.time() - t['started_at'])}"
-    if t["ended_at"] is not None:
-        line += f", ran {span(t['ended_at'] - t['started_at'])}"
+    line += f"  {age(time.time() - t['started_at'])}{run_time(t)}"
     if t["verdict"] == "failed":
         line += ", never confirmed its start"
     if t.get("cost") and t["cost"].get("amount") is not None:

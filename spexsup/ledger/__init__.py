@@ -283,20 +283,22 @@ def abort_current(
     why: str,
     *,
     rc: int | None = None,
+    ran: float | None = None,
     only_starting: bool = False,
     session_after: str | None = None,
 ) -> bool:
     """Abort `turn` if it is still active (only while `starting` with
-    `only_starting`), keeping an rc it already had (else `rc`), with its
-    `aborted` event; then, if given, the session's `session_after` state
-    while it is still busy with this turn. True if this call aborted it."""
+    `only_starting`), keeping an rc it already had (else `rc`) and `ran`, an
+    exited attempt's run time, with its `aborted` event; then, if given, the
+    session's `session_after` state while it is still busy with this turn.
+    True if this call aborted it."""
     states = (STARTING,) if only_starting else ACTIVE
     marks = ", ".join("?" * len(states))
     # An orphaned turn's survivors are the stop's to kill: none is left to name.
     cur = db.execute(
-        "UPDATE turns SET state = ?, ended_at = ?, rc = coalesce(rc, ?),"
+        "UPDATE turns SET state = ?, ended_at = ?, rc = coalesce(rc, ?), ran = coalesce(ran, ?),"
         f" error = coalesce(error, ?), survivors = NULL WHERE id = ? AND state IN ({marks})",
-        (ABORTED, time.time(), rc, why, turn, *states),
+        (ABORTED, time.time(), rc, ran, why, turn, *states),
     )
     if not cur.rowcount:
         return False
@@ -393,15 +395,18 @@ def record_end(
     stopped: bool,
     survivors: Sequence[int] = (),
     event: Mapping[str, Any] | None = None,
+    ran: float | None = None,
 ) -> None:
     """The end of an active turn (the caller read it active in this
     transaction: `current_turn`), its `launched` event first if none
     was, its end event, and the session's state after it (`stopped` when a
-    stop asked for this end; a stopped or removing session stays so)."""
+    stop asked for this end; a stopped or removing session stays so).
+    `ran`: its run time as its wrapper measured it (None: unknown, or it
+    never ran), never the time between its admission and this record."""
     db.execute(
         "UPDATE turns SET state = ?, rc = ?, ended_at = ?, error = coalesce(?, error),"
         " flags = ?, cause = ?, limit_reset = ?, waiting_until = NULL,"
-        " survivors = ? WHERE id = ? AND state IN " + _ACTIVE_SQL,
+        " survivors = ?, ran = ? WHERE id = ? AND state IN " + _ACTIVE_SQL,
         (
             state,
             rc,
@@ -411,6 +416,7 @@ def record_end(
             cause,
             limit_reset,
             json.dumps(list(survivors)) if survivors else None,
+            ran,
             turn,
         ),
     )
@@ -429,6 +435,22 @@ def record_end(
     )
     if stopped:
         events.record(db, "stopped", session=session, turn=turn, by_lease=False)
+
+
+def record_run(db: sqlite3.Connection, turn: str, ran: float | None, flag: str | None) -> None:
+    """What the wrapper of a turn whose end someone else recorded first (a
+    stop) says of its run: its run time, if none is recorded, and the flag
+    of the output it could not keep."""
+    row = db.execute("SELECT flags FROM turns WHERE id = ?", (turn,)).fetchone()
+    if row is None:
+        return
+    flags = json.loads(row["flags"] or "[]")
+    if flag is not None and flag not in flags:
+        flags.append(flag)
+    db.execute(
+        "UPDATE turns SET ran = coalesce(ran, ?), flags = ? WHERE id = ?",
+        (ran, json.dumps(flags) if flags else row["flags"], turn),
+    )
 
 
 def claim_fence(db: sqlite3.Connection, name: str, turn: str) -> int | None:

@@ -315,12 +315,19 @@ def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
     The log comes first and never depends on the pane: a rendering error
     shows the raw bytes instead, and a pane that is gone (EPIPE) only stops
     the rendering. Ctrl-C in the pane is the harness's to handle; this keeps
-    draining until the harness's end closes the pipe.
+    draining until the harness's end closes the pipe. A log that fails a
+    write (a full disk) is written no more, as tee does, and the pane goes
+    on: 1 then (the wrapper counts what the log could not keep), else 0.
     """
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    log = os.open(output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    log: int | None
+    try:
+        log = os.open(output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError:
+        log = None
+    failed = log is None
     renderer = RENDERERS.get(parser)
     painter = Painter(os.isatty(stdout))
     from spexsup.pane.budget import Watch
@@ -344,7 +351,14 @@ def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
             continue
         if not chunk:
             break
-        os.write(log, chunk)
+        if log is not None:
+            try:
+                written = 0
+                while written < len(chunk):
+                    written += os.write(log, chunk[written:])
+            except OSError:
+                os.close(log)
+                log, failed = None, True
         lines = (pending + chunk).split(b"\n")
         pending = lines.pop()
         if len(pending) > 1 << 20:  # no line end in sight: show it as it is
@@ -366,8 +380,9 @@ def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
                     pass
     if pending:
         show(pending + b"\n")
-    os.close(log)
-    return 0
+    if log is not None:
+        os.close(log)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

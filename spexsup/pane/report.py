@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup import dequeuer, ledger
-from spexsup.pane import turndir
+from spexsup.pane import marker, turndir
 from spexsup.pane.judgement import Judgement
 from spexsup.states import (
     ACTIVE,
@@ -578,6 +578,7 @@ def record_exit(
     reporter: bool = False,
     launched: bool | None = None,
     flags: Sequence[str] | None = None,
+    final: marker.Marker | None = None,
 ) -> int:
     """CAS the turn's end; RECORDED if this call recorded it, STALE if it was a no-op.
 
@@ -589,6 +590,8 @@ def record_exit(
     provably launched (default: it has an rc), so its `launched` event is
     recorded first if no one has yet. `flags` are the end's when no rc is
     read (a lost turn that was `orphaned`); with an rc, the output's.
+    `final`: the wrapper's final marker, whose run time and lost output the
+    end keeps.
     """
     conversation = conversation_of(store, turn_dir, adapter) if turn_dir else None
     found = None
@@ -602,6 +605,11 @@ def record_exit(
         if found.cause == "conversation-gone":
             conversation = None  # what it printed is no conversation to resume
     state = state or end_state(rc if rc is not None else 1)
+    lost = marker.lost_flag(final)
+    kept = list(found.flags) if found is not None else flags
+    if lost is not None:
+        kept = [*(kept or ()), lost]
+    ran = final.ran if final is not None else None
     if error is None and rc and turn_dir is not None:
         error = turndir.last_line(turn_dir)
     spent = None
@@ -623,6 +631,8 @@ def record_exit(
                 ledger.set_conversation(db, session, conversation)
             if reporter and spent is not None:
                 ledger.record_usage(db, session, turn, harness=spent[0], runs=spent[1])
+            if final is not None:  # a stop recorded the end: the run is the wrapper's to say
+                ledger.record_run(db, turn, ran, lost)
             return STALE
         if (
             reporter
@@ -640,7 +650,7 @@ def record_exit(
         if found is not None:
             # `reason` repeats the event's `cause` for the hooks and scripts
             # that read it before 2026-12 (one release).
-            extra = {"flags": found.flags, "reason": found.cause}
+            extra = {"flags": kept, "reason": found.cause}
             if found.verification is not None:
                 extra["verify_rc"] = found.verification.rc
             if found.survivors:
@@ -654,7 +664,7 @@ def record_exit(
             state,
             rc=rc,
             error=error,
-            flags=found.flags if found is not None else flags,
+            flags=kept,
             cause=found.cause if found is not None else None,
             limit_reset=found.limit_reset if found is not None else None,
             survivors=found.survivors if found is not None else (),
@@ -663,6 +673,7 @@ def record_exit(
             conversation=conversation,
             stopped=stop_request is not None,
             event=extra,
+            ran=ran,
         )
         if found is not None and found.cause == "conversation-gone":
             # Resuming it can only fail the same way again: the next wake

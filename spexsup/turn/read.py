@@ -68,6 +68,8 @@ def turn_json(
         "started_at_iso": ids.iso(row["started_at"]),
         "ended_at": row["ended_at"],
         "ended_at_iso": ids.iso(row["ended_at"]),
+        # Seconds, as its wrapper measured them; null: it never ran, or unknown.
+        "ran": row["ran"],
         "usage": spent.usage_json() if spent is not None else None,
         "cost": spent.cost_json() if spent is not None else None,
         "verify": checked,

@@ -163,7 +163,7 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
     name, turn = row["session"], row["id"]
     m = marker.read(directory)
     if m.stage is Stage.EXIT:
-        report.record_exit(spex.store, name, turn, m.rc, directory)
+        report.record_exit(spex.store, name, turn, m.rc, directory, final=m)
     elif m.stage in marker.LIVE or m.stage is Stage.REPORTING:
         assert m.pid is not None
         wrapper = m.pid
@@ -178,13 +178,13 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
         # full disk had no room for.
         kept = _kept_marker(spex, name, turn)
         if kept is not None and kept.stage is Stage.EXIT:
-            report.record_exit(spex.store, name, turn, kept.rc, directory)
+            report.record_exit(spex.store, name, turn, kept.rc, directory, final=kept)
             return
         if kept is not None and kept.stage is Stage.REPORTING:
             m = kept._replace(pid=m.pid)
         if m.stage is Stage.REPORTING:
             why = f"the turn's process (pid {m.pid}) died while recording its end (rc={m.rc})"
-            report.record_exit(spex.store, name, turn, m.rc, directory, error=why)
+            report.record_exit(spex.store, name, turn, m.rc, directory, error=why, final=m)
         else:
             if m.stage is Stage.VERIFYING:
                 _end_check(turn, directory)

@@ -82,7 +82,8 @@ def _record_stop(
         # that would retry it) keeps its rc on the abort.
         exited = marker.read(turndir.path(spex.home, name, turn))
         rc = exited.rc if exited.stage is Stage.EXIT else None
-        if ledger.abort_current(db, name, turn, STOPPED_BY, rc=rc):
+        ran = exited.ran if exited.stage is Stage.EXIT else None
+        if ledger.abort_current(db, name, turn, STOPPED_BY, rc=rc, ran=ran):
             aborted = turn
     ledger.mark_stopped(db, name, was=session.state, aborted=aborted, by_lease=bearer is not None)
     return session, aborted

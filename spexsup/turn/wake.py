@@ -418,7 +418,7 @@ def _settle(
     if rc is not None:
         # The wrapper's reporter may have deferred to us (a failure we might
         # have retried), failed, or be slow: the CAS makes recording twice safe.
-        report.record_exit(spex.store, name, turn, rc, directory, adapter=adapter)
+        report.record_exit(spex.store, name, turn, rc, directory, adapter=adapter, final=m)
         ended = spex.store.db.execute(
             "SELECT state, error, flags, cause FROM turns WHERE id = ?", (turn,)
         ).fetchone()
