@@ -7,6 +7,7 @@ the racing operation runs; then the frozen one goes on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -1076,20 +1077,27 @@ def test_the_renderer_goes_on_when_the_disk_is_full(env: Env) -> None:
         log = mount / "output.log"
         log.touch()
         filler = _fill(mount)
+        said = [{"type": "text", "text": f"said {n}"} for n in range(300)]
         events = b"".join(
-            json.dumps({"type": "assistant", "n": n}).encode() + b"\n" for n in range(500)
+            json.dumps({"type": "assistant", "message": {"content": [s]}}).encode() + b"\n"
+            for s in said
         )
+        assert len(events) < 60000  # under a pipe's buffer: no writer thread needed
         r, w = os.pipe()
         shown_r, shown_w = os.pipe()
-        os.write(w, events[:60000])  # under a pipe's buffer: no writer thread needed
+        os.write(w, events)
         os.close(w)
         try:
             assert pretty.feed(str(log), "claude", stdin=r, stdout=shown_w) == 1
+            os.close(shown_w)
+            with os.fdopen(shown_r, "rb") as shown:
+                pane = shown.read().decode()
         finally:
             os.close(r)
-            os.close(shown_w)
-            os.close(shown_r)
-        assert log.stat().st_size < 60000
+            with contextlib.suppress(OSError):
+                os.close(shown_w)
+        assert log.stat().st_size < len(events)
+        assert pane.splitlines()[-1] == "said 299", pane[-200:]
         filler.unlink()
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)

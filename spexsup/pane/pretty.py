@@ -15,6 +15,7 @@ shows what claude says rather than a wall of JSON events.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -322,10 +323,17 @@ def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def lost(e: OSError) -> None:
+        """Say it in the pane (stderr), as tee does: the log stops here."""
+        with contextlib.suppress(OSError):
+            os.write(2, f"spex: {output_log}: {e.strerror}\n".encode())
+
     log: int | None
     try:
         log = os.open(output_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    except OSError:
+    except OSError as e:
+        lost(e)
         log = None
     failed = log is None
     renderer = RENDERERS.get(parser)
@@ -356,7 +364,8 @@ def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
                 written = 0
                 while written < len(chunk):
                     written += os.write(log, chunk[written:])
-            except OSError:
+            except OSError as e:
+                lost(e)
                 os.close(log)
                 log, failed = None, True
         lines = (pending + chunk).split(b"\n")
