@@ -60,8 +60,10 @@ def last_line(directory: Path | None, size: int = 16384) -> str:
     rendered for the turn's CLI, no escapes); "" if none."""
     if directory is None:
         return ""
+    from spexsup.pane.lines import shorter
+
     lines = turndir.output_lines(directory, size)
-    return lines[-1][:500] if lines else ""
+    return shorter(lines[-1], 500) if lines else ""
 
 
 @dataclass

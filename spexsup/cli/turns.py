@@ -547,8 +547,13 @@ def log(
     # A pipe gets the agent's bytes as written (output.log's); a terminal gets
     # them without escapes (no clipboard write, title or screen clear), and
     # --pretty's rendering is made printable wherever it goes: colours stay.
+    # Each line within its bound either way (DESIGN §7 "Long lines").
     safe = pretty or sys.stdout.isatty()
-    if pretty:
+    if not pretty:
+        from spexsup.pane.lines import Cut
+
+        chunks = Cut().stream(chunks)
+    else:
         from spexsup.pane import pretty as renderer
         from spexsup.pane import turndir
 

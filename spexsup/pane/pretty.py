@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from spexsup.pane.lines import EVENT_HEAD, SHOWN_LINE, Lines, last_lines, shown
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -197,21 +199,42 @@ def render_line(line: bytes, render: Render | None, painter: Painter) -> list[st
     return render(event, painter)
 
 
+def shown_lines(line: bytes, cut: int, render: Render | None, painter: Painter) -> list[str]:
+    """One line of a turn's output (`cut` bytes of it left out already, as
+    `lines.Lines` gives it) as the lines a person reads, each within
+    SHOWN_LINE bytes and ending ` … [N bytes cut]` when cut (DESIGN §7
+    "Long lines"). A JSON event cut before its end is not parsed: its first
+    bytes say what it was."""
+    if cut:
+        keep = EVENT_HEAD if render is not None and line.lstrip()[:1] == b"{" else SHOWN_LINE
+        return [shown(line, keep, cut).decode("utf-8", "replace")]
+    return [
+        _bounded(part) for text in render_line(line, render, painter) for part in text.split("\n")
+    ]
+
+
+def _bounded(text: str) -> str:
+    if len(text) * 4 <= SHOWN_LINE:  # short whatever its characters: no encoding
+        return text
+    data = text.encode("utf-8", "replace")
+    return text if len(data) <= SHOWN_LINE else shown(data, SHOWN_LINE).decode("utf-8", "replace")
+
+
 def render(chunks: Iterable[bytes], parser: str | None, *, color: bool) -> Iterator[bytes]:
     """The chunks of a turn's output, line by line, rendered for `parser`'s
-    CLI (unchanged text when it has none). Works on a followed stream: a
-    partial last line waits for its end."""
+    CLI (unchanged text when it has none), each line bounded (`shown_lines`).
+    Works on a followed stream: a partial last line waits for its end."""
     renderer = RENDERERS.get(parser or "")
     painter = Painter(color)
-    pending = b""
+    lines = Lines()
     for chunk in chunks:
-        lines = (pending + chunk).split(b"\n")
-        pending = lines.pop()
-        out = [s for line in lines for s in render_line(line, renderer, painter)]
+        out = [
+            s for line, cut in lines.feed(chunk) for s in shown_lines(line, cut, renderer, painter)
+        ]
         if out:
             yield ("\n".join(out) + "\n").encode()
-    if pending:
-        yield ("\n".join(render_line(pending, renderer, painter)) + "\n").encode()
+    if (last := lines.end()) is not None:
+        yield ("\n".join(shown_lines(*last, renderer, painter)) + "\n").encode()
 
 
 # What a terminal would act on: CSI sequences (colours, cursor moves), OSC
@@ -278,33 +301,24 @@ class TerminalText:
 
 def readable_tail(path: Path, parser: str | None, size: int = 65536) -> list[str]:
     """The non-empty lines at the end of a turn's output as a person reads
-    them: each JSON event rendered for `parser`'s CLI (an event cut by the
-    read, or one with nothing to show, gives nothing), escapes removed.
-    Reads at most `size` bytes; [] when there is no output."""
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            start = max(0, f.tell() - size)
-            f.seek(start)
-            data = f.read()
-    except OSError:
-        return []
-    lines = data.split(b"\n")
-    if start > 0:
-        lines = lines[1:]  # cut by the read
+    them: each JSON event rendered for `parser`'s CLI (one with nothing to
+    show gives nothing, one that is no event nothing either), escapes
+    removed, each line bounded (`shown_lines`). Reads the last `size` bytes
+    and the line they start in (`lines.last_lines`); [] when there is no output."""
     renderer = RENDERERS.get(parser or "")
     painter = Painter(False)
     out: list[str] = []
-    for line in lines:
-        if renderer is not None and line.lstrip().startswith(b"{"):
+    for line, cut in last_lines(path, size):
+        if not cut and renderer is not None and line.lstrip().startswith(b"{"):
             try:
                 event = json.loads(line)
             except ValueError:
                 continue  # a JSON event is never shown raw
-            shown = renderer(event, painter) if isinstance(event, dict) else []
+            texts = renderer(event, painter) if isinstance(event, dict) else []
+            said = [_bounded(part) for text in texts for part in text.split("\n")]
         else:
-            shown = [line.decode("utf-8", "replace")]
-        for text in shown:
+            said = shown_lines(line, cut, renderer, painter)
+        for text in said:
             out.extend(t for t in (printable(x).strip() for x in text.splitlines()) if t)
     return out
 
@@ -341,7 +355,7 @@ def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
     from spexsup.pane.budget import Watch
 
     watch = Watch.of(output_log)  # `spex wake --budget`: kept as the events come
-    pending = b""
+    lines = Lines()
     showing = True
 
     def show(data: bytes) -> None:
@@ -351,6 +365,21 @@ def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
                 data = data[os.write(stdout, data) :]
             except OSError:
                 showing = False
+
+    def see(line: bytes, cut: int) -> None:
+        try:
+            said = shown_lines(line, cut, renderer, painter)
+        except Exception:  # a rendering bug must never cost the pane a line
+            said = [shown(line, SHOWN_LINE, cut).decode("utf-8", "replace")]
+        if said:
+            show(("\n".join(said) + "\n").encode())
+        if watch is not None and not cut and line[:1] == b"{":
+            try:
+                event = json.loads(line)
+                if isinstance(event, dict):
+                    watch.see(event)
+            except Exception:  # a budget's bookkeeping must never cost the pane a line
+                pass
 
     while True:
         try:
@@ -368,27 +397,10 @@ def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
                 lost(e)
                 os.close(log)
                 log, failed = None, True
-        lines = (pending + chunk).split(b"\n")
-        pending = lines.pop()
-        if len(pending) > 1 << 20:  # no line end in sight: show it as it is
-            lines.append(pending)
-            pending = b""
-        for line in lines:
-            try:
-                shown = render_line(line, renderer, painter)
-            except Exception:  # a rendering bug must never cost the pane a line
-                shown = [line.decode("utf-8", "replace")]
-            if shown:
-                show(("\n".join(shown) + "\n").encode())
-            if watch is not None and line[:1] == b"{":
-                try:
-                    event = json.loads(line)
-                    if isinstance(event, dict):
-                        watch.see(event)
-                except Exception:  # a budget's bookkeeping must never cost the pane a line
-                    pass
-    if pending:
-        show(pending + b"\n")
+        for line, cut in lines.feed(chunk):
+            see(line, cut)
+    if (last := lines.end()) is not None:
+        see(*last)
     if log is not None:
         os.close(log)
     return 1 if failed else 0

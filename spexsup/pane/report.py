@@ -377,6 +377,7 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
     recorded the end (this reporter, the wake, a stop), the row has it."""
     from spexsup import outcome
     from spexsup.pane import pretty
+    from spexsup.pane.lines import shorter
     from spexsup.paths import write_atomic
 
     row = store.db.execute("SELECT state, error, flags FROM turns WHERE id = ?", (turn,)).fetchone()
@@ -394,7 +395,7 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
         text = row["error"] or row["state"]
         if row["state"] == "aborted" and not row["error"]:
             text = "stopped"
-    text = " ".join(pretty.printable(text).split())[:300]
+    text = shorter(" ".join(pretty.printable(text).split()), 300)
     write_atomic(turn_dir / turndir.ENDED, text.encode() + b"\n", durable=False)
 
 

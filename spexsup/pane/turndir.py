@@ -128,14 +128,19 @@ def output_lines(directory: Path, size: int = 65536) -> list[str]:
 
 
 def output_tail(directory: Path, lines: int = TAIL_LINES) -> str:
-    """The last lines of the turn's output, joined for a one-line message."""
-    return " | ".join(line[:200] for line in output_lines(directory)[-lines:])
+    """The last lines of the turn's output, joined for a one-line message
+    (each cut to 200 bytes, saying what it left out)."""
+    from spexsup.pane.lines import shorter
+
+    return " | ".join(shorter(line, 200) for line in output_lines(directory)[-lines:])
 
 
 def last_line(directory: Path, size: int = 65536) -> str | None:
     """What a harness that failed mid-turn said last (`API Error: 529 overloaded`)."""
+    from spexsup.pane.lines import shorter
+
     lines = output_lines(directory, size)
-    return lines[-1][:300] if lines else None
+    return shorter(lines[-1], 300) if lines else None
 
 
 def first_line(file: Path, size: int = 4096) -> str | None:
