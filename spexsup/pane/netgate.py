@@ -26,7 +26,7 @@ atomically), which the sandbox waits for; it ends when its wrapper is gone
 
 # Plain os.path and try/except: pathlib and contextlib would cost every
 # sandboxed turn's start 5 ms more (see the imports below).
-# ruff: noqa: PTH103, PTH104, PTH118, PTH123, SIM105
+# ruff: noqa: PTH100, PTH103, PTH104, PTH118, PTH123, SIM105
 from __future__ import annotations
 
 import os
@@ -250,10 +250,14 @@ def run(turn_dir: str, wrapper: int) -> None:
     gate = Gate(turn_dir, allowed)
     net = os.path.join(turn_dir, "net")
     os.makedirs(net, mode=0o700, exist_ok=True)
-    gate.serve(unix_server(os.path.join(net, "proxy.sock")), gate.proxy)
+    # Bound by names relative to it: a socket's path may be 107 bytes at
+    # most, and a turn's dir in a deep state home (a long session name) is
+    # longer. Inside the sandbox the dir is the short /tmp/.spex-net.
+    os.chdir(net)
+    gate.serve(unix_server("proxy.sock"), gate.proxy)
     ports = allowed.loopback_ports()
     for port in ports:
-        gate.serve(unix_server(os.path.join(net, f"port-{port}.sock")), port_pipe(port))
+        gate.serve(unix_server(f"port-{port}.sock"), port_pipe(port))
     canary = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     canary.bind(("127.0.0.1", 0))
     canary.listen(8)
@@ -271,7 +275,7 @@ def run(turn_dir: str, wrapper: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    turn_dir, wrapper = argv[0], int(argv[1])
+    turn_dir, wrapper = os.path.abspath(argv[0]), int(argv[1])
     try:
         run(turn_dir, wrapper)
     except (OSError, ValueError) as e:
