@@ -432,6 +432,12 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN sandbox TEXT;
     """,
+    # 23: a key remembers what its first wake asked (`keys.fingerprint`: the
+    # prompt and the turn's options), so a reuse for another prompt is
+    # refused, not answered as a repeat. NULL (older keys): not compared.
+    """
+    ALTER TABLE wake_keys ADD COLUMN fingerprint TEXT;
+    """,
 )
 
 
