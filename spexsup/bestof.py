@@ -136,16 +136,12 @@ def keep(spex: Spex, wave_id: str, leg: str, *, force: bool = False) -> list[Leg
         chosen = legs[int(leg) - 1]
     else:
         raise Invalid(f"wave {wave_id} has no leg {leg!r}", hint=f"see spex wave {wave_id}")
+    others = [other for other in legs if other != chosen]
+    kept = _checked(spex, doc["id"], f"{wave_id} {leg}", chosen, others, force=force)
     outcomes = [LegOutcome(chosen, "kept")]
-    try:
-        kept = sessions.get(spex, chosen)
-        if kept.worktree is not None:
-            outcomes[0].detail.append(f"branch {kept.worktree.branch} in {kept.worktree.path}")
-    except Refused:
-        outcomes[0] = LegOutcome(chosen, "gone", ["the kept leg's session no longer exists"], 3)
-    for other in legs:
-        if other == chosen:
-            continue
+    if kept.worktree is not None:
+        outcomes[0].detail.append(f"branch {kept.worktree.branch} in {kept.worktree.path}")
+    for other in others:
         try:
             removal = remove(spex, other, force=force, salvage=True)
         except Refused as e:
@@ -170,6 +166,40 @@ def keep(spex: Spex, wave_id: str, leg: str, *, force: bool = False) -> list[Leg
 
     Wave(spex, doc).update(change)
     return outcomes
+
+
+def _checked(
+    spex: Spex, wave_id: str, asked: str, chosen: str, others: Sequence[str], *, force: bool
+) -> Session:
+    """Everything `keep` needs, checked before it changes anything: the kept
+    leg's session, and that every other leg can go (`remove.refusals`, the
+    rules `spex rm --salvage` applies). A leg already removed is no obstacle.
+    Refused (Failed where git cannot tell) naming every leg that would stay."""
+    from spexsup.errors import SpexError, UnknownSession
+    from spexsup.turn.remove import refusals
+
+    try:
+        kept = sessions.get(spex, chosen)
+    except UnknownSession:
+        raise Refused(
+            f"wave {wave_id}: the leg to keep, {chosen}, no longer exists; nothing removed",
+            hint=f"keep another leg (see spex wave {wave_id})",
+        ) from None
+    found = refusals(spex, others, force=force, salvage=True)
+    stays: dict[str, SpexError] = {
+        n: e for n, e in found.items() if e is not None and not isinstance(e, UnknownSession)
+    }
+    if not stays:
+        return kept
+    said = "; ".join(f"{n}: {e.message}" for n, e in stays.items())
+    running = any(sessions.get(spex, n).state == states.BUSY for n in stays)
+    hint = (
+        f"stop them first, or spex keep {asked} --force"
+        if running and not force
+        else next(iter(stays.values())).hint
+    )
+    cls = Refused if all(isinstance(e, Refused) for e in stays.values()) else Failed
+    raise cls(f"wave {wave_id}: nothing kept or removed: {said}", hint=hint)
 
 
 def next_steps(spex: Spex, outcomes: Sequence[LegOutcome]) -> list[str]:

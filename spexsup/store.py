@@ -441,6 +441,12 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE turns SET ran = max(0.0, ended_at - started_at)
         WHERE ended_at IS NOT NULL AND launched_event IS NOT NULL;
     """,
+    # 24: a key remembers what its first wake asked (`keys.fingerprint`: the
+    # prompt and the turn's options), so a reuse for another prompt is
+    # refused, not answered as a repeat. NULL (older keys): not compared.
+    """
+    ALTER TABLE wake_keys ADD COLUMN fingerprint TEXT;
+    """,
 )
 
 

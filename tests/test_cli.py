@@ -327,13 +327,46 @@ def test_many_names_all_and_match(env: Env) -> None:
     assert env.run("wait", "--match", "api-2", "--timeout", "0.2").returncode == 124
     r = env.run("stop", "api-2", "--grace", "0")
     assert r.returncode == 0
-    r = env.run("resume", "api-2", "fix", "the", "thing", "--window", "0.3")
+    r = env.run("resume", "api-2", "--window", "0.3", "--", "fix", "the", "thing")
     assert r.returncode == 0 and "api-2: resumed" in r.stdout and "confirmed" in r.stdout
     argv = doc(env, "show", "api-2")["turns"][0]
     assert argv["state"] == "running"
     assert env.run("rm", "api-1", "web").returncode == 0
     assert env.run("rm", "--all", "--force").returncode == 0
     assert doc(env, "ls") == []
+
+
+def test_resume_takes_many_names_and_a_prompt_only_after_dashdash(env: Env) -> None:
+    """`spex resume s1 s2 s3` once woke s1 with the prompt "s2 s3": words that
+    name sessions are sessions; a line that reads two ways changes nothing."""
+    for name in ("s1", "s2", "s3"):
+        assert env.run("new", name, "--harness", "demo").returncode == 0
+    assert env.run("stop", "s1", "s2", "s3").returncode == 0
+    r = env.run("resume", "s1", "s2", "s3")
+    assert r.returncode == 0, r.stderr
+    assert [ln.split(":")[0] for ln in r.stdout.splitlines()] == ["s1", "s2", "s3"]
+    states = {s["name"]: s["state"] for s in doc(env, "ls")}
+    assert states == dict.fromkeys(("s1", "s2", "s3"), "idle")
+    assert doc(env, "show", "s1")["turns"] == []  # nobody was woken
+    assert env.run("stop", "s1", "s2").returncode == 0
+    r = env.run("resume", "s1", "s2", "fix", "it")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == (
+        "spex: 'resume s1 s2 fix it' reads two ways: the sessions s1, s2, fix, it (there is"
+        " no session 'fix'), or s1 woken with the prompt 's2 fix it' (to wake it: spex resume"
+        " s1 -- s2 fix it)\n"
+    )
+    assert {s["name"]: s["state"] for s in doc(env, "ls")}["s2"] == "stopped"
+    r = env.run("resume", "s1", "--window", "5", "--", "s2", "fix", "it")
+    assert r.returncode == 0 and "s1: resumed" in r.stdout, r.stderr
+    turn = doc(env, "show", "s1")["turns"][0]["id"]
+    assert (env.home / "turns" / "s1" / turn / "prompt").read_bytes() == b"s2 fix it"
+    assert doc(env, "ls", "s2")[0]["state"] == "stopped"
+    r = env.run("resume", "s2", "s3", "-m", "go")
+    assert r.returncode == 2 and "a prompt resumes and wakes one session" in r.stderr
+    assert env.run("resume", "s2", "--").returncode == 2
+    many = doc(env, "resume", "s2", "s3")
+    assert [d["session"] for d in many] == ["s2", "s3"] and many[0]["resumed"] is True
 
 
 def test_new_needs_a_harness_or_a_configured_default(env: Env) -> None:

@@ -43,9 +43,9 @@ def test_every_prompt_form_of_wake_and_resume_delivers_the_same_bytes(env: Env) 
     assert delivered(env, "a", got, "wake", "a", "-f", str(prompt)) == b"from a file\n"
     assert delivered(env, "a", got, "wake", "a", "-f", "-", stdin=b"stdin\n") == b"stdin\n"
     assert delivered(env, "a", got, "wake", "a", "--", "-starts", "dashed") == b"-starts dashed"
-    for form in (["resume-words", "go", "on"], ["-m", "go on"], ["-f", "-"]):
+    for form in (["--", "go", "on"], ["-m", "go on"], ["-f", "-"]):
         assert env.run("stop", "a").returncode == 0
-        args = ["go", "on"] if form[0] == "resume-words" else form
+        args = form
         stdin = b"go on" if form == ["-f", "-"] else None
         assert delivered(env, "a", got, "resume", "a", *args, stdin=stdin) == b"go on"
 
@@ -63,7 +63,8 @@ def test_every_prompt_form_of_wake_and_resume_delivers_the_same_bytes(env: Env) 
             "given more than one way (give it one way: -m",
             None,
         ),
-        (["resume", "a", "x", "-m", "y"], "the prompt is given more than one way", None),
+        (["resume", "a", "x", "-m", "y"], "a prompt resumes and wakes one session", None),
+        (["resume", "a", "-m", "y", "--", "x"], "the prompt is given more than one way", None),
         (["resume", "a", "-m", ""], "the prompt is empty", None),
         (["up", "a", "-m", "x"], "a prompt (-m, -f) goes with --revive", None),
         (["up", "--revive", "-m", ""], "the prompt is empty", None),

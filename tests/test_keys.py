@@ -104,6 +104,34 @@ def test_a_repeat_after_the_turn_completed_names_the_same_turn(env: Env) -> None
     assert count(env, "turns", "a") == 1
 
 
+def test_a_key_reused_for_another_prompt_or_options_is_refused(env: Env) -> None:
+    """Issue 38, item 2: `wake api --key K <another prompt>` answered with the
+    first turn as a repeat. A key names one wake: the same prompt and options
+    repeat it; another prompt, or other turn options, is refused (exit 3),
+    with the turn the key names, and nothing starts."""
+    new(env, "a", "exit 0")
+    code, first = wake(env, "a", "--key", "K", "go", "--window", "5")
+    assert code == 0 and first["repeat"] is False, first
+    said = f"spex: key 'K' was used for a different prompt (turn {first['turn']})"
+    for other in (["go", "on"], ["go", "--timeout", "30"], ["go", "--fresh"], ["-m", "go "]):
+        r = env.run("wake", "a", "--key", "K", *other, "--window", "5")
+        assert r.returncode == 3 and r.stdout == "", (other, r.stdout)
+        assert r.stderr.startswith(said + " ("), (other, r.stderr)
+    # The window says how to wake, not what the turn is: still a repeat.
+    code, again = wake(env, "a", "--key", "K", "-m", "go", "--window", "9")
+    assert code == 0 and again["repeat"] is True and again["turn"] == first["turn"]
+    assert count(env, "turns", "a") == 1
+    # A key that names a queued prompt alike.
+    new(env, "b", "sleep 30")
+    assert wake(env, "b", "go", "--window", "5")[0] == 0
+    code, queued = wake(env, "b", "--queue", "--key", "Q", "later")
+    assert code == 0 and queued["verdict"] == "queued"
+    r = env.run("wake", "b", "--queue", "--key", "Q", "sooner")
+    assert r.returncode == 3
+    assert f"key 'Q' was used for a different prompt (queue entry {queued['queued']})" in r.stderr
+    assert wake(env, "b", "--queue", "--key", "Q", "later")[1]["repeat"] is True
+
+
 def test_a_failed_start_stays_failed_under_its_key(env: Env) -> None:
     """The key names the turn it started, even one that failed: the same
     answer (exit 1); a new key tries again."""

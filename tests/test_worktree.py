@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import SPEX, Env, retry_until
+from conftest import HARNESSES, SPEX, Env, retry_until
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "Test Author",
@@ -1009,6 +1009,36 @@ def test_best_of_three_then_keep_one(env: Env, repo: Repo) -> None:
     plain = json.loads(env.run("fanout", "plain", "-m", "x", "--window", "1", "--json").stdout)
     one_line_error(env.run("keep", plain["id"], "plain"), 3)
     one_line_error(env.run("keep", wave, "9"), 2)
+
+
+def test_keep_while_legs_run_refuses_before_changing_anything(env: Env, repo: Repo) -> None:
+    """Issue 38, item 5: `spex keep last 2` while legs still ran printed
+    `repo-2: kept`, refused the others and exited 3. Every leg is checked
+    first: refused with each leg that would stay, and nothing changed."""
+    (env.home / "harnesses.toml").write_text(
+        f'[harness.slow]\nfresh = ["{HARNESSES / "sleeper.sh"}", "{{prompt}}"]\n'
+    )
+    r = env.run(
+        "fanout", "--worktrees", "3", "--repo", str(repo.path), "--prefix", "bo",
+        "--harness", "slow", "-m", "solve it", "--window", "1", timeout=180,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert env.run("stop", "bo-3").returncode == 0  # one leg that can go
+    before = (repo.branches(), repo.worktrees(), names(env))
+    r = env.run("keep", "last", "2")
+    one_line_error(r, 3)
+    assert r.stdout == ""
+    assert r.stderr.startswith("spex: wave w"), r.stderr
+    assert ": nothing kept or removed: bo-1: session 'bo-1' has a running turn " in r.stderr
+    assert "bo-3" not in r.stderr
+    assert r.stderr.endswith("(stop them first, or spex keep last 2 --force)\n"), r.stderr
+    assert (repo.branches(), repo.worktrees(), names(env)) == before
+    assert "kept" not in env.run("wave", "last").stdout
+    r = env.run("keep", "last", "2", "--force", "--json")
+    assert r.returncode == 0, r.stderr
+    outcomes = {o["session"]: o["outcome"] for o in json.loads(r.stdout)}
+    assert outcomes == {"bo-2": "kept", "bo-1": "removed", "bo-3": "removed"}
+    assert names(env) == ["bo-2"]
 
 
 def test_best_of_without_a_harness_is_refused_like_new(env: Env, repo: Repo) -> None:

@@ -83,7 +83,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     ),
     "stop": (("session", "*"), {"--grace": None, "--match": None}),
     "resume": (
-        ("session",),
+        ("session", "*"),
         {
             "--match": None,
             "--window": None,

@@ -141,7 +141,7 @@ def _run(home: str | None, host_name: str, words: list[str], command: str, *, as
         return _attach(host, state, words[1:])
     words, stdin = _prompt_to_stdin(command, words)
     if command == "resume" and stdin is not None:
-        # `resume NAME PROMPT…`: resume there, then wake with the prompt on stdin.
+        # `resume NAME -- PROMPT…`: resume there, then wake with the prompt on stdin.
         name = words[1]
         rc = _rendered(host, state, "resume", words, None, as_json)
         if rc != 0:
@@ -277,15 +277,15 @@ def _render(command: str, words: list[str], doc: Any, *, color: bool) -> None:
 
 def _prompt_to_stdin(command: str, words: list[str]) -> tuple[list[str], bytes | None]:
     """Take the prompt out of the command line: `wake NAME TEXT`, `-f FILE`,
-    `-f -`, `resume NAME PROMPT…` and `-m TEXT` all become `-f -` with the
+    `-f -`, `resume NAME -- PROMPT…` and `-m TEXT` all become `-f -` with the
     prompt's bytes on stdin."""
     if command == "wake":
         return _wake_prompt(words)
     if command == "resume":
-        given = {"-m", "--message", "-f", "--file"}
-        if len(_positionals(words[1:], {"--match", "--window", *given})) > 1 or any(
-            w in given or w.startswith(("--message=", "--file=")) for w in words
-        ):
+        # A prompt only with -m, -f or after `--`: other words name sessions
+        # (the host's spex refuses a line that reads two ways).
+        given = {"-m", "--message", "-f", "--file", "--"}
+        if any(w in given or w.startswith(("--message=", "--file=")) for w in words):
             plain, data = _wake_prompt(words, command="resume")
             return plain[:-2], data  # resume there, then the wake takes `-f -`
         return words, None

@@ -7,6 +7,7 @@ import typer
 
 from spexsup import ids
 from spexsup import prompt as prompts
+from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import (
     AfterAnyOpt,
@@ -48,7 +49,7 @@ from spexsup.cli.render import (
     verdict_line,
     with_iso,
 )
-from spexsup.errors import Invalid
+from spexsup.errors import Invalid, UnknownSession
 
 if TYPE_CHECKING:
     from spexsup.spex import Spex
@@ -425,15 +426,12 @@ def stop(
 @app.command()
 def resume(
     ctx: typer.Context,
-    name: Annotated[
-        str | None,
-        typer.Argument(metavar="NAME", help="Session name.", show_default=False),
-    ] = None,
-    prompt: Annotated[
+    names: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[PROMPT…]",
-            help="Then wake it with this prompt (words joined by spaces).",
+            metavar="NAME… [-- PROMPT…]",
+            help="Session names; after --, a prompt to wake the one session with.",
+            autocompletion=complete.session_names,
             show_default=False,
         ),
     ] = None,
@@ -447,30 +445,44 @@ def resume(
     window: WindowOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Let a stopped session take turns again; with a PROMPT, also wake it.
+    """Let stopped sessions take turns again; with a prompt, also wake the one.
 
     It does not restart the turn that `spex stop` aborted: a wake (or the
-    PROMPT here) starts a new turn, which continues the agent's conversation.
-    A session that is not stopped is left as it is (exit 0).
+    prompt here, given with -m, -f or after --) starts a new turn, which
+    continues the agent's conversation. A session that is not stopped is
+    left as it is (exit 0). Words that name sessions are never a prompt.
 
     \b
     Examples:
-      spex resume api
-      spex resume api fix the flaky test
+      spex resume api web docs
+      spex resume api -- fix the flaky test
       spex resume api -f next-steps.md
       spex resume --match 'api-*' --force
     """
     from spexsup import sessions
     from spexsup.turn.stop import resume as resume_session
 
+    names, prompt = _names_and_prompt(ctx, names or [])
     given = bool(prompt) or message is not None or file is not None
     if given and (all_ or match is not None):
         raise Invalid("a prompt resumes and wakes one session, not --all or --match")
+    if given and len(names) != 1:
+        raise Invalid(
+            "a prompt resumes and wakes one session",
+            hint=f"resume them (spex resume {' '.join(names)}),"
+            " then wake one (spex wake NAME -m TEXT)",
+        )
     seconds = window_seconds(window)
     # Read (and refuse) the prompt before anything changes.
-    data = prompts.read(prompt, file, message=message) if given else None
+    data = None
+    if given:
+        data = prompts.read(prompt, file, message=message, forms="-- TEXT… or -m TEXT")
     spex = open_spex(ctx)
-    chosen = sessions.select(spex, [name] if name else [], all_=all_, match=match)
+    if not given:
+        _not_a_prompt(spex, names)
+    chosen = sessions.select(spex, names, all_=all_, match=match)
+    for n in chosen:
+        sessions.get(spex, n)  # every name known before any session changes
     docs = []
     for n in chosen:
         resumed = resume_session(spex, n, force=force, not_stopped_ok=True)
@@ -478,11 +490,44 @@ def resume(
         if not as_json:
             typer.echo(resumed_line(docs[-1]))
     if data is not None:
-        assert name is not None
-        wake_and_report(ctx, name, data, window=seconds, fresh=False, as_json=as_json)
+        wake_and_report(ctx, names[0], data, window=seconds, fresh=False, as_json=as_json)
         return
     if as_json:
-        print_json(docs[0] if name else docs)
+        print_json(docs[0] if len(names) == 1 else docs)
+
+
+def _names_and_prompt(ctx: typer.Context, words: list[str]) -> tuple[list[str], list[str]]:
+    """`resume`'s words split at `--` (click keeps no trace of it): the names
+    before, the prompt after."""
+    argv = ctx.find_root().meta.get("spex.argv", [])
+    if "--" not in argv:
+        return words, []
+    after = len(argv) - argv.index("--") - 1
+    if after == 0:
+        raise Invalid("nothing after --", hint="spex resume NAME -- PROMPT…")
+    return words[: len(words) - after], words[len(words) - after :]
+
+
+def _not_a_prompt(spex: "Spex", names: list[str]) -> None:
+    """`resume NAME WORDS…` once woke NAME with WORDS: words that all name
+    sessions are sessions to resume; any other word makes the line read two
+    ways, and it is refused with both (a prompt comes with --, -m or -f)."""
+    if len(names) < 2:
+        return
+    known = {r["name"] for r in spex.store.db.execute("SELECT name FROM sessions")}
+    if names[0] not in known:
+        raise UnknownSession(names[0])
+    strangers = [w for w in names[1:] if w not in known]
+    if not strangers:
+        return
+    import shlex
+
+    first, rest = names[0], " ".join(names[1:])
+    raise Invalid(
+        f"'resume {' '.join(names)}' reads two ways: the sessions {', '.join(names)}"
+        f" (there is no session {strangers[0]!r}), or {first} woken with the prompt {rest!r}",
+        hint=f"to wake it: spex resume {first} -- {shlex.join(names[1:])}",
+    )
 
 
 @app.command()

@@ -168,7 +168,9 @@ def keep(
     """Keep one leg of a best-of-N wave; remove the others (salvaging unsaved work).
 
     WAVE is a wave id, a prefix of it, last or last~N; LEG the leg's session
-    or its number. Then prints the next step: the git commands that merge
+    or its number. Every leg is checked first: while one cannot go (a
+    running turn without --force) nothing is kept or removed. Then prints
+    the next step: the git commands that merge
     the kept branch into its base, and the branches (spex/salvage/…) the
     other legs' unsaved work went to.
 

@@ -533,19 +533,22 @@ def claim_key(
     key: str,
     session: str,
     *,
+    fingerprint: str,
     turn: str | None = None,
     queued: str | None = None,
 ) -> Any:
     """`key` names `turn` (or queue entry `queued`) of `session`, claimed in
     the transaction that admits the turn or keeps the entry, so two wakes
-    with one key never both start. Returns the row of the wake that claimed
-    it first (and claims nothing), or None when this call claimed it."""
+    with one key never both start; `fingerprint` is what the wake asked.
+    Returns the row of the wake that claimed it first (and claims nothing),
+    or None when this call claimed it."""
     row = db.execute("SELECT * FROM wake_keys WHERE key = ?", (key,)).fetchone()
     if row is not None:
         return row
     db.execute(
-        "INSERT INTO wake_keys (key, session, turn, queued, created_at) VALUES (?, ?, ?, ?, ?)",
-        (key, session, turn, queued, time.time()),
+        "INSERT INTO wake_keys (key, session, turn, queued, created_at, fingerprint)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (key, session, turn, queued, time.time(), fingerprint),
     )
     return None
 

@@ -209,7 +209,8 @@ def admit(
             turn = new_turn_id()
         if key is not None:
             # First: the repeat of a wake whose turn runs is no `busy` refusal.
-            keys.claim(db, key, name, turn=turn)
+            mark = keys.fingerprint(prompt, fresh, tuple(limits or Limits()))
+            keys.claim(db, key, name, mark, turn=turn)
         session = Session.from_row(row)
         if session.state == "stopped":
             raise SessionStopped(name)

@@ -132,7 +132,8 @@ def enqueue(
     try:
         with spex.store.tx() as db:
             if key is not None:
-                keys.claim(db, key, name, queued=entry)
+                mark = keys.fingerprint(prompt, fresh, tuple(limits))
+                keys.claim(db, key, name, mark, queued=entry)
             position = ledger.enqueue(
                 db, entry, name, options, first, after[1] if after is not None else None
             )
@@ -387,6 +388,7 @@ def wake_or_queue(
             raise Refused(f"session {after!r} has no turn to wait for", hint=f"spex show {after}")
         until = (after, other.current_turn, after_any)
         waits = f"{after}'s turn"
+    mark = keys.fingerprint(prompt, fresh, tuple(limits))
     for _ in range(KEY_ATTEMPTS):
         if until is None and not queued_before:  # else first come, first served
             try:
@@ -401,7 +403,7 @@ def wake_or_queue(
                 if only_at_limit:
                     raise
                 waits = "the session's turn" if isinstance(e, SessionBusy) else "the lease"
-        elif key is not None and keys.lookup(spex.store.db, key, name) is not None:
+        elif key is not None and keys.lookup(spex.store.db, key, name, mark) is not None:
             answer = repeat_verdict(spex, name, key)
             if answer is not None:
                 return answer

@@ -90,8 +90,9 @@ def wake(
     args = (spex, name, prompt, window, fresh, force, gate, on_admitted, limits, queued)
     if key is None:
         return _wake(*args, wave=wave, check_abort=check_abort)
+    mark = keys.fingerprint(prompt, fresh, tuple(limits or Limits()))
     for _ in range(KEY_ATTEMPTS):
-        if keys.lookup(spex.store.db, key, name) is None:
+        if keys.lookup(spex.store.db, key, name, mark) is None:
             try:
                 verdict = _wake(*args, key, wave=wave, check_abort=check_abort)
                 return verdict._replace(key=key)
