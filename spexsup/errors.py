@@ -61,8 +61,17 @@ class TimedOut(SpexError):
 
 
 class UnknownSession(Refused):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no session named {name!r}", hint="see spex ls")
+    """No session of that name. When one of the `known` names is close, the
+    hint names it (`did you mean 'api'?`), as for a mistyped command or option."""
+
+    def __init__(self, name: str, known: Sequence[str] = ()) -> None:
+        close: list[str] = []
+        if known and len(name) <= 64:  # a valid name: a 5 MB word is no typo
+            import difflib  # only when a name is unknown
+
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else "see spex ls"
+        super().__init__(f"no session named {clip(repr(name))}", hint=hint)
 
 
 class SessionBusy(Refused):

@@ -37,6 +37,7 @@ from spexsup.config import Retention
 from spexsup.errors import UnknownSession
 from spexsup.pane import turndir
 from spexsup.states import ACTIVE
+from spexsup.store import session_names
 
 if TYPE_CHECKING:
     import sqlite3
@@ -263,7 +264,7 @@ def prune(
     if sessions is not None:
         for name in sessions:
             if db.execute("SELECT 1 FROM sessions WHERE name = ?", (name,)).fetchone() is None:
-                raise UnknownSession(name)
+                raise UnknownSession(name, session_names(db))
     out = Pruned(dry_run)
     candidates = _turn_candidates(db, policy, cutoff, sessions, turn_limit)
     waves = [] if sessions is not None else _wave_candidates(db, policy, cutoff, wave_limit)

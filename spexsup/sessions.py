@@ -26,6 +26,7 @@ from spexsup.paths import ensure_private_dir, remove_tree, wrapper_path, write_a
 from spexsup.procs import Liveness, reap, turn_processes
 from spexsup.sandbox import Policy
 from spexsup.spex import Spex
+from spexsup.store import session_names
 from spexsup.tickets import ticket
 
 if TYPE_CHECKING:
@@ -424,7 +425,7 @@ def get(spex: Spex, name: str) -> Session:
     ids.validate_name(name)
     row = spex.store.db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
     if row is None:
-        raise UnknownSession(name)
+        raise UnknownSession(name, session_names(spex.store.db))
     return Session.from_row(row)
 
 

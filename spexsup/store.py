@@ -450,6 +450,11 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 
+def session_names(db: sqlite3.Connection) -> list[str]:
+    """Every session's name (for `UnknownSession` to name the one meant)."""
+    return [row[0] for row in db.execute("SELECT name FROM sessions ORDER BY name")]
+
+
 def damaged_hint(home: Path) -> str:
     """What to do about a state.db that SQLite cannot read (the store and
     the doctor say it alike)."""

@@ -72,6 +72,31 @@ def test_duplicate_and_unknown(env: Env) -> None:
         assert r.stderr == "spex: no session named 'nope' (see spex ls)\n"
 
 
+def test_a_mistyped_session_name_gets_a_suggestion(env: Env) -> None:
+    """Issue 38 item 16: as for a mistyped command or option, the refusal
+    names the session meant, in every command that takes a name."""
+    for name in ("api", "review"):
+        assert env.run("new", name, "--harness", "demo").returncode == 0
+    cases = [
+        ["show", "ap"],
+        ["wake", "ap", "hi"],
+        ["stop", "ap"],
+        ["wait", "ap"],
+        ["rm", "ap"],
+        ["edit", "ap", "--window", "3"],
+        ["wake", "review", "--after", "ap", "hi"],
+        ["schedule", "add", "ap", "--every", "1h", "-m", "hi"],
+    ]
+    for args in cases:
+        r = env.run(*args)
+        assert r.returncode == 3, (args, r.stderr)
+        assert r.stderr == "spex: no session named 'ap' (did you mean 'api'?)\n", (args, r.stderr)
+    r = env.run("show", "revew", "--json")
+    assert json.loads(r.stdout)["error"] == "no session named 'revew' (did you mean 'review'?)"
+    # Nothing close: the hint stays where to look.
+    assert env.run("show", "zzz").stderr == "spex: no session named 'zzz' (see spex ls)\n"
+
+
 def test_bad_input_is_one_line_and_changes_nothing(env: Env) -> None:
     cases = [
         ["new", "a", "--harness", "gpt"],

@@ -38,6 +38,7 @@ from spexsup.procs import (
 )
 from spexsup.sessions import Session
 from spexsup.spex import Spex
+from spexsup.store import session_names
 from spexsup.turn import keys
 from spexsup.turn.reconcile import orphan_pids, reconcile
 
@@ -202,7 +203,7 @@ def admit(
     with spex.store.tx() as db:
         row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
         if row is None:
-            raise UnknownSession(name)
+            raise UnknownSession(name, session_names(db))
         while db.execute("SELECT 1 FROM turns WHERE id = ?", (turn,)).fetchone():
             # 24 random bits per second: a 200-leg fan-out repeats one about
             # once in 800 waves. We hold the write lock, so a free id stays free.

@@ -37,6 +37,7 @@ from spexsup.sessions import (
 )
 from spexsup.spex import Spex
 from spexsup.states import BUSY, CREATING, REMOVING
+from spexsup.store import session_names
 from spexsup.turn.admit import parse_on_limit
 from spexsup.turn.reconcile import reconcile
 from spexsup.turn.target import taken
@@ -153,7 +154,7 @@ def edit(
             ):
                 now = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
                 if now is None:
-                    raise UnknownSession(name)
+                    raise UnknownSession(name, session_names(db))
                 _refuse(Session.from_row(now), change)
                 raise Refused(
                     f"session {name!r} changed while this edit was checked", hint="try again"
@@ -165,7 +166,7 @@ def _row(spex: Spex, name: str) -> Any:
     get(spex, name)  # the name checked, and UnknownSession
     row = spex.store.db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
     if row is None:
-        raise UnknownSession(name)
+        raise UnknownSession(name, session_names(spex.store.db))
     return row
 
 

@@ -21,6 +21,7 @@ from spexsup.paths import ensure_private_dir
 from spexsup.sessions import Session, get, home_status
 from spexsup.spex import Spex
 from spexsup.states import COMPLETE, SESSION_STATES, legacy_of, read_state
+from spexsup.store import session_names
 from spexsup.turn.reconcile import reconcile
 from spexsup.watch import DirWatch
 
@@ -399,7 +400,7 @@ def describe(
         rows = [db.execute("SELECT * FROM sessions WHERE name = ?", (n,)).fetchone() for n in names]
         for n, row in zip(names, rows, strict=True):
             if row is None:
-                raise UnknownSession(n)
+                raise UnknownSession(n, session_names(db))
     recent = recent_turns(spex, [r["name"] for r in rows], turns)
     queued = dict(
         db.execute("SELECT session, count(*) FROM queue GROUP BY session").fetchall()

@@ -17,6 +17,7 @@ from spexsup.paths import remove_tree
 from spexsup.procs import Liveness, identity_liveness
 from spexsup.sessions import Session, get
 from spexsup.spex import Spex
+from spexsup.store import session_names
 from spexsup.turn import scheduled
 from spexsup.turn.launch import kill_turn
 from spexsup.turn.reconcile import reconcile
@@ -148,7 +149,7 @@ def remove(
         with spex.store.tx() as db:
             row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
             if row is None:
-                raise UnknownSession(name)
+                raise UnknownSession(name, session_names(db))
             session = Session.from_row(row)
             refusal = _held(db, session, force=force, mine=mine)
             if refusal is not None:

@@ -19,7 +19,7 @@ from spexsup.paths import write_atomic
 from spexsup.procs import Liveness, turn_processes
 from spexsup.sessions import Session
 from spexsup.spex import Spex
-from spexsup.store import StateLocked
+from spexsup.store import StateLocked, session_names
 from spexsup.turn.launch import kill_turn
 from spexsup.turn.target import taken
 
@@ -96,7 +96,7 @@ def _stoppable(db: sqlite3.Connection, name: str) -> Session:
     """The session as stored now; refused when it is gone or being removed."""
     row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
     if row is None:
-        raise UnknownSession(name)
+        raise UnknownSession(name, session_names(db))
     session = Session.from_row(row)
     if session.state == "removing":
         raise Refused(f"session {name!r} is being removed")
