@@ -230,7 +230,7 @@ def next_steps(spex: Spex, outcomes: Sequence[LegOutcome]) -> list[str]:
     salvaged = [b for o in outcomes for b in o.salvaged]
     if salvaged:
         lines.append(f"the other legs' unsaved work is on {', '.join(salvaged)}")
-        lines.append("  (spex worktree status lists them; spex prune --salvage deletes them)")
+        lines.append("  (spex worktree ls lists them; spex prune --salvage deletes them)")
     return lines
 
 

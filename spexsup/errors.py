@@ -148,7 +148,7 @@ class UnderLease(Refused):
         who = f"held by pid {holder}" if holder else "its holder is gone"
         super().__init__(
             f"session {session!r} is under maintenance lease {epoch} ({state}, {who})",
-            hint="spex maint --status",
+            hint="spex maint ls",
         )
         self.session = session
         self.epoch = epoch

@@ -96,7 +96,7 @@ def resolve_turn(db: sqlite3.Connection, session: str, ref: str) -> str:
 def resolve_wave(db: sqlite3.Connection, ref: str) -> str:
     """The full id of the wave `ref` names; Refused if none."""
     rows = db.execute("SELECT id FROM waves ORDER BY created_at DESC, id DESC").fetchall()
-    return _resolve([r[0] for r in rows], ref, "wave", "see spex waves")
+    return _resolve([r[0] for r in rows], ref, "wave", "see spex wave ls")
 
 
 def resolve_schedule(db: sqlite3.Connection, ref: str) -> str:

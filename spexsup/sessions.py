@@ -608,7 +608,7 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
 
 
 def status_rows(spex: Spex, names: Sequence[str]) -> list[dict[str, Any]]:
-    """`spex worktree status`: every worktree session (or those named)."""
+    """`spex worktree ls`: every worktree session (or those named)."""
     from spexsup.worktree import describe as worktree_view  # see _worktree
 
     if names:

@@ -110,7 +110,7 @@ def revoke_trust(home: Path, word: str) -> Trust:
     entry = _entry(home, str(path))
     t = _read_trust(entry)
     if t is None:
-        raise Refused(f"{path} is not trusted", hint="see spex trust --list")
+        raise Refused(f"{path} is not trusted", hint="see spex trust ls")
     entry.unlink(missing_ok=True)
     return t
 

@@ -58,7 +58,7 @@ def new_wave_id() -> str:
 
 def validate_wave_id(wave: str) -> str:
     if not (1 <= len(wave) <= 64) or any(c not in WAVE_ID_CHARS for c in wave):
-        raise Invalid(f"invalid wave id {wave!r}", hint="see spex waves")
+        raise Invalid(f"invalid wave id {wave!r}", hint="see spex wave ls")
     return wave
 
 
@@ -260,7 +260,7 @@ def mutate(spex: Spex, wave: str, change: Change | None = None) -> Doc:
     with spex.store.tx() as db:
         row = db.execute("SELECT doc FROM waves WHERE id = ?", (wave,)).fetchone()
         if row is None:
-            raise Refused(f"no wave {wave!r}", hint="see spex waves")
+            raise Refused(f"no wave {wave!r}", hint="see spex wave ls")
         doc: Doc = json.loads(row["doc"])
         was_over = doc["ended_at"] is not None
         if change is not None:

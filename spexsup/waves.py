@@ -116,7 +116,7 @@ def refresh(spex: Spex, wave: str) -> Doc:
     validate_wave_id(wave)
     row = spex.store.db.execute("SELECT doc FROM waves WHERE id = ?", (wave,)).fetchone()
     if row is None:
-        raise Refused(f"no wave {wave!r}", hint="see spex waves")
+        raise Refused(f"no wave {wave!r}", hint="see spex wave ls")
     doc: Doc = json.loads(row["doc"])
     active = [
         leg["session"]

@@ -15,7 +15,7 @@ from conftest import SPEX, Env, retry_until
 
 LIFECYCLE = (
     "new wake wait queue schedule log verify attach stop resume up ls show edit top rm fanout"
-    " waves wave cost maint prune du doctor"
+    " wave cost maint prune du doctor"
 )
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -138,7 +138,7 @@ def test_every_help_page_speaks_one_style(env: Env) -> None:
     described, Examples, a usage line without typer's `{NAME}` or `...`, and
     no type placeholders like `<str>`. A new command is held to it too."""
     commands = every_command()
-    assert ["worktree", "status"] in commands and ["help"] in commands
+    assert ["worktree", "ls"] in commands and ["help"] in commands
     for words in commands:
         page = env.run(*words, "--help", extra={"COLUMNS": "100"})
         assert page.returncode == 0, words
@@ -161,19 +161,14 @@ def test_every_help_page_speaks_one_style(env: Env) -> None:
                         assert re.match(r"  \S.*\S {2,}\S", line), (words, line)
 
 
-def test_help_command_and_bare_groups(env: Env) -> None:
-    """`spex help [COMMAND…]` is `spex [COMMAND…] --help`; a bare group shows
-    its help (exit 2, like a bare `spex`), every group alike."""
+def test_help_command(env: Env) -> None:
+    """`spex help [COMMAND…]` is `spex [COMMAND…] --help`."""
     assert env.run("help").stdout == env.run("--help").stdout
     assert env.run("help", "wake").stdout == env.run("wake", "--help").stdout
-    page = env.run("help", "worktree", "status")
-    assert page.returncode == 0 and page.stdout == env.run("worktree", "status", "--help").stdout
+    page = env.run("help", "worktree", "ls")
+    assert page.returncode == 0 and page.stdout == env.run("worktree", "ls", "--help").stdout
     r = env.run("help", "wak")
     assert r.returncode == 2 and "Did you mean 'wake'?" in r.stderr, r.stderr
-    for group in ("worktree", "hooks", "harness"):
-        r = env.run(group)
-        assert r.returncode == 2 and r.stdout.startswith(f"Usage: spex {group} "), (group, r)
-        assert "Commands:" in r.stdout and not r.stderr, (group, r.stderr)
 
 
 def test_home_is_accepted_anywhere(env: Env) -> None:
@@ -552,3 +547,35 @@ def test_a_failed_wake_says_why_once_on_a_terminal_and_on_both_streams_to_a_scri
     piped = env.run("wake", "f", "go", "--window", "5")
     assert piped.returncode == 1
     assert "said-once" in piped.stdout and "said-once" in piped.stderr
+
+
+def test_every_collection_is_listed_by_ls_and_its_old_spelling(env: Env) -> None:
+    """`spex X ls` lists every collection; the bare word, the plural and the
+    old flag list the same (issue 38 item 14); `spex wave` and `spex waves`
+    are one command."""
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    assert env.run("fanout", "a", "-m", "hi", "--wait").returncode == 0
+    spellings = {
+        "queue": [["queue"]],
+        "schedule": [["schedule"]],
+        "harness": [["harness"]],
+        "worktree": [["worktree"], ["worktree", "status"]],
+        "hooks": [["hooks"]],
+        "trust": [["trust"], ["trust", "--list"]],
+        "wave": [["wave"], ["waves"], ["waves", "ls"]],
+        "hosts": [["hosts"]],
+        "maint": [["maint", "--status"]],
+    }
+    for collection, others in spellings.items():
+        listed = env.run(collection, "ls")
+        assert listed.returncode == 0 and listed.stdout and not listed.stderr, (collection, listed)
+        for words in others:
+            assert env.run(*words).stdout == listed.stdout, words
+        as_json = env.run(collection, "ls", "--json")
+        assert as_json.returncode == 0, (collection, as_json)
+        json.loads(as_json.stdout)
+    wave_id = json.loads(env.run("wave", "ls", "--json").stdout)[0]["id"]
+    shown = env.run("wave", "show", wave_id[-6:])
+    assert shown.returncode == 0 and wave_id in shown.stdout, shown
+    for words in (["wave", wave_id], ["waves", "show", wave_id], ["wave", "last"]):
+        assert env.run(*words).stdout == shown.stdout, words

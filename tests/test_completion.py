@@ -113,6 +113,8 @@ def test_the_fast_table_agrees_with_the_commands() -> None:
         command = group
         for word in name.split():  # a group's command is two words
             command = command.commands[word]
+        if getattr(command, "default", None):  # `spex wave W` is `spex wave show W`
+            command = command.commands[command.default]
         takes_value = {
             opt
             for p in command.params

@@ -212,11 +212,14 @@ SUCCESS: dict[str, list[Call]] = {
         call("fanout", "--retry-failed", "{complete_wave}", "--json"),
         call("fanout", "local:ok", "local:bad", "-m", "hi", "--json", codes=(1,)),
     ],
-    "waves": [call("waves", "--json")],
-    "wave": [call("wave", "last", "--json"), call("wave", "{fleet_wave}", "--json")],
+    "wave ls": [call("wave", "ls", "--json"), call("wave", "--json")],
+    "waves ls": [call("waves", "ls", "--json"), call("waves", "--json")],
+    "wave show": [call("wave", "last", "--json"), call("wave", "{fleet_wave}", "--json")],
+    "waves show": [call("waves", "show", "last", "--json")],
     "cost": [call("cost", "--json"), call("cost", "--by", "wave", "--since", "1d", "--json")],
     "maint": [
         call("maint", "--status", "--json"),
+        call("maint", "ls", "--json"),
         call("maint", "--stop", "sl", "--resume", "sl", "--", "{lease_script}"),
     ],
     # Inside a maint command, as they must run; its stdout is theirs.
@@ -235,7 +238,7 @@ SUCCESS: dict[str, list[Call]] = {
     "doctor": [call("doctor", "--json")],
     "harness ls": [call("harness", "ls", "--json")],
     "harness show": [call("harness", "show", "demo", "--json")],
-    "hosts": [call("hosts", "--json", codes=(1,))],
+    "hosts ls": [call("hosts", "ls", "--json", codes=(1,)), call("hosts", "--json", codes=(1,))],
     "events": [call("events", "--json", json_lines=True)],
     "hooks ls": [call("hooks", "ls", "--json")],
     "queue ls": [call("queue", "ls", "--json"), call("queue", "ls", "busy", "--json")],
@@ -254,8 +257,10 @@ SUCCESS: dict[str, list[Call]] = {
     "trust": [
         call("trust", "{repo}", "--json"),
         call("trust", "--list", "--json"),
+        call("trust", "ls", "--json"),
         call("trust", "--revoke", "{repo}", "--json"),
     ],
+    "worktree ls": [call("worktree", "ls", "--json"), call("worktree", "--json")],
     "worktree status": [call("worktree", "status", "--json")],
 }
 
@@ -280,8 +285,10 @@ FAILURE: dict[str, list[Call]] = {
         call("fanout", "--retry-failed", "wnope", "--json"),
         call("fanout", "ok", "-m", "", "--json"),
     ],
-    "waves": [call("--home", "{nohome}", "waves", "--json")],
-    "wave": [call("wave", "wnope", "--json"), call("wave", "bad/id", "--json")],
+    "wave ls": [call("--home", "{nohome}", "wave", "ls", "--json")],
+    "waves ls": [call("--home", "{nohome}", "waves", "--json")],
+    "wave show": [call("wave", "wnope", "--json"), call("wave", "bad/id", "--json")],
+    "waves show": [call("waves", "show", "wnope", "--json")],
     "cost": [call("cost", "--by", "week", "--json"), call("cost", "--since", "x", "--json")],
     "maint": [call("maint", "--status", "--all", "--json")],
     "maint-op stop": [call("maint-op", "stop", "ok", "--json")],
@@ -291,7 +298,7 @@ FAILURE: dict[str, list[Call]] = {
     "doctor": [call("--home", "{nohome}", "doctor", "--json")],
     "harness ls": [call("--home", "{nohome}", "harness", "ls", "--json")],
     "harness show": [call("harness", "show", "nosuch", "--json")],
-    "hosts": [call("--home", "{nohome}", "hosts", "--json")],
+    "hosts ls": [call("--home", "{nohome}", "hosts", "--json")],
     "events": [call("events", "--session", "no/such", "--json")],
     "hooks ls": [call("--home", "{nohome}", "hooks", "ls", "--json")],
     "queue ls": [call("queue", "ls", "nosuch", "--json")],
@@ -308,6 +315,7 @@ FAILURE: dict[str, list[Call]] = {
     "diff": [call("diff", "nosuch", "--json")],
     "keep": [call("keep", "wnope", "1", "--json")],
     "trust": [call("trust", "{root}/nowhere", "--json")],
+    "worktree ls": [call("worktree", "ls", "nosuch", "--json")],
     "worktree status": [call("worktree", "status", "nosuch", "--json")],
 }
 

@@ -226,7 +226,7 @@ def test_keep_prints_the_next_step_and_it_works(env: Env, repo: Repo) -> None:
     assert step in lines, r.stdout
     assert "  then spex rm k-1 (its worktree and branch go, the merge keeps the work)" in lines
     assert f"the other legs' unsaved work is on {two}" in lines
-    assert "  (spex worktree status lists them; spex prune --salvage deletes them)" in lines
+    assert "  (spex worktree ls lists them; spex prune --salvage deletes them)" in lines
     # The next step, run as printed, merges; then rm removes the kept leg cleanly.
     command = step.removeprefix("next: ")
     done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env.vars)

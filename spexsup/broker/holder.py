@@ -135,7 +135,7 @@ class Maintenance:
                 raise Refused(
                     f"no maintenance lease within {self.wait:g}s"
                     f" (lease {row['epoch']} is still {row['state']}, held by pid {holder})",
-                    hint="spex maint --status",
+                    hint="spex maint ls",
                 )
             who = f"held by pid {holder}" if holder else "its holder is gone, recovering"
             self._say_waiting(

@@ -52,8 +52,8 @@ COMMANDS = (
     Command("top", "top"),
     Command("rm", "sessions", writes=True),
     Command("fanout", "fanout", writes=True),
-    Command("waves", "waves"),
     Command("wave", "waves"),
+    Command("waves", "waves"),  # hidden: `spex wave`'s old name
     Command("cost", "cost"),
     Command("maint", "maint"),
     Command("prune", "housekeeping"),
@@ -114,6 +114,26 @@ class SpexGroup(TyperGroup):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+class ListingGroup(SpexGroup):
+    """A collection's group: `spex X` and `spex X ls` list it. With `default`
+    set, a first word that names none of the group's commands goes to that
+    command: `spex wave W` is `spex wave show W`."""
+
+    default: str | None = None
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        for i, word in enumerate(args):
+            if word == "--" or word in ("-h", "--help"):
+                break
+            if word.startswith("-"):
+                continue
+            if self.default and word not in self.commands:
+                args = [*args[:i], self.default, *args[i:]]
+            break
+        rest: list[str] = super().parse_args(ctx, args)
+        return rest
 
 
 app = typer.Typer(
@@ -246,4 +266,13 @@ def register(name: str | None = None) -> None:
                 info.cls = SpexCommand if info.cls in (None, TyperCommand) else info.cls
 
 
-__all__ = ["COMMANDS", "COMMAND_MODULES", "WRITERS", "app", "open_spex", "register", "settings"]
+__all__ = [
+    "COMMANDS",
+    "COMMAND_MODULES",
+    "WRITERS",
+    "ListingGroup",
+    "app",
+    "open_spex",
+    "register",
+    "settings",
+]

@@ -184,7 +184,14 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     # A group's command: its two words.
     "harness ls": ((), {}),
     "harness show": (("harness",), {}),
+    "worktree ls": (("session", "*"), {}),
     "worktree status": (("session", "*"), {}),
+    "wave ls": ((), {}),
+    "wave show": (("wave",), {}),
+    "waves ls": ((), {}),
+    "waves show": (("wave",), {}),
+    "hosts ls": ((), {}),
+    "queue ls": (("session", "*"), {}),
     "hooks ls": ((), {}),
     "schedule ls": (("session", "*"), {}),
     "schedule add": (
@@ -205,7 +212,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
 }
 # The global options that take a value, before the command (`-H HOST`).
 GLOBAL: dict[str, str | None] = {"-H": "host", "--host": "host", "--home": None}
-GROUPS = ("harness", "worktree", "hooks", "schedule")
+GROUPS = ("harness", "worktree", "hooks", "schedule", "wave", "waves", "hosts", "queue")
 
 
 def _db(home: str | None) -> sqlite3.Connection | None:

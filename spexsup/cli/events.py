@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from spexsup.cli import complete
-from spexsup.cli.app import SpexGroup, app, open_spex
+from spexsup.cli.app import ListingGroup, app, open_spex
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.render import document, print_json
 from spexsup.errors import Invalid
@@ -176,19 +176,23 @@ def events(
         sys.stdout.flush()
 
 
-hooks_app = typer.Typer(no_args_is_help=True, cls=SpexGroup)
+hooks_app = typer.Typer(cls=ListingGroup, invoke_without_command=True)
 app.add_typer(hooks_app, name="hooks")
 
 
 @hooks_app.callback()
-def hooks_group() -> None:
+def hooks_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Notification hooks: [[hook]] tables in config.toml, run once per event.
+
+    Bare `spex hooks` lists them, as `spex hooks ls` does.
 
     \b
     Examples:
       spex hooks ls
       spex hooks test 42
     """
+    if ctx.invoked_subcommand is None:
+        hooks_ls(ctx, as_json=as_json)
 
 
 @hooks_app.command("ls")

@@ -1,4 +1,4 @@
-"""`spex fanout` (and a wave across hosts); `spex waves | wave` are in cli/waves.py."""
+"""`spex fanout` (and a wave across hosts); `spex wave` is in cli/waves.py."""
 
 import contextlib
 import os

@@ -1,21 +1,31 @@
-"""`spex harness ls | show`: what each harness runs, and where it is defined."""
+"""`spex harness [ls] | show`: what each harness runs, and where it is defined."""
 
 from typing import Annotated, Any
 
 import typer
 
 from spexsup.cli import complete
-from spexsup.cli.app import SpexGroup, app
+from spexsup.cli.app import ListingGroup, app
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.render import argv_text, print_json
 
-harness_app = typer.Typer(
-    help="What each harness runs, and where it is defined.\n\n\b\nExamples:\n"
-    "  spex harness ls\n  spex harness show claude",
-    no_args_is_help=True,
-    cls=SpexGroup,
-)
+harness_app = typer.Typer(cls=ListingGroup, invoke_without_command=True)
 app.add_typer(harness_app, name="harness")
+
+
+@harness_app.callback()
+def harness_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """What each harness runs, and where it is defined.
+
+    Bare `spex harness` lists them, as `spex harness ls` does.
+
+    \b
+    Examples:
+      spex harness ls
+      spex harness show claude
+    """
+    if ctx.invoked_subcommand is None:
+        harness_ls(ctx, as_json=as_json)
 
 
 def _registry(ctx: typer.Context) -> Any:

@@ -1,14 +1,30 @@
-"""`spex hosts`: the other machines of config.toml, and whether they answer."""
+"""`spex hosts [ls]`: the other machines of config.toml, and whether they answer."""
 
 import typer
 
-from spexsup.cli.app import app
+from spexsup.cli.app import ListingGroup, app
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.render import print_json, table
 from spexsup.cli.sessions import settings_here
 
+hosts_app = typer.Typer(cls=ListingGroup, invoke_without_command=True)
+app.add_typer(hosts_app, name="hosts")
 
-@app.command("hosts")
+
+@hosts_app.callback()
+def hosts_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """The hosts of config.toml. Bare `spex hosts` lists them, as `spex hosts ls` does.
+
+    \b
+    Examples:
+      spex hosts ls
+      spex hosts ls --json
+    """
+    if ctx.invoked_subcommand is None:
+        _list(ctx, as_json=as_json)
+
+
+@hosts_app.command("ls")
 def list_hosts(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List the hosts of config.toml: reachable?, their spex version, their sessions.
 
@@ -16,9 +32,13 @@ def list_hosts(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
     \b
     Examples:
-      spex hosts
-      spex hosts --json
+      spex hosts ls
+      spex hosts ls --json
     """
+    _list(ctx, as_json=as_json)
+
+
+def _list(ctx: typer.Context, *, as_json: bool) -> None:
     from spexsup import fleet
     from spexsup.paths import resolve_home
 

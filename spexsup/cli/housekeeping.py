@@ -65,7 +65,7 @@ def prune(
     most once an hour and a little at a time ([retention] auto = false: never).
 
     --salvage deletes the branches spex rm --salvage and spex keep made
-    (spex worktree status lists them) and nothing else; each deleted one is
+    (spex worktree ls lists them) and nothing else; each deleted one is
     printed with its commit, which git branch BRANCH COMMIT brings back. On
     a terminal it asks first (--yes skips the question).
 

@@ -51,20 +51,32 @@ def maint(
             help="Wait this long for the lease, a duration: 90s, 15m, 2h.",
         ),
     ] = "30s",
-    status: Annotated[bool, typer.Option("--status", help="Show the lease.")] = False,
+    status: Annotated[
+        bool, typer.Option("--status", help="Show the lease (as spex maint ls does).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run CMD under a lease granting exactly the listed operations.
+
+    `spex maint ls` (or --status) shows the lease.
 
     \b
     Examples:
       spex maint --stop api --resume api -- ./upgrade.sh
       spex maint --all --ttl 1m -- ./backup.sh
-      spex maint --status --json
+      spex maint ls --json
     """
     from spexsup import durations, lease
     from spexsup.broker.holder import Maintenance
     from spexsup.broker.serve import run
+
+    if command and command[0] == "ls" and "--" not in ctx.find_root().meta.get("spex.argv", []):
+        # `spex maint ls [--json]` shows the lease, as --status does (a
+        # command named ls comes after --, as every command does). Words
+        # after the first are not parsed as options here: read them.
+        if set(command[1:]) - {"--json"}:
+            raise Invalid(f"spex maint ls takes only --json, not {' '.join(command[1:])!r}")
+        status, as_json, command = True, as_json or "--json" in command, None
 
     ttl_s = durations.parse(ttl, "--ttl", minimum=0.5, maximum=86400)
     wait_s = durations.parse(wait, "--wait", allow_zero=True, maximum=86400)

@@ -1,11 +1,12 @@
-"""`spex waves | wave`: the fan-out waves, this host's and those across hosts."""
+"""`spex wave [ls] | [show] WAVE`: the fan-out waves, this host's and those
+across hosts. `spex waves` is the same command under its old name."""
 
 from typing import Annotated, Any
 
 import typer
 
 from spexsup.cli import complete
-from spexsup.cli.app import app, open_spex
+from spexsup.cli.app import ListingGroup, app, open_spex
 from spexsup.cli.fanout import SUCCESS, fleet_text
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.progress import counts_line, leg_line, summary
@@ -22,16 +23,46 @@ WaveArg = Annotated[
 ]
 
 
-@app.command("waves")
+class WaveGroup(ListingGroup):
+    default = "show"
+
+
+wave_app = typer.Typer(cls=WaveGroup, invoke_without_command=True)
+app.add_typer(wave_app, name="wave")
+app.add_typer(wave_app, name="waves", hidden=True)
+
+
+@wave_app.callback()
+def wave_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Fan-out waves: list them, show one.
+
+    Bare `spex wave` lists them, as `spex wave ls` does; `spex wave W` shows
+    one, as `spex wave show W` does. `spex waves` is the same command.
+
+    \b
+    Examples:
+      spex wave ls
+      spex wave last
+      spex wave ls --json | jq -r '.[0].id'
+    """
+    if ctx.invoked_subcommand is None:
+        _list(ctx, as_json=as_json)
+
+
+@wave_app.command("ls")
 def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List fan-out waves, newest first: this host's and the fleet waves across hosts.
 
     \b
     Examples:
-      spex waves
-      spex waves --json | jq -r '.[0].id'
-      spex waves --json | jq -r '.[] | select(.kind == "fleet") | .id'
+      spex wave ls
+      spex wave ls --json | jq -r '.[0].id'
+      spex wave ls --json | jq -r '.[] | select(.kind == "fleet") | .id'
     """
+    _list(ctx, as_json=as_json)
+
+
+def _list(ctx: typer.Context, *, as_json: bool) -> None:
     from spexsup import fleet, waves
     from spexsup.paths import resolve_home
 
@@ -69,14 +100,14 @@ def fleet_counts(doc: dict[str, Any]) -> str:
     return f"{on} · ok {ok} · failed {len(legs) - ok}"
 
 
-@app.command("wave")
+@wave_app.command("show")
 def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> None:
     """Show one wave and its legs (a fleet-… id: a wave across hosts).
 
     \b
     Examples:
       spex wave last
-      spex wave 3fa --json
+      spex wave show 3fa --json
     """
     from spexsup import ids, waves
 

@@ -1,4 +1,4 @@
-"""`spex worktree status | diff | keep`, `spex trust`."""
+"""`spex worktree [ls] | diff | keep`, `spex trust [ls]`."""
 
 import os
 import re
@@ -11,7 +11,7 @@ import typer
 
 from spexsup import ids
 from spexsup.cli import complete
-from spexsup.cli.app import SpexGroup, app, open_spex
+from spexsup.cli.app import ListingGroup, app, open_spex
 from spexsup.cli.params import JsonOpt, NameArg, NamesArg, TurnOpt
 from spexsup.cli.render import age, argv_word, document, print_json, table, with_iso
 
@@ -20,15 +20,26 @@ if TYPE_CHECKING:
     from spexsup.spex import Spex
     from spexsup.worktree import Setup, Worktree
 
-worktree_app = typer.Typer(
-    help="Git worktrees of worktree sessions.\n\n\b\nExamples:\n  spex worktree status",
-    no_args_is_help=True,
-    cls=SpexGroup,
-)
+worktree_app = typer.Typer(cls=ListingGroup, invoke_without_command=True)
 app.add_typer(worktree_app, name="worktree")
 
 
-@worktree_app.command("status")
+@worktree_app.callback()
+def worktree_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Git worktrees of worktree sessions.
+
+    Bare `spex worktree` lists them, as `spex worktree ls` does
+    (`spex worktree status` is its old name).
+
+    \b
+    Examples:
+      spex worktree ls
+    """
+    if ctx.invoked_subcommand is None:
+        status(ctx, None, as_json=as_json)
+
+
+@worktree_app.command("ls")
 def status(
     ctx: typer.Context,
     names: NamesArg = None,
@@ -44,9 +55,9 @@ def status(
 
     \b
     Examples:
-      spex worktree status
-      spex worktree status fix --json
-      spex worktree status --json | jq -r '.[] | select(.kind == "salvage") | .branch'
+      spex worktree ls
+      spex worktree ls fix --json
+      spex worktree ls --json | jq -r '.[] | select(.kind == "salvage") | .branch'
     """
     from spexsup import salvage, sessions
 
@@ -82,6 +93,9 @@ def status(
             "salvage branches (git log BRANCH shows one; spex prune --salvage deletes them):"
         )
         salvage_table(found)
+
+
+worktree_app.command("status", hidden=True)(status)  # `ls`'s old name
 
 
 def salvage_table(found: "Sequence[Salvage]") -> None:
@@ -320,17 +334,22 @@ def trust(
     then runs at spex new --worktree without asking. Recorded by the file's
     content hash: a changed file needs trusting again.
 
+    `spex trust ls` (or bare `spex trust`, or `--list`) lists what is trusted;
+    a repository in a directory named ls is `spex trust ./ls`.
+
     \b
     Examples:
       spex trust ~/src/api             # after reading ~/src/api/.spexsup.toml
-      spex trust --list
+      spex trust ls
       spex trust --revoke ~/src/api
     """
     from spexsup import trust as trusts
     from spexsup.errors import Invalid
 
+    if path in (None, "ls") and not revoke:
+        list_, path = True, None
     if list_ == (path is not None) or (revoke and path is None):
-        raise Invalid("give PATH, --revoke PATH or --list", hint="see spex trust --help")
+        raise Invalid("give PATH, --revoke PATH or ls", hint="see spex trust --help")
     spex = open_spex(ctx)
     if list_:
         rows = [t.public() for t in trusts.trusted(spex.home)]

@@ -644,7 +644,7 @@ def record_salvage(
     db: sqlite3.Connection, repo: str, branch: str, commit: str, session: str | None
 ) -> None:
     """A branch `spex rm --salvage` made in `repo` (a stash's too), kept on
-    record so `spex worktree status` finds it after the session is gone."""
+    record so `spex worktree ls` finds it after the session is gone."""
     db.execute(
         "INSERT OR REPLACE INTO salvages (repo, branch, commit_sha, session, created_at)"
         " VALUES (?, ?, ?, ?, ?)",

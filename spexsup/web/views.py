@@ -4,7 +4,7 @@ Each view is the document a `--json` command builds (or the lines its text
 output prints), gathered for one template: the list is `spex top`'s board
 (`spex ls --json` plus flags, spend and last output line) with `spex top`'s
 cells, a session is `spex show`'s lines, its log is `spex log --pretty`'s
-text, the waves are `spex waves` / `spex wave`'s. Nothing is decided here.
+text, the waves are `spex wave ls` / `spex wave show`'s. Nothing is decided here.
 
 Reads run in the server's worker threads; each thread keeps one `Spex`
 (SQLite connections belong to the thread that opened them).
@@ -145,8 +145,8 @@ def turn_state(spex: Spex, name: str, turn: str) -> str:
 
 
 def wave_list(spex: Spex) -> list[dict[str, Any]]:
-    """`spex waves`: this host's waves and the fleet waves, newest first, each
-    with the LEGS cell `spex waves` prints."""
+    """`spex wave ls`: this host's waves and the fleet waves, newest first, each
+    with the LEGS cell `spex wave ls` prints."""
     from spexsup import fleet, waves
     from spexsup.cli.progress import counts_line
     from spexsup.cli.waves import fleet_counts
