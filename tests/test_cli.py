@@ -94,12 +94,66 @@ def test_version_and_doctor_versions(env: Env) -> None:
     assert versions["spex"] == __version__ and versions["tmux"].startswith("tmux ")
 
 
-def test_help_is_ordered_whole_and_ends_with_exit_codes(env: Env) -> None:
+PANELS = ["Turns", "Sessions", "Waves and queue", "Cost and checks", "Housekeeping", "Other doors"]
+
+
+def panels_of(page: str) -> dict[str, list[str]]:
+    """The commands `spex --help` lists under each panel's heading, in order."""
+    found: dict[str, list[str]] = {}
+    for block in page.split("\n\n"):
+        heading, _, body = block.partition(":\n")
+        if heading in PANELS or heading == "Other commands":
+            found[heading] = re.findall(r"^  ([a-z-]+) {2,}\S", body, re.M)
+    return found
+
+
+def test_help_groups_the_commands_under_three_examples(env: Env) -> None:
+    """`spex --help` as gh's and kubectl's: three examples at the top, then the
+    commands in panels (turns, sessions, waves and queue, cost and checks,
+    housekeeping, other doors), each command once, every line within 80
+    columns (a summary wraps at a word), then the options and exit codes."""
+    page = env.run("--help", extra={"COLUMNS": "80"}).stdout
+    assert max(len(line) for line in page.splitlines()) <= 80
+    top, _, rest = page.partition("\nExamples:\n")
+    assert top.startswith("Usage: spex ") and rest, page
+    examples = rest.split("\n\n")[0].splitlines()
+    assert len(examples) == 3 and all(e.startswith("  spex ") for e in examples), examples
+    panels = panels_of(page)
+    assert list(panels) == PANELS, panels  # in that order, and no "Other commands"
+    assert rest.index("Turns:") < rest.index("Options:") < rest.index("Exit codes:")
+    listed = [c for names in panels.values() for c in names]
+    visible = [words[0] for words in every_command() if len(words) == 1]
+    assert sorted(listed) == sorted(visible), listed
+    assert panels["Turns"][:2] == ["wake", "wait"] and "fanout" in panels["Waves and queue"]
+    assert "cost" in panels["Cost and checks"] and "prune" in panels["Housekeeping"]
+    assert "mcp" in panels["Other doors"] and "ls" in panels["Sessions"]
+    for line in page.split("Turns:")[1].split("Options:")[0].splitlines():
+        assert not line.endswith(("...", "…", "-")), line  # whole summaries, cut at words
+
+
+def test_bare_spex_is_the_overview_on_one_screen(env: Env) -> None:
+    """A bare `spex` on an 80x24 terminal: the help's top (usage, summary,
+    the three examples) and each panel's commands on one line, nothing
+    scrolled off; exit 2 as before."""
+    child = pexpect.spawn(SPEX, [], env=env.vars, dimensions=(24, 80), encoding="utf-8")
+    child.expect(pexpect.EOF, timeout=30)
+    child.close()
+    lines = child.before.replace("\r", "").rstrip("\n").splitlines()
+    assert child.exitstatus == 2
+    assert len(lines) <= 23 and max(len(line) for line in lines) <= 80, lines
+    page = "\n".join(lines)
+    help_page = env.run("--help", extra={"COLUMNS": "80"}).stdout
+    assert page.split("\n\nCommands:")[0] == help_page.split("\n\nTurns:")[0]
+    rows = dict(re.findall(r"^  (\S.*?) {2,}(\S.*)$", page.split("Commands:\n")[1], re.M))
+    assert list(rows) == PANELS, rows
+    assert rows == {k: " ".join(v) for k, v in panels_of(help_page).items()}
+    assert "spex help COMMAND" in page and not env.run().stderr
+
+
+def test_help_pages_are_whole_and_end_with_exit_codes(env: Env) -> None:
     r = env.run("--help", extra={"COLUMNS": "80"})
     assert r.returncode == 0
-    listed = re.findall(r"^  ([a-z-]+)  ", r.stdout.split("Commands:")[1], re.M)
-    assert listed[: len(LIFECYCLE.split())] == LIFECYCLE.split()
-    assert "maint-op" not in listed and "internal" not in listed
+    assert "maint-op" not in r.stdout and "internal" not in r.stdout
     assert r.stdout.rstrip().splitlines()[-4].strip().startswith("Exit codes: 0 ok")
     for command in [*LIFECYCLE.split(), "completion"]:
         page = env.run(command, "--help", extra={"COLUMNS": "80"}).stdout

@@ -256,7 +256,10 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
     except typer.TyperException as e:
         ctx = getattr(e, "ctx", None)
         if type(e).__name__ == "NoArgsIsHelpError" and ctx is not None:
-            print(ctx.get_help())
+            # A bare `spex`: the overview (examples, the commands by panel);
+            # a bare group: its help. Either exits 2.
+            command = ctx.command
+            print(command.overview(ctx) if ctx.parent is None else ctx.get_help())
             return 2
         message = e.format_message() if hasattr(e, "format_message") else str(e)
         path = ctx.command_path.split(" ", 1) if ctx else []

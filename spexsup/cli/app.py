@@ -85,6 +85,36 @@ Exit codes: 0 ok, 1 attempted and failed, 2 invalid input, 3 refused
 130/143 interrupted. Errors are one line on stderr: spex: <what> (<hint>).
 --home DIR (and --create) may be given anywhere on the command line."""
 
+# The panels `spex --help` and a bare `spex` list the commands in, as gh and
+# kubectl group theirs; within a panel, the table's order. Names only: a
+# command that moves, or joins or leaves the table, changes one word here.
+# One that no panel names is listed under "Other commands" (tests/test_cli.py
+# holds every visible command to a panel).
+PANELS = (
+    ("Turns", ("wake", "wait", "log", "stop", "resume")),
+    ("Sessions", ("new", "ls", "show", "edit", "attach", "up", "rm")),
+    ("Waves and queue", ("fanout", "waves", "wave", "keep", "queue", "schedule")),
+    ("Cost and checks", ("cost", "verify", "diff", "doctor")),
+    ("Housekeeping", ("prune", "du", "maint", "worktree", "trust", "harness", "hosts")),
+    (
+        "Other doors",
+        ("top", "serve", "mcp", "events", "hooks", "status-line", "completion", "help"),
+    ),
+)
+
+# The three lines at the top of `spex --help`: a session, a turn, a wave.
+EXAMPLES = (
+    "spex new api --harness claude --cwd ~/src/api   # an agent in a tmux pane",
+    "spex wake api fix the flaky test                # a turn: its verdict",
+    'spex fanout --all -m "update deps" --wait       # one prompt, every session',
+)
+
+# How a bare `spex` ends: where the rest is.
+MORE = (
+    "spex --help says what each command does, with spex's own options and exit"
+    " codes; spex help COMMAND (or spex COMMAND --help) shows a command's."
+)
+
 
 class SpexCommand(TyperCommand):
     """A command whose usage line reads as its help does: `spex show NAME`,
@@ -96,7 +126,8 @@ class SpexCommand(TyperCommand):
 
 
 class SpexGroup(TyperGroup):
-    """Commands in the table's order, each summary whole (never cut with "...")."""
+    """Commands in the table's order, each summary whole (never cut with "...");
+    the root's in PANELS, under three EXAMPLES."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [p.replace("...", "…") for p in super().collect_usage_pieces(ctx)]
@@ -105,15 +136,71 @@ class SpexGroup(TyperGroup):
         # Stable: a command the table does not name follows, as registered.
         return sorted(self.commands, key=lambda n: _HELP_ORDER.get(n, len(_HELP_ORDER)))
 
-    def format_commands(self, ctx: Any, formatter: Any) -> None:
-        rows = []
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        if ctx.parent is not None:
+            super().format_help(ctx, formatter)
+            return
+        self.format_top(ctx, formatter)
+        self.format_commands(ctx, formatter)
+        # then the options and the exit codes (TyperGroup's format_options
+        # would list the commands a second time)
+        options = [p.get_help_record(ctx) for p in self.get_params(ctx)]
+        with formatter.section("Options"):
+            formatter.write_dl([o for o in options if o is not None])
+        self.format_epilog(ctx, formatter)
+
+    def format_top(self, ctx: Any, formatter: Any) -> None:
+        """Usage, summary and EXAMPLES: how `spex --help` and a bare `spex` begin."""
+        self.format_usage(ctx, formatter)
+        self.format_help_text(ctx, formatter)
+        with formatter.section("Examples"):
+            for line in EXAMPLES:
+                formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
+
+    def overview(self, ctx: Any) -> str:
+        """A bare `spex`: the top of the help and one line per panel, its
+        commands' names; one screen (80x24)."""
+        formatter = ctx.make_formatter()
+        self.format_top(ctx, formatter)
+        with formatter.section("Commands"):
+            formatter.write_dl([(t, " ".join(n for n, _ in rows)) for t, rows in self.panels(ctx)])
+        formatter.write_paragraph()
+        formatter.write_text(MORE)
+        return str(formatter.getvalue()).rstrip("\n")
+
+    def panels(self, ctx: Any) -> list[tuple[str, list[tuple[str, str]]]]:
+        """(title, [(command, summary)…]) for each panel with a visible command."""
+        summaries = {}
         for name in self.list_commands(ctx):
             cmd = self.get_command(ctx, name)
             if cmd is not None and not cmd.hidden:
-                rows.append((name, cmd.get_short_help_str(limit=200)))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+                summaries[name] = cmd.get_short_help_str(limit=200)
+        named = {name for _, names in PANELS for name in names}
+        other = ("Other commands", tuple(n for n in summaries if n not in named))
+        found = []
+        for title, names in [*PANELS, other]:
+            rows = [(n, summaries[n]) for n in names if n in summaries]
+            if rows:
+                found.append((title, rows))
+        return found
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        if ctx.parent is not None:
+            rows = []
+            for name in self.list_commands(ctx):
+                cmd = self.get_command(ctx, name)
+                if cmd is not None and not cmd.hidden:
+                    rows.append((name, cmd.get_short_help_str(limit=200)))
+            if rows:
+                with formatter.section("Commands"):
+                    formatter.write_dl(rows)
+            return
+        panels = self.panels(ctx)
+        # One column for every panel: names padded to the longest.
+        width = max((len(n) for _, rows in panels for n, _ in rows), default=0)
+        for title, rows in panels:
+            with formatter.section(title):
+                formatter.write_dl([(n.ljust(width), summary) for n, summary in rows])
 
 
 class ListingGroup(SpexGroup):
