@@ -120,6 +120,7 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "state"
+        home.mkdir()  # a SPEXSUP_HOME not made yet is refused
         print(f"\nEvents and status line, n={n}\n")
         lags = follow_latency(home, n)
         print(f"events --follow latency (commit -> printed), target < 50 ms: {p50(lags)}")

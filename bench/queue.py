@@ -60,6 +60,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="spex-bench-queue-"))
     tmux_tmpdir = Path(tempfile.mkdtemp(prefix="sbq"))
     home = root / "state"
+    home.mkdir(parents=True, exist_ok=True)  # a SPEXSUP_HOME not made yet is refused
     env = {
         **os.environ,
         "SPEXSUP_HOME": str(home),

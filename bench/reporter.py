@@ -177,6 +177,7 @@ class Home:
         self.python = python
         self.root = Path(tempfile.mkdtemp(prefix="spexrep"))
         self.home = self.root / "state"
+        self.home.mkdir(parents=True, exist_ok=True)  # a SPEXSUP_HOME not made yet is refused
         self.env = {
             **os.environ,
             "SPEXSUP_HOME": str(self.home),

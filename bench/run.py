@@ -75,6 +75,7 @@ class Bench:
         self.n = n
         self.root = Path(tempfile.mkdtemp(prefix="spexbench"))
         os.environ["SPEXSUP_HOME"] = str(self.root / "state")
+        (self.root / "state").mkdir()  # a SPEXSUP_HOME not made yet is refused
         os.environ["SPEXSUP_TMUX"] = f"spexbench-{os.getpid()}"
         os.environ["TMUX_TMPDIR"] = str(self.root)
         # Measure spex, not the machine's rc files: pane shells start bare.

@@ -49,6 +49,7 @@ def main() -> int:
         print("bench/sandbox.py: bubblewrap is not installed (make test installs it)")
         return 2
     root = Path(tempfile.mkdtemp(prefix="spx-bench-sbx"))
+    (root / "state").mkdir()  # a SPEXSUP_HOME not made yet is refused
     env = {
         **os.environ,
         "SPEXSUP_HOME": str(root / "state"),

@@ -45,6 +45,7 @@ class Home:
 
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="spexboot"))
+        (self.root / "state").mkdir()  # a SPEXSUP_HOME not made yet is refused
         self.env = {
             **os.environ,
             "SPEXSUP_HOME": str(self.root / "state"),

@@ -52,6 +52,7 @@ def main() -> int:
         ap.error("need 0 <= --chatty <= --running <= --sessions")
 
     root = Path(tempfile.mkdtemp(prefix="spextop"))
+    (root / "state").mkdir()  # a SPEXSUP_HOME not made yet is refused
     env = {
         **os.environ,
         "SPEXSUP_HOME": str(root / "state"),

@@ -38,7 +38,10 @@ def spex(*args: str, check: bool = True) -> int:
 def main() -> int:
     home = os.environ.get("SPEXSUP_HOME")
     print(f"spex demo (state: {home or 'default SPEXSUP_HOME'})")
-    listed = subprocess.run([SPEX, "ls", "--json"], capture_output=True, text=True, check=True)
+    # The demo makes its state home (a SPEXSUP_HOME not made yet is refused as a typo).
+    listed = subprocess.run(
+        [SPEX, "--create", "ls", "--json"], capture_output=True, text=True, check=True
+    )
     existing = {row["name"]: row for row in json.loads(listed.stdout)}
     for name in SESSIONS:
         if name not in existing:

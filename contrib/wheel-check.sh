@@ -10,6 +10,7 @@ trap 'tmux -L "$socket" kill-server 2>/dev/null || true; rm -rf "$work"' EXIT
 python3 -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install -q "$wheel"
 cd "$work"
+mkdir -p "$work/state"
 export SPEXSUP_HOME="$work/state" SPEXSUP_TMUX="$socket" PATH="$work/venv/bin:$PATH"
 spex="$work/venv/bin/spex"
 "$spex" --version

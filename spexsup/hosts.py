@@ -190,12 +190,12 @@ def ssh_argv(host: Host, state_home: Path, remote: list[str], *, tty: bool = Fal
 
 
 def remote_spex(host: Host, args: list[str]) -> list[str]:
-    """The host's spex with the host table's `home`. Given as SPEXSUP_HOME, not
-    --home: a configured home is made on first use, as SPEXSUP_HOME's always
-    is (an explicit --home that does not exist asks for --create), and a
-    remote spex older than --create reads it the same way."""
-    home = ["env", f"SPEXSUP_HOME={host.home}"] if host.home else []
-    return [*home, *host.spex, *args]
+    """The host's spex with the host table's `home`, given as SPEXSUP_HOME and
+    made on first use (`--create`: a home that does not exist is otherwise
+    refused as a typo)."""
+    if not host.home:
+        return [*host.spex, *args]
+    return ["env", f"SPEXSUP_HOME={host.home}", *host.spex, "--create", *args]
 
 
 def ssh_cause(host: Host, stderr: str, *, connected: bool = False) -> str:

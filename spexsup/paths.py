@@ -42,18 +42,24 @@ def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
     env = os.environ.get("SPEXSUP_HOME")
     if env:
         return Path(env).expanduser().absolute()
+    return default_home()
+
+
+def default_home() -> Path:
+    """`$XDG_STATE_HOME/spexsup`, else ~/.local/state/spexsup."""
     xdg = os.environ.get("XDG_STATE_HOME")
     base = Path(xdg) if xdg else Path.home() / ".local" / "state"
     return (base / "spexsup").absolute()
 
 
-def existing_home(explicit: str | os.PathLike[str]) -> Path:
-    """An explicit `--home DIR` that names no directory is a typo until `--create`
-    says otherwise: Invalid, and nothing is made. (SPEXSUP_HOME and the default
-    home are made on first use: they are set once, not typed per command.)"""
+def existing_home(explicit: str | os.PathLike[str] | None) -> Path:
+    """A home named by `--home DIR` or SPEXSUP_HOME that is no directory is a
+    typo until `--create` says otherwise: Invalid, and nothing is made. Only
+    the default home is made on first use (nobody typed it)."""
     path = resolve_home(explicit)
-    if not path.is_dir():
-        raise Invalid(f"no state home at {path}", hint="give --create to make a new one")
+    if not path.is_dir() and (explicit or path != default_home()):
+        via = "" if explicit else " (SPEXSUP_HOME)"
+        raise Invalid(f"no state home at {path}{via}", hint="give --create to make a new one")
     return path
 
 

@@ -108,6 +108,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     # tmux sockets need a short path: keep TMUX_TMPDIR out of pytest's deep tmp.
     tmux_tmpdir = Path(tempfile.mkdtemp(prefix="spx"))
     home = tmp_path / "state"
+    home.mkdir(mode=0o700)  # a SPEXSUP_HOME that does not exist is refused as a typo
     user_home = tmp_path / "home"
     user_home.mkdir()
     socket = f"t{os.getpid()}-{tmux_tmpdir.name}"

@@ -323,6 +323,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="spex-stress-"))
     tmux_tmpdir = Path(tempfile.mkdtemp(prefix="sst"))
     home = root / "state"
+    home.mkdir(mode=0o700)
     env = {
         **os.environ,
         "SPEXSUP_HOME": str(home),

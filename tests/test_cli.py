@@ -248,9 +248,30 @@ def test_a_home_given_that_does_not_exist_needs_create(env: Env) -> None:
     # Once it exists, --create is not needed (and harmless anywhere on the line).
     assert env.run("--home", str(new), "ls").returncode == 0
     assert env.run("ls", "--create", "--home", str(new)).returncode == 0
-    # SPEXSUP_HOME (here a fresh one) is still made on first use.
-    assert not env.home.exists()
-    assert env.run("ls").returncode == 0 and env.home.is_dir()
+
+
+def test_a_spexsup_home_that_does_not_exist_is_refused_like_home(env: Env) -> None:
+    """Issue 38, item 3: `SPEXSUP_HOME=/tmp/typo spex ls` made a new empty home
+    and said `no sessions`, while the same typo in --home was refused."""
+    typo = env.root / "typo"
+    for args in (["ls"], ["new", "a", "--harness", "demo"], ["wake", "a", "x"]):
+        r = env.run(*args, extra={"SPEXSUP_HOME": str(typo)})
+        assert (r.returncode, r.stdout) == (2, ""), (args, r)
+        assert r.stderr == (
+            f"spex: no state home at {typo} (SPEXSUP_HOME) (give --create to make a new one)\n"
+        )
+    assert not typo.exists()
+    r = env.run("--create", "ls", extra={"SPEXSUP_HOME": str(typo)})
+    assert r.returncode == 0 and typo.is_dir(), r.stderr
+    assert env.run("ls", extra={"SPEXSUP_HOME": str(typo)}).returncode == 0
+    # The default home (nobody typed it) is still made on first use, also
+    # when SPEXSUP_HOME names it.
+    xdg = env.root / "xdg"
+    default = {"SPEXSUP_HOME": "", "XDG_STATE_HOME": str(xdg)}
+    assert env.run("ls", extra=default).returncode == 0 and (xdg / "spexsup").is_dir()
+    again = env.root / "xdg2"
+    named = {"SPEXSUP_HOME": str(again / "spexsup"), "XDG_STATE_HOME": str(again)}
+    assert env.run("ls", extra=named).returncode == 0 and (again / "spexsup").is_dir()
 
 
 def test_ls_on_a_pipe_is_one_line_per_session(env: Env) -> None:

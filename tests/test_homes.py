@@ -39,6 +39,7 @@ def capture(env: Env, name: str, socket: str | None = None) -> str:
 
 def test_two_homes_on_one_socket_never_touch_each_other(env: Env) -> None:
     other = {"SPEXSUP_HOME": str(env.root / "other")}
+    (env.root / "other").mkdir()
     env.run("new", "api", "--", harness("sleeper.sh"))
     _, v = wake_json(env, "api", "x", "--window", "0.5")
     assert v["verdict"] == "confirmed"
@@ -59,6 +60,7 @@ def test_each_home_gets_its_own_server_by_default(env: Env) -> None:
     unset = {"SPEXSUP_TMUX": ""}
     homes = [env.root / "one", env.root / "two"]
     for home in homes:
+        home.mkdir()
         extra = {**unset, "SPEXSUP_HOME": str(home)}
         assert env.run("new", "api", "--", harness("exit0.sh"), extra=extra).returncode == 0
         doctor = env.run("doctor", extra=extra).stdout

@@ -855,6 +855,7 @@ def test_a_full_disk_keeps_the_rc_and_reads_working(env: Env) -> None:
         pytest.skip("mounting a tmpfs needs root (CI runs as root)")
     try:
         home = mount / "state"
+        home.mkdir(mode=0o700)
         extra = {"SPEXSUP_HOME": str(home)}
         go = env.root / "go"
         assert (

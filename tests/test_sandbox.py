@@ -43,6 +43,7 @@ def sbx(env: Env, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     tmux_tmpdir = root / "tmux"
     tmux_tmpdir.mkdir(mode=0o700)
     (root / "home").mkdir()
+    (root / "state").mkdir(mode=0o700)
     values = {
         "HOME": str(root / "home"),
         "SPEXSUP_HOME": str(root / "state"),

@@ -258,8 +258,9 @@ def root(
         bool,
         typer.Option(
             "--create",
-            help="Make the --home DIR that does not exist yet (without it, a --home that"
-            " names no state home is refused: a typo must not start an empty one).",
+            help="Make the state home (--home DIR or $SPEXSUP_HOME) that does not exist yet"
+            " (without it, one that names no state home is refused: a typo must not start"
+            " an empty one).",
         ),
     ] = False,
     host: Annotated[
@@ -290,7 +291,7 @@ def root(
     # `run` hands over the command line as obj; commands that must tell
     # `new NAME --` from `new NAME` read it from meta.
     ctx.meta["spex.argv"] = ctx.obj if isinstance(ctx.obj, list) else []
-    if home is not None and not create:
+    if not create:
         from spexsup.paths import existing_home
 
         existing_home(home)
