@@ -300,12 +300,15 @@ def test_queue_true_in_config_and_per_session_makes_queue_the_default(env: Env) 
 
 
 def test_wait_waits_for_the_prompts_queued_behind_the_turn(env: Env) -> None:
-    record = env.root / "record"
-    script = f'echo "$0" >> {record}; sleep 0.5'
+    record, go = env.root / "record", env.root / "go"
+    # The first turn runs until both prompts are queued (a 0.5 s turn ended
+    # before them under load, and the second was no longer queued).
+    script = f'echo "$0" >> {record}; while [ ! -e {go} ]; do sleep 0.05; done'
     assert env.run("new", "a", "--", "bash", "-c", script).returncode == 0
     assert wake(env, "a", "one", "--window", "0.2")[1]["verdict"] == "confirmed"
     for prompt in ("two", "three"):
         assert wake(env, "a", "--queue", prompt)[1]["verdict"] == "queued"
+    go.touch()
     r = env.run("wait", "a", timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     # It returned at the last queued prompt's end, not the first turn's.

@@ -445,7 +445,8 @@ def test_post_create_runs_only_when_its_exact_file_is_trusted(env: Env, repo: Re
     assert json.loads(env.run("trust", "--list", "--json").stdout) == []
     one_line_error(env.run("trust", "--revoke", str(repo.path)), 3)
     # Bad input: one line, exit 2, nothing recorded.
-    for args in ([], ["--list", str(repo.path)], ["--revoke"], [str(env.root / "nope")]):
+    # (Bare `spex trust` lists, as `trust ls` does: issue 38, item 14.)
+    for args in (["--list", str(repo.path)], ["--revoke"], [str(env.root / "nope")]):
         one_line_error(env.run("trust", *args), 2)
     (repo.path / "src" / ".spexsup.toml").write_text('copy = "not a list"\n')
     one_line_error(env.run("trust", str(repo.path / "src")), 2)
