@@ -723,3 +723,23 @@ def test_stop_and_resume_say_what_they_do(env: Env) -> None:
     for command, words in (("stop", "ends `aborted`"), ("resume", "does not restart")):
         text = " ".join(env.run(command, "--help").stdout.split())
         assert words in text, text
+
+
+def test_ctrl_c_on_wait_says_what_runs_on_and_how_to_stop_it(env: Env) -> None:
+    """Issue 38, item 6: Ctrl-C on `spex wait` ends the wait, not the turns:
+    it says which still run and the one command that stops them."""
+    import pexpect
+
+    for name in ("a", "b"):
+        assert env.run("new", name, "--", harness("sleeper.sh")).returncode == 0
+        assert env.run("wake", name, "go", "--window", "0.3").returncode == 0
+    child = pexpect.spawn(SPEX, ["wait", "a", "b"], env=env.vars, encoding="utf-8", timeout=30)
+    # The wait is under way once its counter line shows.
+    child.expect("0/2")
+    child.sendintr()
+    child.expect("spex: stopped waiting; still running: a, b")
+    child.expect(r"\(stop them with: spex stop a b\)")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130
+    assert show(env, "a")["turn"]["state"] == "running"

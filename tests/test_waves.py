@@ -504,6 +504,7 @@ def test_ctrl_c_while_waiting_detaches_at_once(env: Env) -> None:
     child.expect("still running: a, b")
     assert time.monotonic() - sent < 1.0
     child.expect("keep waiting with: spex wait a b")
+    child.expect("stop them with: spex stop a b")
     child.expect(pexpect_eof())
     child.close()
     assert child.exitstatus == 130
@@ -552,6 +553,32 @@ def test_ctrl_c_while_launching_aborts_the_rest_without_phantom_turns(env: Env) 
         assert shown["state"] != "running"
     states = {r[0] for r in spex.store.db.execute("SELECT state FROM turns")}
     assert "lost" not in states and "starting" not in states
+
+
+def test_ctrl_c_while_launching_names_the_legs_that_run_on(env: Env) -> None:
+    """Issue 38, item 6: legs launched before the Ctrl-C keep running (by
+    design); the fan-out says which, and the one command that stops them."""
+    for i in range(3):
+        env.run("new", f"s{i}", "--", harness("sleeper.sh"))
+    extra = slow_tmux(env, 1.0)
+    child = spawn(env, "--all", "-m", "go", "--window", "0.3", "--max-concurrent", "1", extra=extra)
+    spex = env.spex()
+
+    def count(state: str) -> int:
+        row = spex.store.db.execute("SELECT count(*) FROM turns WHERE state = ?", (state,))
+        return int(row.fetchone()[0])
+
+    # s0 runs; the next leg is in its (slow) launch.
+    assert retry_until(lambda: count("running") == 1 and count("starting") >= 1, seconds=30)
+    [running] = [
+        r[0] for r in spex.store.db.execute("SELECT session FROM turns WHERE state = 'running'")
+    ]
+    child.sendintr()
+    child.expect(f"still running: {running}")
+    child.expect(f"stop them with: spex stop {running}")
+    child.expect(pexpect_eof())
+    child.close()
+    assert child.exitstatus == 130
 
 
 def test_a_second_signal_exits_with_its_own_code_and_keeps_turn_ids(env: Env) -> None:

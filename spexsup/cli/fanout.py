@@ -540,9 +540,15 @@ def run_wave(
         if kept is not None:
             for line in kept.lines:
                 typer.echo(line)
+        if not detached and "signal" in holder:
+            # Interrupted while launching: the legs already launched run on.
+            detached = [
+                leg["session"] for leg in doc["legs"] if wavedoc.leg_outcome(leg) == "running"
+            ]
         if detached:
             typer.echo(f"stopped waiting; still running: {', '.join(detached)}")
             typer.echo(f"keep waiting with: spex wait {' '.join(detached)}")
+            typer.echo(f"stop them with: spex stop {' '.join(detached)}")
     if "signal" in holder:
         raise typer.Exit(holder["code"])
     ok = doc["state"] == "complete" if wait else wavedoc.succeeded(doc)

@@ -373,9 +373,33 @@ def wait(
     progress = WaitProgress(len(names), live=sys.stdout.isatty() and len(names) > 1)
     try:
         ended = wait_for(spex, names, timeout=limit, on_end=progress.ended, on_tick=progress.tick)
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt) or type(e).__name__ == "Signalled":
+            still_running_note(spex, names, e)
+        raise
     finally:
         progress.close()
     raise typer.Exit(int(any(e.exit_code for e in ended)))
+
+
+def still_running_note(spex: "Spex", names: list[str], e: BaseException) -> None:
+    """What a Ctrl-C on `spex wait` leaves: the turns run on; say which, and
+    the one command that stops them (issue 38, item 6)."""
+    from spexsup import states
+
+    running = []
+    for name in names:
+        row = spex.store.db.execute(
+            "SELECT t.state FROM sessions s JOIN turns t ON t.id = s.current_turn WHERE s.name = ?",
+            (name,),
+        ).fetchone()
+        if row is not None and row["state"] in states.ACTIVE:
+            running.append(name)
+    if running:
+        e.add_note(
+            f"stopped waiting; still running: {', '.join(running)}"
+            f" (stop them with: spex stop {' '.join(running)})"
+        )
 
 
 @app.command()
