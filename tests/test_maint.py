@@ -685,13 +685,17 @@ def test_status_without_a_lease_and_ls_marks_leased_sessions(env: Env) -> None:
     assert r.returncode == 0 and r.stdout.strip() == "no maintenance lease is held"
     assert status(env)["state"] == "open"
     out = env.root / "ls"
-    op = script(env, f"spex ls --json >{out}.json; spex ls >{out}.txt\n")
+    op = script(
+        env, f"spex ls --json >{out}.json; spex ls >{out}.txt; spex maint ls >{out}.lease\n"
+    )
     assert env.run("maint", "--stop", "a", "--", op).returncode == 0
     rows = {row["name"]: row for row in json.loads(Path(f"{out}.json").read_text())}
     assert rows["a"]["lease"] == {"epoch": 1, "state": "active"}
     assert rows["b"]["lease"] is None
     text = Path(f"{out}.txt").read_text()
     assert "idle (leased)" in text and text.count("(leased)") == 1
+    # The scope as words, not a Python list (issue 38, item 15).
+    assert "scope: a\n" in Path(f"{out}.lease").read_text()
     assert "(the last one, number 1, has ended)" in env.run("maint", "--status").stdout
 
 

@@ -566,3 +566,24 @@ def test_ls_fits_80_columns_keeping_name_state_turn_and_age(env: Env) -> None:
     assert f"  {states.FAILED}" in rows[name] and "ago" in rows[name], lines
     # A pipe: whole cells, the full path.
     assert str(deep) in env.run("ls").stdout
+
+
+def test_show_prints_no_python_reprs_and_no_usage_noise_for_a_harness_without_usage(
+    env: Env,
+) -> None:
+    """Issue 38, item 15: `harness command ['sh', '-c', …]` and `? · tokens
+    unknown` for a harness that never reports usage (command, demo)."""
+    assert env.run("new", "c", "--", "sh", "-c", "echo 'hi there'").returncode == 0
+    assert env.run("wake", "c", "go").returncode == 0
+    assert env.run("wait", "c").returncode == 0
+    assert env.run("new", "d", "--harness", "demo").returncode == 0
+    assert env.run("wake", "d", "go").returncode == 0
+    assert env.run("wait", "d").returncode == 0
+    shown = env.run("show", "c").stdout
+    assert re.search(r"^harness +command sh -c 'echo '\"'\"'hi there'\"'\"''$", shown, re.M) or (
+        re.search(r"^harness +command sh -c ", shown, re.M) and "[" not in shown.split("\n")[1]
+    ), shown
+    for name in ("c", "d"):
+        text = env.run("show", name).stdout
+        assert "tokens unknown" not in text and "?" not in text.split("cost")[-1], text
+        assert json.loads(env.run("show", name, "--json").stdout)["turns"][0]["cost"] is None

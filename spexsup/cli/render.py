@@ -319,6 +319,11 @@ def argv_word(word: str) -> str:
     return word if _PLAIN_WORD.fullmatch(word) else shlex.quote(word)
 
 
+def command_text(command: Any) -> str:
+    """A harness command as a shell would take it, never a Python list."""
+    return argv_text(command) if isinstance(command, list) else str(command)
+
+
 def argv_text(argv: Sequence[str]) -> str:
     return " ".join(argv_word(w) for w in argv)
 
@@ -342,7 +347,10 @@ def show_lines(row: dict[str, Any], *, color: bool = False) -> list[str]:
     the state in its colour when `color`."""
     fields = [
         ("session", row["name"]),
-        ("harness", row["harness"] + (f" {row['command']}" if row["command"] else "")),
+        (
+            "harness",
+            row["harness"] + (" " + command_text(row["command"]) if row["command"] else ""),
+        ),
     ]
     if "harness_args" in row and row["harness"] != "command":  # (an older host's spex: absent)
         fields.append(("args", argv_text(row["harness_args"]) or "-"))

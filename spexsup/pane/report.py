@@ -487,6 +487,10 @@ def spending(
     harness = adapter.name if adapter is not None else str(meta.get("harness") or "") or None
     parser = adapter.outcome if adapter is not None else meta.get("outcome")
     parser = parser if isinstance(parser, str) else None
+    if parser is None:
+        # A harness that never reports usage (command, demo): nothing was
+        # expected, so nothing is unknown; no row, no `? · tokens unknown`.
+        return harness, []
     runs = []
     model: str | None = None
     looked = False
