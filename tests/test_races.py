@@ -1019,11 +1019,11 @@ def test_output_a_full_disk_could_not_keep_is_flagged_with_how_much(
     )
     try:
         home = mount / "state"
+        home.mkdir(mode=0o700)  # a SPEXSUP_HOME must exist (or --create)
         extra = {"SPEXSUP_HOME": str(home)}
         go = env.root / "go"
         how = ["--", "bash", "-c", script]
         if rendered:
-            home.mkdir()
             fresh = json.dumps(["bash", "-c", script, "noisy", "{prompt}"])
             (home / "harnesses.toml").write_text(
                 f'[harness.noisy]\nfresh = {fresh}\noutcome = "claude"\n'
