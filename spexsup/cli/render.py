@@ -19,11 +19,12 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup import states
+from spexsup.cli import fit
 from spexsup.errors import Invalid
 from spexsup.ids import SCHEMA_VERSION, iso
 from spexsup.pane.pretty import one_line as clean
@@ -196,22 +197,20 @@ def table(
     *,
     squeeze: str | None = None,
     tty: bool | None = None,
+    narrow: Mapping[str, Sequence[fit.Step]] | None = None,
 ) -> None:
     """Print aligned columns (see the module doc); `squeeze` names the column a
-    terminal shortens to fit (a path)."""
+    terminal shortens to fit (a path), `narrow` each column's steps (`fit`)."""
     tty = sys.stdout.isatty() if tty is None else tty
     width = _columns() if tty else 0
     # Cells hold what agents and files said (a cwd, an error): no escapes,
     # but the colours of the cells `state_cell` painted.
     sgrs = [[getattr(c, "sgr", "") for c in r] for r in [headers, *rows]]
     grid = [[clean(c) for c in r] for r in [headers, *rows]]
-    if tty and squeeze is not None and squeeze in headers:
-        col = list(headers).index(squeeze)
-        others = sum(max(len(r[i]) for r in grid) + 2 for i in range(len(headers)) if i != col)
-        room = max(len(squeeze), width - others)
-        for r in grid[1:]:
-            r[col] = shorten_path(r[col], room)
-    widths = [max(len(r[i]) for r in grid) for i in range(len(headers))]
+    steps = narrow or ({squeeze: [fit.SQUEEZE]} if squeeze else {})
+    if tty and steps:
+        grid, sgrs = fit.narrow(grid, sgrs, width, steps, shorten_path)
+    widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
     out = []
     for r, sgr in zip(grid, sgrs, strict=True):
         line = "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
@@ -259,7 +258,7 @@ def ls_text(rows: Sequence[dict[str, Any]], *, wide: bool, color: bool = False) 
     if not rows:
         sys.stdout.write(NO_SESSIONS + "\n")
         return
-    table(LS_HEADERS, ls_rows(rows, wide=wide, color=color), squeeze="CWD")
+    table(LS_HEADERS, ls_rows(rows, wide=wide, color=color), narrow=fit.LS_STEPS)
 
 
 def home_cell(row: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ import typer
 
 from spexsup import ids
 from spexsup import prompt as prompts
-from spexsup.cli import complete
+from spexsup.cli import complete, fit
 from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import (
     AllOpt,
@@ -340,7 +340,7 @@ def fleet_ls(
                 lines.append([r["host"], *ls_rows([r], wide=wide, color=color)[0]])
             else:
                 lines.append([r["host"], "-", "-", "unreachable", "-", "-", "-", r["error"]])
-        table(["HOST", *LS_HEADERS], lines, squeeze="CWD")
+        table(["HOST", *LS_HEADERS], lines, narrow=fit.LS_STEPS)
     if not reached:
         raise typer.Exit(1)
 
