@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from spexsup.demo_agent import asked_to_fail
+
 SPEX = shutil.which("spex", path=str(Path(sys.executable).parent)) or "spex"
 SESSIONS = {
     "demo-1": "refactor the parser",
@@ -52,7 +54,7 @@ def main() -> int:
             spex("resume", name, "--force")
     for name, prompt in SESSIONS.items():
         rc = spex("wake", name, prompt, check=False)
-        expected = 1 if "fail" in prompt else 0
+        expected = 1 if asked_to_fail(prompt) else 0
         if rc != expected:
             raise SystemExit(f"demo: wake {name} exited {rc}, expected {expected}")
     spex("ls")

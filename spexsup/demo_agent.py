@@ -3,7 +3,8 @@
     python -m spexsup.demo_agent [--resume ID] PROMPT
 
 Prints its conversation id, a few progress lines with short delays, and a
-final answer. A prompt containing `fail` exits 1 at startup; `--resume ID`
+final answer. A prompt with the word `fail` in it (`please fail`, not
+`fix what fails`) exits 1 at startup; `--resume ID`
 continues a conversation kept under `$SPEXSUP_HOME/demo-agent/`.
 """
 
@@ -26,6 +27,13 @@ def conversations() -> Path:
     return path
 
 
+def asked_to_fail(prompt: str) -> bool:
+    """The word `fail` itself: "run the checks and fix what fails" is a task."""
+    import re
+
+    return re.search(r"\bfail\b", prompt, re.IGNORECASE) is not None
+
+
 def main(argv: list[str]) -> int:
     resume = None
     if len(argv) >= 2 and argv[0] == "--resume":
@@ -34,7 +42,7 @@ def main(argv: list[str]) -> int:
         print("usage: demo_agent [--resume ID] PROMPT", file=sys.stderr)
         return 2
     prompt = argv[0]
-    if "fail" in prompt:
+    if asked_to_fail(prompt):
         print("demo-agent: cannot start: the prompt asked me to fail", flush=True)
         return 1
     store = conversations()

@@ -674,3 +674,28 @@ def test_every_collection_is_listed_by_ls_and_its_old_spelling(env: Env) -> None
     assert shown.returncode == 0 and wave_id in shown.stdout, shown
     for words in (["wave", wave_id], ["waves", "show", wave_id], ["wave", "last"]):
         assert env.run(*words).stdout == shown.stdout, words
+
+
+def test_ls_at_80_columns_gives_up_the_widest_columns_not_the_rows(env: Env) -> None:
+    """An 80x24 terminal: every row keeps its NAME, STATE, turn and age whole
+    (the path, the run time, the harness give way first); no row is cut."""
+    deep = Path(env.vars["HOME"]) / "src" / "payments-service-backend"
+    deep.mkdir(parents=True)
+    for name in ("api", "review-payments-2", "web"):
+        assert env.run("new", name, "--harness", "demo", "--cwd", str(deep)).returncode == 0
+    assert env.run("wake", "api", "fix the flaky test", "--window", "10").returncode == 0
+    assert env.run("wake", "review-payments-2", "please fail now", "--window", "10").returncode == 1
+    assert env.run("stop", "review-payments-2").returncode == 0
+    env.tmux("kill-session", "-t", "=web")
+    child = pexpect.spawn(
+        SPEX, ["ls"], env=env.vars, dimensions=(24, 80), encoding="utf-8", timeout=30
+    )
+    child.expect(pexpect.EOF)
+    lines = [ln for ln in child.before.replace("\r", "").splitlines() if ln]
+    plain = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in lines]
+    assert len(plain) == 4 and all(len(ln) <= 80 for ln in plain), plain
+    assert not any(ln.endswith("…") for ln in plain), plain
+    assert plain[0].split()[:4] == ["NAME", "HARNESS", "STATE", "TURN"], plain
+    assert re.match(r"api +demo +idle +\w+ complete rc=0 +\d+s ago +ok$", plain[1]), plain
+    assert re.match(r"review-payments-2 .* stopped +\w+ failed rc=1 +\d+s ago", plain[2]), plain
+    assert re.match(r"web .* - +\d*s? *.*missing$", plain[3]) or plain[3].endswith("missing")

@@ -203,3 +203,33 @@ def test_the_live_table_shows_a_leg_verifying_then_its_check(env: Env) -> None:
     assert child.exitstatus == 1
     shown = env.run("wave", "last").stdout
     assert "rc=0 verified" in shown and "rc=0 verify failed (rc 1)" in shown, shown
+
+
+def test_the_live_table_never_outgrows_an_80x24_terminal(env: Env) -> None:
+    """26 legs on 24 rows: at most the terminal's height of table (the header
+    stays on screen), the legs still running first, the rest as `+N more`;
+    the summary wraps at a word within 80 columns."""
+    import pexpect
+
+    names = [f"leg-{i:02d}" for i in range(26)]
+    gos = [until_go(env, name) for name in names]
+    child = pexpect.spawn(
+        SPEX,
+        ["fanout", *names, "-m", "x", "--window", "0.5", "--wait"],
+        env=env.vars,
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(24, 80),
+    )
+    child.expect(r"\+6 more")  # 22 rows: the header, 20 legs, this line
+    for go in gos[:5]:
+        go.touch()
+    child.expect(r"\+6 more")
+    for go in gos[5:]:
+        go.touch()
+    child.expect(r"wave \S+: complete")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    tail = child.before.replace("\r", "")
+    assert all(len(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", ln)) <= 80 for ln in tail.splitlines())

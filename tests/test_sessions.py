@@ -541,33 +541,6 @@ def test_ls_shows_a_turns_outcome_flags(env: Env) -> None:
     assert re.fullmatch(r"\S+ complete rc=0 \(denied:Write,denied:Bash\)", cells[3]), cells
 
 
-def test_ls_fits_80_columns_keeping_name_state_turn_and_age(env: Env) -> None:
-    """Issue 38, item 17: at 80 columns the widest columns give way first
-    (the path squeezes then goes, the age loses its run time, the harness
-    goes), never the name; a pipe gets every column whole."""
-    deep = env.root / ("a-rather-long-directory-name-" * 3).rstrip("-") / "and-deeper-still"
-    deep.mkdir(parents=True)
-    name = "review-the-payment-service-2"
-    assert env.run("new", name, "--cwd", str(deep), "--", "sh", "-c", "exit 1").returncode == 0
-    assert env.run("wake", name, "go").returncode == 1
-    assert env.run("new", "calm", "--cwd", str(deep), "--harness", "demo").returncode == 0
-    vars_ = {k: v for k, v in env.vars.items() if k not in ("COLUMNS", "LINES")}
-    child = pexpect.spawn(SPEX, ["ls"], env=vars_, dimensions=(24, 80), timeout=30)
-    child.expect(pexpect.EOF)
-    child.close()
-    lines = [SGR.sub("", ln) for ln in child.before.decode().replace("\r", "").splitlines() if ln]
-    assert all(len(ln) <= 80 for ln in lines), lines
-    assert not any(ln.endswith("…") for ln in lines), lines  # no row cut at the edge
-    header = lines[0].split()
-    assert header[:2] == ["NAME", "STATE"] or header[:3] == ["NAME", "HARNESS", "STATE"], lines
-    assert "TURN" in header and "WHEN" in header, lines
-    rows = {ln.split()[0]: ln for ln in lines[1:]}
-    assert set(rows) == {name, "calm"}, lines
-    assert f"  {states.FAILED}" in rows[name] and "ago" in rows[name], lines
-    # A pipe: whole cells, the full path.
-    assert str(deep) in env.run("ls").stdout
-
-
 def test_show_prints_no_python_reprs_and_no_usage_noise_for_a_harness_without_usage(
     env: Env,
 ) -> None:

@@ -536,7 +536,14 @@ def run_wave(
             for leg in doc["legs"]:
                 if leg["session"] not in shown:
                     typer.echo("  " + leg_line(leg))
-        typer.echo(summary(doc))
+        # On a terminal the summary wraps at a word; a pipe gets one line.
+        import shutil
+
+        from spexsup.cli import fit
+
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 0
+        for line in fit.wrap(summary(doc), width):
+            typer.echo(line)
         if kept is not None:
             for line in kept.lines:
                 typer.echo(line)

@@ -116,7 +116,7 @@ LS_STEPS: Mapping[str, Sequence[Step]] = {
     "CWD": (SQUEEZE, DROP),
     "WHEN": (_first_clause,),
     "HARNESS": (DROP,),
-    "HOME": (_first_clause,),
+    "HOME": (_first_clause, DROP),
     "TURN": (_no_flags,),
     "STATE": (_state_word,),
 }

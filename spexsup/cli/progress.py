@@ -167,8 +167,16 @@ class LegsView:
         columns = ("SESSION", "STAGE", "ELAPSED", "TURN") + (("COST",) if self.costs else ())
         for column in columns:
             table.add_column(column, no_wrap=column != "STAGE")
-        for leg in doc["legs"]:
-            text = stage(leg, self.home, now)
+        legs = [(leg, stage(leg, self.home, now)) for leg in doc["legs"]]
+        # At most the terminal's height: the header never scrolls off. The
+        # legs still running first; the rest counted on a `+N more` line.
+        room = max(1, self.console.size.height - 3)
+        hidden = 0
+        if len(legs) > room:
+            legs.sort(key=lambda pair: ended(pair[1]))  # stable: running ones first
+            room -= 1
+            hidden, legs = len(legs) - room, legs[:room]
+        for leg, text in legs:
             style = None
             if text.startswith("ended complete"):
                 style = "green"
@@ -180,6 +188,8 @@ class LegsView:
             if self.costs is not None:
                 cells.append(self._cost(doc, leg, text))
             table.add_row(*cells, style=style)
+        if hidden:
+            table.add_row(f"+{hidden} more", "", "", "")
         return table
 
     def _cost(self, doc: dict[str, Any], leg: dict[str, Any], text: str) -> str:
