@@ -363,7 +363,6 @@ def test_a_failure_names_its_cause_on_the_verdict_line(env: Env) -> None:
     assert r.returncode == 1
     verdict = r.stdout.strip()
     assert verdict.startswith("f: failed turn ") and verdict.endswith("API Error: 529 overloaded")
-    assert "API Error: 529 overloaded" in r.stderr
     # Mid-turn: confirmed first, then the harness fails; show and wait name the cause.
     slow = "sleep 0.8; echo 'API Error: 529 overloaded'; exit 1"
     assert env.run("new", "m", "--", "bash", "-c", slow).returncode == 0
@@ -371,6 +370,29 @@ def test_a_failure_names_its_cause_on_the_verdict_line(env: Env) -> None:
     w = env.run("wait", "m")
     assert "failed rc=1: API Error: 529 overloaded" in w.stdout
     assert retry_until(lambda: "API Error: 529" in env.run("show", "m").stdout)
+
+
+def test_a_failure_is_said_once(env: Env) -> None:
+    """Issue 38 item 13: a failed wake or wait prints its verdict, with its
+    cause, on stdout; stderr does not say it again (a script's log got both
+    lines), and the exit code says it failed. --json is unchanged."""
+    script = "echo 'API Error: 529 overloaded' >&2; exit 1"
+    assert env.run("new", "f", "--", "bash", "-c", script).returncode == 0
+    woke = env.run("wake", "f", "go", "--window", "2")
+    assert woke.returncode == 1 and woke.stderr == "", woke.stderr
+    assert woke.stdout.count("API Error: 529 overloaded") == 1, woke.stdout
+    waited = env.run("wait", "f")
+    assert waited.returncode == 1 and waited.stderr == "", waited.stderr
+    assert waited.stdout.count("API Error: 529 overloaded") == 1, waited.stdout
+    assert env.run("stop", "f").returncode == 0
+    resumed = env.run("resume", "f", "-m", "go", "--window", "2")
+    assert resumed.returncode == 1 and resumed.stderr == "", resumed.stderr
+    assert resumed.stdout.count("API Error: 529 overloaded") == 1, resumed.stdout
+    as_json = env.run("wake", "f", "go", "--window", "2", "--json")
+    assert as_json.returncode == 1 and as_json.stderr == ""
+    doc = json.loads(as_json.stdout)
+    assert (doc["verdict"], doc["ok"]) == ("failed", False)
+    assert "API Error: 529 overloaded" in doc["error"]
 
 
 def test_ok_paths_leave_no_stray_output(env: Env) -> None:
@@ -504,11 +526,9 @@ def test_escapes_in_agent_output_reach_no_command_output(env: Env) -> None:
     assert not re.search(rb"\xc2[\x80-\x9f]|\x9b", screen)
 
 
-def test_a_failed_wake_says_why_once_on_a_terminal_and_on_both_streams_to_a_script(
-    env: Env,
-) -> None:
-    """On one terminal the verdict line names the cause, so stderr does not
-    repeat it; a script that splits the streams still gets it on stderr."""
+def test_a_failed_wake_says_why_once_on_a_terminal_and_to_a_script(env: Env) -> None:
+    """The verdict line names the cause, so stderr does not repeat it, on one
+    terminal or to a script that splits the streams (DESIGN §20)."""
     assert env.run("new", "f", "--", "bash", "-c", "echo said-once; exit 3").returncode == 0
     child = pexpect.spawn(SPEX, ["wake", "f", "go", "--window", "5"], env=env.vars, timeout=30)
     shown = child.read().decode()
@@ -518,4 +538,4 @@ def test_a_failed_wake_says_why_once_on_a_terminal_and_on_both_streams_to_a_scri
     assert "f: failed turn" in shown
     piped = env.run("wake", "f", "go", "--window", "5")
     assert piped.returncode == 1
-    assert "said-once" in piped.stdout and "said-once" in piped.stderr
+    assert "said-once" in piped.stdout and piped.stderr == ""

@@ -257,12 +257,7 @@ def _render(command: str, words: list[str], doc: Any, *, color: bool) -> None:
     elif command == "show":
         out = render.show_lines(doc, color=color)
     elif command == "wake":
-        out = [render.verdict_line(doc["session"], doc)]
-        if doc.get("error"):
-            sys.stdout.write("\n".join(out) + "\n")
-            sys.stdout.flush()
-            print(render.error_line(doc["session"], doc["error"]), file=sys.stderr)
-            return
+        out = [render.verdict_line(doc["session"], doc)]  # the cause said once, there
     elif command == "wait":
         out = [render.ended_line(d) for d in render.as_list(doc)]
     elif command == "stop":

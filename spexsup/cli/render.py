@@ -495,19 +495,6 @@ def edit_lines(name: str, changes: dict[str, Any], *, dry_run: bool) -> list[str
     return [clean(line) for line in out]
 
 
-def error_line(name: str, error: str) -> str:
-    """`spex: api: <the agent's failure line>`, printable."""
-    return clean(f"spex: {name}: {error}")
-
-
-def same_terminal() -> bool:
-    """stdout and stderr are one terminal: a line printed on both reads twice."""
-    try:
-        return os.isatty(1) and os.path.samestat(os.fstat(1), os.fstat(2))
-    except OSError:
-        return False
-
-
 def verdict_line(name: str, v: dict[str, Any]) -> str:
     """`api: failed turn T rc=1 (812 ms): <cause>`: the cause is on the verdict line."""
     repeat = f"repeat of key {v['key']}: " if v.get("repeat") else ""

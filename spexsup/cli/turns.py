@@ -40,10 +40,8 @@ from spexsup.cli.params import (
 )
 from spexsup.cli.render import (
     document,
-    error_line,
     print_json,
     resumed_line,
-    same_terminal,
     stopped_line,
     verdict_line,
     with_iso,
@@ -208,11 +206,8 @@ def wake_and_report(
     if as_json:
         print_json(document(with_iso({"ok": verdict.ok, **verdict.as_json()})))
     else:
+        # The verdict line names the cause, once: the exit code says it failed.
         typer.echo(verdict_line(name, verdict.as_json()))
-        # The verdict line names the cause; stderr repeats it for a script's
-        # log, not for a person reading both on one terminal.
-        if verdict.error and not same_terminal():
-            typer.echo(error_line(name, verdict.error), err=True)
     if not verdict.ok:
         raise typer.Exit(1)
 
