@@ -83,7 +83,8 @@ def maint(
             return
         holder = view["holder"]["pid"] if view["holder"] else "-"
         typer.echo(f"maintenance lease {view['epoch']}: {view['state']} (held by pid {holder})")
-        typer.echo(f"scope: {view['scope']}")
+        scope = view["scope"]
+        typer.echo(f"scope: {', '.join(scope) if isinstance(scope, list) else scope}")
         for cap in view["plan"]:
             force = ":force" if cap["force"] else ""
             typer.echo(f"  {cap['op']} {cap['session']}{force}: {cap['state']}")

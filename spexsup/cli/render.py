@@ -340,7 +340,7 @@ def show_lines(row: dict[str, Any], *, color: bool = False) -> list[str]:
     the state in its colour when `color`."""
     fields = [
         ("session", row["name"]),
-        ("harness", row["harness"] + (f" {row['command']}" if row["command"] else "")),
+        ("harness", row["harness"] + (f" {argv_text(row['command'])}" if row["command"] else "")),
     ]
     if "harness_args" in row and row["harness"] != "command":  # (an older host's spex: absent)
         fields.append(("args", argv_text(row["harness_args"]) or "-"))
@@ -366,9 +366,11 @@ def show_lines(row: dict[str, Any], *, color: bool = False) -> list[str]:
         if row.get(key)
     ]
     turns = row.get("turns") or []
-    if turns and turns[0].get("cost"):
+    # A harness that never reports usage (command, demo) has no unknown to say.
+    silent = row.get("reports_usage") is False and not spend_of(row).tokens_known
+    if turns and turns[0].get("cost") and not silent:
         fields.append(("last turn", spend_of(turns[0]).line()))
-    if row.get("cost") and row.get("spent_turns"):
+    if row.get("cost") and row.get("spent_turns") and not silent:
         n = row["spent_turns"]
         fields.append(("spent", f"{spend_of(row).line()} ({n} turn{'s' * (n != 1)})"))
     if not turns:
