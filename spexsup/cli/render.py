@@ -278,8 +278,8 @@ def end_words(state: str | None, rc: int | None, cause: str | None) -> str:
 def turn_line(t: dict[str, Any]) -> str:
     """`<id>  failed rc=1 (overloaded)  3m ago, ran 9s  (API Error: 529 overloaded)`.
 
-    The wake's verdict is named only when it was itself a failure (the turn
-    never confirmed its start): otherwise the end state says it all."""
+    The wake's verdict is named only when the turn never ran (never
+    confirmed its start, no rc of its own): otherwise its end says it all."""
     line = f"{short_id(t['id'])}  {end_words(t['state'], t['rc'], t.get('cause'))}"
     if t.get("model"):
         line += f" on {t['model']}"
@@ -288,8 +288,8 @@ def turn_line(t: dict[str, Any]) -> str:
     line += f"  {age(time.time() - t['started_at'])}"
     if t["ended_at"] is not None:
         line += f", ran {span(t['ended_at'] - t['started_at'])}"
-    if t["verdict"] == "failed":
-        line += ", never confirmed its start"
+    if t["verdict"] == "failed" and t["rc"] is None and t["state"] != states.COMPLETE:
+        line += ", never confirmed its start"  # it never ran: no exit of its own
     if t.get("cost") and t["cost"].get("amount") is not None:
         line += f"  {spend_of(t).cost_text()}"
     if t["error"]:
