@@ -27,8 +27,12 @@ ENDS = (COMPLETE, FAILED, ABORTED, LOST, INTERRUPTED, TIMED_OUT, SKIPPED)
 ORPHANED = "orphaned"
 
 # A session: `creating` (a worktree session being made), `idle`, `running`
-# (its current turn is active), `failed` (its last turn did not complete),
-# `stopped` (by spex stop, until resumed), `removing` (spex rm under way).
+# (its current turn is active), `failed` (its last turn failed), `stopped`
+# (by spex stop, until resumed), `removing` (spex rm under way). The rule
+# (DESIGN §23): stopped, creating and removing whatever its turns; else
+# running while its last turn is active; else `failed` when that turn ended
+# failed, timed-out, lost or interrupted; else `idle` (no turn yet, or its
+# last turn complete, skipped or aborted).
 CREATING = "creating"
 IDLE = "idle"
 BUSY = "running"
@@ -37,9 +41,17 @@ REMOVING = "removing"
 SESSION_STATES = (CREATING, IDLE, BUSY, FAILED, STOPPED, REMOVING)
 
 
-def session_state_after(turn_state: str) -> str:
-    """What a session becomes when its current turn ends in `turn_state`."""
-    return IDLE if turn_state == COMPLETE else FAILED
+# The ends of a turn that leave its session `idle`: done, never launched
+# (`--after`, a budget), or ended on purpose (a stop, an interrupted wake).
+IDLE_ENDS = (COMPLETE, SKIPPED, ABORTED)
+
+
+def session_state_after(turn_state: str | None) -> str:
+    """What a session that is not stopped is, given its last turn's state
+    (None: no turn yet)."""
+    if turn_state in ACTIVE:
+        return BUSY
+    return IDLE if turn_state is None or turn_state in IDLE_ENDS else FAILED
 
 
 # Until 2026-12 the failed end and the failed session were both `error`. For

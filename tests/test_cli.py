@@ -699,3 +699,22 @@ def test_ls_at_80_columns_gives_up_the_widest_columns_not_the_rows(env: Env) -> 
     assert re.match(r"api +demo +idle +\w+ complete rc=0 +\d+s ago +ok$", plain[1]), plain
     assert re.match(r"review-payments-2 .* stopped +\w+ failed rc=1 +\d+s ago", plain[2]), plain
     assert re.match(r"web .* - +\d*s? *.*missing$", plain[3]) or plain[3].endswith("missing")
+
+
+def test_show_prints_no_python_repr_and_no_unknown_a_harness_never_reports(env: Env) -> None:
+    """Issue 38 item 15: a command harness's argv is shown as a shell would
+    need it, never as a Python list; a harness that never reports usage
+    (command, demo) shows no `? · tokens unknown` lines."""
+    assert env.run("new", "c", "--", "bash", "-c", "echo hi; exit 0").returncode == 0
+    assert env.run("new", "d", "--harness", "demo").returncode == 0
+    assert env.run("wake", "c", "go", "--window", "0.5").returncode == 0
+    assert env.run("wake", "d", "go").returncode == 0
+    assert env.run("wait", "c", "d").returncode == 0
+    shown = env.run("show", "c").stdout
+    assert "harness      command bash -c 'echo hi; exit 0'\n" in shown, shown
+    for name in ("c", "d"):
+        text = env.run("show", name).stdout
+        assert "['" not in text and "unknown" not in text, text
+        assert "last turn" not in text and "spent" not in text, text
+        doc = json.loads(env.run("show", name, "--json").stdout)
+        assert doc["reports_usage"] is False and doc["cost"]["source"] == "unknown"

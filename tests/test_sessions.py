@@ -560,3 +560,30 @@ def test_show_prints_no_python_reprs_and_no_usage_noise_for_a_harness_without_us
         text = env.run("show", name).stdout
         assert "tokens unknown" not in text and "?" not in text.split("cost")[-1], text
         assert json.loads(env.run("show", name, "--json").stdout)["turns"][0]["cost"] is None
+
+
+def test_a_sessions_state_agrees_with_its_last_turn(env: Env) -> None:
+    """Issue 38 item 7 (DESIGN §20): a session whose only turn was skipped by
+    `--after` is idle, not failed; a failed turn's session stays failed
+    through a stop and a resume; a turn that ran and failed inside its window
+    is not said to have never started. ls, show, top and JSON agree."""
+    for name in ("api", "review-2"):
+        assert env.run("new", name, "--harness", "demo").returncode == 0
+    assert env.run("wake", "api", "please fail").returncode == 1
+    assert env.run("wake", "review-2", "--after", "api", "review it").returncode == 1
+    assert env.run("stop", "api").returncode == 0
+    assert env.run("resume", "api").returncode == 0
+
+    def states_in(*args: str) -> dict[str, str]:
+        return {d["name"]: d["state"] for d in json.loads(env.run(*args, "--json").stdout)}
+
+    want = {"api": "failed", "review-2": "idle"}
+    assert states_in("ls") == want
+    assert states_in("top") == want
+    for name, state in want.items():
+        assert json.loads(env.run("show", name, "--json").stdout)["state"] == state
+        shown = env.run("show", name).stdout
+        assert f"state        {state}\n" in shown, shown
+        assert "never confirmed" not in shown, shown
+    listed = {line.split()[0]: line.split()[2] for line in env.run("ls").stdout.splitlines()[1:]}
+    assert listed == want

@@ -282,16 +282,16 @@ def end_words(state: str | None, rc: int | None, cause: str | None) -> str:
 def turn_line(t: dict[str, Any]) -> str:
     """`<id>  failed rc=1 (overloaded)  3m ago, ran 9s  (API Error: 529 overloaded)`.
 
-    The wake's verdict is named only when it was itself a failure (the turn
-    never confirmed its start): otherwise the end state says it all."""
+    The wake's verdict is named only when the turn never ran (never
+    confirmed its start, no rc of its own): otherwise its end says it all."""
     line = f"{short_id(t['id'])}  {end_words(t['state'], t['rc'], t.get('cause'))}"
     if t.get("model"):
         line += f" on {t['model']}"
     for attempt in t.get("fallbacks") or ():
         line += f" (fell back from {attempt.get('model') or 'the default'}: {attempt.get('cause')})"
     line += f"  {age(time.time() - t['started_at'])}{run_time(t)}"
-    if t["verdict"] == "failed":
-        line += ", never confirmed its start"
+    if t["verdict"] == "failed" and t["rc"] is None and t["state"] != states.COMPLETE:
+        line += ", never confirmed its start"  # it never ran: no exit of its own
     if t.get("cost") and t["cost"].get("amount") is not None:
         line += f"  {spend_of(t).cost_text()}"
     if t["error"]:
@@ -376,9 +376,11 @@ def show_lines(row: dict[str, Any], *, color: bool = False) -> list[str]:
         if row.get(key)
     ]
     turns = row.get("turns") or []
-    if turns and turns[0].get("cost"):
+    # A harness that never reports usage (command, demo) has no unknown to say.
+    silent = row.get("reports_usage") is False and not spend_of(row).tokens_known
+    if turns and turns[0].get("cost") and not silent:
         fields.append(("last turn", spend_of(turns[0]).line()))
-    if row.get("cost") and row.get("spent_turns"):
+    if row.get("cost") and row.get("spent_turns") and not silent:
         n = row["spent_turns"]
         fields.append(("spent", f"{spend_of(row).line()} ({n} turn{'s' * (n != 1)})"))
     if not turns:

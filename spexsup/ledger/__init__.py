@@ -97,9 +97,16 @@ def mark_stopped(
 
 
 def mark_resumed(db: sqlite3.Connection, name: str, *, force: bool) -> bool:
-    """`stopped` -> `idle`; False (and no event) if it was not stopped."""
+    """`stopped` -> what its last turn makes it (`idle`, or `failed` after a
+    failed turn: `session_state_after`); False (and no event) if it was not
+    stopped."""
+    row = db.execute(
+        "SELECT t.state FROM sessions s JOIN turns t ON t.id = s.current_turn WHERE s.name = ?",
+        (name,),
+    ).fetchone()
+    after = session_state_after(row[0] if row is not None else None)
     cur = db.execute(
-        "UPDATE sessions SET state = ? WHERE name = ? AND state = ?", (IDLE, name, STOPPED)
+        "UPDATE sessions SET state = ? WHERE name = ? AND state = ?", (after, name, STOPPED)
     )
     if cur.rowcount:
         events.record(db, "resumed", session=name, force=force)
@@ -203,7 +210,7 @@ def skip_queued(
     """A queued prompt whose `--after` condition failed (or, cause `budget`,
     whose wave spent its budget) ends as a turn that never launched:
     `skipped`, `why` its message; the session's current turn, the session
-    `failed` (it did not complete); a fan-out leg's turn is its `wave`'s."""
+    `idle` (nothing ran: `session_state_after`); a fan-out leg's turn is its `wave`'s."""
     cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
     if not cur.rowcount:
         return False

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spexsup import ids, lease
-from spexsup.errors import Invalid, Refused, TimedOut, UnknownSession
+from spexsup.errors import Invalid, Refused, SpexError, TimedOut, UnknownSession
 from spexsup.pane import turndir
 from spexsup.paths import ensure_private_dir
 from spexsup.sessions import Session, get, home_status
@@ -463,8 +463,19 @@ def describe(
             if history:
                 entry.update(turn_summary(spex, s.name, history[0]["id"]))
             entry.update(spending(spex, s.name, s.created_at))
+            entry["reports_usage"] = reports_usage(spex, s)
         out.append(entry)
     return out
+
+
+def reports_usage(spex: Spex, session: Session) -> bool | None:
+    """Whether its harness prints usage at all (a structured output: claude,
+    codex, opencode, pi); not `command` nor `demo`. None: not known (its
+    harness no longer resolves)."""
+    try:
+        return session.adapter(spex.home).outcome is not None
+    except SpexError:
+        return None
 
 
 def spending(spex: Spex, name: str, since: float) -> dict[str, Any]:

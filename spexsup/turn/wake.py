@@ -345,7 +345,12 @@ def _abort_unlaunched(spex: Spex, session: Session, turn: str, why: str) -> None
     in case the tmux call was already on its way when we were interrupted."""
     with spex.store.tx() as db:
         ledger.abort_current(
-            db, session.name, turn, why, only_starting=True, session_after=states.FAILED
+            db,
+            session.name,
+            turn,
+            why,
+            only_starting=True,
+            session_after=states.session_state_after(states.ABORTED),
         )
         ledger.release_key(db, turn)  # it never ran: a retry with its key may start it
 
