@@ -924,7 +924,7 @@ def test_a_fresh_home_waits_for_a_lock_instead_of_failing(env: Env) -> None:
     import sqlite3
     import threading
 
-    env.home.mkdir(parents=True)
+    env.home.mkdir(parents=True, exist_ok=True)
     holder = sqlite3.connect(env.home / "state.db", isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN IMMEDIATE")  # RESERVED: readers may read, the WAL switch may not
     holder.execute("CREATE TABLE t (x)")
