@@ -615,3 +615,24 @@ def test_a_fleet_fanout_whose_connection_drops_is_asked_again_and_starts_each_le
     assert len(fanouts) == 2 and all(f"--key {doc['id']}" in c for c in fanouts), fanouts
     with sqlite3.connect(f.h1 / "state.db") as db:
         assert db.execute("SELECT count(*) FROM turns").fetchone() == (2,)
+
+
+def test_a_sandboxed_session_on_another_host_runs_its_turns_in_the_sandbox(
+    fleet: Fleet,
+) -> None:
+    """DESIGN §19: the host's spex keeps the policy and applies it to every
+    turn it starts; the verdict brought back says `sandboxed`."""
+    f = fleet
+    work = f.h1 / "work"
+    work.mkdir()
+    agent = str(HARNESSES / "escape.sh")
+    r = f.spex("new", "box1:s", "--sandbox", "--cwd", str(work), "--", agent)
+    assert r.returncode == 0, r.stderr
+    r = f.spex("wake", "box1:s", "where", "--json", "--window", "30")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    assert v["verdict"] == "completed" and "sandboxed" in v["flags"], v
+    host_ns = str(Path("/proc/self/ns/pid").readlink())
+    assert f"pid-ns {host_ns}" not in (work / "tried").read_text()
+    shown = json.loads(f.spex("show", "box1:s", "--json").stdout)
+    assert shown["sandbox"]["mode"] == "on", shown

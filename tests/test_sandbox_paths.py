@@ -140,3 +140,24 @@ def test_strict_fails_a_turn_that_was_denied_a_host(sbx: Env) -> None:  # noqa: 
     # Named in ls too.
     [row] = json.loads(sbx.run("ls", "--json").stdout)
     assert "sandboxed" in row["turn"]["flags"], row
+
+
+def test_a_revived_turn_runs_in_the_sandbox(sbx: Env) -> None:  # noqa: F811
+    """`spex up --revive` after a reboot interrupted a turn: the new turn
+    runs under the session's policy as every other start does."""
+    secret(sbx)
+    boot = sbx.root / "boot_id"
+    boot.write_text("boot-one\n")
+    sbx.vars["SPEXSUP_BOOT_ID_FILE"] = str(boot)
+    work = new(sbx, "a", "--sandbox")
+    v = wake(sbx, "a", "daemon", window="0.3")
+    assert v["verdict"] == "confirmed", v
+    sbx.tmux("kill-server")
+    boot.write_text("boot-two\n")
+    r = sbx.run("up", "--revive", "-m", "where", "--json")
+    assert r.returncode == 0, r
+    turn = wait(sbx, "a")
+    assert turn["turn"] != v["turn"], turn
+    completed_sandboxed(turn)
+    seen = tried(work)
+    assert f"pid-ns {HOST_PID_NS}" not in seen and seen["read"] != 0, seen
