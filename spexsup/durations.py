@@ -21,7 +21,7 @@ GRAMMAR = "a duration: 90s, 15m, 2h, 1h30m"
 WEEK = UNITS["w"]
 
 _NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-_BARE = re.compile(rf"\s*({_NUMBER})\s*")
+BARE = re.compile(rf"\s*({_NUMBER})\s*")
 _PARTS = re.compile(rf"(?:\s*{_NUMBER}\s*[smhdw])+\s*")
 _PART = re.compile(rf"({_NUMBER})\s*([smhdw])")
 
@@ -43,7 +43,7 @@ def parse(
     """
     if isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
-    elif isinstance(value, str) and (bare := _BARE.fullmatch(value)):
+    elif isinstance(value, str) and (bare := BARE.fullmatch(value)):
         seconds = float(bare.group(1))
     elif isinstance(value, str) and _PARTS.fullmatch(value):
         seconds = sum(float(n) * UNITS[unit] for n, unit in _PART.findall(value))

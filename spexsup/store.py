@@ -244,7 +244,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 8: honest outcomes (issue 14). Per session: a turn time limit (seconds),
     # strict mode (any outcome flag fails the turn), what a usage limit does
-    # ('wait[:HOURS]'). Per turn: the outcome flags (a JSON list), its time
+    # ('wait[:DURATION]'). Per turn: the outcome flags (a JSON list), its time
     # limit and strictness, the named cause of a failed end (`timed-out`,
     # `strict`, `agent-error`, `usage-limit`, `not-found`, `no-login-shell`),
     # a usage limit's reset time, and while the wrapper waits for it in the

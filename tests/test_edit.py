@@ -97,21 +97,21 @@ def test_a_command_session_gets_its_new_command(env: Env) -> None:
 def test_limits_reach_the_next_turn(env: Env) -> None:
     out = seen_session(env, "s")
     r = env.run(
-        "edit", "s", "--timeout", "30m", "--strict", "--on-limit", "wait:2", "--window", "3s"
+        "edit", "s", "--timeout", "30m", "--strict", "--on-limit", "wait:2h", "--window", "3s"
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[:4] == [
         "s: window - -> 3s",
         "s: timeout - -> 30m",
         "s: strict no -> yes",
-        "s: on-limit - -> wait:2",
+        "s: on-limit - -> wait:2h",
     ]
     doc = show(env, "s")
     assert (doc["window"], doc["timeout"], doc["strict"], doc["on_limit"]) == (
         3,
         1800,
         True,
-        "wait:2",
+        "wait:2h",
     )
     turn_saw(env, "s", out)
     turn = show(env, "s")["turn"]

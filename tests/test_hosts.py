@@ -164,11 +164,11 @@ def test_remote_edit_changes_the_hosts_session(fleet: Fleet) -> None:
     f = fleet
     r = f.spex("-H", "box1", "new", "e", "--cwd", str(f.h1), "--", str(HARNESSES / "exit0.sh"))
     assert r.returncode == 0, r.stderr
-    r = f.spex("-H", "box1", "edit", "e", "--timeout", "1h", "--on-limit", "wait:2")
+    r = f.spex("-H", "box1", "edit", "e", "--timeout", "1h", "--on-limit", "wait:2h")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines()[:2] == ["e: timeout - -> 1h", "e: on-limit - -> wait:2"]
+    assert r.stdout.splitlines()[:2] == ["e: timeout - -> 1h", "e: on-limit - -> wait:2h"]
     shown = json.loads(f.there(f.h1, "show", "e", "--json").stdout)
-    assert (shown["timeout"], shown["on_limit"]) == (3600, "wait:2")
+    assert (shown["timeout"], shown["on_limit"]) == (3600, "wait:2h")
     for args in (
         ["--timeout", "2h", "--dry-run"],
         ["--timeout", "2h", "--dry-run", "--json"],
@@ -258,7 +258,7 @@ def test_remote_wake_options_keep_their_values(fleet: Fleet) -> None:
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     r = f.spex(
-        "wake", "box1:rec", "--timeout", "30", "deliver me", "--on-limit", "wait:2",
+        "wake", "box1:rec", "--timeout", "30", "deliver me", "--on-limit", "wait:2h",
         "--window", "10", "--json",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr

@@ -85,7 +85,7 @@ def test_tools_with_typed_described_inputs_and_read_only_offers_only_reading(env
         assert set(wake["required"]) == {"name", "prompt"}
         assert {"window", "timeout", "strict", "fresh", "key", "queue"} <= set(wake["properties"])
         wait = tools["wait"].input_schema["properties"]["timeout"]
-        assert (wait["type"], wait["maximum"]) == ("number", 3600)
+        assert {t["type"] for t in wait["anyOf"]} == {"string", "number"}, wait
         assert tools["list_sessions"].annotations is not None
         assert tools["list_sessions"].annotations.read_only_hint is True
         assert tools["stop"].annotations is not None
@@ -437,3 +437,36 @@ def test_a_wake_tool_call_can_carry_a_check(env: Env) -> None:
     is_error, text, doc = got["bad"]
     assert is_error and doc["verdict"] == "failed", got["bad"]
     assert "its check `exit 4` failed (rc 4)" in text and "(exit code 1)" in text, text
+
+
+def test_wait_and_wake_timeouts_read_the_duration_grammar(env: Env) -> None:
+    """`wait.timeout` and `wake.timeout` take what `--timeout` takes: a number
+    of seconds or a duration (issue 38 item 11)."""
+    assert env.run("new", "d", "--harness", "demo").returncode == 0
+    assert env.run("new", "slow", "--", "bash", "-c", "sleep 30").returncode == 0
+    assert cli(env, "wake", "slow", "x", "--window", "0.2", "--json")[0] == 0
+    answers: dict[str, CallToolResult] = {}
+
+    async def body(session: ClientSession) -> None:
+        answers["short"] = await session.call_tool("wait", {"names": ["slow"], "timeout": "0.2s"})
+        answers["long"] = await session.call_tool("wait", {"names": ["slow"], "timeout": "2h"})
+        answers["bad"] = await session.call_tool("wait", {"names": ["slow"], "timeout": "soon"})
+        answers["minutes"] = await session.call_tool(
+            "wake", {"name": "d", "prompt": "hi", "timeout": "30m"}
+        )
+        answers["seconds"] = await session.call_tool(
+            "wake", {"name": "d", "prompt": "hi", "timeout": 90}
+        )
+
+    drive(env, body)
+    short = answers["short"]
+    assert short.is_error and short.structured_content is not None, texts(short)
+    assert short.structured_content["exit_code"] == 124
+    for key in ("long", "bad"):
+        said = texts(answers[key])[0]
+        assert answers[key].is_error and said.startswith("spex: invalid timeout"), said
+        content = answers[key].structured_content
+        assert content is not None and content["exit_code"] == 2, content
+    turns = json.loads(env.run("show", "d", "--json").stdout)["turns"]
+    assert sorted(t["timeout"] for t in turns) == [90, 1800], turns
+    assert env.run("stop", "slow").returncode == 0

@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -620,8 +621,8 @@ def test_on_limit_wait_resumes_the_same_conversation(env: Env) -> None:
 
 
 def test_stop_ends_a_usage_limit_wait(env: Env) -> None:
-    limited_session(env, 600, "--on-limit", "wait:1")
-    assert show(env, "c")["on_limit"] == "wait:1"
+    limited_session(env, 600, "--on-limit", "wait:1h")
+    assert show(env, "c")["on_limit"] == "wait:1h"
     code, v = wake_json(env, "c", "go [limit]", "--window", "1")
     assert code == 0, v
     turn = v["turn"]
@@ -637,16 +638,39 @@ def test_stop_ends_a_usage_limit_wait(env: Env) -> None:
 
 def test_a_reset_beyond_the_longest_wait_fails_now(env: Env) -> None:
     limited_session(env, 3 * 3600)
-    code, v = wake_json(env, "c", "go [limit]", "--on-limit", "wait:1", "--window", "10")
+    code, v = wake_json(env, "c", "go [limit]", "--on-limit", "wait:1h", "--window", "10")
     assert code == 1 and v["error"].startswith("claude hit its usage limit (resets "), v
     assert show(env, "c")["turn"]["cause"] == "usage-limit"
 
 
 def test_bad_on_limit_is_refused(env: Env) -> None:
     new(env, "c", "claude", **ONLINE)
-    for bad in ("sleep", "wait:x", "wait:0"):
+    for bad in ("sleep", "wait:x", "wait:0", "wait:", "wait:15d"):
         r = env.run("wake", "c", "hi", "--on-limit", bad)
         assert r.returncode == 2 and r.stderr.startswith("spex: invalid --on-limit"), r.stderr
+
+
+def test_on_limit_reads_the_duration_grammar_and_never_a_bare_number(env: Env) -> None:
+    """`wait:6` meant 6 hours while a bare number is seconds everywhere else:
+    it is refused, naming `wait:6h` (issue 38 item 11); what a session
+    recorded before still means hours."""
+    limited_session(env, 3 * 3600)
+    for command in (["wake", "c", "hi"], ["new", "d", "--harness", "demo"], ["edit", "c"]):
+        r = env.run(*command, "--on-limit", "wait:6")
+        assert r.returncode == 2, (command, r)
+        assert r.stderr.startswith("spex: invalid --on-limit 'wait:6'") and "wait:6h" in r.stderr
+    r = env.run("fanout", "c", "-m", "hi", "--on-limit", "wait:6")
+    assert r.returncode == 2 and "wait:6h" in r.stderr, r.stderr
+    for good in ("wait", "wait:6h", "wait:90m", "wait:1h30m", "wait:2d"):
+        assert env.run("edit", "c", "--on-limit", good).returncode == 0, good
+        assert show(env, "c")["on_limit"] == good
+    # A session that recorded `wait:4` before: four hours, so a reset 3h on is waited for.
+    with sqlite3.connect(env.home / "state.db") as db:
+        db.execute("UPDATE sessions SET on_limit = 'wait:4' WHERE name = 'c'")
+    code, v = wake_json(env, "c", "go [limit]", "--window", "1")
+    assert code == 0 and v["verdict"] == "confirmed", v
+    assert retry_until(lambda: marker_of(env, v["turn"]).startswith("limited:"), 20)
+    assert env.run("stop", "c", "--grace", "1").returncode == 0
 
 
 # --- pre-assigned conversation ids ----------------------------------------------
@@ -711,7 +735,7 @@ def test_log_pretty_renders_claude_events(env: Env) -> None:
     assert out[0].startswith("· session ")
     assert "turn 1: fix it [deny]" in out
     assert "✗ denied: Write a.txt" in out and "✗ denied: Bash make" in out
-    assert out[-1] == "✓ done (1 turns, $0.0881)"  # the fake reports a real answer's cost
+    assert out[-1] == "✓ done (1 turns, $0.09)"  # the fake reports a real answer's cost
     assert not any(line.startswith("{") for line in out)
     # Raw output is unchanged without --pretty.
     assert env.run("log", "c").stdout.splitlines()[0].startswith("{")

@@ -291,7 +291,7 @@ def test_every_attempt_counts_and_the_wave_sums_them(env: Env) -> None:
     new(env, "a", "claude", FAKE_LIMIT_SECONDS="2")
     new(env, "b", "claude", FAKE_LIMIT_SECONDS="2", FAKE_USAGE='{"cost": 0.5, "model": "opus"}')
     r = env.run(
-        "fanout", "a", "b", "-m", "go [limit]", "--on-limit", "wait:1", "--window", "20", "--wait"
+        "fanout", "a", "b", "-m", "go [limit]", "--on-limit", "wait:1h", "--window", "20", "--wait"
     )
     assert r.returncode == 0, r.stdout + r.stderr
     for name in ("a", "b"):

@@ -137,8 +137,8 @@ def edit(
         str | None,
         typer.Option(
             "--on-limit",
-            metavar="wait[:HOURS]",
-            help="On a usage limit, wait in the pane (at most HOURS, or a duration).",
+            metavar="wait[:DURATION]",
+            help="On a usage limit, wait in the pane (at most DURATION: 6h, 90m; default 12h).",
         ),
     ] = None,
     no_on_limit: Annotated[

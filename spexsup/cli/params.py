@@ -223,10 +223,10 @@ OnLimitOpt = Annotated[
     str | None,
     typer.Option(
         "--on-limit",
-        metavar="wait[:HOURS]",
-        help="On a usage limit with a reset time, wait in the pane (at most HOURS, default 12;"
-        " or a duration: 90m, 1d)"
-        " and resume the same conversation. [default: the session's; else the turn fails]",
+        metavar="wait[:DURATION]",
+        help="On a usage limit with a reset time, wait in the pane (at most DURATION: 6h,"
+        " 90m, 1d; default 12h) and resume the same conversation."
+        " [default: the session's; else the turn fails]",
         show_default=False,
     ),
 ]

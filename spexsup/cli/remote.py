@@ -328,7 +328,7 @@ def _positionals(words: list[str], valued: set[str]) -> list[int]:
 def _wake_prompt(words: list[str], command: str = "wake") -> tuple[list[str], bytes | None]:
     """`wake NAME [TEXT…] [-m TEXT] [-f FILE|-] [options]` -> `wake NAME
     [options] -f -` and the bytes (`resume NAME …` alike). Options that take a
-    value (`--timeout 30`, `--on-limit wait:2`) keep it, as the local command
+    value (`--timeout 30`, `--on-limit wait:2h`) keep it, as the local command
     parses them: it is never taken for the prompt."""
     from spexsup.cli.complete import SPEC
 

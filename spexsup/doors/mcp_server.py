@@ -316,7 +316,7 @@ Window = Annotated[
     Field(description=f"How long to watch the start before the verdict ({DURATION_HELP})."),
 ]
 Timeout = Annotated[
-    str | None, Field(description=f"The turn's time limit ({DURATION_HELP}; up to 7d).")
+    Duration | None, Field(description=f"The turn's time limit ({DURATION_HELP}; up to 7d).")
 ]
 
 
@@ -389,18 +389,23 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
     async def wait(
         names: Names,
         timeout: Annotated[
-            float,
+            Duration,
             Field(
-                description="Give up after this many seconds: a tool error with exit code 124,"
-                " as spex wait --timeout says it; the turns run on.",
-                ge=0,
-                le=MAX_WAIT,
+                description=f"Give up after this long ({DURATION_HELP}; at most 1h): a tool"
+                " error with exit code 124, as spex wait --timeout says it; the turns run on."
             ),
         ] = 60,
     ) -> CallToolResult:
         """Block until each session's current turn ends, then each turn's document:
         `spex wait NAMES --timeout T --json`. Exit code 1 (a tool error) when any
         turn did not end complete; each turn's rc and state are in the result."""
+        from spexsup import durations
+        from spexsup.errors import Invalid
+
+        try:  # the door's own bound: a tool call must not hold its client an hour
+            durations.parse(timeout, "timeout", allow_zero=True, maximum=MAX_WAIT)
+        except Invalid as e:
+            return result(Ran(2, b"", f"spex: {e.line()}\n".encode()))
         return result(await run(typed("wait", names, ["--json", "--timeout", duration(timeout)])))
 
     async def read_log(

@@ -142,25 +142,43 @@ def verification(
 
 
 def parse_on_limit(text: str) -> float:
-    """`wait` or `wait:HOURS` (or `wait:DURATION`): the longest usage-limit wait, in seconds."""
-    head, _, hours = text.partition(":")
-    try:
-        value = float(hours) if hours else DEFAULT_LIMIT_WAIT_HOURS
-    except ValueError:
-        value = (
-            durations.parse(hours, "--on-limit", maximum=None) / 3600
-            if hours[-1:].isalpha()
-            else -1
-        )
-    if head != "wait" or not 0 < value <= 24 * 14:
+    """`wait` or `wait:DURATION` as a user types it (`wait:6h`, `wait:90m`):
+    the longest usage-limit wait, in seconds. A bare number after `wait:` is
+    refused: it meant hours here and means seconds in every other duration,
+    so `wait:6` is read neither way (the hint spells both)."""
+    head, colon, value = text.partition(":")
+    if head == "wait" and colon and durations.BARE.fullmatch(value) and float(value) > 0:
+        number = value.strip()
         raise Invalid(
-            f"invalid --on-limit {text!r}",
-            hint="wait, wait:HOURS or wait:DURATION such as 90m (the longest wait)",
+            f"invalid --on-limit {text!r}: a bare number is no longer hours",
+            hint=f"wait:{number}h for {number} hours, as it meant before; wait alone waits 12h",
         )
-    return value * 3600
+    return limit_wait(text)
+
+
+def limit_wait(text: str) -> float:
+    """The longest usage-limit wait an `--on-limit` recorded before names, in
+    seconds: `wait`, `wait:DURATION`, or `wait:HOURS` (a bare number, hours:
+    what a session, wave or queued prompt recorded before it was refused)."""
+    head, colon, value = text.partition(":")
+    hint = "wait, or wait:DURATION such as wait:6h or wait:90m, at most 14d; wait alone waits 12h"
+    if head != "wait" or (colon and not value.strip()):
+        raise Invalid(f"invalid --on-limit {text!r}", hint=hint)
+    if not colon:
+        return DEFAULT_LIMIT_WAIT_HOURS * 3600
+    if durations.BARE.fullmatch(value):
+        seconds = float(value) * 3600
+        if not 0 < seconds <= MAX_LIMIT_WAIT:
+            raise Invalid(f"invalid --on-limit {text!r}", hint=hint)
+        return seconds
+    try:
+        return durations.parse(value, "--on-limit", maximum=MAX_LIMIT_WAIT)
+    except Invalid:
+        raise Invalid(f"invalid --on-limit {text!r}", hint=hint) from None
 
 
 DEFAULT_LIMIT_WAIT_HOURS = 12.0
+MAX_LIMIT_WAIT = 14 * 86400.0
 # After the reset time a CLI names, this long before the harness runs again.
 DEFAULT_LIMIT_MARGIN = 60.0
 
@@ -303,7 +321,7 @@ def admit(
         DEFAULT_KILL_GRACE if grace is None else grace,
         strict,
         settings.login_timeout if settings.login_shell else None,
-        parse_on_limit(on_limit) if on_limit else None,
+        limit_wait(on_limit) if on_limit else None,
         settings.limit_margin if settings.limit_margin is not None else DEFAULT_LIMIT_MARGIN,
         model,
         fallback,
