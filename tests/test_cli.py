@@ -546,3 +546,40 @@ def test_every_collection_is_listed_by_ls_and_its_old_spelling(env: Env) -> None
     assert shown.returncode == 0 and wave_id in shown.stdout, shown
     for words in (["wave", wave_id], ["waves", "show", wave_id], ["wave", "last"]):
         assert env.run(*words).stdout == shown.stdout, words
+
+
+def test_exit_codes_walk_the_readme_table(env: Env) -> None:
+    """The README's table (issue 38 item 12): 0 ok, 1 failed, 2 invalid input
+    (a bad option value, a missing `-- CMD`), 3 refused (unknown session, host
+    or a --match that matches nothing; busy, stopped, exists), 124 timed out."""
+    assert env.run("new", "ok", "--harness", "demo").returncode == 0
+    assert env.run("new", "slow", "--", "bash", "-c", "sleep 30").returncode == 0
+    assert env.run("new", "bad", "--", "bash", "-c", "exit 7").returncode == 0
+    assert env.run("new", "off", "--harness", "demo").returncode == 0
+    assert env.run("stop", "off").returncode == 0
+    assert env.run("wake", "slow", "x", "--window", "0.2").returncode == 0
+    table: list[tuple[int, list[str]]] = [
+        (0, ["wake", "ok", "hi"]),
+        (1, ["wake", "bad", "hi", "--window", "5"]),
+        (2, ["wake", "ok", "hi", "--window", "abc"]),
+        (2, ["ls", "--state", "bogus"]),
+        (2, ["maint", "--all"]),
+        (2, ["new", "x", "--"]),
+        (3, ["show", "nosuch"]),
+        (3, ["wake", "nosuch", "hi"]),
+        (3, ["-H", "nohost", "ls"]),
+        (3, ["show", "nohost:api"]),
+        (3, ["stop", "--match", "zzz*"]),
+        (3, ["wait", "--match", "zzz*"]),
+        (3, ["fanout", "--match", "zzz*", "-m", "hi"]),
+        (3, ["wake", "slow", "hi"]),
+        (3, ["wake", "off", "hi"]),
+        (3, ["new", "ok", "--harness", "demo"]),
+        (124, ["wait", "slow", "--timeout", "0.2"]),
+    ]
+    for code, words in table:
+        r = env.run(*words)
+        assert r.returncode == code, (words, r.returncode, r.stderr)
+        if code >= 2:
+            assert r.stderr.startswith("spex: ") and r.stderr.count("\n") == 1, (words, r.stderr)
+    assert env.run("stop", "slow").returncode == 0
