@@ -583,3 +583,47 @@ def test_exit_codes_walk_the_readme_table(env: Env) -> None:
         if code >= 2:
             assert r.stderr.startswith("spex: ") and r.stderr.count("\n") == 1, (words, r.stderr)
     assert env.run("stop", "slow").returncode == 0
+
+
+def test_every_id_is_accepted_in_every_form_spex_prints(env: Env) -> None:
+    """A turn, wave, queued prompt and schedule id is taken as printed: the
+    full id with or without its letter, the random part with or without the
+    letter, and a unique prefix of each (issue 38 item 10)."""
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    assert env.run("new", "slow", "--", "bash", "-c", "sleep 30").returncode == 0
+    assert env.run("fanout", "a", "-m", "hi", "--wait").returncode == 0
+    wave = json.loads(env.run("wave", "ls", "--json").stdout)[0]["id"]
+    turn = json.loads(env.run("show", "a", "--json").stdout)["turn"]["id"]
+
+    def forms(full: str) -> list[str]:
+        tail = full.rpartition("-")[2]
+        if full[0].isdigit():
+            return [full, tail, tail[:4], full[:-3]]
+        return [full, full[1:], tail, full[0] + tail, tail[:4], full[0] + tail[:4], full[1:-3]]
+
+    for ref in forms(wave):
+        r = env.run("wave", "show", ref, "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["id"] == wave, (ref, r.stderr)
+    for ref in forms(turn):
+        r = env.run("log", "a", "--turn", ref)
+        assert r.returncode == 0, (ref, r.stderr)
+    r = env.run("schedule", "add", "a", "--every", "1h", "-m", "tick", "--json")
+    assert r.returncode == 0, r.stderr
+    schedule = json.loads(env.run("schedule", "ls", "--json").stdout)[0]["id"]
+    for ref in forms(schedule):
+        r = env.run("schedule", "run", ref, "--json")
+        assert r.returncode in (0, 1), (ref, r.stderr)  # found: it fired
+    assert env.run("wake", "slow", "x", "--window", "0.2").returncode == 0
+    for ref in ("full", "bare", "tail", "lettered"):
+        r = env.run("wake", "slow", "queued", "--queue", "--json")
+        assert r.returncode == 0, r.stderr
+        entry = json.loads(env.run("queue", "ls", "--json").stdout)[0]["id"]
+        typed = {
+            "full": entry,
+            "bare": entry[1:],
+            "tail": entry.rpartition("-")[2],
+            "lettered": "q" + entry.rpartition("-")[2][:4],
+        }[ref]
+        r = env.run("queue", "rm", typed)
+        assert r.returncode == 0, (ref, typed, r.stderr)
+    assert env.run("stop", "slow").returncode == 0
