@@ -49,7 +49,7 @@ def choose(config: Config, names: Sequence[str] | None) -> list[str]:
         if n != LOCAL and n not in configured:
             known = ", ".join([LOCAL, *configured])
             hint = f"[host.NAME] in config.toml; known: {known}"
-            raise Invalid(f"no host named {n!r}", hint=hint)
+            raise Refused(f"no host named {n!r}", hint=hint)
     return list(dict.fromkeys(names))
 
 

@@ -575,13 +575,24 @@ def _post(url: str, body: dict[str, Any]) -> Outcome:
     return Outcome(200 <= status < 300, f"HTTP {status}")
 
 
-def test(home: Path, store: Store, event_id: int) -> list[tuple[Hook, Outcome]]:
-    """`spex hooks test`: run the hooks that match one event, now, unclaimed."""
+def test(
+    home: Path, store: Store, event_id: int, only: str | None = None
+) -> list[tuple[Hook, Outcome]]:
+    """`spex hooks test`: run the hooks that match one event, now, unclaimed.
+    `only` picks one hook as `spex hooks ls` shows it: its name, `#N` or `N`."""
 
     row = store.db.execute("SELECT * FROM events WHERE id = ?", (event_id,)).fetchone()
     if row is None:
-        raise Refused(f"no event {event_id}", hint="see spex events")
-    hooks = [h for h in load(home) if h.matches(row["kind"], row["session"])]
+        raise Refused(
+            f"no event {event_id}", hint="an event id from spex events; --hook names a hook"
+        )
+    every = load(home)
+    if only is not None:
+        picked = [h for n, h in enumerate(every, 1) if only in (h.key, f"#{n}", str(n))]
+        if not picked:
+            raise Refused(f"no hook {only!r}", hint="see spex hooks ls")
+        every = picked
+    hooks = [h for h in every if h.matches(row["kind"], row["session"])]
     if not hooks:
         raise Refused(
             f"no hook matches event {event_id} ({row['kind']})",

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup import durations
-from spexsup.errors import Failed, Invalid
+from spexsup.errors import Failed, Invalid, Refused
 from spexsup.paths import ensure_private_dir
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def lookup(config: Config, name: str) -> Host:
     host = hosts.get(name)
     if host is None:
         known = ", ".join(hosts) or "none configured"
-        raise Invalid(f"no host named {name!r}", hint=f"[host.NAME] in config.toml; known: {known}")
+        raise Refused(f"no host named {name!r}", hint=f"[host.NAME] in config.toml; known: {known}")
     return host
 
 

@@ -3,10 +3,12 @@
 A session name is 1-64 of A-Z a-z 0-9 _ - (never read by tmux as target
 syntax or a flag).
 
-An id is `<UTC time>Z-<6 hex>` (waves prefix a `w`): it sorts by time and
-its `Z` says the time is UTC. Where an id is asked for, a user may give the
-full id, a unique prefix of its random part (`3fa`), `last` (the newest) or
-`last~N` (N before the newest).
+An id is `<UTC time>Z-<6 hex>` (a wave's, queued prompt's and schedule's
+begin with `w`, `q`, `s`): it sorts by time and its `Z` says the time is
+UTC. Where an id is asked for, a user may give any form spex prints it in or
+a unique prefix of one (`matches`): the full id with or without its letter,
+its random part (`3fa`) with or without the letter (`w3fa`), `last` (the
+newest) or `last~N` (N before the newest).
 """
 
 from __future__ import annotations
@@ -64,6 +66,21 @@ def iso(epoch: float | None) -> str | None:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+# The letter a wave's, a queued prompt's and a schedule's id begins with.
+KIND_LETTERS = "wqs"
+
+
+def matches(full: str, ref: str) -> bool:
+    """Whether `ref` is a prefix of a form spex prints `full` in: the full id,
+    the id without its letter (`20261201T…Z-3fa2b1` of `w20261201T…Z-3fa2b1`),
+    its random part (`3fa`), or the random part after the letter (`w3fa`)."""
+    tail = full.rpartition("-")[2]
+    forms = [full, tail]
+    if full[:1] in KIND_LETTERS and full[1:2].isdigit():
+        forms += [full[1:], full[0] + tail]
+    return any(f.startswith(ref) for f in forms)
+
+
 def _resolve(rows: list[str], ref: str, what: str, hint: str) -> str:
     """`rows` are the candidate ids, newest first."""
     if not REF_RE.fullmatch(ref):
@@ -76,7 +93,7 @@ def _resolve(rows: list[str], ref: str, what: str, hint: str) -> str:
         return rows[back]
     if ref in rows:
         return ref
-    hits = [i for i in rows if i.rpartition("-")[2].startswith(ref) or i.startswith(ref)]
+    hits = [i for i in rows if matches(i, ref)]
     if len(hits) == 1:
         return hits[0]
     if not hits:

@@ -105,7 +105,7 @@ def select_sessions(
     rows = spex.store.db.execute("SELECT name FROM sessions ORDER BY name").fetchall()
     chosen = [r["name"] for r in rows if match is None or fnmatch.fnmatchcase(r["name"], match)]
     if not chosen:
-        raise Invalid(
+        raise Refused(  # unknown, as an unknown session is (exit 3)
             "no sessions to wake" + (f" match {match!r}" if match else ""), hint="see spex ls"
         )
     return chosen

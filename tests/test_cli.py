@@ -718,3 +718,84 @@ def test_show_prints_no_python_repr_and_no_unknown_a_harness_never_reports(env: 
         assert "last turn" not in text and "spent" not in text, text
         doc = json.loads(env.run("show", name, "--json").stdout)
         assert doc["reports_usage"] is False and doc["cost"]["source"] == "unknown"
+
+
+def test_exit_codes_walk_the_readme_table(env: Env) -> None:
+    """The README's table (issue 38 item 12): 0 ok, 1 failed, 2 invalid input
+    (a bad option value, a missing `-- CMD`), 3 refused (unknown session, host
+    or a --match that matches nothing; busy, stopped, exists), 124 timed out."""
+    assert env.run("new", "ok", "--harness", "demo").returncode == 0
+    assert env.run("new", "slow", "--", "bash", "-c", "sleep 30").returncode == 0
+    assert env.run("new", "bad", "--", "bash", "-c", "exit 7").returncode == 0
+    assert env.run("new", "off", "--harness", "demo").returncode == 0
+    assert env.run("stop", "off").returncode == 0
+    assert env.run("wake", "slow", "x", "--window", "0.2").returncode == 0
+    table: list[tuple[int, list[str]]] = [
+        (0, ["wake", "ok", "hi"]),
+        (1, ["wake", "bad", "hi", "--window", "5"]),
+        (2, ["wake", "ok", "hi", "--window", "abc"]),
+        (2, ["ls", "--state", "bogus"]),
+        (2, ["maint", "--all"]),
+        (2, ["new", "x", "--"]),
+        (3, ["show", "nosuch"]),
+        (3, ["wake", "nosuch", "hi"]),
+        (3, ["-H", "nohost", "ls"]),
+        (3, ["show", "nohost:api"]),
+        (3, ["stop", "--match", "zzz*"]),
+        (3, ["wait", "--match", "zzz*"]),
+        (3, ["fanout", "--match", "zzz*", "-m", "hi"]),
+        (3, ["wake", "slow", "hi"]),
+        (3, ["wake", "off", "hi"]),
+        (3, ["new", "ok", "--harness", "demo"]),
+        (124, ["wait", "slow", "--timeout", "0.2"]),
+    ]
+    for code, words in table:
+        r = env.run(*words)
+        assert r.returncode == code, (words, r.returncode, r.stderr)
+        if code >= 2:
+            assert r.stderr.startswith("spex: ") and r.stderr.count("\n") == 1, (words, r.stderr)
+    assert env.run("stop", "slow").returncode == 0
+
+
+def test_every_id_is_accepted_in_every_form_spex_prints(env: Env) -> None:
+    """A turn, wave, queued prompt and schedule id is taken as printed: the
+    full id with or without its letter, the random part with or without the
+    letter, and a unique prefix of each (issue 38 item 10)."""
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    assert env.run("new", "slow", "--", "bash", "-c", "sleep 30").returncode == 0
+    assert env.run("fanout", "a", "-m", "hi", "--wait").returncode == 0
+    wave = json.loads(env.run("wave", "ls", "--json").stdout)[0]["id"]
+    turn = json.loads(env.run("show", "a", "--json").stdout)["turn"]["id"]
+
+    def forms(full: str) -> list[str]:
+        tail = full.rpartition("-")[2]
+        if full[0].isdigit():
+            return [full, tail, tail[:4], full[:-3]]
+        return [full, full[1:], tail, full[0] + tail, tail[:4], full[0] + tail[:4], full[1:-3]]
+
+    for ref in forms(wave):
+        r = env.run("wave", "show", ref, "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["id"] == wave, (ref, r.stderr)
+    for ref in forms(turn):
+        r = env.run("log", "a", "--turn", ref)
+        assert r.returncode == 0, (ref, r.stderr)
+    r = env.run("schedule", "add", "a", "--every", "1h", "-m", "tick", "--json")
+    assert r.returncode == 0, r.stderr
+    schedule = json.loads(env.run("schedule", "ls", "--json").stdout)[0]["id"]
+    for ref in forms(schedule):
+        r = env.run("schedule", "run", ref, "--json")
+        assert r.returncode in (0, 1), (ref, r.stderr)  # found: it fired
+    assert env.run("wake", "slow", "x", "--window", "0.2").returncode == 0
+    for ref in ("full", "bare", "tail", "lettered"):
+        r = env.run("wake", "slow", "queued", "--queue", "--json")
+        assert r.returncode == 0, r.stderr
+        entry = json.loads(env.run("queue", "ls", "--json").stdout)[0]["id"]
+        typed = {
+            "full": entry,
+            "bare": entry[1:],
+            "tail": entry.rpartition("-")[2],
+            "lettered": "q" + entry.rpartition("-")[2][:4],
+        }[ref]
+        r = env.run("queue", "rm", typed)
+        assert r.returncode == 0, (ref, typed, r.stderr)
+    assert env.run("stop", "slow").returncode == 0

@@ -593,3 +593,24 @@ def test_hooks_ls_shows_the_hooks_as_read(env: Env) -> None:
     config(env, "[[hook]]\non = ['falied']\nrun = ['true']\n")
     r = env.run("hooks", "ls")
     assert r.returncode == 1 and "unknown event kind 'falied'" in r.stderr
+
+
+def test_hooks_test_takes_a_hook_as_hooks_ls_shows_it(env: Env) -> None:
+    """`hooks ls` shows `#N NAME`; `hooks test EVENT --hook` takes either, so
+    an event and a hook are never read for one another (issue 38 item 10)."""
+    config(
+        env,
+        "[[hook]]\nname = 'one'\non = ['created']\nrun = ['true']\n"
+        "[[hook]]\nname = 'two'\non = ['created']\nrun = ['true']\n",
+    )
+    assert env.run("--no-hooks", "new", "a", "--harness", "demo").returncode == 0
+    listed = env.run("hooks", "ls").stdout.splitlines()
+    assert [line.split(":")[0] for line in listed] == ["#1 one", "#2 two"], listed
+    for pick, name in (("#2", "two"), ("2", "two"), ("one", "one")):
+        r = env.run("hooks", "test", "1", "--hook", pick, "--json")
+        assert r.returncode == 0, (pick, r.stderr)
+        assert [h["hook"] for h in json.loads(r.stdout)["hooks"]] == [name], pick
+    r = env.run("hooks", "test", "1", "--hook", "#3")
+    assert r.returncode == 3 and r.stderr == "spex: no hook '#3' (see spex hooks ls)\n", r.stderr
+    r = env.run("hooks", "test", "99")
+    assert r.returncode == 3 and "--hook names a hook" in r.stderr, r.stderr

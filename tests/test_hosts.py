@@ -188,7 +188,7 @@ def test_remote_edit_changes_the_hosts_session(fleet: Fleet) -> None:
 def test_bad_addresses_and_hosts_are_one_line(fleet: Fleet) -> None:
     f = fleet
     r = f.spex("show", "nohost:api")
-    assert (r.returncode, r.stdout) == (2, "")
+    assert (r.returncode, r.stdout) == (3, "")  # unknown, as an unknown session
     assert r.stderr.startswith("spex: no host named 'nohost'") and r.stderr.count("\n") == 1
     r = f.spex("wait", "box1:a", "box2:b")
     assert r.returncode == 2

@@ -735,7 +735,7 @@ def test_log_pretty_renders_claude_events(env: Env) -> None:
     assert out[0].startswith("· session ")
     assert "turn 1: fix it [deny]" in out
     assert "✗ denied: Write a.txt" in out and "✗ denied: Bash make" in out
-    assert out[-1] == "✓ done (1 turns, $0.0881)"  # the fake reports a real answer's cost
+    assert out[-1] == "✓ done (1 turns, $0.09)"  # the fake reports a real answer's cost
     assert not any(line.startswith("{") for line in out)
     # Raw output is unchanged without --pretty.
     assert env.run("log", "c").stdout.splitlines()[0].startswith("{")

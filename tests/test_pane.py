@@ -96,7 +96,9 @@ def test_one_line_views_render_json_events(env: Env) -> None:
     code, v = wake_json(env, "c", "go [ask]", "--window", "10")
     assert code == 0, v
     rows = json.loads(env.run("top", "--json").stdout)
-    assert rows[0]["last_output"] == "✓ done (1 turns, $0.0881)", rows
+    assert rows[0]["last_output"] == "✓ done (1 turns, $0.09)", rows
+    # One precision for a cost (issue 38 item 11): the pane's is show's and cost's.
+    assert "$0.09" in env.run("show", "c").stdout and "$0.09" in env.run("cost").stdout
     top = env.run("top").stdout
     assert '{"' not in top
 
@@ -113,7 +115,7 @@ def test_hook_summary_is_the_rendered_last_line(env: Env, tmp_path: Path) -> Non
     code, v = wake_json(env, "c", "go", "--window", "10")
     assert code == 0, v
     assert retry_until(seen.exists, seconds=15)
-    done = "✓ done (1 turns, $0.0881)"
+    done = "✓ done (1 turns, $0.09)"
     assert retry_until(lambda: seen.read_text() == done, seconds=5), seen.read_text()
 
 

@@ -231,7 +231,21 @@ def hooks_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 @hooks_app.command("test")
 def hooks_test(
     ctx: typer.Context,
-    event: Annotated[int, typer.Argument(metavar="EVENT_ID", help="An id from spex events.")],
+    event: Annotated[
+        int,
+        typer.Argument(
+            metavar="EVENT",
+            help="An event id, as spex events prints it (a hook is named with --hook).",
+        ),
+    ],
+    hook: Annotated[
+        str | None,
+        typer.Option(
+            "--hook",
+            metavar="HOOK",
+            help="Only this hook, as spex hooks ls shows it: its name, #N or N.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the hooks that match one event now, and say how each went.
@@ -242,12 +256,13 @@ def hooks_test(
     \b
     Examples:
       spex hooks test 42
+      spex hooks test 42 --hook '#1'
       spex events --kind failed --json | tail -1
     """
     from spexsup import hooks
 
     spex = open_spex(ctx)
-    results = hooks.test(spex.home, spex.store, event)
+    results = hooks.test(spex.home, spex.store, event, hook)
     if as_json:
         runs: list[dict[str, Any]] = [
             {"hook": h.key, "ok": o.ok, "detail": o.detail} for h, o in results

@@ -206,7 +206,9 @@ def _table(value: object) -> dict[str, Any]:
 
 
 def _money(amount: float) -> str:
-    return f"${amount:.4f}" if 0 < amount < 0.01 else f"${amount:,.2f}"
+    from spexsup.usage import money
+
+    return money(amount)
 
 
 def over(turn_dir: Path) -> str | None:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from spexsup.pane.lines import EVENT_HEAD, SHOWN_LINE, Lines, last_lines, shown
+from spexsup.usage import money
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -90,7 +91,8 @@ def _claude(e: dict[str, Any], p: Painter) -> list[str]:
         ]
         subtype = e.get("subtype")
         turns = f"{e['num_turns']} turns" if e.get("num_turns") is not None else ""
-        cost = f"${e['total_cost_usd']:.4f}" if isinstance(e.get("total_cost_usd"), float) else ""
+        # As show, cost, wave and the web page print a cost (usage.money).
+        cost = money(e["total_cost_usd"]) if isinstance(e.get("total_cost_usd"), float) else ""
         extra = ", ".join(x for x in (turns, cost) if x)
         extra = f" ({extra})" if extra else ""
         if subtype == "error_max_turns":

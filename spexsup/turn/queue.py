@@ -173,12 +173,9 @@ def positions(found: list[Entry]) -> dict[str, int]:
 
 def remove(spex: Spex, entry: str, *, error: str | None = None) -> Entry:
     """Drop one queued prompt; Refused if there is none by that id (or prefix)."""
-    # The id, or a unique prefix of it or of its random part (as turn ids).
-    found = [
-        e
-        for e in entries(spex)
-        if e.id.startswith(entry) or e.id.rpartition("-")[2].startswith(entry)
-    ]
+    # The id, or a unique prefix of any form it is printed in (ids.matches).
+    every = entries(spex)
+    found = [e for e in every if e.id == entry] or [e for e in every if ids.matches(e.id, entry)]
     if len(found) != 1:
         why = "no queued prompt" if not found else "more than one queued prompt starts with"
         raise Refused(f"{why} {entry!r}", hint="see spex queue")
