@@ -154,7 +154,7 @@ def test_help_pages_are_whole_and_end_with_exit_codes(env: Env) -> None:
     r = env.run("--help", extra={"COLUMNS": "80"})
     assert r.returncode == 0
     assert "maint-op" not in r.stdout and "internal" not in r.stdout
-    assert r.stdout.rstrip().splitlines()[-4].strip().startswith("Exit codes: 0 ok")
+    assert r.stdout.rstrip().splitlines()[-5].strip().startswith("Exit codes: 0 ok")
     for command in [*LIFECYCLE.split(), "completion"]:
         page = env.run(command, "--help", extra={"COLUMNS": "80"}).stdout
         assert "..." not in page and "<" not in page.split("Options:")[1], (command, page)

@@ -82,7 +82,8 @@ _HELP_ORDER = {c.name: i for i, c in enumerate(COMMANDS)}
 EXIT_CODES = """\b
 Exit codes: 0 ok, 1 attempted and failed, 2 invalid input, 3 refused
 (unknown session or host, no match, busy, stopped, maintenance, exists),
-124 wait timed out, 130/143 interrupted. Errors are one line on stderr: spex: <what> (<hint>).
+124 wait timed out, 130/143 interrupted.
+Errors are one line on stderr: spex: <what> (<hint>).
 --home DIR (and --create) may be given anywhere on the command line."""
 
 # The panels `spex --help` and a bare `spex` list the commands in, as gh and
