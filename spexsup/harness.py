@@ -103,6 +103,11 @@ class Harness(NamedTuple):
     sandbox: bool = False
     sandbox_write: tuple[str, ...] = ()
     model_hosts: tuple[str, ...] = ()
+    # State files it rewrites by a rename in a directory the sandbox keeps
+    # read-only, each `(VAR, DIR, FILE)`: unless the session sets VAR, the
+    # sandbox sets VAR=DIR, which makes the CLI look for FILE in DIR, and
+    # shows FILE there (spexsup.sandbox.relocate).
+    sandbox_relocate: tuple[tuple[str, str, str], ...] = ()
 
     def takes_model(self) -> bool:
         if self.prompt_via == "append":
@@ -379,6 +384,14 @@ BUILTIN: dict[str, Harness] = {
         ),
         sandbox_write=("~/.claude", "~/.claude.json", "$CLAUDE_CONFIG_DIR", "~/.cache/claude"),
         model_hosts=("api.anthropic.com", "statsig.anthropic.com", "claude.ai"),
+        # claude (2.1.x) saves ~/.claude.json under a lock dir beside it
+        # (~/.claude.json.lock) through a temp file renamed over it; in a
+        # read-only ~ every save failed (EROFS, logged only in --debug) and
+        # nothing of it persisted. With CLAUDE_CONFIG_DIR=~/.claude (the
+        # config dir it already uses) it keeps the file as
+        # $CLAUDE_CONFIG_DIR/.claude.json, and on the rename's EBUSY writes
+        # it in place.
+        sandbox_relocate=(("CLAUDE_CONFIG_DIR", "~/.claude", "~/.claude.json"),),
     ),
     # codex refuses to run outside a trusted (git) directory; spex keeps that
     # safety check and names it when it fires. Add --skip-git-repo-check in
@@ -479,11 +492,16 @@ BUILTIN: dict[str, Harness] = {
                 "",
             ),
         ),
+        # Its XDG base directories, where the environment moves them.
         sandbox_write=(
             "~/.local/share/opencode",
             "~/.config/opencode",
             "~/.cache/opencode",
             "~/.local/state/opencode",
+            "$XDG_DATA_HOME/opencode",
+            "$XDG_CONFIG_HOME/opencode",
+            "$XDG_CACHE_HOME/opencode",
+            "$XDG_STATE_HOME/opencode",
         ),
         model_hosts=(
             "api.anthropic.com",

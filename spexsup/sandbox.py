@@ -160,6 +160,10 @@ class Plan(NamedTuple):
     # A path the probe must fail to create, and one it must fail to read.
     probe_write: Path
     probe_read: Path
+    # State files shown writable at another path too (source, where), and the
+    # variables that make the harness look for them there (see `relocate`).
+    binds: tuple[tuple[Path, Path], ...] = ()
+    setenv: tuple[tuple[str, str], ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -181,11 +185,13 @@ def plan(
     env: Mapping[str, str],
     other_worktrees: Sequence[Path] = (),
     user_home: Path | None = None,
+    harness_relocate: Sequence[tuple[str, str, str]] = (),
 ) -> Plan:
     """Resolve `policy` for a turn in `cwd`. `env` is the session's (for
     `$VAR` paths); `harness_write` the adapter's state directories;
     `harness_hosts` its model hosts and the session's base URLs' hosts
-    (`spexsup.pane.netgate.base_url_hosts`)."""
+    (`spexsup.pane.netgate.base_url_hosts`); `harness_relocate` the state
+    files it rewrites by a rename (see `relocate`)."""
     home = user_home or Path.home()
     env = {**os.environ, **env}
 
@@ -211,6 +217,7 @@ def plan(
     # /tmp is the sandbox's own (a tmpfs): nothing under it needs hiding.
     hidden = [h for h in dict.fromkeys(hidden) if not _under(h, [Path("/tmp")])]
     hosts = [*harness_hosts, *policy.allow_hosts]
+    binds, setenv = relocate(harness_relocate, env, home)
     return Plan(
         policy,
         cwd,
@@ -219,7 +226,35 @@ def plan(
         tuple(dict.fromkeys(hosts)),
         _probe_target(turn_dir.name, home, cwd, writable),
         turn_dir / "outcome",
+        binds,
+        setenv,
     )
+
+
+def relocate(
+    entries: Iterable[tuple[str, str, str]], env: Mapping[str, str], home: Path
+) -> tuple[tuple[tuple[Path, Path], ...], tuple[tuple[str, str], ...]]:
+    """A state file a harness rewrites by renaming a temp file over it, in a
+    directory the sandbox keeps read-only (claude's `~/.claude.json`, in
+    `~`): a bind of the file alone refuses the temp file (read-only) and
+    the rename (a mount point). Each `(VAR, DIR, FILE)`, unless `env` sets
+    VAR, sets VAR=DIR in the sandbox, where the harness then looks for the
+    file (`DIR/<its name>`: DIR is writable, so the temp file and the lock
+    are), and shows FILE there: the rename fails on the mount point and
+    the harness writes the file in place (claude does, on EBUSY)."""
+    binds: list[tuple[Path, Path]] = []
+    setenv: list[tuple[str, str]] = []
+    for var, directory, file in entries:
+        if env.get(var):
+            continue
+        where, source = expand(directory, env, home), expand(file, env, home)
+        if where is None or source is None:
+            continue
+        setenv.append((var, str(where)))
+        # A file not made yet is made in DIR, where later turns find it.
+        if source.is_file():
+            binds.append((source, where / source.name))
+    return tuple(binds), tuple(setenv)
 
 
 def _probe_target(turn: str, home: Path, cwd: Path, writable: Sequence[Path]) -> Path:
@@ -250,6 +285,9 @@ def bwrap_argv(plan: Plan, binary: str = ENGINE) -> list[str]:
         for path in plan.writable
         if path.exists()
     ]
+    for source, where in plan.binds:
+        if where.parent.is_dir():
+            mounts.append((len(where.parts), 0, ["--bind", str(source), str(where)]))
     for path in plan.hidden:
         if path.is_dir():
             mounts.append((len(path.parts), 1, ["--tmpfs", str(path)]))
@@ -264,6 +302,8 @@ def bwrap_argv(plan: Plan, binary: str = ENGINE) -> list[str]:
         if path.is_dir():
             argv += ["--remount-ro", str(path)]
     argv += ["--unsetenv", "TMUX", "--unsetenv", "TMUX_PANE", "--setenv", "SPEXSUP_SANDBOX", "1"]
+    for var, value in plan.setenv:
+        argv += ["--setenv", var, value]
     argv += ["--chdir", str(plan.cwd)]
     return argv
 

@@ -498,3 +498,144 @@ def test_claude_drives_spex_mcp_and_wakes_another_session(real: Env, model: Mode
     verdict = json.loads(results[0] if isinstance(results[0], str) else results[0][0]["text"])
     assert verdict["schema_version"] == 1 and verdict["verdict"] == "completed", verdict
     assert verdict["turn"] == target["turn"]["id"], (verdict, target["turn"])
+
+
+# --- inside the sandbox (DESIGN §19) -------------------------------------------
+
+# What each CLI needs to run the model's shell command without asking, as the
+# README's recipe for unattended agents has it: the sandbox is what holds it.
+UNATTENDED: dict[str, tuple[str, ...]] = {
+    "claude": ("--allowedTools", "Bash"),
+    "codex": ("--dangerously-bypass-approvals-and-sandbox",),
+    "opencode": (),
+    "pi": (),
+}
+XDG = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
+
+
+def move_state(cli: str, home: Path, env: dict[str, str]) -> None:
+    """Each CLI's state moved out of its default place, where its own
+    variable says (CLAUDE_CONFIG_DIR, CODEX_HOME, XDG_*, PI_CODING_AGENT_DIR)."""
+    import shutil
+
+    alt = home / "elsewhere"
+    alt.mkdir()
+    if cli == "claude":
+        (alt / "claude").mkdir()
+        shutil.move(home / ".claude.json", alt / "claude" / ".claude.json")
+        env["CLAUDE_CONFIG_DIR"] = str(alt / "claude")
+    elif cli == "codex":
+        shutil.move(env["CODEX_HOME"], alt / "codex")
+        env["CODEX_HOME"] = str(alt / "codex")
+    elif cli == "opencode":
+        for var in XDG:
+            shutil.move(env[var], alt / var.lower())
+            env[var] = str(alt / var.lower())
+    else:
+        shutil.move(env["PI_CODING_AGENT_DIR"], alt / "pi")
+        env["PI_CODING_AGENT_DIR"] = str(alt / "pi")
+
+
+def conversations(cli: str, home: Path, env: dict[str, str]) -> Path:
+    """Where `cli` keeps its conversations, in the environment `env`."""
+    if cli == "claude":
+        return Path(env.get("CLAUDE_CONFIG_DIR") or home / ".claude") / "projects"
+    if cli == "codex":
+        return Path(env["CODEX_HOME"]) / "sessions"
+    if cli == "opencode":
+        return Path(env["XDG_DATA_HOME"]) / "opencode" / "opencode.db"
+    return Path(env["PI_CODING_AGENT_DIR"]) / "sessions"
+
+
+@pytest.fixture
+def sandbox_home(real: Env, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A HOME (and a place for repositories) outside /tmp: a sandbox's /tmp
+    is its own tmpfs, where a home would be writable and every write to it
+    lost; here, as on a user's machine, all of it is read-only but what the
+    adapter names."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="spex-sbx-", dir="/var/tmp"))
+    home = root / "home"
+    home.mkdir()
+    real.vars["HOME"] = str(home)
+    monkeypatch.setenv("HOME", str(home))
+    real.login_path(real.vars["PATH"])
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("moved", [False, True], ids=["default-state", "moved-state"])
+@pytest.mark.parametrize("cli", CLIS)
+def test_sandboxed_turn_resumes_and_records_a_denied_host(
+    real: Env, sandbox_home: Path, model: ModelServer, cli: str, moved: bool
+) -> None:
+    """Issue 37: each CLI completes a turn and a resumed turn in the sandbox
+    against the model server, keeping its state where it keeps it (its
+    default place, or where its variable moves it), and a host the agent
+    is made to fetch is denied and recorded."""
+    model.push(
+        Reply.answer("first answer"),
+        Reply.answer("second answer"),
+        Reply.shell("curl -s http://blocked.example/"),
+        Reply.answer("it was blocked"),
+    )
+    repo = sandbox_home / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    home = Path(real.vars["HOME"])
+    env = realclis.setup(cli, home, model.url)
+    if moved:
+        move_state(cli, home, env)
+    args = [f"--env={k}={v}" for k, v in env.items() if v]
+    # claude's base URL is in its env (allowed as such); the others' are in
+    # their config files, which spex does not read: allowed by hand.
+    if cli != "claude":
+        args.append(f"--allow-host=127.0.0.1:{model.port}")
+    extra = ("--", *UNATTENDED[cli]) if UNATTENDED[cli] else ()
+    r = real.run("new", "s", "--harness", cli, "--cwd", str(repo), "--sandbox", *args, *extra)
+    assert r.returncode == 0, r.stderr
+
+    code, v = wake_json(real, "s", "remember the word kumquat", "--window", WINDOW)
+    report(f"{cli} sandboxed", real, "s", v)
+    assert code == 0, v
+    turn = finish(real, "s", v)
+    assert (turn["state"], turn["rc"]) == ("complete", 0), turn
+    assert "sandboxed" in turn["flags"], turn
+    first_id = show(real, "s")["harness_session_id"]
+    assert first_id, "spex found no conversation id in the turn's output"
+    kept = conversations(cli, home, env)
+    assert kept.exists(), f"{cli} kept no conversation in {kept}"
+    if cli == "claude":
+        # Its global config, saved by a rename beside it (~/.claude.json: in
+        # a read-only ~).
+        config = Path(env.get("CLAUDE_CONFIG_DIR") or home) / ".claude.json"
+        assert "userID" in config.read_text(), f"claude saved no {config}"
+
+    code, v = wake_json(real, "s", "what was the word?", "--window", WINDOW)
+    report(f"{cli} sandboxed, resumed", real, "s", v)
+    assert code == 0, v
+    turn = finish(real, "s", v)
+    assert (turn["state"], turn["rc"], turn["resumed"]) == ("complete", 0, first_id), turn
+    assert "sandboxed" in turn["flags"], turn
+    assert show(real, "s")["harness_session_id"] == first_id
+    last = model.last_main()
+    assert last is not None
+    texts = last.user_texts()
+    assert any("kumquat" in t for t in texts) and any("what was the word" in t for t in texts)
+    assert "first answer" in json.dumps(last.messages())
+
+    code, v = wake_json(real, "s", "fetch http://blocked.example/", "--window", WINDOW)
+    report(f"{cli} sandboxed, fetch", real, "s", v)
+    assert code == 0, v
+    turn = finish(real, "s", v)
+    assert (turn["state"], turn["rc"]) == ("complete", 0), turn
+    print(f"--- {cli} flags: {turn['flags']}")
+    assert "denied-net:blocked.example:80" in turn["flags"], turn
+    # The tool's result, as the CLI sent it back: the gate's refusal.
+    last = model.last_main()
+    assert last is not None
+    assert "blocked by network allowlist" in json.dumps(last.messages()), last.messages()[-2:]

@@ -370,6 +370,7 @@ def sandbox_plan(
         ],
         env=session.env,
         other_worktrees=others,
+        harness_relocate=adapter.sandbox_relocate,
     )
     sandboxes.prepare_writable(plan)
     return plan
