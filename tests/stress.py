@@ -335,7 +335,6 @@ def main() -> int:
     for key in ("TMUX", "TMUX_PANE", "SPEXSUP_TMUX_SOCKET", "SPEXSUP_WRAPPER"):
         env.pop(key, None)
     run = Run(env, home)
-    home.mkdir(mode=0o700, parents=True)
     (home / "config.toml").write_text(f"max_running = {args.max_running}\n")
     names = [f"s{i}" for i in range(args.sessions)]
     for name in names:
