@@ -463,12 +463,19 @@ def wave_spend(
 ) -> tuple[dict[str, Spend], Spend]:
     """A wave's spend per leg (its session: every turn and attempt it ran in
     the wave) and in all, from the rows that name the wave (one indexed sum).
-    A leg of `legs` that launched a turn and has no row yet (still running)
-    makes the total a floor; one whose turn never ran (`skipped`) spent nothing."""
+    A leg of `legs` that launched a turn and has no row yet (still running,
+    or ended unheard) makes the total a floor; one whose turn never ran
+    (`skipped`) or whose harness reports no usage spent nothing known."""
     per = totals(db, "session", pricing, where="wave = ?", params=(wave,))
     whole = grand(per.values())
     for leg in legs:
-        ran = leg.get("turn") and leg.get("turn_state") != "skipped"
+        # A turn that ended with its report recorded its usage with its end;
+        # one without a row then reports none (command, demo): nothing was
+        # expected, nothing is unknown. One still running, or ended unheard
+        # (lost, interrupted) or cut short (aborted, timed-out), may have
+        # spent what no row says.
+        pending = ("starting", "running", "lost", "interrupted", "aborted", "timed-out", None)
+        ran = leg.get("turn") and leg.get("turn_state") in pending
         if ran and leg.get("session") not in per:
             whole.rows += 1
             whole.unknown += 1

@@ -132,7 +132,6 @@ def test_bad_input(env: Env) -> None:
         ["a"],
         ["a", "-m", "x", "-f", "-"],
         ["a", "--all", "-m", "x"],
-        ["--match", "zz*", "-m", "x"],
         ["a", "-m", "x", "--max-concurrent", "0"],
         ["a.b", "-m", "x"],
         ["--retry-failed", "bad/id"],
@@ -141,6 +140,9 @@ def test_bad_input(env: Env) -> None:
         r = env.run("fanout", *args)
         assert r.returncode == 2, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("spex: ")
+    # A --match that matches nothing is refused, as an unknown session is (3).
+    r = env.run("fanout", "--match", "zz*", "-m", "x")
+    assert r.returncode == 3 and r.stderr.startswith("spex: no sessions to wake match"), r
     assert json.loads(env.run("waves", "--json").stdout) == []
     assert env.run("wave", "w20200101T000000-000000").returncode == 3
     assert env.run("fanout", "--retry-failed", "w20200101T000000-000000").returncode == 3
@@ -836,3 +838,19 @@ def test_wave_json_has_its_kind_and_an_iso_twin_for_every_time(env: Env) -> None
     r = env.run("wave", "wnosuch", "--json")
     assert r.returncode == 3 and r.stderr.startswith("spex: ")
     assert json.loads(r.stdout)["ok"] is False and json.loads(r.stdout)["exit_code"] == 3
+
+
+def test_a_wave_of_harnesses_without_usage_shows_no_unknown_spend(env: Env) -> None:
+    """Issue 38, item 15: demo and command legs report no usage; the wave's
+    summary said `cost ? · tokens unknown`. Nothing was expected: no spend
+    is shown, and the JSON's is null. A running leg of them still makes the
+    spend unknown until it ends (it may be a harness that reports)."""
+    env.run("new", "d", "--harness", "demo")
+    env.run("new", "c", "--", "sh", "-c", "echo done")
+    r = env.run("fanout", "d", "c", "-m", "hi", "--wait")
+    assert r.returncode == 0, r
+    assert "unknown" not in r.stdout and "cost" not in r.stdout, r.stdout
+    shown = env.run("wave", "last")
+    assert "unknown" not in shown.stdout and " · cost" not in shown.stdout, shown.stdout
+    doc = json.loads(env.run("wave", "last", "--json").stdout)
+    assert (doc["cost"], doc["usage"]) == (None, None), doc

@@ -33,6 +33,11 @@ def with_spend(spex: Spex, doc: dict[str, Any]) -> dict[str, Any]:
         # Its turn's latest check (issue 27), null without one.
         extra["verify"] = checks.get(leg["turn"]) if leg.get("turn") else None
         legs.append({**leg, **extra})
+    if not whole.rows:
+        # No leg recorded usage and none may still (its harness reports none:
+        # command, demo): nothing was expected, nothing is unknown (issue 38,
+        # item 15).
+        return {**doc, "legs": legs, "usage": None, "cost": None}
     return {**doc, "legs": legs, "usage": whole.usage_json(), "cost": whole.cost_json()}
 
 
