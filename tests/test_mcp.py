@@ -179,9 +179,9 @@ def test_refusals_and_bad_input_are_tool_errors_with_the_cli_message_and_code(
         ("show_wave", {"wave": "nosuch"}, ["wave", "nosuch"], 3),
         ("events_since", {"since": "yesterday"}, ["events", "--since", "yesterday"], 2),
         # HOST:NAME reaches the CLI's router, as typed; a dashed name is a name.
-        ("wake", {"name": "box1:d", "prompt": "hi"}, ["wake", "box1:d", "hi"], 2),
-        ("show_session", {"name": "box1:d"}, ["show", "box1:d"], 2),
-        ("stop", {"names": ["d", "box1:d"]}, ["stop", "d", "box1:d"], 2),
+        ("wake", {"name": "box1:d", "prompt": "hi"}, ["wake", "box1:d", "hi"], 3),
+        ("show_session", {"name": "box1:d"}, ["show", "box1:d"], 3),
+        ("stop", {"names": ["d", "box1:d"]}, ["stop", "d", "box1:d"], 3),
         ("show_session", {"name": "-d"}, ["show", "--json", "--", "-d"], 2),
     ]  # fmt: skip
     answers: list[CallToolResult] = []
