@@ -57,7 +57,9 @@ login_env() {
         return 1
     fi
     login_shell="$sh -il"
-    key="env1 $login_shell $(stat --printf '%n:%.9Y:%s ' -- /etc/profile /etc/profile.d \
+    # env2: the shell starts from the base environment (login.base_env), so
+    # a cache an older spex wrote from a client's whole environment is stale.
+    key="env2 $login_shell $(stat --printf '%n:%.9Y:%s ' -- /etc/profile /etc/profile.d \
         /etc/bash.bashrc /etc/zsh/zshenv /etc/zsh/zprofile /etc/zsh/zshrc /etc/zsh/zlogin \
         "$h/.profile" "$h/.bash_profile" "$h/.bash_login" "$h/.bashrc" "$h/.bash_aliases" \
         "$h/.zprofile" "$h/.zshenv" "$h/.zshrc" "$h/.zlogin" \

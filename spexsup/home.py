@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from spexsup.errors import Failed, Refused
+from spexsup.login import base_env
 from spexsup.paths import PACKAGE_DIR, wrapper_path, write_atomic
 from spexsup.procs import Liveness
 
@@ -156,9 +157,8 @@ class TmuxHome:
         try:
             proc = subprocess.Popen(
                 [*self.tmux_argv(), *args],
-                # The client that starts the server gives it its environment:
-                # a command's own SPEXSUP_NO_HOOKS must not reach later turns.
-                env={k: v for k, v in os.environ.items() if k != "SPEXSUP_NO_HOOKS"},
+                # The client that starts the server gives it its environment.
+                env=base_env(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -20,6 +20,34 @@ NO_SHELL = "no login shell could be resolved (check $SHELL and its rc files)"
 NO_SHELL_HINT = "login_shell = false in config.toml, or --no-check"
 
 
+# What a session's environment starts from, of whatever environment the spex
+# command that starts tmux or the login shell runs in: what a login gives a
+# user (login(1), sshd, pam_env), the desktop session's plumbing a terminal of
+# that session has, and spex's own settings. The rest of it (a `make`'s
+# MAKELEVEL, a secret exported in the shell that ran `spex new`) would
+# otherwise reach every pane, and so every turn, for the server's life, and
+# every login shell spex runs (DESIGN §20).
+BASE_ENV = frozenset(
+    {
+        "HOME", "USER", "LOGNAME", "SHELL", "PATH", "MAIL", "LANG", "LANGUAGE", "TZ",
+        "TMPDIR", "TMUX_TMPDIR", "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY",
+        "DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK",
+    }
+)  # fmt: skip
+BASE_ENV_PREFIXES = ("LC_", "XDG_", "SPEXSUP_")
+
+
+def base_env() -> dict[str, str]:
+    """This process's environment cut to BASE_ENV: what every tmux client of
+    ours runs with (the first one starts the server with it) and the login
+    shell starts from. A command's own SPEXSUP_NO_HOOKS stays its own."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if (k in BASE_ENV or k.startswith(BASE_ENV_PREFIXES)) and k != "SPEXSUP_NO_HOOKS"
+    }
+
+
 class Login(NamedTuple):
     path: str
     # The shell and its flags, as run: "/bin/bash -il".
@@ -44,7 +72,7 @@ def resolve(home: Path, limit: float) -> Login:
             ["bash", wrapper, "--login", f"{limit:g}"],
             capture_output=True,
             text=True,
-            env={**os.environ, "SPEXSUP_HOME": str(home)},
+            env={**base_env(), "SPEXSUP_HOME": str(home)},
             timeout=limit + 5,
             check=False,
         )

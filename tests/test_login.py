@@ -190,6 +190,30 @@ def test_the_sessions_env_wins_over_the_login_environment(env: Env) -> None:
     assert harness_env(env)["MY_API_KEY"] == "other"
 
 
+def test_a_turn_never_gets_the_environment_of_the_client_that_started_tmux(env: Env) -> None:
+    """Issue 38 item 4: the first spex command, run from a `make` in a shell
+    holding a secret, starts the private server; a later one carries an
+    ssh agent of its own. A turn has the login environment and the session's
+    --env, never what either client happened to carry."""
+    nvm_user(env)
+    first = {"MAKELEVEL": "1", "MAKEFLAGS": "-j2", "SECRET_TOKEN": "hunter2"}
+    r = env.run("new", "x", "--harness", "claude", "--cwd", str(env.root),
+                "--env", "MINE=session", extra=first)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    later = {"SSH_AUTH_SOCK": str(env.root / "agent.sock"), "WINDOWID": "7"}
+    r = env.run("new", "y", "--harness", "claude", "--cwd", str(env.root), extra=later)
+    assert r.returncode == 0, r.stderr
+    for name, mine in (("x", "session"), ("y", None)):
+        code, v = wake_json(env, name, "hello", "--window", "10", extra=first | later)
+        assert code == 0 and v["verdict"] == "completed", v
+        seen = harness_env(env)
+        assert not {"MAKELEVEL", "MAKEFLAGS", "SECRET_TOKEN", "SSH_AUTH_SOCK", "WINDOWID"} & set(
+            seen
+        ), seen
+        assert seen["MY_API_KEY"] == "from-bashrc"  # the login environment's
+        assert seen.get("MINE") == mine  # the session's own --env
+
+
 def test_a_zsh_user_gets_the_zshrc_environment(env: Env) -> None:
     zsh = shutil.which("zsh")
     if zsh is None:
