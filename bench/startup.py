@@ -51,7 +51,7 @@ class Home:
             "SPEXSUP_HOME": str(self.root / "state"),
             "SPEXSUP_TMUX": f"spexboot-{os.getpid()}-{self.root.name}",
             "TMUX_TMPDIR": str(self.root),
-            # Pane shells start bare: hundreds of homes must not each run the
+            # Pane shells start bare: hundreds of panes must not each run the
             # machine's rc files (pyenv init and the like).
             "HOME": str(self.root),
             "SHELL": "/bin/sh",
@@ -82,7 +82,7 @@ class Home:
         )
 
     def populate(self, sessions: int, turns_each: int) -> None:
-        """`sessions` sessions with tmux homes and `turns_each` ended turns each,
+        """`sessions` sessions with tmux panes and `turns_each` ended turns each,
         written straight into SQLite (the shape spex itself writes)."""
         self.spex("ls")  # creates the schema
         db = sqlite3.connect(self.env["SPEXSUP_HOME"] + "/state.db")
@@ -104,7 +104,7 @@ class Home:
                 ),
             )
         db.close()
-        # One tmux call per 100 homes.
+        # One tmux call per 100 panes.
         for i in range(0, sessions, 100):
             args: list[str] = []
             for n in names[i : i + 100]:

@@ -8,7 +8,7 @@
 #   bash turn.sh --login [SECONDS]   (the login shell and flags, whether the
 #        answer was cached, how long the shell took, its PATH; exit 124 timed
 #        out, 126 no login shell; `spex new` and `spex doctor` use it)
-#   bash turn.sh --shell ENV_FILE [SHELL_PATH]   (the home's shell, with the
+#   bash turn.sh --shell ENV_FILE [SHELL_PATH]   (the pane's shell, with the
 #        session's --env)
 #
 # TURN_DIR holds `argv` (NUL-separated; the prompt is one element, never
@@ -263,7 +263,7 @@ if [ "${1:-}" = "--login" ]; then
     exit 126
 fi
 
-# The home's shell (a new or recreated home, a pane handed back to a shell):
+# The pane's shell (a new or recreated pane, or one handed back to a shell):
 # the session's --env from ENV_FILE (NUL-separated KEY=VALUE, 0600), which
 # never goes on a command line (any local user reads those with ps), then
 # SHELL_PATH (default $SHELL) as a login shell, the way tmux starts one.
@@ -305,7 +305,7 @@ if ! mark_file "running:$pid"; then
 fi
 turn=${dir##*/}
 
-# The home's status line shows the turn's state (a pane option).
+# The pane's status line shows the turn's state (a pane option).
 status() {
     [ -n "${TMUX_PANE:-}" ] && tmux set-option -p -t "$TMUX_PANE" @spex_state "$1" 2>/dev/null
 }

@@ -110,7 +110,7 @@ def run_checks(spex: Spex, cwd: Path | None = None) -> list[Check]:
     census = spex.tmux.census()
     where = spex.tmux.where()
     server = {
-        Liveness.ALIVE: f"private server {where} running, {len(census.panes)} home(s)",
+        Liveness.ALIVE: f"private server {where} running, {len(census.panes)} pane(s)",
         Liveness.DEAD: f"private server {where} not running (starts on first use)",
         Liveness.UNPROVEN: f"private server {where}: {census.error}",
     }[census.liveness]

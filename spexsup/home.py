@@ -1,8 +1,10 @@
-"""The tmux home of a session: one tmux session, one window, one pane.
+"""A session's pane (one tmux session, one window, one pane) and the server.
 
 All of it lives on spexsup's private server (`-L spexsup`, or `SPEXSUP_TMUX`,
 or `SPEXSUP_TMUX_SOCKET` for a `-S` path) started with our own config; the
-user's default server is never touched. libtmux is imported lazily so that
+user's default server is never touched. The module keeps the name it had
+when the pane was called the session's home; "home" now means only the state
+directory (`--home`, DESIGN §24). libtmux is imported lazily so that
 commands which never touch tmux stay fast.
 """
 
@@ -69,18 +71,18 @@ class PaneInfo(NamedTuple):
     pane_id: str
     pane_pid: int
     pane_dead: bool
-    # Our tags (empty when unset): the session's owner (home + incarnation),
+    # Our tags (empty when unset): the session's owner (state home + incarnation),
     # the turn that last claimed the pane, and its launch fence.
     owner: str = ""
     turn: str = ""
-    # When a client last attached to the home, and when spex last put a shell
+    # When a client last attached to the pane's session, and when spex last put a shell
     # or a turn in the pane (epoch seconds; 0 for never/unknown).
     last_attached: int = 0
     shell_at: int = 0
 
 
 class Census(NamedTuple):
-    """One `list-panes -a` reading: every home on the server, or why we can't tell.
+    """One `list-panes -a` reading: every session's pane on the server, or why we can't tell.
 
     `liveness` is DEAD when the server is provably not running (no socket, or
     it refused the connection), UNPROVEN when the query failed some other way.
@@ -95,7 +97,7 @@ _NO_SERVER = ("no server running", "error connecting", "No such file or director
 
 
 class TmuxHome:
-    """The private tmux server and the homes on it."""
+    """The private tmux server and the sessions' panes on it."""
 
     def __init__(
         self,
@@ -107,8 +109,8 @@ class TmuxHome:
     ) -> None:
         """The server named by the arguments, else by `SPEXSUP_TMUX_SOCKET` (a
         path) or `SPEXSUP_TMUX` (a name), else `fallback` (the shared socket
-        of a home made by an older spex), else the state home's own server
-        `spexsup-<digest of its real path>`, so two homes never share one."""
+        of a state home made by an older spex), else the state home's own server
+        `spexsup-<digest of its real path>`, so two state homes never share one."""
         if socket_path is None and socket_name is None:
             socket_path = os.environ.get("SPEXSUP_TMUX_SOCKET") or None
             socket_name = None if socket_path else os.environ.get("SPEXSUP_TMUX") or fallback
@@ -206,13 +208,13 @@ class TmuxHome:
             if len(parts) != 7:
                 continue
             name, pane_id, pid, dead, where, owner, turn = parts
-            # The home's pane is the first pane of the first window.
+            # The session's pane is the first pane of the first window.
             if name not in panes or where == "0.0":
                 panes[name] = PaneInfo(name, pane_id, int(pid or 0), dead == "1", owner, turn)
         return Census(Liveness.ALIVE, panes)
 
     def pane(self, name: str) -> PaneInfo | None:
-        """The home's pane now, or None when the home is missing.
+        """The session's pane now, or None when it is missing.
 
         tmux 3.3 answers `display-message -t =MISSING:0.0` with exit 0 and
         empty fields, so the session's own name is read back as the proof.
@@ -249,12 +251,12 @@ class TmuxHome:
         return out[0] if rc == 0 and out else ""
 
     def create(self, name: str, cwd: str, owner: str, shell_env: Path | None = None) -> bool:
-        """Create the home, a detached tmux session with a shell in `cwd`, tagged `owner`.
+        """Create the pane, a detached tmux session with a shell in `cwd`, tagged `owner`.
 
         The shell exports the session's env from the file `shell_env` (see
         `shell_argv`): a value on tmux's command line would stay readable by
         every local user in the argv of the server that client became. The
-        tag is set in the same tmux call, so no reader ever sees the home
+        tag is set in the same tmux call, so no reader ever sees the pane
         untagged. True if this call created it, False if it was already ours
         (another process made it first); a session of that name that is not
         ours is refused.
@@ -285,7 +287,7 @@ class TmuxHome:
                 ),
                 hint=f"rename or kill it: tmux {self.where()} kill-session -t ={name}",
             )
-        raise Failed(f"cannot create the tmux home of {name!r}: {err or rc}")
+        raise Failed(f"cannot create the tmux pane of {name!r}: {err or rc}")
 
     def user_configs(self) -> list[Path]:
         """The user's tmux.conf files for our server, read after our own:
@@ -297,7 +299,7 @@ class TmuxHome:
         return [c for c in candidates if c.is_file()]
 
     def _proves_ours(self, pane: PaneInfo) -> bool:
-        """An untagged home made by an older spex on the shared socket is
+        """An untagged pane made by an older spex on the shared socket is
         adopted only when its pane's process names this state home (every
         turn's wrapper, and the shell it leaves, carry SPEXSUP_HOME)."""
         if self.home is None:
@@ -320,7 +322,7 @@ class TmuxHome:
         *,
         force: bool = False,
     ) -> Launch:
-        """Respawn the home's pane with `argv`, only if the home is `owner`'s, no
+        """Respawn the session's pane with `argv`, only if it is `owner`'s, no
         launch or stop with a fence >= `fence` has claimed the pane, and
         (unless `force`) the pane is idle: dead, or its foreground process a
         shell (turns.launch waits out a shell still running its rc files).
@@ -380,7 +382,7 @@ class TmuxHome:
         raise Failed(f"tmux could not start the turn in {name!r}: {err or out}")
 
     def fence(self, name: str, owner: str, fence: int) -> None:
-        """Bar every launch with a fence <= `fence` from the home's pane (idempotent)."""
+        """Bar every launch with a fence <= `fence` from the session's pane (idempotent)."""
         target = f"={name}:0.0"
         self._run(
             "if-shell",
@@ -417,7 +419,7 @@ class TmuxHome:
         return rc == 0 and bool(out) and out[-1] == "respawned"
 
     def kill(self, name: str, owner: str) -> None:
-        """Kill the home, only if it is `owner`'s (never a newer incarnation's)."""
+        """Kill the pane's tmux session, only if it is `owner`'s (never a newer incarnation's)."""
         self._run(
             "if-shell",
             "-F",
@@ -441,7 +443,7 @@ def outer_argv(argv: Sequence[str], window: str | None = None) -> list[str]:
 
 
 def shell_argv(shell_env: Path, shell: str | None = None) -> list[str]:
-    """The home's shell with the env in the file `shell_env` (NUL-separated
+    """The pane's shell with the env in the file `shell_env` (NUL-separated
     KEY=VALUE, see `write_shell_env`): the wrapper's `--shell` exports it and
     execs `shell` (default: the pane's $SHELL) as a login shell. Always the
     packaged wrapper, never a test's SPEXSUP_WRAPPER."""
@@ -530,9 +532,9 @@ class Launch(NamedTuple):
     """What a fenced launch did: `launched` (with the wrapper's pane_pid),
     `fenced` (a stop or a newer launch claimed the pane; `holder` is the
     turn tagged on it), `foreign` (the tmux session of that name is not
-    this session's home; `holder` is its tag), `busy` (a person runs
+    this session's pane; `holder` is its tag), `busy` (a person runs
     something in the pane; `holder` is its command, `pane_pid` the shell's,
-    `shell_at` when spex put that shell there), or `missing` (no such home,
+    `shell_at` when spex put that shell there), or `missing` (no such pane,
     or no server)."""
 
     outcome: str
@@ -591,6 +593,6 @@ def default_socket(home: Path) -> str:
 
 
 def owner_tag(home: Path, incarnation: str) -> str:
-    """The tag of a session's home: which state home and which incarnation of
+    """The tag of a session's pane: which state home and which incarnation of
     the name made it (hex only, so it is safe inside a tmux format)."""
     return f"{home_digest(home)}-{incarnation}"

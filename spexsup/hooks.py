@@ -101,7 +101,8 @@ class Hook:
     timeout: float
 
     def matches(self, kind: str, session: str | None) -> bool:
-        if "*" not in self.on and kind not in self.on:
+        """`kind` as stored (an event recorded under an old name matches its new one)."""
+        if "*" not in self.on and events.kind_of(kind) not in self.on:
             return False
         if not self.sessions:
             return True
@@ -127,7 +128,7 @@ def _parse_one(source: str, number: int, table: object) -> Hook:
     if not on:
         raise Failed(f"{where}: 'on' must be a list of event kinds", hint=kinds)
     for kind in on:
-        if kind != "*" and kind not in events.KINDS:
+        if kind != "*" and events.kind_of(kind) not in events.KINDS:
             import difflib
 
             close = difflib.get_close_matches(kind, events.KINDS, n=1)
@@ -135,6 +136,7 @@ def _parse_one(source: str, number: int, table: object) -> Hook:
                 f"{where}: 'on': unknown event kind {clip(repr(kind))}",
                 hint=f"did you mean {close[0]!r}?" if close else kinds,
             )
+    on = tuple(events.kind_of(kind) for kind in on)  # an old name still subscribes
     sessions = _strings(table.get("sessions", []))
     if sessions is None:
         raise Failed(f"{where}: 'sessions' must be a list of name globs")

@@ -1,7 +1,8 @@
-"""Sessions: named, durable homes (a tmux pane, a cwd, a harness).
+"""Sessions: named and durable (a tmux pane, a cwd, a harness).
 
-The record in SQLite is the truth; the tmux home is recreated on demand when
-it has vanished (killed, server gone, reboot)."""
+The record in SQLite is the truth; the session's pane (its tmux session,
+window and pane on the private server) is recreated on demand when it has
+vanished (killed, server gone, reboot)."""
 
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ class Session(NamedTuple):
         return found.pinned(self.binary) if self.binary else found
 
     def owner(self, home: Path) -> str:
-        """The tag on this session's tmux home (see `home.owner_tag`)."""
+        """The tag on this session's pane (see `home.owner_tag`)."""
         return owner_tag(home, self.incarnation)
 
 
@@ -301,14 +302,14 @@ def create(
     check: bool = True,
     confirm: Callable[[Setup], bool] | None = None,
 ) -> Session:
-    """Record the session, then build its tmux home; undo the record if tmux fails.
+    """Record the session, then build its pane; undo the record if tmux fails.
 
     `command` is the command harness's argv; `harness_args` are a named
     harness's own arguments, added to both of its argv forms.
 
     Two racing creates of one name: the primary key lets exactly one win.
     With `worktree`, the session is recorded `creating` (no wake admitted)
-    and, holding its ticket, gets its branch, worktree (its cwd), tmux home
+    and, holding its ticket, gets its branch, worktree (its cwd), pane
     and post_create; any failure undoes all of them (see `worktree.add`).
     A post_create whose file is not trusted is refused before anything is
     made, unless `confirm` (the CLI's prompt on a terminal) says yes.
@@ -369,7 +370,7 @@ def create(
     try:
         session = get(spex, name)
         if plan is None:
-            _clear_stale_home(spex, session)
+            _clear_stale_pane(spex, session)
             spex.tmux.create(
                 name, str(directory), session.owner(spex.home), shell_env(spex, session)
             )
@@ -378,7 +379,7 @@ def create(
     except BaseException:
         with spex.store.tx() as db:
             ledger.discard_session(db, name)
-        (turndir.of_session(spex.home, name) / HOME_ENV).unlink(missing_ok=True)
+        (turndir.of_session(spex.home, name) / PANE_ENV).unlink(missing_ok=True)
         raise
     if plan is None:
         events.emit(spex.store, "created", session=name, harness=harness, cwd=str(directory))
@@ -387,15 +388,15 @@ def create(
 
 def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:
     """Holding the session's ticket (a lease or a concurrent rm must not race
-    it): the branch and worktree, the tmux home in it, post_create; then
-    `idle`. On failure the home, the worktree and the branch are undone."""
+    it): the branch and worktree, the pane in it, post_create; then
+    `idle`. On failure the pane, the worktree and the branch are undone."""
     from spexsup import worktree as worktrees
 
     name = session.name
     with ticket(spex, name, "new"):
         made_parent = worktrees.add(plan)
         try:
-            _clear_stale_home(spex, session)
+            _clear_stale_pane(spex, session)
             spex.tmux.create(name, session.cwd, session.owner(spex.home), shell_env(spex, session))
             if plan.setup.post_create:
                 post_create(spex, session, plan.setup.post_create)
@@ -408,10 +409,10 @@ def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:
             ledger.mark_created(db, name, harness=session.harness, cwd=session.cwd, worktree=True)
 
 
-def _clear_stale_home(spex: Spex, session: Session) -> None:
-    """Kill a home left by an earlier incarnation of this name in this state home.
+def _clear_stale_pane(spex: Spex, session: Session) -> None:
+    """Kill a pane left by an earlier incarnation of this name in this state home.
 
-    Only a home tagged with this state home's digest is ours to kill; a
+    Only a pane tagged with this state home's digest is ours to kill; a
     foreign or untagged one makes `create` refuse instead.
     """
     pane = spex.tmux.pane(session.name)
@@ -429,32 +430,33 @@ def get(spex: Spex, name: str) -> Session:
     return Session.from_row(row)
 
 
-def ensure_home(spex: Spex, session: Session) -> bool:
-    """Recreate the tmux home if it vanished (True if this call did); the
+def ensure_pane(spex: Spex, session: Session) -> bool:
+    """Recreate the session's pane if it vanished (True if this call did); the
     record survives in SQLite."""
     owner = session.owner(spex.home)
     return spex.tmux.create(session.name, session.cwd, owner, shell_env(spex, session))
 
 
-# The session's --env for its home's shell, in the session's turns dir.
-HOME_ENV = "home.env"
+# The session's --env for its pane's shell, in the session's turns dir (the
+# file keeps the name it had when the pane was called the session's home).
+PANE_ENV = "home.env"
 
 
 def shell_env(spex: Spex, session: Session) -> Path | None:
-    """The file the home's shell takes the session's env from
-    (`turns/NAME/home.env`, 0600), written afresh on every call, so a home
+    """The file the pane's shell takes the session's env from
+    (`turns/NAME/home.env`, 0600), written afresh on every call, so a pane
     recreated after the file was lost still gets it; None when the session
     sets no env. Gone with the session's turns on rm."""
     if not session.env:
         return None
     directory = ensure_private_dir(turndir.of_session(spex.home, session.name), under=spex.home)
-    return write_shell_env(directory / HOME_ENV, session.env)
+    return write_shell_env(directory / PANE_ENV, session.env)
 
 
-def home_status(census: Census, session: Session, home: Path) -> str:
+def pane_status(census: Census, session: Session, home: Path) -> str:
     """`ok`, `missing` (spex up recreates it), `dead` (its pane's process has
     exited, e.g. the shell was left with `exit`; spex up respawns it), `foreign`
-    (a tmux session of that name that is not this session's home), or
+    (a tmux session of that name that is not this session's pane), or
     `unknown` (tmux can't tell)."""
     if census.liveness is Liveness.UNPROVEN:
         return "unknown"
@@ -466,7 +468,7 @@ def home_status(census: Census, session: Session, home: Path) -> str:
     return "dead" if pane.pane_dead else "ok"
 
 
-class HomeReport(NamedTuple):
+class PaneReport(NamedTuple):
     name: str
     status: str  # ok | recreated | respawned | dead | cwd missing | foreign | unknown
     detail: str = ""
@@ -479,15 +481,15 @@ class HomeReport(NamedTuple):
         return {"name": self.name, "status": self.status, "detail": self.detail}
 
 
-def up(spex: Spex, names: Sequence[str] | None = None) -> list[HomeReport]:
-    """Recreate every missing home (a shell in the session's cwd with its env)
+def up(spex: Spex, names: Sequence[str] | None = None) -> list[PaneReport]:
+    """Recreate every missing pane (a shell in the session's cwd with its env)
     of `names` (default: all sessions). Never starts a turn; one `list-panes`
     for the whole census."""
     sessions = [get(spex, n) for n in dict.fromkeys(names)] if names else all_sessions(spex)
     census = spex.tmux.census()
     out = []
     for session in sessions:
-        status = home_status(census, session, spex.home)
+        status = pane_status(census, session, spex.home)
         if status == "dead" and Path(session.cwd).is_dir():
             pane = census.panes[session.name]
             owner = session.owner(spex.home)
@@ -496,18 +498,18 @@ def up(spex: Spex, names: Sequence[str] | None = None) -> list[HomeReport]:
             ):
                 status = "respawned"
         if status == "missing" and not Path(session.cwd).is_dir():
-            out.append(HomeReport(session.name, "cwd missing", session.cwd))
+            out.append(PaneReport(session.name, "cwd missing", session.cwd))
             continue
         if status == "missing":
             try:
-                created = ensure_home(spex, session)
+                created = ensure_pane(spex, session)
             except Refused as e:
-                out.append(HomeReport(session.name, "foreign", e.line()))
+                out.append(PaneReport(session.name, "foreign", e.line()))
                 continue
             if created:  # a concurrent `spex up` may have made it first
-                events.emit(spex.store, "home-recreated", session=session.name)
+                events.emit(spex.store, events.PANE_RECREATED, session=session.name)
             status = "recreated" if created else "ok"
-        out.append(HomeReport(session.name, status, session.cwd))
+        out.append(PaneReport(session.name, status, session.cwd))
     return out
 
 

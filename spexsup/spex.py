@@ -1,4 +1,4 @@
-"""The handle every operation takes: the state home, its store, the tmux home.
+"""The handle every operation takes: the state home, its store, its tmux server.
 
 Also the one place that composes the store with what listens to it
 (`open_store`): the event log (`events`) and the hooks (`HookListener`).

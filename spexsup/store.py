@@ -219,7 +219,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 5: one tmux server per state home, and the boot each turn ran under. A
     # home that already had sessions keeps the old shared socket, where its
-    # homes live.
+    # sessions' panes live.
     """
     CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     INSERT INTO settings (key, value)

@@ -91,8 +91,8 @@ def _flags(entry: dict[str, Any]) -> list[str]:
         flags.append("leased")
     if entry.get("queued"):
         flags.append(f"{entry['queued']} queued")
-    if entry["home"] in ("missing", "dead", "foreign"):
-        flags.append(f"home {entry['home']}")
+    if entry["pane"] in ("missing", "dead", "foreign"):
+        flags.append(f"pane {entry['pane']}")
     wt = entry.get("worktree")
     if wt and wt.get("state") == "missing":
         flags.append("worktree missing")

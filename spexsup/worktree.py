@@ -609,7 +609,7 @@ def _salvage(name: str, wt: Worktree, status: Status) -> tuple[str, list[str]]:
 
 def dispose(name: str, wt: Worktree, *, salvage: bool, keep: bool) -> Removal:
     """Remove a session's worktree and branch during `spex rm`, after its turn
-    and tmux home are gone, re-checking for unsaved work first.
+    and tmux pane are gone, re-checking for unsaved work first.
 
     Unsaved work and no `salvage`: Refused (the session stays `removing`).
     The branch is deleted by compare-and-swap on the tip that was inspected,

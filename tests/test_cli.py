@@ -283,7 +283,7 @@ def test_ls_on_a_pipe_is_one_line_per_session(env: Env) -> None:
     assert env.run("wait", "a").returncode == 0
     lines = env.run("ls").stdout.splitlines()
     assert len(lines) == 3 and lines[0].split() == [
-        *["NAME", "HARNESS", "STATE", "TURN", "WHEN", "HOME", "CWD"]
+        *["NAME", "HARNESS", "STATE", "TURN", "WHEN", "PANE", "CWD"]
     ]
     for line in lines:
         assert line == line.rstrip() and "\t" not in line

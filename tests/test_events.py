@@ -89,9 +89,32 @@ def test_lost_turn_and_home_recreated(env: Env) -> None:
         lambda: env.run("ls").returncode == 0 and "lost" in kinds(env, "a"), seconds=30
     )
     assert env.run("up", "--all").returncode == 0
-    assert kinds(env, "a")[-2:] == ["lost", "home-recreated"]
+    assert kinds(env, "a")[-2:] == ["lost", "pane-recreated"]
     lost = log(env, "--kind", "lost")[0]
     assert lost["turn"] == woke["turn"] and "never recorded how it ended" in lost["error"]
+
+
+def test_home_recreated_is_pane_recreated_and_old_events_still_read(env: Env) -> None:
+    """The event `home-recreated` is `pane-recreated` (DESIGN §24): `--kind`
+    takes either name, and an event an older spex stored under the old name
+    is printed as stored and found by both."""
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    import sqlite3
+
+    db = sqlite3.connect(env.home / "state.db")
+    with db:  # as an older spex recorded it
+        db.execute(
+            "INSERT INTO events (at, kind, session) VALUES (?, 'home-recreated', 'a')",
+            (time.time(),),
+        )
+    db.close()
+    env.tmux("kill-session", "-t", "=a")
+    assert env.run("up", "a").returncode == 0
+    assert kinds(env, "a") == ["created", "home-recreated", "pane-recreated"]
+    for name in ("pane-recreated", "home-recreated"):
+        assert [e["kind"] for e in log(env, "--kind", name)] == ["home-recreated", "pane-recreated"]
+    assert "home-recreated a" in env.run("events").stdout
+    assert "pane-recreated" in env.run("events", "--help").stdout
 
 
 def test_wave_and_lease_events(env: Env) -> None:
@@ -337,7 +360,7 @@ def test_a_home_recreated_by_a_wake(env: Env) -> None:
     until_go(env, "a")
     env.tmux("kill-server")
     assert env.run("wake", "a", "x", "--window", "0.3").returncode == 0
-    assert kinds(env, "a") == ["created", "home-recreated", "launched", "confirmed"]
+    assert kinds(env, "a") == ["created", "pane-recreated", "launched", "confirmed"]
     assert env.run("stop", "a", "--grace", "1").returncode == 0
 
 

@@ -1,4 +1,4 @@
-"""Homes: one tmux server per state home, homes that come back, reboots,
+"""Homes and panes: one tmux server per state home, panes that come back, reboots,
 input typed during a turn, a pane in use, attaching (plain and nested)."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_each_home_gets_its_own_server_by_default(env: Env) -> None:
 
 def test_a_home_from_an_older_spex_keeps_its_shared_socket(env: Env) -> None:
     """A state home made before per-home servers keeps `-L spexsup`, and adopts
-    its untagged homes only when the pane proves they are its own."""
+    its untagged panes only when the pane proves they are its own."""
     home = env.root / "old"
     home.mkdir(mode=0o700)
     db = sqlite3.connect(home / "state.db", isolation_level=None)
@@ -110,17 +110,17 @@ def test_a_home_from_an_older_spex_keeps_its_shared_socket(env: Env) -> None:
     subprocess.run([*legacy, "kill-server"], env=env.vars, check=False)
 
 
-# --- 2. homes come back -----------------------------------------------------
+# --- 2. panes come back -----------------------------------------------------
 
 
-def test_missing_homes_are_seen_and_brought_up(env: Env) -> None:
+def test_missing_panes_are_seen_and_brought_up(env: Env) -> None:
     cwd = env.root / "work"
     cwd.mkdir()
     env.run("new", "a", "--cwd", str(cwd), "--", harness("exit0.sh"))
     env.run("new", "b", "--", harness("exit0.sh"))
     env.tmux("kill-session", "-t", "=a")
     rows = {r["name"]: r for r in json.loads(env.run("ls", "--json").stdout)}
-    assert (rows["a"]["home"], rows["b"]["home"]) == ("missing", "ok")
+    assert (rows["a"]["pane"], rows["b"]["pane"]) == ("missing", "ok")
     assert "missing (spex up)" in env.run("ls").stdout
     r = env.run("up", "--all")
     assert r.returncode == 0, r.stderr
@@ -129,15 +129,15 @@ def test_missing_homes_are_seen_and_brought_up(env: Env) -> None:
         "display-message", "-p", "-t", "=a:0.0", "#{pane_current_path}"
     ).stdout.strip() == str(cwd)
     assert show(env, "a")["turn"] is None  # up never starts a turn
-    # A killed server: every home is missing, and comes back.
+    # A killed server: every pane is missing, and comes back.
     env.tmux("kill-server")
-    assert {r["home"] for r in json.loads(env.run("ls", "--json").stdout)} == {"missing"}
+    assert {r["pane"] for r in json.loads(env.run("ls", "--json").stdout)} == {"missing"}
     r = env.run("up", "--all", "--json")
     assert {(h["name"], h["status"]) for h in json.loads(r.stdout)} == {
         ("a", "recreated"),
         ("b", "recreated"),
     }
-    # A home whose cwd is gone is reported, not recreated elsewhere.
+    # A pane whose cwd is gone is reported, not recreated elsewhere.
     env.tmux("kill-session", "-t", "=a")
     cwd.rmdir()
     r = env.run("up", "a")
@@ -145,7 +145,7 @@ def test_missing_homes_are_seen_and_brought_up(env: Env) -> None:
     assert env.tmux("has-session", "-t", "=a").returncode != 0
 
 
-def test_attach_and_wake_recreate_a_missing_home(env: Env) -> None:
+def test_attach_and_wake_recreate_a_missing_pane(env: Env) -> None:
     env.run("new", "a", "--", harness("exit0.sh"))
     env.tmux("kill-session", "-t", "=a")
     child = pexpect.spawn(SPEX, ["attach", "a"], env=env.vars, dimensions=(30, 100), timeout=15)
@@ -242,7 +242,7 @@ def test_concurrent_up_revives_wake_each_session_once(env: Env) -> None:
         json.loads(line) for line in env.run("events", "--json", extra=extra).stdout.splitlines()
     ]
     for name in names:
-        recreated = [e for e in events if e["kind"] == "home-recreated" and e["session"] == name]
+        recreated = [e for e in events if e["kind"] == "pane-recreated" and e["session"] == name]
         assert len(recreated) == 1, (name, recreated)
         launched = [e for e in events if e["kind"] == "launched" and e["session"] == name]
         assert len(launched) == 2, (name, launched)  # the first turn and one revival
@@ -393,7 +393,7 @@ def test_attach_inside_another_tmux_opens_a_popup(env: Env) -> None:
     try:
         child.expect(r"\$ |# ")
         child.send(f"{SPEX} attach a; echo BACK-IN-OUTER-$?\r")
-        child.expect("INNER-PANE")  # the popup shows the home
+        child.expect("INNER-PANE")  # the popup shows the pane
         child.send("\x01d")  # detach the inner client with spex's prefix
         child.expect("BACK-IN-OUTER-0")
         # The outer client is still attached and usable.
@@ -547,12 +547,12 @@ def test_env_values_never_reach_any_argv(env: Env) -> None:
     assert r.returncode == 0, r.stderr
     # The client that started the tmux server became the server.
     assert _argv_holding(secret.encode()) == []
-    # The home's shell has the session's env, as it always had.
+    # The pane's shell has the session's env, as it always had.
     pane = env.pane_pid("a")
     assert retry_until(lambda: b"SECRET" in _environ(Path(f"/proc/{pane}/environ")))
     assert _environ(Path(f"/proc/{pane}/environ"))[b"SECRET"] == value.encode()
 
-    for wake in ("first", "after the home was recreated"):
+    for wake in ("first", "after the pane was recreated"):
         dump.unlink(missing_ok=True)
         go.unlink(missing_ok=True)
         _, v = wake_json(env, "a", "x", "--window", "1")

@@ -217,6 +217,19 @@ def test_a_bad_hook_table_is_logged_and_named_by_hooks_test(env: Env) -> None:
     assert r.returncode == 1 and "'run' must be a non-empty list" in r.stderr
 
 
+def test_a_hook_on_home_recreated_fires_on_pane_recreated(env: Env) -> None:
+    """`home-recreated`, the old name of `pane-recreated`, still subscribes a
+    hook (DESIGN §24), which `hooks ls` shows under the new name."""
+    out = recorder(env, '["home-recreated"]', "{event}", "{session}")
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    listed = json.loads(env.run("hooks", "ls", "--json").stdout)["hooks"]
+    assert [h["on"] for h in listed] == [["pane-recreated"]]
+    env.tmux("kill-session", "-t", "=a")
+    assert env.run("up", "a").returncode == 0
+    assert retry_until(lambda: len(runs(out)) == 1, seconds=30)
+    assert runs(out)[0][0] == ["pane-recreated", "a"]
+
+
 def test_hooks_test_runs_by_hand_and_no_hooks_turns_them_off(env: Env) -> None:
     out = recorder(env, '["created", "removed"]', "{event}")
     assert env.run("--no-hooks", "new", "a", "--harness", "demo").returncode == 0

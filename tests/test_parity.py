@@ -1,5 +1,5 @@
 """Small parity gaps closed with issue 17: fanout --fresh, log --tail, a dead
-home reported as dead, `1 leg`, the harness environment documented."""
+pane reported as dead, `1 leg`, the harness environment documented."""
 
 from __future__ import annotations
 
@@ -71,18 +71,18 @@ def test_log_tail(env: Env, tmp_path: Path) -> None:
 
 def test_a_dead_pane_is_reported_dead_and_up_respawns_it(env: Env) -> None:
     assert env.run("new", "a", "--harness", "demo").returncode == 0
-    os.kill(env.pane_pid("a"), signal.SIGKILL)  # the home's shell dies; tmux keeps the pane
+    os.kill(env.pane_pid("a"), signal.SIGKILL)  # the pane's shell dies; tmux keeps the pane
 
-    def home() -> str:
-        return str(json.loads(env.run("ls", "--json").stdout)[0]["home"])
+    def pane() -> str:
+        return str(json.loads(env.run("ls", "--json").stdout)[0]["pane"])
 
-    assert retry_until(lambda: home() == "dead")
+    assert retry_until(lambda: pane() == "dead")
     assert "dead (spex up)" in env.run("ls").stdout
-    assert "home         dead" in env.run("show", "a").stdout
+    assert "pane         dead" in env.run("show", "a").stdout
     up = env.run("up", "a")
     assert up.returncode == 0, up.stderr
     assert up.stdout.startswith("a: respawned")
-    assert home() == "ok"
+    assert pane() == "ok"
     assert env.run("wake", "a", "hello").returncode == 0
 
 

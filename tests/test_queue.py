@@ -327,7 +327,7 @@ def test_a_queued_prompt_runs_on_the_tmux_server_its_session_lives_on(env: Env) 
     assert retry_until(lambda: log.exists() and log.read_text().split() == ["first", "second"], 30)
     assert env.run("wait", "q", "--timeout", "30").returncode == 0
     kinds = [json.loads(line)["kind"] for line in env.run("events", "--json").stdout.splitlines()]
-    assert "home-recreated" not in kinds, kinds
+    assert "pane-recreated" not in kinds, kinds
     # No server under the socket's name outside the test's TMUX_TMPDIR.
     default = {k: v for k, v in env.vars.items() if k != "TMUX_TMPDIR"}
     stray = subprocess.run(

@@ -567,7 +567,7 @@ def test_new_right_after_rm_keeps_its_home(env: Env) -> None:
     code, _, err = rm.finish()
     assert code == 0, err
     assert env.run("new", "a", "--", harness("exit0.sh")).returncode == 0
-    assert show(env, "a")["home"] == "ok"
+    assert show(env, "a")["pane"] == "ok"
     _, v = wake_json(env, "a", "x", "--window", "5")
     assert v["verdict"] == "completed"
     assert (env.home / "turns" / "a" / v["turn"] / "outcome").exists()

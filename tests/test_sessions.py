@@ -29,7 +29,7 @@ def test_round_trip(env: Env) -> None:
     assert row["state"] == "idle"
     assert row["cwd"] == str(env.root)
     assert row["turn"] is None
-    assert row["home"] == "ok"
+    assert row["pane"] == "ok"
     # One tmux session, one window, one pane, in the cwd, with the env.
     panes = env.tmux("list-panes", "-s", "-t", "=alpha", "-F", "#{pane_current_path}")
     assert panes.stdout.split() == [str(env.root)]
@@ -151,21 +151,51 @@ def _umask() -> int:
     return mask
 
 
+def test_a_sessions_tmux_side_is_its_pane_and_home_stays_an_alias(env: Env) -> None:
+    """Home is the state directory only; the tmux session spex keeps for a
+    session is its pane in every word a user reads (DESIGN §24), and the old
+    JSON names still carry the same values for one release."""
+    for name in ("a", "b"):
+        assert env.run("new", name, "--harness", "demo").returncode == 0
+    env.tmux("kill-session", "-t", "=a")
+    lines = env.run("ls").stdout.splitlines()
+    assert lines[0].split() == ["NAME", "HARNESS", "STATE", "TURN", "WHEN", "PANE", "CWD"]
+    assert "missing (spex up)" in lines[1]
+    rows = {r["name"]: r for r in json.loads(env.run("ls", "--json").stdout)}
+    assert (rows["a"]["pane"], rows["b"]["pane"]) == ("missing", "ok")
+    assert [r["home"] for r in rows.values()] == [r["pane"] for r in rows.values()]
+    shown = env.run("show", "a").stdout.splitlines()
+    assert "pane         missing" in shown
+    assert not [line for line in shown if line.startswith("home")], shown
+    one = json.loads(env.run("show", "a", "--json").stdout)
+    assert one["pane"] == one["home"] == "missing"
+    assert "pane missing" in env.run("top").stdout  # its flags, on a pipe
+    assert "pane(s)" in env.run("doctor").stdout
+    assert "Recreate missing panes" in env.run("up", "--help").stdout
+    assert "tmux pane" in env.run("rm", "--help").stdout
+    # Nothing to revive: the panes brought up, under both names.
+    r = env.run("up", "--revive", "--json")
+    assert r.returncode == 0, r.stderr
+    up = json.loads(r.stdout)
+    assert up["revived"] == [] and up["homes"] == up["panes"]
+    assert {(p["name"], p["status"]) for p in up["panes"]} == {("a", "recreated"), ("b", "ok")}
+
+
 def test_home_killed_behind_our_back(env: Env) -> None:
     assert env.run("new", "a", "--harness", "demo").returncode == 0
     assert env.run("new", "b", "--harness", "demo").returncode == 0
     env.tmux("kill-session", "-t", "=a")
     rows = {r["name"]: r for r in json.loads(env.run("ls", "--json").stdout)}
-    assert rows["a"]["home"] == "missing"
-    assert rows["b"]["home"] == "ok"
+    assert rows["a"]["pane"] == "missing"
+    assert rows["b"]["pane"] == "ok"
     assert "missing" in env.run("ls").stdout
     # The next operation that needs the home recreates it.
     r = env.run("wake", "a", "hi", "--window", "0.3")
     assert r.returncode == 0, r.stderr
-    assert json.loads(env.run("show", "a", "--json").stdout)["home"] == "ok"
+    assert json.loads(env.run("show", "a", "--json").stdout)["pane"] == "ok"
     env.tmux("kill-server")
     rows = {r["name"]: r for r in json.loads(env.run("ls", "--json").stdout)}
-    assert rows["a"]["home"] == rows["b"]["home"] == "missing"
+    assert rows["a"]["pane"] == rows["b"]["pane"] == "missing"
     r = env.run("wake", "b", "hi", "--window", "0.3")
     assert r.returncode == 0, r.stderr
     assert env.tmux("has-session", "-t", "=b").returncode == 0

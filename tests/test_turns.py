@@ -293,10 +293,10 @@ def test_tmux_server_killed_mid_turn(env: Env) -> None:
     env.tmux("kill-server")
     assert retry_until(lambda: show(env, "a")["turn"]["state"] == "lost")
     s = show(env, "a")
-    assert s["home"] == "missing"
+    assert s["pane"] == "missing"
     _code, v = wake_json(env, "a", "back", "--window", "1")
     assert v["verdict"] == "confirmed"
-    assert show(env, "a")["home"] == "ok"
+    assert show(env, "a")["pane"] == "ok"
 
 
 def test_wait_returns_the_rc_and_times_out(env: Env) -> None:

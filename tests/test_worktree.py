@@ -593,7 +593,7 @@ def test_rm_refuses_each_kind_of_unsaved_work(env: Env, repo: Repo, make: Any) -
     # Nothing changed: session, home, worktree, branch, files.
     assert names(env) == ["w"]
     assert session(env, "w")["state"] == "idle"
-    assert session(env, "w")["home"] == "ok"
+    assert session(env, "w")["pane"] == "ok"
     assert files_of(wt) == before
     assert repo.git("rev-parse", "HEAD", cwd=wt) == head
     assert repo.branch_exists("spex/w")

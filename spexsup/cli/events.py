@@ -126,7 +126,7 @@ def events(
 
     \b
     Kinds: launched confirmed completed failed aborted lost interrupted
-    timed-out created removed stopped resumed home-recreated
+    timed-out created removed stopped resumed pane-recreated
     conversation-gone edited wave-started wave-ended lease-acquired
     lease-released lease-recovered.
     The last 100000 events are kept.
@@ -144,7 +144,7 @@ def events(
     from spexsup.ids import validate_name
 
     after, ago = since_of(since)
-    kinds = tuple(dict.fromkeys(kind or ()))
+    kinds = tuple(dict.fromkeys(log.kind_of(k) for k in kind or ()))
     for k in kinds:
         if k not in log.KINDS:
             raise Invalid(f"unknown event kind {k!r}", hint=f"one of: {', '.join(log.KINDS)}")

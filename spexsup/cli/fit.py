@@ -111,12 +111,12 @@ def _state_word(cell: str) -> str:
 
 # `spex ls` on a terminal keeps NAME, STATE, the turn and its age: the
 # path squeezes then goes, the age loses its run time, the harness goes,
-# the home and state say one word, the turn counts its flags.
+# the pane and state say one word, the turn counts its flags.
 LS_STEPS: Mapping[str, Sequence[Step]] = {
     "CWD": (SQUEEZE, DROP),
     "WHEN": (_first_clause,),
     "HARNESS": (DROP,),
-    "HOME": (_first_clause, DROP),
+    "PANE": (_first_clause, DROP),
     "TURN": (_no_flags,),
     "STATE": (_state_word,),
 }

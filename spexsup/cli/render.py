@@ -251,11 +251,11 @@ def ls_rows(rows: Sequence[dict[str, Any]], *, wide: bool, color: bool = False) 
         if r.get("queued"):
             words += f" +{r['queued']} queued"
         state = state_cell(words, r["state"], color)
-        lines.append([r["name"], r["harness"], state, turn, when, home_cell(r), r["cwd"]])
+        lines.append([r["name"], r["harness"], state, turn, when, pane_cell(r), r["cwd"]])
     return lines
 
 
-LS_HEADERS = ["NAME", "HARNESS", "STATE", "TURN", "WHEN", "HOME", "CWD"]
+LS_HEADERS = ["NAME", "HARNESS", "STATE", "TURN", "WHEN", "PANE", "CWD"]
 NO_SESSIONS = "no sessions (create one with: spex new NAME --harness HARNESS)"
 
 
@@ -266,10 +266,17 @@ def ls_text(rows: Sequence[dict[str, Any]], *, wide: bool, color: bool = False) 
     table(LS_HEADERS, ls_rows(rows, wide=wide, color=color), narrow=fit.LS_STEPS)
 
 
-def home_cell(row: dict[str, Any]) -> str:
+def pane_of(row: dict[str, Any]) -> str:
+    """The session's pane status (`ok`, `missing`, …): an older host's spex
+    names it `home` only."""
+    return str(row["pane"] if "pane" in row else row["home"])
+
+
+def pane_cell(row: dict[str, Any]) -> str:
     wt = row.get("worktree")
-    home = f"{row['home']} (spex up)" if row["home"] in ("missing", "dead") else str(row["home"])
-    return home + (", worktree missing" if wt and wt["state"] == "missing" else "")
+    pane = pane_of(row)
+    pane = f"{pane} (spex up)" if pane in ("missing", "dead") else pane
+    return pane + (", worktree missing" if wt and wt["state"] == "missing" else "")
 
 
 def end_words(state: str | None, rc: int | None, cause: str | None) -> str:
@@ -354,7 +361,7 @@ def show_lines(row: dict[str, Any], *, color: bool = False) -> list[str]:
     ]
     if "harness_args" in row and row["harness"] != "command":  # (an older host's spex: absent)
         fields.append(("args", argv_text(row["harness_args"]) or "-"))
-    fields += [("state", row["state"]), ("home", row["home"]), ("cwd", row["cwd"])]
+    fields += [("state", row["state"]), ("pane", pane_of(row)), ("cwd", row["cwd"])]
     if row["worktree"]:
         fields.append(("worktree", worktree_line(row["worktree"])))
     if "env_keys" in row:

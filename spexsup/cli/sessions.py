@@ -147,7 +147,7 @@ def new(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Create a session and its tmux home (with --worktree: in a new git worktree).
+    """Create a session and its tmux pane (with --worktree: in a new git worktree).
 
     After --: with no --harness, the command to run (the prompt appended);
     with --harness H, arguments for H, put in its fresh and resumed argv
@@ -400,7 +400,7 @@ def rm(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Delete sessions and their tmux homes (and worktrees, never with unsaved work).
+    """Delete sessions and their tmux panes (and worktrees, never with unsaved work).
 
     Refused while a turn runs, unless --force (which stops it first).
 
@@ -490,7 +490,7 @@ def up(
     stagger: StaggerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Recreate missing tmux homes (never starts a turn); --revive resumes interrupted turns.
+    """Recreate missing panes (never starts a turn); --revive resumes interrupted turns.
 
     \b
     Examples:
@@ -528,7 +528,9 @@ def up(
 
         with plans.revive(spex, names, prompt, spacing) as plan:
             if plan.nothing is not None and as_json:
-                print_json(document({"revived": [], "homes": [r.as_json() for r in reports]}))
+                panes = [r.as_json() for r in reports]
+                # `homes`: the old name of `panes`, for one release (DESIGN §24).
+                print_json(document({"revived": [], "panes": panes, "homes": panes}))
             elif plan.nothing is not None:
                 typer.echo(plan.nothing)
             else:
@@ -550,7 +552,7 @@ def attach(
 ) -> None:
     """Attach this terminal to the session's pane (detach: prefix, d; C-a by default).
 
-    Inside another tmux, the home opens in a popup of that tmux (or a new
+    Inside another tmux, the pane opens in a popup of that tmux (or a new
     window with --window); detaching returns to where you were.
 
     \b
@@ -564,7 +566,7 @@ def attach(
     ids.validate_name(name)
     spex = open_spex(ctx)
     s = sessions.get(spex, name)
-    sessions.ensure_home(spex, s)
+    sessions.ensure_pane(spex, s)
     tmux = spex.tmux.tmux_argv()
     prefix = settings(ctx, spex).tmux_prefix
     if prefix:

@@ -5,7 +5,7 @@ on-limit, the harness and its arguments) is checked by the rules `new`
 checks it with (`sessions.check_harness`, `working_directory`,
 `parse_env`), then written in one compare-and-swap with its `edited` event
 (`ledger.edit_session`). Refused while a turn is active: a turn keeps what
-it was launched with, the next one takes the new settings. The home's idle
+it was launched with, the next one takes the new settings. The pane's idle
 shell keeps the cwd and env it was started with until that next turn.
 
 A new harness cannot resume another CLI's conversation: the stored id is

@@ -64,8 +64,8 @@ def _busy(spex: Spex, session: Session, turn: str, directory: Path, command: str
 
 
 def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: bool = False) -> int:
-    """Start the wrapper in the home with a fenced `respawn-pane -k`, recreating a
-    vanished home first. Returns tmux's pane_pid for the new wrapper.
+    """Start the wrapper in the session's pane with a fenced `respawn-pane -k`,
+    recreating a vanished pane first. Returns tmux's pane_pid for the new wrapper.
 
     Raises Refused when a stop (or rm) got there first: the pane was fenced,
     or the turn is no longer `starting`; and, unless `force`, when a person
@@ -95,10 +95,10 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
     _await_reporter(spex, name, session.current_turn)
     result = attempt()
     if result.outcome == "missing" or (result.outcome == "foreign" and not result.holder):
-        # Recreate a vanished home, or adopt an older spex's untagged one
+        # Recreate a vanished pane, or adopt an older spex's untagged one
         # (create refuses a session of that name that is not provably ours).
         if spex.tmux.create(name, session.cwd, owner, shell_env(spex, session)):
-            events.emit(spex.store, "home-recreated", session=name, turn=turn)
+            events.emit(spex.store, events.PANE_RECREATED, session=name, turn=turn)
         result = attempt()
     if result.outcome == "busy" and not force:
         result = _after_startup(result, attempt)
@@ -114,10 +114,10 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
             hint=f"kill it: tmux {spex.tmux.where()} kill-session -t ={name}",
         )
     if result.outcome != "launched" or result.pane_pid is None:
-        raise Failed(f"the tmux home of {name!r} vanished while starting the turn")
+        raise Failed(f"the tmux pane of {name!r} vanished while starting the turn")
     if os.environ.get("SPEXSUP_FAULT") == "pause-after-launch":
         time.sleep(2)  # the tests' fault point: a launcher starved right here
-    # A home recreated above died with any fence a stop put on the old one:
+    # A pane recreated above died with any fence a stop put on the old one:
     # re-read the store, and undo our own launch if a stop aborted the turn
     # meanwhile. A turn that already ended on its own (its reporter recorded
     # the end while we were slow) is no stop's: its verdict follows its end.

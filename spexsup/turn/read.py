@@ -18,7 +18,7 @@ from spexsup import ids, lease
 from spexsup.errors import Invalid, Refused, SpexError, TimedOut, UnknownSession
 from spexsup.pane import turndir
 from spexsup.paths import ensure_private_dir
-from spexsup.sessions import Session, get, home_status
+from spexsup.sessions import Session, get, pane_status
 from spexsup.spex import Spex
 from spexsup.states import COMPLETE, SESSION_STATES, legacy_of, read_state
 from spexsup.store import session_names
@@ -378,7 +378,7 @@ def describe(
     """The public view of sessions (DESIGN §3 `ls --json`), after reconciliation.
 
     One query for the sessions, one for their turns and one `list-panes -a`
-    for every home, however many sessions there are. A worktree session's
+    for every pane, however many sessions there are. A worktree session's
     `worktree` says whether it is `missing` (a stat, no git); its full git
     status only with `worktree_status` (git runs per session).
     """
@@ -412,6 +412,7 @@ def describe(
     for row in rows:
         s = Session.from_row(row)
         history = recent.get(s.name, [])
+        pane = pane_status(census, s, spex.home) if census else "unknown"
         entry: dict[str, Any] = {
             "schema_version": ids.SCHEMA_VERSION,
             "name": s.name,
@@ -422,7 +423,8 @@ def describe(
             "env_keys": sorted(s.env),
             "harness_session_id": s.harness_session_id,
             "turn": history[0] if history else None,
-            "home": home_status(census, s, spex.home) if census else "unknown",
+            "pane": pane,
+            "home": pane,  # the old name of `pane`, for one release (DESIGN §24)
             "window": s.window,
             "timeout": s.timeout,
             "strict": s.strict,

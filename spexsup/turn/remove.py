@@ -1,8 +1,8 @@
-"""`spex rm`: delete a session, its turns, its home and (never with unsaved work) its worktree.
+"""`spex rm`: delete a session, its turns, its pane and (never with unsaved work) its worktree.
 
 All destruction happens while the session is `removing`, before its name is
 free again, so a `spex new` of the same name right after can never lose its
-home or turn directories to this removal.
+pane or turn directories to this removal.
 """
 
 from __future__ import annotations
@@ -124,18 +124,18 @@ def remove(
     salvage: bool = False,
     keep_worktree: bool = False,
 ) -> Removal | None:
-    """Delete the session, its turns and its home; refused while a turn runs
+    """Delete the session, its turns and its pane; refused while a turn runs
     (unless `force`, which aborts it and kills what it left) or while a
     `spex stop` of it is in progress.
 
     A worktree session's worktree and branch go too, never with unsaved work
     in them: refused before anything changes, and checked again once its
-    turn and home are gone (`worktree.dispose`). `salvage` commits unsaved
+    turn and pane are gone (`worktree.dispose`). `salvage` commits unsaved
     work to a branch first; `keep_worktree` leaves worktree and branch be.
 
     All destruction happens while the session is `removing`, before its
     name is free again, so a `spex new` of the same name right after can
-    never lose its home or turn directories to this removal. A removal cut
+    never lose its pane or turn directories to this removal. A removal cut
     short leaves the session `removing`; `spex rm` again finishes it.
     """
     from spexsup import worktree as worktrees  # dataclasses: not on every rm's path
