@@ -36,9 +36,9 @@ class Held:
         self.flag = env.root / f"held-{word}-{time.monotonic_ns()}"
         shim = {
             "PATH": f"{SHIMS}:{env.vars['PATH']}",
-            "SLOW_TMUX": word,
-            "SLOW_TMUX_FLAG": str(self.flag),
-            "REAL_TMUX": REAL_TMUX,
+            "SPEXSUP_SHIM_HOLD": word,
+            "SPEXSUP_SHIM_FLAG": str(self.flag),
+            "SPEXSUP_SHIM_TMUX": REAL_TMUX,
         }
         self.proc = subprocess.Popen(
             [SPEX, *args],
@@ -366,7 +366,7 @@ def test_ctrl_c_inside_the_launch_call_after_tmux_started_the_wrapper(env: Env) 
     # The tmux call has started the wrapper but not yet returned to spex:
     # the turn is launched, so Ctrl-C leaves it running, never aborts it.
     env.run("new", "a", "--", harness("sleeper.sh"))
-    after = {"SLOW_TMUX_AFTER": "1"}
+    after = {"SPEXSUP_SHIM_AFTER": "1"}
     wake = Held(env, "respawn-pane", "wake", "a", "x", "--window", "30", extra=after)
     (directory,) = (env.home / "turns" / "a").iterdir()
     assert retry_until(lambda: marker.read(directory).stage is Stage.RUNNING, 30)

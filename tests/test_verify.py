@@ -350,14 +350,17 @@ def edits_harness(env: Env) -> None:
     env.home.mkdir(parents=True, exist_ok=True)
     (env.home / "harnesses.toml").write_text(
         f'[harness.edits]\nfresh = ["bash", "{EDIT}", "{{prompt}}"]\n'
+        # The same, signing its work: a turn's environment is the login's and
+        # the session's, never the fanout command's own.
+        f'[harness.signs]\nfresh = ["env", "EDIT_SIGN=1", "bash", "{EDIT}", "{{prompt}}"]\n'
     )
 
 
 def best_of(env: Env, repo: Any, check: str, *args: str) -> subprocess.CompletedProcess[str]:
     return env.run(
         "fanout", "--worktrees", "3", "--repo", str(repo.path), "--prefix", "try",
-        "--harness", "edits", "-m", "fix it", "--verify", check, "--keep-best", *args,
-        timeout=120, extra={"EDIT_SIGN": "1"},
+        "--harness", "signs", "-m", "fix it", "--verify", check, "--keep-best", *args,
+        timeout=120,
     )  # fmt: skip
 
 

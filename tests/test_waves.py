@@ -576,8 +576,9 @@ def test_ctrl_c_while_launching_names_the_legs_that_run_on(env: Env) -> None:
         r[0] for r in spex.store.db.execute("SELECT session FROM turns WHERE state = 'running'")
     ]
     child.sendintr()
-    child.expect(f"still running: {running}")
-    child.expect(f"stop them with: spex stop {running}")
+    # The next leg may have started meanwhile: it is named too.
+    child.expect(rf"still running: [^\r\n]*\b{running}\b")
+    child.expect(rf"stop them with: spex stop [^\r\n]*\b{running}\b")
     child.expect(pexpect_eof())
     child.close()
     assert child.exitstatus == 130
