@@ -17,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup.cli.render import cause
 from spexsup.cli.spend import spend_text
 from spexsup.pane import turndir
 
@@ -63,7 +62,11 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
         return "confirmed"
     rc = "" if leg["rc"] is None else f" rc={leg['rc']}"
     line = f"ended {state}{rc}" + (f", {checked}" if checked else "")
-    why = cause(leg.get("turn_error") or leg["error"], leg["rc"]) if state != "complete" else None
+    from spexsup.outcome import beyond_exit
+
+    error = leg.get("turn_error") or leg["error"]
+    # A failed check says its own words (`verify failed (rc 1)`), not its error again.
+    why = beyond_exit(error, leg["rc"]) if state != "complete" and not checked else None
     return f"{line}: {why}" if why else line
 
 
@@ -277,7 +280,9 @@ def leg_line(leg: dict[str, Any]) -> str:
         parts.append(
             "· " + usage.from_json({"usage": leg["usage"], "cost": leg["cost"]}).cost_text()
         )
-    error = cause(leg.get("turn_error") or leg["error"], leg["rc"])
+    from spexsup.outcome import beyond_exit
+
+    error = beyond_exit(leg.get("turn_error") or leg["error"], leg["rc"])
     if error:
         parts.append(f"({error})")
     elif [f for f in leg.get("flags") or () if f != "verified" or not leg.get("verify")]:

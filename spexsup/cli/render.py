@@ -272,23 +272,6 @@ def home_cell(row: dict[str, Any]) -> str:
     return home + (", worktree missing" if wt and wt["state"] == "missing" else "")
 
 
-def cause(error: str | None, rc: int | None) -> str | None:
-    """What a turn's error says beyond its state and rc, or None: `exited
-    rc=1` alone says nothing more (`failed rc=1` said it); of `exited rc=7:
-    boom` the text says `boom`, of `overloaded: exited rc=1` `overloaded`.
-    JSON keeps the whole error."""
-    if not error or rc is None:
-        return error or None
-    said = f"exited rc={rc}"
-    if error == said:
-        return None
-    if error.startswith(f"{said}: "):
-        return error[len(said) + 2 :]
-    if error.endswith(f": {said}"):
-        return error[: -len(said) - 2]
-    return error.replace(f": {said}: ", ": ", 1)
-
-
 def end_words(state: str | None, rc: int | None, cause: str | None) -> str:
     """`failed rc=1 (overloaded)`: a turn's state, its rc, and what a failed
     end was (not repeated where the state says it: `timed-out`)."""
@@ -311,7 +294,9 @@ def turn_line(t: dict[str, Any]) -> str:
         line += ", never confirmed its start"  # it never ran: no exit of its own
     if t.get("cost") and t["cost"].get("amount") is not None:
         line += f"  {spend_of(t).cost_text()}"
-    error = cause(t["error"], t["rc"])
+    from spexsup.outcome import beyond_exit
+
+    error = beyond_exit(t["error"], t["rc"])
     if error:
         line += f"  ({error})"
     elif states.ORPHANED in (t.get("flags") or ()) and t["state"] in states.ACTIVE:
@@ -547,7 +532,9 @@ def verdict_line(name: str, v: dict[str, Any]) -> str:
     if v.get("attempts", 1) > 1:
         line += f" after {v['attempts']} attempts"
     line += f" ({repeat}it {now_words(v['state'])})" if repeat else f" ({v['elapsed_ms']} ms)"
-    error = cause(v["error"], v["rc"])
+    from spexsup.outcome import beyond_exit
+
+    error = beyond_exit(v["error"], v["rc"])
     if error:
         line += f": {error}"
     elif v.get("flags"):
@@ -579,7 +566,9 @@ def ended_line(e: dict[str, Any]) -> str:
     """`api: turn T failed rc=1 (agent-error): <message>`, what `spex wait`
     prints per turn."""
     words = end_words(e["state"], e["rc"], e.get("cause"))
-    said = cause(e["error"], e["rc"]) if e["state"] != "complete" else None
+    from spexsup.outcome import beyond_exit
+
+    said = beyond_exit(e["error"], e["rc"]) if e["state"] != "complete" else None
     why = f": {said}" if said else ""
     if not why and e.get("flags"):
         from spexsup.outcome import describe
