@@ -5,6 +5,8 @@ record: id, times, the prompt (its file and first 200 characters), the cwd,
 one leg per session with its launch verdict *and* its turn's end, and a
 history of `wave-started`, `leg-ended` and `wave-ended` events, and the
 per-turn options every leg ran under, which `--retry-failed` applies again.
+Its `counts` are the legs by outcome (`tally`), as every text says them
+(`count_line`: `15 legs: 5 complete · 8 failed · 2 skipped · 0 running`).
 
 Every writer read-merge-writes (`mutate`): it re-reads the document under the
 store's write transaction, applies its change, merges the turns' ends from
@@ -32,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spexsup import events, ids
+from spexsup import events, ids, states
 from spexsup.errors import Invalid, Refused
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.procs import Liveness, identity_liveness, own_identity
@@ -84,12 +86,85 @@ def leg_outcome(leg: Doc) -> str:
     return "ok" if leg["turn_state"] == "complete" else "failed"
 
 
+def launched(leg: Doc) -> bool:
+    """Did the leg's turn run? Confirmed or completed in its window, or with
+    an exit of its own (a turn that started and failed inside its window was
+    launched), or dequeued into a turn that got past its start."""
+    if leg.get("turn") is None:
+        return False
+    if leg.get("verdict") in (*SUCCESS, "unconfirmed") or leg.get("rc") is not None:
+        return True
+    return leg.get("verdict") == "queued" and leg.get("turn_state") not in (
+        *TURN_ACTIVE,
+        states.SKIPPED,
+        states.ABORTED,
+    )
+
+
 def counts(doc: Doc) -> dict[str, int]:
+    """The legs by `leg_outcome` and how many launched: the shape of the
+    `wave-ended` event and `--on-complete`'s SPEXSUP_WAVE_* (kept for scripts);
+    what a person reads is `count_line`, what JSON adds is `tally`."""
     outcomes = [leg_outcome(leg) for leg in doc["legs"]]
     kinds = ("pending", "queued", "running", "ok", "failed", "aborted")
     tally = {k: outcomes.count(k) for k in kinds}
-    launched = sum(1 for leg in doc["legs"] if leg["verdict"] in SUCCESS)
-    return {"legs": len(outcomes), "launched": launched, **tally}
+    return {"legs": len(outcomes), "launched": sum(map(launched, doc["legs"])), **tally}
+
+
+# A leg's outcome, the one word it is counted by: the four every count line
+# names, in this order, then the others, named only when some leg has them.
+NAMED_OUTCOMES = (states.COMPLETE, states.FAILED, states.SKIPPED, states.RUNNING)
+OTHER_OUTCOMES = (
+    "queued",  # waiting for a running limit or an `--after` turn
+    "pending",  # not launched yet (the fan-out is launching it)
+    states.ABORTED,
+    states.LOST,
+    states.INTERRUPTED,
+    states.TIMED_OUT,
+)
+OUTCOMES = NAMED_OUTCOMES + OTHER_OUTCOMES
+
+
+def outcome(leg: Doc) -> str:
+    """The leg's outcome (one of OUTCOMES): its turn's end state once it
+    ended; `running` while a launched turn runs; otherwise what became of
+    the launch: `queued`, `pending`, `aborted` (the wave was aborted first),
+    `skipped` (`--after`, `--budget`), `failed` (it failed to launch or was
+    refused). A fleet wave's legs, as recorded, read alike."""
+    if leg.get("status") in ("pending", "launching"):
+        return "pending"
+    verdict = leg.get("verdict")
+    if verdict == "aborted":
+        return states.ABORTED
+    if leg.get("turn_state") in states.ENDS:
+        return str(leg["turn_state"])
+    if verdict == "queued" and leg.get("turn") is None:
+        return "queued"
+    if verdict in (*SUCCESS, "unconfirmed", "queued") and leg.get("turn") is not None:
+        return states.RUNNING
+    return states.SKIPPED if verdict == states.SKIPPED else states.FAILED
+
+
+def tally(doc: Doc) -> dict[str, int]:
+    """`{"legs": N, "complete": A, "failed": B, …}`: every outcome, zeros
+    too (a wave's JSON `counts`)."""
+    outcomes = [outcome(leg) for leg in doc["legs"]]
+    return {"legs": len(outcomes), **{k: outcomes.count(k) for k in OUTCOMES}}
+
+
+def count_line(doc: Doc, *, hosts: int | None = None) -> str:
+    """`15 legs: 5 complete · 8 failed · 2 skipped · 0 running`, then any
+    other outcome some leg has (`· 1 lost`): how every text counts a wave's
+    legs (fan-out, `spex wave`, the web page). `hosts`: a fleet wave's,
+    `3 legs on 2 hosts: …`."""
+    t = tally(doc)
+    n = t["legs"]
+    head = f"{n} leg{'s' * (n != 1)}"
+    if hosts is not None:
+        head += f" on {hosts} host{'s' * (hosts != 1)}"
+    parts = [f"{t[k]} {k}" for k in NAMED_OUTCOMES]
+    parts += [f"{t[k]} {k}" for k in OTHER_OUTCOMES if t[k]]
+    return f"{head}: {' · '.join(parts)}"
 
 
 def overall(doc: Doc) -> str:
@@ -218,6 +293,7 @@ def _settle(doc: Doc) -> bool:
             )
     if doc["state"] not in ("launching", "aborted"):
         doc["state"] = overall(doc)
+    doc["counts"] = tally(doc)
     if doc["state"] in FINAL and doc["ended_at"] is None:
         doc["ended_at"] = time.time()
         record_event(doc, "wave-ended", state=doc["state"], **counts(doc))

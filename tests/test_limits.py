@@ -139,7 +139,8 @@ def test_the_wave_document_shows_queued_legs_and_a_removed_one_fails(env: Env) -
         assert env.run("new", name, "--", "bash", "-c", script).returncode == 0
     r = env.run("fanout", "a", "b", "c", "-m", "x", "--max-running", "1", "--window", "0.3")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "queued 2" in r.stdout and r.stdout.count(": queued q") == 2, r.stdout
+    counted = "3 legs: 0 complete · 0 failed · 0 skipped · 1 running · 2 queued"
+    assert counted in r.stdout and r.stdout.count(": queued q") == 2, r.stdout
     doc = json.loads(env.run("wave", "last", "--json").stdout)
     assert doc["state"] == "running"
     assert [leg["verdict"] for leg in doc["legs"]].count("queued") == 2
@@ -159,6 +160,8 @@ def test_the_wave_document_shows_queued_legs_and_a_removed_one_fails(env: Env) -
     doc = json.loads(env.run("wave", "last", "--json").stdout)
     done = {leg["session"]: leg["turn_state"] for leg in doc["legs"]}
     assert done[gone] is None and list(done.values()).count("complete") == 2, doc["legs"]
+    # The removed leg never launched: it counts failed.
+    assert "3 legs: 2 complete · 1 failed · 0 skipped · 0 running" in env.run("wave", "last").stdout
 
 
 def test_max_running_in_config_refuses_a_wake_or_queues_it(env: Env) -> None:

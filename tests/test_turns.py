@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -107,7 +108,9 @@ def test_exit7_is_failed_with_rc_and_output(env: Env) -> None:
     assert v["verdict"] == "failed"
     r = env.run("wake", "a", "plain", "--window", "10")
     assert r.returncode == 1
-    assert "exited rc=7" in r.stdout and r.stderr == ""  # said once
+    # Said once: the rc on the verdict line, the cause after it (not `exited rc=7` again).
+    assert re.fullmatch(r"a: failed turn \S+ rc=7 \(\d+ ms\): .*boom: something broke\n", r.stdout)
+    assert "exited" not in r.stdout and r.stderr == "", r.stdout
 
 
 def test_outliving_the_window_is_confirmed(env: Env) -> None:
@@ -744,3 +747,19 @@ def test_ctrl_c_on_wait_says_what_runs_on_and_how_to_stop_it(env: Env) -> None:
     child.close()
     assert child.exitstatus == 130
     assert show(env, "a")["turn"]["state"] == "running"
+
+
+def test_a_failed_turn_is_said_failed_once_by_wake_and_wait(env: Env) -> None:
+    """Issue 38, item 8: `failed turn T rc=1`, `turn T failed rc=1`: the
+    state once, the rc once, no `exited rc=1` after it (`--json` keeps it)."""
+    env.run("new", "bad", "--", "sh", "-c", "exit 1")
+    r = env.run("wake", "bad", "go", "--window", "10")
+    assert r.returncode == 1
+    assert re.fullmatch(r"bad: failed turn \S+ rc=1 \(\d+ ms\)\n", r.stdout), r.stdout
+    r = env.run("wait", "bad", "--timeout", "10")
+    assert r.returncode == 1
+    assert re.fullmatch(r"bad: turn \S+ failed rc=1\n", r.stdout), r.stdout
+    shown = env.run("show", "bad").stdout
+    assert "exited rc=1" not in shown and "failed rc=1" in shown, shown
+    code, v = wake_json(env, "bad", "again", "--window", "10")
+    assert (code, v["verdict"], v["error"]) == (1, "failed", "exited rc=1"), v

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import SPEX, Env, harness, retry_until, signal_a_helper_thread
+from conftest import FAKES, SPEX, Env, harness, retry_until, signal_a_helper_thread
 
 from spexsup.cli.render import with_iso
 
@@ -32,6 +33,11 @@ def unspent(doc: dict[str, Any]) -> dict[str, Any]:
         for leg in doc["legs"]
     ]
     return {**{k: v for k, v in doc.items() if k not in ("usage", "cost")}, "legs": legs}
+
+
+# Every outcome a wave's `counts` has, zero unless a test says otherwise.
+OTHERS = ("complete", "failed", "skipped", "running", "queued", "pending", "aborted", "lost",
+          "interrupted", "timed-out")  # fmt: skip
 
 
 def verdicts(doc: dict[str, Any]) -> dict[str, str]:
@@ -90,7 +96,8 @@ def test_all_legs_confirmed(env: Env) -> None:
     listed = json.loads(env.run("waves", "--json").stdout)
     assert [w["id"] for w in listed] == [doc["id"]]
     shown = env.run("wave", doc["id"])
-    assert "running · launched 3/3 · running 3" in shown.stdout
+    assert "running · 3 legs: 0 complete · 0 failed · 0 skipped · 3 running" in shown.stdout
+    assert doc["counts"] == {"legs": 3, **dict.fromkeys(OTHERS, 0), "running": 3}, doc["counts"]
 
 
 def test_mixed_verdicts_busy_and_stopped(env: Env) -> None:
@@ -336,16 +343,17 @@ def test_the_summary_counts_turn_outcomes_after_the_fanout_exited(env: Env) -> N
     )
     assert code == 0 and doc["state"] == "running"
     assert env.run("wave", doc["id"]).stdout.startswith(
-        f"wave {doc['id']}: running · launched 4/4 · running 4"
+        f"wave {doc['id']}: running · 4 legs: 0 complete · 0 failed · 0 skipped · 4 running"
     )
     go.touch()
     # The turns' exit reporters move the wave on; no reader is involved.
     assert retry_until(lambda: stored(env, doc["id"])["state"] == "partial", seconds=20)
     assert retry_until(hook.with_suffix(".runs").exists)
     shown = env.run("wave", doc["id"])
-    assert f"wave {doc['id']}: partial · launched 4/4 · ok 3 · failed 1" in shown.stdout
+    counted = "4 legs: 3 complete · 1 failed · 0 skipped · 0 running"
+    assert f"wave {doc['id']}: partial · {counted}" in shown.stdout
     assert "d: confirmed" in shown.stdout and "ended failed rc=3" in shown.stdout
-    assert "launched 4/4 · ok 3 · failed 1" in env.run("waves").stdout
+    assert counted in env.run("waves").stdout
     final = json.loads(env.run("wave", doc["id"], "--json").stdout)
     legs = {leg["session"]: leg for leg in final["legs"]}
     assert legs["d"]["verdict"] == "confirmed" and legs["d"]["turn_state"] == "failed"
@@ -777,7 +785,9 @@ def test_waves_lists_fleet_waves_beside_local_ones(env: Env) -> None:
     assert text.splitlines()[0].split()[:3] == ["WAVE", "KIND", "STATE"], text
     row = next(line for line in text.splitlines() if line.startswith(retried["id"]))
     assert row.split()[1:3] == ["fleet", "failed"], row
-    assert "1 on 1 host · ok 0 · failed 1" in row and fleet["id"] in row, row
+    assert "1 leg on 1 host: 0 complete · 1 failed · 0 skipped · 0 running" in row, row
+    assert fleet["id"] in row, row
+    assert retried["counts"]["failed"] == 1 and retried["counts"]["legs"] == 1, retried
     row = next(line for line in text.splitlines() if line.startswith(local["id"]))
     assert row.split()[1] == "local", row
 
@@ -855,3 +865,100 @@ def test_a_wave_of_harnesses_without_usage_shows_no_unknown_spend(env: Env) -> N
     assert "unknown" not in shown.stdout and " · cost" not in shown.stdout, shown.stdout
     doc = json.loads(env.run("wave", "last", "--json").stdout)
     assert (doc["cost"], doc["usage"]) == (None, None), doc
+
+
+def test_one_count_grammar_for_a_wave_of_mixed_outcomes(env: Env) -> None:
+    """Issue 38, item 8: a wave is counted by outcome, one grammar in the
+    fan-out's summary, `spex wave` and `spex waves`. Four claude legs, one
+    running at a time under a $0.15 budget, each held at its start by a gate
+    this test opens: the first completes ($0.09), the second exits 1, the
+    third completes ($0.18 spent), the fourth is skipped by the budget."""
+    gates = env.root / "gates"
+    gates.mkdir()
+    shim = env.root / "gated"
+    shim.mkdir()
+    (shim / "claude").write_text(
+        "#!/bin/bash\n"
+        f'[ "$1" = --version ] && exec {FAKES}/claude "$@"\n'
+        f'gate={gates}/"$SPEXSUP_SESSION"\n'
+        'while [ ! -s "$gate" ]; do sleep 0.05; done\n'
+        '[ "$(cat "$gate")" = fail ] && exit 1\n'
+        f'exec {FAKES}/claude "$@"\n'
+    )
+    (shim / "claude").chmod(0o755)
+    env.login_path(f"{shim}:{env.vars['PATH']}")
+    names = ["a", "b", "c", "d"]
+    for name in names:
+        claude_session(env, name)
+    fanout = subprocess.Popen(
+        [SPEX, "fanout", *names, "-m", "go", "--max-running", "1", "--budget", "0.15",
+         "--window", "0.5", "--wait"],
+        env=env.vars, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    started: list[str] = []
+
+    def one_started() -> bool:
+        """A leg whose turn started and whose gate is still shut."""
+        r = env.run("wave", "last", "--json")
+        legs = json.loads(r.stdout)["legs"] if r.returncode == 0 else []
+        started[:] = [
+            leg["session"]
+            for leg in legs
+            if leg.get("turn_state") in ("starting", "running")
+            and not (gates / leg["session"]).exists()
+        ]
+        return bool(started)
+
+    try:
+        for outcome in ("ok", "fail", "ok"):
+            assert retry_until(one_started, seconds=60)
+            assert len(started) == 1, started  # --max-running 1
+            (gates / started[0]).write_text(outcome)
+        out, err = fanout.communicate(timeout=120)
+    finally:
+        fanout.kill()
+    assert fanout.returncode == 1, out + err
+    counted = "4 legs: 2 complete · 1 failed · 1 skipped · 0 running"
+    summary = out.splitlines()[-1]
+    assert summary.startswith("wave ") and f"partial · {counted} · " in summary, out
+    doc = json.loads(env.run("wave", "last", "--json").stdout)
+    assert doc["counts"] == {
+        **dict.fromkeys(OTHERS, 0), "legs": 4, "complete": 2, "failed": 1, "skipped": 1,
+    }, doc["counts"]  # fmt: skip
+    shown = env.run("wave", "last").stdout
+    assert shown.startswith(f"wave {doc['id']}: partial · {counted} · "), shown
+    listed = env.run("waves").stdout
+    assert f"{counted}" in next(ln for ln in listed.splitlines() if ln.startswith(doc["id"]))
+    # Each leg says its end once: `failed turn T rc=1`, never `… ended failed`.
+    assert not re.search(r"failed turn \S+ ended failed", shown), shown
+    assert "skipped turn" in shown and "ended skipped" not in shown, shown
+
+
+def test_a_leg_that_failed_inside_its_window_was_launched(env: Env) -> None:
+    """Issue 38, item 8: a leg whose turn started and exited 1 within its
+    window ran: the launch summary counts it failed (it said `launched 1/2`),
+    `counts.launched` has it, and its line says `failed` once, rc once."""
+    env.run("new", "bad", "--", "sh", "-c", "exit 1")
+    env.run("new", "slow", "--", harness("sleeper.sh"))
+    r = env.run("fanout", "bad", "slow", "-m", "go", "--window", "5")
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    summary = "running · 2 legs: 0 complete · 1 failed · 0 skipped · 1 running"
+    assert lines[-1].startswith("wave ") and summary in lines[-1], lines
+    assert "launched" not in r.stdout, r.stdout
+    bad = next(ln for ln in lines if ln.startswith("bad: "))
+    assert re.fullmatch(r"bad: failed turn \S+ rc=1", bad), bad  # no `ended failed (exited rc=1)`
+    doc = json.loads(env.run("wave", "last", "--json").stdout)
+    leg = next(leg for leg in doc["legs"] if leg["session"] == "bad")
+    # Its JSON is as it was.
+    assert (leg["verdict"], leg["rc"], leg["error"]) == ("failed", 1, "exited rc=1"), leg
+    ended = [h for h in doc["history"] if h["event"] == "leg-ended"]
+    assert [h["session"] for h in ended] == ["bad"], ended
+    env.run("stop", "slow")
+    doc = json.loads(env.run("wave", "last", "--json").stdout)
+    over = next(h for h in doc["history"] if h["event"] == "wave-ended")
+    assert over["launched"] == 2 and over["legs"] == 2, over
+    assert doc["counts"]["failed"] == 1 and doc["counts"]["aborted"] == 1, doc["counts"]
+    assert "2 legs: 0 complete · 1 failed · 0 skipped · 0 running · 1 aborted" in (
+        env.run("wave", "last").stdout
+    )

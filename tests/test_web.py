@@ -427,6 +427,23 @@ def test_hostile_names_prompts_and_output_are_text(env: Env, server: Server) -> 
     assert b"\x1b" not in body  # no terminal escapes either, as spex log --pretty
 
 
+def test_the_wave_pages_count_legs_as_the_cli_does(env: Env, server: Server) -> None:
+    """Issue 38, item 8: the waves list and a wave's page say its legs in the
+    one grammar, and a failed leg's line says `failed` once."""
+    env.run("new", "ok", "--", harness("exit0.sh"))
+    env.run("new", "bad", "--", "sh", "-c", "exit 1")
+    r = env.run("fanout", "ok", "bad", "-m", "go", "--window", "10", "--json")
+    wave = json.loads(r.stdout)["id"]
+    counted = "2 legs: 1 complete · 1 failed · 0 skipped · 0 running"
+    assert counted in env.run("wave", "last").stdout
+    _, _, body = server.request("GET", "/waves")
+    assert counted in body.decode(), body
+    _, _, body = server.request("GET", f"/w/{wave}")
+    text = body.decode()
+    assert f"wave {wave}: partial · {counted}" in text, text
+    assert re.search(r"bad: failed turn \S+ rc=1<", text) and "ended failed" not in text, text
+
+
 def test_events_stream_names_session_and_turn_and_resumes_without_gaps(
     env: Env, server: Server
 ) -> None:

@@ -49,7 +49,7 @@ from spexsup.cli.params import (
 )
 from spexsup.cli.progress import LegsView, PlainLegs, leg_line, summary
 from spexsup.cli.render import document, print_json, with_iso
-from spexsup.cli.spend import leg_costs, spend_text, with_spend
+from spexsup.cli.spend import leg_costs, with_spend
 from spexsup.errors import Invalid
 
 if TYPE_CHECKING:
@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 
 # Whatever the window, a signalled fan-out is gone this long after the first signal.
 HARD_EXIT_AFTER = 8.0
-SUCCESS = ("confirmed", "completed")
 
 
 class WaitInterrupted(BaseException):
@@ -615,7 +614,7 @@ def fleet_fanout(
             cfg, state, groups, prompt, options=options, turn_options=given, match=match
         )
     if as_json:
-        print_json(with_iso(doc))
+        print_json(with_iso(with_counts(doc)))
     else:
         fleet_text(doc)
     if doc["state"] != "complete":
@@ -623,7 +622,8 @@ def fleet_fanout(
 
 
 def fleet_text(doc: dict[str, Any]) -> None:
-    """A fleet wave: its legs as `HOST:NAME: verdict …`, then its state."""
+    """A fleet wave: its legs as `HOST:NAME: verdict …`, then its state and
+    its legs by outcome, as a local wave's summary says them."""
     hosts_n = len(doc["hosts"])
     typer.echo(
         f"wave {doc['id']}: {len(doc['legs'])} leg{'s' * (len(doc['legs']) != 1)}"
@@ -631,13 +631,18 @@ def fleet_text(doc: dict[str, Any]) -> None:
     )
     for leg in doc["legs"]:
         typer.echo("  " + leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"}))
-    ok = sum(leg.get("verdict") in SUCCESS for leg in doc["legs"])
-    spent = spend_text(doc)
-    typer.echo(
-        f"wave {doc['id']}: {doc['state']} · ok {ok} · failed {len(doc['legs']) - ok}"
-        + (f" · {spent}" if spent else "")
-    )
+    typer.echo(summary({**doc, "kind": "fleet"}))
     if doc["retry_of"]:
         typer.echo(f"retry of {doc['retry_of']}")
     if doc["retried_by"]:
         typer.echo(f"retried by {', '.join(doc['retried_by'])}")
+
+
+def with_counts(doc: dict[str, Any]) -> dict[str, Any]:
+    """A fleet wave's document with its `counts` by outcome, as a local
+    wave's has them (`wavedoc.tally`; recorded when it launched)."""
+    if "counts" in doc:
+        return doc
+    from spexsup.wavedoc import tally
+
+    return {**doc, "counts": tally(doc)}

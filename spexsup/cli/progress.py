@@ -47,10 +47,13 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
         return "queued"
     directory = turndir.path(home, leg["session"], leg["turn"]) if leg["turn"] else None
     checked = _check_stage(directory, now) if directory is not None else ""
-    if leg["verdict"] not in (*SUCCESS, "unconfirmed", "queued"):
+    from spexsup.wavedoc import launched
+
+    state = leg.get("turn_state")
+    ran = launched(leg) and state not in ACTIVE  # a turn that failed in its window ran
+    if leg["verdict"] not in (*SUCCESS, "unconfirmed", "queued") and not ran:
         verdict = f"{leg['verdict']}, {checked}" if checked else str(leg["verdict"])
         return f"{verdict}: {leg['error']}" if leg["error"] else verdict
-    state = leg.get("turn_state")
     if state in ACTIVE:
         if checked:
             return checked
@@ -58,7 +61,13 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
             return "producing output"
         return "confirmed"
     rc = "" if leg["rc"] is None else f" rc={leg['rc']}"
-    return f"ended {state}{rc}" + (f", {checked}" if checked else "")
+    line = f"ended {state}{rc}" + (f", {checked}" if checked else "")
+    from spexsup.outcome import beyond_exit
+
+    error = leg.get("turn_error") or leg["error"]
+    # A failed check says its own words (`verify failed (rc 1)`), not its error again.
+    why = beyond_exit(error, leg["rc"]) if state != "complete" and not checked else None
+    return f"{line}: {why}" if why else line
 
 
 def _check_stage(turn_dir: Path, now: float) -> str:
@@ -112,7 +121,8 @@ def ended(text: str) -> bool:
 
 
 class LegsView:
-    """The live table: SESSION, STAGE, ELAPSED (and the turn), redrawn in place.
+    """The live table: SESSION, STAGE, ELAPSED (and the turn), redrawn in
+    place, over a footer that counts the legs by outcome (`count_line`).
 
     `update` may be called from any thread (the launch threads call it);
     rich's `Live` renders from its own thread. NO_COLOR is honoured by rich.
@@ -168,9 +178,10 @@ class LegsView:
         for column in columns:
             table.add_column(column, no_wrap=column != "STAGE")
         legs = [(leg, stage(leg, self.home, now)) for leg in doc["legs"]]
-        # At most the terminal's height: the header never scrolls off. The
-        # legs still running first; the rest counted on a `+N more` line.
-        room = max(1, self.console.size.height - 3)
+        # At most the terminal's height: the header and the footer (the legs
+        # by outcome) never scroll off. The legs still running first; the
+        # rest counted on a `+N more` line.
+        room = max(1, self.console.size.height - 4)
         hidden = 0
         if len(legs) > room:
             legs.sort(key=lambda pair: ended(pair[1]))  # stable: running ones first
@@ -190,7 +201,12 @@ class LegsView:
             table.add_row(*cells, style=style)
         if hidden:
             table.add_row(f"+{hidden} more", "", "", "")
-        return table
+        from rich.console import Group
+        from rich.text import Text
+
+        from spexsup.wavedoc import count_line
+
+        return Group(table, Text(count_line(doc), no_wrap=True, overflow="ellipsis"))
 
     def _cost(self, doc: dict[str, Any], leg: dict[str, Any], text: str) -> str:
         if not text.startswith("ended") or self.costs is None:
@@ -232,14 +248,21 @@ class PlainLegs:
 
 
 def leg_line(leg: dict[str, Any]) -> str:
-    parts = [f"{leg['session']}: {leg['verdict'] or leg['status']}"]
+    """`bad: failed turn T rc=1`, `d: confirmed turn T ended failed rc=3 (cause)`:
+    the verdict, the turn, its end (unless the verdict said it: `failed …
+    ended failed`), and the cause only where it says more than that."""
+    verdict = leg["verdict"] or leg["status"]
+    parts = [f"{leg['session']}: {verdict}"]
     if leg["verdict"] == "queued" and leg["turn"] is None:
         waits = f"; waits for {leg['waits']}" if leg.get("waits") else ""
         parts.append(f"{leg.get('queued')} (position {leg.get('position')}{waits})")
     if leg["turn"]:
         parts.append(f"turn {leg['turn']}")
-    if leg.get("turn_state"):
-        parts.append(f"ended {leg['turn_state']}" if leg["turn_state"] != "running" else "running")
+    state = leg.get("turn_state")
+    if state == "running":
+        parts.append("running")
+    elif state and SAID_BY.get(verdict) != state:
+        parts.append(f"ended {state}")
     if leg["rc"] is not None:
         parts.append(f"rc={leg['rc']}")
     if leg.get("verify"):
@@ -257,7 +280,9 @@ def leg_line(leg: dict[str, Any]) -> str:
         parts.append(
             "· " + usage.from_json({"usage": leg["usage"], "cost": leg["cost"]}).cost_text()
         )
-    error = leg.get("turn_error") or leg["error"]
+    from spexsup.outcome import beyond_exit
+
+    error = beyond_exit(leg.get("turn_error") or leg["error"], leg["rc"])
     if error:
         parts.append(f"({error})")
     elif [f for f in leg.get("flags") or () if f != "verified" or not leg.get("verify")]:
@@ -269,19 +294,22 @@ def leg_line(leg: dict[str, Any]) -> str:
     return one_line(" ".join(parts))
 
 
-def counts_line(doc: dict[str, Any]) -> str:
-    from spexsup.wavedoc import counts
+# A verdict that already says its turn's end: `failed turn T`, not `… ended failed`.
+SAID_BY = {"failed": "failed", "completed": "complete", "skipped": "skipped", "aborted": "aborted"}
 
-    c = counts(doc)
-    parts = [f"launched {c['launched']}/{c['legs']}"]
-    kinds = ("pending", "queued", "running", "ok", "failed", "aborted")
-    parts += [f"{k} {c.get(k, 0)}" for k in kinds if c.get(k)]
-    if len(parts) == 1:
-        parts.append("ok 0")
-    return " · ".join(parts)
+
+def counts_line(doc: dict[str, Any]) -> str:
+    """A local wave's legs by outcome (`wavedoc.count_line`); a fleet wave's
+    with its hosts."""
+    from spexsup.wavedoc import count_line
+
+    if doc.get("kind") == "fleet":
+        return count_line(doc, hosts=len(doc.get("hosts") or []))
+    return count_line(doc)
 
 
 def summary(doc: dict[str, Any]) -> str:
+    """`wave W: partial · 3 legs: 1 complete · 1 failed · 0 skipped · 1 running · $0.09`."""
     detached = " (detached)" if doc.get("detached_at") and doc["state"] == "running" else ""
     spent = spend_text(doc)
     line = f"wave {doc['id']}: {doc['state']}{detached} · {counts_line(doc)}" + (

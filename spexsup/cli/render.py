@@ -301,8 +301,11 @@ def turn_line(t: dict[str, Any]) -> str:
         line += ", never confirmed its start"  # it never ran: no exit of its own
     if t.get("cost") and t["cost"].get("amount") is not None:
         line += f"  {spend_of(t).cost_text()}"
-    if t["error"]:
-        line += f"  ({t['error']})"
+    from spexsup.outcome import beyond_exit
+
+    error = beyond_exit(t["error"], t["rc"])
+    if error:
+        line += f"  ({error})"
     elif states.ORPHANED in (t.get("flags") or ()) and t["state"] in states.ACTIVE:
         pids = ", ".join(map(str, t.get("survivors") or ())) or "unknown"
         line += (
@@ -536,8 +539,11 @@ def verdict_line(name: str, v: dict[str, Any]) -> str:
     if v.get("attempts", 1) > 1:
         line += f" after {v['attempts']} attempts"
     line += f" ({repeat}it {now_words(v['state'])})" if repeat else f" ({v['elapsed_ms']} ms)"
-    if v["error"]:
-        line += f": {v['error']}"
+    from spexsup.outcome import beyond_exit
+
+    error = beyond_exit(v["error"], v["rc"])
+    if error:
+        line += f": {error}"
     elif v.get("flags"):
         from spexsup.outcome import describe
 
@@ -567,7 +573,10 @@ def ended_line(e: dict[str, Any]) -> str:
     """`api: turn T failed rc=1 (agent-error): <message>`, what `spex wait`
     prints per turn."""
     words = end_words(e["state"], e["rc"], e.get("cause"))
-    why = f": {e['error']}" if e["error"] and e["state"] != "complete" else ""
+    from spexsup.outcome import beyond_exit
+
+    said = beyond_exit(e["error"], e["rc"]) if e["state"] != "complete" else None
+    why = f": {said}" if said else ""
     if not why and e.get("flags"):
         from spexsup.outcome import describe
 

@@ -1,13 +1,13 @@
 """`spex wave [ls] | [show] WAVE`: the fan-out waves, this host's and those
 across hosts. `spex waves` is the same command under its old name."""
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from spexsup.cli import complete
 from spexsup.cli.app import ListingGroup, app, open_spex
-from spexsup.cli.fanout import SUCCESS, fleet_text
+from spexsup.cli.fanout import fleet_text, with_counts
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.progress import counts_line, leg_line, summary
 from spexsup.cli.render import document, print_json, table, with_iso
@@ -71,7 +71,7 @@ def _list(ctx: typer.Context, *, as_json: bool) -> None:
     docs += [{**d, "kind": "fleet"} for d in fleet.list_docs(resolve_home(ctx.find_root().obj))]
     docs.sort(key=lambda d: float(d.get("created_at") or 0), reverse=True)
     if as_json:
-        print_json([document(with_iso(d)) for d in docs])
+        print_json([document(with_iso(with_counts(d))) for d in docs])
         return
     if not docs:
         typer.echo("no waves yet")
@@ -83,21 +83,12 @@ def _list(ctx: typer.Context, *, as_json: bool) -> None:
                 d["id"],
                 d["kind"],
                 d["state"],
-                fleet_counts(d) if d["kind"] == "fleet" else counts_line(d),
+                counts_line(d),
                 d.get("retry_of") or "-",
             ]
             for d in docs
         ],
     )
-
-
-def fleet_counts(doc: dict[str, Any]) -> str:
-    """A fleet wave's legs as recorded when it launched: hosts, ok, failed."""
-    legs = doc["legs"]
-    ok = sum(leg.get("verdict") in SUCCESS for leg in legs)
-    hosts_n = len(doc.get("hosts") or [])
-    on = f"{len(legs)} on {hosts_n} host{'s' * (hosts_n != 1)}"
-    return f"{on} · ok {ok} · failed {len(legs) - ok}"
 
 
 @wave_app.command("show")
@@ -118,7 +109,7 @@ def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> No
         state = resolve_home(ctx.find_root().obj)
         fleet_doc = fleet.load(state, fleet.resolve(state, wave))
         if as_json:
-            print_json(document(with_iso(fleet_doc)))
+            print_json(document(with_iso(with_counts(fleet_doc))))
         else:
             fleet_text(fleet_doc)
         return

@@ -149,7 +149,6 @@ def wave_list(spex: Spex) -> list[dict[str, Any]]:
     with the LEGS cell `spex wave ls` prints."""
     from spexsup import fleet, waves
     from spexsup.cli.progress import counts_line
-    from spexsup.cli.waves import fleet_counts
 
     docs = [{**d, "kind": d.get("kind", "local")} for d in waves.list_waves(spex)]
     docs += [{**d, "kind": "fleet"} for d in fleet.list_docs(spex.home)]
@@ -159,7 +158,7 @@ def wave_list(spex: Spex) -> list[dict[str, Any]]:
             "id": d["id"],
             "kind": d["kind"],
             "state": d["state"],
-            "legs": fleet_counts(d) if d["kind"] == "fleet" else counts_line(d),
+            "legs": counts_line(d),
             "retry_of": d.get("retry_of") or "-",
         }
         for d in docs
@@ -184,7 +183,7 @@ def wave(spex: Spex, ident: str) -> dict[str, Any]:
         ]
         return {
             "id": doc["id"],
-            "summary": f"wave {doc['id']}: {doc['state']}",
+            "summary": summary({**doc, "kind": "fleet"}),
             "legs": legs,
             "prompt": doc.get("prompt_head", ""),
             "sessions": [],
