@@ -56,7 +56,14 @@ from typing import TYPE_CHECKING, Any
 from spexsup import durations, events
 from spexsup.errors import Failed, Invalid, Refused, SpexError, clip, unknown_key
 from spexsup.paths import ensure_private_dir, own_python
-from spexsup.procs import Liveness, descendants, identity_liveness, own_identity
+from spexsup.procs import (
+    Liveness,
+    become_subreaper,
+    descendants,
+    identity_liveness,
+    own_identity,
+    reap_children,
+)
 
 if TYPE_CHECKING:
     import sqlite3
@@ -104,9 +111,9 @@ class Hook:
         """`kind` as stored (an event recorded under an old name matches its new one)."""
         if "*" not in self.on and events.kind_of(kind) not in self.on:
             return False
-        if not self.sessions:
-            return True
-        return session is not None and any(fnmatch.fnmatchcase(session, g) for g in self.sessions)
+        return not self.sessions or (
+            session is not None and any(fnmatch.fnmatchcase(session, g) for g in self.sessions)
+        )
 
 
 def _strings(value: object) -> tuple[str, ...] | None:
@@ -379,7 +386,7 @@ def _head(event: dict[str, Any], key: str) -> str:
 def run_hook(home: Path, event: dict[str, Any], hook: Hook) -> Outcome:
     """Run one hook now, in the foreground; what happened goes to hooks.log.
 
-    Call it in a child subreaper (`become_subreaper`) that has no children
+    Call it in a child subreaper (`procs.become_subreaper`) that has no children
     of its own: a `run` hook's leftovers are reaped with `waitpid(-1)`."""
     values = variables(home, event)
     started = time.monotonic()
@@ -401,16 +408,6 @@ def run_hook(home: Path, event: dict[str, Any], hook: Hook) -> Outcome:
         text += f"\n  | [output truncated: {dropped} more bytes after the first {len(output)}]"
     events.log_line(home, text)
     return outcome
-
-
-def become_subreaper() -> None:
-    """Adopt our orphaned descendants (prctl PR_SET_CHILD_SUBREAPER), so a
-    hook's background process stays ours to wait for and kill. Best effort:
-    without it, leftovers outside the hook's tree are out of reach."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
 
 
 def _run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[Outcome, bytes, int]:
@@ -451,19 +448,6 @@ def _run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[Outcome,
                 os.close(fd)
 
 
-def _reap() -> tuple[list[tuple[int, int]], bool]:
-    """(pid, wait status) of every child that ended; and whether any is left."""
-    ended: list[tuple[int, int]] = []
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return ended, False
-        if pid == 0:
-            return ended, True
-        ended.append((pid, status))
-
-
 def _drain(fd: int) -> None:
     with contextlib.suppress(BlockingIOError):
         while os.read(fd, 4096):
@@ -492,7 +476,7 @@ def _watch(pid: int, out_r: int, wake_r: int, timeout: float) -> tuple[Outcome, 
     status: int | None = None
     reading = True
     while True:
-        ended, left = _reap()
+        ended, left = reap_children()
         for child, child_status in ended:
             if child == pid:
                 status = child_status
@@ -534,7 +518,7 @@ def _kill_left(pid: int, status: int | None, wake_r: int, timeout: float) -> Out
             with contextlib.suppress(OSError):
                 os.kill(child, signal.SIGKILL)
                 killed.add(child)
-        ended, left = _reap()
+        ended, left = reap_children()
         for child, child_status in ended:
             killed.add(child)
             if child == pid:

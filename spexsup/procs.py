@@ -9,6 +9,7 @@ make proves nothing either way.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import signal
@@ -337,3 +338,26 @@ def fd_holders(links: Collection[str], skip: Collection[int] = ()) -> list[int]:
                 found.append(int(entry.name))
                 break
     return found
+
+
+def become_subreaper() -> None:
+    """Adopt our orphaned descendants (prctl PR_SET_CHILD_SUBREAPER), so a
+    child's background process stays ours to wait for and kill. Best effort:
+    without it, leftovers outside its tree are out of reach."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+
+
+def reap_children() -> tuple[list[tuple[int, int]], bool]:
+    """(pid, wait status) of every child that ended; and whether any is left."""
+    ended: list[tuple[int, int]] = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return ended, False
+        if pid == 0:
+            return ended, True
+        ended.append((pid, status))

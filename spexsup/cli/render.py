@@ -633,45 +633,6 @@ def removed_lines(d: dict[str, Any]) -> list[str]:
     return [*(clean(f"{n}: {line}") for line in d.get("notes") or []), f"removed {n}"]
 
 
-class WaitProgress:
-    """`spex wait`'s output: one plain line per turn end as it happens and, when
-    `live` (a terminal, several sessions), a counter line redrawn in place:
-    `2/5 ended · 1 failed · 3m12s`. No colour, so NO_COLOR has nothing to undo."""
-
-    def __init__(self, total: int, *, live: bool) -> None:
-        self.total = total
-        self.live = live
-        self.count = 0
-        self.failed = 0
-        self.started = time.monotonic()
-        self.shown = False
-
-    def ended(self, e: Any) -> None:
-        self.count += 1
-        self.failed += int(e.state != "complete")
-        self._clear()
-        sys.stdout.write(ended_line(e.as_json()) + "\n")
-        self.tick()
-
-    def tick(self) -> None:
-        if self.live and self.count < self.total:
-            took = int(time.monotonic() - self.started)
-            line = f"{self.count}/{self.total} ended · {self.failed} failed"
-            line += f" · {took // 60}m{took % 60:02d}s"
-            sys.stdout.write(f"\r\x1b[K{line}")
-            self.shown = True
-        sys.stdout.flush()
-
-    def _clear(self) -> None:
-        if self.shown:
-            sys.stdout.write("\r\x1b[K")
-            self.shown = False
-
-    def close(self) -> None:
-        self._clear()
-        sys.stdout.flush()
-
-
 # --- spex top: the table (piped) and the screen's rows (cli.top_screen) ---
 
 TOP_HEADERS = ("NAME", "STATE", "TURN", "AGE", "COST", "FLAGS", "LAST OUTPUT")

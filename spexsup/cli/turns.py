@@ -367,7 +367,7 @@ def wait(
         # Each entry is the turn's one JSON shape, plus `turn` (its id) as before.
         print_json([{**load_turn(spex, e.turn), "turn": e.turn} for e in ended if e.turn])
         raise typer.Exit(int(any(e.exit_code for e in ended)))
-    from spexsup.cli.render import WaitProgress
+    from spexsup.cli.progress import WaitProgress
 
     # Each end is printed as it happens; on a terminal a counter line follows.
     progress = WaitProgress(len(names), live=sys.stdout.isatty() and len(names) > 1)
