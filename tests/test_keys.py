@@ -144,8 +144,17 @@ def test_a_failed_start_stays_failed_under_its_key(env: Env) -> None:
     assert count(env, "turns", "a") == 1
 
 
+def held(env: Env) -> tuple[str, Path]:
+    """A script whose turn with the prompt `first` runs until the go file
+    exists (the command harness passes the prompt as $0): a test gates on
+    it, never on a sleep outlasting its checks on a loaded machine."""
+    go = env.root / "go"
+    return f'if [ "$0" = first ]; then while [ ! -e {go} ]; do sleep 0.05; done; fi', go
+
+
 def test_a_queued_key_is_queued_once_and_then_names_its_turn(env: Env) -> None:
-    new(env, "a", "sleep 1.5")
+    script, go = held(env)
+    new(env, "a", script)
     assert wake(env, "a", "first", "--window", "0.3")[1]["verdict"] == "confirmed"
     code, queued = wake(env, "a", "--queue", "--key", "q", "second")
     assert (code, queued["verdict"], queued["position"], queued["repeat"]) == (
@@ -166,6 +175,7 @@ def test_a_queued_key_is_queued_once_and_then_names_its_turn(env: Env) -> None:
     code, plain = wake(env, "a", "--key", "q", "second")
     assert (code, plain["verdict"], plain["queued"]) == (0, "queued", queued["queued"])
     assert count(env, "queue") == 1
+    go.touch()
     # Launched by the end of the first turn: the key follows the entry into its turn.
     assert retry_until(lambda: count(env, "turns", "a") == 2 and count(env, "queue") == 0, 30)
     code, later = wake(env, "a", "--queue", "--key", "q", "second")
@@ -178,7 +188,8 @@ def test_a_queued_key_is_queued_once_and_then_names_its_turn(env: Env) -> None:
 
 
 def test_a_keyed_after_wake_is_queued_once(env: Env) -> None:
-    new(env, "a", "sleep 2")
+    script, go = held(env)
+    new(env, "a", script)
     new(env, "b", "exit 0")
     assert wake(env, "a", "first", "--window", "0.3")[1]["verdict"] == "confirmed"
     code, queued = wake(env, "b", "--after", "a", "--key", "k", "review")
@@ -191,6 +202,7 @@ def test_a_keyed_after_wake_is_queued_once(env: Env) -> None:
         True,
     )
     assert count(env, "queue") == 1
+    go.touch()
     # a completes, b's prompt launches: the key names that turn.
     assert retry_until(lambda: count(env, "turns", "b") == 1 and count(env, "queue") == 0, 30)
     later = wake(env, "b", "--after", "a", "--key", "k", "review")[1]
