@@ -127,6 +127,15 @@ def of_turn(turn: str) -> list[psutil.Process]:
     return found
 
 
+def cmdline(proc: psutil.Process) -> str:
+    """Its command line, or "" for one that ended meanwhile (a turn's
+    short-lived children, such as the `sleep` of a waiting loop)."""
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def ended_leaving_nothing(env: Env, name: str, turn: str) -> None:
     """The wrapper recorded the turn's end; once it handed the pane back to
     a shell, no process of the turn is left."""
@@ -275,7 +284,7 @@ def test_the_wrapper_and_another_sessions_agent_survive_kill(sbx: Env) -> None:
     new(sbx, "other", "--env", f"GO={go}", agent="until_go.sh")
     other = wake(sbx, "other", "work", window="0.3")
     assert other["verdict"] == "confirmed", other
-    [agent] = [p for p in of_turn(other["turn"]) if "until_go.sh" in " ".join(p.cmdline())]
+    [agent] = [p for p in of_turn(other["turn"]) if "until_go.sh" in cmdline(p)]
     work = new(sbx, "a", "--sandbox")
     v = wake(sbx, "a", "kill", window="0.3")
     assert v["verdict"] == "confirmed", v
