@@ -962,3 +962,42 @@ def test_a_leg_that_failed_inside_its_window_was_launched(env: Env) -> None:
     assert "2 legs: 0 complete · 1 failed · 0 skipped · 0 running · 1 aborted" in (
         env.run("wave", "last").stdout
     )
+
+
+def on_a_terminal(env: Env, *args: str) -> list[str]:
+    """What `spex ARGS` prints on an 80x24 terminal, colour removed."""
+    import pexpect
+
+    child = pexpect.spawn(SPEX, list(args), env=env.vars, dimensions=(24, 80), encoding="utf-8")
+    child.expect(pexpect.EOF, timeout=30)
+    text = (child.before or "").replace("\r", "")
+    return [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in text.splitlines() if ln]
+
+
+def test_a_waves_lines_fit_80_columns_on_a_terminal_and_stay_whole_in_a_pipe(env: Env) -> None:
+    """Issue 38 items 8 and 17: the one count grammar made a wave's summary
+    and `wave ls` rows wider than 80 columns; on a terminal the summary wraps
+    at a word and the table gives up the retry column, the kind and the
+    outcomes no leg had, never the wave or its state. A pipe keeps each
+    line whole."""
+    for name in ("ok", "bad"):
+        env.run("new", name, "--", "bash", "-c", "exit 0" if name == "ok" else "exit 1")
+    r = env.run("fanout", "ok", "bad", "-m", "go", "--wait", timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    r = env.run("fanout", "--retry-failed", "last", "--wait", timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    piped = env.run("wave", "last").stdout.splitlines()[0]
+    assert len(piped) > 80 and "1 legs" not in piped, piped
+    assert "1 leg: 0 complete · 1 failed · 0 skipped · 0 running" in piped, piped
+    shown = on_a_terminal(env, "wave", "last")
+    assert all(len(ln) <= 80 for ln in shown), shown
+    # The summary, wrapped at a word: the same words as the pipe's one line.
+    wrapped = shown[: next(i for i, ln in enumerate(shown) if ln.startswith("prompt:"))]
+    assert len(wrapped) == 2 and " ".join(ln.strip() for ln in wrapped) == piped, wrapped
+    listed = on_a_terminal(env, "wave", "ls")
+    assert all(len(ln) <= 80 for ln in listed), listed
+    assert listed[0].split() == ["WAVE", "KIND", "STATE", "LEGS"], listed
+    assert re.match(r"w\S+ +local +failed +1 leg: 1 failed$", listed[1]), listed
+    assert re.match(r"w\S+ +local +partial +2 legs: 1 complete · 1 failed$", listed[2]), listed
+    piped_ls = env.run("wave", "ls").stdout.splitlines()
+    assert piped_ls[0].split() == ["WAVE", "KIND", "STATE", "LEGS", "RETRY", "OF"], piped_ls

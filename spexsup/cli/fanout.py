@@ -535,13 +535,9 @@ def run_wave(
             for leg in doc["legs"]:
                 if leg["session"] not in shown:
                     typer.echo("  " + leg_line(leg))
-        # On a terminal the summary wraps at a word; a pipe gets one line.
-        import shutil
-
         from spexsup.cli import fit
 
-        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 0
-        for line in fit.wrap(summary(doc), width):
+        for line in fit.for_stdout(summary(doc)):
             typer.echo(line)
         if kept is not None:
             for line in kept.lines:
@@ -631,7 +627,10 @@ def fleet_text(doc: dict[str, Any]) -> None:
     )
     for leg in doc["legs"]:
         typer.echo("  " + leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"}))
-    typer.echo(summary({**doc, "kind": "fleet"}))
+    from spexsup.cli import fit
+
+    for line in fit.for_stdout(summary({**doc, "kind": "fleet"})):
+        typer.echo(line)
     if doc["retry_of"]:
         typer.echo(f"retry of {doc['retry_of']}")
     if doc["retried_by"]:

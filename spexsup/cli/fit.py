@@ -88,6 +88,15 @@ def wrap(line: str, width: int, *, indent: str = "  ") -> list[str]:
     ) or [line]
 
 
+def for_stdout(line: str) -> list[str]:
+    """`line` wrapped at a word to the terminal's width when stdout is one;
+    whole for a pipe (a script reads one line)."""
+    import shutil
+    import sys
+
+    return wrap(line, shutil.get_terminal_size().columns if sys.stdout.isatty() else 0)
+
+
 def _first_clause(cell: str) -> str:
     """`5s ago, ran 2s` -> `5s ago`; `missing (spex up), worktree missing` -> `missing`."""
     return re.split(r",| \(", cell, maxsplit=1)[0]
@@ -107,6 +116,23 @@ def _state_word(cell: str) -> str:
     """`idle (leased) +2 queued` -> `idle +2`."""
     queued = re.search(r"\+(\d+) queued", cell)
     return cell.split(" ")[0] + (f" +{queued.group(1)}" if queued else "")
+
+
+def _outcomes_said(cell: str) -> str:
+    """`3 legs: 3 complete · 0 failed · 0 skipped · 0 running` -> `3 legs: 3
+    complete`: on a narrow terminal the outcomes no leg had go."""
+    head, sep, outcomes = cell.partition(": ")
+    said = [part for part in outcomes.split(" · ") if not part.startswith("0 ")]
+    return f"{head}{sep}{' · '.join(said)}" if sep and said else cell
+
+
+# `spex wave ls` on a terminal keeps WAVE, STATE and the legs: the retried
+# wave and the kind go, the count keeps the outcomes some leg had.
+WAVE_STEPS: Mapping[str, Sequence[Step]] = {
+    "RETRY OF": (DROP,),
+    "LEGS": (_outcomes_said,),
+    "KIND": (DROP,),
+}
 
 
 # `spex ls` on a terminal keeps NAME, STATE, the turn and its age: the

@@ -76,6 +76,8 @@ def _list(ctx: typer.Context, *, as_json: bool) -> None:
     if not docs:
         typer.echo("no waves yet")
         return
+    from spexsup.cli import fit
+
     table(
         ["WAVE", "KIND", "STATE", "LEGS", "RETRY OF"],
         [
@@ -88,6 +90,7 @@ def _list(ctx: typer.Context, *, as_json: bool) -> None:
             ]
             for d in docs
         ],
+        narrow=fit.WAVE_STEPS,
     )
 
 
@@ -123,7 +126,10 @@ def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> No
     if as_json:
         print_json(document(with_iso({"id": doc["id"], "kind": doc.get("kind", "local"), **doc})))
         return
-    typer.echo(summary(doc))
+    from spexsup.cli import fit
+
+    for line in fit.for_stdout(summary(doc)):
+        typer.echo(line)
     typer.echo(f"prompt: {doc.get('prompt_head', '')[:80]!r}")
     if doc["retry_of"]:
         typer.echo(f"retry of {doc['retry_of']}")
