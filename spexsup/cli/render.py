@@ -131,7 +131,7 @@ def shorten_path(path: str, width: int) -> str:
 # The colour a session's state is shown in, as an ANSI colour number (curses
 # numbers them the same): failed red, running green, stopped yellow; any
 # other state in the terminal's own colours.
-STATE_COLORS = {states.FAILED: 1, states.BUSY: 2, states.STOPPED: 3}
+STATE_COLORS: dict[str, int] = {states.FAILED: 1, states.BUSY: 2, states.STOPPED: 3}
 COLOR_CHOICES = ("auto", "always", "never")
 
 
