@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spexsup import dequeuer, ledger, wavedoc
+from spexsup import dequeuer, ledger, states, wavedoc
 from spexsup.errors import warn
 from spexsup.pane import marker, report, turndir
 from spexsup.pane.marker import Marker, Stage
@@ -95,12 +95,12 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
                 directory,
                 state="interrupted",
                 error="machine rebooted",
-                launched=row["state"] == "running",
+                launched=row["state"] == states.TurnState.RUNNING,
             )
             continue
         launcher = identity_liveness(row["launcher_pid"], row["launcher_token"])
         directory = turndir.path(spex.home, name, turn)
-        if row["state"] == "starting" and launcher is not Liveness.DEAD:
+        if row["state"] == states.TurnState.STARTING and launcher is not Liveness.DEAD:
             deferred = _deferred_until(directory)
             if deferred is None:
                 continue
