@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import lease, ledger
+from spexsup import lease, ledger, states
 from spexsup.config import Retention
 from spexsup.errors import UnknownSession
 from spexsup.pane import turndir
@@ -414,7 +414,7 @@ def orphans(store: Store, home: Path, *, now: float | None = None) -> list[Path]
         row = db.execute(
             "SELECT state FROM sessions WHERE name = ?", (session_dir.name,)
         ).fetchone()
-        if row is not None and row["state"] == "removing":
+        if row is not None and row["state"] == states.SessionState.REMOVING:
             continue  # spex rm is at work here
         children = _listdir(session_dir)
         if row is None:

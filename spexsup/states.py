@@ -100,9 +100,14 @@ class Check(StrEnum):
 
 
 class Flag(StrEnum):
-    """A turn's flags, beside its state."""
+    """A turn's flags, beside its state (some carry a value after a colon:
+    `denied:TOOL`, `denied-net:HOST`, `agent-error:…`, `output-lost:N`)."""
 
     VERIFIED = "verified"
+    MAX_TURNS = "max-turns"
+    NO_ANSWER = "no-answer"
+    ASKED_QUESTION = "asked-question"
+    SANDBOXED = "sandboxed"
     # Not a state: a turn still `running` whose wrapper is gone (its pane
     # closed, its tmux server killed) while processes carrying its
     # SPEXSUP_TURN run on (its `survivors`). Only once none is left is it `lost`.

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import dequeuer, ledger
+from spexsup import dequeuer, ledger, states
 from spexsup.pane import marker, turndir
 from spexsup.pane.judgement import Judgement
 from spexsup.states import (
@@ -384,7 +384,7 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
     if row is None:
         return
     flags = json.loads(row["flags"] or "[]")
-    if row["state"] == "complete":
+    if row["state"] == states.TurnState.COMPLETE:
         text = outcome.describe(flags)
     elif row["state"] in ACTIVE:
         # Deferred to the wake still confirming it, which records what we
@@ -393,7 +393,7 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
         text = found.error or outcome.describe(found.flags) or turndir.last_line(turn_dir) or ""
     else:
         text = row["error"] or row["state"]
-        if row["state"] == "aborted" and not row["error"]:
+        if row["state"] == states.TurnState.ABORTED and not row["error"]:
             text = "stopped"
     text = shorter(" ".join(pretty.printable(text).split()), 300)
     write_atomic(turn_dir / turndir.ENDED, text.encode() + b"\n", durable=False)
@@ -607,7 +607,7 @@ def record_exit(
         found = judge(store.home, turn_dir, rc, adapter)
         state = found.state
         error = error or found.error
-        if found.cause == "conversation-gone":
+        if found.cause == states.Cause.CONVERSATION_GONE:
             conversation = None  # what it printed is no conversation to resume
     state = state or end_state(rc if rc is not None else 1)
     lost = marker.lost_flag(final)
@@ -642,8 +642,8 @@ def record_exit(
         if (
             reporter
             and stop_request is None
-            and (rc != 0 or state != "complete")
-            and row["state"] == "starting"
+            and (rc != 0 or state != states.TurnState.COMPLETE)
+            and row["state"] == states.TurnState.STARTING
             and rc
             and (row["attempts"] or 1) <= MAX_RETRIES
             and turn_dir is not None
@@ -680,7 +680,7 @@ def record_exit(
             event=extra,
             ran=ran,
         )
-        if found is not None and found.cause == "conversation-gone":
+        if found is not None and found.cause == states.Cause.CONVERSATION_GONE:
             # Resuming it can only fail the same way again: the next wake
             # (and a --retry-failed) starts a new conversation.
             ledger.forget_conversation(db, session, turn, found.gone)
