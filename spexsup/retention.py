@@ -169,8 +169,10 @@ def _turn_candidates(
     so each session costs two indexed counts and one indexed read of at most
     `limit` rows: no ranking of the whole table, whose size is the problem.
     """
-    query = "SELECT name FROM sessions WHERE state != 'removing' ORDER BY name"
-    names = [r[0] for r in db.execute(query)]  # spex rm owns a session being removed
+    query = "SELECT name FROM sessions WHERE state != ? ORDER BY name"
+    names = [
+        r[0] for r in db.execute(query, (states.SessionState.REMOVING,))
+    ]  # spex rm owns a session being removed
     if sessions is not None:
         names = [n for n in names if n in sessions]
     current, in_waves = _protected(db)

@@ -279,8 +279,8 @@ def _queued(spex: Spex, name: str) -> int:
     """Prompts queued for `name` that will launch (its queue is not paused)."""
     (count,) = spex.store.db.execute(
         "SELECT count(*) FROM queue q JOIN sessions s ON s.name = q.session"
-        " WHERE q.session = ? AND s.state != 'stopped'",
-        (name,),
+        " WHERE q.session = ? AND s.state != ?",
+        (name, states.SessionState.STOPPED),
     ).fetchone()
     return int(count)
 
