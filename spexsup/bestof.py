@@ -150,7 +150,7 @@ def keep(spex: Spex, wave_id: str, leg: str, *, force: bool = False) -> list[Leg
             except Refused:
                 outcomes.append(LegOutcome(other, "gone", ["already removed"]))
                 continue
-            outcomes.append(LegOutcome(other, "refused", [e.line()], e.exit_code))
+            outcomes.append(LegOutcome(other, states.Verdict.REFUSED, [e.line()], e.exit_code))
             continue
         except Failed as e:
             outcomes.append(LegOutcome(other, "failed", [e.line()], e.exit_code))

@@ -186,7 +186,7 @@ def launched(db: sqlite3.Connection, *, session: str, turn: str, **payload: Any)
     row = db.execute("SELECT launched_event FROM turns WHERE id = ?", (turn,)).fetchone()
     if row is None or row[0] is not None:
         return None
-    event = record(db, "launched", session=session, turn=turn, **payload)
+    event = record(db, EventKind.LAUNCHED, session=session, turn=turn, **payload)
     db.execute("UPDATE turns SET launched_event = ? WHERE id = ?", (event, turn))
     return event
 

@@ -353,7 +353,7 @@ def _failed_leg(host: str, session: str, error: str) -> dict[str, Any]:
         "host": host,
         "session": session,
         "status": "done",
-        "verdict": "failed",
+        "verdict": states.Verdict.FAILED,
         "turn": None,
         "rc": None,
         "error": error,

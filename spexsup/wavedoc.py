@@ -347,7 +347,9 @@ def mutate(spex: Spex, wave: str, change: Change | None = None) -> Doc:
         merge_turns(db, doc)
         claimed = _settle(doc)
         if doc["ended_at"] is not None and not was_over:
-            events.record(db, "wave-ended", wave=wave, state=doc["state"], counts=counts(doc))
+            events.record(
+                db, states.EventKind.WAVE_ENDED, wave=wave, state=doc["state"], counts=counts(doc)
+            )
         text = json.dumps(doc)
         if text != row["doc"]:
             db.execute(

@@ -234,7 +234,7 @@ class Wave:
                 (wave, states.WaveState.LAUNCHING, now, json.dumps(doc)),
             )
             write_atomic(directory / f"{wave}.json", json.dumps(doc, indent=2).encode())
-            events.record(db, "wave-started", wave=wave, legs=len(names))
+            events.record(db, states.EventKind.WAVE_STARTED, wave=wave, legs=len(names))
         return self
 
     def update(self, change: Change | None = None) -> Doc:
@@ -385,11 +385,15 @@ class Wave:
                 # leg follows it.
                 result["repeat"] = True
         except _AbortedLeg as e:
-            result = {"verdict": "aborted", "status": "aborted", "error": str(e)}
+            result = {
+                "verdict": states.Verdict.ABORTED,
+                "status": states.LegStatus.ABORTED,
+                "error": str(e),
+            }
         except Refused as e:
             result = {"verdict": states.Verdict.REFUSED, "error": e.line()}
         except SpexError as e:
-            result = {"verdict": "failed", "error": e.line()}
+            result = {"verdict": states.Verdict.FAILED, "error": e.line()}
 
         def finished(doc: Doc) -> None:
             _leg(doc, session).update({"status": states.LegStatus.DONE, **result})

@@ -174,7 +174,7 @@ def judge(
 
     failed = sandboxes.failure(turn_dir)
     if failed is not None:
-        return Judgement(FAILED, cause="sandbox", error=failed)
+        return Judgement(FAILED, cause=states.Cause.SANDBOX, error=failed)
     verdict = _judge(home, turn_dir, rc, adapter, verify=verify)
     held = sandboxes.flags(turn_dir)
     verdict.flags = [*verdict.flags, *held]
@@ -200,7 +200,7 @@ def _judge(
     if rc == 126 and (turn_dir / turndir.NO_LOGIN_SHELL).exists():
         return Judgement(
             FAILED,
-            cause="no-login-shell",
+            cause=states.Cause.NO_LOGIN_SHELL,
             error="no login shell could be resolved - turn NOT started"
             " (check $SHELL and its rc files; or login_shell = false in config.toml)",
         )
@@ -212,19 +212,25 @@ def _judge(
         except OSError:
             first = ""
         if "/" in first:  # a path, or a pinned binary (see sessions.check_binary) gone since
-            return Judgement(FAILED, cause="not-found", error=f"{first} not found")
+            return Judgement(FAILED, cause=states.Cause.NOT_FOUND, error=f"{first} not found")
         where = "the login PATH" if (turn_dir / turndir.LOGIN).exists() else "PATH"
         binary = name if name and name != "command" else "the harness"
-        return Judgement(FAILED, cause="not-found", error=f"{binary} not found on {where}")
+        return Judgement(
+            FAILED, cause=states.Cause.NOT_FOUND, error=f"{binary} not found on {where}"
+        )
     from spexsup.pane import budget
 
     over = budget.over(turn_dir)
     if over is not None:
-        return Judgement(FAILED, cause="budget", error=over)
+        return Judgement(FAILED, cause=states.Cause.BUDGET, error=over)
     if rc == 124 and (turn_dir / turndir.TIMED_OUT).exists():
         limit = meta.get("timeout")
         spent = f" ({outcome.span(limit)})" if isinstance(limit, int | float) else ""
-        ended = Judgement("timed-out", cause="timed-out", error=f"ran past its time limit{spent}")
+        ended = Judgement(
+            states.TurnState.TIMED_OUT,
+            cause=states.Cause.TIMED_OUT,
+            error=f"ran past its time limit{spent}",
+        )
         ended.survivors = _survivors(turn_dir)
         if ended.survivors:
             pids = ", ".join(map(str, ended.survivors))

@@ -247,7 +247,7 @@ def _take(spex: Spex, name: str, done: dict[str, Verdict], freed: list[bool]) ->
                 turn = new_turn_id()
                 with spex.store.tx() as db:
                     if not ledger.skip_queued(
-                        db, head.id, name, turn, why, head.wave.id, cause="budget"
+                        db, head.id, name, turn, why, head.wave.id, cause=states.Cause.BUDGET
                     ):
                         return done
                 prompt_path(spex.home, head.id).unlink(missing_ok=True)

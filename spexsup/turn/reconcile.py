@@ -93,7 +93,7 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
                 turn,
                 None,
                 directory,
-                state="interrupted",
+                state=states.TurnState.INTERRUPTED,
                 error="machine rebooted",
                 launched=row["state"] == states.TurnState.RUNNING,
             )
@@ -203,17 +203,21 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
                 turn,
                 None,
                 directory,
-                state="lost",
+                state=states.TurnState.LOST,
                 error=why,
                 launched=True,
                 flags=[ORPHANED] if ran_on else None,
             )
     elif m.stage is Stage.INVALID:
         why = f"the turn's record is unreadable ({m.text!r})"
-        report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+        report.record_exit(
+            spex.store, name, turn, None, directory, state=states.TurnState.LOST, error=why
+        )
     elif _unlaunched(spex, row, directory) is Liveness.DEAD:
         why = "the spex wake that started it died before the turn confirmed its start"
-        report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+        report.record_exit(
+            spex.store, name, turn, None, directory, state=states.TurnState.LOST, error=why
+        )
 
 
 def _orphaned(spex: Spex, row: Any, wrapper: int) -> bool:
