@@ -127,7 +127,7 @@ def keep(spex: Spex, wave_id: str, leg: str, *, force: bool = False) -> list[Leg
         raise Refused(
             f"wave {wave_id} is not a best-of-N wave", hint="spex fanout --worktrees N made those"
         )
-    if doc["state"] == "launching":
+    if doc["state"] == states.WaveState.LAUNCHING:
         raise Refused(f"wave {wave_id} is still launching", hint=f"spex wave {wave_id}")
     legs = [entry["session"] for entry in doc["legs"]]
     if leg in legs:
@@ -150,7 +150,7 @@ def keep(spex: Spex, wave_id: str, leg: str, *, force: bool = False) -> list[Leg
             except Refused:
                 outcomes.append(LegOutcome(other, "gone", ["already removed"]))
                 continue
-            outcomes.append(LegOutcome(other, "refused", [e.line()], e.exit_code))
+            outcomes.append(LegOutcome(other, states.Verdict.REFUSED, [e.line()], e.exit_code))
             continue
         except Failed as e:
             outcomes.append(LegOutcome(other, "failed", [e.line()], e.exit_code))

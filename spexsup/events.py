@@ -27,6 +27,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from spexsup.states import EventKind, SessionState, TurnState
+
 if TYPE_CHECKING:
     import sqlite3
     from pathlib import Path
@@ -38,44 +40,54 @@ SCHEMA_VERSION = 1
 KEEP = 100_000
 PRUNE_EVERY = 1000
 
-TURN_KINDS = (
-    "launched",
-    "confirmed",
-    "completed",
-    "failed",
-    "aborted",
-    "lost",
-    "interrupted",
-    "timed-out",
-    "skipped",
-    "fell-back",
-    "verifying",
-    "verified",
-    "orphaned",
+# Plain strings (their reprs name the kind in messages), from the one enum.
+TURN_KINDS = tuple(
+    k.value
+    for k in (
+        EventKind.LAUNCHED,
+        EventKind.CONFIRMED,
+        EventKind.COMPLETED,
+        EventKind.FAILED,
+        EventKind.ABORTED,
+        EventKind.LOST,
+        EventKind.INTERRUPTED,
+        EventKind.TIMED_OUT,
+        EventKind.SKIPPED,
+        EventKind.FELL_BACK,
+        EventKind.VERIFYING,
+        EventKind.VERIFIED,
+        EventKind.ORPHANED,
+    )
 )
-SESSION_KINDS = (
-    "created",
-    "removed",
-    "stopped",
-    "resumed",
-    "pane-recreated",
-    "conversation-gone",
-    "edited",
-    "queued",
-    "dequeued",
-    "schedule-added",
-    "schedule-removed",
-    "schedule-fired",
+SESSION_KINDS = tuple(
+    k.value
+    for k in (
+        EventKind.CREATED,
+        EventKind.REMOVED,
+        EventKind.STOPPED,
+        EventKind.RESUMED,
+        EventKind.PANE_RECREATED,
+        EventKind.CONVERSATION_GONE,
+        EventKind.EDITED,
+        EventKind.QUEUED,
+        EventKind.DEQUEUED,
+        EventKind.SCHEDULE_ADDED,
+        EventKind.SCHEDULE_REMOVED,
+        EventKind.SCHEDULE_FIRED,
+    )
 )
-OTHER_KINDS = (
-    "wave-started",
-    "wave-ended",
-    "lease-acquired",
-    "lease-released",
-    "lease-recovered",
+OTHER_KINDS = tuple(
+    k.value
+    for k in (
+        EventKind.WAVE_STARTED,
+        EventKind.WAVE_ENDED,
+        EventKind.LEASE_ACQUIRED,
+        EventKind.LEASE_RELEASED,
+        EventKind.LEASE_RECOVERED,
+    )
 )
 KINDS = (*TURN_KINDS, *SESSION_KINDS, *OTHER_KINDS)
-PANE_RECREATED = "pane-recreated"
+PANE_RECREATED = EventKind.PANE_RECREATED.value
 # Old names of kinds (DESIGN §24): still taken where a user names a kind (a
 # hook's `on`, `spex events --kind`) and matching the events stored under
 # them, which keep the name they were recorded with. Removed in a later release.
@@ -94,14 +106,14 @@ def stored_kinds(kinds: tuple[str, ...]) -> tuple[str, ...]:
 
 
 # A turn's end state -> the event that announces it.
-END_KINDS = {
-    "complete": "completed",
-    "failed": "failed",
-    "aborted": "aborted",
-    "lost": "lost",
-    "interrupted": "interrupted",
-    "timed-out": "timed-out",
-    "skipped": "skipped",
+END_KINDS: dict[str, str] = {
+    TurnState.COMPLETE: EventKind.COMPLETED,
+    TurnState.FAILED: EventKind.FAILED,
+    TurnState.ABORTED: EventKind.ABORTED,
+    TurnState.LOST: EventKind.LOST,
+    TurnState.INTERRUPTED: EventKind.INTERRUPTED,
+    TurnState.TIMED_OUT: EventKind.TIMED_OUT,
+    TurnState.SKIPPED: EventKind.SKIPPED,
 }
 DIR = "events"
 TICK = "tick"
@@ -174,7 +186,7 @@ def launched(db: sqlite3.Connection, *, session: str, turn: str, **payload: Any)
     row = db.execute("SELECT launched_event FROM turns WHERE id = ?", (turn,)).fetchone()
     if row is None or row[0] is not None:
         return None
-    event = record(db, "launched", session=session, turn=turn, **payload)
+    event = record(db, EventKind.LAUNCHED, session=session, turn=turn, **payload)
     db.execute("UPDATE turns SET launched_event = ? WHERE id = ?", (event, turn))
     return event
 
@@ -281,9 +293,17 @@ def log_line(home: Path | str, text: str) -> None:
 # --- the status summary ------------------------------------------------------
 
 SUMMARY_QUERY = (
-    "SELECT state, count(*), group_concat(CASE WHEN state = 'failed' THEN name END, ' ')"
+    "SELECT state, count(*), group_concat(CASE WHEN state = ? THEN name END, ' ')"
     " FROM (SELECT name, state FROM sessions ORDER BY name) GROUP BY state"
 )
+
+# A session state -> its count's key in the summary (idle sessions are `ok`).
+SUMMARY_KEYS = {
+    SessionState.RUNNING: "running",
+    SessionState.IDLE: "ok",
+    SessionState.FAILED: "failed",
+    SessionState.STOPPED: "stopped",
+}
 
 
 def summary_text(db: sqlite3.Connection) -> bytes:
@@ -292,13 +312,11 @@ def summary_text(db: sqlite3.Connection) -> bytes:
     stopped, and `attention`, the failed sessions' names. One query."""
     counts = {"running": 0, "ok": 0, "failed": 0, "stopped": 0}
     attention = ""
-    for state, count, names in db.execute(SUMMARY_QUERY):
-        key = {"running": "running", "idle": "ok", "failed": "failed", "stopped": "stopped"}.get(
-            state
-        )
+    for state, count, names in db.execute(SUMMARY_QUERY, (SessionState.FAILED,)):
+        key = SUMMARY_KEYS.get(state)
         if key:
             counts[key] += count
-        if state == "failed":
+        if state == SessionState.FAILED:
             attention = names or ""
     lines = [f"{k}={v}\n" for k, v in counts.items()]
     return ("".join(lines) + f"attention={attention}\n").encode()

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from spexsup import hosts, ids, usage
+from spexsup import hosts, ids, states, usage
 from spexsup.errors import Failed, Invalid, Refused, SpexError
 from spexsup.ids import SCHEMA_VERSION, TURN_OPTIONS, recorded_options, validate_name
 from spexsup.mainwait import results
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 LOCAL = hosts.LOCAL
-SUCCESS = ("confirmed", "completed")
+SUCCESS = states.SUCCESS
 FLEET_PREFIX = "fleet-"
 
 
@@ -321,7 +321,7 @@ def fanout(
     ok = [leg for leg in legs if leg.get("verdict") in SUCCESS]
     waited = "--wait" in options
     if waited:
-        whole = all(w["state"] == "complete" for w in waves) and bool(legs)
+        whole = all(w["state"] == states.WaveState.COMPLETE for w in waves) and bool(legs)
     else:
         whole = len(ok) == len(legs) and bool(legs)
     state_ = "complete" if whole else "failed" if not ok else "partial"
@@ -353,7 +353,7 @@ def _failed_leg(host: str, session: str, error: str) -> dict[str, Any]:
         "host": host,
         "session": session,
         "status": "done",
-        "verdict": "failed",
+        "verdict": states.Verdict.FAILED,
         "turn": None,
         "rc": None,
         "error": error,

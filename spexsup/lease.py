@@ -21,7 +21,7 @@ import sqlite3
 import time
 from typing import Any, NamedTuple
 
-from spexsup import events
+from spexsup import events, states
 from spexsup.errors import Invalid, UnderLease
 from spexsup.ids import validate_name
 from spexsup.procs import Liveness, identity_liveness, kill_members
@@ -109,7 +109,7 @@ def recover(db: sqlite3.Connection, now: float | None = None) -> sqlite3.Row:
             (row["epoch"],),
         )
         why = "holder died" if holder_dead else "deadline passed"
-        events.record(db, "lease-recovered", error=why, epoch=row["epoch"])
+        events.record(db, states.EventKind.LEASE_RECOVERED, error=why, epoch=row["epoch"])
         row = _row(db)
     if row["revoked"] and _older_live_tickets(db, row) == 0:
         kill_command(row)  # nothing of it may outlive the lease

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from spexsup import meter as meters
-from spexsup.states import OUTPUT_LOST
+from spexsup.states import OUTPUT_LOST, Flag
 from spexsup.usage import BAD_USAGE
 
 CHUNK = 1 << 16
@@ -210,9 +210,9 @@ class Spec(NamedTuple):
 
 def _question(out: Outcome) -> None:
     if out.answer is None or not out.answer.strip():
-        out.add("no-answer")
+        out.add(Flag.NO_ANSWER)
     elif out.answer.rstrip().endswith("?"):
-        out.add("asked-question")
+        out.add(Flag.ASKED_QUESTION)
 
 
 # --- claude: `--output-format stream-json` ---------------------------------
@@ -227,14 +227,14 @@ def _claude(event: dict[str, Any], out: Outcome) -> bool:
         if isinstance(denial, dict) and denial.get("tool_name"):
             out.add(f"denied:{_one_line(denial['tool_name'])}")
     if subtype == "error_max_turns":
-        out.add("max-turns")
+        out.add(Flag.MAX_TURNS)
     elif event.get("is_error") or subtype.startswith("error"):
         why = event.get("result") or (event.get("errors") or [None])[0] or subtype or "error"
         out.failed(why, event.get("api_error_status"))
     result = event.get("result")
     out.answer = result if isinstance(result, str) and not event.get("is_error") else None
     if out.answer is None and not event.get("is_error") and subtype != "error_max_turns":
-        out.add("no-answer")
+        out.add(Flag.NO_ANSWER)
     elif out.answer is not None:
         _question(out)
     return True
@@ -242,7 +242,7 @@ def _claude(event: dict[str, Any], out: Outcome) -> bool:
 
 def _claude_finish(out: Outcome) -> None:
     if not out.flags and out.answer is None:
-        out.add("no-answer")  # no result event at all
+        out.add(Flag.NO_ANSWER)  # no result event at all
 
 
 # --- codex: `exec --json` ----------------------------------------------------
@@ -427,21 +427,21 @@ def describe(flags: list[str]) -> str:
         s = "" if len(denied) == 1 else "s"
         parts.append(f"{len(denied)} tool permission{s} denied: {', '.join(denied)}")
     for f in flags:
-        if f == "max-turns":
+        if f == Flag.MAX_TURNS:
             parts.append("stopped at its max turns")
         elif f.startswith("agent-error:"):
             parts.append(f"agent error: {f.split(':', 1)[1]}")
-        elif f == "no-answer":
+        elif f == Flag.NO_ANSWER:
             parts.append("no final answer")
-        elif f == "asked-question":
+        elif f == Flag.ASKED_QUESTION:
             parts.append("ended asking a question")
-        elif f == "verified":
+        elif f == Flag.VERIFIED:
             parts.append("verified")
-        elif f == "sandboxed":
+        elif f == Flag.SANDBOXED:
             parts.append("sandboxed")
         elif f.startswith(BAD_USAGE):
             parts.append(f"{f.removeprefix(BAD_USAGE)} was no usage number: unknown")
-        elif f == "orphaned":
+        elif f == Flag.ORPHANED:
             parts.append("its agent outlived its pane")
         elif f.partition(":")[0] == OUTPUT_LOST:
             lost = f.partition(":")[2]

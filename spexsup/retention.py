@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import lease, ledger
+from spexsup import lease, ledger, states
 from spexsup.config import Retention
 from spexsup.errors import UnknownSession
 from spexsup.pane import turndir
@@ -169,8 +169,10 @@ def _turn_candidates(
     so each session costs two indexed counts and one indexed read of at most
     `limit` rows: no ranking of the whole table, whose size is the problem.
     """
-    query = "SELECT name FROM sessions WHERE state != 'removing' ORDER BY name"
-    names = [r[0] for r in db.execute(query)]  # spex rm owns a session being removed
+    query = "SELECT name FROM sessions WHERE state != ? ORDER BY name"
+    names = [
+        r[0] for r in db.execute(query, (states.SessionState.REMOVING,))
+    ]  # spex rm owns a session being removed
     if sessions is not None:
         names = [n for n in names if n in sessions]
     current, in_waves = _protected(db)
@@ -414,7 +416,7 @@ def orphans(store: Store, home: Path, *, now: float | None = None) -> list[Path]
         row = db.execute(
             "SELECT state FROM sessions WHERE name = ?", (session_dir.name,)
         ).fetchone()
-        if row is not None and row["state"] == "removing":
+        if row is not None and row["state"] == states.SessionState.REMOVING:
             continue  # spex rm is at work here
         children = _listdir(session_dir)
         if row is None:

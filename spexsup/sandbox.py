@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from spexsup.errors import Invalid, Refused
+from spexsup.states import Flag
 
 ENGINE = "bwrap"
 # The line that installs the engine (and the bridge the network gate needs).
@@ -338,7 +339,7 @@ def flags(turn_dir: Path) -> list[str]:
     except OSError:
         text = ""
     hosts = dict.fromkeys(line.strip() for line in text.splitlines() if line.strip())
-    return ["sandboxed", *(f"denied-net:{h}" for h in list(hosts)[:20])]
+    return [Flag.SANDBOXED, *(f"denied-net:{h}" for h in list(hosts)[:20])]
 
 
 def shown(doc: dict[str, Any] | None) -> list[tuple[str, str]]:

@@ -109,7 +109,9 @@ def _flags(entry: dict[str, Any]) -> list[str]:
 ORDERS = ("name", "state")
 # By state: failed sessions first, then running, stopped, idle, then the rest
 # (being made or removed); by name within each.
-STATE_RANK = {s: i for i, s in enumerate((states.FAILED, states.BUSY, states.STOPPED, states.IDLE))}
+STATE_RANK: dict[str, int] = {
+    s: i for i, s in enumerate((states.FAILED, states.BUSY, states.STOPPED, states.IDLE))
+}
 GLOB_CHARS = frozenset("*?[")
 
 

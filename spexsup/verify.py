@@ -173,7 +173,7 @@ def _follow_in_wave(spex: Spex, turn: str) -> None:
             if t["state"] == states.COMPLETE:
                 leg.pop("turn_error", None)
                 if leg["verdict"] == states.FAILED:
-                    leg["verdict"], leg["error"] = "completed", None
+                    leg["verdict"], leg["error"] = states.Verdict.COMPLETED, None
             else:
                 leg["turn_error"] = t["error"]
             wavedoc.record_event(

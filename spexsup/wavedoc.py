@@ -39,11 +39,12 @@ from spexsup.errors import Invalid, Refused
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.procs import Liveness, identity_liveness, own_identity
 from spexsup.spex import Spex
+from spexsup.states import LegResult, LegStatus, Verdict, WaveState
 
 SCHEMA_VERSION = 1
-SUCCESS = ("confirmed", "completed")
-FINAL = ("complete", "partial", "failed", "aborted")
-TURN_ACTIVE = (None, "starting", "running")
+SUCCESS = states.SUCCESS
+FINAL = (WaveState.COMPLETE, WaveState.PARTIAL, WaveState.FAILED, WaveState.ABORTED)
+TURN_ACTIVE = (None, *states.ACTIVE)
 PROMPT_HEAD = 200
 WAVE_ID_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-TZ"
 # Never handed to --on-complete: it is not part of any turn.
@@ -71,19 +72,19 @@ def waves_dir(spex: Spex) -> Path:
 def leg_outcome(leg: Doc) -> str:
     """pending (not launched yet), queued (waiting for a running limit or an
     `--after` turn), aborted (never launched), running, ok or failed."""
-    if leg["status"] in ("pending", "launching"):
-        return "pending"
-    if leg["verdict"] == "aborted":
-        return "aborted"
-    if leg["verdict"] == "queued":
+    if leg["status"] in (LegStatus.PENDING, LegStatus.LAUNCHING):
+        return LegResult.PENDING
+    if leg["verdict"] == Verdict.ABORTED:
+        return LegResult.ABORTED
+    if leg["verdict"] == Verdict.QUEUED:
         if leg["turn"] is None:
-            return "queued"
+            return LegResult.QUEUED
         # Launched by whoever dequeued it: its turn tells the rest.
     elif leg["verdict"] not in SUCCESS:
-        return "failed"
+        return LegResult.FAILED
     if leg.get("turn_state") in TURN_ACTIVE:
-        return "running"
-    return "ok" if leg["turn_state"] == "complete" else "failed"
+        return LegResult.RUNNING
+    return LegResult.OK if leg["turn_state"] == states.TurnState.COMPLETE else LegResult.FAILED
 
 
 def launched(leg: Doc) -> bool:
@@ -92,9 +93,9 @@ def launched(leg: Doc) -> bool:
     launched), or dequeued into a turn that got past its start."""
     if leg.get("turn") is None:
         return False
-    if leg.get("verdict") in (*SUCCESS, "unconfirmed") or leg.get("rc") is not None:
+    if leg.get("verdict") in (*SUCCESS, Verdict.UNCONFIRMED) or leg.get("rc") is not None:
         return True
-    return leg.get("verdict") == "queued" and leg.get("turn_state") not in (
+    return leg.get("verdict") == Verdict.QUEUED and leg.get("turn_state") not in (
         *TURN_ACTIVE,
         states.SKIPPED,
         states.ABORTED,
@@ -106,8 +107,7 @@ def counts(doc: Doc) -> dict[str, int]:
     `wave-ended` event and `--on-complete`'s SPEXSUP_WAVE_* (kept for scripts);
     what a person reads is `count_line`, what JSON adds is `tally`."""
     outcomes = [leg_outcome(leg) for leg in doc["legs"]]
-    kinds = ("pending", "queued", "running", "ok", "failed", "aborted")
-    tally = {k: outcomes.count(k) for k in kinds}
+    tally = {k.value: outcomes.count(k) for k in LegResult}
     return {"legs": len(outcomes), "launched": sum(map(launched, doc["legs"])), **tally}
 
 
@@ -115,8 +115,8 @@ def counts(doc: Doc) -> dict[str, int]:
 # names, in this order, then the others, named only when some leg has them.
 NAMED_OUTCOMES = (states.COMPLETE, states.FAILED, states.SKIPPED, states.RUNNING)
 OTHER_OUTCOMES = (
-    "queued",  # waiting for a running limit or an `--after` turn
-    "pending",  # not launched yet (the fan-out is launching it)
+    LegResult.QUEUED,  # waiting for a running limit or an `--after` turn
+    LegResult.PENDING,  # not launched yet (the fan-out is launching it)
     states.ABORTED,
     states.LOST,
     states.INTERRUPTED,
@@ -131,16 +131,16 @@ def outcome(leg: Doc) -> str:
     the launch: `queued`, `pending`, `aborted` (the wave was aborted first),
     `skipped` (`--after`, `--budget`), `failed` (it failed to launch or was
     refused). A fleet wave's legs, as recorded, read alike."""
-    if leg.get("status") in ("pending", "launching"):
-        return "pending"
+    if leg.get("status") in (LegStatus.PENDING, LegStatus.LAUNCHING):
+        return LegResult.PENDING
     verdict = leg.get("verdict")
-    if verdict == "aborted":
+    if verdict == Verdict.ABORTED:
         return states.ABORTED
     if leg.get("turn_state") in states.ENDS:
         return str(leg["turn_state"])
-    if verdict == "queued" and leg.get("turn") is None:
-        return "queued"
-    if verdict in (*SUCCESS, "unconfirmed", "queued") and leg.get("turn") is not None:
+    if verdict == Verdict.QUEUED and leg.get("turn") is None:
+        return LegResult.QUEUED
+    if verdict in (*SUCCESS, Verdict.UNCONFIRMED, Verdict.QUEUED) and leg.get("turn") is not None:
         return states.RUNNING
     return states.SKIPPED if verdict == states.SKIPPED else states.FAILED
 
@@ -171,10 +171,10 @@ def overall(doc: Doc) -> str:
     """The state the legs add up to, once launching is over."""
     c = counts(doc)
     if c["pending"] or c["queued"] or c["running"]:
-        return "running"
+        return WaveState.RUNNING
     if c["ok"] == c["legs"]:
-        return "complete"
-    return "failed" if c["ok"] == 0 else "partial"
+        return WaveState.COMPLETE
+    return WaveState.FAILED if c["ok"] == 0 else WaveState.PARTIAL
 
 
 def succeeded(doc: Doc) -> bool:
@@ -192,7 +192,7 @@ def merge_turns(db: sqlite3.Connection, doc: Doc) -> None:
     launcher died between admission and writing it down (by the launcher's identity)."""
     launcher = doc["launcher"]
     for leg in doc["legs"]:
-        if leg["turn"] is None and leg["status"] in ("launching", "aborted"):
+        if leg["turn"] is None and leg["status"] in (LegStatus.LAUNCHING, LegStatus.ABORTED):
             row = db.execute(
                 "SELECT id FROM turns WHERE session = ? AND launcher_pid = ?"
                 " AND launcher_token = ? AND started_at >= ? ORDER BY started_at DESC LIMIT 1",
@@ -200,7 +200,7 @@ def merge_turns(db: sqlite3.Connection, doc: Doc) -> None:
             ).fetchone()
             if row is not None:
                 leg["turn"] = row["id"]
-        if leg["turn"] is None and leg["verdict"] == "queued":
+        if leg["turn"] is None and leg["verdict"] == Verdict.QUEUED:
             _dequeued(db, doc["id"], leg)
         if leg["turn"] is None or leg.get("turn_state") not in TURN_ACTIVE:
             continue
@@ -221,7 +221,7 @@ def merge_turns(db: sqlite3.Connection, doc: Doc) -> None:
             leg["rc"] = row["rc"]
             leg["flags"] = json.loads(row["flags"]) if row["flags"] else []
             leg["cause"] = row["cause"]
-            if row["state"] != "complete" and row["error"]:
+            if row["state"] != states.TurnState.COMPLETE and row["error"]:
                 leg["turn_error"] = row["error"]
 
 
@@ -255,7 +255,7 @@ def _dequeued(db: sqlite3.Connection, wave: str, leg: Doc) -> None:
     if row is not None:
         leg["turn"] = row["id"]
     elif db.execute("SELECT 1 FROM queue WHERE id = ?", (leg.get("queued"),)).fetchone() is None:
-        leg["verdict"] = "failed"
+        leg["verdict"] = Verdict.FAILED
         leg["error"] = leg["error"] or "its queued prompt was removed before it launched"
 
 
@@ -263,23 +263,26 @@ def _settle(doc: Doc) -> bool:
     """Leg and wave events, the state, and the on-complete claim; True if this
     call claimed the on-complete command (the caller runs it after commit)."""
     launcher = doc["launcher"]
-    if doc["state"] == "launching" and (
+    if doc["state"] == WaveState.LAUNCHING and (
         identity_liveness(launcher["pid"], launcher["start_token"]) is Liveness.DEAD
     ):
         for leg in doc["legs"]:
-            if leg["status"] == "launching" and leg["turn"] is not None:
+            if leg["status"] == LegStatus.LAUNCHING and leg["turn"] is not None:
                 # Its turn may well run: say so, and let its end be merged.
-                leg["status"] = "done"
-                leg["verdict"] = "unconfirmed"
+                leg["status"] = LegStatus.DONE
+                leg["verdict"] = Verdict.UNCONFIRMED
                 leg["error"] = "the launcher died before confirming this leg"
-            elif leg["status"] in ("pending", "launching"):
-                leg["status"] = "aborted"
-                leg["verdict"] = leg["verdict"] or "aborted"
+            elif leg["status"] in (LegStatus.PENDING, LegStatus.LAUNCHING):
+                leg["status"] = LegStatus.ABORTED
+                leg["verdict"] = leg["verdict"] or Verdict.ABORTED
                 leg["error"] = leg["error"] or "the launcher died before this leg finished"
-        doc["state"] = "aborted"
+        doc["state"] = WaveState.ABORTED
     for leg in doc["legs"]:
         outcome = leg_outcome(leg)
-        if outcome in ("ok", "failed", "aborted") and leg.get("ended_at") is None:
+        if (
+            outcome in (LegResult.OK, LegResult.FAILED, LegResult.ABORTED)
+            and leg.get("ended_at") is None
+        ):
             leg["ended_at"] = time.time()
             record_event(
                 doc,
@@ -291,7 +294,7 @@ def _settle(doc: Doc) -> bool:
                 turn_state=leg.get("turn_state"),
                 rc=leg["rc"],
             )
-    if doc["state"] not in ("launching", "aborted"):
+    if doc["state"] not in (WaveState.LAUNCHING, WaveState.ABORTED):
         doc["state"] = overall(doc)
     doc["counts"] = tally(doc)
     if doc["state"] in FINAL and doc["ended_at"] is None:
@@ -344,7 +347,9 @@ def mutate(spex: Spex, wave: str, change: Change | None = None) -> Doc:
         merge_turns(db, doc)
         claimed = _settle(doc)
         if doc["ended_at"] is not None and not was_over:
-            events.record(db, "wave-ended", wave=wave, state=doc["state"], counts=counts(doc))
+            events.record(
+                db, states.EventKind.WAVE_ENDED, wave=wave, state=doc["state"], counts=counts(doc)
+            )
         text = json.dumps(doc)
         if text != row["doc"]:
             db.execute(

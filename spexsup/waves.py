@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-from spexsup import events, ids, sessions, usage
+from spexsup import events, ids, sessions, states, usage
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.ids import recorded_options
 from spexsup.mainwait import results
@@ -192,7 +192,7 @@ class Wave:
         doc: Doc = {
             "schema_version": SCHEMA_VERSION,
             "id": wave,
-            "state": "launching",
+            "state": states.WaveState.LAUNCHING,
             "created_at": now,
             "ended_at": None,
             "cwd": str(Path.cwd()),
@@ -231,10 +231,10 @@ class Wave:
         with spex.store.tx() as db:
             db.execute(
                 "INSERT INTO waves (id, state, created_at, doc) VALUES (?, ?, ?, ?)",
-                (wave, "launching", now, json.dumps(doc)),
+                (wave, states.WaveState.LAUNCHING, now, json.dumps(doc)),
             )
             write_atomic(directory / f"{wave}.json", json.dumps(doc, indent=2).encode())
-            events.record(db, "wave-started", wave=wave, legs=len(names))
+            events.record(db, states.EventKind.WAVE_STARTED, wave=wave, legs=len(names))
         return self
 
     def update(self, change: Change | None = None) -> Doc:
@@ -251,11 +251,11 @@ class Wave:
         self.aborted.set()
 
         def change(doc: Doc) -> None:
-            if doc["state"] == "launching":
+            if doc["state"] == states.WaveState.LAUNCHING:
                 doc["state"] = "aborted"
             for leg in doc["legs"]:
-                if leg["status"] == "pending":
-                    leg["status"] = "aborted"
+                if leg["status"] == states.LegStatus.PENDING:
+                    leg["status"] = states.LegStatus.ABORTED
                     leg["verdict"] = "aborted"
 
         self.update(change)
@@ -270,12 +270,15 @@ class Wave:
         def change(doc: Doc) -> None:
             merge_turns(spex.store.db, doc)
             for leg in doc["legs"]:
-                if leg["status"] in ("pending", "launching") and leg["turn"] is None:
-                    leg["status"] = "aborted"
+                if (
+                    leg["status"] in (states.LegStatus.PENDING, states.LegStatus.LAUNCHING)
+                    and leg["turn"] is None
+                ):
+                    leg["status"] = states.LegStatus.ABORTED
                     leg["verdict"] = "aborted"
                     leg["error"] = "the fan-out exited before this leg launched"
-            if doc["state"] == "launching":
-                doc["state"] = "aborted"
+            if doc["state"] == states.WaveState.LAUNCHING:
+                doc["state"] = states.WaveState.ABORTED
 
         mutate(spex, self.id, change)
 
@@ -328,8 +331,8 @@ class Wave:
         def started(doc: Doc) -> None:
             nonlocal claimed
             leg = _leg(doc, session)
-            if leg["status"] == "pending":  # an abort may have got here first
-                leg["status"] = "launching"
+            if leg["status"] == states.LegStatus.PENDING:  # an abort may have got here first
+                leg["status"] = states.LegStatus.LAUNCHING
                 claimed = True
 
         self.update(started)
@@ -373,23 +376,27 @@ class Wave:
                 "error": v.error,
                 "flags": v.flags,
             }
-            if v.verdict == "queued":
+            if v.verdict == states.Verdict.QUEUED:
                 result.update(queued=v.queued, position=v.position, waits=v.waits)
-            if v.verdict == "skipped" and v.turn is None:
+            if v.verdict == states.Verdict.SKIPPED and v.turn is None:
                 result["cause"] = "budget"
             if v.repeat:
                 # The turn is the first wave's (its wave_turns row): this
                 # leg follows it.
                 result["repeat"] = True
         except _AbortedLeg as e:
-            result = {"verdict": "aborted", "status": "aborted", "error": str(e)}
+            result = {
+                "verdict": states.Verdict.ABORTED,
+                "status": states.LegStatus.ABORTED,
+                "error": str(e),
+            }
         except Refused as e:
-            result = {"verdict": "refused", "error": e.line()}
+            result = {"verdict": states.Verdict.REFUSED, "error": e.line()}
         except SpexError as e:
-            result = {"verdict": "failed", "error": e.line()}
+            result = {"verdict": states.Verdict.FAILED, "error": e.line()}
 
         def finished(doc: Doc) -> None:
-            _leg(doc, session).update({"status": "done", **result})
+            _leg(doc, session).update({"status": states.LegStatus.DONE, **result})
 
         self.update(finished)
 
@@ -420,16 +427,16 @@ class Wave:
             results(futures)  # in the main thread: a signal must get through
 
         def launched(doc: Doc) -> None:
-            if doc["state"] == "launching":
+            if doc["state"] == states.WaveState.LAUNCHING:
                 doc["state"] = "running"  # settled into its real state by `mutate`
 
         self.update(launched)
 
     def running_legs(self) -> list[Doc]:
-        return [leg for leg in self.doc["legs"] if leg_outcome(leg) == "running"]
+        return [leg for leg in self.doc["legs"] if leg_outcome(leg) == states.LegResult.RUNNING]
 
     def queued_legs(self) -> list[Doc]:
-        return [leg for leg in self.doc["legs"] if leg_outcome(leg) == "queued"]
+        return [leg for leg in self.doc["legs"] if leg_outcome(leg) == states.LegResult.QUEUED]
 
     def wait_turns(self, on_refresh: Listener | None = None) -> None:
         """`--wait`: until every launched turn has ended, recording each end as it
@@ -532,7 +539,7 @@ def retry_plan(spex: Spex, wave: str, only: Sequence[str] = ()) -> tuple[list[st
     (error, aborted, lost, interrupted, timed-out). `only` narrows it to some
     of the wave's sessions. Refused while the wave is still launching."""
     doc = refresh(spex, wave)
-    if doc["state"] == "launching":
+    if doc["state"] == states.WaveState.LAUNCHING:
         raise Refused(f"wave {wave} is still launching", hint=f"spex wave {wave}")
     legs = {leg["session"]: leg for leg in doc["legs"]}
     strangers = [n for n in only if n not in legs]
@@ -543,7 +550,8 @@ def retry_plan(spex: Spex, wave: str, only: Sequence[str] = ()) -> tuple[list[st
     failed = [
         name
         for name, leg in legs.items()
-        if leg_outcome(leg) in ("failed", "aborted") and (not only or name in only)
+        if leg_outcome(leg) in (states.LegResult.FAILED, states.LegResult.ABORTED)
+        and (not only or name in only)
     ]
     try:
         prompt = Path(doc["prompt_file"]).read_bytes()

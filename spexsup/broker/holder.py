@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from spexsup import events, lease
+from spexsup import events, lease, states
 from spexsup.errors import Invalid, Refused
 from spexsup.lease import Capability
 from spexsup.procs import own_identity
@@ -124,7 +124,7 @@ class Maintenance:
                     )
                     events.record(
                         db,
-                        "lease-acquired",
+                        states.EventKind.LEASE_ACQUIRED,
                         epoch=self.epoch,
                         scope="all" if self.all_sessions else scope,
                         holder=self.pid,
@@ -215,7 +215,7 @@ class Maintenance:
                 (self.epoch,),
             )
             if cur.rowcount:
-                events.record(db, "lease-released", epoch=self.epoch)
+                events.record(db, states.EventKind.LEASE_RELEASED, epoch=self.epoch)
         # Prompts queued while the lease held their sessions start now.
         from spexsup import dequeuer
 

@@ -13,6 +13,7 @@ from spexsup.cli.app import ListingGroup, app, open_spex
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.render import document, print_json
 from spexsup.errors import Invalid
+from spexsup.states import EventKind
 
 if TYPE_CHECKING:
     import sqlite3
@@ -67,7 +68,7 @@ def event_line(row: "sqlite3.Row") -> str:
             line += f" {key} {payload[key]}"
     if isinstance(payload.get("changes"), dict):  # `edited`: which settings
         line += f" {', '.join(payload['changes'])}"
-    if row["kind"] == "wave-ended" and payload.get("state"):
+    if row["kind"] == EventKind.WAVE_ENDED and payload.get("state"):
         line += f" {payload['state']}"
     if row["error"] or payload.get("note"):
         line += f": {row['error'] or payload['note']}"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from spexsup import prompt as prompts
+from spexsup import states
 from spexsup.cli import complete
 from spexsup.cli.app import app, open_spex, settings
 from spexsup.cli.params import (
@@ -460,7 +461,10 @@ def run_wave(
                 progress.update(doc)
             return
         for leg in doc["legs"]:
-            if leg["status"] in ("done", "aborted") and leg["session"] not in printed:
+            if (
+                leg["status"] in (states.LegStatus.DONE, states.LegStatus.ABORTED)
+                and leg["session"] not in printed
+            ):
                 printed.add(leg["session"])
                 typer.echo(("  " if live else "") + leg_line(leg))
 
@@ -545,7 +549,9 @@ def run_wave(
         if not detached and "signal" in holder:
             # Interrupted while launching: the legs already launched run on.
             detached = [
-                leg["session"] for leg in doc["legs"] if wavedoc.leg_outcome(leg) == "running"
+                leg["session"]
+                for leg in doc["legs"]
+                if wavedoc.leg_outcome(leg) == states.LegResult.RUNNING
             ]
         if detached:
             typer.echo(f"stopped waiting; still running: {', '.join(detached)}")
@@ -553,7 +559,7 @@ def run_wave(
             typer.echo(f"stop them with: spex stop {' '.join(detached)}")
     if "signal" in holder:
         raise typer.Exit(holder["code"])
-    ok = doc["state"] == "complete" if wait else wavedoc.succeeded(doc)
+    ok = doc["state"] == states.WaveState.COMPLETE if wait else wavedoc.succeeded(doc)
     if kept is not None:
         ok = kept.ok
     if not ok:
@@ -613,7 +619,7 @@ def fleet_fanout(
         print_json(with_iso(with_counts(doc)))
     else:
         fleet_text(doc)
-    if doc["state"] != "complete":
+    if doc["state"] != states.WaveState.COMPLETE:
         raise typer.Exit(1)
 
 

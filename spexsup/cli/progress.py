@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spexsup import states
 from spexsup.cli.spend import spend_text
 from spexsup.pane import turndir
 
@@ -30,20 +31,20 @@ if TYPE_CHECKING:
 
 # A leg whose output log grew within this many seconds is "producing output".
 OUTPUT_FRESH = 10.0
-SUCCESS = ("confirmed", "completed")
-ACTIVE = (None, "starting", "running")
+SUCCESS = states.SUCCESS
+ACTIVE = (None, *states.ACTIVE)
 
 
 def stage(leg: dict[str, Any], home: Path, now: float) -> str:
     """`pending`, `queued`, `launching`, `confirmed`, `producing output`, `ended …`, or why
     the leg never ran (`failed: …`, `refused: …`, `aborted`)."""
-    if leg["status"] == "pending":
+    if leg["status"] == states.LegStatus.PENDING:
         return "pending"
-    if leg["status"] == "launching":
+    if leg["status"] == states.LegStatus.LAUNCHING:
         return "launching"
-    if leg["status"] == "aborted" or leg["verdict"] == "aborted":
+    if leg["status"] == states.LegStatus.ABORTED or leg["verdict"] == states.Verdict.ABORTED:
         return "aborted"
-    if leg["verdict"] == "queued" and leg["turn"] is None:
+    if leg["verdict"] == states.Verdict.QUEUED and leg["turn"] is None:
         return "queued"
     directory = turndir.path(home, leg["session"], leg["turn"]) if leg["turn"] else None
     checked = _check_stage(directory, now) if directory is not None else ""
@@ -51,7 +52,10 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
 
     state = leg.get("turn_state")
     ran = launched(leg) and state not in ACTIVE  # a turn that failed in its window ran
-    if leg["verdict"] not in (*SUCCESS, "unconfirmed", "queued") and not ran:
+    if (
+        leg["verdict"] not in (*SUCCESS, states.Verdict.UNCONFIRMED, states.Verdict.QUEUED)
+        and not ran
+    ):
         verdict = f"{leg['verdict']}, {checked}" if checked else str(leg["verdict"])
         return f"{verdict}: {leg['error']}" if leg["error"] else verdict
     if state in ACTIVE:
@@ -66,7 +70,11 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
 
     error = leg.get("turn_error") or leg["error"]
     # A failed check says its own words (`verify failed (rc 1)`), not its error again.
-    why = beyond_exit(error, leg["rc"]) if state != "complete" and not checked else None
+    why = (
+        beyond_exit(error, leg["rc"])
+        if state != states.TurnState.COMPLETE and not checked
+        else None
+    )
     return f"{line}: {why}" if why else line
 
 
@@ -87,12 +95,12 @@ def _check_stage(turn_dir: Path, now: float) -> str:
 
 def check_words(check: dict[str, Any], turn_dir: Path | None = None) -> str:
     """A leg's check as the fan-out lines say it (see `_check_stage`)."""
-    timed_out = check.get("state") == "verify-timed-out" or (
+    timed_out = check.get("state") == states.Check.VERIFY_TIMED_OUT or (
         turn_dir is not None and (turn_dir / turndir.VERIFY_TIMED_OUT).exists()
     )
     if timed_out:
         return "verify timed out"
-    if check.get("state") == "verifying":
+    if check.get("state") == states.Check.VERIFYING:
         return "verifying"
     if check.get("rc") == 0:
         return "verified"
@@ -253,13 +261,13 @@ def leg_line(leg: dict[str, Any]) -> str:
     ended failed`), and the cause only where it says more than that."""
     verdict = leg["verdict"] or leg["status"]
     parts = [f"{leg['session']}: {verdict}"]
-    if leg["verdict"] == "queued" and leg["turn"] is None:
+    if leg["verdict"] == states.Verdict.QUEUED and leg["turn"] is None:
         waits = f"; waits for {leg['waits']}" if leg.get("waits") else ""
         parts.append(f"{leg.get('queued')} (position {leg.get('position')}{waits})")
     if leg["turn"]:
         parts.append(f"turn {leg['turn']}")
     state = leg.get("turn_state")
-    if state == "running":
+    if state == states.TurnState.RUNNING:
         parts.append("running")
     elif state and SAID_BY.get(verdict) != state:
         parts.append(f"ended {state}")
@@ -285,7 +293,7 @@ def leg_line(leg: dict[str, Any]) -> str:
     error = beyond_exit(leg.get("turn_error") or leg["error"], leg["rc"])
     if error:
         parts.append(f"({error})")
-    elif [f for f in leg.get("flags") or () if f != "verified" or not leg.get("verify")]:
+    elif [f for f in leg.get("flags") or () if f != states.Flag.VERIFIED or not leg.get("verify")]:
         from spexsup.outcome import describe
 
         parts.append(f"({describe(leg['flags'])})")
@@ -310,7 +318,9 @@ def counts_line(doc: dict[str, Any]) -> str:
 
 def summary(doc: dict[str, Any]) -> str:
     """`wave W: partial · 3 legs: 1 complete · 1 failed · 0 skipped · 1 running · $0.09`."""
-    detached = " (detached)" if doc.get("detached_at") and doc["state"] == "running" else ""
+    detached = (
+        " (detached)" if doc.get("detached_at") and doc["state"] == states.WaveState.RUNNING else ""
+    )
     spent = spend_text(doc)
     line = f"wave {doc['id']}: {doc['state']}{detached} · {counts_line(doc)}" + (
         f" · {spent}" if spent else ""
@@ -339,7 +349,7 @@ class WaitProgress:
 
     def ended(self, e: Any) -> None:
         self.count += 1
-        self.failed += int(e.state != "complete")
+        self.failed += int(e.state != states.TurnState.COMPLETE)
         self._clear()
         from spexsup.cli.render import ended_line
 

@@ -110,7 +110,7 @@ def turn_cells(turn: dict[str, Any] | None, *, wide: bool = False) -> tuple[str,
     ident = turn["id"] if wide else short_id(turn["id"])
     when = age(time.time() - turn["started_at"]) + run_time(turn)
     state = turn["state"]
-    if state in ("starting", "running") and turn.get("waiting_until"):
+    if state in states.ACTIVE and turn.get("waiting_until"):
         state = f"waiting for usage reset {clock(turn['waiting_until'])}"
     flags = f" ({','.join(turn['flags'])})" if turn.get("flags") else ""
     return f"{ident} {state}{rc}{flags}", when
@@ -131,7 +131,7 @@ def shorten_path(path: str, width: int) -> str:
 # The colour a session's state is shown in, as an ANSI colour number (curses
 # numbers them the same): failed red, running green, stopped yellow; any
 # other state in the terminal's own colours.
-STATE_COLORS = {states.FAILED: 1, states.BUSY: 2, states.STOPPED: 3}
+STATE_COLORS: dict[str, int] = {states.FAILED: 1, states.BUSY: 2, states.STOPPED: 3}
 COLOR_CHOICES = ("auto", "always", "never")
 
 
@@ -297,7 +297,7 @@ def turn_line(t: dict[str, Any]) -> str:
     for attempt in t.get("fallbacks") or ():
         line += f" (fell back from {attempt.get('model') or 'the default'}: {attempt.get('cause')})"
     line += f"  {age(time.time() - t['started_at'])}{run_time(t)}"
-    if t["verdict"] == "failed" and t["rc"] is None and t["state"] != states.COMPLETE:
+    if t["verdict"] == states.Verdict.FAILED and t["rc"] is None and t["state"] != states.COMPLETE:
         line += ", never confirmed its start"  # it never ran: no exit of its own
     if t.get("cost") and t["cost"].get("amount") is not None:
         line += f"  {spend_of(t).cost_text()}"
@@ -520,7 +520,7 @@ def edit_lines(name: str, changes: dict[str, Any], *, dry_run: bool) -> list[str
 def verdict_line(name: str, v: dict[str, Any]) -> str:
     """`api: failed turn T rc=1 (812 ms): <cause>`: the cause is on the verdict line."""
     repeat = f"repeat of key {v['key']}: " if v.get("repeat") else ""
-    if v["verdict"] == "queued":
+    if v["verdict"] == states.Verdict.QUEUED:
         if repeat and v["turn"]:
             return clean(
                 f"{name}: queued {v['queued']} ({repeat}it became turn {v['turn']},"
@@ -555,7 +555,7 @@ def verdict_line(name: str, v: dict[str, Any]) -> str:
 
 def now_words(state: str | None) -> str:
     """What a repeated key's turn is doing now: `is running`, `ended complete`."""
-    if state in ("starting", "running"):
+    if state in states.ACTIVE:
         return "is running"
     return f"ended {state}" if state else "is gone"
 
@@ -566,7 +566,7 @@ def clock(epoch: float) -> str:
 
 def waiting(t: dict[str, Any]) -> bool:
     """Is the turn waiting in its pane for a usage limit to reset?"""
-    return bool(t["state"] in ("starting", "running") and t.get("waiting_until"))
+    return bool(t["state"] in states.ACTIVE and t.get("waiting_until"))
 
 
 def ended_line(e: dict[str, Any]) -> str:
@@ -575,7 +575,7 @@ def ended_line(e: dict[str, Any]) -> str:
     words = end_words(e["state"], e["rc"], e.get("cause"))
     from spexsup.outcome import beyond_exit
 
-    said = beyond_exit(e["error"], e["rc"]) if e["state"] != "complete" else None
+    said = beyond_exit(e["error"], e["rc"]) if e["state"] != states.TurnState.COMPLETE else None
     why = f": {said}" if said else ""
     if not why and e.get("flags"):
         from spexsup.outcome import describe

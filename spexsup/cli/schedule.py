@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from spexsup import prompt as prompts
+from spexsup import states
 from spexsup.cli import complete
 from spexsup.cli.app import SpexGroup, app, open_spex
 from spexsup.cli.params import (
@@ -251,7 +252,9 @@ def _fire(ctx: typer.Context, schedule: str, *, due: bool, as_json: bool) -> Non
     spex = Spex.open(ctx.find_root().obj)  # its tmux server as the environment says now
     fired = fire(spex, s, due=due)
     v = fired.verdict.as_json()
-    if v["verdict"] in ("skipped", "refused") or (v["turn"] is None and v["error"]):
+    if v["verdict"] in (states.Verdict.SKIPPED, states.Verdict.REFUSED) or (
+        v["turn"] is None and v["error"]
+    ):
         line = f"{s.session}: {v['verdict']}: {v['error']}"
     else:
         line = verdict_line(s.session, v)

@@ -37,6 +37,7 @@ from spexsup.states import (
     STOPPED,
     VERIFY_FAILED,
     VERIFYING,
+    EventKind,
     session_state_after,
 )
 
@@ -62,7 +63,7 @@ def insert_session(db: sqlite3.Connection, *, creating: bool, **columns: Any) ->
 def mark_created(db: sqlite3.Connection, name: str, **payload: Any) -> None:
     """A `creating` session is made: `idle`, and its `created` event."""
     db.execute("UPDATE sessions SET state = ? WHERE name = ? AND state = ?", (IDLE, name, CREATING))
-    events.record(db, "created", session=name, **payload)
+    events.record(db, EventKind.CREATED, session=name, **payload)
 
 
 def discard_session(db: sqlite3.Connection, name: str) -> None:
@@ -83,7 +84,7 @@ def delete_session(db: sqlite3.Connection, name: str, incarnation: str) -> bool:
     if cur.rowcount:
         db.execute("DELETE FROM queue WHERE session = ?", (name,))
         db.execute("DELETE FROM wake_keys WHERE session = ?", (name,))
-        events.record(db, "removed", session=name)
+        events.record(db, EventKind.REMOVED, session=name)
     return bool(cur.rowcount)
 
 
@@ -93,7 +94,7 @@ def mark_stopped(
     """The session is `stopped` (its `stopped` event unless it already was)."""
     db.execute("UPDATE sessions SET state = ? WHERE name = ?", (STOPPED, name))
     if aborted or was != STOPPED:
-        events.record(db, "stopped", session=name, turn=aborted, by_lease=by_lease)
+        events.record(db, EventKind.STOPPED, session=name, turn=aborted, by_lease=by_lease)
 
 
 def mark_resumed(db: sqlite3.Connection, name: str, *, force: bool) -> bool:
@@ -109,7 +110,7 @@ def mark_resumed(db: sqlite3.Connection, name: str, *, force: bool) -> bool:
         "UPDATE sessions SET state = ? WHERE name = ? AND state = ?", (after, name, STOPPED)
     )
     if cur.rowcount:
-        events.record(db, "resumed", session=name, force=force)
+        events.record(db, EventKind.RESUMED, session=name, force=force)
     return bool(cur.rowcount)
 
 
@@ -157,7 +158,7 @@ def edit_session(
         (*columns.values(), name, BUSY, CREATING, REMOVING, *was.values()),
     )
     if cur.rowcount:
-        events.record(db, "edited", session=name, changes=dict(changes))
+        events.record(db, EventKind.EDITED, session=name, changes=dict(changes))
     return bool(cur.rowcount)
 
 
@@ -181,7 +182,7 @@ def enqueue(
         (entry, session, seq, time.time(), options, first_line, after_turn),
     )
     (position,) = db.execute("SELECT count(*) FROM queue WHERE session = ?", (session,)).fetchone()
-    events.record(db, "queued", session=session, entry=entry, position=position)
+    events.record(db, EventKind.QUEUED, session=session, entry=entry, position=position)
     return int(position)
 
 
@@ -194,7 +195,7 @@ def take_queued(db: sqlite3.Connection, entry: str, session: str, turn: str) -> 
         return False
     # Its key (if its wake gave one) now names the turn it became.
     db.execute("UPDATE wake_keys SET turn = ? WHERE queued = ?", (turn, entry))
-    events.record(db, "dequeued", session=session, turn=turn, entry=entry)
+    events.record(db, EventKind.DEQUEUED, session=session, turn=turn, entry=entry)
     return True
 
 
@@ -227,7 +228,7 @@ def skip_queued(
     db.execute("UPDATE wake_keys SET turn = ? WHERE queued = ?", (turn, entry))
     if wave is not None:
         db.execute("INSERT INTO wave_turns (turn, wave) VALUES (?, ?)", (turn, wave))
-    events.record(db, "dequeued", session=session, turn=turn, entry=entry)
+    events.record(db, EventKind.DEQUEUED, session=session, turn=turn, entry=entry)
     events.turn_ended(db, SKIPPED, session=session, turn=turn, rc=None, cause=cause, error=why)
     return True
 
@@ -240,7 +241,9 @@ def drop_queued(
     cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
     if cur.rowcount:
         db.execute("DELETE FROM wake_keys WHERE queued = ? AND turn IS NULL", (entry,))
-        events.record(db, "dequeued", session=session, entry=entry, error=error, dropped=True)
+        events.record(
+            db, EventKind.DEQUEUED, session=session, entry=entry, error=error, dropped=True
+        )
     return bool(cur.rowcount)
 
 
@@ -315,7 +318,7 @@ def abort_current(
             (session_after, session, turn, BUSY),
         )
     _close_verification(db, turn, why)
-    events.record(db, "aborted", session=session, turn=turn, error=why)
+    events.record(db, EventKind.ABORTED, session=session, turn=turn, error=why)
     return True
 
 
@@ -343,7 +346,7 @@ def mark_running(
     events.launched(db, session=session, turn=turn)
     if pid is not None and "note" not in confirmed:
         confirmed["pid"] = pid
-    events.record(db, "confirmed", session=session, turn=turn, **confirmed)
+    events.record(db, EventKind.CONFIRMED, session=session, turn=turn, **confirmed)
     return True
 
 
@@ -441,7 +444,7 @@ def record_end(
         (STOPPED, REMOVING, after, conversation, session),
     )
     if stopped:
-        events.record(db, "stopped", session=session, turn=turn, by_lease=False)
+        events.record(db, EventKind.STOPPED, session=session, turn=turn, by_lease=False)
 
 
 def record_run(db: sqlite3.Connection, turn: str, ran: float | None, flag: str | None) -> None:
@@ -506,7 +509,7 @@ def fell_back(
         set_conversation(db, session, conversation)
     events.record(
         db,
-        "fell-back",
+        EventKind.FELL_BACK,
         session=session,
         turn=turn,
         cause=attempt.get("cause"),
@@ -529,7 +532,7 @@ def forget_conversation(db: sqlite3.Connection, session: str, turn: str, gone: s
         "UPDATE sessions SET harness_session_id = NULL WHERE name = ? AND harness_session_id IS ?",
         (session, gone),
     )
-    events.record(db, "conversation-gone", session=session, turn=turn, conversation=gone)
+    events.record(db, EventKind.CONVERSATION_GONE, session=session, turn=turn, conversation=gone)
 
 
 # --- wake keys -----------------------------------------------------------------
@@ -589,7 +592,7 @@ def add_schedule(db: sqlite3.Connection, **columns: Any) -> None:
     db.execute(f"INSERT INTO schedules ({names}) VALUES ({marks})", tuple(row.values()))
     events.record(
         db,
-        "schedule-added",
+        EventKind.SCHEDULE_ADDED,
         session=columns["session"],
         schedule=columns["id"],
         cron=columns["cron"],
@@ -604,7 +607,7 @@ def remove_schedule(
     engine's entry taken away first; False if it was not there."""
     cur = db.execute("DELETE FROM schedules WHERE id = ? AND session = ?", (schedule, session))
     if cur.rowcount:
-        events.record(db, "schedule-removed", session=session, schedule=schedule, why=why)
+        events.record(db, EventKind.SCHEDULE_REMOVED, session=session, schedule=schedule, why=why)
     return bool(cur.rowcount)
 
 
@@ -631,7 +634,7 @@ def record_firing(
     )
     events.record(
         db,
-        "schedule-fired",
+        EventKind.SCHEDULE_FIRED,
         session=session,
         turn=turn,
         error=error,

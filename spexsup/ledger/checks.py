@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from spexsup import events
-from spexsup.states import FAILED, IDLE, VERIFYING, session_state_after
+from spexsup.states import FAILED, IDLE, VERIFYING, EventKind, session_state_after
 
 if TYPE_CHECKING:
     import sqlite3
@@ -31,7 +31,7 @@ def verifying(
         " VALUES (?, ?, ?, ?, ?, ?)",
         (turn, attempt, session, json.dumps(list(command)), VERIFYING, at),
     )
-    events.record(db, "verifying", session=session, turn=turn, attempt=attempt)
+    events.record(db, EventKind.VERIFYING, session=session, turn=turn, attempt=attempt)
     return attempt
 
 
@@ -96,4 +96,4 @@ def reverified(
             "UPDATE sessions SET state = ? WHERE name = ? AND current_turn = ? AND state IN (?, ?)",
             (session_state_after(new_state), session, turn, IDLE, FAILED),
         )
-    events.record(db, "verified", session=session, turn=turn, rc=rc, **payload)
+    events.record(db, EventKind.VERIFIED, session=session, turn=turn, rc=rc, **payload)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from spexsup.pane import turndir
+from spexsup.states import ACTIVE
 
 PLAN = 0
 NO_WAIT = 1
@@ -45,7 +46,7 @@ def still(turn_dir: Path) -> int:
         " WHERE s.name = ? AND t.id = ?",
         (session, turn),
     ).fetchone()
-    if row is None or row["state"] not in ("starting", "running"):
+    if row is None or row["state"] not in ACTIVE:
         return GONE
     with store.tx() as db:
         db.execute("UPDATE turns SET waiting_until = NULL WHERE id = ?", (turn,))

@@ -28,6 +28,8 @@ from spexsup.states import (
     VERIFY_FAILED,
     VERIFY_TIMED_OUT,
     VERIFY_TIMEOUT,
+    Cause,
+    TurnState,
 )
 from spexsup.store import Store
 
@@ -174,7 +176,7 @@ def judge(
 
     failed = sandboxes.failure(turn_dir)
     if failed is not None:
-        return Judgement(FAILED, cause="sandbox", error=failed)
+        return Judgement(FAILED, cause=Cause.SANDBOX, error=failed)
     verdict = _judge(home, turn_dir, rc, adapter, verify=verify)
     held = sandboxes.flags(turn_dir)
     verdict.flags = [*verdict.flags, *held]
@@ -200,7 +202,7 @@ def _judge(
     if rc == 126 and (turn_dir / turndir.NO_LOGIN_SHELL).exists():
         return Judgement(
             FAILED,
-            cause="no-login-shell",
+            cause=Cause.NO_LOGIN_SHELL,
             error="no login shell could be resolved - turn NOT started"
             " (check $SHELL and its rc files; or login_shell = false in config.toml)",
         )
@@ -212,19 +214,20 @@ def _judge(
         except OSError:
             first = ""
         if "/" in first:  # a path, or a pinned binary (see sessions.check_binary) gone since
-            return Judgement(FAILED, cause="not-found", error=f"{first} not found")
+            return Judgement(FAILED, cause=Cause.NOT_FOUND, error=f"{first} not found")
         where = "the login PATH" if (turn_dir / turndir.LOGIN).exists() else "PATH"
         binary = name if name and name != "command" else "the harness"
-        return Judgement(FAILED, cause="not-found", error=f"{binary} not found on {where}")
+        return Judgement(FAILED, cause=Cause.NOT_FOUND, error=f"{binary} not found on {where}")
     from spexsup.pane import budget
 
     over = budget.over(turn_dir)
     if over is not None:
-        return Judgement(FAILED, cause="budget", error=over)
+        return Judgement(FAILED, cause=Cause.BUDGET, error=over)
     if rc == 124 and (turn_dir / turndir.TIMED_OUT).exists():
         limit = meta.get("timeout")
         spent = f" ({outcome.span(limit)})" if isinstance(limit, int | float) else ""
-        ended = Judgement("timed-out", cause="timed-out", error=f"ran past its time limit{spent}")
+        said = f"ran past its time limit{spent}"
+        ended = Judgement(TurnState.TIMED_OUT, cause=Cause.TIMED_OUT, error=said)
         ended.survivors = _survivors(turn_dir)
         if ended.survivors:
             pids = ", ".join(map(str, ended.survivors))
@@ -384,7 +387,7 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
     if row is None:
         return
     flags = json.loads(row["flags"] or "[]")
-    if row["state"] == "complete":
+    if row["state"] == TurnState.COMPLETE:
         text = outcome.describe(flags)
     elif row["state"] in ACTIVE:
         # Deferred to the wake still confirming it, which records what we
@@ -393,7 +396,7 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
         text = found.error or outcome.describe(found.flags) or turndir.last_line(turn_dir) or ""
     else:
         text = row["error"] or row["state"]
-        if row["state"] == "aborted" and not row["error"]:
+        if row["state"] == TurnState.ABORTED and not row["error"]:
             text = "stopped"
     text = shorter(" ".join(pretty.printable(text).split()), 300)
     write_atomic(turn_dir / turndir.ENDED, text.encode() + b"\n", durable=False)
@@ -607,7 +610,7 @@ def record_exit(
         found = judge(store.home, turn_dir, rc, adapter)
         state = found.state
         error = error or found.error
-        if found.cause == "conversation-gone":
+        if found.cause == Cause.CONVERSATION_GONE:
             conversation = None  # what it printed is no conversation to resume
     state = state or end_state(rc if rc is not None else 1)
     lost = marker.lost_flag(final)
@@ -642,8 +645,8 @@ def record_exit(
         if (
             reporter
             and stop_request is None
-            and (rc != 0 or state != "complete")
-            and row["state"] == "starting"
+            and (rc != 0 or state != TurnState.COMPLETE)
+            and row["state"] == TurnState.STARTING
             and rc
             and (row["attempts"] or 1) <= MAX_RETRIES
             and turn_dir is not None
@@ -680,7 +683,7 @@ def record_exit(
             event=extra,
             ran=ran,
         )
-        if found is not None and found.cause == "conversation-gone":
+        if found is not None and found.cause == Cause.CONVERSATION_GONE:
             # Resuming it can only fail the same way again: the next wake
             # (and a --retry-failed) starts a new conversation.
             ledger.forget_conversation(db, session, turn, found.gone)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup import config, durations, ids, ledger
+from spexsup import config, durations, ids, ledger, states
 from spexsup import sandbox as sandboxes
 from spexsup.errors import (
     AtLimit,
@@ -76,7 +76,7 @@ class Verdict(NamedTuple):
 
     @property
     def ok(self) -> bool:
-        return self.verdict in ("confirmed", "completed", "queued")
+        return self.verdict in (*states.SUCCESS, states.Verdict.QUEUED)
 
     def as_json(self) -> dict[str, Any]:
         return {**self._asdict(), "flags": list(self.flags)}
@@ -231,11 +231,11 @@ def admit(
             mark = keys.fingerprint(prompt, fresh, tuple(limits or Limits()))
             keys.claim(db, key, name, mark, turn=turn)
         session = Session.from_row(row)
-        if session.state == "stopped":
+        if session.state == states.SessionState.STOPPED:
             raise SessionStopped(name)
-        if session.state == "removing":
+        if session.state == states.SessionState.REMOVING:
             raise Refused(f"session {name!r} is being removed")
-        if session.state == "creating":
+        if session.state == states.SessionState.CREATING:
             raise Refused(
                 f"session {name!r} is still being created",
                 hint=f"wait for spex new; if it was killed, spex rm {name}",
@@ -246,7 +246,7 @@ def admit(
                 f"{name}: its worktree {session.worktree.path} was removed behind spex",
                 hint=f"spex rm {name} (its branch {session.worktree.branch} is checked first)",
             )
-        if session.state == "running":
+        if session.state == states.SessionState.RUNNING:
             busy = db.execute(
                 "SELECT flags, survivors FROM turns WHERE id = ?", (session.current_turn,)
             ).fetchone()

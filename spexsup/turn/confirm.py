@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from spexsup import states
 from spexsup.harness import Harness
 from spexsup.pane import marker, report, turndir
 from spexsup.pane.marker import Marker, Stage
@@ -89,25 +90,29 @@ def confirm_startup(
     while True:
         m = marker.read(directory)
         if m.stage is Stage.EXIT:
-            return Startup("completed" if m.rc == 0 else "failed", m)
+            return Startup(states.Verdict.COMPLETED if m.rc == 0 else states.Verdict.FAILED, m)
         if m.stage is Stage.INVALID:
-            return Startup("failed", m, f"the turn's record is unreadable ({m.text!r})")
+            return Startup(
+                states.Verdict.FAILED, m, f"the turn's record is unreadable ({m.text!r})"
+            )
         if m.stage is Stage.REPORTING and m.rc == 0:
-            return Startup("completed", m, None, m.pid)
+            return Startup(states.Verdict.COMPLETED, m, None, m.pid)
         now = time.monotonic()
         if m.stage is Stage.REPORTING and now >= deadline:
             if now < deadline + REPORTER_GRACE:
                 watch.wait(deadline + REPORTER_GRACE - now)
                 continue
-            return Startup("completed" if m.rc == 0 else "failed", m, None, m.pid)
+            return Startup(
+                states.Verdict.COMPLETED if m.rc == 0 else states.Verdict.FAILED, m, None, m.pid
+            )
         if first is None and now >= deadline - settle and m.stage is not Stage.REPORTING:
             if m.stage is Stage.NONE:
                 why = "never confirmed startup (the turn did not start in its pane)"
-                return Startup("failed", m, why)
+                return Startup(states.Verdict.FAILED, m, why)
             assert m.pid is not None
             problem = _pid_problem(m.pid, pane_pid)
             if problem:
-                return Startup("failed", m, problem, m.pid)
+                return Startup(states.Verdict.FAILED, m, problem, m.pid)
             first, token = m, start_token(m.pid)
         if first is not None and now >= deadline:
             if m.stage is Stage.REPORTING:
@@ -116,10 +121,10 @@ def confirm_startup(
             # the same wrapper, alive.
             if first.pid is None or m.pid != first.pid or m.stage not in marker.LIVE:
                 why = f"its start did not hold: the turn's record changed to {m.text!r}"
-                return Startup("failed", m, why)
+                return Startup(states.Verdict.FAILED, m, why)
             if identity_liveness(first.pid, token) is not Liveness.ALIVE:
                 why = f"the turn's process (pid {first.pid}) died while its start was checked"
-                return Startup("failed", m, why)
-            return Startup("confirmed", m, None, first.pid)
+                return Startup(states.Verdict.FAILED, m, why)
+            return Startup(states.Verdict.CONFIRMED, m, None, first.pid)
         target = deadline if first is not None else deadline - settle
         watch.wait(target - now)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from spexsup import events, ledger
+from spexsup import events, ledger, states
 from spexsup.errors import Failed, Refused, TurnStopped
 from spexsup.home import Launch, foreground, pane_activity
 from spexsup.pane import marker, turndir
@@ -121,7 +121,7 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
     # re-read the store, and undo our own launch if a stop aborted the turn
     # meanwhile. A turn that already ended on its own (its reporter recorded
     # the end while we were slow) is no stop's: its verdict follows its end.
-    if turn_state(spex, turn) == "aborted":
+    if turn_state(spex, turn) == states.TurnState.ABORTED:
         kill_turn(spex, session, turn, grace=0.5)
         raise TurnStopped(name, turn)
     return result.pane_pid

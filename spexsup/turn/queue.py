@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup import dequeuer, ids, lease, ledger, wavedoc
+from spexsup import dequeuer, ids, lease, ledger, states, wavedoc
 from spexsup.errors import (
     AtLimit,
     Failed,
@@ -247,11 +247,11 @@ def _take(spex: Spex, name: str, done: dict[str, Verdict], freed: list[bool]) ->
                 turn = new_turn_id()
                 with spex.store.tx() as db:
                     if not ledger.skip_queued(
-                        db, head.id, name, turn, why, head.wave.id, cause="budget"
+                        db, head.id, name, turn, why, head.wave.id, cause=states.Cause.BUDGET
                     ):
                         return done
                 prompt_path(spex.home, head.id).unlink(missing_ok=True)
-                done[head.id] = Verdict(name, turn, "skipped", error=why)
+                done[head.id] = Verdict(name, turn, states.Verdict.SKIPPED, error=why)
                 freed[0] = True
                 _tell_wave(spex, head, done[head.id])
                 continue
@@ -262,7 +262,7 @@ def _take(spex: Spex, name: str, done: dict[str, Verdict], freed: list[bool]) ->
             with spex.store.tx() as db:
                 ledger.drop_queued(db, head.id, name, error=why)
             freed[0] = True
-            _tell_wave(spex, head, Verdict(name, None, "failed", error=why))
+            _tell_wave(spex, head, Verdict(name, None, states.Verdict.FAILED, error=why))
             continue
         options = head.options
         fallback = options.get("fallback")
@@ -297,7 +297,7 @@ def _take(spex: Spex, name: str, done: dict[str, Verdict], freed: list[bool]) ->
                     return done
             prompt_path(spex.home, head.id).unlink(missing_ok=True)
             freed[0] = True
-            _tell_wave(spex, head, Verdict(name, None, "failed", error=e.line()))
+            _tell_wave(spex, head, Verdict(name, None, states.Verdict.FAILED, error=e.line()))
             continue
         prompt_path(spex.home, head.id).unlink(missing_ok=True)
         done[head.id] = verdict
@@ -347,7 +347,7 @@ def _after(spex: Spex, head: Entry) -> Verdict | bool | None:
         if not ledger.skip_queued(db, head.id, head.session, turn, why, wave):
             return None  # another launcher got there first
     prompt_path(spex.home, head.id).unlink(missing_ok=True)
-    return Verdict(head.session, turn, "skipped", error=why)
+    return Verdict(head.session, turn, states.Verdict.SKIPPED, error=why)
 
 
 def wake_or_queue(
@@ -422,5 +422,7 @@ def wake_or_queue(
         if entry in done:
             return done[entry]._replace(key=key)
         place = positions(entries(spex, (name,))).get(entry, position)
-        return Verdict(name, None, "queued", queued=entry, position=place, key=key, waits=waits)
+        return Verdict(
+            name, None, states.Verdict.QUEUED, queued=entry, position=place, key=key, waits=waits
+        )
     raise Failed(f"key {key!r} was claimed and given back {KEY_ATTEMPTS} times", hint="retry")

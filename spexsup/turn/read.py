@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from spexsup import ids, lease
+from spexsup import ids, lease, states
 from spexsup.errors import Invalid, Refused, SpexError, TimedOut, UnknownSession
 from spexsup.pane import turndir
 from spexsup.paths import ensure_private_dir
@@ -252,14 +252,14 @@ def wait(
                     raise Refused(f"session {name!r} has no turn to wait for")
                 if turn is None:
                     continue
-                if row["state"] not in ("starting", "running") and not queued:
+                if row["state"] not in states.ACTIVE and not queued:
                     flags = tuple(json.loads(row["flags"])) if row["flags"] else ()
                     ended[name] = Ended(
                         name, turn, row["state"], row["rc"], row["error"], flags, row["cause"]
                     )
                     if on_end is not None:
                         on_end(ended[name])
-                elif turn not in watched and row["state"] in ("starting", "running"):
+                elif turn not in watched and row["state"] in states.ACTIVE:
                     watch.add(turndir.path(spex.home, name, turn))
                     watched.add(turn)
             if len(ended) == len(names):
@@ -279,8 +279,8 @@ def _queued(spex: Spex, name: str) -> int:
     """Prompts queued for `name` that will launch (its queue is not paused)."""
     (count,) = spex.store.db.execute(
         "SELECT count(*) FROM queue q JOIN sessions s ON s.name = q.session"
-        " WHERE q.session = ? AND s.state != 'stopped'",
-        (name,),
+        " WHERE q.session = ? AND s.state != ?",
+        (name, states.SessionState.STOPPED),
     ).fetchone()
     return int(count)
 
@@ -361,7 +361,7 @@ def log(
         while True:
             reconcile(spex, [name])
             state = spex.store.db.execute("SELECT state FROM turns WHERE id = ?", (turn,))
-            done = state.fetchone()["state"] not in ("starting", "running")
+            done = state.fetchone()["state"] not in states.ACTIVE
             yield from drain()
             if done or (stop is not None and stop.is_set()):
                 return

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spexsup import dequeuer, ledger, wavedoc
+from spexsup import dequeuer, ledger, states, wavedoc
 from spexsup.errors import warn
 from spexsup.pane import marker, report, turndir
 from spexsup.pane.marker import Marker, Stage
@@ -93,14 +93,14 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
                 turn,
                 None,
                 directory,
-                state="interrupted",
+                state=states.TurnState.INTERRUPTED,
                 error="machine rebooted",
-                launched=row["state"] == "running",
+                launched=row["state"] == states.TurnState.RUNNING,
             )
             continue
         launcher = identity_liveness(row["launcher_pid"], row["launcher_token"])
         directory = turndir.path(spex.home, name, turn)
-        if row["state"] == "starting" and launcher is not Liveness.DEAD:
+        if row["state"] == states.TurnState.STARTING and launcher is not Liveness.DEAD:
             deferred = _deferred_until(directory)
             if deferred is None:
                 continue
@@ -203,17 +203,21 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
                 turn,
                 None,
                 directory,
-                state="lost",
+                state=states.TurnState.LOST,
                 error=why,
                 launched=True,
                 flags=[ORPHANED] if ran_on else None,
             )
     elif m.stage is Stage.INVALID:
         why = f"the turn's record is unreadable ({m.text!r})"
-        report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+        report.record_exit(
+            spex.store, name, turn, None, directory, state=states.TurnState.LOST, error=why
+        )
     elif _unlaunched(spex, row, directory) is Liveness.DEAD:
         why = "the spex wake that started it died before the turn confirmed its start"
-        report.record_exit(spex.store, name, turn, None, directory, state="lost", error=why)
+        report.record_exit(
+            spex.store, name, turn, None, directory, state=states.TurnState.LOST, error=why
+        )
 
 
 def _orphaned(spex: Spex, row: Any, wrapper: int) -> bool:

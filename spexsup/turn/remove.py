@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from spexsup import dequeuer, lease, ledger
+from spexsup import dequeuer, lease, ledger, states
 from spexsup.errors import Failed, Invalid, Refused, SpexError, UnknownSession
 from spexsup.pane import turndir
 from spexsup.paths import remove_tree
@@ -73,7 +73,7 @@ def _unsaved(session: Session, *, salvage: bool, keep_worktree: bool) -> Refused
     lives). Failed when git cannot tell."""
     from spexsup import worktree as worktrees  # dataclasses: not on every rm's path
 
-    if session.worktree is None or keep_worktree or session.state == "creating":
+    if session.worktree is None or keep_worktree or session.state == states.SessionState.CREATING:
         return None
     try:
         worktrees.guard(session.name, session.worktree, salvage=salvage)
@@ -89,7 +89,7 @@ def _held(
     live `spex stop` of it (other than ticket `mine`), a live maker of a
     session still `creating`."""
     name = session.name
-    if session.state == "running" and not force:
+    if session.state == states.SessionState.RUNNING and not force:
         return Refused(
             f"session {name!r} has a running turn {session.current_turn}",
             hint="spex stop it first, or spex rm --force",
@@ -106,7 +106,7 @@ def _held(
             f"session {name!r} has {queued} queued prompt{'s' * (queued != 1)}",
             hint=f"spex queue clear {name}, or spex rm --force",
         )
-    if session.state == "creating":
+    if session.state == states.SessionState.CREATING:
         makers = db.execute(
             "SELECT pid, start_token FROM tickets WHERE session = ? AND op = 'new'", (name,)
         ).fetchall()

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from spexsup import states
 from spexsup.procs import Liveness, identity_liveness, own_identity
 from spexsup.spex import Spex
 from spexsup.turn.reconcile import reconcile
@@ -33,7 +34,8 @@ def revivals(spex: Spex, names: Sequence[str] | None = None) -> Iterator[list[st
     with spex.store.tx() as db:
         rows = db.execute(
             "SELECT s.name FROM sessions s JOIN turns t ON t.id = s.current_turn"
-            " WHERE t.state = 'interrupted' ORDER BY s.name"
+            " WHERE t.state = ? ORDER BY s.name",
+            (states.TurnState.INTERRUPTED,),
         ).fetchall()
         for row in rows:
             name = row["name"]

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup import ids, ledger
+from spexsup import ids, ledger, states
 from spexsup import schedule as engines
 from spexsup.errors import Invalid, Refused, SessionBusy, SpexError
 from spexsup.paths import ensure_private_dir, write_atomic
@@ -321,7 +321,7 @@ class Fired(NamedTuple):
     def exit_code(self) -> int:
         if self.verdict.ok:
             return 0
-        return 1 if self.verdict.verdict == "failed" else 3
+        return 1 if self.verdict.verdict == states.Verdict.FAILED else 3
 
 
 def restore_env(s: Schedule) -> None:
@@ -351,11 +351,13 @@ def fire(spex: Spex, s: Schedule, *, now: float | None = None, due: bool = True)
         else:
             verdict = wake(spex, s.session, prompt, limits=limits, key=key)
     except SessionBusy as e:
-        verdict = Verdict(s.session, None, "skipped", error=e.line(), key=key)
+        verdict = Verdict(s.session, None, states.Verdict.SKIPPED, error=e.line(), key=key)
     except OSError as e:
-        verdict = Verdict(s.session, None, "failed", error=f"its prompt: {e.strerror}", key=key)
+        verdict = Verdict(
+            s.session, None, states.Verdict.FAILED, error=f"its prompt: {e.strerror}", key=key
+        )
     except SpexError as e:
-        word = "refused" if isinstance(e, Refused | Invalid) else "failed"
+        word = states.Verdict.REFUSED if isinstance(e, Refused | Invalid) else states.Verdict.FAILED
         verdict = Verdict(s.session, None, word, error=e.line(), key=key)
     fired = Fired(s, engines.slot(at), key, verdict)
     with spex.store.tx() as db:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from contextlib import ExitStack
 
-from spexsup import dequeuer, lease, ledger, wavedoc
+from spexsup import dequeuer, lease, ledger, states, wavedoc
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Stage
@@ -98,7 +98,7 @@ def _stoppable(db: sqlite3.Connection, name: str) -> Session:
     if row is None:
         raise UnknownSession(name, session_names(db))
     session = Session.from_row(row)
-    if session.state == "removing":
+    if session.state == states.SessionState.REMOVING:
         raise Refused(f"session {name!r} is being removed")
     return session
 
@@ -128,7 +128,7 @@ def _stop_under_lock(spex: Spex, name: str, grace: float, bearer: int | None) ->
     if turn is not None:
         state = db.execute("SELECT state FROM turns WHERE id = ?", (turn,)).fetchone()
         directory = turndir.path(spex.home, name, turn)
-        if state is not None and state["state"] in ("starting", "running") and directory.is_dir():
+        if state is not None and state["state"] in states.ACTIVE and directory.is_dir():
             write_atomic(directory / turndir.STOP_REQUEST, STOPPED_BY.encode() + b"\n")
         _kill(spex, session, turn, grace)
     try:
@@ -159,7 +159,7 @@ def resume(
     """
     with taken(spex, name, "resume", bearer) as held:
         session = held.session
-        if session.state != "stopped":
+        if session.state != states.SessionState.STOPPED:
             if not_stopped_ok:
                 return False
             raise Refused(f"session {name!r} is not stopped (it is {session.state})")

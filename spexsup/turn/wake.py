@@ -159,23 +159,24 @@ def _answer(name: str, row: Any) -> Verdict:
     if row["queued"] is not None:
         if row["keyed"] is None:
             return Verdict(
-                name, None, "queued", queued=row["queued"], position=row["position"],
-                state="queued",
+                name, None, states.Verdict.QUEUED, queued=row["queued"],
+                position=row["position"], state="queued",
             )  # fmt: skip
         return Verdict(
-            name, row["keyed"], "queued", row["rc"], row["pid"], queued=row["queued"],
-            state=row["state"],
+            name, row["keyed"], states.Verdict.QUEUED, row["rc"], row["pid"],
+            queued=row["queued"], state=row["state"],
         )  # fmt: skip
     verdict = row["verdict"]
     if verdict is None:
         if row["state"] == states.ABORTED:
             raise TurnStopped(name, row["keyed"], "while it started")
-        ran = {states.RUNNING: "confirmed", states.COMPLETE: "completed"}
-        verdict = ran.get(row["state"], "failed")
+        ran = {states.RUNNING: states.Verdict.CONFIRMED, states.COMPLETE: states.Verdict.COMPLETED}
+        verdict = ran.get(row["state"], states.Verdict.FAILED)
     return Verdict(
         name, row["keyed"], verdict, row["rc"], row["pid"],
-        row["error"] if verdict == "failed" else None, flags=json.loads(row["flags"] or "[]"),
-        waiting_until=row["waiting_until"], state=row["state"],
+        row["error"] if verdict == states.Verdict.FAILED else None,
+        flags=json.loads(row["flags"] or "[]"), waiting_until=row["waiting_until"],
+        state=row["state"],
     )  # fmt: skip
 
 
@@ -368,7 +369,7 @@ def _abort_unlaunched(spex: Spex, session: Session, turn: str, why: str) -> None
 def _retryable(adapter: Harness, directory: Path, result: Startup, attempts: int) -> bool:
     """A lock-class startup failure is retried up to 4 times, but only when
     nothing ran (see report.worth_retrying)."""
-    if result.verdict != "failed" or result.rc is None or result.rc == 0:
+    if result.verdict != states.Verdict.FAILED or result.rc is None or result.rc == 0:
         return False
     if attempts > len(RETRY_BACKOFF):
         return False
@@ -387,13 +388,13 @@ def _rotate_attempt(spex: Spex, name: str, turn: str, directory: Path, attempt: 
         claim_fence(spex, name, turn)
         with spex.store.tx() as db:
             cur = db.execute(
-                "UPDATE turns SET attempts = ? WHERE id = ? AND state = 'starting'",
-                (attempt + 1, turn),
+                "UPDATE turns SET attempts = ? WHERE id = ? AND state = ?",
+                (attempt + 1, turn, states.STARTING),
             )
             if not cur.rowcount:
                 raise TurnStopped(name, turn)
     except Refused:
-        if turn_state(spex, turn) in (None, "aborted"):
+        if turn_state(spex, turn) in (None, states.TurnState.ABORTED):
             raise
         return False
     for file in (turndir.OUTCOME, turndir.OUTPUT):
@@ -414,8 +415,8 @@ def _settle(
     name = session.name
     error = result.error
     rc = result.rc
-    if turn_state(spex, turn) == "aborted":
-        if result.verdict == "failed" and rc is None:
+    if turn_state(spex, turn) == states.TurnState.ABORTED:
+        if result.verdict == states.Verdict.FAILED and rc is None:
             kill_turn(spex, session, turn, grace=0.5)
         report.remember_conversation(spex.store, name, directory, adapter)
         raise TurnStopped(name, turn, "while it started")
@@ -431,10 +432,10 @@ def _settle(
         flags = json.loads(ended["flags"] or "[]") if ended else []
         if ended is not None and ended["cause"]:
             # Timed out, strict, an error opencode exited 0 after, a usage limit.
-            verdict, error = "failed", ended["error"]
+            verdict, error = states.Verdict.FAILED, ended["error"]
         elif rc != 0:
             error = failure_message(adapter, directory, rc, m.cas)
-    elif result.verdict == "failed":
+    elif result.verdict == states.Verdict.FAILED:
         _abandon(spex, session, turn, directory, error or "failed")
     else:
         report.remember_conversation(spex.store, name, directory, adapter)
@@ -444,10 +445,10 @@ def _settle(
             " pid = coalesce(?, pid) WHERE id = ?",
             (verdict, error, result.pid, turn),
         )
-        if verdict == "confirmed":
+        if verdict == states.Verdict.CONFIRMED:
             ledger.mark_running(db, name, turn, pid=result.pid)
     waiting_until = None
-    if verdict == "confirmed":
+    if verdict == states.Verdict.CONFIRMED:
         row = spex.store.db.execute(
             "SELECT waiting_until FROM turns WHERE id = ?", (turn,)
         ).fetchone()

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spexsup import ids, sessions
+from spexsup import ids, sessions, states
 from spexsup.errors import Refused
 from spexsup.spex import Spex
 from spexsup.states import ACTIVE
@@ -97,7 +97,7 @@ def session(spex: Spex, name: str, turn: str | None = None) -> dict[str, Any]:
         "turn": turn_doc,
         "active": bool(turn_doc and turn_doc["state"] in ACTIVE),
         "log": log_text(spex, name, shown, tail=LOG_TAIL) if shown else "",
-        "stopped": row["state"] == "stopped",
+        "stopped": row["state"] == states.SessionState.STOPPED,
     }
 
 
