@@ -295,11 +295,14 @@ def test_a_queued_wake_waits_behind_earlier_ones_even_when_the_session_is_free(e
     is free (its end's reporter died before it launched it), `--queue` joins
     the queue behind it instead of jumping it."""
     fault = {"SPEXSUP_FAULT": "reporter-dies-before-dequeue"}
-    log = env.root / "a.order"
-    script = f'echo "$0" >> {log}; sleep 1'
+    log, gate = env.root / "a.order", env.root / "a.gate"
+    # The first turn runs until the gate opens: on a loaded machine a sleep
+    # ended before `second` was queued, and `second` then simply ran.
+    script = f'echo "$0" >> {log}; [ "$0" != first ] || until [ -e {gate} ]; do sleep 0.05; done'
     assert env.run("new", "a", "--", "bash", "-c", script, extra=fault).returncode == 0
     assert env.run("wake", "a", "first", "--window", "0.3").returncode == 0
     assert wake(env, "a", "--queue", "second")[1]["verdict"] == "queued"
+    gate.touch()
 
     def free_with_one_queued() -> bool:
         with db(env) as conn:
