@@ -223,59 +223,33 @@ def interrupted(e: BaseException) -> int:
 
 def _dispatch(argv: list[str], options: list[str], completing: str | None) -> int:
     as_json = "--json" in options
-    import typer
-
-    from spexsup.cli.app import WRITERS, app, keep_only, register
-
-    if completing:
-        from typer._completion_classes import completion_init
-
-        completion_init()
     home, rest = _split_home(options)
     if not completing and rest[:1] == ["help"] and options == argv and "--help" not in rest:
         # `spex help WORDS…` is `spex WORDS… --help` (see spexsup.cli.manual).
         argv = options = [*options[: len(options) - len(rest)], *rest[1:], "--help"]
         home, rest = _split_home(options)
-    if not completing and rest and not rest[0].startswith("-"):
-        register(rest[0])
-        keep_only(rest[0])
-    else:
-        register()
+    from spexsup.cli.decl import Exit
+
     try:
         if any(w.startswith("--sandbox=") for w in argv):
             argv = sandbox_form(argv)
+            home, rest = _split_home(argv[: argv.index("--")] if "--" in argv else argv)
         if rest[:1] == ["wake"]:
             from spexsup.cli.turns import check_dashed_prompt
 
             check_dashed_prompt(argv)
-        code = app(args=argv, prog_name="spex", standalone_mode=False, obj=list(argv))
+        code = None
+        if not completing:
+            from spexsup.cli import lean
+
+            # (home and --create lead argv, hoisted; the words run past --)
+            code = lean.run(argv, home, "--create" in options, _split_home(argv)[1])
+        if code is None:
+            code = _typer(argv, rest, completing, as_json)
+    except Exit as e:
+        return e.exit_code
     except SpexError as e:
         return fail(e.line(), e.exit_code, as_json)
-    except typer.Abort as e:  # click's wrapping of a Ctrl-C
-        return interrupted(e.__cause__ or KeyboardInterrupt())
-    except typer.TyperException as e:
-        ctx = getattr(e, "ctx", None)
-        if type(e).__name__ == "NoArgsIsHelpError" and ctx is not None:
-            # A bare `spex`: the overview (examples, the commands by panel);
-            # a bare group: its help. Either exits 2.
-            command = ctx.command
-            print(command.overview(ctx) if ctx.parent is None else ctx.get_help())
-            return 2
-        message = e.format_message() if hasattr(e, "format_message") else str(e)
-        path = ctx.command_path.split(" ", 1) if ctx else []
-        where = f"spex {path[1]} --help" if len(path) == 2 else "spex --help"
-        first = " ".join(str(message).split())
-        unknown = getattr(e, "option_name", None)
-        if type(e).__name__ == "NoSuchOption" and unknown:
-            # click lists every option that starts alike; name the one meant.
-            import difflib
-
-            known = sorted(getattr(e, "possibilities", None) or _options_of(ctx))
-            close = difflib.get_close_matches(unknown, known, n=1, cutoff=0.6)
-            first = f"no such option {unknown!r}"
-            where = f"did you mean {close[0]}? see {where}" if close else f"see {where}"
-            return fail(f"{first} ({where})", 2, as_json)
-        return fail(f"{first} (see {where})", getattr(e, "exit_code", 2), as_json)
     except BrokenPipeError:
         return 1
     except OSError as e:
@@ -302,8 +276,55 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
             return fail(f"state database: {e} (check SPEXSUP_HOME and its permissions)", 1, as_json)
         # a bug of ours: still one line, never a traceback
         return fail(f"internal error: {type(e).__name__}: {e} (please report this)", 1, as_json)
+    from spexsup.cli.table import WRITERS
+
     if not completing and rest and rest[0] in WRITERS:
         _housekeep(home)
+    return code
+
+
+def _typer(argv: list[str], rest: list[str], completing: str | None, as_json: bool) -> int:
+    """The line read by typer: help, completion, groups, and every mistake."""
+    import typer
+
+    from spexsup.cli.app import app, keep_only, register
+
+    if completing:
+        from typer._completion_classes import completion_init
+
+        completion_init()
+    if not completing and rest and not rest[0].startswith("-"):
+        register(rest[0])
+        keep_only(rest[0])
+    else:
+        register()
+    try:
+        code = app(args=argv, prog_name="spex", standalone_mode=False, obj=list(argv))
+    except typer.Abort as e:  # click's wrapping of a Ctrl-C
+        return interrupted(e.__cause__ or KeyboardInterrupt())
+    except typer.TyperException as e:
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            # A bare `spex`: the overview (examples, the commands by panel);
+            # a bare group: its help. Either exits 2.
+            command = ctx.command
+            print(command.overview(ctx) if ctx.parent is None else ctx.get_help())
+            return 2
+        message = e.format_message() if hasattr(e, "format_message") else str(e)
+        path = ctx.command_path.split(" ", 1) if ctx else []
+        where = f"spex {path[1]} --help" if len(path) == 2 else "spex --help"
+        first = " ".join(str(message).split())
+        unknown = getattr(e, "option_name", None)
+        if type(e).__name__ == "NoSuchOption" and unknown:
+            # click lists every option that starts alike; name the one meant.
+            import difflib
+
+            known = sorted(getattr(e, "possibilities", None) or _options_of(ctx))
+            close = difflib.get_close_matches(unknown, known, n=1, cutoff=0.6)
+            first = f"no such option {unknown!r}"
+            where = f"did you mean {close[0]}? see {where}" if close else f"see {where}"
+            return fail(f"{first} ({where})", 2, as_json)
+        return fail(f"{first} (see {where})", getattr(e, "exit_code", 2), as_json)
     return code if isinstance(code, int) else 0
 
 

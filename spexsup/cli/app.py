@@ -1,82 +1,19 @@
 """The typer app and its global options; one module per command group registers on it."""
 
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
 from spexsup import __version__
+from spexsup.cli import decl
+from spexsup.cli.decl import open_spex, settings
+from spexsup.cli.table import COMMAND_MODULES, COMMANDS, WRITERS
 
-if TYPE_CHECKING:
-    from spexsup.config import Config
-    from spexsup.spex import Spex
-
-
-class Command(NamedTuple):
-    """One `spex` command or command group."""
-
-    name: str
-    # The module of spexsup.cli that registers it: `spex NAME` imports that
-    # one only (and what it imports), so no command pays for the others'.
-    module: str
-    # A writer: the state home may be pruned after it (DESIGN: writers prune).
-    writes: bool = False
-
-
-# The one command table, in the order `spex --help` lists the commands: the
-# order a session lives through them. tests/test_cli.py checks it against
-# the commands the modules really register.
-#
-# These modules (and params.py) do NOT use `from __future__ import
-# annotations`, unlike the rest of the code: typer reads every parameter's
-# `Annotated[…, typer.Option(…)]` with get_type_hints, which compiles and
-# evaluates each annotation string anew; real objects made that 3x faster
-# (`spex --help` builds all commands). Names imported only for type checking
-# are quoted instead. tests/test_cli.py keeps it so.
-COMMANDS = (
-    Command("new", "sessions", writes=True),
-    Command("wake", "turns", writes=True),
-    Command("wait", "turns"),
-    Command("queue", "queue", writes=True),
-    Command("schedule", "schedule", writes=True),
-    Command("log", "turns"),
-    Command("verify", "verify", writes=True),
-    Command("attach", "sessions"),
-    Command("stop", "turns", writes=True),
-    Command("resume", "turns", writes=True),
-    Command("up", "sessions", writes=True),
-    Command("ls", "sessions"),
-    Command("show", "sessions"),
-    Command("edit", "edit", writes=True),
-    Command("top", "top"),
-    Command("rm", "sessions", writes=True),
-    Command("fanout", "fanout", writes=True),
-    Command("wave", "waves"),
-    Command("waves", "waves"),  # hidden: `spex wave`'s old name
-    Command("cost", "cost"),
-    Command("maint", "maint"),
-    Command("prune", "housekeeping"),
-    Command("du", "housekeeping"),
-    Command("doctor", "sessions"),
-    Command("harness", "harnesses"),
-    Command("hosts", "hosts"),
-    Command("events", "events"),
-    Command("hooks", "events"),
-    Command("status-line", "events"),
-    Command("mcp", "mcp_door"),
-    Command("serve", "serve"),
-    Command("completion", "sessions"),
-    Command("diff", "worktree"),
-    Command("keep", "worktree"),
-    Command("trust", "worktree"),
-    Command("maint-op", "maint"),  # hidden
-    Command("internal", "maint"),  # hidden
-    Command("worktree", "worktree"),
-    Command("help", "manual"),
-)
-COMMAND_MODULES = {c.name: c.module for c in COMMANDS}
-WRITERS = frozenset(c.name for c in COMMANDS if c.writes)
 _HELP_ORDER = {c.name: i for i, c in enumerate(COMMANDS)}
 
 EXIT_CODES = """\b
@@ -299,27 +236,6 @@ def root(
     ctx.obj = home
 
 
-def open_spex(ctx: typer.Context) -> "Spex":
-    """The state home named by --home (or the environment); config.toml is read
-    here so that a broken one fails every command the same way."""
-    from spexsup.spex import Spex
-
-    spex = Spex.open(ctx.find_root().obj)
-    settings(ctx, spex)
-    return spex
-
-
-def settings(ctx: typer.Context, spex: "Spex") -> "Config":
-    """config.toml's defaults, read once per command."""
-    from spexsup import config
-
-    meta = ctx.find_root().meta
-    if "spex.config" not in meta:
-        meta["spex.config"] = config.load(spex.home)
-    loaded: Config = meta["spex.config"]
-    return loaded
-
-
 def keep_only(name: str) -> None:
     """Build only the command being run: typer turns every registered function
     into a click command on each start (signatures, type hints), and one is
@@ -346,6 +262,21 @@ def register(name: str | None = None) -> None:
     module = COMMAND_MODULES.get(name or "")
     for each in [module] if module else sorted(set(COMMAND_MODULES.values())):
         importlib.import_module(f"spexsup.cli.{each}")
+    named = {_command_name(info) for info in app.registered_commands}
+    for declared in decl.DECLARED.values():
+        if declared.name not in named:
+            app.command(declared.name, **declared.settings)(declared.function)
+    # Every command, a group's and a group's own callback too, reads its
+    # parameters as typer's and renders its usage as SpexCommand does.
+    for info in app.registered_commands:
+        info.callback = for_typer(info.callback)
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            callback = group.typer_instance.registered_callback
+            if callback is not None:
+                callback.callback = for_typer(callback.callback)
+            for info in group.typer_instance.registered_commands:
+                info.callback = for_typer(info.callback)
     # Every command, a group's too, renders its usage as SpexCommand does.
     for info in app.registered_commands:
         info.cls = SpexCommand if info.cls in (None, TyperCommand) else info.cls
@@ -353,6 +284,44 @@ def register(name: str | None = None) -> None:
         if group.typer_instance is not None:
             for info in group.typer_instance.registered_commands:
                 info.cls = SpexCommand if info.cls in (None, TyperCommand) else info.cls
+
+
+def for_typer(function: Callable[..., Any] | None) -> Callable[..., Any] | None:
+    """`function` with its declarations (spexsup.cli.decl) as typer's own:
+    the same function, its signature told in typer's words."""
+    if function is None or getattr(function, "__signature__", None) is not None:
+        return function
+    signature = inspect.signature(function)
+    changed = [
+        p.replace(annotation=_typer_annotation(p.annotation)) for p in signature.parameters.values()
+    ]
+    if all(
+        a.annotation is b.annotation
+        for a, b in zip(changed, signature.parameters.values(), strict=True)
+    ):
+        return function
+
+    @functools.wraps(function)
+    def told(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    told.__signature__ = signature.replace(parameters=changed)  # type: ignore[attr-defined]
+    told.__annotations__ = {p.name: p.annotation for p in changed}
+    return told
+
+
+def _typer_annotation(annotation: Any) -> Any:
+    if annotation is decl.Context:
+        return typer.Context
+    meta: tuple[Any, ...] = getattr(annotation, "__metadata__", ())
+    if len(meta) != 1:
+        return annotation
+    info = meta[0]
+    if isinstance(info, decl.Option):
+        return Annotated[annotation.__origin__, typer.Option(*info.param_decls, **info.options)]
+    if isinstance(info, decl.Argument):
+        return Annotated[annotation.__origin__, typer.Argument(**info.options)]
+    return annotation
 
 
 __all__ = [

@@ -400,7 +400,7 @@ def _root_home(ctx: Any) -> str | None:
 
 
 def _commands() -> list[str]:
-    from spexsup.cli.app import COMMANDS
+    from spexsup.cli.table import COMMANDS
 
     return [c.name for c in COMMANDS if c.name not in ("maint-op", "internal")]
 

@@ -3,9 +3,8 @@
 import time
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
-from spexsup.cli.app import app, open_spex, settings
+from spexsup.cli import decl
+from spexsup.cli.decl import command, open_spex, settings
 from spexsup.cli.params import DURATION, JsonOpt
 from spexsup.cli.render import document, print_json, table
 
@@ -15,12 +14,12 @@ if TYPE_CHECKING:
 BY = ("session", "harness", "model", "day", "wave")
 
 
-@app.command()
+@command()
 def cost(
-    ctx: typer.Context,
+    ctx: decl.Context,
     by: Annotated[
         str,
-        typer.Option(
+        decl.Option(
             "--by",
             metavar="KEY",
             help=f"Sum per {', '.join(BY[:-1])} or {BY[-1]} (every leg and attempt of a wave).",
@@ -28,7 +27,7 @@ def cost(
     ] = "session",
     since: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--since",
             metavar="DURATION",
             help=f"Only what turns recorded in the last DURATION ({DURATION}, 7d).",
@@ -81,16 +80,16 @@ def cost(
         )
         return
     if not groups:
-        typer.echo("no usage recorded" + (f" in the last {since}" if since else " yet"))
+        decl.echo("no usage recorded" + (f" in the last {since}" if since else " yet"))
         return
     rows = [_cells(k, s) for k, s in groups.items()]
     if len(groups) > 1:
         rows.append(_cells("TOTAL", whole))
     table([by.upper(), "TURNS", "INPUT", "OUTPUT", "CACHE R/W", "COST"], rows)
     if whole.n_estimated:
-        typer.echo('~ estimated from [pricing."MODEL"] in config.toml (USD per million tokens)')
+        decl.echo('~ estimated from [pricing."MODEL"] in config.toml (USD per million tokens)')
     if not whole.exact:
-        typer.echo(
+        decl.echo(
             "≥ a floor: some turns' usage or cost is unknown (no usage printed, or a model"
             " with no price)"
         )

@@ -2,11 +2,9 @@
 
 from typing import Annotated
 
-import typer
-
 from spexsup import ids
-from spexsup.cli import complete
-from spexsup.cli.app import app, open_spex
+from spexsup.cli import complete, decl
+from spexsup.cli.decl import command, open_spex
 from spexsup.cli.params import (
     DURATION,
     AllowHostOpt,
@@ -31,13 +29,13 @@ from spexsup.harness import verify_argv
 from spexsup.pane.pretty import one_line
 
 
-@app.command()
+@command()
 def edit(
-    ctx: typer.Context,
+    ctx: decl.Context,
     name: NameArg,
     after: Annotated[
         list[str] | None,
-        typer.Argument(
+        decl.Argument(
             metavar="[-- ARGS…]",
             help="The harness's own arguments, replacing the session's; for the command"
             " harness, its command.",
@@ -46,7 +44,7 @@ def edit(
     ] = None,
     harness: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--harness",
             metavar="HARNESS",
             help="Run another harness: forgets the conversation id (another CLI cannot"
@@ -57,36 +55,36 @@ def edit(
     ] = None,
     cwd: Annotated[
         str | None,
-        typer.Option("--cwd", metavar="DIR", help="Working directory (not of a worktree session)."),
+        decl.Option("--cwd", metavar="DIR", help="Working directory (not of a worktree session)."),
     ] = None,
     env: Annotated[
         list[str] | None,
-        typer.Option("--env", metavar="KEY=VALUE", help="Set or override a variable; repeatable."),
+        decl.Option("--env", metavar="KEY=VALUE", help="Set or override a variable; repeatable."),
     ] = None,
     unset_env: Annotated[
         list[str] | None,
-        typer.Option("--unset-env", metavar="KEY", help="Drop a variable; repeatable."),
+        decl.Option("--unset-env", metavar="KEY", help="Drop a variable; repeatable."),
     ] = None,
     window: Annotated[
         str | None,
-        typer.Option("--window", metavar="DURATION", help=f"Confirmation window, {DURATION}."),
+        decl.Option("--window", metavar="DURATION", help=f"Confirmation window, {DURATION}."),
     ] = None,
     no_window: Annotated[
         bool,
-        typer.Option("--no-window", help="Back to config.toml's window, else the harness's."),
+        decl.Option("--no-window", help="Back to config.toml's window, else the harness's."),
     ] = False,
     timeout: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--timeout", metavar="DURATION", help=f"End a turn that runs longer, {DURATION}."
         ),
     ] = None,
     no_timeout: Annotated[
-        bool, typer.Option("--no-timeout", help="No time limit of its own (the harness's).")
+        bool, decl.Option("--no-timeout", help="No time limit of its own (the harness's).")
     ] = False,
     strict: Annotated[
         bool | None,
-        typer.Option(
+        decl.Option(
             "--strict/--no-strict",
             help="Any outcome flag fails a turn / no longer.",
             show_default=False,
@@ -94,11 +92,11 @@ def edit(
     ] = None,
     model: ModelOpt = None,
     no_model: Annotated[
-        bool, typer.Option("--no-model", help="No model of its own (the harness's).")
+        bool, decl.Option("--no-model", help="No model of its own (the harness's).")
     ] = False,
     fallback: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--fallback-model",
             metavar="MODEL,…",
             help="The models a turn falls back to, in order ('' for none).",
@@ -107,11 +105,11 @@ def edit(
     ] = None,
     no_fallback: Annotated[
         bool,
-        typer.Option("--no-fallback-model", help="No fallback list of its own (the harness's)."),
+        decl.Option("--no-fallback-model", help="No fallback list of its own (the harness's)."),
     ] = False,
     verify: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--verify",
             metavar="CMD",
             help="The check its turns run after the harness exits 0 (by sh -c; '' for none).",
@@ -120,14 +118,14 @@ def edit(
     ] = None,
     no_verify: Annotated[
         bool,
-        typer.Option(
+        decl.Option(
             "--no-verify", help="No check of its own (the repository's, else the harness's)."
         ),
     ] = False,
     verify_timeout: VerifyTimeoutOpt = None,
     queue: Annotated[
         bool | None,
-        typer.Option(
+        decl.Option(
             "--queue/--no-queue",
             help="spex wake queues its prompt when the session is busy / no longer.",
             show_default=False,
@@ -135,21 +133,21 @@ def edit(
     ] = None,
     on_limit: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--on-limit",
             metavar="wait[:DURATION]",
             help="On a usage limit, wait in the pane (at most DURATION: 6h, 90m; default 12h).",
         ),
     ] = None,
     no_on_limit: Annotated[
-        bool, typer.Option("--no-on-limit", help="On a usage limit, the turn fails.")
+        bool, decl.Option("--no-on-limit", help="On a usage limit, the turn fails.")
     ] = False,
     clear_args: Annotated[
-        bool, typer.Option("--clear-args", help="Drop the harness's own arguments.")
+        bool, decl.Option("--clear-args", help="Drop the harness's own arguments.")
     ] = False,
     no_check: Annotated[
         bool,
-        typer.Option("--no-check", help="Change it even if the harness binary is not found."),
+        decl.Option("--no-check", help="Change it even if the harness binary is not found."),
     ] = False,
     sandbox: SandboxOpt = False,
     sandbox_optional: SandboxOptionalOpt = False,
@@ -159,7 +157,7 @@ def edit(
     network: NetworkOpt = None,
     allow_host: AllowHostOpt = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print what would change; change nothing.")
+        bool, decl.Option("--dry-run", help="Print what would change; change nothing.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -226,7 +224,7 @@ def edit(
     spex = open_spex(ctx)
     done = change_session(spex, name, change, check=not no_check, dry_run=dry_run)
     for note in done.notes:
-        typer.echo(one_line(f"spex: note: {note}"), err=True)
+        decl.echo(one_line(f"spex: note: {note}"), err=True)
     if as_json and dry_run:
         print_json(document({"session": name, "dry_run": True, "changes": done.changes}))
     elif as_json:
@@ -234,4 +232,4 @@ def edit(
         print_json(row)
     else:
         for line in edit_lines(name, done.changes, dry_run=dry_run):
-            typer.echo(line)
+            decl.echo(line)

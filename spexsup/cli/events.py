@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from spexsup.cli import complete
-from spexsup.cli.app import ListingGroup, app, open_spex
+from spexsup.cli import complete, decl
+from spexsup.cli.app import ListingGroup, app
+from spexsup.cli.decl import command, open_spex
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.render import document, print_json
 from spexsup.errors import Invalid
@@ -77,15 +78,15 @@ def event_line(row: "sqlite3.Row") -> str:
     return one_line(line)
 
 
-@app.command()
+@command()
 def events(
-    ctx: typer.Context,
+    ctx: decl.Context,
     follow: Annotated[
-        bool, typer.Option("-f", "--follow", help="Keep printing events as they commit.")
+        bool, decl.Option("-f", "--follow", help="Keep printing events as they commit.")
     ] = False,
     since: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--since",
             metavar="ID|DURATION",
             help="Only events after event ID (resume a follower where it stopped); says so"
@@ -96,7 +97,7 @@ def events(
     ] = None,
     tail: Annotated[
         int | None,
-        typer.Option(
+        decl.Option(
             "-n",
             "--tail",
             metavar="N",
@@ -107,7 +108,7 @@ def events(
     ] = None,
     session: Annotated[
         list[str] | None,
-        typer.Option(
+        decl.Option(
             "--session",
             metavar="NAME",
             help="Only events of session NAME; repeatable.",
@@ -116,11 +117,11 @@ def events(
     ] = None,
     kind: Annotated[
         list[str] | None,
-        typer.Option("--kind", metavar="KIND", help="Only events of kind KIND; repeatable."),
+        decl.Option("--kind", metavar="KIND", help="Only events of kind KIND; repeatable."),
     ] = None,
     as_json: Annotated[
         bool,
-        typer.Option("--json", help="One JSON object per line (schema_version 1)."),
+        decl.Option("--json", help="One JSON object per line (schema_version 1)."),
     ] = False,
 ) -> None:
     """Print the event log: every transition of turns, sessions, waves and leases.
@@ -182,7 +183,7 @@ app.add_typer(hooks_app, name="hooks")
 
 
 @hooks_app.callback()
-def hooks_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+def hooks_group(ctx: decl.Context, as_json: JsonOpt = False) -> None:
     """Notification hooks: [[hook]] tables in config.toml, run once per event.
 
     Bare `spex hooks` lists them, as `spex hooks ls` does.
@@ -197,7 +198,7 @@ def hooks_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 
 @hooks_app.command("ls")
-def hooks_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+def hooks_ls(ctx: decl.Context, as_json: JsonOpt = False) -> None:
     """List the hooks as spex reads them from config.toml.
 
     Each one's name, the events it runs on, its argv or URL, its timeout and
@@ -220,28 +221,28 @@ def hooks_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         print_json(document({"hooks": [hooks.describe(h, n) for n, h in enumerate(found, 1)]}))
         return
     if not found:
-        typer.echo("no hooks")
+        decl.echo("no hooks")
     for number, h in enumerate(found, 1):
         does = f"run {json.dumps(list(h.run))}" if h.run is not None else f"url {h.url}"
         only = f" sessions {','.join(h.sessions)}" if h.sessions else ""
-        typer.echo(
+        decl.echo(
             one_line(f"#{number} {h.key}: on {','.join(h.on)}{only}: {does} timeout {h.timeout:g}s")
         )
 
 
 @hooks_app.command("test")
 def hooks_test(
-    ctx: typer.Context,
+    ctx: decl.Context,
     event: Annotated[
         int,
-        typer.Argument(
+        decl.Argument(
             metavar="EVENT",
             help="An event id, as spex events prints it (a hook is named with --hook).",
         ),
     ],
     hook: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--hook",
             metavar="HOOK",
             help="Only this hook, as spex hooks ls shows it: its name, #N or N.",
@@ -273,17 +274,17 @@ def hooks_test(
         for h, o in results:
             from spexsup.pane.pretty import one_line
 
-            typer.echo(one_line(f"hook {h.key}: {'ok' if o.ok else 'failed'}, {o.detail}"))
+            decl.echo(one_line(f"hook {h.key}: {'ok' if o.ok else 'failed'}, {o.detail}"))
     if not all(o.ok for _, o in results):
-        raise typer.Exit(1)
+        raise decl.Exit(1)
 
 
-@app.command("status-line")
+@command("status-line")
 def status_line(
-    ctx: typer.Context,
+    ctx: decl.Context,
     fmt: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--format",
             metavar="TEMPLATE",
             help="Fields {running} {ok} {failed} {stopped} {attention}."
@@ -309,7 +310,7 @@ def status_line(
     home = ctx.find_root().obj
     try:
         values = statusline.read(statusline.home_dir(str(home) if home else None))
-        typer.echo(statusline.render(values, fmt))
+        decl.echo(statusline.render(values, fmt))
     except statusline.UnknownField as e:
         fields = ", ".join("{" + f + "}" for f in statusline.FIELDS)
         raise Invalid(f"unknown field {{{e}}} in --format", hint=f"fields: {fields}") from None

@@ -9,12 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-
 from spexsup import prompt as prompts
 from spexsup import states
-from spexsup.cli import complete
-from spexsup.cli.app import app, open_spex, settings
+from spexsup.cli import complete, decl
+from spexsup.cli.decl import command, open_spex, settings
 from spexsup.cli.params import (
     AfterAnyOpt,
     AfterOpt,
@@ -103,12 +101,12 @@ def signals_for(holder: dict[str, Any]) -> Iterator[None]:
             signal.signal(s, h)
 
 
-@app.command()
+@command()
 def fanout(
-    ctx: typer.Context,
+    ctx: decl.Context,
     names: Annotated[
         list[str] | None,
-        typer.Argument(
+        decl.Argument(
             metavar="NAME…",
             help="Sessions to wake (with --retry-failed: the legs to retry).",
             autocompletion=complete.session_names,
@@ -117,12 +115,12 @@ def fanout(
     all_: AllOpt = False,
     match: MatchOpt = None,
     message: Annotated[
-        str | None, typer.Option("-m", "--message", metavar="TEXT", help="The prompt.")
+        str | None, decl.Option("-m", "--message", metavar="TEXT", help="The prompt.")
     ] = None,
     file: PromptFileOpt = None,
     max_concurrent: Annotated[
         int | None,
-        typer.Option(
+        decl.Option(
             "--max-concurrent",
             metavar="N",
             help="Launches at once. [default: config.toml's max_concurrent, else 16]",
@@ -131,7 +129,7 @@ def fanout(
     ] = None,
     max_running: Annotated[
         int | None,
-        typer.Option(
+        decl.Option(
             "--max-running",
             metavar="N",
             help="At most N legs running at once: the others are queued and launch as legs end.",
@@ -140,7 +138,7 @@ def fanout(
     ] = None,
     budget: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--budget",
             metavar="USD",
             help="Launch no more legs once the wave's known spend reaches USD (legs run a"
@@ -159,15 +157,15 @@ def fanout(
     pick: PickOpt = None,
     window: WindowOpt = None,
     stagger: StaggerOpt = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Also wait for every turn to end.")] = False,
+    wait: Annotated[bool, decl.Option("--wait", help="Also wait for every turn to end.")] = False,
     fresh: Annotated[
         bool,
-        typer.Option("--fresh", help="Start new conversations instead of resuming (as wake)."),
+        decl.Option("--fresh", help="Start new conversations instead of resuming (as wake)."),
     ] = False,
     timeout: TimeoutOpt = None,
     strict: Annotated[
         bool | None,
-        typer.Option(
+        decl.Option(
             "--strict/--no-strict",
             help="Any outcome flag (a denied tool, max turns, an agent error, no answer, a"
             " question) fails the turn. --no-strict: a retry drops its wave's --strict.",
@@ -177,7 +175,7 @@ def fanout(
     on_limit: OnLimitOpt = None,
     retry_failed: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--retry-failed",
             metavar="WAVE",
             help="Relaunch the legs of WAVE that did not succeed (a wave id, prefix or last).",
@@ -186,13 +184,13 @@ def fanout(
     ] = None,
     on_complete: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--on-complete", metavar="CMD", help="Run CMD (sh -c) once the wave reaches its end."
         ),
     ] = None,
     worktrees: Annotated[
         int | None,
-        typer.Option(
+        decl.Option(
             "--worktrees", metavar="N", help="Best of N: N new worktree sessions, one prompt."
         ),
     ] = None,
@@ -200,11 +198,11 @@ def fanout(
     base: BaseOpt = None,
     prefix: Annotated[
         str | None,
-        typer.Option("--prefix", metavar="PREFIX", help="With --worktrees: sessions PREFIX-1…N."),
+        decl.Option("--prefix", metavar="PREFIX", help="With --worktrees: sessions PREFIX-1…N."),
     ] = None,
     harness: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--harness",
             metavar="HARNESS",
             help="With --worktrees: the harness. [default: config.toml's default_harness;"
@@ -213,11 +211,11 @@ def fanout(
     ] = None,
     worktree_dir: Annotated[
         str | None,
-        typer.Option("--worktree-dir", metavar="DIR", help="With --worktrees: make them in DIR."),
+        decl.Option("--worktree-dir", metavar="DIR", help="With --worktrees: make them in DIR."),
     ] = None,
     hosts: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--hosts",
             metavar="HOST,…",
             help="Wake --match/--all sessions on these hosts (local is this machine).",
@@ -225,7 +223,7 @@ def fanout(
     ] = None,
     key: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--key",
             metavar="KEY",
             help="Idempotent: leg SESSION wakes with key KEY/SESSION, so the same fan-out"
@@ -235,7 +233,7 @@ def fanout(
     ] = None,
     sandbox: Annotated[
         bool,
-        typer.Option("--sandbox", help="With --worktrees: the new sessions are sandboxed."),
+        decl.Option("--sandbox", help="With --worktrees: the new sessions are sandboxed."),
     ] = False,
     sandbox_optional: SandboxOptionalOpt = False,
     allow_write: AllowWriteOpt = None,
@@ -377,7 +375,7 @@ def fanout(
         def made(leg: "Session") -> None:
             ran = ran_post_create(leg.worktree) if leg.worktree else None
             if ran:
-                typer.echo(f"spex: {leg.name}: {ran}", err=True)
+                decl.echo(f"spex: {leg.name}: {ran}", err=True)
 
         plan = plans.best_of(
             spex,
@@ -442,7 +440,7 @@ def run_wave(
                 }
             )
         else:
-            typer.echo(plan.nothing)
+            decl.echo(plan.nothing)
         return
     targets, retry_failed = plan.targets, plan.retry_of
     live = sys.stdout.isatty() and not as_json
@@ -466,7 +464,7 @@ def run_wave(
                 and leg["session"] not in printed
             ):
                 printed.add(leg["session"])
-                typer.echo(("  " if live else "") + leg_line(leg))
+                decl.echo(("  " if live else "") + leg_line(leg))
 
     def on_create(wave: "Wave") -> None:
         holder["wave"] = wave
@@ -474,7 +472,7 @@ def run_wave(
             bestof.mark_best_of(wave, plan.request, plan.best_of)
         nonlocal progress
         if not as_json:
-            typer.echo(
+            decl.echo(
                 f"wave {wave.id}: {len(targets)} leg{'s' * (len(targets) != 1)}"
                 + (" (retry)" if retry_failed else "")
             )
@@ -512,7 +510,7 @@ def run_wave(
                     if isinstance(progress, LegsView):
                         progress.print("waiting for the turns to end…")
                     elif not as_json:
-                        typer.echo("waiting for the turns to end…")
+                        decl.echo("waiting for the turns to end…")
                     wave.wait_turns(None if progress is None else progress.update)
                     holder["phase"] = "done"
                 except WaitInterrupted:
@@ -538,14 +536,14 @@ def run_wave(
             shown = progress.shown if isinstance(progress, PlainLegs) else {}
             for leg in doc["legs"]:
                 if leg["session"] not in shown:
-                    typer.echo("  " + leg_line(leg))
+                    decl.echo("  " + leg_line(leg))
         from spexsup.cli import fit
 
         for line in fit.for_stdout(summary(doc)):
-            typer.echo(line)
+            decl.echo(line)
         if kept is not None:
             for line in kept.lines:
-                typer.echo(line)
+                decl.echo(line)
         if not detached and "signal" in holder:
             # Interrupted while launching: the legs already launched run on.
             detached = [
@@ -554,20 +552,20 @@ def run_wave(
                 if wavedoc.leg_outcome(leg) == states.LegResult.RUNNING
             ]
         if detached:
-            typer.echo(f"stopped waiting; still running: {', '.join(detached)}")
-            typer.echo(f"keep waiting with: spex wait {' '.join(detached)}")
-            typer.echo(f"stop them with: spex stop {' '.join(detached)}")
+            decl.echo(f"stopped waiting; still running: {', '.join(detached)}")
+            decl.echo(f"keep waiting with: spex wait {' '.join(detached)}")
+            decl.echo(f"stop them with: spex stop {' '.join(detached)}")
     if "signal" in holder:
-        raise typer.Exit(holder["code"])
+        raise decl.Exit(holder["code"])
     ok = doc["state"] == states.WaveState.COMPLETE if wait else wavedoc.succeeded(doc)
     if kept is not None:
         ok = kept.ok
     if not ok:
-        raise typer.Exit(1)
+        raise decl.Exit(1)
 
 
 def fleet_fanout(
-    ctx: typer.Context,
+    ctx: decl.Context,
     names: list[str],
     hosts: str | None,
     all_: bool,
@@ -598,7 +596,7 @@ def fleet_fanout(
                     document({"ok": True, "retry_of": retry_failed, "wave": None, "legs": []})
                 )
             else:
-                typer.echo(note)
+                decl.echo(note)
             return
     else:
         groups: dict[str, list[str] | None] = dict(fleet.group_legs(names))
@@ -620,27 +618,27 @@ def fleet_fanout(
     else:
         fleet_text(doc)
     if doc["state"] != states.WaveState.COMPLETE:
-        raise typer.Exit(1)
+        raise decl.Exit(1)
 
 
 def fleet_text(doc: dict[str, Any]) -> None:
     """A fleet wave: its legs as `HOST:NAME: verdict …`, then its state and
     its legs by outcome, as a local wave's summary says them."""
     hosts_n = len(doc["hosts"])
-    typer.echo(
+    decl.echo(
         f"wave {doc['id']}: {len(doc['legs'])} leg{'s' * (len(doc['legs']) != 1)}"
         f" on {hosts_n} host{'s' * (hosts_n != 1)}" + (" (retry)" if doc["retry_of"] else "")
     )
     for leg in doc["legs"]:
-        typer.echo("  " + leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"}))
+        decl.echo("  " + leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"}))
     from spexsup.cli import fit
 
     for line in fit.for_stdout(summary({**doc, "kind": "fleet"})):
-        typer.echo(line)
+        decl.echo(line)
     if doc["retry_of"]:
-        typer.echo(f"retry of {doc['retry_of']}")
+        decl.echo(f"retry of {doc['retry_of']}")
     if doc["retried_by"]:
-        typer.echo(f"retried by {', '.join(doc['retried_by'])}")
+        decl.echo(f"retried by {', '.join(doc['retried_by'])}")
 
 
 def with_counts(doc: dict[str, Any]) -> dict[str, Any]:

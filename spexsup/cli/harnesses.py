@@ -4,7 +4,7 @@ from typing import Annotated, Any
 
 import typer
 
-from spexsup.cli import complete
+from spexsup.cli import complete, decl
 from spexsup.cli.app import ListingGroup, app
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.render import argv_text, print_json
@@ -14,7 +14,7 @@ app.add_typer(harness_app, name="harness")
 
 
 @harness_app.callback()
-def harness_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+def harness_group(ctx: decl.Context, as_json: JsonOpt = False) -> None:
     """What each harness runs, and where it is defined.
 
     Bare `spex harness` lists them, as `spex harness ls` does.
@@ -28,7 +28,7 @@ def harness_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         harness_ls(ctx, as_json=as_json)
 
 
-def _registry(ctx: typer.Context) -> Any:
+def _registry(ctx: decl.Context) -> Any:
     from spexsup import registry
     from spexsup.paths import resolve_home
 
@@ -45,7 +45,7 @@ def argv_lines(view: dict[str, Any]) -> list[str]:
 
 
 @harness_app.command("ls")
-def harness_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+def harness_ls(ctx: decl.Context, as_json: JsonOpt = False) -> None:
     """List harnesses: fresh and resume argv, where each is defined.
 
     {args} marks where a session's own arguments go (spex new NAME
@@ -81,10 +81,10 @@ def _overrides(view: dict[str, Any]) -> str:
 
 @harness_app.command("show")
 def harness_show(
-    ctx: typer.Context,
+    ctx: decl.Context,
     name: Annotated[
         str,
-        typer.Argument(
+        decl.Argument(
             metavar="NAME", help="A harness name.", autocompletion=complete.harness_names
         ),
     ],
@@ -134,4 +134,4 @@ def _echo(line: str) -> None:
     """A line that shows harnesses.toml's text: printable (no escapes from the file)."""
     from spexsup.pane.pretty import one_line
 
-    typer.echo(one_line(line))
+    decl.echo(one_line(line))

@@ -2,6 +2,7 @@
 
 import typer
 
+from spexsup.cli import decl
 from spexsup.cli.app import ListingGroup, app
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.render import print_json, table
@@ -12,7 +13,7 @@ app.add_typer(hosts_app, name="hosts")
 
 
 @hosts_app.callback()
-def hosts_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+def hosts_group(ctx: decl.Context, as_json: JsonOpt = False) -> None:
     """The hosts of config.toml. Bare `spex hosts` lists them, as `spex hosts ls` does.
 
     \b
@@ -25,7 +26,7 @@ def hosts_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 
 @hosts_app.command("ls")
-def list_hosts(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+def list_hosts(ctx: decl.Context, as_json: JsonOpt = False) -> None:
     """List the hosts of config.toml: reachable?, their spex version, their sessions.
 
     Exit 1 when a host cannot be reached.
@@ -38,7 +39,7 @@ def list_hosts(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     _list(ctx, as_json=as_json)
 
 
-def _list(ctx: typer.Context, *, as_json: bool) -> None:
+def _list(ctx: decl.Context, *, as_json: bool) -> None:
     from spexsup import fleet
     from spexsup.paths import resolve_home
 
@@ -47,7 +48,7 @@ def _list(ctx: typer.Context, *, as_json: bool) -> None:
     if as_json:
         print_json(rows)
     elif not rows:
-        typer.echo('no hosts (add a [host.NAME] table with ssh = "user@box" to config.toml)')
+        decl.echo('no hosts (add a [host.NAME] table with ssh = "user@box" to config.toml)')
     else:
         table(
             ["HOST", "SSH", "REACHABLE", "VERSION", "SESSIONS", "ERROR"],
@@ -64,4 +65,4 @@ def _list(ctx: typer.Context, *, as_json: bool) -> None:
             ],
         )
     if any(not r["reachable"] or r["error"] for r in rows):
-        raise typer.Exit(1)
+        raise decl.Exit(1)

@@ -3,11 +3,9 @@
 import sys
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
 from spexsup import ids
-from spexsup.cli import complete
-from spexsup.cli.app import app, open_spex, settings
+from spexsup.cli import complete, decl
+from spexsup.cli.decl import command, open_spex, settings
 from spexsup.cli.params import JsonOpt, confirm_many
 from spexsup.cli.render import document, print_json, table
 from spexsup.errors import Invalid
@@ -17,15 +15,15 @@ if TYPE_CHECKING:
     from spexsup.spex import Spex
 
 
-@app.command()
+@command()
 def prune(
-    ctx: typer.Context,
+    ctx: decl.Context,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print what would go; change nothing.")
+        bool, decl.Option("--dry-run", help="Print what would go; change nothing.")
     ] = False,
     older_than: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--older-than",
             metavar="AGE",
             help="Also remove what is older than AGE, a duration: 30d, 12h, 2w, 0s, in place"
@@ -36,7 +34,7 @@ def prune(
     ] = None,
     session: Annotated[
         list[str] | None,
-        typer.Option(
+        decl.Option(
             "--session",
             metavar="NAME",
             help="Prune only this session's turns (waves and events stay); repeatable.",
@@ -45,14 +43,14 @@ def prune(
     ] = None,
     salvage: Annotated[
         bool,
-        typer.Option(
+        decl.Option(
             "--salvage",
             help="Delete salvage branches (spex/salvage/…) instead: all, or those older than"
             " --older-than AGE, of --session NAME; turns, waves and events stay.",
         ),
     ] = False,
     yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="With --salvage on a terminal: do not ask first.")
+        bool, decl.Option("--yes", "-y", help="With --salvage on a terminal: do not ask first.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -113,13 +111,13 @@ def prune(
     if done.orphans:
         parts.append(f"{done.orphans} orphaned entr{'ies' if done.orphans != 1 else 'y'}")
     freed = retention.human_bytes(done.bytes)
-    typer.echo(f"{verb} {', '.join(parts)}; {'would free' if dry_run else 'freed'} {freed}")
+    decl.echo(f"{verb} {', '.join(parts)}; {'would free' if dry_run else 'freed'} {freed}")
     for name, count in sorted(done.turns.items()):
-        typer.echo(f"  {name}: {count} turn{'s' * (count != 1)}")
+        decl.echo(f"  {name}: {count} turn{'s' * (count != 1)}")
 
 
-@app.command()
-def du(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+@command()
+def du(ctx: decl.Context, as_json: JsonOpt = False) -> None:
     """Show the state home's disk use by session, waves and database, and what prune frees.
 
     \b
@@ -141,16 +139,16 @@ def du(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     ]
     if rows:
         table(["SESSION", "TURNS", "SIZE", "LOGS"], rows)
-    typer.echo(f"waves     {use['waves']['count']}, {size(use['waves']['bytes'])}")
-    typer.echo(f"database  {size(use['database_bytes'])}")
+    decl.echo(f"waves     {use['waves']['count']}, {size(use['waves']['bytes'])}")
+    decl.echo(f"database  {size(use['database_bytes'])}")
     if use["orphans"]["count"]:
-        typer.echo(
+        decl.echo(
             f"orphans   {use['orphans']['count']}, {size(use['orphans']['bytes'])}"
             " (left by an interrupted prune; spex prune removes them)"
         )
-    typer.echo(f"total     {size(use['total_bytes'])}  ({use['home']})")
+    decl.echo(f"total     {size(use['total_bytes'])}  ({use['home']})")
     p = use["prunable"]
-    typer.echo(
+    decl.echo(
         f"prunable  {p['turns']} turns, {p['waves']} waves, {p['events']} events,"
         f" {size(p['bytes'])} (spex prune)"
     )
@@ -177,9 +175,9 @@ def _prune_salvage(
             print_json(document({"dry_run": True, "salvage": rows}))
             return
         for s in found:
-            typer.echo(f"would delete {s.branch} ({s.short}) in {s.repo}")
+            decl.echo(f"would delete {s.branch} ({s.short}) in {s.repo}")
         if not found:
-            typer.echo(nothing)
+            decl.echo(nothing)
         return
     if found and not yes and sys.stdin.isatty() and sys.stdout.isatty():
         _confirm_salvage(found)
@@ -188,19 +186,19 @@ def _prune_salvage(
     if as_json:
         print_json(document({"dry_run": False, "salvage": [d.public() for d in done]}))
     elif not done:
-        typer.echo(nothing)
+        decl.echo(nothing)
     for d in done:
         s = d.salvage
         if d.outcome == "kept":
-            typer.echo(f"spex: kept {s.branch} in {s.repo}: {d.why}", err=True)
+            decl.echo(f"spex: kept {s.branch} in {s.repo}: {d.why}", err=True)
         elif as_json:
             continue
         elif d.outcome == "deleted":
-            typer.echo(f"deleted {s.branch} (was {s.short}) in {s.repo}")
+            decl.echo(f"deleted {s.branch} (was {s.short}) in {s.repo}")
         else:
-            typer.echo(f"forgot {s.branch} (was {s.short}): {d.why}")
+            decl.echo(f"forgot {s.branch} (was {s.short}): {d.why}")
     if any(d.outcome == "kept" for d in done):
-        raise typer.Exit(1)
+        raise decl.Exit(1)
 
 
 def _confirm_salvage(found: "list[Salvage]") -> None:

@@ -4,23 +4,24 @@ from typing import Annotated
 
 import typer
 
-from spexsup.cli import complete
-from spexsup.cli.app import app, open_spex
+from spexsup.cli import complete, decl
+from spexsup.cli.app import app
+from spexsup.cli.decl import command, open_spex
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.render import document, print_json, with_iso
 from spexsup.errors import Invalid
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+@command(context_settings={"allow_interspersed_args": False})
 def maint(
-    ctx: typer.Context,
+    ctx: decl.Context,
     command: Annotated[
         list[str] | None,
-        typer.Argument(metavar="-- CMD ARGS…", help="The command to run.", show_default=False),
+        decl.Argument(metavar="-- CMD ARGS…", help="The command to run.", show_default=False),
     ] = None,
     stop: Annotated[
         list[str] | None,
-        typer.Option(
+        decl.Option(
             "--stop",
             metavar="NAME",
             help="Grant: stop NAME once; repeatable.",
@@ -29,30 +30,30 @@ def maint(
     ] = None,
     resume: Annotated[
         list[str] | None,
-        typer.Option(
+        decl.Option(
             "--resume",
             metavar="NAME[:force]",
             help="Grant: resume NAME once (:force to force it); repeatable.",
             autocompletion=complete.session_names,
         ),
     ] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Lease every session.")] = False,
+    all_: Annotated[bool, decl.Option("--all", help="Lease every session.")] = False,
     ttl: Annotated[
         str,
-        typer.Option(
+        decl.Option(
             "--ttl", metavar="DURATION", help="Lease time to live, a duration: 90s, 15m, 2h."
         ),
     ] = "30s",
     wait: Annotated[
         str,
-        typer.Option(
+        decl.Option(
             "--wait",
             metavar="DURATION",
             help="Wait this long for the lease, a duration: 90s, 15m, 2h.",
         ),
     ] = "30s",
     status: Annotated[
-        bool, typer.Option("--status", help="Show the lease (as spex maint ls does).")
+        bool, decl.Option("--status", help="Show the lease (as spex maint ls does).")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -91,22 +92,22 @@ def maint(
             return
         if view["state"] == "open":
             last = f" (the last one, number {view['epoch']}, has ended)" if view["epoch"] else ""
-            typer.echo(f"no maintenance lease is held{last}")
+            decl.echo(f"no maintenance lease is held{last}")
             return
         holder = view["holder"]["pid"] if view["holder"] else "-"
-        typer.echo(f"maintenance lease {view['epoch']}: {view['state']} (held by pid {holder})")
+        decl.echo(f"maintenance lease {view['epoch']}: {view['state']} (held by pid {holder})")
         scope = view["scope"]
-        typer.echo("scope: " + (", ".join(scope) if isinstance(scope, list) else str(scope)))
+        decl.echo("scope: " + (", ".join(scope) if isinstance(scope, list) else str(scope)))
         for cap in view["plan"]:
             force = ":force" if cap["force"] else ""
-            typer.echo(f"  {cap['op']} {cap['session']}{force}: {cap['state']}")
+            decl.echo(f"  {cap['op']} {cap['session']}{force}: {cap['state']}")
         return
     plan = lease.parse_plan(stop or [], resume or [])
     maint = Maintenance(spex, plan, all_sessions=all_, ttl=ttl_s, wait=wait_s)
     # On stderr: stdout belongs to the command. One line per change, no escapes.
-    maint.on_wait = lambda what: typer.echo(f"spex: {what}", err=True)
+    maint.on_wait = lambda what: decl.echo(f"spex: {what}", err=True)
     code = run(maint, command or [])
-    raise typer.Exit(code)
+    raise decl.Exit(code)
 
 
 maint_op = typer.Typer(help="Inside a spex maint command: ask the broker for a granted operation.")
@@ -117,11 +118,11 @@ def _committed(name: str, what: str, as_json: bool) -> None:
     if as_json:
         print_json(document({"ok": True, "session": name, "outcome": "committed"}))
     else:
-        typer.echo(f"{name}: {what}")
+        decl.echo(f"{name}: {what}")
 
 
 @maint_op.command("stop")
-def op_stop(name: Annotated[str, typer.Argument(metavar="NAME")], as_json: JsonOpt = False) -> None:
+def op_stop(name: Annotated[str, decl.Argument(metavar="NAME")], as_json: JsonOpt = False) -> None:
     """Stop NAME (granted by --stop NAME)."""
     from spexsup import maint_client
 
@@ -131,8 +132,8 @@ def op_stop(name: Annotated[str, typer.Argument(metavar="NAME")], as_json: JsonO
 
 @maint_op.command("resume")
 def op_resume(
-    name: Annotated[str, typer.Argument(metavar="NAME")],
-    force: Annotated[bool, typer.Option("--force", help="Needs --resume NAME:force.")] = False,
+    name: Annotated[str, decl.Argument(metavar="NAME")],
+    force: Annotated[bool, decl.Option("--force", help="Needs --resume NAME:force.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Resume NAME (granted by --resume NAME)."""
@@ -148,18 +149,18 @@ app.add_typer(internal, name="internal", hidden=True)
 
 @internal.command("turn-exit")
 def turn_exit(
-    session: Annotated[str, typer.Argument(metavar="SESSION")],
-    turn: Annotated[str, typer.Argument(metavar="TURN")],
-    rc: Annotated[int, typer.Argument(metavar="RC")],
+    session: Annotated[str, decl.Argument(metavar="SESSION")],
+    turn: Annotated[str, decl.Argument(metavar="TURN")],
+    rc: Annotated[int, decl.Argument(metavar="RC")],
 ) -> None:
     """The turn wrapper's exit reporter (answered before typer loads; see cli/internal.py)."""
     from spexsup.cli import internal as fast
 
-    raise typer.Exit(fast.fast_path(["internal", "turn-exit", session, turn, str(rc)]) or 0)
+    raise decl.Exit(fast.fast_path(["internal", "turn-exit", session, turn, str(rc)]) or 0)
 
 
 @internal.command("dequeue")
-def dequeue(ctx: typer.Context, name: Annotated[str, typer.Argument(metavar="NAME")]) -> None:
+def dequeue(ctx: decl.Context, name: Annotated[str, decl.Argument(metavar="NAME")]) -> None:
     """Launch NAME's next queued prompt if NAME is free (started detached by
     the process that records an end, and by readers; see spexsup.turn.queue)."""
     from spexsup.turn.queue import dequeue as launch_next
@@ -168,9 +169,7 @@ def dequeue(ctx: typer.Context, name: Annotated[str, typer.Argument(metavar="NAM
 
 
 @internal.command("schedule-fire")
-def schedule_fire(
-    ctx: typer.Context, schedule: Annotated[str, typer.Argument(metavar="ID")]
-) -> None:
+def schedule_fire(ctx: decl.Context, schedule: Annotated[str, decl.Argument(metavar="ID")]) -> None:
     """Fire schedule ID for the slot it is due in (what its systemd timer or
     crontab line runs; see spexsup.turn.scheduled)."""
     from spexsup.cli.schedule import engine_fire

@@ -11,15 +11,16 @@ from typing import Annotated
 
 import typer
 
-from spexsup.cli.app import app
+from spexsup.cli import decl
+from spexsup.cli.decl import command
 
 
-@app.command("help")
+@command("help")
 def help_(
     ctx: typer.Context,
     command: Annotated[
         list[str] | None,
-        typer.Argument(
+        decl.Argument(
             metavar="[COMMAND]…", help="A command (a group's: two words).", show_default=False
         ),
     ] = None,
@@ -32,4 +33,4 @@ def help_(
       spex help wake
       spex help worktree status
     """
-    typer.echo(ctx.find_root().get_help())
+    decl.echo(ctx.find_root().get_help())

@@ -7,17 +7,16 @@ imported inside the command: no other command pays for them.
 import sys
 from typing import Annotated
 
-import typer
+from spexsup.cli import decl
+from spexsup.cli.decl import command, open_spex
 
-from spexsup.cli.app import app, open_spex
 
-
-@app.command("mcp")
+@command("mcp")
 def mcp_command(
-    ctx: typer.Context,
+    ctx: decl.Context,
     read_only: Annotated[
         bool,
-        typer.Option(
+        decl.Option(
             "--read-only",
             help="Offer only the reading tools (list_sessions, show_session, wait, read_log,"
             " show_wave, events_since) and the logs: no wake, stop, resume or fanout.",
@@ -46,4 +45,4 @@ def mcp_command(
 
     code = serve(options, read_only=read_only)
     if code:
-        raise typer.Exit(code)
+        raise decl.Exit(code)

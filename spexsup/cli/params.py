@@ -4,28 +4,26 @@ completers, and the bounds of the shared time options (`spexsup.durations`)."""
 from collections.abc import Sequence
 from typing import Annotated
 
-import typer
-
 from spexsup import durations
-from spexsup.cli import complete
+from spexsup.cli import complete, decl
 
 # "a duration: 90s, 15m, 2h", said once in each time option's help.
 DURATION = "a duration: 90s, 15m, 2h"
 
 JsonOpt = Annotated[
-    bool, typer.Option("--json", help="Print JSON (schema_version 1); on failure too.")
+    bool, decl.Option("--json", help="Print JSON (schema_version 1); on failure too.")
 ]
 NameArg = Annotated[
     str,
-    typer.Argument(metavar="NAME", help="Session name.", autocompletion=complete.session_names),
+    decl.Argument(metavar="NAME", help="Session name.", autocompletion=complete.session_names),
 ]
 NamesArg = Annotated[
     list[str] | None,
-    typer.Argument(metavar="NAME…", help="Session names.", autocompletion=complete.session_names),
+    decl.Argument(metavar="NAME…", help="Session names.", autocompletion=complete.session_names),
 ]
 TurnOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--turn",
         metavar="TURN",
         help="A turn id, a unique prefix of its random part, last or last~N."
@@ -34,10 +32,10 @@ TurnOpt = Annotated[
         show_default=False,
     ),
 ]
-AllOpt = Annotated[bool, typer.Option("--all", help="Every session.")]
+AllOpt = Annotated[bool, decl.Option("--all", help="Every session.")]
 ColorOpt = Annotated[
     str,
-    typer.Option(
+    decl.Option(
         "--color",
         metavar="WHEN",
         help="Colour the state: auto (on a terminal, unless NO_COLOR is set), always, never.",
@@ -45,11 +43,11 @@ ColorOpt = Annotated[
 ]
 MatchOpt = Annotated[
     str | None,
-    typer.Option("--match", metavar="GLOB", help="Every session whose name matches GLOB."),
+    decl.Option("--match", metavar="GLOB", help="Every session whose name matches GLOB."),
 ]
 WindowOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--window",
         metavar="DURATION",
         help=f"Confirmation window, {DURATION}. [default: the session's, else config.toml's window,"
@@ -59,15 +57,15 @@ WindowOpt = Annotated[
 ]
 PromptFileOpt = Annotated[
     str | None,
-    typer.Option("-f", "--file", metavar="FILE", help="Read the prompt from FILE, or - for stdin."),
+    decl.Option("-f", "--file", metavar="FILE", help="Read the prompt from FILE, or - for stdin."),
 ]
 MessageOpt = Annotated[
     str | None,
-    typer.Option("-m", "--message", metavar="TEXT", help="The prompt, as one argument."),
+    decl.Option("-m", "--message", metavar="TEXT", help="The prompt, as one argument."),
 ]
 GraceOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--grace",
         metavar="DURATION",
         help=f"Between SIGTERM and SIGKILL, {DURATION}. [default: config.toml's grace, else 5]",
@@ -78,17 +76,17 @@ GraceOpt = Annotated[
 # Where a new worktree comes from: `new --worktree` and `fanout --worktrees`.
 RepoOpt = Annotated[
     str | None,
-    typer.Option("--repo", metavar="DIR", help="For worktrees: the repository. [default: .]"),
+    decl.Option("--repo", metavar="DIR", help="For worktrees: the repository. [default: .]"),
 ]
 BaseOpt = Annotated[
     str | None,
-    typer.Option("--base", metavar="REF", help="For worktrees: start from REF. [default: HEAD]"),
+    decl.Option("--base", metavar="REF", help="For worktrees: start from REF. [default: HEAD]"),
 ]
 
 # Honest outcomes (issue 14): wake, fanout, new.
 TimeoutOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--timeout",
         metavar="DURATION",
         help=f"End the turn if it runs longer ({DURATION}): SIGTERM to its tree, SIGKILL"
@@ -98,7 +96,7 @@ TimeoutOpt = Annotated[
 ]
 StrictOpt = Annotated[
     bool,
-    typer.Option(
+    decl.Option(
         "--strict",
         help="Any outcome flag (a denied tool, max turns, an agent error, no answer, a"
         " question) fails the turn.",
@@ -106,7 +104,7 @@ StrictOpt = Annotated[
 ]
 ModelOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--model",
         metavar="MODEL",
         help="The model the turn runs (the harness's model flag, or {model} in its argv)."
@@ -116,7 +114,7 @@ ModelOpt = Annotated[
 ]
 FallbackOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--fallback-model",
         metavar="MODEL,…",
         help="When the turn fails on a usage limit, a rate limit, overload or an unknown"
@@ -129,7 +127,7 @@ FallbackOpt = Annotated[
 
 VerifyOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--verify",
         metavar="CMD",
         help="After the harness exits 0, run CMD (by sh -c) in the turn's cwd, in its pane:"
@@ -140,11 +138,11 @@ VerifyOpt = Annotated[
     ),
 ]
 NoVerifyOpt = Annotated[
-    bool, typer.Option("--no-verify", help="Run no check this time, whatever is configured.")
+    bool, decl.Option("--no-verify", help="Run no check this time, whatever is configured.")
 ]
 VerifyTimeoutOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--verify-timeout",
         metavar="DURATION",
         help="The check's time limit (30s, 10m, 1h30m); past it the check's processes are"
@@ -156,7 +154,7 @@ VerifyTimeoutOpt = Annotated[
 
 KeepBestOpt = Annotated[
     bool,
-    typer.Option(
+    decl.Option(
         "--keep-best",
         help="With --worktrees and a check: wait for every leg, keep the first that"
         " passed its check (or see --pick), salvage and remove the others (as spex keep).",
@@ -164,7 +162,7 @@ KeepBestOpt = Annotated[
 ]
 PickOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--pick",
         metavar="first|smallest",
         help="With --keep-best: the first passing leg to end, or the one with the smallest"
@@ -221,7 +219,7 @@ def model_rules(
 
 OnLimitOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--on-limit",
         metavar="wait[:DURATION]",
         help="On a usage limit with a reset time, wait in the pane (at most DURATION: 6h,"
@@ -233,7 +231,7 @@ OnLimitOpt = Annotated[
 
 StaggerOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--stagger",
         metavar="DURATION",
         help=f"Start the turns of one harness at least this far apart ({DURATION}; 0: at"
@@ -245,7 +243,7 @@ StaggerOpt = Annotated[
 
 KeyOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--key",
         metavar="KEY",
         help="Idempotent: a wake with a KEY already used (in this home) starts nothing and"
@@ -257,7 +255,7 @@ KeyOpt = Annotated[
 
 AfterOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--after",
         metavar="OTHER",
         help="Queue it until OTHER's current turn ends; launch it if that turn ended"
@@ -267,7 +265,7 @@ AfterOpt = Annotated[
 ]
 AfterAnyOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--after-any",
         metavar="OTHER",
         help="As --after, but launch it however OTHER's turn ended.",
@@ -327,12 +325,7 @@ def confirm_many(question: str, names: "list[str]", *, nothing: str) -> None:
     from spexsup.errors import Refused
 
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    try:
-        ok = typer.confirm(f"{question} ({shown})?", err=True)
-    except typer.Abort:
-        typer.echo("", err=True)
-        ok = False
-    if not ok:
+    if not decl.confirm(f"{question} ({shown})?"):
         raise Refused(f"{nothing} (not confirmed)", hint="--yes skips the question")
 
 
@@ -340,20 +333,20 @@ def confirm_many(question: str, names: "list[str]", *, nothing: str) -> None:
 # as the hidden --sandbox-optional, see spexsup.cli.sandbox_form), `--no-sandbox`.
 SandboxOpt = Annotated[
     bool,
-    typer.Option(
+    decl.Option(
         "--sandbox",
         help="Run every turn sandboxed (bubblewrap): writes only to its cwd, a private /tmp"
         " and the harness's state; no secrets, no spex state, only its model's hosts."
         " --sandbox=optional also lets wake --no-sandbox run one turn outside.",
     ),
 ]
-SandboxOptionalOpt = Annotated[bool, typer.Option("--sandbox-optional", hidden=True)]
+SandboxOptionalOpt = Annotated[bool, decl.Option("--sandbox-optional", hidden=True)]
 NoSandboxOpt = Annotated[
-    bool, typer.Option("--no-sandbox", help="Run its turns unsandboxed, whatever is configured.")
+    bool, decl.Option("--no-sandbox", help="Run its turns unsandboxed, whatever is configured.")
 ]
 AllowWriteOpt = Annotated[
     list[str] | None,
-    typer.Option(
+    decl.Option(
         "--allow-write",
         metavar="PATH",
         help="Sandboxed: PATH is writable too; repeatable.",
@@ -362,7 +355,7 @@ AllowWriteOpt = Annotated[
 ]
 DenyReadOpt = Annotated[
     list[str] | None,
-    typer.Option(
+    decl.Option(
         "--deny-read",
         metavar="PATH",
         help="Sandboxed: PATH is hidden too (besides ~/.ssh, cloud credentials…); repeatable.",
@@ -371,7 +364,7 @@ DenyReadOpt = Annotated[
 ]
 NetworkOpt = Annotated[
     str | None,
-    typer.Option(
+    decl.Option(
         "--network",
         metavar="allow|none|open",
         help="Sandboxed: what turns reach. allow: the model's hosts and --allow-host ones;"
@@ -381,7 +374,7 @@ NetworkOpt = Annotated[
 ]
 AllowHostOpt = Annotated[
     list[str] | None,
-    typer.Option(
+    decl.Option(
         "--allow-host",
         metavar="HOST",
         help="Sandboxed: HOST (name, name:port, *.domain) is reachable too; repeatable.",

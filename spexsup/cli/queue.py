@@ -6,7 +6,9 @@ from typing import Annotated
 
 import typer
 
-from spexsup.cli.app import SpexGroup, app, open_spex
+from spexsup.cli import decl
+from spexsup.cli.app import SpexGroup, app
+from spexsup.cli.decl import open_spex
 from spexsup.cli.params import JsonOpt, NamesArg
 from spexsup.cli.render import age, document, print_json, table
 
@@ -15,7 +17,7 @@ app.add_typer(queue_app, name="queue")
 
 
 @queue_app.callback()
-def queue_group(ctx: typer.Context) -> None:
+def queue_group(ctx: decl.Context) -> None:
     """Prompts waiting for their session (spex wake --queue): list, remove, clear.
 
     Bare `spex queue` lists them all, as `spex queue ls` does.
@@ -31,7 +33,7 @@ def queue_group(ctx: typer.Context) -> None:
         _list(ctx, [], as_json=False)
 
 
-def _list(ctx: typer.Context, names: list[str], *, as_json: bool) -> None:
+def _list(ctx: decl.Context, names: list[str], *, as_json: bool) -> None:
     from spexsup.sessions import get
     from spexsup.turn.queue import entries, positions
 
@@ -44,7 +46,7 @@ def _list(ctx: typer.Context, names: list[str], *, as_json: bool) -> None:
         print_json([document(e.as_json(places[e.id])) for e in found])
         return
     if not found:
-        typer.echo("no queued prompts (spex wake NAME --queue TEXT queues one)")
+        decl.echo("no queued prompts (spex wake NAME --queue TEXT queues one)")
         return
     now = time.time()
     rows = [
@@ -55,7 +57,7 @@ def _list(ctx: typer.Context, names: list[str], *, as_json: bool) -> None:
 
 
 @queue_app.command("ls")
-def queue_ls(ctx: typer.Context, names: NamesArg = None, as_json: JsonOpt = False) -> None:
+def queue_ls(ctx: decl.Context, names: NamesArg = None, as_json: JsonOpt = False) -> None:
     """List queued prompts: id, session, position, age and first line.
 
     \b
@@ -68,9 +70,9 @@ def queue_ls(ctx: typer.Context, names: NamesArg = None, as_json: JsonOpt = Fals
 
 @queue_app.command("rm")
 def queue_rm(
-    ctx: typer.Context,
+    ctx: decl.Context,
     entries: Annotated[
-        list[str], typer.Argument(metavar="ID…", help="Queued prompt ids (or unique prefixes).")
+        list[str], decl.Argument(metavar="ID…", help="Queued prompt ids (or unique prefixes).")
     ],
     as_json: JsonOpt = False,
 ) -> None:
@@ -88,11 +90,11 @@ def queue_rm(
         print_json([document({"ok": True, "id": e.id, "session": e.session}) for e in gone])
         return
     for e in gone:
-        typer.echo(f"{e.session}: removed queued prompt {e.id}")
+        decl.echo(f"{e.session}: removed queued prompt {e.id}")
 
 
 @queue_app.command("clear")
-def queue_clear(ctx: typer.Context, names: NamesArg = None, as_json: JsonOpt = False) -> None:
+def queue_clear(ctx: decl.Context, names: NamesArg = None, as_json: JsonOpt = False) -> None:
     """Remove every queued prompt of the named sessions.
 
     \b
@@ -113,6 +115,6 @@ def queue_clear(ctx: typer.Context, names: NamesArg = None, as_json: JsonOpt = F
         gone = clear(spex, n)
         docs.append(document({"ok": True, "session": n, "removed": [e.id for e in gone]}))
         if not as_json:
-            typer.echo(f"{n}: removed {len(gone)} queued prompt{'s' * (len(gone) != 1)}")
+            decl.echo(f"{n}: removed {len(gone)} queued prompt{'s' * (len(gone) != 1)}")
     if as_json:
         print_json(docs)

@@ -8,8 +8,9 @@ import typer
 
 from spexsup import prompt as prompts
 from spexsup import states
-from spexsup.cli import complete
-from spexsup.cli.app import SpexGroup, app, open_spex
+from spexsup.cli import complete, decl
+from spexsup.cli.app import SpexGroup, app
+from spexsup.cli.decl import open_spex
 from spexsup.cli.params import (
     JsonOpt,
     MessageOpt,
@@ -36,7 +37,7 @@ app.add_typer(schedule_app, name="schedule")
 
 ScheduleArg = Annotated[
     str,
-    typer.Argument(
+    decl.Argument(
         metavar="ID",
         help="A schedule id, a unique prefix of its random part, last or last~N.",
         autocompletion=complete.schedule_ids,
@@ -45,7 +46,7 @@ ScheduleArg = Annotated[
 
 
 @schedule_app.callback()
-def schedule_group(ctx: typer.Context) -> None:
+def schedule_group(ctx: decl.Context) -> None:
     """Wake sessions on a clock (a systemd user timer, else the user's crontab).
 
     Bare `spex schedule` lists them, as `spex schedule ls` does. No spex
@@ -64,7 +65,7 @@ def schedule_group(ctx: typer.Context) -> None:
         _list(ctx, [], as_json=False)
 
 
-def _list(ctx: typer.Context, names: list[str], *, as_json: bool) -> None:
+def _list(ctx: decl.Context, names: list[str], *, as_json: bool) -> None:
     from spexsup.sessions import get
     from spexsup.turn.scheduled import entries
 
@@ -78,7 +79,7 @@ def _list(ctx: typer.Context, names: list[str], *, as_json: bool) -> None:
         print_json(docs)
         return
     if not found:
-        typer.echo("no schedules (spex schedule add NAME --every 1h -m TEXT makes one)")
+        decl.echo("no schedules (spex schedule add NAME --every 1h -m TEXT makes one)")
         return
     rows = [
         [
@@ -99,11 +100,11 @@ def _list(ctx: typer.Context, names: list[str], *, as_json: bool) -> None:
 
 @schedule_app.command("add")
 def schedule_add(
-    ctx: typer.Context,
+    ctx: decl.Context,
     name: NameArg,
     every: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--every",
             metavar="DURATION",
             help="Fire at every multiple of DURATION on the clock: minutes that divide an hour"
@@ -113,7 +114,7 @@ def schedule_add(
     ] = None,
     cron: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--cron",
             metavar="EXPR",
             help="Fire when the 5-field cron expression EXPR says ('0 9 * * 1-5'), in the"
@@ -125,7 +126,7 @@ def schedule_add(
     file: PromptFileOpt = None,
     overlap: Annotated[
         str,
-        typer.Option(
+        decl.Option(
             "--overlap",
             metavar="POLICY",
             help="When the session is busy at a firing: skip it, or queue the prompt"
@@ -172,14 +173,14 @@ def schedule_add(
         return
     nxt = time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(d["next_at"])) if d["next_at"] else "-"
     detail = f"cron '{s.cadence.cron}', " if s.cadence.every is not None else ""
-    typer.echo(
+    decl.echo(
         f"{name}: scheduled {s.id} {d['when']} ({detail}next {nxt}; engine {s.engine},"
         f" overlap {s.overlap})"
     )
 
 
 @schedule_app.command("ls")
-def schedule_ls(ctx: typer.Context, names: NamesArg = None, as_json: JsonOpt = False) -> None:
+def schedule_ls(ctx: decl.Context, names: NamesArg = None, as_json: JsonOpt = False) -> None:
     """List schedules: id, session, when, next and last firing, last verdict.
 
     \b
@@ -191,7 +192,7 @@ def schedule_ls(ctx: typer.Context, names: NamesArg = None, as_json: JsonOpt = F
 
 
 @schedule_app.command("run")
-def schedule_run(ctx: typer.Context, schedule: ScheduleArg, as_json: JsonOpt = False) -> None:
+def schedule_run(ctx: decl.Context, schedule: ScheduleArg, as_json: JsonOpt = False) -> None:
     """Fire a schedule now, as its timer would (a firing of this minute).
 
     Its key is sched-ID-SLOT with this minute as SLOT: run twice in one
@@ -211,10 +212,10 @@ def schedule_run(ctx: typer.Context, schedule: ScheduleArg, as_json: JsonOpt = F
 
 @schedule_app.command("rm")
 def schedule_rm(
-    ctx: typer.Context,
+    ctx: decl.Context,
     schedules: Annotated[
         list[str],
-        typer.Argument(
+        decl.Argument(
             metavar="ID…",
             help="Schedule ids (or unique prefixes of their random part).",
             autocompletion=complete.schedule_ids,
@@ -239,10 +240,10 @@ def schedule_rm(
         print_json([document({"ok": True, "id": s.id, "session": s.session}) for s in gone])
         return
     for s in gone:
-        typer.echo(f"{s.session}: removed schedule {s.id} ({s.cadence.describe()})")
+        decl.echo(f"{s.session}: removed schedule {s.id} ({s.cadence.describe()})")
 
 
-def _fire(ctx: typer.Context, schedule: str, *, due: bool, as_json: bool) -> None:
+def _fire(ctx: decl.Context, schedule: str, *, due: bool, as_json: bool) -> None:
     """A firing, with the environment `add` saw; its line is logged."""
     from spexsup.spex import Spex
     from spexsup.turn.scheduled import find, fire, log_firing, restore_env
@@ -263,11 +264,11 @@ def _fire(ctx: typer.Context, schedule: str, *, due: bool, as_json: bool) -> Non
         doc = {"ok": fired.verdict.ok, "schedule": s.id, "slot": fired.slot, **v}
         print_json(document(with_iso(doc)))
     elif not due:
-        typer.echo(line)
+        decl.echo(line)
     if fired.exit_code:
-        raise typer.Exit(fired.exit_code)
+        raise decl.Exit(fired.exit_code)
 
 
-def engine_fire(ctx: typer.Context, schedule: str) -> None:
+def engine_fire(ctx: decl.Context, schedule: str) -> None:
     """What `spex internal schedule-fire ID` runs (the timer's command)."""
     _fire(ctx, schedule, due=True, as_json=False)

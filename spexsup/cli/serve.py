@@ -8,21 +8,20 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
-from spexsup.cli.app import app, open_spex
+from spexsup.cli import decl
+from spexsup.cli.decl import command, open_spex
 from spexsup.errors import Failed, Invalid
 
 if TYPE_CHECKING:
     from spexsup.web.app import Guard
 
 
-@app.command()
+@command()
 def serve(
-    ctx: typer.Context,
+    ctx: decl.Context,
     host: Annotated[
         str,
-        typer.Option(
+        decl.Option(
             "--host",
             metavar="ADDRESS",
             help="Listen on ADDRESS. Anything but 127.0.0.1, localhost or ::1 is said with a"
@@ -31,19 +30,19 @@ def serve(
     ] = "127.0.0.1",
     port: Annotated[
         int,
-        typer.Option(
+        decl.Option(
             "--port", metavar="PORT", min=0, max=65535, help="Listen on PORT (0: a free one)."
         ),
     ] = 0,
     read_only: Annotated[
         bool,
-        typer.Option(
+        decl.Option(
             "--read-only", help="Show sessions, logs and waves only: no buttons; POSTs get 403."
         ),
     ] = False,
     new_token: Annotated[
         bool,
-        typer.Option(
+        decl.Option(
             "--new-token",
             help="Make a new token first (every browser signed in with the old one is out).",
         ),

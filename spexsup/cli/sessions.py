@@ -5,12 +5,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
 from spexsup import ids
 from spexsup import prompt as prompts
-from spexsup.cli import complete, fit
-from spexsup.cli.app import app, open_spex, settings
+from spexsup.cli import complete, decl, fit
+from spexsup.cli.decl import command, open_spex, settings
 from spexsup.cli.params import (
     AllOpt,
     AllowHostOpt,
@@ -64,13 +62,13 @@ if TYPE_CHECKING:
     from spexsup.worktree import Setup
 
 
-@app.command()
+@command()
 def new(
-    ctx: typer.Context,
+    ctx: decl.Context,
     name: NameArg,
     command: Annotated[
         list[str] | None,
-        typer.Argument(
+        decl.Argument(
             metavar="[-- CMD ARGS…]",
             help="A command to run as the harness; each turn appends the prompt to it."
             " With --harness: that harness's own arguments, in every turn.",
@@ -79,7 +77,7 @@ def new(
     ] = None,
     harness: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--harness",
             metavar="HARNESS",
             help="claude, codex, opencode, pi, demo, command or one from harnesses.toml."
@@ -90,21 +88,21 @@ def new(
     ] = None,
     cwd: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--cwd", metavar="DIR", help="Working directory. [default: here]", show_default=False
         ),
     ] = None,
     env: Annotated[
         list[str] | None,
-        typer.Option("--env", metavar="KEY=VALUE", help="Environment of every turn; repeatable."),
+        decl.Option("--env", metavar="KEY=VALUE", help="Environment of every turn; repeatable."),
     ] = None,
     window: WindowOpt = None,
     worktree: Annotated[
-        bool, typer.Option("--worktree", help="Work in a new git worktree and branch.")
+        bool, decl.Option("--worktree", help="Work in a new git worktree and branch.")
     ] = False,
     branch: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--branch",
             metavar="BRANCH",
             help="With --worktree: the new branch. [default: spex/NAME]",
@@ -114,14 +112,14 @@ def new(
     repo: RepoOpt = None,
     worktree_dir: Annotated[
         str | None,
-        typer.Option("--worktree-dir", metavar="DIR", help="With --worktree: make it in DIR/NAME."),
+        decl.Option("--worktree-dir", metavar="DIR", help="With --worktree: make it in DIR/NAME."),
     ] = None,
     timeout: TimeoutOpt = None,
     strict: StrictOpt = False,
     on_limit: OnLimitOpt = None,
     queue: Annotated[
         bool,
-        typer.Option(
+        decl.Option(
             "--queue",
             help="spex wake queues its prompt when the session is busy (as wake --queue).",
         ),
@@ -131,7 +129,7 @@ def new(
     verify: VerifyOpt = None,
     no_verify: Annotated[
         bool,
-        typer.Option("--no-verify", help="Its turns run no check, whatever is configured."),
+        decl.Option("--no-verify", help="Its turns run no check, whatever is configured."),
     ] = False,
     verify_timeout: VerifyTimeoutOpt = None,
     sandbox: SandboxOpt = False,
@@ -143,7 +141,7 @@ def new(
     allow_host: AllowHostOpt = None,
     no_check: Annotated[
         bool,
-        typer.Option("--no-check", help="Create it even if the harness binary is not found."),
+        decl.Option("--no-check", help="Create it even if the harness binary is not found."),
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -225,7 +223,7 @@ def new(
     )
     note = sessions.pinned_note(s)
     if note:
-        typer.echo(f"spex: note: {note}", err=True)
+        decl.echo(f"spex: note: {note}", err=True)
     if as_json:
         (row,) = describe(spex, [s.name])
         print_json(row)
@@ -236,9 +234,9 @@ def new(
 
         ran = ran_post_create(s.worktree)
         if ran:
-            typer.echo(ran)
+            decl.echo(ran)
         line += f" on branch {s.worktree.branch} from {s.worktree.base[:12]}"
-    typer.echo(line)
+    decl.echo(line)
 
 
 def _confirm_post_create(setup: "Setup") -> bool:
@@ -247,12 +245,12 @@ def _confirm_post_create(setup: "Setup") -> bool:
     return confirm_post_create(setup)
 
 
-@app.command("ls")
+@command("ls")
 def ls(
-    ctx: typer.Context,
+    ctx: decl.Context,
     names: Annotated[
         list[str] | None,
-        typer.Argument(
+        decl.Argument(
             metavar="[PATTERN]…",
             help="Only sessions whose name matches one of these globs.",
             show_default=False,
@@ -262,21 +260,21 @@ def ls(
     match: MatchOpt = None,
     state: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--state",
             metavar="STATE",
             help="Only sessions in STATE (idle, running, failed, stopped, creating, removing).",
         ),
     ] = None,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Names only, one a line.")] = False,
-    wide: Annotated[bool, typer.Option("--wide", help="Show whole turn ids.")] = False,
+    quiet: Annotated[bool, decl.Option("-q", "--quiet", help="Names only, one a line.")] = False,
+    wide: Annotated[bool, decl.Option("--wide", help="Show whole turn ids.")] = False,
     color: ColorOpt = "auto",
     all_hosts: Annotated[
-        bool, typer.Option("--all-hosts", help="This machine's and every host's sessions.")
+        bool, decl.Option("--all-hosts", help="This machine's and every host's sessions.")
     ] = False,
     hosts: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--hosts", metavar="HOST,…", help="These hosts' sessions (local is this machine)."
         ),
     ] = None,
@@ -314,15 +312,15 @@ def ls(
         print_json(rows)
     elif quiet:  # for scripts: nothing at all when nothing matches
         for r in rows:
-            typer.echo(r["name"])
+            decl.echo(r["name"])
     elif not rows and (globs or state):
-        typer.echo("no sessions match")
+        decl.echo("no sessions match")
     else:
         ls_text(rows, wide=wide, color=colored)
 
 
 def fleet_ls(
-    ctx: typer.Context, names: list[str] | None, *, wide: bool, as_json: bool, color: bool
+    ctx: decl.Context, names: list[str] | None, *, wide: bool, as_json: bool, color: bool
 ) -> None:
     """`ls --all-hosts`: one table with a HOST column; a host not reached is one row."""
     from spexsup import fleet
@@ -342,7 +340,7 @@ def fleet_ls(
                 lines.append([r["host"], "-", "-", "unreachable", "-", "-", "-", r["error"]])
         table(["HOST", *LS_HEADERS], lines, narrow=fit.LS_STEPS)
     if not reached:
-        raise typer.Exit(1)
+        raise decl.Exit(1)
 
 
 def settings_here(state: Path) -> "Config":
@@ -352,9 +350,9 @@ def settings_here(state: Path) -> "Config":
     return config.load(state)
 
 
-@app.command()
+@command()
 def show(
-    ctx: typer.Context, name: NameArg, color: ColorOpt = "auto", as_json: JsonOpt = False
+    ctx: decl.Context, name: NameArg, color: ColorOpt = "auto", as_json: JsonOpt = False
 ) -> None:
     """Show one session and its recent turns (the state coloured as in `spex ls`).
 
@@ -372,31 +370,31 @@ def show(
         print_json(row)
         return
     for line in show_lines(row, color=colored):
-        typer.echo(line, color=colored)  # click drops escapes off a terminal unless told
+        decl.echo(line, color=colored)  # click drops escapes off a terminal unless told
 
 
-@app.command()
+@command()
 def rm(
-    ctx: typer.Context,
+    ctx: decl.Context,
     names: NamesArg = None,
     all_: AllOpt = False,
     match: MatchOpt = None,
-    force: Annotated[bool, typer.Option("--force", help="Stop a running turn first.")] = False,
+    force: Annotated[bool, decl.Option("--force", help="Stop a running turn first.")] = False,
     salvage: Annotated[
         bool,
-        typer.Option("--salvage", help="Commit a worktree's unsaved work to a branch first."),
+        decl.Option("--salvage", help="Commit a worktree's unsaved work to a branch first."),
     ] = False,
     keep_worktree: Annotated[
-        bool, typer.Option("--keep-worktree", help="Leave the worktree and its branch.")
+        bool, decl.Option("--keep-worktree", help="Leave the worktree and its branch.")
     ] = False,
     dry_run: Annotated[
         bool,
-        typer.Option(
+        decl.Option(
             "--dry-run", help="Print what would go and what would be refused; change nothing."
         ),
     ] = False,
     yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="With --all on a terminal: do not ask first.")
+        bool, decl.Option("--yes", "-y", help="With --all on a terminal: do not ask first.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -443,7 +441,7 @@ def rm(
         done.append(document({"ok": True, "session": n, "removed": True, "notes": notes}))
         if not as_json:
             for line in removed_lines(done[-1]):
-                typer.echo(line)
+                decl.echo(line)
     if as_json:
         print_json(done[0] if names and len(names) == 1 else done)
 
@@ -455,13 +453,13 @@ def _rm_checked(found: "dict[str, SpexError | None]", *, dry_run: bool, as_json:
         print_json(doc)
     elif dry_run:
         for line in would_remove_lines(doc):
-            typer.echo(line)
+            decl.echo(line)
     for n, e in found.items():
         if e is not None:
-            typer.echo(f"spex: {refusal_line(n, e.line())}", err=True)
+            decl.echo(f"spex: {refusal_line(n, e.line())}", err=True)
     if not doc["ok"]:
-        typer.echo(f"spex: {doc['error']}", err=True)
-        raise typer.Exit(doc["exit_code"])
+        decl.echo(f"spex: {doc['error']}", err=True)
+        raise decl.Exit(doc["exit_code"])
 
 
 def _confirm_rm(chosen: list[str]) -> None:
@@ -469,21 +467,21 @@ def _confirm_rm(chosen: list[str]) -> None:
     confirm_many(f"remove {len(chosen)} sessions", chosen, nothing="removed nothing")
 
 
-@app.command()
+@command()
 def up(
-    ctx: typer.Context,
+    ctx: decl.Context,
     names: NamesArg = None,
     all_: AllOpt = False,
     revive: Annotated[
-        bool, typer.Option("--revive", help="Re-wake sessions whose turn a reboot interrupted.")
+        bool, decl.Option("--revive", help="Re-wake sessions whose turn a reboot interrupted.")
     ] = False,
     message: Annotated[
         str | None,
-        typer.Option("-m", "--message", metavar="TEXT", help="The prompt for --revive."),
+        decl.Option("-m", "--message", metavar="TEXT", help="The prompt for --revive."),
     ] = None,
     file: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "-f", "--file", metavar="FILE", help="Read the prompt for --revive from FILE (- stdin)."
         ),
     ] = None,
@@ -521,7 +519,7 @@ def up(
         print_json([document(r.as_json()) for r in reports])
     elif not as_json:
         for r in reports:
-            typer.echo(f"{r.name}: {r.status}" + (f" ({r.detail})" if r.detail else ""))
+            decl.echo(f"{r.name}: {r.status}" + (f" ({r.detail})" if r.detail else ""))
     if revive:
         from spexsup import fanout as plans
         from spexsup.cli.fanout import run_wave
@@ -532,22 +530,22 @@ def up(
                 # `homes`: the old name of `panes`, for one release (DESIGN §24).
                 print_json(document({"revived": [], "panes": panes, "homes": panes}))
             elif plan.nothing is not None:
-                typer.echo(plan.nothing)
+                decl.echo(plan.nothing)
             else:
                 run_wave(spex, plan, as_json=as_json)
     if not all(r.ok for r in reports):
-        raise typer.Exit(1)
+        raise decl.Exit(1)
 
 
-@app.command()
+@command()
 def attach(
-    ctx: typer.Context,
+    ctx: decl.Context,
     name: NameArg,
     read_only: Annotated[
-        bool, typer.Option("--read-only", "-r", help="Look without typing into the pane.")
+        bool, decl.Option("--read-only", "-r", help="Look without typing into the pane.")
     ] = False,
     window: Annotated[
-        bool, typer.Option("--window", help="Inside tmux: open in a new window, not a popup.")
+        bool, decl.Option("--window", help="Inside tmux: open in a new window, not a popup.")
     ] = False,
 ) -> None:
     """Attach this terminal to the session's pane (detach: prefix, d; C-a by default).
@@ -588,8 +586,8 @@ def attach(
     os.execvpe(argv[0], argv, env)
 
 
-@app.command()
-def doctor(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+@command()
+def doctor(ctx: decl.Context, as_json: JsonOpt = False) -> None:
     """Check tmux, the state dir, config files and harness binaries.
 
     \b
@@ -638,23 +636,23 @@ def doctor(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             )
         )
     else:
-        typer.echo(f"spex {__version__}, Python {versions['python']}, {tmux}")
+        decl.echo(f"spex {__version__}, Python {versions['python']}, {tmux}")
         for f in files:
             state = "read" if f["read"] else "absent"
-            typer.echo(f"config {f['order']}: {f['path']} ({state})")
+            decl.echo(f"config {f['order']}: {f['path']} ({state})")
         for c in checks:  # the "config" ones among them name config_error
-            typer.echo(
+            decl.echo(
                 f"{'ok  ' if c.ok else 'FAIL' if c.required else 'warn'}  {c.name}: {c.detail}"
             )
     if config_error or any(not c.ok and c.required for c in checks):
-        raise typer.Exit(1)
+        raise decl.Exit(1)
 
 
-@app.command()
+@command()
 def completion(
     shell: Annotated[
         str,
-        typer.Argument(
+        decl.Argument(
             metavar="SHELL", help="bash, zsh or fish.", autocompletion=complete.shell_names
         ),
     ],
@@ -675,4 +673,4 @@ def completion(
 
     if shell not in complete.SHELLS:
         raise Invalid(f"unknown shell {shell!r}", hint="bash, zsh or fish")
-    typer.echo(complete.script(shell))
+    decl.echo(complete.script(shell))

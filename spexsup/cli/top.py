@@ -3,14 +3,13 @@
 import sys
 import time
 
-import typer
-
-from spexsup.cli.app import app, open_spex
+from spexsup.cli import decl
+from spexsup.cli.decl import command, open_spex
 from spexsup.cli.params import ColorOpt, JsonOpt
 
 
-@app.command()
-def top(ctx: typer.Context, color: ColorOpt = "auto", as_json: JsonOpt = False) -> None:
+@command()
+def top(ctx: decl.Context, color: ColorOpt = "auto", as_json: JsonOpt = False) -> None:
     """Watch every session live: state, turn age, last output line, flags.
 
     \b
@@ -44,7 +43,7 @@ def top(ctx: typer.Context, color: ColorOpt = "auto", as_json: JsonOpt = False) 
         return
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         if not board.rows:
-            typer.echo("no sessions (create one with: spex new NAME --harness HARNESS)")
+            decl.echo("no sessions (create one with: spex new NAME --harness HARNESS)")
             return
         now = time.time()
         rows = []

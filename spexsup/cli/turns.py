@@ -3,12 +3,10 @@
 import sys
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
 from spexsup import ids
 from spexsup import prompt as prompts
-from spexsup.cli import complete
-from spexsup.cli.app import app, open_spex, settings
+from spexsup.cli import complete, decl
+from spexsup.cli.decl import command, open_spex, settings
 from spexsup.cli.params import (
     AfterAnyOpt,
     AfterOpt,
@@ -129,7 +127,7 @@ LIVE_COST = {
 }
 
 
-def budget_note(ctx: typer.Context, spex: "Spex", name: str) -> None:
+def budget_note(ctx: decl.Context, spex: "Spex", name: str) -> None:
     """Say, before the turn starts, when its budget cannot be kept: an
     unknown cost never passes for zero."""
     from spexsup.sessions import get
@@ -137,11 +135,11 @@ def budget_note(ctx: typer.Context, spex: "Spex", name: str) -> None:
     harness = get(spex, name).harness
     note = LIVE_COST.get(harness)
     if note and not (harness == "claude" and settings(ctx, spex).pricing):
-        typer.echo(f"spex: note: {note}", err=True)
+        decl.echo(f"spex: note: {note}", err=True)
 
 
 def wake_and_report(
-    ctx: typer.Context,
+    ctx: decl.Context,
     name: str,
     prompt: bytes,
     *,
@@ -208,18 +206,18 @@ def wake_and_report(
         print_json(document(with_iso({"ok": verdict.ok, **verdict.as_json()})))
     else:
         # The verdict line names the cause, once: the exit code says it failed.
-        typer.echo(verdict_line(name, verdict.as_json()))
+        decl.echo(verdict_line(name, verdict.as_json()))
     if not verdict.ok:
-        raise typer.Exit(1)
+        raise decl.Exit(1)
 
 
-@app.command()
+@command()
 def wake(
-    ctx: typer.Context,
+    ctx: decl.Context,
     name: NameArg,
     text: Annotated[
         list[str] | None,
-        typer.Argument(
+        decl.Argument(
             metavar="[TEXT]…",
             help="The prompt; several words are joined by one space.",
             show_default=False,
@@ -229,17 +227,17 @@ def wake(
     file: PromptFileOpt = None,
     window: WindowOpt = None,
     fresh: Annotated[
-        bool, typer.Option("--fresh", help="Start a new conversation instead of resuming.")
+        bool, decl.Option("--fresh", help="Start a new conversation instead of resuming.")
     ] = False,
     force: Annotated[
-        bool, typer.Option("--force", help="Replace whatever runs in the pane (vim, a REPL…).")
+        bool, decl.Option("--force", help="Replace whatever runs in the pane (vim, a REPL…).")
     ] = False,
     timeout: TimeoutOpt = None,
     strict: StrictOpt = False,
     on_limit: OnLimitOpt = None,
     queue: Annotated[
         bool | None,
-        typer.Option(
+        decl.Option(
             "--queue/--no-queue",
             help="If the session is busy or leased, or max_running turns run, keep the prompt"
             " and launch it when it may go (verdict queued, exit 0; see spex queue)."
@@ -254,7 +252,7 @@ def wake(
     fallback: FallbackOpt = None,
     budget: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--budget",
             metavar="USD",
             help="Stop the turn once its known spend reaches USD (what the CLI reports, or"
@@ -267,7 +265,7 @@ def wake(
     verify_timeout: VerifyTimeoutOpt = None,
     no_sandbox: Annotated[
         bool,
-        typer.Option(
+        decl.Option(
             "--no-sandbox",
             help="Run this one turn outside the session's sandbox (only a session made"
             " with --sandbox=optional allows it).",
@@ -326,15 +324,15 @@ def wake(
     )
 
 
-@app.command()
+@command()
 def wait(
-    ctx: typer.Context,
+    ctx: decl.Context,
     names: NamesArg = None,
     all_: AllOpt = False,
     match: MatchOpt = None,
     timeout: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--timeout",
             metavar="DURATION",
             help="Give up after DURATION (exit 124), a duration: 90s, 15m, 2h."
@@ -366,7 +364,7 @@ def wait(
         ended = wait_for(spex, names, timeout=limit)
         # Each entry is the turn's one JSON shape, plus `turn` (its id) as before.
         print_json([{**load_turn(spex, e.turn), "turn": e.turn} for e in ended if e.turn])
-        raise typer.Exit(int(any(e.exit_code for e in ended)))
+        raise decl.Exit(int(any(e.exit_code for e in ended)))
     from spexsup.cli.progress import WaitProgress
 
     # Each end is printed as it happens; on a terminal a counter line follows.
@@ -379,7 +377,7 @@ def wait(
         raise
     finally:
         progress.close()
-    raise typer.Exit(int(any(e.exit_code for e in ended)))
+    raise decl.Exit(int(any(e.exit_code for e in ended)))
 
 
 def still_running_note(spex: "Spex", names: list[str], e: BaseException) -> None:
@@ -402,9 +400,9 @@ def still_running_note(spex: "Spex", names: list[str], e: BaseException) -> None
         )
 
 
-@app.command()
+@command()
 def stop(
-    ctx: typer.Context,
+    ctx: decl.Context,
     names: NamesArg = None,
     all_: AllOpt = False,
     match: MatchOpt = None,
@@ -437,17 +435,17 @@ def stop(
         aborted = stop_turn(spex, name, grace=DEFAULT_GRACE if seconds is None else seconds)
         docs.append(document({"ok": True, "session": name, "state": "stopped", "aborted": aborted}))
         if not as_json:
-            typer.echo(stopped_line(docs[-1]))
+            decl.echo(stopped_line(docs[-1]))
     if as_json:
         print_json(docs[0] if names and len(names) == 1 else docs)
 
 
-@app.command()
+@command()
 def resume(
-    ctx: typer.Context,
+    ctx: decl.Context,
     names: Annotated[
         list[str] | None,
-        typer.Argument(
+        decl.Argument(
             metavar="NAME… [-- PROMPT…]",
             help="Session names; after --, a prompt to wake the one session with.",
             autocompletion=complete.session_names,
@@ -459,7 +457,7 @@ def resume(
     all_: AllOpt = False,
     match: MatchOpt = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Resume even if an old turn may still run.")
+        bool, decl.Option("--force", help="Resume even if an old turn may still run.")
     ] = False,
     window: WindowOpt = None,
     as_json: JsonOpt = False,
@@ -507,7 +505,7 @@ def resume(
         resumed = resume_session(spex, n, force=force, not_stopped_ok=True)
         docs.append(document({"ok": True, "session": n, "resumed": resumed}))
         if not as_json:
-            typer.echo(resumed_line(docs[-1]))
+            decl.echo(resumed_line(docs[-1]))
     if data is not None:
         wake_and_report(ctx, names[0], data, window=seconds, fresh=False, as_json=as_json)
         return
@@ -515,7 +513,7 @@ def resume(
         print_json(docs[0] if len(names) == 1 else docs)
 
 
-def _names_and_prompt(ctx: typer.Context, words: list[str]) -> tuple[list[str], list[str]]:
+def _names_and_prompt(ctx: decl.Context, words: list[str]) -> tuple[list[str], list[str]]:
     """`resume`'s words split at `--` (click keeps no trace of it): the names
     before, the prompt after."""
     argv = ctx.find_root().meta.get("spex.argv", [])
@@ -549,15 +547,15 @@ def _not_a_prompt(spex: "Spex", names: list[str]) -> None:
     )
 
 
-@app.command()
+@command()
 def log(
-    ctx: typer.Context,
+    ctx: decl.Context,
     name: NameArg,
     turn: TurnOpt = None,
-    follow: Annotated[bool, typer.Option("-f", "--follow", help="Follow until it ends.")] = False,
+    follow: Annotated[bool, decl.Option("-f", "--follow", help="Follow until it ends.")] = False,
     tail: Annotated[
         int | None,
-        typer.Option(
+        decl.Option(
             "--tail",
             "-n",
             metavar="LINES",
@@ -568,7 +566,7 @@ def log(
     ] = None,
     pretty: Annotated[
         bool,
-        typer.Option(
+        decl.Option(
             "--pretty",
             help="Render claude/codex/opencode/pi JSON events as text: assistant text, one"
             " line per tool call, errors marked (red on a terminal).",

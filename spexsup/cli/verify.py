@@ -3,23 +3,22 @@
 import sys
 from typing import Annotated
 
-import typer
-
 from spexsup import ids, states
-from spexsup.cli.app import app, open_spex
+from spexsup.cli import decl
+from spexsup.cli.decl import command, open_spex
 from spexsup.cli.params import JsonOpt, NameArg, TurnOpt, VerifyTimeoutOpt, verify_rules
 from spexsup.cli.render import document, print_json, with_iso
 from spexsup.pane.pretty import one_line
 
 
-@app.command()
+@command()
 def verify(
-    ctx: typer.Context,
+    ctx: decl.Context,
     name: NameArg,
     turn: TurnOpt = None,
     command: Annotated[
         str | None,
-        typer.Option(
+        decl.Option(
             "--verify",
             metavar="CMD",
             help="The check to run (by sh -c). [default: the one the turn ran, else the"
@@ -70,6 +69,6 @@ def verify(
             said = f"was interrupted (signal {done.interrupted})"
         line = f"{name}: turn {done.turn} check `{c['command']}` {said} (attempt {c['attempt']})"
         line += f"; the turn {'is now' if done.changed else 'stays'} {done.state}"
-        typer.echo(one_line(line))  # the command is the user's: no control bytes reach us
+        decl.echo(one_line(line))  # the command is the user's: no control bytes reach us
     if done.exit_code:
-        raise typer.Exit(done.exit_code)
+        raise decl.Exit(done.exit_code)

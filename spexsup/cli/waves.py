@@ -5,8 +5,9 @@ from typing import Annotated
 
 import typer
 
-from spexsup.cli import complete
-from spexsup.cli.app import ListingGroup, app, open_spex
+from spexsup.cli import complete, decl
+from spexsup.cli.app import ListingGroup, app
+from spexsup.cli.decl import open_spex
 from spexsup.cli.fanout import fleet_text, with_counts
 from spexsup.cli.params import JsonOpt
 from spexsup.cli.progress import counts_line, leg_line, summary
@@ -15,7 +16,7 @@ from spexsup.cli.spend import with_spend
 
 WaveArg = Annotated[
     str,
-    typer.Argument(
+    decl.Argument(
         metavar="WAVE",
         help="A wave id, a unique prefix of its random part, last or last~N.",
         autocompletion=complete.wave_ids,
@@ -33,7 +34,7 @@ app.add_typer(wave_app, name="waves", hidden=True)
 
 
 @wave_app.callback()
-def wave_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+def wave_group(ctx: decl.Context, as_json: JsonOpt = False) -> None:
     """Fan-out waves: list them, show one.
 
     Bare `spex wave` lists them, as `spex wave ls` does; `spex wave W` shows
@@ -50,7 +51,7 @@ def wave_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 
 @wave_app.command("ls")
-def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+def list_waves(ctx: decl.Context, as_json: JsonOpt = False) -> None:
     """List fan-out waves, newest first: this host's and the fleet waves across hosts.
 
     \b
@@ -62,7 +63,7 @@ def list_waves(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     _list(ctx, as_json=as_json)
 
 
-def _list(ctx: typer.Context, *, as_json: bool) -> None:
+def _list(ctx: decl.Context, *, as_json: bool) -> None:
     from spexsup import fleet, waves
     from spexsup.paths import resolve_home
 
@@ -74,7 +75,7 @@ def _list(ctx: typer.Context, *, as_json: bool) -> None:
         print_json([document(with_iso(with_counts(d))) for d in docs])
         return
     if not docs:
-        typer.echo("no waves yet")
+        decl.echo("no waves yet")
         return
     from spexsup.cli import fit
 
@@ -95,7 +96,7 @@ def _list(ctx: typer.Context, *, as_json: bool) -> None:
 
 
 @wave_app.command("show")
-def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> None:
+def show_wave(ctx: decl.Context, wave: WaveArg, as_json: JsonOpt = False) -> None:
     """Show one wave and its legs (a fleet-… id: a wave across hosts).
 
     \b
@@ -129,15 +130,15 @@ def show_wave(ctx: typer.Context, wave: WaveArg, as_json: JsonOpt = False) -> No
     from spexsup.cli import fit
 
     for line in fit.for_stdout(summary(doc)):
-        typer.echo(line)
-    typer.echo(f"prompt: {doc.get('prompt_head', '')[:80]!r}")
+        decl.echo(line)
+    decl.echo(f"prompt: {doc.get('prompt_head', '')[:80]!r}")
     if doc["retry_of"]:
-        typer.echo(f"retry of {doc['retry_of']}")
+        decl.echo(f"retry of {doc['retry_of']}")
     if doc["retried_by"]:
-        typer.echo(f"retried by {', '.join(doc['retried_by'])}")
+        decl.echo(f"retried by {', '.join(doc['retried_by'])}")
     for leg in doc["legs"]:
-        typer.echo("  " + leg_line(leg))
+        decl.echo("  " + leg_line(leg))
         if leg.get("diffstat"):
-            typer.echo(f"    {leg['diffstat']}")
+            decl.echo(f"    {leg['diffstat']}")
     if doc.get("best_of") and doc["best_of"]["kept"]:
-        typer.echo(f"kept {doc['best_of']['kept']}")
+        decl.echo(f"kept {doc['best_of']['kept']}")

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 import typer
 
 from spexsup import ids
-from spexsup.cli import complete
-from spexsup.cli.app import ListingGroup, app, open_spex
+from spexsup.cli import complete, decl
+from spexsup.cli.app import ListingGroup, app
+from spexsup.cli.decl import command, open_spex
 from spexsup.cli.params import JsonOpt, NameArg, NamesArg, TurnOpt
 from spexsup.cli.render import age, argv_word, document, print_json, table, with_iso
 
@@ -25,7 +26,7 @@ app.add_typer(worktree_app, name="worktree")
 
 
 @worktree_app.callback()
-def worktree_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+def worktree_group(ctx: decl.Context, as_json: JsonOpt = False) -> None:
     """Git worktrees of worktree sessions.
 
     Bare `spex worktree` lists them, as `spex worktree ls` does
@@ -41,7 +42,7 @@ def worktree_group(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 @worktree_app.command("ls")
 def status(
-    ctx: typer.Context,
+    ctx: decl.Context,
     names: NamesArg = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -71,27 +72,25 @@ def status(
         print_json(docs + [document(s.public()) for s in found])
         return
     if not rows and not names:
-        typer.echo("no worktree sessions (create one with: spex new NAME --worktree)")
+        decl.echo("no worktree sessions (create one with: spex new NAME --worktree)")
 
     for r in rows:
-        typer.echo(f"{r['name']}: {r['branch']} in {r['path']}")
+        decl.echo(f"{r['name']}: {r['branch']} in {r['path']}")
         if r.get("error"):
-            typer.echo(f"  {r['error']}")
+            decl.echo(f"  {r['error']}")
         elif r["state"] == "missing":
-            typer.echo("  worktree missing (removed behind spex)")
+            decl.echo("  worktree missing (removed behind spex)")
         else:
-            typer.echo(
+            decl.echo(
                 f"  {r['ahead']} ahead, {r['behind']} behind base;"
                 f" {r['modified']} modified, {r['untracked']} untracked"
             )
-            typer.echo(f"  last commit: {r['last_commit'] or '-'}")
+            decl.echo(f"  last commit: {r['last_commit'] or '-'}")
         if not r.get("error"):
-            typer.echo(f"  unsaved: {r['unsaved'] or 'nothing'}")
+            decl.echo(f"  unsaved: {r['unsaved'] or 'nothing'}")
     if found:
-        typer.echo("")
-        typer.echo(
-            "salvage branches (git log BRANCH shows one; spex prune --salvage deletes them):"
-        )
+        decl.echo("")
+        decl.echo("salvage branches (git log BRANCH shows one; spex prune --salvage deletes them):")
         salvage_table(found)
 
 
@@ -114,14 +113,14 @@ def salvage_table(found: "Sequence[Salvage]") -> None:
     table(["BRANCH", "COMMIT", "AGE", "SESSION", "REPO"], rows, squeeze="REPO")
 
 
-@app.command()
+@command()
 def diff(
-    ctx: typer.Context,
+    ctx: decl.Context,
     name: NameArg,
     turn: TurnOpt = None,
-    stat: Annotated[bool, typer.Option("--stat", help="Only the diffstat.")] = False,
+    stat: Annotated[bool, decl.Option("--stat", help="Only the diffstat.")] = False,
     no_pager: Annotated[
-        bool, typer.Option("--no-pager", help="On a terminal too, print the diff as it is.")
+        bool, decl.Option("--no-pager", help="On a terminal too, print the diff as it is.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -149,7 +148,7 @@ def diff(
         print_json(document({**r.public(), "files": diff.diff_files(r)}))
         return
     if not diff.changed(r):
-        typer.echo("no changes")
+        decl.echo("no changes")
         return
     tty = sys.stdout.isatty()
     color = tty and not os.environ.get("NO_COLOR")
@@ -157,25 +156,23 @@ def diff(
     sys.stdout.flush()
     rc = diff.show_diff(r, stat=stat, color=color, through=through)
     if rc != 0:
-        raise typer.Exit(130 if rc == 130 else 1)
+        raise decl.Exit(130 if rc == 130 else 1)
 
 
-@app.command()
+@command()
 def keep(
-    ctx: typer.Context,
+    ctx: decl.Context,
     wave: Annotated[
         str,
-        typer.Argument(
+        decl.Argument(
             metavar="WAVE",
             help="A wave id, a unique prefix of its random part, last or last~N.",
             autocompletion=complete.wave_ids,
         ),
     ],
-    leg: Annotated[
-        str, typer.Argument(metavar="LEG", help="The leg to keep: its session, or 1…N.")
-    ],
+    leg: Annotated[str, decl.Argument(metavar="LEG", help="The leg to keep: its session, or 1…N.")],
     force: Annotated[
-        bool, typer.Option("--force", help="Stop other legs' running turns first.")
+        bool, decl.Option("--force", help="Stop other legs' running turns first.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -201,12 +198,12 @@ def keep(
         print_json([document(o.public()) for o in outcomes])
     else:
         for o in outcomes:
-            typer.echo(f"{o.session}: {o.outcome}" + "".join(f"\n  {d}" for d in o.detail))
+            decl.echo(f"{o.session}: {o.outcome}" + "".join(f"\n  {d}" for d in o.detail))
         for line in bestof.next_steps(spex, outcomes):
-            typer.echo(line)
+            decl.echo(line)
     worst = max(o.exit_code for o in outcomes)
     if worst:
-        raise typer.Exit(worst)
+        raise decl.Exit(worst)
 
 
 # --- fanout --keep-best ------------------------------------------------------------
@@ -299,13 +296,10 @@ def confirm_post_create(setup: "Setup") -> bool:
     trusts that file's bytes (the caller records it). False off a terminal."""
     if not sys.stdin.isatty():
         return False
-    typer.echo(f"{setup.path} runs this in the new worktree (post_create):", err=True)
-    typer.echo(f"  {shown_argv(setup.post_create)}", err=True)
-    try:
-        return typer.confirm(f"Trust this file (sha256 {setup.sha256[:12]}) and run it?", err=True)
-    except typer.Abort:  # EOF or Ctrl-C at the prompt: no
-        typer.echo("", err=True)
-        return False
+    decl.echo(f"{setup.path} runs this in the new worktree (post_create):", err=True)
+    decl.echo(f"  {shown_argv(setup.post_create)}", err=True)
+    # EOF or Ctrl-C at the prompt: no
+    return decl.confirm(f"Trust this file (sha256 {setup.sha256[:12]}) and run it?")
 
 
 def ran_post_create(w: "Worktree") -> str | None:
@@ -315,19 +309,19 @@ def ran_post_create(w: "Worktree") -> str | None:
     return f"ran post_create of {w.repo}/.spexsup.toml: {shown_argv(w.post_create)}"
 
 
-@app.command()
+@command()
 def trust(
-    ctx: typer.Context,
+    ctx: decl.Context,
     path: Annotated[
         str | None,
-        typer.Argument(
+        decl.Argument(
             metavar="[PATH]",
             help="A .spexsup.toml, or the repository that holds it.",
             show_default=False,
         ),
     ] = None,
-    revoke: Annotated[bool, typer.Option("--revoke", help="Forget the trust of PATH.")] = False,
-    list_: Annotated[bool, typer.Option("--list", help="List what is trusted.")] = False,
+    revoke: Annotated[bool, decl.Option("--revoke", help="Forget the trust of PATH.")] = False,
+    list_: Annotated[bool, decl.Option("--list", help="List what is trusted.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Trust a repository's .spexsup.toml: its post_create (arbitrary commands)
@@ -357,11 +351,11 @@ def trust(
             print_json(with_iso(rows))
             return
         if not rows:
-            typer.echo("nothing trusted (trust a repository's .spexsup.toml with: spex trust PATH)")
+            decl.echo("nothing trusted (trust a repository's .spexsup.toml with: spex trust PATH)")
         for r in rows:
-            typer.echo(f"{r['path']}  sha256 {r['sha256'][:12]}  {r['state']}")
+            decl.echo(f"{r['path']}  sha256 {r['sha256'][:12]}  {r['state']}")
             if r["post_create"]:
-                typer.echo(f"  post_create: {shown_argv(r['post_create'])}")
+                decl.echo(f"  post_create: {shown_argv(r['post_create'])}")
         return
     assert path is not None
     t = trusts.revoke_trust(spex.home, path) if revoke else trusts.trust(spex.home, path)
@@ -369,6 +363,6 @@ def trust(
         print_json(with_iso(t.public()))
         return
     verb = "no longer trusted" if revoke else "trusted"
-    typer.echo(f"{verb}: {t.path} (sha256 {t.sha256[:12]})")
+    decl.echo(f"{verb}: {t.path} (sha256 {t.sha256[:12]})")
     if not revoke:
-        typer.echo(f"  post_create: {shown_argv(t.post_create) if t.post_create else '(none)'}")
+        decl.echo(f"  post_create: {shown_argv(t.post_create) if t.post_create else '(none)'}")
