@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -139,6 +138,8 @@ class TmuxHome:
 
     def tmux_argv(self) -> list[str]:
         """argv prefix that reaches our server (for exec'ing `tmux attach`)."""
+        import shutil
+
         tmux = shutil.which("tmux") or "tmux"
         where = ["-S", self.socket_path] if self.socket_path else ["-L", str(self.socket_name)]
         return [tmux, *where, "-f", str(CONFIG)]
@@ -435,6 +436,7 @@ def outer_argv(argv: Sequence[str], window: str | None = None) -> list[str]:
     ours), for a command run inside it: in a popup of 90% of the screen that
     closes when `argv` ends, or with `window`, in a new window of that name."""
     import shlex
+    import shutil
 
     outer = shutil.which("tmux") or "tmux"
     if window is not None:

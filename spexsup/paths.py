@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 from pathlib import Path
 
@@ -188,5 +187,7 @@ def remove_tree(path: Path) -> list[str]:
     if path.is_symlink():
         path.unlink()
     elif path.exists():
+        import shutil
+
         shutil.rmtree(path, onerror=failed)
     return problems

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -125,6 +124,31 @@ class Policy(NamedTuple):
         )
 
 
+def _tempdir() -> str:
+    import tempfile  # (only a plan pays for it: `spex ls` and `show` do not)
+
+    return tempfile.gettempdir()
+
+
+def turn_policy(
+    own: Policy | None, harness_on: bool, configured: str | None, name: str, unsandboxed: bool
+) -> Policy:
+    """The sandbox a turn of session `name` runs in: the session's own policy
+    (`own`), else the harness's default, else config.toml's `sandbox`, else
+    none. `unsandboxed` (wake --no-sandbox) is Refused unless it is optional."""
+    policy = own
+    if policy is None:
+        policy = Policy(Mode("on" if harness_on else configured or "off"))
+    if unsandboxed and policy.mode is Mode.ON:
+        raise Refused(
+            f"session {name!r} is sandboxed: no turn of it runs outside",
+            hint=f"spex edit {name} --sandbox=optional allows --no-sandbox",
+        )
+    if unsandboxed:
+        return policy._replace(mode=Mode.OFF)
+    return policy
+
+
 def engine() -> str | None:
     """The bubblewrap binary on PATH, or None."""
     import shutil
@@ -212,7 +236,7 @@ def plan(
         spex_home,
         tmux_dir,
         Path(f"/run/user/{os.getuid()}"),
-        Path(tempfile.gettempdir()) / f"spexsup-ssh-{os.getuid()}",
+        Path(_tempdir()) / f"spexsup-ssh-{os.getuid()}",
         *(w for w in other_worktrees if w != cwd),
     ]
     # /tmp is the sandbox's own (a tmpfs): nothing under it needs hiding.

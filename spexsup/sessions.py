@@ -10,7 +10,6 @@ import fnmatch
 import json
 import os
 import re
-import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -140,6 +139,8 @@ def check_binary(home: Path, binary: str, env: Mapping[str, str] | None = None) 
     else (config.toml's login_shell = false) on ours. Not there but on the
     caller's own PATH: that path, `pinned`. Refused naming it when neither
     has it, or when no login shell answers (see `login.resolve`)."""
+    import shutil
+
     from spexsup import config, login
 
     settings = config.load(home)

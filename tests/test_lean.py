@@ -57,7 +57,7 @@ def typer_reader(name: str, function: Any) -> tuple[Any, dict[str, Any]]:
         got.update(values)
 
     record.__signature__ = told.__signature__  # type: ignore[attr-defined, union-attr]
-    record.__annotations__ = dict(told.__annotations__)  # type: ignore[union-attr]
+    record.__annotations__ = dict(told.__annotations__)
     app = typer.Typer(add_completion=False)
     settings = dict(decl_settings(name))
     app.command(name, **settings)(record)
@@ -174,7 +174,7 @@ def test_both_readers_see_the_same_parameters() -> None:
         if name in TYPER_ONLY:
             continue
         command, _ = typer_reader(name, d.function)
-        theirs = {p.name: p for p in command.commands[name].params}  # type: ignore[attr-defined]
+        theirs = {p.name: p for p in command.commands[name].params}
         ours = {p.name: p for p in lean.params_of(d.function) or () if p.kind != "context"}
         assert set(ours) == set(theirs), name
         for key, p in ours.items():

@@ -167,10 +167,7 @@ def parse(params: list[Param], words: list[str], interspersed: bool = True) -> d
         values[param.name] = taken
     for param in params:
         if param.kind in ("option", "flag"):
-            if param.name in given:
-                values[param.name] = given[param.name]
-            else:
-                values[param.name] = param.default
+            values[param.name] = given.get(param.name, param.default)
     return values
 
 

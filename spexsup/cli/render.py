@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -189,11 +188,18 @@ def _painted(line: str, cells: Sequence[str], widths: Sequence[int], sgrs: Seque
 
 
 def _columns() -> int:
-    """The terminal's own width (its ioctl, not a stale $COLUMNS)."""
+    """The terminal's own width (its ioctl, not a stale $COLUMNS); off a
+    terminal $COLUMNS, else 80, as shutil.get_terminal_size says (whose
+    import, bz2 and lzma with it, would cost every `spex show` a few ms)."""
     try:
         return os.get_terminal_size(sys.stdout.fileno()).columns
     except OSError:
-        return shutil.get_terminal_size().columns
+        pass
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    return columns if columns > 0 else 80
 
 
 def table(

@@ -345,22 +345,10 @@ def admit(
 def sandbox_policy(
     session: Session, adapter: Harness, settings: config.Config, *, unsandboxed: bool = False
 ) -> sandboxes.Policy:
-    """The sandbox a turn of `session` runs in: the session's own policy,
-    else the harness's default, else config.toml's `sandbox`, else none.
-    `unsandboxed` (wake --no-sandbox) is Refused unless it is `optional`."""
-    Mode = sandboxes.Mode
-    policy = session.sandbox
-    if policy is None:
-        mode = "on" if adapter.sandbox else settings.sandbox or "off"
-        policy = sandboxes.Policy(Mode(mode))
-    if unsandboxed and policy.mode is Mode.ON:
-        raise Refused(
-            f"session {session.name!r} is sandboxed: no turn of it runs outside",
-            hint=f"spex edit {session.name} --sandbox=optional allows --no-sandbox",
-        )
-    if unsandboxed:
-        return policy._replace(mode=Mode.OFF)
-    return policy
+    """The sandbox a turn of `session` runs in (sandbox.turn_policy)."""
+    return sandboxes.turn_policy(
+        session.sandbox, adapter.sandbox, settings.sandbox, session.name, unsandboxed
+    )
 
 
 def sandbox_plan(

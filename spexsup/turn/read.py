@@ -530,12 +530,10 @@ def effective_sandbox(spex: Spex, s: Session) -> dict[str, Any]:
 
     from spexsup import config
     from spexsup import sandbox as sandboxes
-    from spexsup.pane import netgate
-    from spexsup.turn.admit import sandbox_policy
 
     adapter = s.adapter(spex.home)
     settings = config.load(spex.home)
-    policy = sandbox_policy(s, adapter, settings)
+    policy = sandboxes.turn_policy(s.sandbox, adapter.sandbox, settings.sandbox, s.name, False)
     source = (
         "session"
         if s.sandbox is not None
@@ -547,6 +545,8 @@ def effective_sandbox(spex: Spex, s: Session) -> dict[str, Any]:
     )
     doc: dict[str, Any] = {**policy.as_json(), "source": source}
     if policy.enabled:
+        from spexsup.pane import netgate
+
         others = [
             Path(r["cwd"])
             for r in spex.store.db.execute("SELECT cwd FROM sessions WHERE worktree NOT NULL")
