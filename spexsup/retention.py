@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,23 +96,27 @@ def _remove(path: Path) -> int:
         return 0
     size = tree_bytes(path)
     if stat.S_ISDIR(st.st_mode):
+        import shutil
+
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
     return size
 
 
-@dataclass
 class Pruned:
-    """What a prune removed (or, dry, would remove)."""
+    """What a prune removed (or, dry, would remove). A plain class, not a
+    dataclass: every writer command checks whether a prune is due, and
+    dataclasses (with inspect) would cost each of them ~10 ms to import."""
 
-    dry_run: bool
-    turns: dict[str, int] = field(default_factory=dict)  # per session
-    waves: list[str] = field(default_factory=list)
-    events: int = 0
-    usage: int = 0
-    orphans: int = 0
-    bytes: int = 0
+    def __init__(self, dry_run: bool) -> None:
+        self.dry_run = dry_run
+        self.turns: dict[str, int] = {}  # per session
+        self.waves: list[str] = []
+        self.events = 0
+        self.usage = 0
+        self.orphans = 0
+        self.bytes = 0
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -163,15 +163,19 @@ def new(
     from spexsup import sessions
     from spexsup.errors import Invalid
     from spexsup.turn.read import describe
-    from spexsup.worktree import Request
 
     ids.validate_name(name)
     argv = ctx.find_root().meta.get("spex.argv", [])
     if "--" in argv and not command:
         raise Invalid("nothing after --", hint="spex new NAME -- CMD ARGS…")
-    request = Request(branch, base, repo, worktree_dir)
-    if not worktree and request != Request():
+    asked = (branch, base, repo, worktree_dir)
+    if not worktree and asked != (None,) * 4:
         raise Invalid("--branch, --base, --repo and --worktree-dir need --worktree")
+    request = None
+    if worktree:  # (spexsup.worktree's dataclasses cost a plain `new` ~5 ms)
+        from spexsup.worktree import Request
+
+        request = Request(*asked)
     seconds = window_seconds(window)
     limit = timeout_seconds(timeout)
     models = model_rules(model, fallback)
@@ -218,7 +222,7 @@ def new(
         check=not no_check,
         command=command,
         harness_args=harness_args,
-        worktree=request if worktree else None,
+        worktree=request,
         confirm=_confirm_post_create if worktree else None,
     )
     note = sessions.pinned_note(s)
