@@ -2,7 +2,8 @@
 
 `run` answers what it can before typer is imported: the exit reporter's path
 (`spex internal turn-exit`, on every turn end), `--version`, and shell
-completion of names and ids (on every TAB). Everything else goes to typer.
+completion of names and ids (on every TAB), and every well-formed command
+line (`spexsup.cli.lean`). Help, groups and mistakes go to typer.
 """
 
 from __future__ import annotations

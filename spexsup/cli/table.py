@@ -20,11 +20,12 @@ class Command(NamedTuple):
 # the commands the modules really register.
 #
 # These modules (and params.py) do NOT use `from __future__ import
-# annotations`, unlike the rest of the code: typer reads every parameter's
-# `Annotated[…, typer.Option(…)]` with get_type_hints, which compiles and
-# evaluates each annotation string anew; real objects made that 3x faster
-# (`spex --help` builds all commands). Names imported only for type checking
-# are quoted instead. tests/test_cli.py keeps it so.
+# annotations`, unlike the rest of the code: the lean path (spexsup.cli.lean)
+# reads each parameter's `Annotated[…, decl.Option(…)]` from the function's
+# annotations as objects, and typer would compile and evaluate each string
+# anew (3x slower for `spex --help`, which builds all commands). Names
+# imported only for type checking are quoted instead. tests/test_cli.py
+# keeps it so.
 COMMANDS = (
     Command("new", "sessions", writes=True),
     Command("wake", "turns", writes=True),
