@@ -13,6 +13,7 @@ import itertools
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -258,3 +259,54 @@ def test_a_mistake_is_still_typers_to_say(env: Env) -> None:
     assert r.stderr == "spex: no such option '--jsn' (did you mean --json? see spex ls --help)\n"
     r = env.run("wake")
     assert r.returncode == 2 and "NAME" in r.stderr and "Traceback" not in r.stderr
+
+
+def probe(env: Env, words: list[str], extra: dict[str, str]) -> tuple[str, str]:
+    """(stdout, whether typer was imported) of `spex WORDS…` run in-process."""
+    code = (
+        "import sys\n"
+        "from spexsup.cli import run\n"
+        "run(sys.argv[1:])\n"
+        "sys.stdout.flush()\n"
+        "print('typer' in sys.modules, file=sys.stderr)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, *words],
+        env={**env.vars, **extra},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return r.stdout, r.stderr.strip().splitlines()[-1]
+
+
+def test_a_help_page_is_typers_once_then_kept(env: Env, tmp_path: Path) -> None:
+    """`spex --help` builds every command with typer once; the same request
+    again prints the kept page without importing typer. Another width, or a
+    damaged page, is typer's again, and the page is the same as typer's."""
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "COLUMNS": "90"}
+    first, typer_first = probe(env, ["--help"], cache)
+    again, typer_again = probe(env, ["--help"], cache)
+    assert (typer_first, typer_again) == ("True", "False")
+    assert again == first and "Usage: spex [OPTIONS] COMMAND" in first
+    wide, typer_wide = probe(env, ["--help"], {**cache, "COLUMNS": "140"})
+    assert typer_wide == "True" and wide != first  # laid out for 100 columns, not 90
+    pages = list((tmp_path / "cache" / "spexsup" / "help").iterdir())
+    assert len(pages) == 2
+    for page in pages:
+        page.write_bytes(page.read_bytes()[:40])  # cut short: not a page
+    damaged, typer_damaged = probe(env, ["--help"], cache)
+    assert (damaged, typer_damaged) == (first, "True")
+
+
+def test_only_a_pure_help_request_is_kept(env: Env, tmp_path: Path) -> None:
+    """`-h` as an option's value (a prompt `-h`) is not a help request: the
+    wake runs each time and nothing is kept."""
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    assert env.run("new", "a", "--", "bash", "-c", "exec sleep 300").returncode == 0
+    for _ in range(2):
+        r = env.run("wake", "a", "-m", "-h", "--window", "0.2", extra=cache)
+        assert r.returncode == 0 and "confirmed turn" in r.stdout, r.stderr
+        env.run("stop", "a")
+        env.run("resume", "a")
+    assert not (tmp_path / "cache" / "spexsup" / "help").exists()

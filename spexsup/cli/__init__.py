@@ -245,7 +245,9 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
 
             # (home and --create lead argv, hoisted; the words run past --)
             code = lean.run(argv, home, "--create" in options, _split_home(argv)[1])
-        if code is None:
+        if code is None and not completing and _asks_help(options, rest):
+            code = _help(argv, rest, as_json)
+        elif code is None:
             code = _typer(argv, rest, completing, as_json)
     except Exit as e:
         return e.exit_code
@@ -281,6 +283,39 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
 
     if not completing and rest and rest[0] in WRITERS:
         _housekeep(home)
+    return code
+
+
+def _asks_help(options: list[str], rest: list[str]) -> bool:
+    """A help page and nothing else: a bare `spex`, or `spex WORDS… --help`
+    (or -h) where no word is an option, so the flag cannot be one's value."""
+    if not rest:
+        return options == rest
+    *words, last = rest
+    return last in ("--help", "-h") and not any(w.startswith("-") for w in words)
+
+
+def _help(argv: list[str], rest: list[str], as_json: bool) -> int:
+    """The page kept from the last identical request (spexsup.cli.helpcache),
+    else typer's, kept for the next."""
+    import io
+
+    from spexsup.cli import helpcache
+
+    page_key = helpcache.key(argv)
+    kept = helpcache.read(page_key)
+    if kept is not None:
+        sys.stdout.write(kept[1])
+        return kept[0]
+    out, page = sys.stdout, io.StringIO()
+    sys.stdout = page
+    try:
+        code = _typer(argv, rest, None, as_json)
+    finally:
+        sys.stdout = out
+        out.write(page.getvalue())
+    if code in (0, 2) and page.getvalue():
+        helpcache.keep(page_key, code, page.getvalue())
     return code
 
 
