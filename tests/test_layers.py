@@ -70,6 +70,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "what a command does",
         ("bestof", "waves", "fanout", "top", "broker", "doctor", "diff", "verify"),
     ),
+    ("what both doors render", ("present",)),
     ("the CLI and the other doors", ("cli", "doors", "web", "__main__")),
 ]
 # Run by shell/turn.sh on every turn: their start-up time is part of every verdict.
@@ -97,13 +98,18 @@ def layer_of(module: str) -> int:
     raise AssertionError(f"{module} is on no layer of the map: place it in LAYERS")
 
 
-def imports_of(path: Path) -> set[str]:
-    """The spexsup modules `path` imports anywhere, except under TYPE_CHECKING."""
+def imports_of(path: Path, typing_too: bool = False) -> set[str]:
+    """The spexsup modules `path` imports anywhere, except under TYPE_CHECKING
+    (with `typing_too`, there as well)."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            if (
+                not typing_too
+                and isinstance(child, ast.If)
+                and "TYPE_CHECKING" in ast.unparse(child.test)
+            ):
                 for other in child.orelse:
                     visit(other)
                 continue
@@ -124,6 +130,8 @@ def imports_of(path: Path) -> set[str]:
 
 
 GRAPH = {m: imports_of(p) - {m} for m, p in MODULES.items()}
+# With the imports made only for type checking: a circle there is one too.
+TYPED_GRAPH = {m: imports_of(p, typing_too=True) - {m} for m, p in MODULES.items()}
 
 
 def test_every_module_is_on_the_map() -> None:
@@ -178,6 +186,22 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_has_no_cycle() -> None:
     assert cycles(GRAPH) == []
+
+
+def test_no_cycle_either_through_imports_for_type_checking() -> None:
+    assert cycles(TYPED_GRAPH) == []
+
+
+def test_the_web_door_does_not_reach_into_the_cli() -> None:
+    """web/ renders through present/, as cli/ does; only `spex serve`
+    (cli/serve.py) starts it."""
+    crossing = [
+        f"{m} imports {t}"
+        for m, targets in TYPED_GRAPH.items()
+        for t in sorted(targets)
+        if m.startswith("spexsup.web") and t.startswith("spexsup.cli")
+    ]
+    assert crossing == []
 
 
 def test_the_cycle_finder_finds_one() -> None:

@@ -25,8 +25,8 @@ WORDS = {m.value for v in VOCABULARIES for m in v}
 # is compared: (module, the compared expression) -> what the word is there.
 OTHER_MEANINGS = {
     ("spexsup.cli.complete", "action"): "the shell's completion request (`complete_bash`)",
-    ("spexsup.cli.render", "row"): "a recorded option's key (`verify`)",
-    ("spexsup.cli.render", "key"): "a recorded option's key (`strict`, `verify`, `sandbox`)",
+    ("spexsup.present.render", "row"): "a recorded option's key (`verify`)",
+    ("spexsup.present.render", "key"): "a recorded option's key (`strict`, `verify`, `sandbox`)",
     ("spexsup.ids", "k"): "a recorded option's key (`strict`)",
     ("spexsup.registry", "key"): "a harnesses.toml key (`verify`)",
     ("spexsup.trust", "data"): "a trust file's key (`verify`)",

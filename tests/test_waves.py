@@ -16,7 +16,7 @@ from typing import Any
 
 from conftest import FAKES, SPEX, Env, harness, retry_until, signal_a_helper_thread
 
-from spexsup.cli.render import with_iso
+from spexsup.present.render import with_iso
 
 
 def fan(env: Env, *args: str, extra: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:

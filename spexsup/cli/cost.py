@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 from spexsup.cli import decl
 from spexsup.cli.decl import command, open_spex, settings
 from spexsup.cli.params import DURATION, JsonOpt
-from spexsup.cli.render import document, print_json, table
+from spexsup.present.render import document, print_json, table
 
 if TYPE_CHECKING:
     from spexsup.usage import Spend

@@ -23,10 +23,10 @@ from spexsup.cli.params import (
     verify_rules,
     window_seconds,
 )
-from spexsup.cli.render import document, edit_lines, print_json
 from spexsup.errors import Invalid
 from spexsup.harness import verify_argv
 from spexsup.pane.pretty import one_line
+from spexsup.present.render import document, edit_lines, print_json
 
 
 @command()

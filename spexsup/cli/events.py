@@ -12,8 +12,8 @@ from spexsup.cli import complete, decl
 from spexsup.cli.app import ListingGroup, app
 from spexsup.cli.decl import command, open_spex
 from spexsup.cli.params import JsonOpt
-from spexsup.cli.render import document, print_json
 from spexsup.errors import Invalid
+from spexsup.present.render import document, print_json
 from spexsup.states import EventKind
 
 if TYPE_CHECKING:

@@ -46,10 +46,10 @@ from spexsup.cli.params import (
     verify_rules,
     window_seconds,
 )
-from spexsup.cli.progress import LegsView, PlainLegs, leg_line, summary
-from spexsup.cli.render import document, print_json, with_iso
-from spexsup.cli.spend import leg_costs, with_spend
 from spexsup.errors import Invalid
+from spexsup.present.progress import LegsView, PlainLegs, leg_line, summary
+from spexsup.present.render import document, print_json, with_iso
+from spexsup.present.spend import leg_costs, with_spend
 
 if TYPE_CHECKING:
     from spexsup.fanout import Plan
@@ -537,7 +537,7 @@ def run_wave(
             for leg in doc["legs"]:
                 if leg["session"] not in shown:
                     decl.echo("  " + leg_line(leg))
-        from spexsup.cli import fit
+        from spexsup.present import fit
 
         for line in fit.for_stdout(summary(doc)):
             decl.echo(line)
@@ -631,7 +631,7 @@ def fleet_text(doc: dict[str, Any]) -> None:
     )
     for leg in doc["legs"]:
         decl.echo("  " + leg_line({**leg, "session": f"{leg['host']}:{leg['session']}"}))
-    from spexsup.cli import fit
+    from spexsup.present import fit
 
     for line in fit.for_stdout(summary({**doc, "kind": "fleet"})):
         decl.echo(line)

@@ -7,7 +7,7 @@ import typer
 from spexsup.cli import complete, decl
 from spexsup.cli.app import ListingGroup, app
 from spexsup.cli.params import JsonOpt
-from spexsup.cli.render import argv_text, print_json
+from spexsup.present.render import argv_text, print_json
 
 harness_app = typer.Typer(cls=ListingGroup, invoke_without_command=True)
 app.add_typer(harness_app, name="harness")

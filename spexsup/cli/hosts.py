@@ -5,8 +5,8 @@ import typer
 from spexsup.cli import decl
 from spexsup.cli.app import ListingGroup, app
 from spexsup.cli.params import JsonOpt
-from spexsup.cli.render import print_json, table
 from spexsup.cli.sessions import settings_here
+from spexsup.present.render import print_json, table
 
 hosts_app = typer.Typer(cls=ListingGroup, invoke_without_command=True)
 app.add_typer(hosts_app, name="hosts")

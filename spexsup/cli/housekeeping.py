@@ -7,8 +7,8 @@ from spexsup import ids
 from spexsup.cli import complete, decl
 from spexsup.cli.decl import command, open_spex, settings
 from spexsup.cli.params import JsonOpt, confirm_many
-from spexsup.cli.render import document, print_json, table
 from spexsup.errors import Invalid
+from spexsup.present.render import document, print_json, table
 
 if TYPE_CHECKING:
     from spexsup.salvage import Salvage

@@ -8,8 +8,8 @@ from spexsup.cli import complete, decl
 from spexsup.cli.app import app
 from spexsup.cli.decl import command, open_spex
 from spexsup.cli.params import JsonOpt
-from spexsup.cli.render import document, print_json, with_iso
 from spexsup.errors import Invalid
+from spexsup.present.render import document, print_json, with_iso
 
 
 @command(context_settings={"allow_interspersed_args": False})

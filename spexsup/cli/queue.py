@@ -10,7 +10,7 @@ from spexsup.cli import decl
 from spexsup.cli.app import SpexGroup, app
 from spexsup.cli.decl import open_spex
 from spexsup.cli.params import JsonOpt, NamesArg
-from spexsup.cli.render import age, document, print_json, table
+from spexsup.present.render import age, document, print_json, table
 
 queue_app = typer.Typer(cls=SpexGroup, invoke_without_command=True)
 app.add_typer(queue_app, name="queue")

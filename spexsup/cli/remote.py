@@ -194,7 +194,7 @@ def _rendered(
 def _color(words: list[str]) -> tuple[list[str], bool]:
     """Take `--color WHEN` off the words: the JSON there has no colour, and
     the text is coloured here, for this terminal."""
-    from spexsup.cli.render import use_color
+    from spexsup.present.render import use_color
 
     choice = "auto"
     rest: list[str] = []
@@ -241,7 +241,7 @@ def _waited(host: Host, state: Path, args: list[str], waiting: str) -> Answer:
 
 
 def _render(command: str, words: list[str], doc: Any, *, color: bool) -> None:
-    from spexsup.cli import render
+    from spexsup.present import render
 
     if command == "rm" and isinstance(doc, dict) and "dry_run" in doc:
         # rm's check of several sessions (refused or --dry-run): what would

@@ -21,7 +21,7 @@ from spexsup.cli.params import (
     TimeoutOpt,
     timeout_seconds,
 )
-from spexsup.cli.render import age, document, print_json, span, table, verdict_line, with_iso
+from spexsup.present.render import age, document, print_json, span, table, verdict_line, with_iso
 
 
 class _InOrder(SpexGroup):

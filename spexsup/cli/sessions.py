@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from spexsup import ids
 from spexsup import prompt as prompts
-from spexsup.cli import complete, decl, fit
+from spexsup.cli import complete, decl
 from spexsup.cli.decl import command, open_spex, settings
 from spexsup.cli.params import (
     AllOpt,
@@ -41,7 +41,9 @@ from spexsup.cli.params import (
     verify_rules,
     window_seconds,
 )
-from spexsup.cli.render import (
+from spexsup.errors import Invalid
+from spexsup.present import fit
+from spexsup.present.render import (
     argv_word,
     document,
     ls_text,
@@ -54,7 +56,6 @@ from spexsup.cli.render import (
     use_color,
     would_remove_lines,
 )
-from spexsup.errors import Invalid
 
 if TYPE_CHECKING:
     from spexsup.config import Config
@@ -328,8 +329,8 @@ def fleet_ls(
 ) -> None:
     """`ls --all-hosts`: one table with a HOST column; a host not reached is one row."""
     from spexsup import fleet
-    from spexsup.cli.render import LS_HEADERS, ls_rows
     from spexsup.paths import resolve_home
+    from spexsup.present.render import LS_HEADERS, ls_rows
 
     state = resolve_home(ctx.find_root().obj)
     rows, reached = fleet.list_sessions(settings_here(state), state, names)

@@ -31,7 +31,14 @@ def top(ctx: decl.Context, color: ColorOpt = "auto", as_json: JsonOpt = False) -
       spex top | grep failed
       spex top --json | jq -r '.[] | "\\(.name): \\(.last_output)"'
     """
-    from spexsup.cli.render import TOP_HEADERS, print_json, state_cell, table, top_cells, use_color
+    from spexsup.present.render import (
+        TOP_HEADERS,
+        print_json,
+        state_cell,
+        table,
+        top_cells,
+        use_color,
+    )
     from spexsup.top import Board
 
     colored = use_color(color)

@@ -41,12 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from spexsup import states
-from spexsup.cli.render import STATE_COLORS, TOP_HEADERS, top_cells
 from spexsup.errors import SpexError
 from spexsup.home import outer_argv
 from spexsup.mainwait import SIGNAL_CHECK
 from spexsup.pane import turndir
 from spexsup.paths import own_python
+from spexsup.present.render import STATE_COLORS, TOP_HEADERS, top_cells
 from spexsup.top import Board, Changes, Row, Watcher
 
 # Re-reads closer together than these are merged: a transition burst (a

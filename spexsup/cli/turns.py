@@ -37,7 +37,8 @@ from spexsup.cli.params import (
     verify_rules,
     window_seconds,
 )
-from spexsup.cli.render import (
+from spexsup.errors import Invalid, UnknownSession
+from spexsup.present.render import (
     document,
     print_json,
     resumed_line,
@@ -45,7 +46,6 @@ from spexsup.cli.render import (
     verdict_line,
     with_iso,
 )
-from spexsup.errors import Invalid, UnknownSession
 
 if TYPE_CHECKING:
     from spexsup.spex import Spex
@@ -365,7 +365,7 @@ def wait(
         # Each entry is the turn's one JSON shape, plus `turn` (its id) as before.
         print_json([{**load_turn(spex, e.turn), "turn": e.turn} for e in ended if e.turn])
         raise decl.Exit(int(any(e.exit_code for e in ended)))
-    from spexsup.cli.progress import WaitProgress
+    from spexsup.present.progress import WaitProgress
 
     # Each end is printed as it happens; on a terminal a counter line follows.
     progress = WaitProgress(len(names), live=sys.stdout.isatty() and len(names) > 1)

@@ -7,8 +7,8 @@ from spexsup import ids, states
 from spexsup.cli import decl
 from spexsup.cli.decl import command, open_spex
 from spexsup.cli.params import JsonOpt, NameArg, TurnOpt, VerifyTimeoutOpt, verify_rules
-from spexsup.cli.render import document, print_json, with_iso
 from spexsup.pane.pretty import one_line
+from spexsup.present.render import document, print_json, with_iso
 
 
 @command()

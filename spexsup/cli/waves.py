@@ -10,9 +10,9 @@ from spexsup.cli.app import ListingGroup, app
 from spexsup.cli.decl import open_spex
 from spexsup.cli.fanout import fleet_text, with_counts
 from spexsup.cli.params import JsonOpt
-from spexsup.cli.progress import counts_line, leg_line, summary
-from spexsup.cli.render import document, print_json, table, with_iso
-from spexsup.cli.spend import with_spend
+from spexsup.present.progress import counts_line, leg_line, summary
+from spexsup.present.render import document, print_json, table, with_iso
+from spexsup.present.spend import with_spend
 
 WaveArg = Annotated[
     str,
@@ -77,7 +77,7 @@ def _list(ctx: decl.Context, *, as_json: bool) -> None:
     if not docs:
         decl.echo("no waves yet")
         return
-    from spexsup.cli import fit
+    from spexsup.present import fit
 
     table(
         ["WAVE", "KIND", "STATE", "LEGS", "RETRY OF"],
@@ -127,7 +127,7 @@ def show_wave(ctx: decl.Context, wave: WaveArg, as_json: JsonOpt = False) -> Non
     if as_json:
         print_json(document(with_iso({"id": doc["id"], "kind": doc.get("kind", "local"), **doc})))
         return
-    from spexsup.cli import fit
+    from spexsup.present import fit
 
     for line in fit.for_stdout(summary(doc)):
         decl.echo(line)

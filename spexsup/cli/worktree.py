@@ -14,7 +14,7 @@ from spexsup.cli import complete, decl
 from spexsup.cli.app import ListingGroup, app
 from spexsup.cli.decl import command, open_spex
 from spexsup.cli.params import JsonOpt, NameArg, NamesArg, TurnOpt
-from spexsup.cli.render import age, argv_word, document, print_json, table, with_iso
+from spexsup.present.render import age, argv_word, document, print_json, table, with_iso
 
 if TYPE_CHECKING:
     from spexsup.salvage import Salvage

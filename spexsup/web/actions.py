@@ -66,7 +66,7 @@ def run_spex(home: Path, args: list[str], stdin: bytes = b"") -> Answer:
 
 
 def wake(home: Path, name: str, prompt: bytes, *, queue: bool, fresh: bool) -> Answer:
-    from spexsup.cli.render import verdict_line
+    from spexsup.present.render import verdict_line
 
     args = ["wake", name, "-f", "-"]
     if queue:
@@ -80,7 +80,7 @@ def wake(home: Path, name: str, prompt: bytes, *, queue: bool, fresh: bool) -> A
 
 
 def stop(home: Path, name: str) -> Answer:
-    from spexsup.cli.render import stopped_line
+    from spexsup.present.render import stopped_line
 
     answer = run_spex(home, ["stop", name])
     if not answer.line and answer.doc is not None:
@@ -89,7 +89,7 @@ def stop(home: Path, name: str) -> Answer:
 
 
 def resume(home: Path, name: str) -> Answer:
-    from spexsup.cli.render import resumed_line
+    from spexsup.present.render import resumed_line
 
     answer = run_spex(home, ["resume", name])
     if not answer.line and answer.doc is not None:

@@ -47,7 +47,7 @@ def last_event(spex: Spex) -> int:
 
 def board(spex: Spex) -> dict[str, Any]:
     """The list page: `spex top`'s rows and header counts."""
-    from spexsup.cli.render import short_id, top_cells
+    from spexsup.present.render import short_id, top_cells
     from spexsup.top import Board
 
     b = Board(spex)
@@ -75,7 +75,7 @@ def board(spex: Spex) -> dict[str, Any]:
 def session(spex: Spex, name: str, turn: str | None = None) -> dict[str, Any]:
     """A session page: `spex show NAME`'s lines and its document, the turn shown
     (the current or last one, or `turn`), and that turn's `spex log --pretty`."""
-    from spexsup.cli.render import show_lines
+    from spexsup.present.render import show_lines
     from spexsup.turn.read import describe
 
     ids.validate_name(name)
@@ -148,7 +148,7 @@ def wave_list(spex: Spex) -> list[dict[str, Any]]:
     """`spex wave ls`: this host's waves and the fleet waves, newest first, each
     with the LEGS cell `spex wave ls` prints."""
     from spexsup import fleet, waves
-    from spexsup.cli.progress import counts_line
+    from spexsup.present.progress import counts_line
 
     docs = [{**d, "kind": d.get("kind", "local")} for d in waves.list_waves(spex)]
     docs += [{**d, "kind": "fleet"} for d in fleet.list_docs(spex.home)]
@@ -168,7 +168,7 @@ def wave_list(spex: Spex) -> list[dict[str, Any]]:
 def wave(spex: Spex, ident: str) -> dict[str, Any]:
     """`spex wave WAVE`: its summary line and one line per leg (a fleet wave:
     each leg named HOST:NAME, linked to nothing here)."""
-    from spexsup.cli.progress import leg_line, summary
+    from spexsup.present.progress import leg_line, summary
 
     if ident.startswith("fleet-"):
         from spexsup import fleet
@@ -189,7 +189,7 @@ def wave(spex: Spex, ident: str) -> dict[str, Any]:
             "sessions": [],
         }
     from spexsup import waves
-    from spexsup.cli.spend import with_spend
+    from spexsup.present.spend import with_spend
 
     doc = with_spend(spex, waves.load(spex, ids.resolve_wave(spex.store.db, ident)))
     return {

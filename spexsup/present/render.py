@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup import states
-from spexsup.cli import fit
 from spexsup.errors import Invalid
 from spexsup.ids import SCHEMA_VERSION, iso
 from spexsup.pane.pretty import one_line as clean
+from spexsup.present import fit
 
 if TYPE_CHECKING:
     from spexsup.errors import SpexError

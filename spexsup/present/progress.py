@@ -13,17 +13,12 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup import states
-from spexsup.cli.spend import spend_text
 from spexsup.pane import turndir
-
-# What a leg spent, as its cost text (`$0.09`; "" for none recorded): given
-# the wave's id and the leg's session, from the views' own threads.
-LegCost = Callable[[str, str], str]
+from spexsup.present.spend import LegCost, spend_text
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -351,7 +346,7 @@ class WaitProgress:
         self.count += 1
         self.failed += int(e.state != states.TurnState.COMPLETE)
         self._clear()
-        from spexsup.cli.render import ended_line
+        from spexsup.present.render import ended_line
 
         sys.stdout.write(ended_line(e.as_json()) + "\n")
         self.tick()

@@ -4,13 +4,17 @@ wave's document (estimates follow config.toml's `[pricing]` as it is now)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from spexsup.cli.progress import LegCost
     from spexsup.spex import Spex
+
+# What a leg spent, as its cost text (`$0.09`; "" for none recorded): given
+# the wave's id and the leg's session, from the views' own threads.
+LegCost = Callable[[str, str], str]
 
 
 def with_spend(spex: Spex, doc: dict[str, Any]) -> dict[str, Any]:
