@@ -16,6 +16,9 @@ from __future__ import annotations
 import os
 import re
 import time
+
+# (sqlite3 imports datetime: every command that reads the store has it)
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spexsup.errors import Invalid, Refused
@@ -61,9 +64,9 @@ def iso(epoch: float | None) -> str | None:
     """ISO-8601 UTC with milliseconds and a Z, printed beside every epoch float."""
     if epoch is None:
         return None
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    # isoformat's milliseconds cut the microseconds as strftime's %f[:-3] did,
+    # at two thirds of the cost (`ls --json` prints thousands of these).
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 # The letter a wave's, a queued prompt's and a schedule's id begins with.
