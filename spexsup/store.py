@@ -447,9 +447,8 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE wake_keys ADD COLUMN fingerprint TEXT;
     """,
-    # 25: a session's newest turn (`ls`, `show`, every reader) is the last
-    # entry of its run of this index: read backwards, one row, where (session,
-    # started_at) left the tie on id to a sort of the session's whole history.
+    # 25: a session's newest turn (`ls`, `show`) is one entry of this index,
+    # where (session, started_at) left the tie on id to a sort of its history.
     """
     DROP INDEX turns_by_session;
     CREATE INDEX turns_by_session ON turns (session, started_at, id);
