@@ -102,10 +102,37 @@ def _bad(path: Path, name: str, field_: str, why: str) -> Invalid:
 
 
 def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> Harness:
+    """One `[harness.NAME]` table, checked field by field, merged over `base`
+    (the built-in or an earlier file's entry of that name), then checked whole."""
     if not isinstance(table, dict):
         raise _bad(path, name, "-", "must be a table ([harness.NAME])")
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) or name == "command":
         raise _bad(path, name, "-", "invalid harness name")
+    values = _fields(path, name, table)
+    _check_lists(path, name, values)
+    fatal, limited = _rules(path, name, values)
+    _check_words(path, name, values, fatal, limited)
+    if base is None and "fresh" not in values:
+        raise _bad(path, name, "fresh", "required for a new harness")
+    merged = base or Harness(name=name, fresh=())
+    changes: dict[str, object] = {
+        k: tuple(v) if isinstance(v, list) else v
+        for k, v in values.items()
+        if k not in ("fatal", "limited")
+    }
+    if "fatal" in values:
+        changes["fatal"] = tuple(fatal)
+    if "limited" in values:
+        changes["limited"] = tuple(limited)
+    for key in ("outcome", "assign_id"):
+        if changes.get(key) == "":
+            changes[key] = None
+    harness = merged._replace(name=name, **changes)  # type: ignore[arg-type]
+    return _check_argv(path, name, values, base, harness)
+
+
+def _fields(path: Path, name: str, table: dict[str, Any]) -> dict[str, object]:
+    """Each known field, of its kind (durations read as seconds)."""
     values: dict[str, object] = {}
     for key, value in table.items():
         kind = FIELDS.get(key)
@@ -134,6 +161,11 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
         elif not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             raise _bad(path, name, key, f"must be a {kind.__name__}")
         values[key] = value
+    return values
+
+
+def _check_lists(path: Path, name: str, values: dict[str, object]) -> None:
+    """Lists of non-empty strings; no NUL in an argv word."""
     for key in (
         "fresh",
         "resume",
@@ -155,6 +187,10 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
             and any("\0" in x for x in items)  # type: ignore[attr-defined]
         ):
             raise _bad(path, name, key, "an argv word must not contain a NUL (\\u0000)")
+
+
+def _rules(path: Path, name: str, values: dict[str, object]) -> tuple[list[Fatal], list[Limit]]:
+    """The `fatal` and `limited` tables, each entry checked."""
     fatal: list[Fatal] = []
     for item in values.get("fatal", []):  # type: ignore[attr-defined]
         if (
@@ -180,6 +216,13 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
                 'each entry needs a string pattern and reset one of "", "epoch", "clock", "in"',
             )
         limited.append(Limit(item["pattern"], item.get("reset", "")))
+    return fatal, limited
+
+
+def _check_words(
+    path: Path, name: str, values: dict[str, object], fatal: list[Fatal], limited: list[Limit]
+) -> None:
+    """The fields that take one of a few words, and every regular expression."""
     if "assign_id" in values and values["assign_id"] not in ("", "uuid"):
         raise _bad(path, name, "assign_id", 'must be "uuid" or ""')
     if "outcome" in values and values["outcome"] not in ("", "claude", "codex", "opencode", "pi"):
@@ -200,22 +243,13 @@ def _parse_entry(path: Path, name: str, table: object, base: Harness | None) -> 
                 raise _bad(path, name, key, "needs exactly one (group) around the id")
     if "prompt_via" in values and values["prompt_via"] not in ("arg", "stdin"):
         raise _bad(path, name, "prompt_via", 'must be "arg" or "stdin"')
-    if base is None and "fresh" not in values:
-        raise _bad(path, name, "fresh", "required for a new harness")
-    merged = base or Harness(name=name, fresh=())
-    changes: dict[str, object] = {
-        k: tuple(v) if isinstance(v, list) else v
-        for k, v in values.items()
-        if k not in ("fatal", "limited")
-    }
-    if "fatal" in values:
-        changes["fatal"] = tuple(fatal)
-    if "limited" in values:
-        changes["limited"] = tuple(limited)
-    for key in ("outcome", "assign_id"):
-        if changes.get(key) == "":
-            changes[key] = None
-    harness = merged._replace(name=name, **changes)  # type: ignore[arg-type]
+
+
+def _check_argv(
+    path: Path, name: str, values: dict[str, object], base: Harness | None, harness: Harness
+) -> Harness:
+    """The merged harness's argv templates: the prompt, the session id and
+    the harness arguments where they must be."""
     if not harness.fresh:
         raise _bad(path, name, "fresh", "must not be empty")
     if (

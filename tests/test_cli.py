@@ -336,6 +336,7 @@ def test_json_documents_share_one_shape(env: Env) -> None:
         "session": "b",
         "state": "stopped",
         "aborted": None,
+        "grace": 5.0,
     }
     assert doc(env, "resume", "b")["resumed"] is True
     assert doc(env, "rm", "b")["removed"] is True

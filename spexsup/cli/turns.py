@@ -431,9 +431,20 @@ def stop(
     if seconds is None:
         seconds = settings(ctx, spex).grace
     docs = []
+    given = DEFAULT_GRACE if seconds is None else seconds
     for name in chosen:
-        aborted = stop_turn(spex, name, grace=DEFAULT_GRACE if seconds is None else seconds)
-        docs.append(document({"ok": True, "session": name, "state": "stopped", "aborted": aborted}))
+        aborted = stop_turn(spex, name, grace=given)
+        docs.append(
+            document(
+                {
+                    "ok": True,
+                    "session": name,
+                    "state": "stopped",
+                    "aborted": aborted,
+                    "grace": grace,
+                }
+            )
+        )
         if not as_json:
             decl.echo(stopped_line(docs[-1]))
     if as_json:
