@@ -349,24 +349,12 @@ class SpexServer(MCPServer[Any]):
         ]
 
 
-def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
-    """The server with its tools: all of them, or with `read_only` only READING."""
-    server = SpexServer(runner, read_only)
-    run = runner.run
-    reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+# A door's tools by name.
+Tools = dict[str, Callable[..., Awaitable[CallToolResult]]]
 
-    @server.resource(
-        LOG_URI,
-        name="session log",
-        description="The output of a session's current or last turn, as spex log shows it.",
-        mime_type="text/plain",
-    )
-    async def session_log(name: str) -> str:
-        # `--help` is a bad name, not an option
-        ran = over_bound({"name": name}) or await run(typed("log", [name], []))
-        if ran.code != 0:
-            raise ResourceError(message(ran, None))
-        return readable(ran.stdout)
+
+def _reading_tools(run: Callable[..., Awaitable[Ran]]) -> Tools:
+    """The tools that only read (READING), each a `spex … --json` run."""
 
     async def list_sessions(
         match: Annotated[
@@ -408,6 +396,23 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
             return result(Ran(2, b"", f"spex: {e.line()}\n".encode()))
         return result(await run(typed("wait", names, ["--json", "--timeout", duration(timeout)])))
 
+    async def show_wave(
+        wave: Annotated[str, Field(description="A wave id, a prefix of one, or last.")] = "last",
+    ) -> CallToolResult:
+        """A fan-out wave and each of its legs: `spex wave WAVE --json`."""
+        return result(await run(typed("wave", [wave], ["--json"])))
+
+    return {
+        "list_sessions": list_sessions,
+        "show_session": show_session,
+        "wait": wait,
+        "show_wave": show_wave,
+    }
+
+
+def _output_tools(run: Callable[..., Awaitable[Ran]]) -> Tools:
+    """The reading tools that page through output: a turn's log, the event log."""
+
     async def read_log(
         name: Name,
         tail: Annotated[
@@ -432,12 +437,6 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         words += [] if tail is None else ["--tail", str(tail)]
         ran = await run(typed(words[0], [name], words[1:]))
         return result(ran, readable(ran.stdout) if ran.code == 0 else None)
-
-    async def show_wave(
-        wave: Annotated[str, Field(description="A wave id, a prefix of one, or last.")] = "last",
-    ) -> CallToolResult:
-        """A fan-out wave and each of its legs: `spex wave WAVE --json`."""
-        return result(await run(typed("wave", [wave], ["--json"])))
 
     async def events_since(
         since: Annotated[
@@ -479,6 +478,12 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
             more = f"{len(lines) - limit} more: call again with since={after}"
             answer.content.append(TextContent(type="text", text=more))
         return answer
+
+    return {"read_log": read_log, "events_since": events_since}
+
+
+def _acting_tools(run: Callable[..., Awaitable[Ran]]) -> Tools:
+    """The tools that change something (CHANGING): not served `read_only`."""
 
     async def wake(
         name: Name,
@@ -582,18 +587,29 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         words += option("--key", key)
         return result(await run(typed(words[0], names or [], words[1:]), prompt.encode()))
 
-    tools: dict[str, Callable[..., Awaitable[CallToolResult]]] = {
-        "list_sessions": list_sessions,
-        "show_session": show_session,
-        "wait": wait,
-        "read_log": read_log,
-        "show_wave": show_wave,
-        "events_since": events_since,
-        "wake": wake,
-        "stop": stop,
-        "resume": resume,
-        "fanout": fanout,
-    }
+    return {"wake": wake, "stop": stop, "resume": resume, "fanout": fanout}
+
+
+def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
+    """The server with its tools: all of them, or with `read_only` only READING."""
+    server = SpexServer(runner, read_only)
+    run = runner.run
+    reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+    @server.resource(
+        LOG_URI,
+        name="session log",
+        description="The output of a session's current or last turn, as spex log shows it.",
+        mime_type="text/plain",
+    )
+    async def session_log(name: str) -> str:
+        # `--help` is a bad name, not an option
+        ran = over_bound({"name": name}) or await run(typed("log", [name], []))
+        if ran.code != 0:
+            raise ResourceError(message(ran, None))
+        return readable(ran.stdout)
+
+    tools = {**_reading_tools(run), **_output_tools(run), **_acting_tools(run)}
     changes = {
         "wake": ToolAnnotations(destructive_hint=False, open_world_hint=False),
         "stop": ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False),
