@@ -27,12 +27,10 @@ from spexsup.states import (
     ACTIVE,
     BUSY,
     CREATING,
-    FAILED,
     IDLE,
     ORPHANED,
     REMOVING,
     RUNNING,
-    SKIPPED,
     STARTING,
     STOPPED,
     VERIFY_FAILED,
@@ -159,91 +157,6 @@ def edit_session(
     )
     if cur.rowcount:
         events.record(db, EventKind.EDITED, session=name, changes=dict(changes))
-    return bool(cur.rowcount)
-
-
-# --- queued prompts ----------------------------------------------------------------
-
-
-def enqueue(
-    db: sqlite3.Connection,
-    entry: str,
-    session: str,
-    options: str,
-    first_line: str | None,
-    after_turn: str | None = None,
-) -> int:
-    """A prompt queued behind the session's others (and, with `after_turn`,
-    until that turn ends); its `queued` event. Returns its position (1 = next)."""
-    (seq,) = db.execute("SELECT coalesce(max(seq), 0) + 1 FROM queue").fetchone()
-    db.execute(
-        "INSERT INTO queue (id, session, seq, created_at, options, first_line, after_turn)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (entry, session, seq, time.time(), options, first_line, after_turn),
-    )
-    (position,) = db.execute("SELECT count(*) FROM queue WHERE session = ?", (session,)).fetchone()
-    events.record(db, EventKind.QUEUED, session=session, entry=entry, position=position)
-    return int(position)
-
-
-def take_queued(db: sqlite3.Connection, entry: str, session: str, turn: str) -> bool:
-    """The admission of `turn` takes queued `entry` (in the same transaction,
-    so a prompt is launched once however many processes race); False if
-    another took it or it was removed."""
-    cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
-    if not cur.rowcount:
-        return False
-    # Its key (if its wake gave one) now names the turn it became.
-    db.execute("UPDATE wake_keys SET turn = ? WHERE queued = ?", (turn, entry))
-    events.record(db, EventKind.DEQUEUED, session=session, turn=turn, entry=entry)
-    return True
-
-
-def skip_queued(
-    db: sqlite3.Connection,
-    entry: str,
-    session: str,
-    turn: str,
-    why: str,
-    wave: str | None = None,
-    cause: str = "after",
-) -> bool:
-    """A queued prompt whose `--after` condition failed (or, cause `budget`,
-    whose wave spent its budget) ends as a turn that never launched:
-    `skipped`, `why` its message; the session's current turn, the session
-    `idle` (nothing ran: `session_state_after`); a fan-out leg's turn is its `wave`'s."""
-    cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
-    if not cur.rowcount:
-        return False
-    now = time.time()
-    db.execute(
-        "INSERT INTO turns (id, session, state, error, cause, attempts, started_at, ended_at)"
-        " VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
-        (turn, session, SKIPPED, why, cause, now, now),
-    )
-    db.execute(
-        "UPDATE sessions SET current_turn = ?, state = ? WHERE name = ? AND state IN (?, ?)",
-        (turn, session_state_after(SKIPPED), session, IDLE, FAILED),
-    )
-    db.execute("UPDATE wake_keys SET turn = ? WHERE queued = ?", (turn, entry))
-    if wave is not None:
-        db.execute("INSERT INTO wave_turns (turn, wave) VALUES (?, ?)", (turn, wave))
-    events.record(db, EventKind.DEQUEUED, session=session, turn=turn, entry=entry)
-    events.turn_ended(db, SKIPPED, session=session, turn=turn, rc=None, cause=cause, error=why)
-    return True
-
-
-def drop_queued(
-    db: sqlite3.Connection, entry: str, session: str, *, error: str | None = None
-) -> bool:
-    """A queued prompt removed (`spex queue rm`/`clear`, its session gone, or
-    a launch that could not be admitted, `error` saying why)."""
-    cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
-    if cur.rowcount:
-        db.execute("DELETE FROM wake_keys WHERE queued = ? AND turn IS NULL", (entry,))
-        events.record(
-            db, EventKind.DEQUEUED, session=session, entry=entry, error=error, dropped=True
-        )
     return bool(cur.rowcount)
 
 
@@ -535,118 +448,6 @@ def forget_conversation(db: sqlite3.Connection, session: str, turn: str, gone: s
     events.record(db, EventKind.CONVERSATION_GONE, session=session, turn=turn, conversation=gone)
 
 
-# --- wake keys -----------------------------------------------------------------
-
-
-def claim_key(
-    db: sqlite3.Connection,
-    key: str,
-    session: str,
-    *,
-    fingerprint: str,
-    turn: str | None = None,
-    queued: str | None = None,
-) -> Any:
-    """`key` names `turn` (or queue entry `queued`) of `session`, claimed in
-    the transaction that admits the turn or keeps the entry, so two wakes
-    with one key never both start; `fingerprint` is what the wake asked.
-    Returns the row of the wake that claimed it first (and claims nothing),
-    or None when this call claimed it."""
-    row = db.execute("SELECT * FROM wake_keys WHERE key = ?", (key,)).fetchone()
-    if row is not None:
-        return row
-    db.execute(
-        "INSERT INTO wake_keys (key, session, turn, queued, created_at, fingerprint)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (key, session, turn, queued, time.time(), fingerprint),
-    )
-    return None
-
-
-def release_key(db: sqlite3.Connection, turn: str) -> None:
-    """The wake that admitted `turn` never launched it: its key is free again,
-    so a retry with the same key can start the turn."""
-    db.execute("DELETE FROM wake_keys WHERE turn = ?", (turn,))
-
-
-def forget_keys(db: sqlite3.Connection, turns: Sequence[str]) -> None:
-    """The keys of turns that retention prunes (a key lives as its turn does)."""
-    db.executemany("DELETE FROM wake_keys WHERE turn = ?", [(t,) for t in turns])
-
-
-# --- schedules -----------------------------------------------------------------
-
-_SCHEDULE_COLUMNS = frozenset(
-    {"id", "session", "cron", "every", "overlap", "options", "env", "engine", "first_line"}
-)
-
-
-def add_schedule(db: sqlite3.Connection, **columns: Any) -> None:
-    """A schedule of `columns["session"]`, kept by its engine already (so a
-    row exists only for a clock that really fires); its `schedule-added` event."""
-    if set(columns) != _SCHEDULE_COLUMNS:
-        raise ValueError(f"schedule columns: {sorted(set(columns) ^ _SCHEDULE_COLUMNS)}")
-    row = {**columns, "created_at": time.time()}
-    names = ", ".join(row)
-    marks = ", ".join("?" * len(row))
-    db.execute(f"INSERT INTO schedules ({names}) VALUES ({marks})", tuple(row.values()))
-    events.record(
-        db,
-        EventKind.SCHEDULE_ADDED,
-        session=columns["session"],
-        schedule=columns["id"],
-        cron=columns["cron"],
-        engine=columns["engine"],
-    )
-
-
-def remove_schedule(
-    db: sqlite3.Connection, schedule: str, session: str, *, why: str | None = None
-) -> bool:
-    """A schedule gone (`spex schedule rm`, its session removed: `why`), its
-    engine's entry taken away first; False if it was not there."""
-    cur = db.execute("DELETE FROM schedules WHERE id = ? AND session = ?", (schedule, session))
-    if cur.rowcount:
-        events.record(db, EventKind.SCHEDULE_REMOVED, session=session, schedule=schedule, why=why)
-    return bool(cur.rowcount)
-
-
-def record_firing(
-    db: sqlite3.Connection,
-    schedule: str,
-    session: str,
-    *,
-    slot: str,
-    key: str,
-    verdict: str,
-    turn: str | None,
-    queued: str | None,
-    error: str | None,
-    repeat: bool,
-) -> None:
-    """What a firing of `schedule` did (its slot and wake key, the verdict,
-    the turn or queue entry), on the schedule and as its `schedule-fired`
-    event. A schedule removed meanwhile keeps the event only."""
-    db.execute(
-        "UPDATE schedules SET last_fired_at = ?, last_slot = ?, last_verdict = ?,"
-        " last_turn = ?, last_queued = ?, last_error = ?, last_repeat = ? WHERE id = ?",
-        (time.time(), slot, verdict, turn, queued, error, int(repeat), schedule),
-    )
-    events.record(
-        db,
-        EventKind.SCHEDULE_FIRED,
-        session=session,
-        turn=turn,
-        error=error,
-        schedule=schedule,
-        slot=slot,
-        key=key,
-        verdict=verdict,
-        entry=queued,
-        repeat=repeat,
-    )
-
-
 # --- salvage branches --------------------------------------------------------
 
 
@@ -669,6 +470,32 @@ def forget_salvage(db: sqlite3.Connection, repo: str, branch: str) -> None:
 
 # Re-exported: every transition is `ledger.NAME`, wherever its code lives.
 from spexsup.ledger.checks import reverified, verification_ended, verifying  # noqa: E402
+from spexsup.ledger.queue import (  # noqa: E402
+    claim_key,
+    drop_queued,
+    enqueue,
+    forget_keys,
+    release_key,
+    skip_queued,
+    take_queued,
+)
+from spexsup.ledger.schedules import add_schedule, record_firing, remove_schedule  # noqa: E402
 from spexsup.ledger.usage import rebuild_usage_days, record_usage  # noqa: E402
 
-__all__ = ["rebuild_usage_days", "record_usage", "reverified", "verification_ended", "verifying"]
+__all__ = [
+    "add_schedule",
+    "claim_key",
+    "drop_queued",
+    "enqueue",
+    "forget_keys",
+    "rebuild_usage_days",
+    "record_firing",
+    "record_usage",
+    "release_key",
+    "remove_schedule",
+    "reverified",
+    "skip_queued",
+    "take_queued",
+    "verification_ended",
+    "verifying",
+]
