@@ -10,7 +10,7 @@ makes commit together. The invariants live here:
   or a reader's verdict changes nothing;
 - a stopped or removing session stays so whatever its turn's end says;
 - a turn's `launched` event comes first, once, in the transaction that
-  proves the launch (see `events.launched`).
+  proves the launch (see `_launched`).
 
 Lean on purpose: the exit reporter imports it on every turn's end.
 """
@@ -245,6 +245,20 @@ def _close_verification(db: sqlite3.Connection, turn: str, why: str | None) -> N
     )
 
 
+def _launched(db: sqlite3.Connection, *, session: str, turn: str) -> None:
+    """The turn's `launched` event, once per turn, in the first transaction
+    that proves the launch: the wake's confirmation, or the end recorded by
+    the turn's reporter, the wake or a reconciling reader. So it always
+    precedes `confirmed` and the end, and the wake adds no transaction of its
+    own between launch and confirmation (where a busy writer would hold it).
+    The turn keeps the event's id."""
+    row = db.execute("SELECT launched_event FROM turns WHERE id = ?", (turn,)).fetchone()
+    if row is None or row[0] is not None:
+        return
+    event = events.record(db, EventKind.LAUNCHED, session=session, turn=turn)
+    db.execute("UPDATE turns SET launched_event = ? WHERE id = ?", (event, turn))
+
+
 def mark_running(
     db: sqlite3.Connection, session: str, turn: str, *, pid: int | None, **confirmed: Any
 ) -> bool:
@@ -256,7 +270,7 @@ def mark_running(
     )
     if not cur.rowcount:
         return False
-    events.launched(db, session=session, turn=turn)
+    _launched(db, session=session, turn=turn)
     if pid is not None and "note" not in confirmed:
         confirmed["pid"] = pid
     events.record(db, EventKind.CONFIRMED, session=session, turn=turn, **confirmed)
@@ -344,7 +358,7 @@ def record_end(
         ),
     )
     if launched:
-        events.launched(db, session=session, turn=turn)
+        _launched(db, session=session, turn=turn)
     _close_verification(db, turn, error)
     payload = dict(event or {})
     events.turn_ended(
