@@ -412,6 +412,55 @@ def claim_fence(db: sqlite3.Connection, name: str, turn: str) -> int | None:
     return fence
 
 
+def claim_pane_fence(db: sqlite3.Connection, name: str) -> int:
+    """A new launch fence for what runs in the session's pane that is no turn
+    (`.spexsup.toml`'s post_create): a later turn's launch supersedes it."""
+    db.execute("UPDATE sessions SET launch_fence = launch_fence + 1 WHERE name = ?", (name,))
+    (fence,) = db.execute("SELECT launch_fence FROM sessions WHERE name = ?", (name,)).fetchone()
+    return int(fence)
+
+
+def retry_attempt(db: sqlite3.Connection, turn: str, attempts: int) -> bool:
+    """A `starting` turn's startup failed in a way worth retrying: it goes on
+    to attempt number `attempts` (its fence claimed first: `claim_fence`).
+    False if it is no longer starting (a stop, or a reader that recorded the
+    deferred end, got there first)."""
+    cur = db.execute(
+        "UPDATE turns SET attempts = ? WHERE id = ? AND state = ?", (attempts, turn, STARTING)
+    )
+    return bool(cur.rowcount)
+
+
+def record_verdict(
+    db: sqlite3.Connection, turn: str, verdict: str, *, error: str | None, pid: int | None
+) -> None:
+    """What the wake's confirmation concluded of the turn's startup (and its
+    message, and the harness's pid, unless some are recorded already); the
+    caller moves a confirmed turn on to `running` in the same transaction."""
+    db.execute(
+        "UPDATE turns SET verdict = ?, error = coalesce(?, error),"
+        " pid = coalesce(?, pid) WHERE id = ?",
+        (verdict, error, pid, turn),
+    )
+
+
+def wait_for_limit(
+    db: sqlite3.Connection, turn: str, *, reset: float, until: float, conversation: str
+) -> None:
+    """The turn's harness hit its usage limit (`--on-limit wait`): the limit's
+    `reset`, when the wrapper runs it again (`until`), and the `conversation`
+    it resumes then, so `spex ls`/`show` can say what it waits for."""
+    db.execute(
+        "UPDATE turns SET limit_reset = ?, waiting_until = ?, resumed = ? WHERE id = ?",
+        (reset, until, conversation, turn),
+    )
+
+
+def end_limit_wait(db: sqlite3.Connection, turn: str) -> None:
+    """The turn's wait for its usage limit is over: it runs again."""
+    db.execute("UPDATE turns SET waiting_until = NULL WHERE id = ?", (turn,))
+
+
 def fell_back(
     db: sqlite3.Connection,
     session: str,
