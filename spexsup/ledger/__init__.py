@@ -511,6 +511,32 @@ def forget_conversation(db: sqlite3.Connection, session: str, turn: str, gone: s
     events.record(db, EventKind.CONVERSATION_GONE, session=session, turn=turn, conversation=gone)
 
 
+# --- wave legs and retention ----------------------------------------------------
+
+
+def link_wave(db: sqlite3.Connection, turn: str, wave: str) -> None:
+    """`turn` is a leg of `wave`, recorded in the transaction that admits it,
+    so the turn's end can settle its wave without a daemon."""
+    db.execute("INSERT INTO wave_turns (turn, wave) VALUES (?, ?)", (turn, wave))
+
+
+def unlink_wave(db: sqlite3.Connection, wave: str) -> None:
+    """A wave retention pruned (its row gone in this transaction): its legs'
+    links go with it."""
+    db.execute("DELETE FROM wave_turns WHERE wave = ?", (wave,))
+
+
+def prune_turns(db: sqlite3.Connection, turns: Sequence[str]) -> None:
+    """Ended turns retention prunes (the caller checked, in this transaction,
+    that none is active, current or a leg of a wave it keeps): their rows,
+    their checks, their wave links and their keys. Their directories are the
+    caller's to remove once this commits."""
+    db.executemany("DELETE FROM turns WHERE id = ?", [(t,) for t in turns])
+    db.executemany("DELETE FROM verifications WHERE turn = ?", [(t,) for t in turns])
+    db.executemany("DELETE FROM wave_turns WHERE turn = ?", [(t,) for t in turns])
+    forget_keys(db, turns)
+
+
 # --- salvage branches --------------------------------------------------------
 
 
@@ -543,7 +569,7 @@ from spexsup.ledger.queue import (  # noqa: E402
     take_queued,
 )
 from spexsup.ledger.schedules import add_schedule, record_firing, remove_schedule  # noqa: E402
-from spexsup.ledger.usage import rebuild_usage_days, record_usage  # noqa: E402
+from spexsup.ledger.usage import prune_usage, rebuild_usage_days, record_usage  # noqa: E402
 
 __all__ = [
     "add_schedule",
@@ -551,6 +577,7 @@ __all__ = [
     "drop_queued",
     "enqueue",
     "forget_keys",
+    "prune_usage",
     "rebuild_usage_days",
     "record_firing",
     "record_usage",
