@@ -1,7 +1,9 @@
 """Every change of a turn's or a session's state, each with its event.
 
-The only module that writes `turns.state` or `sessions.state` (a test reads
-the source to keep it so). Each function runs inside the caller's
+The only package that writes rows of `turns` and `sessions`, or of what
+hangs off them (`tests/test_ledger.py` reads the source to keep it so and
+names the tables): each write is a named function here, or in `queue`,
+`schedules`, `checks` and `usage` beside it. Each function runs inside the caller's
 transaction (`Store.tx()`), so the checks a caller makes and the change it
 makes commit together. The invariants live here:
 
