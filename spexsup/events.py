@@ -177,20 +177,6 @@ def turn_ended(
     return record(db, kind, session=session, turn=turn, rc=rc, cause=cause, error=error, **payload)
 
 
-def launched(db: sqlite3.Connection, *, session: str, turn: str, **payload: Any) -> int | None:
-    """The turn's `launched` event, once per turn, in the first transaction
-    that proves the launch: the wake's confirmation, or the end recorded by
-    the turn's reporter, the wake or a reconciling reader. So it always
-    precedes `confirmed` and the end, and the wake adds no transaction of its
-    own between launch and confirmation (where a busy writer would hold it)."""
-    row = db.execute("SELECT launched_event FROM turns WHERE id = ?", (turn,)).fetchone()
-    if row is None or row[0] is not None:
-        return None
-    event = record(db, EventKind.LAUNCHED, session=session, turn=turn, **payload)
-    db.execute("UPDATE turns SET launched_event = ? WHERE id = ?", (event, turn))
-    return event
-
-
 def emit(store: Store, kind: str, **fields: Any) -> int:
     """Record one event in a transaction of its own: for transitions that live
     outside SQLite (a session's pane recreated, a launch that tmux confirmed)."""

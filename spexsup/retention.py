@@ -285,7 +285,7 @@ def prune(
         out.bytes += sum(tree_bytes(waves_dir / f"{w}{s}") for w in waves for s in WAVE_SUFFIXES)
         if sessions is None:
             out.events = _event_surplus(db, policy.keep_events, event_limit)
-        out.usage = _old_usage(db, cutoff, sessions, limit=None)
+        out.usage = _old_usage(db, cutoff, sessions)
         if sweep:
             for path in orphans(store, home, now=now):
                 out.orphans += 1
@@ -308,7 +308,7 @@ def prune(
         out.events = _prune_events(store, policy.keep_events, event_limit)
     while not spent():
         with store.tx() as tx:
-            found = _old_usage(tx, cutoff, sessions, limit=batch, delete=True)
+            found = _prune_usage(tx, cutoff, sessions, batch)
         out.usage += found
         if found < batch:
             break
@@ -339,10 +339,7 @@ def _prune_turns(store: Store, turns_dir: Path, batch: list[tuple[str, str]], ou
             and turn not in in_waves
             and states.get(turn, ACTIVE[0]) not in ACTIVE
         ]
-        db.executemany("DELETE FROM turns WHERE id = ?", [(turn,) for _, turn in gone])
-        db.executemany("DELETE FROM verifications WHERE turn = ?", [(t,) for _, t in gone])
-        db.executemany("DELETE FROM wave_turns WHERE turn = ?", [(turn,) for _, turn in gone])
-        ledger.forget_keys(db, [turn for _, turn in gone])
+        ledger.prune_turns(db, [turn for _, turn in gone])
     _pause_for_tests()
     for session, turn in gone:
         out.bytes += _remove(turns_dir / session / turn)
@@ -357,7 +354,7 @@ def _prune_waves(store: Store, waves_dir: Path, batch: list[str], out: Pruned) -
                 f"DELETE FROM waves WHERE id = ? AND state IN {FINAL_WAVES!r}", (wave,)
             ).rowcount
             if deleted:
-                db.execute("DELETE FROM wave_turns WHERE wave = ?", (wave,))
+                ledger.unlink_wave(db, wave)
                 gone.append(wave)
     for wave in gone:
         for suffix in WAVE_SUFFIXES:
@@ -365,31 +362,26 @@ def _prune_waves(store: Store, waves_dir: Path, batch: list[str], out: Pruned) -
         out.waves.append(wave)
 
 
-def _old_usage(
-    db: sqlite3.Connection,
-    cutoff: float,
-    sessions: Sequence[str] | None,
-    *,
-    limit: int | None,
-    delete: bool = False,
-) -> int:
+def _old_usage(db: sqlite3.Connection, cutoff: float, sessions: Sequence[str] | None) -> int:
     """Usage rows recorded before the local day of `cutoff` (whole days, as
-    `usage_days` sums them; of `sessions` only, when given): counted, or
-    `delete`d (at most `limit`, with their days' sums)."""
+    `usage_days` sums them; of `sessions` only, when given)."""
+    from spexsup.usage import day_start
+
+    only = f" AND session IN ({','.join('?' * len(sessions))})" if sessions is not None else ""
+    query = f"SELECT count(*) FROM usage WHERE at < ?{only}"
+    (n,) = db.execute(query, [day_start(cutoff), *(sessions or ())]).fetchone()
+    return int(n)
+
+
+def _prune_usage(
+    db: sqlite3.Connection, cutoff: float, sessions: Sequence[str] | None, limit: int
+) -> int:
+    """At most `limit` of those rows deleted, with their days' sums."""
     from spexsup.usage import day_start, local_day
 
-    day, start = local_day(cutoff), day_start(cutoff)
-    where, params = "at < ?", [start, *(sessions or ())]
-    only = f" AND session IN ({','.join('?' * len(sessions))})" if sessions is not None else ""
-    bound = f" LIMIT {int(limit)}" if limit is not None else ""
-    if not delete:
-        (n,) = db.execute(f"SELECT count(*) FROM usage WHERE {where}{only}", params).fetchone()
-        return int(n)
-    db.execute(f"DELETE FROM usage_days WHERE day < ?{only}", [day, *(sessions or ())])
-    cur = db.execute(
-        f"DELETE FROM usage WHERE id IN (SELECT id FROM usage WHERE {where}{only}{bound})", params
+    return ledger.prune_usage(
+        db, day=local_day(cutoff), start=day_start(cutoff), sessions=sessions, limit=limit
     )
-    return cur.rowcount
 
 
 def _prune_events(store: Store, keep: int, limit: int | None) -> int:

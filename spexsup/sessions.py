@@ -562,10 +562,7 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
     for file, data in files.items():
         write_atomic(directory / file, data, durable=False)
     with spex.store.tx() as db:
-        db.execute("UPDATE sessions SET launch_fence = launch_fence + 1 WHERE name = ?", (name,))
-        fence = int(
-            db.execute("SELECT launch_fence FROM sessions WHERE name = ?", (name,)).fetchone()[0]
-        )
+        fence = ledger.claim_pane_fence(db, name)
     env = {"SPEXSUP_SESSION": name, "SPEXSUP_TURN": tag, "SPEXSUP_TURN_DIR": str(directory)}
     wrapper = os.environ.get("SPEXSUP_WRAPPER") or str(wrapper_path())
     owner = session.owner(spex.home)

@@ -1,7 +1,9 @@
 """Every change of a turn's or a session's state, each with its event.
 
-The only module that writes `turns.state` or `sessions.state` (a test reads
-the source to keep it so). Each function runs inside the caller's
+The only package that writes rows of `turns` and `sessions`, or of what
+hangs off them (`tests/test_ledger.py` reads the source to keep it so and
+names the tables): each write is a named function here, or in `queue`,
+`schedules`, `checks` and `usage` beside it. Each function runs inside the caller's
 transaction (`Store.tx()`), so the checks a caller makes and the change it
 makes commit together. The invariants live here:
 
@@ -10,7 +12,7 @@ makes commit together. The invariants live here:
   or a reader's verdict changes nothing;
 - a stopped or removing session stays so whatever its turn's end says;
 - a turn's `launched` event comes first, once, in the transaction that
-  proves the launch (see `events.launched`).
+  proves the launch (see `_launched`).
 
 Lean on purpose: the exit reporter imports it on every turn's end.
 """
@@ -27,12 +29,10 @@ from spexsup.states import (
     ACTIVE,
     BUSY,
     CREATING,
-    FAILED,
     IDLE,
     ORPHANED,
     REMOVING,
     RUNNING,
-    SKIPPED,
     STARTING,
     STOPPED,
     VERIFY_FAILED,
@@ -162,91 +162,6 @@ def edit_session(
     return bool(cur.rowcount)
 
 
-# --- queued prompts ----------------------------------------------------------------
-
-
-def enqueue(
-    db: sqlite3.Connection,
-    entry: str,
-    session: str,
-    options: str,
-    first_line: str | None,
-    after_turn: str | None = None,
-) -> int:
-    """A prompt queued behind the session's others (and, with `after_turn`,
-    until that turn ends); its `queued` event. Returns its position (1 = next)."""
-    (seq,) = db.execute("SELECT coalesce(max(seq), 0) + 1 FROM queue").fetchone()
-    db.execute(
-        "INSERT INTO queue (id, session, seq, created_at, options, first_line, after_turn)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (entry, session, seq, time.time(), options, first_line, after_turn),
-    )
-    (position,) = db.execute("SELECT count(*) FROM queue WHERE session = ?", (session,)).fetchone()
-    events.record(db, EventKind.QUEUED, session=session, entry=entry, position=position)
-    return int(position)
-
-
-def take_queued(db: sqlite3.Connection, entry: str, session: str, turn: str) -> bool:
-    """The admission of `turn` takes queued `entry` (in the same transaction,
-    so a prompt is launched once however many processes race); False if
-    another took it or it was removed."""
-    cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
-    if not cur.rowcount:
-        return False
-    # Its key (if its wake gave one) now names the turn it became.
-    db.execute("UPDATE wake_keys SET turn = ? WHERE queued = ?", (turn, entry))
-    events.record(db, EventKind.DEQUEUED, session=session, turn=turn, entry=entry)
-    return True
-
-
-def skip_queued(
-    db: sqlite3.Connection,
-    entry: str,
-    session: str,
-    turn: str,
-    why: str,
-    wave: str | None = None,
-    cause: str = "after",
-) -> bool:
-    """A queued prompt whose `--after` condition failed (or, cause `budget`,
-    whose wave spent its budget) ends as a turn that never launched:
-    `skipped`, `why` its message; the session's current turn, the session
-    `idle` (nothing ran: `session_state_after`); a fan-out leg's turn is its `wave`'s."""
-    cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
-    if not cur.rowcount:
-        return False
-    now = time.time()
-    db.execute(
-        "INSERT INTO turns (id, session, state, error, cause, attempts, started_at, ended_at)"
-        " VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
-        (turn, session, SKIPPED, why, cause, now, now),
-    )
-    db.execute(
-        "UPDATE sessions SET current_turn = ?, state = ? WHERE name = ? AND state IN (?, ?)",
-        (turn, session_state_after(SKIPPED), session, IDLE, FAILED),
-    )
-    db.execute("UPDATE wake_keys SET turn = ? WHERE queued = ?", (turn, entry))
-    if wave is not None:
-        db.execute("INSERT INTO wave_turns (turn, wave) VALUES (?, ?)", (turn, wave))
-    events.record(db, EventKind.DEQUEUED, session=session, turn=turn, entry=entry)
-    events.turn_ended(db, SKIPPED, session=session, turn=turn, rc=None, cause=cause, error=why)
-    return True
-
-
-def drop_queued(
-    db: sqlite3.Connection, entry: str, session: str, *, error: str | None = None
-) -> bool:
-    """A queued prompt removed (`spex queue rm`/`clear`, its session gone, or
-    a launch that could not be admitted, `error` saying why)."""
-    cur = db.execute("DELETE FROM queue WHERE id = ? AND session = ?", (entry, session))
-    if cur.rowcount:
-        db.execute("DELETE FROM wake_keys WHERE queued = ? AND turn IS NULL", (entry,))
-        events.record(
-            db, EventKind.DEQUEUED, session=session, entry=entry, error=error, dropped=True
-        )
-    return bool(cur.rowcount)
-
-
 # --- turns -------------------------------------------------------------------------
 
 
@@ -332,6 +247,20 @@ def _close_verification(db: sqlite3.Connection, turn: str, why: str | None) -> N
     )
 
 
+def _launched(db: sqlite3.Connection, *, session: str, turn: str) -> None:
+    """The turn's `launched` event, once per turn, in the first transaction
+    that proves the launch: the wake's confirmation, or the end recorded by
+    the turn's reporter, the wake or a reconciling reader. So it always
+    precedes `confirmed` and the end, and the wake adds no transaction of its
+    own between launch and confirmation (where a busy writer would hold it).
+    The turn keeps the event's id."""
+    row = db.execute("SELECT launched_event FROM turns WHERE id = ?", (turn,)).fetchone()
+    if row is None or row[0] is not None:
+        return
+    event = events.record(db, EventKind.LAUNCHED, session=session, turn=turn)
+    db.execute("UPDATE turns SET launched_event = ? WHERE id = ?", (event, turn))
+
+
 def mark_running(
     db: sqlite3.Connection, session: str, turn: str, *, pid: int | None, **confirmed: Any
 ) -> bool:
@@ -343,7 +272,7 @@ def mark_running(
     )
     if not cur.rowcount:
         return False
-    events.launched(db, session=session, turn=turn)
+    _launched(db, session=session, turn=turn)
     if pid is not None and "note" not in confirmed:
         confirmed["pid"] = pid
     events.record(db, EventKind.CONFIRMED, session=session, turn=turn, **confirmed)
@@ -431,7 +360,7 @@ def record_end(
         ),
     )
     if launched:
-        events.launched(db, session=session, turn=turn)
+        _launched(db, session=session, turn=turn)
     _close_verification(db, turn, error)
     payload = dict(event or {})
     events.turn_ended(
@@ -485,6 +414,55 @@ def claim_fence(db: sqlite3.Connection, name: str, turn: str) -> int | None:
     return fence
 
 
+def claim_pane_fence(db: sqlite3.Connection, name: str) -> int:
+    """A new launch fence for what runs in the session's pane that is no turn
+    (`.spexsup.toml`'s post_create): a later turn's launch supersedes it."""
+    db.execute("UPDATE sessions SET launch_fence = launch_fence + 1 WHERE name = ?", (name,))
+    (fence,) = db.execute("SELECT launch_fence FROM sessions WHERE name = ?", (name,)).fetchone()
+    return int(fence)
+
+
+def retry_attempt(db: sqlite3.Connection, turn: str, attempts: int) -> bool:
+    """A `starting` turn's startup failed in a way worth retrying: it goes on
+    to attempt number `attempts` (its fence claimed first: `claim_fence`).
+    False if it is no longer starting (a stop, or a reader that recorded the
+    deferred end, got there first)."""
+    cur = db.execute(
+        "UPDATE turns SET attempts = ? WHERE id = ? AND state = ?", (attempts, turn, STARTING)
+    )
+    return bool(cur.rowcount)
+
+
+def record_verdict(
+    db: sqlite3.Connection, turn: str, verdict: str, *, error: str | None, pid: int | None
+) -> None:
+    """What the wake's confirmation concluded of the turn's startup (and its
+    message, and the harness's pid, unless some are recorded already); the
+    caller moves a confirmed turn on to `running` in the same transaction."""
+    db.execute(
+        "UPDATE turns SET verdict = ?, error = coalesce(?, error),"
+        " pid = coalesce(?, pid) WHERE id = ?",
+        (verdict, error, pid, turn),
+    )
+
+
+def wait_for_limit(
+    db: sqlite3.Connection, turn: str, *, reset: float, until: float, conversation: str
+) -> None:
+    """The turn's harness hit its usage limit (`--on-limit wait`): the limit's
+    `reset`, when the wrapper runs it again (`until`), and the `conversation`
+    it resumes then, so `spex ls`/`show` can say what it waits for."""
+    db.execute(
+        "UPDATE turns SET limit_reset = ?, waiting_until = ?, resumed = ? WHERE id = ?",
+        (reset, until, conversation, turn),
+    )
+
+
+def end_limit_wait(db: sqlite3.Connection, turn: str) -> None:
+    """The turn's wait for its usage limit is over: it runs again."""
+    db.execute("UPDATE turns SET waiting_until = NULL WHERE id = ?", (turn,))
+
+
 def fell_back(
     db: sqlite3.Connection,
     session: str,
@@ -535,116 +513,30 @@ def forget_conversation(db: sqlite3.Connection, session: str, turn: str, gone: s
     events.record(db, EventKind.CONVERSATION_GONE, session=session, turn=turn, conversation=gone)
 
 
-# --- wake keys -----------------------------------------------------------------
+# --- wave legs and retention ----------------------------------------------------
 
 
-def claim_key(
-    db: sqlite3.Connection,
-    key: str,
-    session: str,
-    *,
-    fingerprint: str,
-    turn: str | None = None,
-    queued: str | None = None,
-) -> Any:
-    """`key` names `turn` (or queue entry `queued`) of `session`, claimed in
-    the transaction that admits the turn or keeps the entry, so two wakes
-    with one key never both start; `fingerprint` is what the wake asked.
-    Returns the row of the wake that claimed it first (and claims nothing),
-    or None when this call claimed it."""
-    row = db.execute("SELECT * FROM wake_keys WHERE key = ?", (key,)).fetchone()
-    if row is not None:
-        return row
-    db.execute(
-        "INSERT INTO wake_keys (key, session, turn, queued, created_at, fingerprint)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (key, session, turn, queued, time.time(), fingerprint),
-    )
-    return None
+def link_wave(db: sqlite3.Connection, turn: str, wave: str) -> None:
+    """`turn` is a leg of `wave`, recorded in the transaction that admits it,
+    so the turn's end can settle its wave without a daemon."""
+    db.execute("INSERT INTO wave_turns (turn, wave) VALUES (?, ?)", (turn, wave))
 
 
-def release_key(db: sqlite3.Connection, turn: str) -> None:
-    """The wake that admitted `turn` never launched it: its key is free again,
-    so a retry with the same key can start the turn."""
-    db.execute("DELETE FROM wake_keys WHERE turn = ?", (turn,))
+def unlink_wave(db: sqlite3.Connection, wave: str) -> None:
+    """A wave retention pruned (its row gone in this transaction): its legs'
+    links go with it."""
+    db.execute("DELETE FROM wave_turns WHERE wave = ?", (wave,))
 
 
-def forget_keys(db: sqlite3.Connection, turns: Sequence[str]) -> None:
-    """The keys of turns that retention prunes (a key lives as its turn does)."""
-    db.executemany("DELETE FROM wake_keys WHERE turn = ?", [(t,) for t in turns])
-
-
-# --- schedules -----------------------------------------------------------------
-
-_SCHEDULE_COLUMNS = frozenset(
-    {"id", "session", "cron", "every", "overlap", "options", "env", "engine", "first_line"}
-)
-
-
-def add_schedule(db: sqlite3.Connection, **columns: Any) -> None:
-    """A schedule of `columns["session"]`, kept by its engine already (so a
-    row exists only for a clock that really fires); its `schedule-added` event."""
-    if set(columns) != _SCHEDULE_COLUMNS:
-        raise ValueError(f"schedule columns: {sorted(set(columns) ^ _SCHEDULE_COLUMNS)}")
-    row = {**columns, "created_at": time.time()}
-    names = ", ".join(row)
-    marks = ", ".join("?" * len(row))
-    db.execute(f"INSERT INTO schedules ({names}) VALUES ({marks})", tuple(row.values()))
-    events.record(
-        db,
-        EventKind.SCHEDULE_ADDED,
-        session=columns["session"],
-        schedule=columns["id"],
-        cron=columns["cron"],
-        engine=columns["engine"],
-    )
-
-
-def remove_schedule(
-    db: sqlite3.Connection, schedule: str, session: str, *, why: str | None = None
-) -> bool:
-    """A schedule gone (`spex schedule rm`, its session removed: `why`), its
-    engine's entry taken away first; False if it was not there."""
-    cur = db.execute("DELETE FROM schedules WHERE id = ? AND session = ?", (schedule, session))
-    if cur.rowcount:
-        events.record(db, EventKind.SCHEDULE_REMOVED, session=session, schedule=schedule, why=why)
-    return bool(cur.rowcount)
-
-
-def record_firing(
-    db: sqlite3.Connection,
-    schedule: str,
-    session: str,
-    *,
-    slot: str,
-    key: str,
-    verdict: str,
-    turn: str | None,
-    queued: str | None,
-    error: str | None,
-    repeat: bool,
-) -> None:
-    """What a firing of `schedule` did (its slot and wake key, the verdict,
-    the turn or queue entry), on the schedule and as its `schedule-fired`
-    event. A schedule removed meanwhile keeps the event only."""
-    db.execute(
-        "UPDATE schedules SET last_fired_at = ?, last_slot = ?, last_verdict = ?,"
-        " last_turn = ?, last_queued = ?, last_error = ?, last_repeat = ? WHERE id = ?",
-        (time.time(), slot, verdict, turn, queued, error, int(repeat), schedule),
-    )
-    events.record(
-        db,
-        EventKind.SCHEDULE_FIRED,
-        session=session,
-        turn=turn,
-        error=error,
-        schedule=schedule,
-        slot=slot,
-        key=key,
-        verdict=verdict,
-        entry=queued,
-        repeat=repeat,
-    )
+def prune_turns(db: sqlite3.Connection, turns: Sequence[str]) -> None:
+    """Ended turns retention prunes (the caller checked, in this transaction,
+    that none is active, current or a leg of a wave it keeps): their rows,
+    their checks, their wave links and their keys. Their directories are the
+    caller's to remove once this commits."""
+    db.executemany("DELETE FROM turns WHERE id = ?", [(t,) for t in turns])
+    db.executemany("DELETE FROM verifications WHERE turn = ?", [(t,) for t in turns])
+    db.executemany("DELETE FROM wave_turns WHERE turn = ?", [(t,) for t in turns])
+    forget_keys(db, turns)
 
 
 # --- salvage branches --------------------------------------------------------
@@ -669,6 +561,33 @@ def forget_salvage(db: sqlite3.Connection, repo: str, branch: str) -> None:
 
 # Re-exported: every transition is `ledger.NAME`, wherever its code lives.
 from spexsup.ledger.checks import reverified, verification_ended, verifying  # noqa: E402
-from spexsup.ledger.usage import rebuild_usage_days, record_usage  # noqa: E402
+from spexsup.ledger.queue import (  # noqa: E402
+    claim_key,
+    drop_queued,
+    enqueue,
+    forget_keys,
+    release_key,
+    skip_queued,
+    take_queued,
+)
+from spexsup.ledger.schedules import add_schedule, record_firing, remove_schedule  # noqa: E402
+from spexsup.ledger.usage import prune_usage, rebuild_usage_days, record_usage  # noqa: E402
 
-__all__ = ["rebuild_usage_days", "record_usage", "reverified", "verification_ended", "verifying"]
+__all__ = [
+    "add_schedule",
+    "claim_key",
+    "drop_queued",
+    "enqueue",
+    "forget_keys",
+    "prune_usage",
+    "rebuild_usage_days",
+    "record_firing",
+    "record_usage",
+    "release_key",
+    "remove_schedule",
+    "reverified",
+    "skip_queued",
+    "take_queued",
+    "verification_ended",
+    "verifying",
+]

@@ -148,3 +148,23 @@ def rebuild_usage_days(db: sqlite3.Connection) -> None:
         " coalesce(sum(cache_write), 0), coalesce(sum(cost), 0.0)"
         " FROM usage GROUP BY 1, 2, 3, 4, 5, 6, 7, 8"
     )
+
+
+def prune_usage(
+    db: sqlite3.Connection,
+    *,
+    day: str,
+    start: float,
+    sessions: Sequence[str] | None,
+    limit: int,
+) -> int:
+    """Retention's cut: the per-day sums of the local days before `day`, and
+    at most `limit` usage rows recorded before `start` (that day's first
+    second), of `sessions` only when given. Returns the rows deleted."""
+    only = f" AND session IN ({','.join('?' * len(sessions))})" if sessions is not None else ""
+    db.execute(f"DELETE FROM usage_days WHERE day < ?{only}", [day, *(sessions or ())])
+    cur = db.execute(
+        f"DELETE FROM usage WHERE id IN (SELECT id FROM usage WHERE at < ?{only} LIMIT ?)",
+        [start, *(sessions or ()), int(limit)],
+    )
+    return cur.rowcount

@@ -34,7 +34,7 @@ def _turn(turn_dir: Path) -> tuple[Path, str, str]:
 
 
 def still(turn_dir: Path) -> int:
-    from spexsup import events
+    from spexsup import events, ledger
     from spexsup.store import Store
 
     home, session, turn = _turn(turn_dir)
@@ -49,7 +49,7 @@ def still(turn_dir: Path) -> int:
     if row is None or row["state"] not in ACTIVE:
         return GONE
     with store.tx() as db:
-        db.execute("UPDATE turns SET waiting_until = NULL WHERE id = ?", (turn,))
+        ledger.end_limit_wait(db, turn)
     return PLAN
 
 
@@ -111,10 +111,7 @@ def plan(turn_dir: Path, now: float | None = None) -> int:
     else:
         (turn_dir / turndir.STDIN).unlink(missing_ok=True)
     with store.tx() as db:
-        db.execute(
-            "UPDATE turns SET limit_reset = ?, waiting_until = ?, resumed = ? WHERE id = ?",
-            (found.reset, wake, conversation, turn),
-        )
+        ledger.wait_for_limit(db, turn, reset=found.reset, until=wake, conversation=conversation)
         ledger.set_conversation(db, session, conversation)
     print(f"{int(found.reset)} {int(wake + 0.999)}")
     print(

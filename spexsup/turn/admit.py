@@ -314,7 +314,7 @@ def admit(
             model=model,
         )
         if wave is not None:
-            db.execute("INSERT INTO wave_turns (turn, wave) VALUES (?, ?)", (turn, wave.id))
+            ledger.link_wave(db, turn, wave.id)
     directory = ensure_private_dir(turndir.path(spex.home, name, turn), under=spex.home)
     grace = settings.grace if timeout else None
     on_limit = limits.on_limit or session.on_limit

@@ -387,11 +387,7 @@ def _rotate_attempt(spex: Spex, name: str, turn: str, directory: Path, attempt: 
     try:
         claim_fence(spex, name, turn)
         with spex.store.tx() as db:
-            cur = db.execute(
-                "UPDATE turns SET attempts = ? WHERE id = ? AND state = ?",
-                (attempt + 1, turn, states.STARTING),
-            )
-            if not cur.rowcount:
+            if not ledger.retry_attempt(db, turn, attempt + 1):
                 raise TurnStopped(name, turn)
     except Refused:
         if turn_state(spex, turn) in (None, states.TurnState.ABORTED):
@@ -440,11 +436,7 @@ def _settle(
     else:
         report.remember_conversation(spex.store, name, directory, adapter)
     with spex.store.tx() as db:
-        db.execute(
-            "UPDATE turns SET verdict = ?, error = coalesce(?, error),"
-            " pid = coalesce(?, pid) WHERE id = ?",
-            (verdict, error, result.pid, turn),
-        )
+        ledger.record_verdict(db, turn, verdict, error=error, pid=result.pid)
         if verdict == states.Verdict.CONFIRMED:
             ledger.mark_running(db, name, turn, pid=result.pid)
     waiting_until = None
