@@ -381,7 +381,6 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
     from spexsup import outcome
     from spexsup.pane import pretty
     from spexsup.pane.lines import shorter
-    from spexsup.paths import write_atomic
 
     row = store.db.execute("SELECT state, error, flags FROM turns WHERE id = ?", (turn,)).fetchone()
     if row is None:
@@ -399,7 +398,7 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
         if row["state"] == TurnState.ABORTED and not row["error"]:
             text = "stopped"
     text = shorter(" ".join(pretty.printable(text).split()), 300)
-    write_atomic(turn_dir / turndir.ENDED, text.encode() + b"\n", durable=False)
+    turndir.write_ended(turn_dir, text)
 
 
 # A launcher retries a lock-class startup failure this many times (see

@@ -30,7 +30,6 @@ from spexsup.pane import budget, turndir
 from spexsup.paths import (
     ensure_private_dir,
     own_python,
-    write_atomic,
 )
 from spexsup.procs import (
     boot_id,
@@ -338,7 +337,7 @@ def admit(
         # The wrapper records the work tree's state (`git-start`, for spex
         # diff) before the harness starts: a dozen git calls are not worth
         # holding the verdict for.
-        write_atomic(directory / turndir.GIT_START_TODO, b"", durable=False)
+        turndir.mark_git_start_todo(directory)
     return session, turn, directory, adapter
 
 
@@ -502,13 +501,6 @@ def _prepare(
     """The turn dir: exact prompt bytes, NUL-separated argv/env/reporter, metadata
     (with the conversation id it resumes), and `deadline` (`SECONDS GRACE`) for
     the wrapper's watchdog."""
-    files = {
-        turndir.PROMPT: prompt,
-        turndir.ARGV: b"\0".join(argv) + b"\0",
-        turndir.ENV: b"".join(f"{k}={v}".encode() + b"\0" for k, v in session.env.items()),
-    }
-    if on_stdin:
-        files[turndir.STDIN] = b""
     # Never the session's cwd or PYTHONPATH on sys.path (see own_python); the
     # wrapper runs spex's other helpers with the same interpreter and flags.
     reporter = [
@@ -520,7 +512,14 @@ def _prepare(
         session.name,
         turn,
     ]
-    files[turndir.REPORTER] = "\0".join(reporter).encode() + b"\0"
+    turndir.write_launch(
+        directory,
+        prompt=prompt,
+        argv=argv,
+        env=session.env,
+        reporter=reporter,
+        on_stdin=on_stdin,
+    )
     # The harness is named, not its id pattern: fixing harnesses.toml fixes
     # every later read of this turn.
     meta = {
@@ -538,7 +537,7 @@ def _prepare(
         "verify_timeout": ending.verify_timeout if ending.verify else None,
         "sandbox": ending.sandbox.as_json() if ending.sandbox is not None else None,
     }
-    files[turndir.META] = json.dumps(meta).encode()
+    files = {turndir.META: json.dumps(meta).encode()}
     if adapter.outcome:
         # A CLI of JSON events: the pane shows their rendering (spexsup.pane.pretty).
         files[turndir.RENDER] = f"{adapter.outcome}\n".encode()
@@ -552,19 +551,14 @@ def _prepare(
         prices = {m: list(p) for m, p in config.load(spex.home).pricing.items()}
         files[budget.FILE] = json.dumps({"amount": ending.budget, "pricing": prices}).encode()
     if ending.verify:
-        files[turndir.VERIFY] = b"".join(w.encode() + b"\0" for w in ending.verify)
+        files[turndir.VERIFY] = turndir.words(w.encode() for w in ending.verify)
         files[turndir.VERIFY_DEADLINE] = f"{ending.verify_timeout:g} {ending.grace:g}\n".encode()
     if ending.fallback:
         files[turndir.FALLBACK] = json.dumps({"models": list(ending.fallback)}).encode()
     if ending.limit_wait is not None:
         files[turndir.ON_LIMIT] = f"{ending.limit_wait:g} {ending.limit_margin:g}\n".encode()
+    turndir.write_plan(directory, files)
     if ending.sandbox is not None:
         plan = ending.sandbox
         engine = sandboxes.bwrap_argv(plan, sandboxes.engine() or sandboxes.ENGINE)
-        files[turndir.SANDBOX] = b"".join(w.encode() + b"\0" for w in engine)
-        files[turndir.SANDBOX_PROBE] = f"{plan.probe_write}\n{plan.probe_read}\n".encode()
-        if plan.policy.network is sandboxes.Network.ALLOW:
-            files[turndir.SANDBOX_GATE] = "".join(h + "\n" for h in plan.hosts).encode()
-    # Not fsync'd: after a crash the turn is lost anyway, and these die with it.
-    for name, data in files.items():
-        write_atomic(directory / name, data, durable=False)
+        turndir.write_sandbox(directory, engine, plan)
