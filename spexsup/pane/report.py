@@ -10,13 +10,12 @@ or repeated report changes nothing.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import dequeuer, ledger
+from spexsup import dequeuer, faults, ledger
 from spexsup.pane import marker, turndir
 from spexsup.pane.judgement import Judgement
 from spexsup.states import (
@@ -690,8 +689,8 @@ def record_exit(
             ledger.record_usage(db, session, turn, harness=spent[0], runs=spent[1])
     # Whoever records an end starts the session's next queued prompt (see
     # turn.queue), in a detached process: the pane's hand-back never waits.
-    if reporter and os.environ.get("SPEXSUP_FAULT") == "reporter-dies-before-dequeue":
-        os._exit(9)  # the tests' fault point: the next reader launches it
+    if reporter:
+        faults.at(faults.Fault.REPORTER_DIES_BEFORE_DEQUEUE)  # the next reader launches it
     # Any session's: a prompt queued `--after` this turn may go now.
     dequeuer.start_waiting(store.db, store.home)
     return RECORDED
