@@ -401,7 +401,7 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
 
 
 # A launcher retries a lock-class startup failure this many times (see
-# turns.RETRY_BACKOFF); past that, or for any other end, nothing defers to it.
+# turn.wake.RETRY_BACKOFF); past that, or for any other end, nothing defers to it.
 MAX_RETRIES = 4
 # The output of an attempt worth retrying is a lock message, nothing more.
 RETRYABLE_OUTPUT_MAX = 4096
@@ -592,7 +592,7 @@ def record_exit(
     a live launcher that the launcher would retry (`worth_retrying`) is
     DEFERRED to it; any other end is recorded here, so a suspended launcher
     holds nothing hostage (readers take a deferred one over after
-    DEFER_BOUND, see turns.reconcile). `launched` says the turn
+    DEFER_BOUND, see turn.reconcile). `launched` says the turn
     provably launched (default: it has an rc), so its `launched` event is
     recorded first if no one has yet. `flags` are the end's when no rc is
     read (a lost turn that was `orphaned`); with an rc, the output's.
