@@ -168,6 +168,15 @@ def first_line(file: Path, size: int = 4096) -> str | None:
     return None
 
 
+def survivors(directory: Path) -> list[int]:
+    """The pids in the deadline's `survivors` file (none when it is absent or garbled)."""
+    try:
+        words = (directory / SURVIVORS).read_text().split()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [int(w) for w in words if w.isdigit()][:64]
+
+
 def wrapper_liveness(pid: int, directory: Path) -> Liveness:
     """Is the wrapper of this turn dir alive as `pid`? (reuse-proof: its argv names the dir)."""
     from spexsup.procs import command_line_liveness

@@ -459,14 +459,7 @@ def _settle(
 
 def _abandon(spex: Spex, session: Session, turn: str, directory: Path, error: str) -> None:
     """End a turn whose startup failed without an exit: record first, then kill."""
-    report.record_exit(
-        spex.store,
-        session.name,
-        turn,
-        None,
-        directory,
-        state=states.FAILED,
-        error=error,
-        launched=True,
+    report.record_without_exit(
+        spex.store, session.name, turn, directory, state=states.FAILED, error=error, launched=True
     )
     kill_turn(spex, session, turn, grace=0.5)
