@@ -551,15 +551,9 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
     name = session.name
     tag = f"{POST_CREATE}-{os.urandom(3).hex()}"
     directory = ensure_private_dir(turndir.path(spex.home, name, POST_CREATE), under=spex.home)
-    turndir.write_launch(
-        directory,
-        prompt=b"",
-        argv=[os.fsencode(a) for a in argv],
-        env=session.env,
-        # The wrapper passes the rc to its reporter; nothing is recorded.
-        reporter=["true"],
-        on_stdin=False,
-    )
+    run = turndir.Invocation([os.fsencode(a) for a in argv], b"", on_stdin=False)
+    # The wrapper passes the rc to its reporter; nothing is recorded.
+    turndir.write_launch(directory, run, env=session.env, reporter=["true"])
     with spex.store.tx() as db:
         db.execute("UPDATE sessions SET launch_fence = launch_fence + 1 WHERE name = ?", (name,))
         fence = int(

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -199,24 +199,27 @@ def words(items: Iterable[bytes]) -> bytes:
     return b"".join(w + b"\0" for w in items)
 
 
+class Invocation(NamedTuple):
+    """What the wrapper runs: the harness's argv, the prompt's exact bytes,
+    and whether they go on the harness's stdin."""
+
+    argv: Sequence[bytes]
+    prompt: bytes
+    on_stdin: bool
+
+
 def write_launch(
-    directory: Path,
-    *,
-    prompt: bytes,
-    argv: Sequence[bytes],
-    env: Mapping[str, str],
-    reporter: Sequence[str],
-    on_stdin: bool,
+    directory: Path, run: Invocation, *, env: Mapping[str, str], reporter: Sequence[str]
 ) -> None:
     """What every wrapper reads: the exact prompt bytes, the harness's argv,
     the session's env, the reporter's argv and, when the prompt goes on the
     harness's stdin, `stdin`. Written before the wrapper starts."""
     files = {
-        PROMPT: prompt,
-        ARGV: words(argv),
+        PROMPT: run.prompt,
+        ARGV: words(run.argv),
         ENV: words(f"{k}={v}".encode() for k, v in env.items()),
     }
-    if on_stdin:
+    if run.on_stdin:
         files[STDIN] = b""
     files[REPORTER] = words(w.encode() for w in reporter)
     write_plan(directory, files)

@@ -230,33 +230,7 @@ def admit(
             mark = keys.fingerprint(prompt, fresh, tuple(limits or Limits()))
             keys.claim(db, key, name, mark, turn=turn)
         session = Session.from_row(row)
-        if session.state == states.SessionState.STOPPED:
-            raise SessionStopped(name)
-        if session.state == states.SessionState.REMOVING:
-            raise Refused(f"session {name!r} is being removed")
-        if session.state == states.SessionState.CREATING:
-            raise Refused(
-                f"session {name!r} is still being created",
-                hint=f"wait for spex new; if it was killed, spex rm {name}",
-            )
-        if session.worktree is not None and session.worktree.missing:
-            # Never run elsewhere: tmux would start the turn in $HOME.
-            raise Refused(
-                f"{name}: its worktree {session.worktree.path} was removed behind spex",
-                hint=f"spex rm {name} (its branch {session.worktree.branch} is checked first)",
-            )
-        if session.state == states.SessionState.RUNNING:
-            busy = db.execute(
-                "SELECT flags, survivors FROM turns WHERE id = ?", (session.current_turn,)
-            ).fetchone()
-            # An agent running on without its pane is named: only a stop ends it.
-            raise SessionBusy(name, session.current_turn, orphan_pids(busy) if busy else ())
-        if not Path(session.cwd).is_dir():
-            # tmux would silently start the turn somewhere else.
-            raise Failed(
-                f"{name}: working directory {session.cwd} no longer exists",
-                hint=f"restore it, or spex rm {name} and create the session again",
-            )
+        _refuse_unready(db, session)
         adapter = session.adapter(spex.home)
         resume_id = None if fresh else session.harness_session_id
         # A harness that lets us choose a new conversation's id gets one now,
@@ -269,16 +243,7 @@ def admit(
             assigned = str(uuid.uuid4())
         limits = limits or Limits()
         model, fallback = models(limits, session, adapter)
-        if limits.budget is not None and adapter.outcome is None:
-            raise Invalid(
-                f"harness {adapter.name} prints no usage: a turn budget cannot be kept",
-                hint="--budget needs structured output (claude, codex, opencode, pi)",
-            )
-        if fallback and not adapter.takes_model():
-            raise Invalid(
-                f"harness {adapter.name} has no way to pass a model, so none to fall back to",
-                hint="give the harness model_flag or {model} in harnesses.toml",
-            )
+        _refuse_unkeepable(adapter, limits, fallback)
         argv, on_stdin = adapter.argv(prompt, resume_id, assigned, model)
         check, check_timeout = verification(spex.home, limits, session, adapter)
         # The first attempt's launch fence (see `claim_fence`), claimed here
@@ -332,13 +297,57 @@ def admit(
         sandbox_plan(spex, session, adapter, policy, directory, others),
     )
     resumed = resume_id if resume_id and adapter.resume else None
-    _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter, ending, resumed)
-    if _in_git_tree(Path(session.cwd)):
-        # The wrapper records the work tree's state (`git-start`, for spex
-        # diff) before the harness starts: a dozen git calls are not worth
-        # holding the verdict for.
-        turndir.mark_git_start_todo(directory)
+    run = turndir.Invocation(argv, prompt, on_stdin)
+    _prepare(spex, session, turn, directory, run, adapter, ending, resumed)
     return session, turn, directory, adapter
+
+
+def _refuse_unready(db: sqlite3.Connection, session: Session) -> None:
+    """Refuse a session that cannot take a turn now: stopped, being removed
+    or created, its worktree or cwd gone, or running one."""
+    name = session.name
+    if session.state == states.SessionState.STOPPED:
+        raise SessionStopped(name)
+    if session.state == states.SessionState.REMOVING:
+        raise Refused(f"session {name!r} is being removed")
+    if session.state == states.SessionState.CREATING:
+        raise Refused(
+            f"session {name!r} is still being created",
+            hint=f"wait for spex new; if it was killed, spex rm {name}",
+        )
+    if session.worktree is not None and session.worktree.missing:
+        # Never run elsewhere: tmux would start the turn in $HOME.
+        raise Refused(
+            f"{name}: its worktree {session.worktree.path} was removed behind spex",
+            hint=f"spex rm {name} (its branch {session.worktree.branch} is checked first)",
+        )
+    if session.state == states.SessionState.RUNNING:
+        busy = db.execute(
+            "SELECT flags, survivors FROM turns WHERE id = ?", (session.current_turn,)
+        ).fetchone()
+        # An agent running on without its pane is named: only a stop ends it.
+        raise SessionBusy(name, session.current_turn, orphan_pids(busy) if busy else ())
+    if not Path(session.cwd).is_dir():
+        # tmux would silently start the turn somewhere else.
+        raise Failed(
+            f"{name}: working directory {session.cwd} no longer exists",
+            hint=f"restore it, or spex rm {name} and create the session again",
+        )
+
+
+def _refuse_unkeepable(adapter: Harness, limits: Limits, fallback: Sequence[str]) -> None:
+    """Refuse limits the harness cannot keep: a budget it prints no usage
+    for, a model fallback it has no way to pass a model to."""
+    if limits.budget is not None and adapter.outcome is None:
+        raise Invalid(
+            f"harness {adapter.name} prints no usage: a turn budget cannot be kept",
+            hint="--budget needs structured output (claude, codex, opencode, pi)",
+        )
+    if fallback and not adapter.takes_model():
+        raise Invalid(
+            f"harness {adapter.name} has no way to pass a model, so none to fall back to",
+            hint="give the harness model_flag or {model} in harnesses.toml",
+        )
 
 
 def sandbox_policy(
@@ -491,9 +500,7 @@ def _prepare(
     session: Session,
     turn: str,
     directory: Path,
-    prompt: bytes,
-    argv: list[bytes],
-    on_stdin: bool,
+    run: turndir.Invocation,
     adapter: Harness,
     ending: Ending,
     resumed: str | None = None,
@@ -512,14 +519,7 @@ def _prepare(
         session.name,
         turn,
     ]
-    turndir.write_launch(
-        directory,
-        prompt=prompt,
-        argv=argv,
-        env=session.env,
-        reporter=reporter,
-        on_stdin=on_stdin,
-    )
+    turndir.write_launch(directory, run, env=session.env, reporter=reporter)
     # The harness is named, not its id pattern: fixing harnesses.toml fixes
     # every later read of this turn.
     meta = {
@@ -562,3 +562,8 @@ def _prepare(
         plan = ending.sandbox
         engine = sandboxes.bwrap_argv(plan, sandboxes.engine() or sandboxes.ENGINE)
         turndir.write_sandbox(directory, engine, plan)
+    if _in_git_tree(Path(session.cwd)):
+        # The wrapper records the work tree's state (`git-start`, for spex
+        # diff) before the harness starts: a dozen git calls are not worth
+        # holding the verdict for.
+        turndir.mark_git_start_todo(directory)
