@@ -70,7 +70,7 @@ def reporter(home: Path, n: int) -> tuple[list[float], list[float]]:
     """The exit reporter as a turn's wrapper runs it (`python -m spexsup
     internal turn-exit`), wall time per end; and in-process, its record_exit
     (the end, its event, the summary rewrite that the end changes, the tick)."""
-    from spexsup.pane.report import record_exit
+    from spexsup.pane.report import record_reported_exit
 
     store = open_store(home)
     with store.tx() as db:
@@ -106,7 +106,7 @@ def reporter(home: Path, n: int) -> tuple[list[float], list[float]]:
         turn = f"i{i:05d}"
         directory = begin(turn)
         started = time.perf_counter()
-        assert record_exit(store, "r", turn, 0, directory, reporter=True) == 0
+        assert record_reported_exit(store, "r", turn, 0, directory, None) == 0
         inside.append(time.perf_counter() - started)
     return wall, inside
 

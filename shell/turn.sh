@@ -291,7 +291,7 @@ mark_file() {
 
 # A marker the disk has no room for (it is full) is kept in the tmux server's
 # memory, a pane option naming the turn, for the reader that records the end
-# once the wrapper is gone (turns.reconcile): a full disk must not lose the rc.
+# once the wrapper is gone (turn.reconcile): a full disk must not lose the rc.
 mark() {
     mark_file "$1" && return 0
     rm -f "$dir/outcome.tmp"

@@ -286,6 +286,7 @@ def sandbox_check(spex: Spex, *, read: bool = True) -> Check:
 
     from spexsup import config
     from spexsup import sandbox as sandboxes
+    from spexsup.pane import turndir
     from spexsup.paths import wrapper_path
 
     wanted = read and any(
@@ -307,7 +308,6 @@ def sandbox_check(spex: Spex, *, read: bool = True) -> Check:
     with tempfile.TemporaryDirectory(prefix="doctor-probe-", dir=spex.home) as where:
         probe = Path(where)
         (probe / "work").mkdir()
-        (probe / "outcome").write_text("the state home, which no sandbox may read\n")
         policy = sandboxes.Policy(sandboxes.Mode.ON, sandboxes.Network.NONE)
         plan = sandboxes.plan(
             policy,
@@ -319,8 +319,7 @@ def sandbox_check(spex: Spex, *, read: bool = True) -> Check:
             env={},
         )
         argv = sandboxes.bwrap_argv(plan, engine)
-        (probe / "sandbox").write_bytes(b"".join(w.encode() + b"\0" for w in argv))
-        (probe / "sandbox-probe").write_text(f"{plan.probe_write}\n{plan.probe_read}\n")
+        turndir.write_probe(probe, argv, plan)
         try:
             ran = subprocess.run(
                 ["bash", str(wrapper_path()), "--sandbox-probe", str(probe)],

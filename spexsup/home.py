@@ -326,7 +326,7 @@ class TmuxHome:
         """Respawn the session's pane with `argv`, only if it is `owner`'s, no
         launch or stop with a fence >= `fence` has claimed the pane, and
         (unless `force`) the pane is idle: dead, or its foreground process a
-        shell (turns.launch waits out a shell still running its rc files).
+        shell (turn.launch waits out a shell still running its rc files).
 
         The test and the respawn run as one `if-shell -F` inside the tmux
         server, which executes a client's command list without interleaving

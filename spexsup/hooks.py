@@ -31,8 +31,8 @@ Output is kept up to `OUTPUT_LIMIT` bytes (the head), the rest counted and
 dropped, and goes to `$SPEXSUP_HOME/hooks.log`. The committer never waits
 for any of it, so a slow or broken hook can delay or change no verdict.
 
-`SPEXSUP_FAULT=after-hook-claim` makes a committer SIGKILL itself right
-after committing a claim: the test suite's way to lose one, nothing else's.
+The test suite loses a claim with the fault point `after-hook-claim`
+(spexsup.faults): the committer SIGKILLs itself right after its COMMIT.
 """
 
 from __future__ import annotations
@@ -82,7 +82,6 @@ SLOT_DIR = "hooks"
 STALE = 10.0
 # After a kill at the timeout, how long to wait for the killed to be reaped.
 KILL_WAIT = 2.0
-FAULT = "SPEXSUP_FAULT"
 PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 # A hook started from the exit reporter must not look like the turn's process,
 # nor find spex's private tmux server in TMUX (its tmux commands reach the user's).
@@ -241,12 +240,6 @@ def claim(db: sqlite3.Connection, ids: Sequence[int], hooks: Sequence[Hook]) -> 
             )
             claimed += cur.rowcount
     return claimed
-
-
-def fault_after_claim() -> None:
-    """The test suite's fault point between a claim's COMMIT and its runner."""
-    if os.environ.get(FAULT) == "after-hook-claim":
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _clean_env() -> dict[str, str]:

@@ -22,7 +22,7 @@ from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.home import Census, owner_tag, write_shell_env
 from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Marker, Stage
-from spexsup.paths import ensure_private_dir, remove_tree, wrapper_path, write_atomic
+from spexsup.paths import ensure_private_dir, remove_tree, wrapper_path
 from spexsup.procs import Liveness, reap, turn_processes
 from spexsup.sandbox import Policy
 from spexsup.spex import Spex
@@ -552,15 +552,9 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
     name = session.name
     tag = f"{POST_CREATE}-{os.urandom(3).hex()}"
     directory = ensure_private_dir(turndir.path(spex.home, name, POST_CREATE), under=spex.home)
-    files = {
-        turndir.ARGV: b"\0".join(os.fsencode(a) for a in argv) + b"\0",
-        turndir.ENV: b"".join(f"{k}={v}".encode() + b"\0" for k, v in session.env.items()),
-        # The wrapper passes the rc to its reporter; nothing is recorded.
-        turndir.REPORTER: b"true\0",
-        turndir.PROMPT: b"",
-    }
-    for file, data in files.items():
-        write_atomic(directory / file, data, durable=False)
+    run = turndir.Invocation([os.fsencode(a) for a in argv], b"", on_stdin=False)
+    # The wrapper passes the rc to its reporter; nothing is recorded.
+    turndir.write_launch(directory, run, env=session.env, reporter=["true"])
     with spex.store.tx() as db:
         fence = ledger.claim_pane_fence(db, name)
     env = {"SPEXSUP_SESSION": name, "SPEXSUP_TURN": tag, "SPEXSUP_TURN_DIR": str(directory)}

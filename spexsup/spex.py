@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from spexsup import events
+from spexsup import events, faults
 
 if TYPE_CHECKING:
     import sqlite3
@@ -115,7 +115,7 @@ class HookListener:
         try:
             from spexsup import hooks
 
-            hooks.fault_after_claim()
+            faults.at(faults.Fault.AFTER_HOOK_CLAIM)
             hooks.start_runners(store.home, claimed)
         except Exception as e:
             events.log_line(store.home, f"hooks of events {ids[0]}..{ids[-1]} not started: {e}")

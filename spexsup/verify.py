@@ -114,7 +114,7 @@ def rerun(
         raise Failed(f"{name}: working directory {cwd} no longer exists")
     log = directory / turndir.VERIFY_LOG
     try:
-        sink = log.open("ab", buffering=0)
+        sink = turndir.append_verify_log(directory)
     except OSError as e:
         raise Failed(f"{name}: cannot write {log}: {e.strerror or e}") from None
     with sink:

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spexsup import events, ids, states
+from spexsup import events, faults, ids, states
 from spexsup.errors import Invalid, Refused
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.procs import Liveness, identity_liveness, own_identity
@@ -359,9 +359,7 @@ def mutate(spex: Spex, wave: str, change: Change | None = None) -> Doc:
             path = waves_dir(spex) / f"{wave}.json"
             write_atomic(path, json.dumps(doc, indent=2).encode(), durable=claimed)
     if claimed:
-        from spexsup.hooks import fault_after_claim  # hooks is heavy: only a claim pays
-
-        fault_after_claim()
+        faults.at(faults.Fault.AFTER_HOOK_CLAIM)
         return _start_on_complete(spex, wave) or doc
     return doc
 

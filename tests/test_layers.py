@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mainwait",
             "statusline",
             "usage",
+            "faults",
         ),
     ),
     (

@@ -41,7 +41,7 @@ def fast_path(argv: list[str]) -> int | None:
         return 2
     from spexsup.errors import SpexError
     from spexsup.pane import marker, turndir
-    from spexsup.pane.report import record_exit, write_ended
+    from spexsup.pane.report import record_reported_exit, write_ended
     from spexsup.paths import resolve_home
     from spexsup.spex import open_store
 
@@ -53,15 +53,8 @@ def fast_path(argv: list[str]) -> int | None:
         path = resolve_home(home)
         store = open_store(path)
         directory = turndir.path(path, session, turn)
-        cas = record_exit(
-            store,
-            session,
-            turn,
-            rc,
-            directory,
-            reporter=True,
-            final=final if final.stage is marker.Stage.REPORTING and final.rc == rc else None,
-        )
+        mine = final.stage is marker.Stage.REPORTING and final.rc == rc
+        cas = record_reported_exit(store, session, turn, rc, directory, final if mine else None)
         if cas == 0:
             _settle_wave(store, path, turn)
 

@@ -55,12 +55,8 @@ def main(argv: list[str]) -> int:
         return 2
     survivors = end_turn(directory, wrapper, grace)
     if survivors:
-        from spexsup.paths import write_atomic
-
         try:
-            write_atomic(
-                directory / turndir.SURVIVORS, " ".join(map(str, survivors)).encode() + b"\n"
-            )
+            turndir.write_survivors(directory, survivors)
         except OSError as e:
             print(f"spex: cannot record the survivors in {directory}: {e}", file=sys.stderr)
         print(f"spex: process(es) {survivors} survived SIGKILL", file=sys.stderr)

@@ -31,7 +31,6 @@ FALLS_BACK = ("usage-limit", "rate-limited", "overloaded", "model-not-found")
 def next_model(turn_dir: Path, rc: int) -> int:
     from spexsup import events, ledger, outcome, registry
     from spexsup.pane import report
-    from spexsup.paths import write_atomic
     from spexsup.store import Store
 
     try:
@@ -76,7 +75,7 @@ def next_model(turn_dir: Path, rc: int) -> int:
     (count,) = store.db.execute(
         "SELECT json_array_length(coalesce(fallbacks, '[]')) FROM turns WHERE id = ?", (turn,)
     ).fetchone() or (0,)
-    kept = f"attempt-{count + 1}.{turndir.OUTPUT}"
+    kept = turndir.kept_output(count + 1)
     attempt = {
         "attempt": count + 1,
         "model": meta.get("model"),
@@ -89,22 +88,14 @@ def next_model(turn_dir: Path, rc: int) -> int:
     with store.tx() as db:
         if not ledger.fell_back(db, session, turn, attempt, model, conversation):
             return GONE  # stopped meanwhile
-    (turn_dir / turndir.OUTPUT).replace(turn_dir / kept)
-    write_atomic(turn_dir / turndir.ARGV, b"\0".join(argv) + b"\0", durable=False)
-    if on_stdin:
-        write_atomic(turn_dir / turndir.STDIN, b"", durable=False)
-    else:
-        (turn_dir / turndir.STDIN).unlink(missing_ok=True)
+    turndir.keep_output(turn_dir, count + 1)
+    turndir.rewrite_argv(turn_dir, argv, on_stdin=on_stdin)
     # The attempts so far, for the reporter's usage rows (`report.run_outputs`).
     chain_file = json.loads((turn_dir / turndir.FALLBACK).read_text())
     done = [*chain_file.get("attempts", []), {"output": kept, "cause": judged.cause}]
-    write_atomic(
-        turn_dir / turndir.FALLBACK,
-        json.dumps({"models": rest, "attempts": done}).encode(),
-        durable=False,
-    )
+    turndir.write_fallback(turn_dir, rest, done)
     meta.update(model=model, resumed=conversation if adapter.resume else meta.get("resumed"))
-    write_atomic(turn_dir / turndir.META, json.dumps(meta).encode(), durable=False)
+    turndir.write_meta(turn_dir, meta)
     was = attempt["model"] or "its default model"
     print(f"[spex] {was}: {judged.cause} ({judged.error}); falling back to {model}")
     return NEXT

@@ -56,7 +56,6 @@ def still(turn_dir: Path) -> int:
 def plan(turn_dir: Path, now: float | None = None) -> int:
     from spexsup import events, ledger, outcome, registry
     from spexsup.pane import report
-    from spexsup.paths import write_atomic
     from spexsup.store import Store
 
     now = time.time() if now is None else now
@@ -105,11 +104,7 @@ def plan(turn_dir: Path, now: float | None = None) -> int:
         return NO_WAIT
     prompt = (turn_dir / turndir.PROMPT).read_bytes()
     argv, on_stdin = adapter.argv(prompt, conversation)
-    write_atomic(turn_dir / turndir.ARGV, b"\0".join(argv) + b"\0", durable=False)
-    if on_stdin:
-        write_atomic(turn_dir / turndir.STDIN, b"", durable=False)
-    else:
-        (turn_dir / turndir.STDIN).unlink(missing_ok=True)
+    turndir.rewrite_argv(turn_dir, argv, on_stdin=on_stdin)
     with store.tx() as db:
         ledger.wait_for_limit(db, turn, reset=found.reset, until=wake, conversation=conversation)
         ledger.set_conversation(db, session, conversation)

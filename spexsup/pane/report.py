@@ -9,25 +9,24 @@ or repeated report changes nothing.
 
 from __future__ import annotations
 
+import enum
 import json
-import os
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from spexsup import dequeuer, ledger
+from spexsup import dequeuer, faults, ledger
 from spexsup.pane import marker, turndir
 from spexsup.pane.judgement import Judgement
+from spexsup.pane.spending import spending
 from spexsup.states import (
     ACTIVE,
     COMPLETE,
     FAILED,
     VERIFIED,
-    VERIFY,
     VERIFY_FAILED,
     VERIFY_TIMED_OUT,
-    VERIFY_TIMEOUT,
     Cause,
     TurnState,
 )
@@ -228,7 +227,7 @@ def _judge(
         spent = f" ({outcome.span(limit)})" if isinstance(limit, int | float) else ""
         said = f"ran past its time limit{spent}"
         ended = Judgement(TurnState.TIMED_OUT, cause=Cause.TIMED_OUT, error=said)
-        ended.survivors = _survivors(turn_dir)
+        ended.survivors = turndir.survivors(turn_dir)
         if ended.survivors:
             pids = ", ".join(map(str, ended.survivors))
             ended.error = f"{ended.error}; process(es) {pids} survived SIGKILL"
@@ -242,7 +241,9 @@ def _judge(
             verdict.state, verdict.cause = FAILED, "strict"
             verdict.error = f"strict: {outcome.describe(found.flags)}"
         elif verify:
-            verified(turn_dir, verdict, meta)
+            from spexsup.pane import check
+
+            check.verified(turn_dir, verdict, meta)
         return verdict
     # A failed end: name its cause and the agent's own line for it, from
     # one read of the output's end.
@@ -274,68 +275,8 @@ def _judge(
     return verdict
 
 
-def verified(turn_dir: Path, verdict: Judgement, meta: dict[str, Any]) -> None:
-    """A complete end as its check has it: flag `verified` when the check
-    passed, else failed with cause `verify` (its rc and the last lines of
-    verify.log) or `verify-timeout`; a turn without a check stays as it is."""
-    from spexsup.pane import check as verify
-
-    argv = verify.command(turn_dir)
-    if not argv and meta.get("verify"):
-        # The launcher wrote a check the turn dir no longer holds (something
-        # truncated or removed it): never a complete end nobody checked.
-        verdict.state, verdict.cause = FAILED, VERIFY
-        verdict.error = "its check was never run: the turn dir's verify file is gone or garbled"
-        return
-    if not argv:
-        return
-    checked = verify.result(turn_dir)
-    verdict.verification = checked
-    if checked.rc == 0 and not checked.timed_out:
-        verdict.flags = [*verdict.flags, VERIFIED]
-        return
-    shown = shown_check(argv)
-    verdict.state = FAILED
-    said = verify.tail(turn_dir / verify.LOG)
-    if checked.timed_out:
-        limit = meta.get("verify_timeout")
-        spent = f" ({_span(limit)})" if isinstance(limit, int | float) else ""
-        verdict.cause = VERIFY_TIMEOUT
-        verdict.error = f"its check `{shown}` ran past its time limit{spent}"
-        verdict.survivors = _survivors(turn_dir)
-    elif checked.rc is None:
-        verdict.cause = VERIFY
-        verdict.error = f"its check `{shown}` never finished"
-    else:
-        verdict.cause = VERIFY
-        verdict.error = f"its check `{shown}` failed (rc {checked.rc})"
-    if said:
-        verdict.error += f": {said}"
-
-
-def shown_check(argv: tuple[str, ...]) -> str:
-    from spexsup.harness import shown_verify
-
-    return shown_verify(argv)[:120]
-
-
-def _span(seconds: float) -> str:
-    from spexsup import outcome
-
-    return outcome.span(seconds)
-
-
 def _harness_name(turn_dir: Path) -> str:
     return str(turndir.meta(turn_dir).get("harness") or "")
-
-
-def _survivors(turn_dir: Path) -> list[int]:
-    """The pids in the deadline's `survivors` file (none when it is absent or garbled)."""
-    try:
-        words = (turn_dir / turndir.SURVIVORS).read_text().split()
-    except (OSError, UnicodeDecodeError):
-        return []
-    return [int(w) for w in words if w.isdigit()][:64]
 
 
 def _adapter(home: Path, name: str, adapter: Harness | None) -> Harness | None:
@@ -381,7 +322,6 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
     from spexsup import outcome
     from spexsup.pane import pretty
     from spexsup.pane.lines import shorter
-    from spexsup.paths import write_atomic
 
     row = store.db.execute("SELECT state, error, flags FROM turns WHERE id = ?", (turn,)).fetchone()
     if row is None:
@@ -399,11 +339,11 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
         if row["state"] == TurnState.ABORTED and not row["error"]:
             text = "stopped"
     text = shorter(" ".join(pretty.printable(text).split()), 300)
-    write_atomic(turn_dir / turndir.ENDED, text.encode() + b"\n", durable=False)
+    turndir.write_ended(turn_dir, text)
 
 
 # A launcher retries a lock-class startup failure this many times (see
-# turns.RETRY_BACKOFF); past that, or for any other end, nothing defers to it.
+# turn.wake.RETRY_BACKOFF); past that, or for any other end, nothing defers to it.
 MAX_RETRIES = 4
 # The output of an attempt worth retrying is a lock message, nothing more.
 RETRYABLE_OUTPUT_MAX = 4096
@@ -472,64 +412,6 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def spending(
-    turn_dir: Path,
-    adapter: Harness | None,
-    conversation: str | None,
-    *,
-    last: outcome_mod.Outcome | None = None,
-    cause: str | None = None,
-) -> tuple[str | None, list[dict[str, Any]]]:
-    """(the harness, the usage of each of the turn's runs) for
-    `ledger.record_usage`, read from their outputs as the flags are (`last`:
-    the final run's Outcome when judged already). A model the output does not
-    name (codex, opencode) is looked up in the CLI's own store."""
-    from spexsup import outcome
-
-    meta = turndir.meta(turn_dir)
-    harness = adapter.name if adapter is not None else str(meta.get("harness") or "") or None
-    parser = adapter.outcome if adapter is not None else meta.get("outcome")
-    parser = parser if isinstance(parser, str) else None
-    if parser is None:
-        # A harness that never reports usage (command, demo): nothing was
-        # expected, so nothing is unknown; no row, no `? · tokens unknown`.
-        return harness, []
-    runs = []
-    model: str | None = None
-    looked = False
-    for attempt, path, ended in run_outputs(turn_dir):
-        final = path.name == turndir.OUTPUT
-        found = last if final and last is not None else outcome.read(path, parser)
-        parts = []
-        spent = found.spent
-        for key, part in spent.parts.items():
-            name, priced = key
-            if name is None and harness in ("codex", "opencode"):
-                if not looked:
-                    from spexsup import convstore
-
-                    model, looked = convstore.model(harness, conversation), True
-                name = model
-            # A count that was no number of tokens leaves the part's unknown.
-            counts = None if key in spent.unknown else [int(n) for n in part[:4]]
-            parts.append((name, counts, part[4] if priced else None))
-        runs.append(
-            {
-                "attempt": attempt,
-                "cause": cause if final else ended,
-                "exact": spent.exact,
-                "parts": parts if spent.metered else [],
-                "bad": spent.bad,
-                "running": spent.running,
-                # The first run resumed what the wake resumed; a later one
-                # (after a usage-limit wait) always resumes the conversation.
-                "resumed": bool(meta.get("resumed")) or attempt > 1,
-                "conversation": conversation,
-            }
-        )
-    return harness, runs
-
-
 def record_verification(
     db: Any, session: str, turn: str, turn_dir: Path | None, checked: verify_mod.Result
 ) -> None:
@@ -573,6 +455,34 @@ def _launcher_alive(pid: int | None, token: str | None) -> bool:
     return pid is not None and identity_liveness(pid, token) is Liveness.ALIVE
 
 
+class By(enum.Enum):
+    """Who records a turn's end. Its wrapper's exit REPORTER, in the pane: it
+    may defer a failure to the live launcher that would retry it, records the
+    usage even after a stop recorded the end, and is the tests' fault point
+    before the next queued prompt (spexsup.faults). A READER (a launcher, a
+    waiter, reconcile) records what the markers and processes say."""
+
+    REPORTER = "reporter"
+    READER = "reader"
+
+
+class End(NamedTuple):
+    """What its recorder knows of a turn's end before it is judged: the rc
+    (None: the turn never reported one), or the end's state and error when
+    the recorder decided them; whether the turn provably launched (its
+    `launched` event is recorded first if no one has yet); the end's flags
+    when no rc is read (a lost turn that was `orphaned`; with an rc, the
+    output's); the wrapper's final marker, whose run time and lost output
+    the end keeps."""
+
+    rc: int | None
+    state: str | None = None
+    error: str | None = None
+    launched: bool = False
+    flags: Sequence[str] | None = None
+    final: marker.Marker | None = None
+
+
 def record_exit(
     store: Store,
     session: str,
@@ -580,32 +490,69 @@ def record_exit(
     rc: int | None,
     turn_dir: Path | None = None,
     *,
-    state: str | None = None,
     error: str | None = None,
     adapter: Harness | None = None,
-    reporter: bool = False,
-    launched: bool | None = None,
-    flags: Sequence[str] | None = None,
     final: marker.Marker | None = None,
 ) -> int:
-    """CAS the turn's end; RECORDED if this call recorded it, STALE if it was a no-op.
+    """CAS the end of a turn that exited with `rc`, as a reader read it (its
+    marker): RECORDED if this call recorded it, STALE if it was a no-op."""
+    # An rc means its wrapper ran: the turn launched.
+    end = End(rc, error=error, launched=rc is not None, final=final)
+    return _record(store, session, turn, turn_dir, end, By.READER, adapter)
 
-    From the wrapper's `reporter`, a failure of a turn still `starting` under
-    a live launcher that the launcher would retry (`worth_retrying`) is
-    DEFERRED to it; any other end is recorded here, so a suspended launcher
-    holds nothing hostage (readers take a deferred one over after
-    DEFER_BOUND, see turns.reconcile). `launched` says the turn
-    provably launched (default: it has an rc), so its `launched` event is
-    recorded first if no one has yet. `flags` are the end's when no rc is
-    read (a lost turn that was `orphaned`); with an rc, the output's.
-    `final`: the wrapper's final marker, whose run time and lost output the
-    end keeps.
-    """
+
+def record_reported_exit(
+    store: Store, session: str, turn: str, rc: int, turn_dir: Path, final: marker.Marker | None
+) -> int:
+    """The wrapper's exit reporter's CAS of the turn's end: RECORDED, STALE,
+    or DEFERRED when the turn is still `starting` under a live launcher that
+    would retry the failure (`worth_retrying`); any other end is recorded
+    here, so a suspended launcher holds nothing hostage (readers take a
+    deferred one over after DEFER_BOUND, see turn.reconcile)."""
+    end = End(rc, launched=True, final=final)
+    return _record(store, session, turn, turn_dir, end, By.REPORTER, None)
+
+
+def record_without_exit(
+    store: Store,
+    session: str,
+    turn: str,
+    turn_dir: Path | None,
+    *,
+    state: str,
+    error: str,
+    launched: bool = False,
+    flags: Sequence[str] | None = None,
+) -> int:
+    """CAS the end of a turn that never reported an rc (lost, interrupted by a
+    reboot, abandoned at startup) as `state` with `error`: RECORDED or STALE.
+    `launched`: the turn provably launched."""
+    end = End(None, state=state, error=error, launched=launched, flags=flags)
+    return _record(store, session, turn, turn_dir, end, By.READER, None)
+
+
+class _Judged(NamedTuple):
+    """An end as it will be recorded: the judgement (None: no rc to judge), its
+    state, error and flags, the conversation it leaves, the usage of its runs,
+    the stop it honors."""
+
+    found: Judgement | None
+    state: str
+    error: str | None
+    flags: Sequence[str] | None
+    conversation: str | None
+    spent: tuple[str | None, list[dict[str, Any]]] | None
+    stop_request: str | None
+
+
+def _judged(store: Store, turn_dir: Path | None, end: End, adapter: Harness | None) -> _Judged:
+    """Judge the end from the turn dir (before the transaction: it reads files)."""
+    rc, state, error = end.rc, end.state, end.error
     conversation = conversation_of(store, turn_dir, adapter) if turn_dir else None
     found = None
     stop_request = _stop_request(turn_dir)
     if stop_request is not None:
-        state, error = "aborted", stop_request
+        state, error = TurnState.ABORTED, stop_request
     if state is None and rc is not None and turn_dir is not None:
         found = judge(store.home, turn_dir, rc, adapter)
         state = found.state
@@ -613,11 +560,10 @@ def record_exit(
         if found.cause == Cause.CONVERSATION_GONE:
             conversation = None  # what it printed is no conversation to resume
     state = state or end_state(rc if rc is not None else 1)
-    lost = marker.lost_flag(final)
-    kept = list(found.flags) if found is not None else flags
+    lost = marker.lost_flag(end.final)
+    kept = list(found.flags) if found is not None else end.flags
     if lost is not None:
         kept = [*(kept or ()), lost]
-    ran = final.ran if final is not None else None
     if error is None and rc and turn_dir is not None:
         error = turndir.last_line(turn_dir)
     spent = None
@@ -628,37 +574,61 @@ def record_exit(
             turn_dir,
             adapter,
             conversation,
+            run_outputs(turn_dir),
             last=found.outcome if found is not None else None,
             cause=found.cause if found is not None else None,
         )
+    return _Judged(found, state, error, kept, conversation, spent, stop_request)
+
+
+def _defers(store: Store, row: Any, turn_dir: Path | None, rc: int | None) -> bool:
+    """Is this reported failure the live launcher's to retry? Only a turn
+    still `starting`, within its retries, whose attempt ran nothing."""
+    if not rc or turn_dir is None or row["state"] != TurnState.STARTING:
+        return False
+    if (row["attempts"] or 1) > MAX_RETRIES:
+        return False
+    if not worth_retrying(turn_dir, _adapter(store.home, _harness_name(turn_dir), None)):
+        return False
+    return _launcher_alive(row["launcher_pid"], row["launcher_token"])
+
+
+def _record(
+    store: Store,
+    session: str,
+    turn: str,
+    turn_dir: Path | None,
+    end: End,
+    by: By,
+    adapter: Harness | None,
+) -> int:
+    """CAS the turn's end; RECORDED if this call recorded it, STALE if it was a
+    no-op, DEFERRED (only `by` the reporter) if it was left to the launcher."""
+    judged = _judged(store, turn_dir, end, adapter)
+    found, spent, lost = judged.found, judged.spent, marker.lost_flag(end.final)
+    ran = end.final.ran if end.final is not None else None
     with store.tx() as db:
         row = ledger.current_turn(db, session, turn)
         if row is None or row["state"] not in ACTIVE:
-            if row is not None and conversation:
+            if row is not None and judged.conversation:
                 # An aborted turn's conversation still exists: keep its id.
-                ledger.set_conversation(db, session, conversation)
-            if reporter and spent is not None:
+                ledger.set_conversation(db, session, judged.conversation)
+            if by is By.REPORTER and spent is not None:
                 ledger.record_usage(db, session, turn, harness=spent[0], runs=spent[1])
-            if final is not None:  # a stop recorded the end: the run is the wrapper's to say
+            if end.final is not None:  # a stop recorded the end: the run is the wrapper's to say
                 ledger.record_run(db, turn, ran, lost)
             return STALE
         if (
-            reporter
-            and stop_request is None
-            and (rc != 0 or state != TurnState.COMPLETE)
-            and row["state"] == TurnState.STARTING
-            and rc
-            and (row["attempts"] or 1) <= MAX_RETRIES
-            and turn_dir is not None
-            and worth_retrying(turn_dir, _adapter(store.home, _harness_name(turn_dir), adapter))
-            and _launcher_alive(row["launcher_pid"], row["launcher_token"])
+            by is By.REPORTER
+            and judged.stop_request is None
+            and _defers(store, row, turn_dir, end.rc)
         ):
             return DEFERRED
         extra: dict[str, Any] = {}
         if found is not None:
             # `reason` repeats the event's `cause` for the hooks and scripts
             # that read it before 2026-12 (one release).
-            extra = {"flags": kept, "reason": found.cause}
+            extra = {"flags": judged.flags, "reason": found.cause}
             if found.verification is not None:
                 extra["verify_rc"] = found.verification.rc
             if found.survivors:
@@ -669,17 +639,16 @@ def record_exit(
             db,
             session,
             turn,
-            state,
-            rc=rc,
-            error=error,
-            flags=kept,
+            judged.state,
+            rc=end.rc,
+            error=judged.error,
+            flags=judged.flags,
             cause=found.cause if found is not None else None,
             limit_reset=found.limit_reset if found is not None else None,
             survivors=found.survivors if found is not None else (),
-            # An rc means its wrapper ran: the turn launched.
-            launched=bool(launched or (launched is None and rc is not None)),
-            conversation=conversation,
-            stopped=stop_request is not None,
+            launched=end.launched,
+            conversation=judged.conversation,
+            stopped=judged.stop_request is not None,
             event=extra,
             ran=ran,
         )
@@ -691,8 +660,8 @@ def record_exit(
             ledger.record_usage(db, session, turn, harness=spent[0], runs=spent[1])
     # Whoever records an end starts the session's next queued prompt (see
     # turn.queue), in a detached process: the pane's hand-back never waits.
-    if reporter and os.environ.get("SPEXSUP_FAULT") == "reporter-dies-before-dequeue":
-        os._exit(9)  # the tests' fault point: the next reader launches it
+    if by is By.REPORTER:
+        faults.at(faults.Fault.REPORTER_DIES_BEFORE_DEQUEUE)  # the next reader launches it
     # Any session's: a prompt queued `--after` this turn may go now.
     dequeuer.start_waiting(store.db, store.home)
     return RECORDED

@@ -7,7 +7,6 @@ cwd is in a git work tree, which is what `spex diff` compares against.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,6 @@ def record_start(cwd: str, directory: Path) -> None:
     """Best effort, before a turn launches: write `git-start` in its turn dir
     (JSON: toplevel, head, snapshot) when `cwd` is in a git work tree. A
     failure is recorded in the file, never raised: the turn goes ahead."""
-    from spexsup.paths import write_atomic
-
     try:
         top = git(cwd, "rev-parse", "--show-toplevel", check=False).strip()
     except Failed:
@@ -33,7 +30,7 @@ def record_start(cwd: str, directory: Path) -> None:
         doc["head"], doc["snapshot"] = snapshot(top, f"spex: start of turn {directory.name}")
     except (Failed, OSError) as e:
         doc["error"] = str(e)
-    write_atomic(directory / turndir.GIT_START, json.dumps(doc).encode(), durable=False)
+    turndir.write_git_start(directory, doc)
 
 
 if __name__ == "__main__":

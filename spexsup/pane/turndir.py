@@ -15,8 +15,17 @@ unless said otherwise:
     net/  netgate.log   a sandboxed turn's (spexsup.sandbox, spexsup.pane.netgate)
     stop-requested   a stop that could not take the write lock (spexsup.turn.stop)
     verify  verify-deadline  verify.log  verify-rc  verify-started  verify-timed-out
+    attempt-N.output.log  an attempt a fallback kept (spexsup.pane.fallback)
     stagger      a staggered launch (spexsup.turn.wake), whose wrapper then writes
     started      when the harness started (microseconds since the epoch)
+
+Every Python writer of these files is a function here (`write_plan`,
+`request_stop`, `write_ended`…), called by the module whose step it is;
+tests/test_turndir_owner.py fails on a write elsewhere. Outside Python: the
+wrapper (shell/turn.sh) and the network gate (spexsup.pane.netgate, which
+must not import pathlib or json: `denied-net`, `net/`, `sandbox-breach`).
+A turn's budget (`budget`, `over-budget`) is spexsup.pane.budget's: the
+renderer that trips it is what this module's readers load.
 
 Imports only the standard library at import time: the exit reporter loads it.
 """
@@ -25,10 +34,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
     from spexsup.procs import Liveness
+    from spexsup.sandbox import Plan
 
 TURNS = "turns"
 
@@ -156,8 +168,165 @@ def first_line(file: Path, size: int = 4096) -> str | None:
     return None
 
 
+def survivors(directory: Path) -> list[int]:
+    """The pids in the deadline's `survivors` file (none when it is absent or garbled)."""
+    try:
+        words = (directory / SURVIVORS).read_text().split()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [int(w) for w in words if w.isdigit()][:64]
+
+
 def wrapper_liveness(pid: int, directory: Path) -> Liveness:
     """Is the wrapper of this turn dir alive as `pid`? (reuse-proof: its argv names the dir)."""
     from spexsup.procs import command_line_liveness
 
     return command_line_liveness(pid, str(directory))
+
+
+# The writers. Files that die with their turn are not fsync'd (`durable=False`):
+# after a crash the turn is lost anyway.
+
+
+def _write(directory: Path, name: str, data: bytes, *, durable: bool = False) -> None:
+    from spexsup.paths import write_atomic
+
+    write_atomic(directory / name, data, durable=durable)
+
+
+def words(items: Iterable[bytes]) -> bytes:
+    """`argv`'s (and `env`'s, `reporter`'s, `sandbox`'s…) encoding: each word NUL-terminated."""
+    return b"".join(w + b"\0" for w in items)
+
+
+class Invocation(NamedTuple):
+    """What the wrapper runs: the harness's argv, the prompt's exact bytes,
+    and whether they go on the harness's stdin."""
+
+    argv: Sequence[bytes]
+    prompt: bytes
+    on_stdin: bool
+
+
+def write_launch(
+    directory: Path, run: Invocation, *, env: Mapping[str, str], reporter: Sequence[str]
+) -> None:
+    """What every wrapper reads: the exact prompt bytes, the harness's argv,
+    the session's env, the reporter's argv and, when the prompt goes on the
+    harness's stdin, `stdin`. Written before the wrapper starts."""
+    files = {
+        PROMPT: run.prompt,
+        ARGV: words(run.argv),
+        ENV: words(f"{k}={v}".encode() for k, v in env.items()),
+    }
+    if run.on_stdin:
+        files[STDIN] = b""
+    files[REPORTER] = words(w.encode() for w in reporter)
+    write_plan(directory, files)
+
+
+def write_plan(directory: Path, files: Mapping[str, bytes]) -> None:
+    """The launcher's other files (meta.json, deadline, verify, fallback…:
+    the names above), each atomically, before the wrapper starts."""
+    for name, data in files.items():
+        _write(directory, name, data)
+
+
+def write_sandbox(directory: Path, engine: Sequence[str], plan: Plan) -> None:
+    """A sandboxed turn's `sandbox` (the engine's argv), `sandbox-probe` (the
+    probe's two paths) and, when its network is gated, `sandbox-gate` (the
+    allowed hosts). Before the wrapper starts."""
+    from spexsup.sandbox import Network
+
+    files = {
+        SANDBOX: words(w.encode() for w in engine),
+        SANDBOX_PROBE: f"{plan.probe_write}\n{plan.probe_read}\n".encode(),
+    }
+    if plan.policy.network is Network.ALLOW:
+        files[SANDBOX_GATE] = "".join(h + "\n" for h in plan.hosts).encode()
+    write_plan(directory, files)
+
+
+def write_probe(directory: Path, engine: Sequence[str], plan: Plan) -> None:
+    """A directory shaped as a sandboxed turn's for `spex doctor`'s probe: the
+    sandbox's files and a stand-in `outcome`, which the probe must fail to read."""
+    _write(directory, OUTCOME, b"the state home, which no sandbox may read\n")
+    write_sandbox(directory, engine, plan)
+
+
+def mark_git_start_todo(directory: Path) -> None:
+    """`git-start.todo`: the wrapper records the work tree's state before the harness starts."""
+    _write(directory, GIT_START_TODO, b"")
+
+
+def write_git_start(directory: Path, doc: Mapping[str, Any]) -> None:
+    """`git-start` (JSON: toplevel, head, snapshot, error), by spexsup.pane.snapshot."""
+    _write(directory, GIT_START, json.dumps(doc).encode())
+
+
+def write_stagger(directory: Path, spacing: float) -> None:
+    """`stagger`: the spacing a staggered launch waits for (spexsup.turn.wake); fsync'd."""
+    _write(directory, STAGGER, f"{spacing:g}\n".encode(), durable=True)
+
+
+def request_stop(directory: Path, by: str) -> None:
+    """`stop-requested` (who stopped it), for whoever records the end; fsync'd."""
+    _write(directory, STOP_REQUEST, by.encode() + b"\n", durable=True)
+
+
+def write_ended(directory: Path, text: str) -> None:
+    """`ended`: how the turn ended, one line, for the pane (the reporter)."""
+    _write(directory, ENDED, text.encode() + b"\n")
+
+
+def write_survivors(directory: Path, pids: Iterable[int]) -> None:
+    """`survivors`: what outlived SIGKILL at the deadline (spexsup.pane.deadline); fsync'd."""
+    _write(directory, SURVIVORS, " ".join(map(str, pids)).encode() + b"\n", durable=True)
+
+
+def mark_verify_started(directory: Path, at: float) -> None:
+    """`verify-started`: when the turn's check started (spexsup.pane.verify)."""
+    _write(directory, VERIFY_STARTED, f"{at:.6f}\n".encode())
+
+
+def append_verify_log(directory: Path) -> BinaryIO:
+    """`verify.log` opened for appending, unbuffered: a later check's output
+    (`spex verify`) follows the wrapper's. Raises OSError."""
+    return (directory / VERIFY_LOG).open("ab", buffering=0)
+
+
+def rewrite_argv(directory: Path, argv: Sequence[bytes], *, on_stdin: bool) -> None:
+    """The harness's next run, in the pane (after a usage limit's wait, on a
+    fallback model): its `argv`, and `stdin` there exactly when its prompt
+    goes on stdin."""
+    _write(directory, ARGV, words(argv))
+    if on_stdin:
+        _write(directory, STDIN, b"")
+    else:
+        (directory / STDIN).unlink(missing_ok=True)
+
+
+def kept_output(attempt: int) -> str:
+    """The name an attempt's output keeps when a fallback runs the next one."""
+    return f"attempt-{attempt}.{OUTPUT}"
+
+
+def keep_output(directory: Path, attempt: int) -> None:
+    """Move `output.log` aside as attempt `attempt`'s (`kept_output`), for the
+    next attempt's to start empty."""
+    (directory / OUTPUT).replace(directory / kept_output(attempt))
+
+
+def write_fallback(directory: Path, models: Sequence[str], attempts: Sequence[Any]) -> None:
+    """`fallback`: the models left to fall back to, and the attempts so far
+    (their kept output and cause, for the reporter's usage rows)."""
+    _write(
+        directory,
+        FALLBACK,
+        json.dumps({"models": list(models), "attempts": list(attempts)}).encode(),
+    )
+
+
+def write_meta(directory: Path, data: Mapping[str, Any]) -> None:
+    """`meta.json` rewritten (a fallback's model and the conversation it resumes)."""
+    _write(directory, META, json.dumps(data).encode())

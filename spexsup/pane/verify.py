@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from spexsup.pane import turndir
-from spexsup.pane.check import STARTED, command, grace, header
+from spexsup.pane.check import command, grace, header
 from spexsup.states import ACTIVE, COMPLETE
 
 RUN = 0
@@ -32,7 +32,6 @@ NO = 1
 def start(turn_dir: Path) -> int:
     from spexsup import events, ledger
     from spexsup.pane import report
-    from spexsup.paths import write_atomic
     from spexsup.store import Store
 
     argv = command(turn_dir)
@@ -42,7 +41,7 @@ def start(turn_dir: Path) -> int:
     if report.judge(home, turn_dir, 0, verify=False).state != COMPLETE:
         return NO  # it failed on its own: that end stands, unchecked
     now = time.time()
-    write_atomic(turn_dir / STARTED, f"{now:.6f}\n".encode(), durable=False)
+    turndir.mark_verify_started(turn_dir, now)
     print(header(argv), flush=True)
     try:
         store = Store(home, (events,))  # its event is recorded; no hook runs in the pane

@@ -30,7 +30,6 @@ from spexsup.pane import budget, turndir
 from spexsup.paths import (
     ensure_private_dir,
     own_python,
-    write_atomic,
 )
 from spexsup.procs import (
     boot_id,
@@ -231,33 +230,7 @@ def admit(
             mark = keys.fingerprint(prompt, fresh, tuple(limits or Limits()))
             keys.claim(db, key, name, mark, turn=turn)
         session = Session.from_row(row)
-        if session.state == states.SessionState.STOPPED:
-            raise SessionStopped(name)
-        if session.state == states.SessionState.REMOVING:
-            raise Refused(f"session {name!r} is being removed")
-        if session.state == states.SessionState.CREATING:
-            raise Refused(
-                f"session {name!r} is still being created",
-                hint=f"wait for spex new; if it was killed, spex rm {name}",
-            )
-        if session.worktree is not None and session.worktree.missing:
-            # Never run elsewhere: tmux would start the turn in $HOME.
-            raise Refused(
-                f"{name}: its worktree {session.worktree.path} was removed behind spex",
-                hint=f"spex rm {name} (its branch {session.worktree.branch} is checked first)",
-            )
-        if session.state == states.SessionState.RUNNING:
-            busy = db.execute(
-                "SELECT flags, survivors FROM turns WHERE id = ?", (session.current_turn,)
-            ).fetchone()
-            # An agent running on without its pane is named: only a stop ends it.
-            raise SessionBusy(name, session.current_turn, orphan_pids(busy) if busy else ())
-        if not Path(session.cwd).is_dir():
-            # tmux would silently start the turn somewhere else.
-            raise Failed(
-                f"{name}: working directory {session.cwd} no longer exists",
-                hint=f"restore it, or spex rm {name} and create the session again",
-            )
+        _refuse_unready(db, session)
         adapter = session.adapter(spex.home)
         resume_id = None if fresh else session.harness_session_id
         # A harness that lets us choose a new conversation's id gets one now,
@@ -270,16 +243,7 @@ def admit(
             assigned = str(uuid.uuid4())
         limits = limits or Limits()
         model, fallback = models(limits, session, adapter)
-        if limits.budget is not None and adapter.outcome is None:
-            raise Invalid(
-                f"harness {adapter.name} prints no usage: a turn budget cannot be kept",
-                hint="--budget needs structured output (claude, codex, opencode, pi)",
-            )
-        if fallback and not adapter.takes_model():
-            raise Invalid(
-                f"harness {adapter.name} has no way to pass a model, so none to fall back to",
-                hint="give the harness model_flag or {model} in harnesses.toml",
-            )
+        _refuse_unkeepable(adapter, limits, fallback)
         argv, on_stdin = adapter.argv(prompt, resume_id, assigned, model)
         check, check_timeout = verification(spex.home, limits, session, adapter)
         # The first attempt's launch fence (see `claim_fence`), claimed here
@@ -333,13 +297,57 @@ def admit(
         sandbox_plan(spex, session, adapter, policy, directory, others),
     )
     resumed = resume_id if resume_id and adapter.resume else None
-    _prepare(spex, session, turn, directory, prompt, argv, on_stdin, adapter, ending, resumed)
-    if _in_git_tree(Path(session.cwd)):
-        # The wrapper records the work tree's state (`git-start`, for spex
-        # diff) before the harness starts: a dozen git calls are not worth
-        # holding the verdict for.
-        write_atomic(directory / turndir.GIT_START_TODO, b"", durable=False)
+    run = turndir.Invocation(argv, prompt, on_stdin)
+    _prepare(spex, session, turn, directory, run, adapter, ending, resumed)
     return session, turn, directory, adapter
+
+
+def _refuse_unready(db: sqlite3.Connection, session: Session) -> None:
+    """Refuse a session that cannot take a turn now: stopped, being removed
+    or created, its worktree or cwd gone, or running one."""
+    name = session.name
+    if session.state == states.SessionState.STOPPED:
+        raise SessionStopped(name)
+    if session.state == states.SessionState.REMOVING:
+        raise Refused(f"session {name!r} is being removed")
+    if session.state == states.SessionState.CREATING:
+        raise Refused(
+            f"session {name!r} is still being created",
+            hint=f"wait for spex new; if it was killed, spex rm {name}",
+        )
+    if session.worktree is not None and session.worktree.missing:
+        # Never run elsewhere: tmux would start the turn in $HOME.
+        raise Refused(
+            f"{name}: its worktree {session.worktree.path} was removed behind spex",
+            hint=f"spex rm {name} (its branch {session.worktree.branch} is checked first)",
+        )
+    if session.state == states.SessionState.RUNNING:
+        busy = db.execute(
+            "SELECT flags, survivors FROM turns WHERE id = ?", (session.current_turn,)
+        ).fetchone()
+        # An agent running on without its pane is named: only a stop ends it.
+        raise SessionBusy(name, session.current_turn, orphan_pids(busy) if busy else ())
+    if not Path(session.cwd).is_dir():
+        # tmux would silently start the turn somewhere else.
+        raise Failed(
+            f"{name}: working directory {session.cwd} no longer exists",
+            hint=f"restore it, or spex rm {name} and create the session again",
+        )
+
+
+def _refuse_unkeepable(adapter: Harness, limits: Limits, fallback: Sequence[str]) -> None:
+    """Refuse limits the harness cannot keep: a budget it prints no usage
+    for, a model fallback it has no way to pass a model to."""
+    if limits.budget is not None and adapter.outcome is None:
+        raise Invalid(
+            f"harness {adapter.name} prints no usage: a turn budget cannot be kept",
+            hint="--budget needs structured output (claude, codex, opencode, pi)",
+        )
+    if fallback and not adapter.takes_model():
+        raise Invalid(
+            f"harness {adapter.name} has no way to pass a model, so none to fall back to",
+            hint="give the harness model_flag or {model} in harnesses.toml",
+        )
 
 
 def sandbox_policy(
@@ -480,9 +488,7 @@ def _prepare(
     session: Session,
     turn: str,
     directory: Path,
-    prompt: bytes,
-    argv: list[bytes],
-    on_stdin: bool,
+    run: turndir.Invocation,
     adapter: Harness,
     ending: Ending,
     resumed: str | None = None,
@@ -490,13 +496,6 @@ def _prepare(
     """The turn dir: exact prompt bytes, NUL-separated argv/env/reporter, metadata
     (with the conversation id it resumes), and `deadline` (`SECONDS GRACE`) for
     the wrapper's watchdog."""
-    files = {
-        turndir.PROMPT: prompt,
-        turndir.ARGV: b"\0".join(argv) + b"\0",
-        turndir.ENV: b"".join(f"{k}={v}".encode() + b"\0" for k, v in session.env.items()),
-    }
-    if on_stdin:
-        files[turndir.STDIN] = b""
     # Never the session's cwd or PYTHONPATH on sys.path (see own_python); the
     # wrapper runs spex's other helpers with the same interpreter and flags.
     reporter = [
@@ -508,7 +507,7 @@ def _prepare(
         session.name,
         turn,
     ]
-    files[turndir.REPORTER] = "\0".join(reporter).encode() + b"\0"
+    turndir.write_launch(directory, run, env=session.env, reporter=reporter)
     # The harness is named, not its id pattern: fixing harnesses.toml fixes
     # every later read of this turn.
     meta = {
@@ -526,7 +525,7 @@ def _prepare(
         "verify_timeout": ending.verify_timeout if ending.verify else None,
         "sandbox": ending.sandbox.as_json() if ending.sandbox is not None else None,
     }
-    files[turndir.META] = json.dumps(meta).encode()
+    files = {turndir.META: json.dumps(meta).encode()}
     if adapter.outcome:
         # A CLI of JSON events: the pane shows their rendering (spexsup.pane.pretty).
         files[turndir.RENDER] = f"{adapter.outcome}\n".encode()
@@ -540,19 +539,19 @@ def _prepare(
         prices = {m: list(p) for m, p in config.load(spex.home).pricing.items()}
         files[budget.FILE] = json.dumps({"amount": ending.budget, "pricing": prices}).encode()
     if ending.verify:
-        files[turndir.VERIFY] = b"".join(w.encode() + b"\0" for w in ending.verify)
+        files[turndir.VERIFY] = turndir.words(w.encode() for w in ending.verify)
         files[turndir.VERIFY_DEADLINE] = f"{ending.verify_timeout:g} {ending.grace:g}\n".encode()
     if ending.fallback:
         files[turndir.FALLBACK] = json.dumps({"models": list(ending.fallback)}).encode()
     if ending.limit_wait is not None:
         files[turndir.ON_LIMIT] = f"{ending.limit_wait:g} {ending.limit_margin:g}\n".encode()
+    turndir.write_plan(directory, files)
     if ending.sandbox is not None:
         plan = ending.sandbox
         engine = sandboxes.bwrap_argv(plan, sandboxes.engine() or sandboxes.ENGINE)
-        files[turndir.SANDBOX] = b"".join(w.encode() + b"\0" for w in engine)
-        files[turndir.SANDBOX_PROBE] = f"{plan.probe_write}\n{plan.probe_read}\n".encode()
-        if plan.policy.network is sandboxes.Network.ALLOW:
-            files[turndir.SANDBOX_GATE] = "".join(h + "\n" for h in plan.hosts).encode()
-    # Not fsync'd: after a crash the turn is lost anyway, and these die with it.
-    for name, data in files.items():
-        write_atomic(directory / name, data, durable=False)
+        turndir.write_sandbox(directory, engine, plan)
+    if _in_git_tree(Path(session.cwd)):
+        # The wrapper records the work tree's state (`git-start`, for spex
+        # diff) before the harness starts: a dozen git calls are not worth
+        # holding the verdict for.
+        turndir.mark_git_start_todo(directory)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from spexsup import events, ledger, states
+from spexsup import events, faults, ledger, states
 from spexsup.errors import Failed, Refused, TurnStopped
 from spexsup.home import Launch, foreground, pane_activity
 from spexsup.pane import marker, turndir
@@ -90,8 +90,7 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
     def attempt() -> Launch:
         return spex.tmux.launch(name, owner, fence, turn, session.cwd, env, argv, force=force)
 
-    if os.environ.get("SPEXSUP_FAULT") == "pause-before-launch":
-        time.sleep(2)  # the tests' fault point: admitted, not launched, no tmux call in flight
+    faults.at(faults.Fault.PAUSE_BEFORE_LAUNCH)
     _await_reporter(spex, name, session.current_turn)
     result = attempt()
     if result.outcome == "missing" or (result.outcome == "foreign" and not result.holder):
@@ -115,8 +114,7 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
         )
     if result.outcome != "launched" or result.pane_pid is None:
         raise Failed(f"the tmux pane of {name!r} vanished while starting the turn")
-    if os.environ.get("SPEXSUP_FAULT") == "pause-after-launch":
-        time.sleep(2)  # the tests' fault point: a launcher starved right here
+    faults.at(faults.Fault.PAUSE_AFTER_LAUNCH)
     # A pane recreated above died with any fence a stop put on the old one:
     # re-read the store, and undo our own launch if a stop aborted the turn
     # meanwhile. A turn that already ended on its own (its reporter recorded

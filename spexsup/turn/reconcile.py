@@ -87,11 +87,10 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
             # Nothing of an earlier boot runs now; pids and start tokens of
             # then mean nothing. The conversation is kept for `up --revive`.
             directory = turndir.path(spex.home, name, turn)
-            report.record_exit(
+            report.record_without_exit(
                 spex.store,
                 name,
                 turn,
-                None,
                 directory,
                 state=states.TurnState.INTERRUPTED,
                 error="machine rebooted",
@@ -197,11 +196,10 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
             ran_on = orphan_pids(row)
             if ran_on:
                 why += f"; its agent ran on without it (pid {_pids(ran_on)}) until it ended"
-            report.record_exit(
+            report.record_without_exit(
                 spex.store,
                 name,
                 turn,
-                None,
                 directory,
                 state=states.TurnState.LOST,
                 error=why,
@@ -210,13 +208,13 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
             )
     elif m.stage is Stage.INVALID:
         why = f"the turn's record is unreadable ({m.text!r})"
-        report.record_exit(
-            spex.store, name, turn, None, directory, state=states.TurnState.LOST, error=why
+        report.record_without_exit(
+            spex.store, name, turn, directory, state=states.TurnState.LOST, error=why
         )
     elif _unlaunched(spex, row, directory) is Liveness.DEAD:
         why = "the spex wake that started it died before the turn confirmed its start"
-        report.record_exit(
-            spex.store, name, turn, None, directory, state=states.TurnState.LOST, error=why
+        report.record_without_exit(
+            spex.store, name, turn, directory, state=states.TurnState.LOST, error=why
         )
 
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup import ids, ledger, states
+from spexsup import faults, ids, ledger, states
 from spexsup import schedule as engines
 from spexsup.errors import Invalid, Refused, SessionBusy, SpexError
 from spexsup.paths import ensure_private_dir, write_atomic
@@ -47,7 +47,7 @@ NOT_KEPT = frozenset(
         "SPEXSUP_TURN_DIR",
         "SPEXSUP_PROMPT_FILE",
         "SPEXSUP_STEP",
-        "SPEXSUP_FAULT",
+        faults.ENV,
         "SPEXSUP_MAINTENANCE_BROKER_FDS",
     }
 )

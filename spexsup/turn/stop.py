@@ -15,7 +15,6 @@ from spexsup import dequeuer, lease, ledger, states, wavedoc
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Stage
-from spexsup.paths import write_atomic
 from spexsup.procs import Liveness, turn_processes
 from spexsup.sessions import Session
 from spexsup.spex import Spex
@@ -129,7 +128,7 @@ def _stop_under_lock(spex: Spex, name: str, grace: float, bearer: int | None) ->
         state = db.execute("SELECT state FROM turns WHERE id = ?", (turn,)).fetchone()
         directory = turndir.path(spex.home, name, turn)
         if state is not None and state["state"] in states.ACTIVE and directory.is_dir():
-            write_atomic(directory / turndir.STOP_REQUEST, STOPPED_BY.encode() + b"\n")
+            turndir.request_stop(directory, STOPPED_BY)
         _kill(spex, session, turn, grace)
     try:
         with spex.store.tx() as tx:

@@ -20,7 +20,6 @@ from spexsup.harness import Harness
 from spexsup.home import TmuxTimeout
 from spexsup.pane import marker, report, turndir
 from spexsup.pane.marker import Stage
-from spexsup.paths import write_atomic
 from spexsup.sessions import Session, get, validate_window
 from spexsup.spex import Spex
 from spexsup.tickets import ticket
@@ -280,7 +279,7 @@ def _await_slot(
     wait is launch's fence's to refuse.
     """
     directory = turndir.path(spex.home, name, turn)
-    write_atomic(directory / turndir.STAGGER, f"{spacing:g}\n".encode())
+    turndir.write_stagger(directory, spacing)
     slot = stagger.reserve(spex.home, harness, spacing, f"{name}/{turn}")
     before = None
     if slot.before is not None and slot.before_at is not None:
@@ -452,14 +451,7 @@ def _settle(
 
 def _abandon(spex: Spex, session: Session, turn: str, directory: Path, error: str) -> None:
     """End a turn whose startup failed without an exit: record first, then kill."""
-    report.record_exit(
-        spex.store,
-        session.name,
-        turn,
-        None,
-        directory,
-        state=states.FAILED,
-        error=error,
-        launched=True,
+    report.record_without_exit(
+        spex.store, session.name, turn, directory, state=states.FAILED, error=error, launched=True
     )
     kill_turn(spex, session, turn, grace=0.5)
