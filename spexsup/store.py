@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from spexsup.errors import Failed
+from spexsup.group import held, named_lock
 from spexsup.paths import ensure_private_dir
 
 BUSY_TIMEOUT_MS = 30_000
@@ -540,6 +541,7 @@ class Store:
         self.home = ensure_private_dir(home)
         self.path = home / "state.db"
         self.listeners = tuple(listeners)
+        self.writer = named_lock(os.path.realpath(self.path))
         # One stat, before SQLite opens the file: on an empty database it
         # deletes the -wal file beside it, which may hold the lost state.
         empty = _empty(self.path)
@@ -644,24 +646,28 @@ class Store:
         """An immediate (write-locked) transaction: commit on success, else roll back.
 
         Waits up to `wait` seconds (default BUSY_TIMEOUT_MS) for the write
-        lock, then raises StateLocked naming its holder. The listeners'
-        `before_commit` runs inside it, before the COMMIT, and their
-        `after_commit` after it; a rollback calls their `discard`.
+        lock (this process's `writer`, then SQLite's: threads of one process,
+        a wave's legs, take turns as the last commits, where SQLite's busy
+        handler sleeps up to 100 ms between tries), then raises StateLocked
+        naming its holder. The listeners' `before_commit` runs inside it,
+        before the COMMIT, `after_commit` after it; a rollback calls `discard`.
         """
-        self._begin(wait)
-        try:
-            yield self.db
-            for listener in self.listeners:
-                listener.before_commit(self)
-        except BaseException:
-            self._discard()
-            self.db.execute("ROLLBACK")
-            raise
-        try:
-            self.db.execute("COMMIT")
-        except BaseException:
-            self._discard()
-            raise
+        waited = BUSY_TIMEOUT_MS / 1000 if wait is None else wait
+        with held(self.writer, waited, lambda: StateLocked(locked_message(self.path, waited))):
+            self._begin(wait)
+            try:
+                yield self.db
+                for listener in self.listeners:
+                    listener.before_commit(self)
+            except BaseException:
+                self._discard()
+                self.db.execute("ROLLBACK")
+                raise
+            try:
+                self.db.execute("COMMIT")
+            except BaseException:
+                self._discard()
+                raise
         for listener in self.listeners:
             listener.after_commit(self)
 

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "durations",
             "prompt",
             "mainwait",
+            "group",
             "statusline",
             "usage",
         ),
