@@ -612,6 +612,27 @@ def _run_together(tmux: TmuxHome, calls: Sequence[Sequence[str]]) -> list[Ran]:
     the call's rc and stderr, as alone it would have."""
     if len(calls) == 1:
         return [tmux._run(*calls[0])]
+    # tmux refuses a client's command over 16 KiB (`command too long`).
+    ran: list[Ran] = []
+    chunk: list[Sequence[str]] = []
+    size = 0
+    for call in calls:
+        length = sum(len(os.fsencode(a)) + 1 for a in call) + 64
+        if chunk and size + length > BATCH_BYTES:
+            ran += _run_chunk(tmux, chunk)
+            chunk, size = [], 0
+        chunk.append(call)
+        size += length
+    return ran + _run_chunk(tmux, chunk)
+
+
+# What one tmux client call may carry, below tmux's own limit (16 KiB).
+BATCH_BYTES = 12_000
+
+
+def _run_chunk(tmux: TmuxHome, calls: Sequence[Sequence[str]]) -> list[Ran]:
+    if len(calls) == 1:
+        return [tmux._run(*calls[0])]
     argv: list[str] = []
     for i, call in enumerate(calls):
         argv += ["display-message", "-p", f"{_BATCH_MARK}{i}", ";", *call, ";"]

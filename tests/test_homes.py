@@ -619,7 +619,8 @@ def test_launches_made_together_each_get_their_own_answer(
 ) -> None:
     """A wave's legs launching at once share one tmux call (`home._run_together`):
     each if-shell still tests and launches its own pane alone, and each leg
-    reads its own answer, refusals included, in whatever order they came."""
+    reads its own answer, refusals included, in whatever order they came;
+    calls too long for one client (tmux's 16 KiB) go in several."""
     from spexsup.home import TmuxHome, _run_together, launch_call, launch_result
 
     for name in ("a", "b", "c", "d"):
@@ -637,8 +638,9 @@ def test_launches_made_together_each_get_their_own_answer(
     tmux = TmuxHome(socket_name=env.socket)
     argv = ["bash", "-c", "exec sleep 300"]
     names = ["a", "b", "zz", "d", "c"]
+    pad = {"PAD": "x" * 5000}  # 25 KB in all
     calls = [
-        launch_call(n, owners.get(n, owners["a"]), 1000, f"turn-{n}", str(env.root), {}, argv)
+        launch_call(n, owners.get(n, owners["a"]), 1000, f"turn-{n}", str(env.root), pad, argv)
         for n in names
     ]
     results = _run_together(tmux, calls)
