@@ -601,6 +601,7 @@ def record_exit(
     `final`: the wrapper's final marker, whose run time and lost output the
     end keeps.
     """
+    early = dequeuer.start_early(store.db, store.home, session, turn) if reporter else None
     conversation = conversation_of(store, turn_dir, adapter) if turn_dir else None
     found = None
     stop_request = _stop_request(turn_dir)
@@ -694,5 +695,5 @@ def record_exit(
     if reporter and os.environ.get("SPEXSUP_FAULT") == "reporter-dies-before-dequeue":
         os._exit(9)  # the tests' fault point: the next reader launches it
     # Any session's: a prompt queued `--after` this turn may go now.
-    dequeuer.start_waiting(store.db, store.home)
+    dequeuer.start_waiting(store.db, store.home, early)
     return RECORDED
