@@ -59,7 +59,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "sandbox",
         ),
     ),
-    ("every state change, with its event", ("store", "events", "ledger", "lease")),
+    ("every state change, with its event", ("store", "storelock", "events", "ledger", "lease")),
     ("inside the pane", ("pane",)),
     ("what follows a commit", ("hooks", "retention")),
     ("the handle", ("spex",)),
