@@ -94,12 +94,42 @@ def _home_room(db: sqlite3.Connection, home: Path | None) -> int | None:
     return int(limit - running)
 
 
-def start_waiting(db: sqlite3.Connection, home: Path) -> None:
+def start_waiting(
+    db: sqlite3.Connection, home: Path, early: subprocess.Popen[bytes] | None = None
+) -> None:
     """After a turn's end is recorded (or a session left the home): a
     launcher for each prompt that may go now, its own session's or one
-    that waited for a running limit or for that turn (`--after`)."""
+    that waited for a running limit or for that turn (`--after`). `early`:
+    the launcher `start_early` started for one of them, still waiting for
+    that end: that session gets no second one."""
+    skip = None
+    if early is not None and early.poll() is None and isinstance(early.args, list):
+        skip = early.args[-1]
     for name in waiting(db, home=home):
-        start(home, name)
+        if name != skip:
+            start(home, name)
+
+
+# The variable that tells `spex internal dequeue` which turn's end to wait for.
+AFTER_ENV = "SPEXSUP_DEQUEUE_AFTER"
+
+
+def start_early(
+    db: sqlite3.Connection, home: Path, name: str, turn: str
+) -> subprocess.Popen[bytes] | None:
+    """The exit reporter, before it records `turn`'s end: if `name` has a
+    prompt queued, its launcher now, told to wait (woken by the store's
+    commits) for that end, so that its start (a Python of its own, ~100 ms
+    and more under load) overlaps the reporter's work instead of following
+    it. Whoever records the end still starts launchers as before, except
+    this one's session while it waits (`start_waiting`'s `early`)."""
+    from spexsup import faults
+
+    if faults.named(faults.Fault.REPORTER_DIES_BEFORE_DEQUEUE):
+        return None  # a reporter that will die before it starts a launcher
+    if db.execute("SELECT 1 FROM queue WHERE session = ? LIMIT 1", (name,)).fetchone() is None:
+        return None
+    return start(home, name, after=turn)
 
 
 # (home, session) this process has started a dequeuer for, or dequeues itself.
@@ -113,9 +143,10 @@ def start_once(home: Path, name: str) -> None:
         start(home, name)
 
 
-def start(home: Path, name: str) -> None:
+def start(home: Path, name: str, *, after: str | None = None) -> subprocess.Popen[bytes] | None:
     """`spex internal dequeue NAME`, detached (its own session, no stdio), with
-    no turn's environment; never raises (the next reader tries again)."""
+    no turn's environment (`after`: the turn whose end it waits for first,
+    see `start_early`); never raises (the next reader tries again)."""
     # Not the pane's TMUX/TMUX_PANE (it is no client of that pane), but the
     # user's TMUX_TMPDIR: without it `-L NAME` names a socket in the default
     # directory, and the launcher made a second server there.
@@ -130,8 +161,11 @@ def start(home: Path, name: str) -> None:
     if inside and not env.get("SPEXSUP_TMUX") and not env.get("SPEXSUP_TMUX_SOCKET"):
         # Started from a pane (the exit reporter): the server it runs on.
         env["SPEXSUP_TMUX_SOCKET"] = inside
+    env.pop(AFTER_ENV, None)
+    if after is not None:
+        env[AFTER_ENV] = after
     with contextlib.suppress(OSError):
-        subprocess.Popen(
+        return subprocess.Popen(
             [*own_python("spexsup"), "internal", "dequeue", name],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -139,3 +173,4 @@ def start(home: Path, name: str) -> None:
             start_new_session=True,
             env=env,
         )
+    return None

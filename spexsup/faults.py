@@ -35,6 +35,12 @@ class Fault(enum.StrEnum):
     AFTER_HOOK_CLAIM = "after-hook-claim"
 
 
+def named(point: Fault) -> bool:
+    """Whether the environment names `point` (for a step that must not run
+    ahead of the fault it leads to)."""
+    return os.environ.get(ENV) == point
+
+
 def at(point: Fault) -> None:
     """Pause or die here if the environment names `point`; else nothing."""
     if os.environ.get(ENV) != point:

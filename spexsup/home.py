@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from spexsup.errors import Failed, Refused
+from spexsup.group import Group
 from spexsup.login import base_env
 from spexsup.paths import PACKAGE_DIR, wrapper_path, write_atomic
 from spexsup.procs import Liveness
@@ -53,6 +54,10 @@ def tmux_timeout() -> float:
         value = TMUX_TIMEOUT
     value = value if 0 < value <= 600 else TMUX_TIMEOUT
     return min(value, HURRIED) if _hurry else value
+
+
+# What one tmux client call gave: its rc, stdout lines, stderr.
+Ran = tuple[int, list[str], str]
 
 
 class TmuxTimeout(Failed):
@@ -144,7 +149,7 @@ class TmuxHome:
         where = ["-S", self.socket_path] if self.socket_path else ["-L", str(self.socket_name)]
         return [tmux, *where, "-f", str(CONFIG)]
 
-    def _run(self, *args: str) -> tuple[int, list[str], str]:
+    def _run(self, *args: str) -> Ran:
         """One tmux command on our server: (rc, stdout lines, stderr).
 
         A plain subprocess, as libtmux's `Server.cmd` runs it, without
@@ -335,52 +340,8 @@ class TmuxHome:
         buffer for the wrapper to replay (`respawn-pane` clears it), and the
         new pane_pid is read back, all in the same call.
         """
-        target = f"={name}:0.0"
-        respawn = ["respawn-pane", "-k", "-t", target, "-c", cwd]
-        for key, value in env.items():
-            respawn += ["-e", f"{key}={value}"]
-        respawn += ["--", *argv]
-        taken = " ; ".join(
-            [
-                _quote_cmd(["capture-pane", "-e", "-b", f"spex-screen-{turn}", "-t", target]),
-                _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
-                _quote_cmd(["set-option", "-p", "-t", target, "@spex_turn", turn]),
-                _quote_cmd(["set-option", "-p", "-t", target, "@spex_shell_at", _now()]),
-                _quote_cmd(respawn),
-                _quote_cmd(["display-message", "-p", "-t", target, "launched #{pane_pid}"]),
-            ]
-        )
-        state = (
-            "refused #{session_name}\t#{@spex_turn}\t#{@spex_owner}"
-            f"\t#{{<:#{{@spex_fence}},{_fence(fence)}}}\t#{{pane_current_command}}"
-            "\t#{@spex_shell_at}\t#{pane_pid}"
-        )
-        refused = _quote_cmd(["display-message", "-p", "-t", target, state])
-        cond = _owned_and_below(owner, fence)
-        if not force:
-            cond = f"#{{&&:{cond},{_IDLE}}}"
-        rc, out, err = self._run("if-shell", "-F", "-t", target, cond, taken, refused)
-        last = out[-1] if out else ""
-        if rc == 0 and last.startswith("launched ") and last[9:].isdigit():
-            return Launch("launched", int(last[9:]))
-        if rc == 0 and last.startswith("refused "):
-            fields = [*last[8:].split("\t"), "", "", "", "", "", ""][:7]
-            session_name, holder, tag, below, command, shell_at, pane_pid = fields
-            if session_name != name:
-                return Launch("missing")
-            if tag != owner:
-                return Launch("foreign", holder=tag)
-            if below != "1":
-                return Launch("fenced", holder=holder)
-            return Launch(
-                "busy",
-                int(pane_pid) if pane_pid.isdigit() else None,
-                holder=command,
-                shell_at=int(shell_at) if shell_at.isdigit() else 0,
-            )
-        if any(s in err for s in _NO_SERVER) or "can't find" in err:
-            return Launch("missing")
-        raise Failed(f"tmux could not start the turn in {name!r}: {err or out}")
+        call = launch_call(name, owner, fence, turn, cwd, env, argv, force=force)
+        return launch_result(name, owner, _launches(self).run(call))
 
     def fence(self, name: str, owner: str, fence: int) -> None:
         """Bar every launch with a fence <= `fence` from the session's pane (idempotent)."""
@@ -560,6 +521,137 @@ _IDLE = "#{||:#{pane_dead},#{m/r:^(" + "|".join(sorted(SHELLS)) + ")$,#{pane_cur
 
 def _owned_and_below(owner: str, fence: int) -> str:
     return f"#{{&&:#{{==:#{{@spex_owner}},{owner}}},#{{<:#{{@spex_fence}},{_fence(fence)}}}}}"
+
+
+def launch_call(
+    name: str,
+    owner: str,
+    fence: int,
+    turn: str,
+    cwd: str,
+    env: Mapping[str, str],
+    argv: Sequence[str],
+    *,
+    force: bool = False,
+) -> tuple[str, ...]:
+    """The tmux command of `TmuxHome.launch` (one `if-shell`, see there)."""
+    target = f"={name}:0.0"
+    respawn = ["respawn-pane", "-k", "-t", target, "-c", cwd]
+    for key, value in env.items():
+        respawn += ["-e", f"{key}={value}"]
+    respawn += ["--", *argv]
+    taken = " ; ".join(
+        [
+            _quote_cmd(["capture-pane", "-e", "-b", f"spex-screen-{turn}", "-t", target]),
+            _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
+            _quote_cmd(["set-option", "-p", "-t", target, "@spex_turn", turn]),
+            _quote_cmd(["set-option", "-p", "-t", target, "@spex_shell_at", _now()]),
+            _quote_cmd(respawn),
+            _quote_cmd(["display-message", "-p", "-t", target, "launched #{pane_pid}"]),
+        ]
+    )
+    state = (
+        "refused #{session_name}\t#{@spex_turn}\t#{@spex_owner}"
+        f"\t#{{<:#{{@spex_fence}},{_fence(fence)}}}\t#{{pane_current_command}}"
+        "\t#{@spex_shell_at}\t#{pane_pid}"
+    )
+    refused = _quote_cmd(["display-message", "-p", "-t", target, state])
+    cond = _owned_and_below(owner, fence)
+    if not force:
+        cond = f"#{{&&:{cond},{_IDLE}}}"
+    return ("if-shell", "-F", "-t", target, cond, taken, refused)
+
+
+def launch_result(name: str, owner: str, ran: Ran) -> Launch:
+    """What the tmux call of `launch_call` said: launched (its pane_pid), or why not."""
+    rc, out, err = ran
+    last = out[-1] if out else ""
+    if rc == 0 and last.startswith("launched ") and last[9:].isdigit():
+        return Launch("launched", int(last[9:]))
+    if rc == 0 and last.startswith("refused "):
+        fields = [*last[8:].split("\t"), "", "", "", "", "", ""][:7]
+        session_name, holder, tag, below, command, shell_at, pane_pid = fields
+        if session_name != name:
+            return Launch("missing")
+        if tag != owner:
+            return Launch("foreign", holder=tag)
+        if below != "1":
+            return Launch("fenced", holder=holder)
+        return Launch(
+            "busy",
+            int(pane_pid) if pane_pid.isdigit() else None,
+            holder=command,
+            shell_at=int(shell_at) if shell_at.isdigit() else 0,
+        )
+    if any(s in err for s in _NO_SERVER) or "can't find" in err:
+        return Launch("missing")
+    raise Failed(f"tmux could not start the turn in {name!r}: {err or out}")
+
+
+_LAUNCHES: dict[tuple[str | None, str | None], Group[Sequence[str], Ran]] = {}
+_BATCH_MARK = "spex-launch-batch "
+
+
+def _launches(tmux: TmuxHome) -> Group[Sequence[str], Ran]:
+    """The launches of this process on `tmux`'s server, made together: a
+    wave's legs launching at once share one tmux client call (under load a
+    client costs tens of ms to start; the server runs a respawn in a few).
+    Thread-safe (created under the GIL's dict set-default)."""
+    key = (tmux.socket_name, tmux.socket_path)
+    group = _LAUNCHES.get(key)
+    if group is None:
+        group = _LAUNCHES.setdefault(key, Group(lambda calls: _run_together(tmux, calls)))
+    return group
+
+
+def _run_together(tmux: TmuxHome, calls: Sequence[Sequence[str]]) -> list[Ran]:
+    """Each launch's `if-shell` in one client call, each after a line that
+    says whose output follows. tmux runs a client's commands in order
+    without another client's in between, so each launch is tested and made
+    as alone; one whose commands failed (no `launched`/`refused` line) gets
+    the call's rc and stderr, as alone it would have."""
+    if len(calls) == 1:
+        return [tmux._run(*calls[0])]
+    # tmux refuses a client's command over 16 KiB (`command too long`).
+    ran: list[Ran] = []
+    chunk: list[Sequence[str]] = []
+    size = 0
+    for call in calls:
+        length = sum(len(os.fsencode(a)) + 1 for a in call) + 64
+        if chunk and size + length > BATCH_BYTES:
+            ran += _run_chunk(tmux, chunk)
+            chunk, size = [], 0
+        chunk.append(call)
+        size += length
+    return ran + _run_chunk(tmux, chunk)
+
+
+# What one tmux client call may carry, below tmux's own limit (16 KiB).
+BATCH_BYTES = 12_000
+
+
+def _run_chunk(tmux: TmuxHome, calls: Sequence[Sequence[str]]) -> list[Ran]:
+    if len(calls) == 1:
+        return [tmux._run(*calls[0])]
+    argv: list[str] = []
+    for i, call in enumerate(calls):
+        argv += ["display-message", "-p", f"{_BATCH_MARK}{i}", ";", *call, ";"]
+    rc, out, err = tmux._run(*argv[:-1])
+    lines: list[list[str]] = [[] for _ in calls]
+    at = None
+    for line in out:
+        if line.startswith(_BATCH_MARK) and line[len(_BATCH_MARK) :].isdigit():
+            at = int(line[len(_BATCH_MARK) :])
+        elif at is not None and at < len(calls):
+            lines[at].append(line)
+    ran: list[Ran] = []
+    for mine in lines:
+        last = mine[-1] if mine else ""
+        if last.startswith(("launched ", "refused ")):
+            ran.append((0, mine, ""))
+        else:
+            ran.append((rc or 1, mine, err))
+    return ran
 
 
 def _quote_cmd(argv: Sequence[str]) -> str:

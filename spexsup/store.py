@@ -16,53 +16,15 @@ from pathlib import Path
 from typing import Protocol
 
 from spexsup.errors import Failed
+from spexsup.group import held
 from spexsup.paths import ensure_private_dir
+from spexsup.storelock import locked_message, writer
 
 BUSY_TIMEOUT_MS = 30_000
-# SQLite's WAL write lock: byte 120 of the -shm file (WALINDEX_LOCK_OFFSET).
-_WAL_WRITE_LOCK = 120
 
 
 class StateLocked(Failed):
     """Another process held the state database's write lock past our wait."""
-
-
-def write_lock_holder(db_path: Path) -> int | None:
-    """The pid holding the WAL write lock of `db_path`, from /proc/locks (Linux), or None."""
-    try:
-        st = (db_path.parent / (db_path.name + "-shm")).stat()
-        text = Path("/proc/locks").read_text()
-    except OSError:
-        return None
-    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in text.splitlines():
-        # `1: POSIX  ADVISORY  WRITE 4242 00:2d:1234 120 120`
-        parts = line.split()
-        if len(parts) < 8 or parts[1] != "POSIX" or parts[3] != "WRITE" or parts[5] != device:
-            continue
-        try:
-            start, end = int(parts[6]), (None if parts[7] == "EOF" else int(parts[7]))
-            if start <= _WAL_WRITE_LOCK and (end is None or end >= _WAL_WRITE_LOCK):
-                return int(parts[4])
-        except ValueError:
-            continue
-    return None
-
-
-def locked_message(db_path: Path, waited: float) -> str:
-    """`state database … is write-locked by pid N (its command) for more than N s`."""
-    holder = write_lock_holder(db_path)
-    who = ""
-    if holder is not None:
-        who = f" by pid {holder}"
-        try:
-            words = Path(f"/proc/{holder}/cmdline").read_bytes().split(b"\0")
-            command = " ".join(w.decode(errors="replace") for w in words if w)[:120]
-            if command:
-                who += f" ({command})"
-        except OSError:
-            pass
-    return f"state database {db_path} is write-locked{who} for more than {waited:g} s"
 
 
 # Usage per model per attempt of a turn (issue 26), written by
@@ -546,6 +508,7 @@ class Store:
         self.home = ensure_private_dir(home)
         self.path = home / "state.db"
         self.listeners = tuple(listeners)
+        self.writer = writer(self.path)
         # One stat, before SQLite opens the file: on an empty database it
         # deletes the -wal file beside it, which may hold the lost state.
         empty = _empty(self.path)
@@ -650,24 +613,28 @@ class Store:
         """An immediate (write-locked) transaction: commit on success, else roll back.
 
         Waits up to `wait` seconds (default BUSY_TIMEOUT_MS) for the write
-        lock, then raises StateLocked naming its holder. The listeners'
-        `before_commit` runs inside it, before the COMMIT, and their
-        `after_commit` after it; a rollback calls their `discard`.
+        lock (this process's `writer`, then SQLite's: threads of one process,
+        a wave's legs, take turns as the last commits, where SQLite's busy
+        handler sleeps up to 100 ms between tries), then raises StateLocked
+        naming its holder. The listeners' `before_commit` runs inside it,
+        before the COMMIT, `after_commit` after it; a rollback calls `discard`.
         """
-        self._begin(wait)
-        try:
-            yield self.db
-            for listener in self.listeners:
-                listener.before_commit(self)
-        except BaseException:
-            self._discard()
-            self.db.execute("ROLLBACK")
-            raise
-        try:
-            self.db.execute("COMMIT")
-        except BaseException:
-            self._discard()
-            raise
+        waited = BUSY_TIMEOUT_MS / 1000 if wait is None else wait
+        with held(self.writer, waited, lambda: StateLocked(locked_message(self.path, waited))):
+            self._begin(wait)
+            try:
+                yield self.db
+                for listener in self.listeners:
+                    listener.before_commit(self)
+            except BaseException:
+                self._discard()
+                self.db.execute("ROLLBACK")
+                raise
+            try:
+                self.db.execute("COMMIT")
+            except BaseException:
+                self._discard()
+                raise
         for listener in self.listeners:
             listener.after_commit(self)
 

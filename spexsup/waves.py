@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from spexsup import events, ids, sessions, states, usage
 from spexsup.errors import Invalid, Refused, SpexError
+from spexsup.group import Group
 from spexsup.ids import recorded_options
 from spexsup.mainwait import results
 from spexsup.pane import turndir
@@ -156,6 +157,7 @@ class Wave:
         self.listeners: list[Listener] = []
         # config.toml sets a running limit for the home: legs may queue.
         self.home_limit = False
+        self._writes: Group[Change | None, Doc] = Group(self._write)
         self._local = threading.local()
         self._local.spex = spex
 
@@ -238,13 +240,27 @@ class Wave:
         return self
 
     def update(self, change: Change | None = None) -> Doc:
-        """Read-merge-write `change`, keep the result, notify the listeners."""
+        """Read-merge-write `change`, keep the result, notify the listeners.
+
+        Changes that legs make while another's write is under way go into
+        the next write together, in the order they came (`group.Group`): a
+        write costs as much as the wave has legs, so one per change made a
+        wave's writes grow with the square of its legs. Each caller returns
+        once a commit holding its change is done."""
+        return self._writes.run(change)
+
+    def _write(self, changes: Sequence[Change | None]) -> list[Doc]:
+        def change(doc: Doc) -> None:
+            for each in changes:
+                if each is not None:
+                    each(doc)
+
         doc = mutate(self._spex(), self.id, change)
         with self.lock:
             self.doc = doc
         for listen in self.listeners:
             listen(doc)
-        return doc
+        return [doc] * len(changes)
 
     def abort(self) -> None:
         """Mark the wave and its unstarted legs aborted; abort wins over later writes."""

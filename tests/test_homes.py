@@ -609,3 +609,53 @@ def test_a_home_from_before_the_rename_reads_failed_and_keeps_the_old_word_reada
     text = env.run("events", extra=extra).stdout
     assert "failed api turn T1 rc=1 (overloaded): API Error: 529" in text, text
     assert "wave W1 complete" in text, text
+
+
+# --- launches made together --------------------------------------------------
+
+
+def test_launches_made_together_each_get_their_own_answer(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wave's legs launching at once share one tmux call (`home._run_together`):
+    each if-shell still tests and launches its own pane alone, and each leg
+    reads its own answer, refusals included, in whatever order they came;
+    calls too long for one client (tmux's 16 KiB) go in several."""
+    from spexsup.home import TmuxHome, _run_together, launch_call, launch_result
+
+    for name in ("a", "b", "c", "d"):
+        assert env.run("new", name, "--", harness("sleeper.sh")).returncode == 0
+    monkeypatch.setenv("TMUX_TMPDIR", env.vars["TMUX_TMPDIR"])
+
+    def tag(name: str) -> str:
+        return env.tmux(
+            "display-message", "-p", "-t", f"={name}:0.0", "#{@spex_owner}"
+        ).stdout.strip()
+
+    owners = {name: tag(name) for name in ("a", "b", "c", "d")}
+    env.tmux("set-option", "-p", "-t", "=b:0.0", "@spex_owner", "0123456789ab-other")
+    env.tmux("set-option", "-p", "-t", "=d:0.0", "@spex_fence", "9" * 12)  # a stop fenced it
+    tmux = TmuxHome(socket_name=env.socket)
+    argv = ["bash", "-c", "exec sleep 300"]
+    names = ["a", "b", "zz", "d", "c"]
+    pad = {"PAD": "x" * 5000}  # 25 KB in all
+    calls = [
+        launch_call(n, owners.get(n, owners["a"]), 1000, f"turn-{n}", str(env.root), pad, argv)
+        for n in names
+    ]
+    results = _run_together(tmux, calls)
+    got = {
+        n: launch_result(n, owners.get(n, owners["a"]), r)
+        for n, r in zip(names, results, strict=True)
+    }
+    assert got["a"].outcome == "launched" and got["a"].pane_pid == env.pane_pid("a")
+    assert got["c"].outcome == "launched" and got["c"].pane_pid == env.pane_pid("c")
+    assert got["b"].outcome == "foreign" and got["b"].holder == "0123456789ab-other"
+    assert got["zz"].outcome == "missing"
+    assert got["d"].outcome == "fenced"
+    for name in ("a", "c"):
+        turn = env.tmux("display-message", "-p", "-t", f"={name}:0.0", "#{@spex_turn}").stdout
+        assert turn.strip() == f"turn-{name}"
+    for name in ("b", "d"):
+        turn = env.tmux("display-message", "-p", "-t", f"={name}:0.0", "#{@spex_turn}").stdout
+        assert turn.strip() != f"turn-{name}"

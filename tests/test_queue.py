@@ -339,3 +339,36 @@ def test_a_queued_prompt_runs_on_the_tmux_server_its_session_lives_on(env: Env) 
     if stray.returncode == 0:
         subprocess.run(["tmux", "-L", env.socket, "kill-server"], env=default, check=False)
     assert stray.returncode != 0, f"a second tmux server: {stray.stdout}"
+
+
+def test_a_launcher_started_before_the_end_waits_for_it_and_launches_once(env: Env) -> None:
+    """The exit reporter starts the dequeuer before it records the end
+    (`dequeuer.start_early`): told which turn to wait for, it launches
+    nothing while that turn runs, then the next prompt once, whoever else
+    (the reporter's own early one) races it."""
+    log = env.root / "a.order"
+    go = env.root / "go"
+    script = f'echo "$0" >> {log}; while [ ! -e {go} ]; do sleep 0.05; done'
+    assert env.run("new", "a", "--", "bash", "-c", script).returncode == 0
+    code, first = wake(env, "a", "first", "--window", "0.3")
+    assert (code, first["verdict"]) == (0, "confirmed"), first
+    assert wake(env, "a", "--queue", "second")[1]["verdict"] == "queued"
+    early = subprocess.Popen(
+        [SPEX, "internal", "dequeue", "a"],
+        env={**env.vars, "SPEXSUP_DEQUEUE_AFTER": first["turn"]},
+    )
+    try:
+        time.sleep(1.0)  # a launcher that did not wait would have launched it by now
+        assert early.poll() is None
+        assert len(turns_of(env, "a")) == 1
+        go.touch()
+        assert early.wait(60) == 0
+        assert retry_until(lambda: len(turns_of(env, "a")) == 2, seconds=20)
+        assert retry_until(lambda: log.read_text().split() == ["first", "second"])
+        time.sleep(1.0)  # any second launch would have come by now
+        assert len(turns_of(env, "a")) == 2
+        with db(env) as conn:
+            assert conn.execute("SELECT count(*) FROM queue").fetchone()[0] == 0
+    finally:
+        if early.poll() is None:
+            early.kill()

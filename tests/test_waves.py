@@ -45,7 +45,8 @@ def verdicts(doc: dict[str, Any]) -> dict[str, str]:
 
 
 def slow_tmux(env: Env, delay: float) -> dict[str, str]:
-    """A `tmux` first on PATH that logs each respawn-pane and holds it `delay` s."""
+    """A `tmux` first on PATH that logs each call with respawn-panes, how many
+    (launches made together share a call), and holds it `delay` s."""
     shim_dir = env.root / "shim"
     shim_dir.mkdir(exist_ok=True)
     log = env.root / "respawns"
@@ -53,10 +54,11 @@ def slow_tmux(env: Env, delay: float) -> dict[str, str]:
     (shim_dir / "tmux").write_text(
         "#!/bin/bash\n"
         # The launch's respawn-pane travels inside an if-shell argument.
-        'case " $* " in *"respawn-pane"*)\n'
-        f'  echo "start $EPOCHREALTIME" >>{log}; sleep {delay}\n'
-        f'  echo "end $EPOCHREALTIME" >>{log};;\n'
-        "esac\n"
+        'n=0; for a in "$@"; do case $a in *respawn-pane*) n=$((n + 1));; esac; done\n'
+        'if [ "$n" -gt 0 ]; then\n'
+        f'  echo "start $EPOCHREALTIME $n" >>{log}; sleep {delay}\n'
+        f'  echo "end $EPOCHREALTIME $n" >>{log}\n'
+        "fi\n"
         f'exec {real} "$@"\n'
     )
     (shim_dir / "tmux").chmod(0o755)
@@ -64,10 +66,11 @@ def slow_tmux(env: Env, delay: float) -> dict[str, str]:
 
 
 def max_overlap(log: Path) -> int:
+    """The most launches in flight at once (a call may carry several)."""
     events = []
     for line in log.read_text().splitlines():
-        kind, stamp = line.split()
-        events.append((float(stamp), 1 if kind == "start" else -1))
+        kind, stamp, launches = line.split()
+        events.append((float(stamp), int(launches) if kind == "start" else -int(launches)))
     now = peak = 0
     for _, step in sorted(events, key=lambda e: (e[0], e[1])):
         now += step
@@ -162,7 +165,9 @@ def test_max_concurrent_limits_launches(env: Env) -> None:
     extra = slow_tmux(env, 0.3)
     code, doc = fan(env, *names, "-m", "go", "--window", "1", "--max-concurrent", "2", extra=extra)
     assert code == 0, doc
-    assert max_overlap(env.root / "respawns") == 2
+    # At most 2 in flight: launches made together share one tmux call, and a
+    # leg's launch queued behind a call under way goes in the next one.
+    assert 1 <= max_overlap(env.root / "respawns") <= 2
     # And without the limit they really do overlap (the measure can see it).
     for n in names:
         env.run("stop", n, "--grace", "1")

@@ -604,6 +604,10 @@ def _record(
 ) -> int:
     """CAS the turn's end; RECORDED if this call recorded it, STALE if it was a
     no-op, DEFERRED (only `by` the reporter) if it was left to the launcher."""
+    # The reporter starts the next queued prompt's launcher before it records
+    # the end (told to wait for it), so the launch need not wait for the
+    # reporter's own exit (dequeuer.start_early).
+    early = dequeuer.start_early(store.db, store.home, session, turn) if by is By.REPORTER else None
     judged = _judged(store, turn_dir, end, adapter)
     found, spent, lost = judged.found, judged.spent, marker.lost_flag(end.final)
     ran = end.final.ran if end.final is not None else None
@@ -663,5 +667,5 @@ def _record(
     if by is By.REPORTER:
         faults.at(faults.Fault.REPORTER_DIES_BEFORE_DEQUEUE)  # the next reader launches it
     # Any session's: a prompt queued `--after` this turn may go now.
-    dequeuer.start_waiting(store.db, store.home)
+    dequeuer.start_waiting(store.db, store.home, early)
     return RECORDED

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -39,7 +41,8 @@ from spexsup.spex import Spex
 from spexsup.states import ACTIVE, COMPLETE
 from spexsup.turn import keys
 from spexsup.turn.admit import Limits, QueueTaken, Verdict, Wave, new_turn_id
-from spexsup.turn.wake import KEY_ATTEMPTS, repeat_verdict, wake
+from spexsup.turn.wake import KEY_ATTEMPTS, STORE_FILES, repeat_verdict, wake
+from spexsup.watch import DirWatch
 
 DIR = "queue"
 FREE = dequeuer.FREE
@@ -209,6 +212,9 @@ def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
     slot: the prompts of other sessions that wait for one are handed to
     their launchers as this call returns (else nobody would: no turn ends)."""
     dequeuer.STARTED.add((str(spex.home), name))  # our own reconciles start no other
+    after = os.environ.pop(dequeuer.AFTER_ENV, None)
+    if after is not None:
+        _await_end(spex, after)
     done: dict[str, Verdict] = {}
     freed = [False]
     try:
@@ -216,6 +222,24 @@ def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
     finally:
         if freed[0]:
             dequeuer.start_waiting(spex.store.db, spex.home)
+
+
+# How long a launcher started before its turn's end is recorded waits for it
+# (`dequeuer.start_early`); past it, it looks once and leaves the rest to
+# whoever records the end.
+AFTER_WAIT = 60.0
+
+
+def _await_end(spex: Spex, turn: str) -> None:
+    """Until `turn` is no longer starting or running (woken by the store's
+    commits), at most AFTER_WAIT."""
+    deadline = time.monotonic() + AFTER_WAIT
+    with DirWatch([spex.home], names=STORE_FILES) as watch:
+        while (left := deadline - time.monotonic()) > 0:
+            row = spex.store.db.execute("SELECT state FROM turns WHERE id = ?", (turn,)).fetchone()
+            if row is None or row["state"] not in ACTIVE:
+                return
+            watch.wait(left)
 
 
 def _take(spex: Spex, name: str, done: dict[str, Verdict], freed: list[bool]) -> dict[str, Verdict]:
