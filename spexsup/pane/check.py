@@ -21,13 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from spexsup.pane import turndir
-from spexsup.states import FAILED, VERIFIED, VERIFY, VERIFY_TIMEOUT
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Any
 
-    from spexsup.pane.judgement import Judgement
 
 LOG = turndir.VERIFY_LOG
 ARGV = turndir.VERIFY
@@ -107,50 +104,13 @@ def tail(log: Path, lines: int = TAIL_LINES) -> str:
     return " | ".join(kept[-lines:])
 
 
-def verified(turn_dir: Path, verdict: Judgement, meta: dict[str, Any]) -> None:
-    """A complete end as its check has it: flag `verified` when the check
-    passed, else failed with cause `verify` (its rc and the last lines of
-    verify.log) or `verify-timeout`; a turn without a check stays as it is."""
-    argv = command(turn_dir)
-    if not argv and meta.get("verify"):
-        # The launcher wrote a check the turn dir no longer holds (something
-        # truncated or removed it): never a complete end nobody checked.
-        verdict.state, verdict.cause = FAILED, VERIFY
-        verdict.error = "its check was never run: the turn dir's verify file is gone or garbled"
-        return
-    if not argv:
-        return
-    checked = result(turn_dir)
-    verdict.verification = checked
-    if checked.rc == 0 and not checked.timed_out:
-        verdict.flags = [*verdict.flags, VERIFIED]
-        return
-    shown = shown_check(argv)
-    verdict.state = FAILED
-    said = tail(turn_dir / LOG)
-    if checked.timed_out:
-        limit = meta.get("verify_timeout")
-        spent = f" ({_span(limit)})" if isinstance(limit, int | float) else ""
-        verdict.cause = VERIFY_TIMEOUT
-        verdict.error = f"its check `{shown}` ran past its time limit{spent}"
-        verdict.survivors = turndir.survivors(turn_dir)
-    elif checked.rc is None:
-        verdict.cause = VERIFY
-        verdict.error = f"its check `{shown}` never finished"
-    else:
-        verdict.cause = VERIFY
-        verdict.error = f"its check `{shown}` failed (rc {checked.rc})"
-    if said:
-        verdict.error += f": {said}"
-
-
 def shown_check(argv: tuple[str, ...]) -> str:
     from spexsup.harness import shown_verify
 
     return shown_verify(argv)[:120]
 
 
-def _span(seconds: float) -> str:
+def span(seconds: float) -> str:
     from spexsup import outcome
 
     return outcome.span(seconds)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spexsup import dequeuer, faults, ledger
-from spexsup.pane import marker, turndir
+from spexsup.pane import judgement, marker, turndir
 from spexsup.pane.judgement import Judgement
 from spexsup.pane.spending import spending
 from spexsup.states import (
@@ -241,9 +241,7 @@ def _judge(
             verdict.state, verdict.cause = FAILED, "strict"
             verdict.error = f"strict: {outcome.describe(found.flags)}"
         elif verify:
-            from spexsup.pane import check
-
-            check.verified(turn_dir, verdict, meta)
+            judgement.verified(turn_dir, verdict, meta)
         return verdict
     # A failed end: name its cause and the agent's own line for it, from
     # one read of the output's end.
