@@ -61,7 +61,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="spex-bench-queue-"))
     tmux_tmpdir = Path(tempfile.mkdtemp(prefix="sbq"))
     home = root / "state"
-    home.mkdir(parents=True, exist_ok=True)  # a SPEXSUP_HOME not made yet is refused
+    home.mkdir(mode=0o700, parents=True)  # a SPEXSUP_HOME not made yet is refused
     env = {
         **os.environ,
         "SPEXSUP_HOME": str(home),
@@ -77,7 +77,6 @@ def main() -> int:
     script = f'echo "start {now}" >> {log}; sleep 0.3; echo "end {now}" >> {log}'
     names = ["a", "b"] if args.max_running else ["a"]
     try:
-        home.mkdir(mode=0o700, parents=True)
         if args.max_running:
             (home / "config.toml").write_text("max_running = 1\n")
         for name in names:
