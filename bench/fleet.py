@@ -50,9 +50,6 @@ sys.path.insert(0, str(REPO))
 from goals import ci, record  # noqa: E402
 from homes import Home  # noqa: E402
 
-from spexsup import sessions  # noqa: E402
-from spexsup.spex import Spex  # noqa: E402
-
 SPEX = str(Path(sys.executable).parent / "spex")
 WAITED = 100  # sessions `spex wait` waits on
 
@@ -79,16 +76,13 @@ class Fleet:
         for key in ("TMUX", "TMUX_PANE", "SPEXSUP_TMUX_SOCKET"):
             self.env.pop(key, None)
         self.names = [f"s{i:04d}" for i in range(count)]
-        os.environ.update({k: v for k, v in self.env.items() if k.startswith(("SPEX", "TMUX_"))})
-        os.environ.pop("TMUX", None)
-        spex = Spex.open(self.home)
-        try:
-            for i, name in enumerate(self.names):
-                sessions.create(
-                    spex, name, cwd=str(self.root), command=self.harness(i, name), window=0.3
-                )
-        finally:
-            spex.close()
+        # By `spex new`, as a user makes them: sessions made in process by
+        # sessions.create showed every fan-out over them stuck on its own
+        # write lock for 30 s (not understood yet; see the commit).
+        for i, name in enumerate(self.names):
+            r = self.spex("new", name, "--", *self.harness(i, name))
+            if r.returncode != 0:
+                raise SystemExit(f"spex new {name}: {r.stderr}")
 
     def harness(self, i: int, name: str) -> list[str]:
         stamp = f'printf %s "$EPOCHREALTIME" > {self.started / name}'
@@ -221,7 +215,7 @@ def wait_wakes(fleet: Fleet, n: int) -> list[float]:
     one, 20 ms apart; the last harness's end until `spex wait` returns (s)."""
     found = []
     for _ in range(n):
-        r = fleet.spex("fanout", *fleet.names[:WAITED], "-m", "go", "--window", "0.3", "--json")
+        r = fleet.spex("fanout", *fleet.names[:WAITED], "-m", "go", "--window", "1", "--json")
         legs = legs_of(r)
         # A leg the machine starved (say, past login_timeout) is no wake to time.
         names = [leg["session"] for leg in legs if leg["verdict"] == "confirmed"]
@@ -289,7 +283,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=1000, help="what spex serve shows")
     parser.add_argument("--legs", type=int, default=200 if ci() else 1000, help="spex new made")
-    parser.add_argument("--n", type=int, default=3 if ci() else 5)
+    parser.add_argument("--n", type=int, default=2 if ci() else 5)
     parser.add_argument("--seconds", type=float, default=10 if ci() else 60)
     args = parser.parse_args()
     if args.legs < WAITED:
