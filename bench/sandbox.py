@@ -27,9 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from goals import record
+
 REPO = Path(__file__).resolve().parent.parent
 SPEX = str(Path(sys.executable).parent / "spex")
-GOAL_MS = 60.0
 KINDS = {
     "plain": [],
     "sandbox, network none": ["--sandbox", "--network", "none"],
@@ -88,16 +89,18 @@ def main() -> int:
                 start_ms[kind].append((started - t0) * 1000)
         plain_wake = statistics.median(wake_ms["plain"])
         plain_start = statistics.median(start_ms["plain"])
-        print(f"sandbox start-up, p50 of {n} (goal: within {GOAL_MS:.0f} ms of plain)")
+        print(f"sandbox start-up, p50 of {n} (goal: within 60 ms of plain)")
+        worst = 0.0
         print(f"{'':24} {'wake->verdict':>14} {'wake->harness':>14}")
         for kind in KINDS:
             w, s = statistics.median(wake_ms[kind]), statistics.median(start_ms[kind])
             line = f"{kind:24} {w:11.0f} ms {s:11.0f} ms"
             if kind != "plain":
                 dw, ds = w - plain_wake, s - plain_start
-                ok = "yes" if max(dw, ds) <= GOAL_MS else "NO"
-                line += f"   +{dw:.0f} / +{ds:.0f} ms  within goal: {ok}"
+                worst = max(worst, dw, ds)
+                line += f"   +{dw:.0f} / +{ds:.0f} ms"
             print(line)
+        print(f"worst beyond plain: +{worst:.0f} ms ({record('sandbox', worst)})")
     finally:
         subprocess.run(
             ["tmux", "-L", env["SPEXSUP_TMUX"], "kill-server"],

@@ -8,7 +8,11 @@ shows every session, lets it settle, then measures over a window the CPU
 time of the `spex top` process (its threads and the children it waited
 for), its context switches (about one per wake-up) and the bytes it drew.
 
-    python bench/top_idle.py [--sessions 50] [--running 0] [--chatty 0] [--seconds 60]
+    python bench/top_idle.py [--sessions 1000] [--running 0] [--chatty 0] [--seconds 60]
+
+With the goal's shape (1000 sessions, none running) its CPU share and its
+resident memory at the window's end are recorded against their goals
+(bench/goals.py); `make bench-ci` shortens the window to 10 s.
 
 With K = 0 nothing is due and the process should sleep the whole window;
 with running turns it redraws their ages once a second. `--chatty C` makes
@@ -20,10 +24,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +34,9 @@ import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from goals import ci, record  # noqa: E402
+from homes import Home  # noqa: E402
 
 from spexsup import sessions  # noqa: E402
 from spexsup.spex import Spex  # noqa: E402
@@ -43,39 +48,34 @@ CHATTY = 'i=0; while :; do i=$((i+1)); echo "line $i"; sleep 0.01; done'
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sessions", type=int, default=50)
+    ap.add_argument("--sessions", type=int, default=1000)
     ap.add_argument("--running", type=int, default=0, help="sessions with a long turn running")
     ap.add_argument("--chatty", type=int, default=0, help="of those, turns printing 100 lines/s")
-    ap.add_argument("--seconds", type=float, default=60.0, help="the measured window")
+    ap.add_argument(
+        "--seconds", type=float, default=10.0 if ci() else 60.0, help="the measured window"
+    )
     args = ap.parse_args()
     if not 0 <= args.chatty <= args.running <= args.sessions:
         ap.error("need 0 <= --chatty <= --running <= --sessions")
 
-    root = Path(tempfile.mkdtemp(prefix="spextop"))
-    (root / "state").mkdir()  # a SPEXSUP_HOME not made yet is refused
-    env = {
-        **os.environ,
-        "SPEXSUP_HOME": str(root / "state"),
-        "SPEXSUP_TMUX": f"spextop-{os.getpid()}",
-        "TMUX_TMPDIR": str(root),
-        "HOME": str(root),
-        "SHELL": "/bin/sh",
-        "TERM": "xterm-256color",
-    }
-    env.pop("TMUX", None)
+    home = Home()
+    env = {**home.env, "TERM": "xterm-256color"}
     os.environ.update({k: v for k, v in env.items() if k != "TERM"})
     os.environ.pop("TMUX", None)
-    names = [f"s{i:03d}" for i in range(args.sessions)]
+    names = [f"s{i:05d}" for i in range(args.sessions)]
     child = None
     try:
-        spex = Spex.open(root / "state")
-        for i, name in enumerate(names):
+        # The idle sessions written straight into the store (one ended turn
+        # each; spex new makes 1000 in minutes), those that run made by spex.
+        home.populate(args.sessions - args.running, 1)
+        spex = Spex.open(Path(env["SPEXSUP_HOME"]))
+        for i, name in enumerate(names[args.sessions - args.running :]):
             work = CHATTY if i < args.chatty else "exec sleep 3600"
             sessions.create(spex, name, command=["sh", "-c", work], window=0.3)
         spex.close()
         if args.running:
             subprocess.run(
-                [SPEX, "fanout", *names[: args.running], "-m", "go"],
+                [SPEX, "fanout", *names[args.sessions - args.running :], "-m", "go"],
                 env=env,
                 capture_output=True,
                 check=True,
@@ -83,10 +83,12 @@ def main() -> int:
         child = pexpect.spawn(SPEX, ["top"], env=env, dimensions=(ROWS, COLS), timeout=60)
         seen = b""
         deadline = time.monotonic() + 60
-        while names[-1].encode() not in seen and time.monotonic() < deadline:
+        # The last row the screen has room for (a board of 1000 shows its top).
+        shown = names[min(len(names), ROWS - 20) - 1].encode()
+        while shown not in seen and time.monotonic() < deadline:
             seen += read(child, 1.0)
-        if names[-1].encode() not in seen:
-            print(f"spex top never showed {names[-1]}", file=sys.stderr)
+        if shown not in seen:
+            print(f"spex top never showed {shown.decode()}", file=sys.stderr)
             return 1
         settle = time.monotonic() + 2
         while time.monotonic() < settle:
@@ -101,25 +103,28 @@ def main() -> int:
         spent = cpu(proc) - cpu0
         woke = switches(proc.pid) - ctx0
         window = time.monotonic() - start
+        rss = proc.memory_info().rss / 2**20
+        share = 100 * spent / window
         print(
             f"spex top, {args.sessions} sessions ({args.running} running,"
             f" {args.chatty} chatty), {window:.0f} s:"
-            f" cpu {spent:.3f} s ({100 * spent / window:.3f}% of a core),"
-            f" {woke} context switches, {drawn} bytes drawn, {threads} threads"
+            f" cpu {spent:.3f} s ({share:.3f}% of a core),"
+            f" {woke} context switches, {drawn} bytes drawn, {threads} threads,"
+            f" {rss:.0f} MB resident"
         )
+        if args.sessions == 1000 and not args.running:
+            note = f"{window:.0f} s"
+            print(
+                f"  CPU goal ≤ 0.5 %: {record('top_cpu', share, note=note)};"
+                f" memory goal ≤ 80 MB: {record('top_rss', rss)}"
+            )
         child.send("q")
         child.expect(pexpect.EOF)
         return 0
     finally:
         if child is not None and child.isalive():
             child.terminate(force=True)
-        subprocess.run(
-            ["tmux", "-L", env["SPEXSUP_TMUX"], "kill-server"],
-            env=env,
-            capture_output=True,
-            check=False,
-        )
-        shutil.rmtree(root, ignore_errors=True)
+        home.close()
 
 
 def cpu(proc: psutil.Process) -> float:

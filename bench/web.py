@@ -36,6 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from goals import record
+
 from spexsup import events
 from spexsup.spex import open_store
 
@@ -84,8 +86,7 @@ class Home:
 
 
 def parallel(work: Callable[[str], object], items: list[str], workers: int = 4) -> None:
-    """`work` on every item, `workers` at a time (bench/queue.py shadows the
-    standard library's queue here, and with it concurrent.futures)."""
+    """`work` on every item, `workers` at a time."""
     todo = list(reversed(items))
     lock = threading.Lock()
 
@@ -301,7 +302,6 @@ def main() -> int:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], check=True)
     home = Home()
     serve = None
-    failed = False
     try:
         print(f"\nspex serve with {args.sessions} sessions, n={args.n}\n")
         populate(home, args.sessions, woken=min(args.sessions, 40))
@@ -310,23 +310,25 @@ def main() -> int:
         page = timed_get(serve, "/", args.n, args.sessions)
         rows = timed_get(serve, "/rows", args.n, args.sessions)
         print(f"GET / (first, the thread opens its store): {first[0] * 1000:.1f} ms")
-        print(f"GET / list page, target < 500 ms: {stats(page)}")
+        said = record("web_list", statistics.median(page) * 1000)
+        print(f"GET / list page, goal ≤ 500 ms: {stats(page)} ({said})")
         print(f"GET /rows (the live refresh of the list): {stats(rows)}")
         core, wakes = event_latency(home, serve, args.n)
-        print(f"event committed -> open page's stream, target < 100 ms: {stats(core)}")
+        said = record("web_event", statistics.median(core) * 1000)
+        print(f"event committed -> open page's stream, goal ≤ 100 ms: {stats(core)} ({said})")
         print(f"spex wake's launched event -> open page's stream: {stats(wakes)}")
         shown = page_latency(home, serve, args.n)
         if shown is None:
             print("event committed -> the page in a browser: skipped (no chromium/playwright)")
         else:
-            print(f"event committed -> the list page in Chromium, target < 100 ms: {stats(shown)}")
-        failed = statistics.median(page) >= 0.5 or statistics.median(core) >= 0.1
-        failed = failed or (shown is not None and statistics.median(shown) >= 0.1)
+            said = record("web_page", statistics.median(shown) * 1000)
+            shown_at = f"goal ≤ 100 ms: {stats(shown)} ({said})"
+            print(f"event committed -> the list page in Chromium, {shown_at}")
     finally:
         if serve is not None:
             serve.close()
         home.close()
-    return 1 if failed else 0
+    return 0
 
 
 if __name__ == "__main__":
