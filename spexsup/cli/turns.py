@@ -434,17 +434,8 @@ def stop(
     given = DEFAULT_GRACE if seconds is None else seconds
     for name in chosen:
         aborted = stop_turn(spex, name, grace=given)
-        docs.append(
-            document(
-                {
-                    "ok": True,
-                    "session": name,
-                    "state": "stopped",
-                    "aborted": aborted,
-                    "grace": grace,
-                }
-            )
-        )
+        stopped = {"ok": True, "session": name, "state": "stopped", "aborted": aborted}
+        docs.append(document({**stopped, "grace": given}))
         if not as_json:
             decl.echo(stopped_line(docs[-1]))
     if as_json:
