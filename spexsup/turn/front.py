@@ -15,7 +15,6 @@ from spexsup.sessions import get, validate_window
 from spexsup.spex import Spex
 from spexsup.turn import keys, plan
 from spexsup.turn.admit import Verdict
-from spexsup.turn.queue import dequeue, enqueue, entries, positions
 from spexsup.turn.request import NO_HOOKS, Hooks, QueuePolicy, WakeRequest
 from spexsup.turn.wake import KEY_ATTEMPTS, repeat_verdict, start
 
@@ -53,6 +52,9 @@ def _wake_or_queue(
     answers with the first wake's turn or entry. Policy AT_LIMIT (a fan-out
     leg): a busy or leased session refuses, as without the queue; only a
     running limit queues."""
+    # Here, not at the top: a wake that is not queued never loads the queue.
+    from spexsup.turn.queue import dequeue, enqueue, entries, positions
+
     name, key = request.name, request.key
     until = None  # the turn of `request.after` it waits for
     queued_before = bool(entries(spex, (name,)))
