@@ -130,36 +130,43 @@ def retry(spex: Spex, wave: str, names: Sequence[str], given: Given) -> Plan:
     return Plan(targets, request, retry_of=wave, nothing=nothing)
 
 
+class BestOf(NamedTuple):
+    """`--worktrees N`: N new worktree sessions, named PREFIX-1…N (None: the
+    repository's name), of `harness`, each with the `sandbox` policy when given."""
+
+    legs: int
+    prefix: str | None = None
+    harness: str | None = None
+    sandbox: Policy | None = None
+
+
 def best_of(
     spex: Spex,
-    count: int,
+    best: BestOf,
     request: Request,
     prompt: Callable[[], bytes],
     given: Given,
     *,
-    prefix: str | None,
-    harness: str | None,
     confirm: Callable[[Setup], bool] | None = None,
     made: Callable[[Session], None] | None = None,
-    sandbox: Policy | None = None,
 ) -> Plan:
-    """N new worktree sessions of `harness` (else config.toml's
-    default_harness; never the demo simulator by default, as `spex new`),
-    each told the same prompt, each with the `sandbox` policy when given.
-    `made` hears each leg once it exists."""
+    """The `best` legs, new worktree sessions of its harness (the caller's
+    config.toml's default_harness when none is given; never the demo
+    simulator by default, as `spex new`), each told the same prompt. `made`
+    hears each leg once it exists."""
     _check(given)
-    if harness is None:
+    if best.harness is None:
         raise no_harness(spex.home, command=False)
     text = prompt()
-    legs = bestof.leg_names(prefix or bestof.default_prefix(request.repo), count)
+    legs = bestof.leg_names(best.prefix or bestof.default_prefix(request.repo), best.legs)
     sessions = bestof.create_legs(
         spex,
         legs,
         request,
-        harness=harness,
+        harness=best.harness,
         window=given.window,
         confirm=confirm,
-        sandbox=sandbox,
+        sandbox=best.sandbox,
     )
     for leg in sessions:
         if made is not None:

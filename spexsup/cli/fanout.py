@@ -379,17 +379,9 @@ def fanout(
             if ran:
                 decl.echo(f"spex: {leg.name}: {ran}", err=True)
 
+        best_of = plans.BestOf(worktrees, prefix, harness or defaults.default_harness, policy)
         plan = plans.best_of(
-            spex,
-            worktrees,
-            request,
-            read_prompt,
-            given,
-            prefix=prefix,
-            harness=harness or defaults.default_harness,
-            confirm=confirm_post_create,
-            made=made,
-            sandbox=policy,
+            spex, best_of, request, read_prompt, given, confirm=confirm_post_create, made=made
         )
     elif retry_failed is not None:
         if all_ or match or message is not None or file is not None:
