@@ -33,8 +33,9 @@ from spexsup.pane.marker import Stage  # noqa: E402
 from spexsup.spex import Spex  # noqa: E402
 from spexsup.turn.admit import admit  # noqa: E402
 from spexsup.turn.confirm import confirm_startup  # noqa: E402
+from spexsup.turn.front import wake  # noqa: E402
 from spexsup.turn.launch import launch  # noqa: E402
-from spexsup.turn.wake import wake  # noqa: E402
+from spexsup.turn.request import WakeRequest  # noqa: E402
 from spexsup.watch import DirWatch  # noqa: E402
 
 POLL = 0.025
@@ -67,7 +68,7 @@ def reference_confirm(directory: Path, window: float) -> str:
 
 
 def reference_wake(spex: Spex, name: str, window: float) -> str:
-    session, turn, directory, _ = admit(spex, name, b"bench", fresh=True)
+    session, turn, directory, _, _ = admit(spex, WakeRequest(name, b"bench", fresh=True))
     launch(spex, session, turn, directory)
     return reference_confirm(directory, window)
 
@@ -107,7 +108,7 @@ class Bench:
         for _ in range(self.n):
             name = self.session(SLEEPER)
             t0 = time.monotonic()
-            v = wake(self.spex, name, b"bench", window=window)
+            v = wake(self.spex, WakeRequest(name, b"bench", window=window))
             assert v.verdict == "confirmed", v
             ours.append((time.monotonic() - t0 - window) * 1000)
             name = self.session(SLEEPER)
@@ -124,12 +125,12 @@ class Bench:
         a = self.session(["bash", "-c", "exit 7"])
         b = self.session(["bash", "-c", "exit 7"])
         for _ in range(self.n):
-            v = wake(self.spex, a, b"bench", window=5)
+            v = wake(self.spex, WakeRequest(a, b"bench", window=5))
             known = time.time_ns()
             assert v.verdict == "failed" and v.turn
             written = (turndir.path(self.spex.home, a, v.turn) / turndir.OUTCOME).stat().st_ctime_ns
             ours.append((known - written) / 1e6)
-            session, turn, directory, _ = admit(self.spex, b, b"bench", fresh=True)
+            session, turn, directory, _, _ = admit(self.spex, WakeRequest(b, b"bench", fresh=True))
             launch(self.spex, session, turn, directory)
             assert reference_confirm(directory, 5) == "failed"
             known = time.time_ns()
@@ -143,7 +144,9 @@ class Bench:
         ours, ref = [], []
         for _ in range(self.n):
             name = self.session(SLEEPER)
-            session, turn, directory, _ = admit(self.spex, name, b"bench", fresh=True)
+            session, turn, directory, _, _ = admit(
+                self.spex, WakeRequest(name, b"bench", fresh=True)
+            )
             with DirWatch([directory]) as watch:
                 pane_pid = launch(self.spex, session, turn, directory)
                 c0 = cpu()
@@ -151,7 +154,9 @@ class Bench:
                 ours.append((cpu() - c0) * 1000)
             assert r.verdict == "confirmed", r
             name = self.session(SLEEPER)
-            session, turn, directory, _ = admit(self.spex, name, b"bench", fresh=True)
+            session, turn, directory, _, _ = admit(
+                self.spex, WakeRequest(name, b"bench", fresh=True)
+            )
             launch(self.spex, session, turn, directory)
             c0 = cpu()
             assert reference_confirm(directory, window) == "confirmed"
@@ -166,7 +171,7 @@ class Bench:
         a = self.session(["bash", "-c", script])
         b = self.session(["bash", "-c", script])
         for _ in range(self.n):
-            v = wake(self.spex, a, b"bench", window=5)
+            v = wake(self.spex, WakeRequest(a, b"bench", window=5))
             known = time.time_ns()
             assert v.verdict == "completed", v
             ours.append((known - float(stamp.read_text()) * 1e9) / 1e6)

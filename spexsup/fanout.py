@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from spexsup import bestof, ids, waves
 from spexsup.errors import Invalid
 from spexsup.sandbox import Policy
 from spexsup.sessions import Session, no_harness
 from spexsup.spex import Spex
-from spexsup.turn.admit import Limits, parse_on_limit
+from spexsup.turn.admit import parse_on_limit
+from spexsup.turn.request import Limits, WakeRequest
 from spexsup.turn.revive import revivals
 from spexsup.worktree import Request, Setup
 
@@ -42,13 +43,15 @@ class Given(NamedTuple):
     # `--verify CMD` as an argv (() for --no-verify) and `--verify-timeout`.
     verify: tuple[str, ...] | None = None
     verify_timeout: float | None = None
+    # `--fresh`: every leg starts a new conversation; `--key`: each leg its own.
+    fresh: bool = False
+    key: str | None = None
 
 
 class Plan(NamedTuple):
     targets: list[str]
-    prompt: bytes
-    window: float | None
-    limits: Limits
+    # What every leg asks (its name unused: each leg's is its session).
+    wake: WakeRequest
     retry_of: str | None = None
     # Best of N: the legs' names and the worktree request they were made from.
     best_of: tuple[str, ...] = ()
@@ -57,10 +60,23 @@ class Plan(NamedTuple):
     nothing: str | None = None
 
 
-def _limits(given: Given) -> Limits:
+def _check(given: Given) -> None:
+    """Refuse a malformed rule before anything is read or made."""
     if given.on_limit is not None:
         parse_on_limit(given.on_limit)
-    return Limits(
+
+
+T = TypeVar("T")
+
+
+def _either(mine: T | None, theirs: T | None) -> T | None:
+    """What is given now, else what the first attempt ran under."""
+    return mine if mine is not None else theirs
+
+
+def _request(given: Given, prompt: bytes) -> WakeRequest:
+    """The legs' request, from the rules given (None: not given)."""
+    limits = Limits(
         given.timeout,
         bool(given.strict),
         given.on_limit,
@@ -70,6 +86,7 @@ def _limits(given: Given) -> Limits:
         verify=given.verify,
         verify_timeout=given.verify_timeout,
     )
+    return WakeRequest("", prompt, given.window, given.fresh, limits=limits, key=given.key)
 
 
 def to_sessions(
@@ -82,77 +99,79 @@ def to_sessions(
     match: str | None = None,
 ) -> Plan:
     """One prompt to the sessions named (or all, or those matching a glob)."""
-    limits = _limits(given)
+    _check(given)
     targets = waves.select_sessions(spex, names, all_=all_, match=match)
-    return Plan(targets, prompt(), given.window, limits)
+    return Plan(targets, _request(given, prompt()))
 
 
 def retry(spex: Spex, wave: str, names: Sequence[str], given: Given) -> Plan:
     """The legs of `wave` (a full id, prefix, `last` or `last~N`) that did not
     succeed, under the rules they first ran with, except those given now."""
-    limits = _limits(given)
+    _check(given)
     for n in names:
         ids.validate_name(n)
     wave = ids.resolve_wave(spex.store.db, wave)
     targets, prompt, recorded = waves.retry_plan(spex, wave, names)
+    first = WakeRequest.from_turn_options("", prompt, recorded)
+    now = _request(given, prompt)
+
     limits = Limits(
-        limits.timeout if given.timeout is not None else recorded["timeout"],
-        bool(given.strict) if given.strict is not None else bool(recorded["strict"]),
-        given.on_limit if given.on_limit is not None else recorded["on_limit"],
-        given.model if given.model is not None else recorded["model"],
-        given.fallback
-        if given.fallback is not None
-        else tuple(recorded["fallback"])
-        if recorded["fallback"] is not None
-        else None,
-        given.stagger if given.stagger is not None else recorded["stagger"],
-        verify=given.verify
-        if given.verify is not None
-        else tuple(recorded["verify"])
-        if recorded.get("verify") is not None
-        else None,
-        verify_timeout=given.verify_timeout or recorded.get("verify_timeout"),
+        _either(given.timeout, first.limits.timeout),
+        bool(given.strict) if given.strict is not None else first.limits.strict,
+        _either(given.on_limit, first.limits.on_limit),
+        _either(given.model, first.limits.model),
+        _either(given.fallback, first.limits.fallback),
+        _either(given.stagger, first.limits.stagger),
+        verify=_either(given.verify, first.limits.verify),
+        verify_timeout=given.verify_timeout or first.limits.verify_timeout,
     )
-    window = given.window if given.window is not None else recorded["window"]
+    request = now._replace(window=_either(given.window, first.window), limits=limits)
     nothing = None if targets else f"nothing to retry: no leg of wave {wave} failed"
-    return Plan(targets, prompt, window, limits, retry_of=wave, nothing=nothing)
+    return Plan(targets, request, retry_of=wave, nothing=nothing)
+
+
+class BestOf(NamedTuple):
+    """`--worktrees N`: N new worktree sessions, named PREFIX-1…N (None: the
+    repository's name), of `harness`, each with the `sandbox` policy when given."""
+
+    legs: int
+    prefix: str | None = None
+    harness: str | None = None
+    sandbox: Policy | None = None
 
 
 def best_of(
     spex: Spex,
-    count: int,
+    best: BestOf,
     request: Request,
     prompt: Callable[[], bytes],
     given: Given,
     *,
-    prefix: str | None,
-    harness: str | None,
     confirm: Callable[[Setup], bool] | None = None,
     made: Callable[[Session], None] | None = None,
-    sandbox: Policy | None = None,
 ) -> Plan:
-    """N new worktree sessions of `harness` (else config.toml's
-    default_harness; never the demo simulator by default, as `spex new`),
-    each told the same prompt, each with the `sandbox` policy when given.
-    `made` hears each leg once it exists."""
-    limits = _limits(given)
-    if harness is None:
+    """The `best` legs, new worktree sessions of its harness (the caller's
+    config.toml's default_harness when none is given; never the demo
+    simulator by default, as `spex new`), each told the same prompt. `made`
+    hears each leg once it exists."""
+    _check(given)
+    if best.harness is None:
         raise no_harness(spex.home, command=False)
     text = prompt()
-    legs = bestof.leg_names(prefix or bestof.default_prefix(request.repo), count)
+    legs = bestof.leg_names(best.prefix or bestof.default_prefix(request.repo), best.legs)
     sessions = bestof.create_legs(
         spex,
         legs,
         request,
-        harness=harness,
+        harness=best.harness,
         window=given.window,
         confirm=confirm,
-        sandbox=sandbox,
+        sandbox=best.sandbox,
     )
     for leg in sessions:
         if made is not None:
             made(leg)
-    return Plan(legs, text, given.window, limits, best_of=tuple(legs), request=request)
+    return Plan(legs, _request(given, text), best_of=tuple(legs), request=request)
 
 
 def check_best_of_options(
@@ -173,10 +192,7 @@ def revive(
     REVIVE_PROMPT), their launches `stagger` apart (None: config.toml's)."""
     with revivals(spex, names) as targets:
         nothing = None if targets else "nothing to revive: no turn was interrupted by a reboot"
+        text = prompt if prompt is not None else REVIVE_PROMPT.encode()
         yield Plan(
-            list(targets),
-            prompt if prompt is not None else REVIVE_PROMPT.encode(),
-            None,
-            Limits(stagger=stagger),
-            nothing=nothing,
+            list(targets), WakeRequest("", text, limits=Limits(stagger=stagger)), nothing=nothing
         )

@@ -29,8 +29,10 @@ from spexsup.pane import check as pane_verify
 from spexsup.pane import turndir
 from spexsup.sessions import Session, get
 from spexsup.spex import Spex
-from spexsup.turn.admit import DEFAULT_KILL_GRACE, Limits, verification
+from spexsup.turn.admit import verification
+from spexsup.turn.plan import DEFAULT_KILL_GRACE
 from spexsup.turn.reconcile import reconcile
+from spexsup.turn.request import WakeRequest
 
 # The ends a check decides: a rerun may change them.
 CHECKED_CAUSES = (states.VERIFY, states.VERIFY_TIMEOUT)
@@ -196,7 +198,9 @@ def _command(
     argv = given or pane_verify.command(directory)
     limit = timeout or meta.get("verify_timeout")
     if not argv or not limit:
-        now, now_limit = verification(spex.home, Limits(), session, session.adapter(spex.home))
+        now, now_limit = verification(
+            spex.home, WakeRequest(session.name, b""), session, session.adapter(spex.home)
+        )
         argv = argv or now
         limit = limit or now_limit
     if not argv:

@@ -29,10 +29,11 @@ from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.procs import own_identity
 from spexsup.spex import Spex
 from spexsup.turn import keys
-from spexsup.turn.admit import Limits, Verdict
-from spexsup.turn.admit import Wave as LegWave
+from spexsup.turn.admit import Verdict
+from spexsup.turn.front import wake
 from spexsup.turn.reconcile import reconcile
-from spexsup.turn.wake import wake
+from spexsup.turn.request import Hooks, QueuePolicy, WakeRequest
+from spexsup.turn.request import Wave as LegWave
 from spexsup.wavedoc import (
     PROMPT_HEAD,
     SCHEMA_VERSION,
@@ -71,25 +72,6 @@ class Pacing(NamedTuple):
 
 
 NO_PACING = Pacing()
-
-
-def turn_options(window: float | None, limits: Limits | None) -> Doc:
-    """The per-turn options a wave's legs run under, as its document records
-    them: `window`, `timeout` and `stagger` in seconds, `strict`, `on_limit`
-    (`wait[:H]`); None (False for strict) where not given, so the session's
-    and then the harness's own apply (config.toml's `stagger`)."""
-    limits = limits or Limits()
-    return {
-        "window": window,
-        "timeout": limits.timeout,
-        "strict": limits.strict,
-        "on_limit": limits.on_limit,
-        "model": limits.model,
-        "fallback": list(limits.fallback) if limits.fallback is not None else None,
-        "stagger": limits.stagger,
-        "verify": list(limits.verify) if limits.verify is not None else None,
-        "verify_timeout": limits.verify_timeout,
-    }
 
 
 def select_sessions(
@@ -204,7 +186,9 @@ class Wave:
             "launcher": {"pid": pid, "start_token": token},
             "retry_of": retry_of,
             "retried_by": [],
-            "turn_options": options if options is not None else turn_options(None, None),
+            "turn_options": (
+                options if options is not None else WakeRequest("", b"").turn_options()
+            ),
             "detached_at": None,
             "key": key,
             "pacing": pacing._asdict() if pacing.queues or pacing.budget else None,
@@ -310,17 +294,15 @@ class Wave:
     def run_leg(
         self,
         session: str,
-        prompt: bytes,
-        window: float | None,
+        request: WakeRequest,
         gate: threading.Semaphore,
-        fresh: bool = False,
-        limits: Limits | None = None,
-        key: str | None = None,
         pacing: Pacing = NO_PACING,
     ) -> None:
-        """Wake one leg through the gate; with `key`, under the leg's own key
-        (`keys.leg_key`): a leg whose key a wake already used starts nothing
-        and takes that wake's turn and verdict (`repeat`). Under a running
+        """Wake one leg through the gate, `request` (the wave's) made the
+        leg's: its session, its wave, its queue policy and pacing, and with
+        a key, the leg's own key (`keys.leg_key`): a leg whose key a wake
+        already used starts nothing and takes that wake's turn and verdict
+        (`repeat`). Under a running
         limit (the wave's or the home's) or `--after`, a leg that cannot
         launch now is queued (verdict `queued`) and launched by whoever
         records the end it waits for (see `spexsup.turn.queue`)."""
@@ -364,27 +346,21 @@ class Wave:
             self.update(change)
 
         result: Doc
-        leg_key = None if key is None else keys.leg_key(key, session)
-        wave = LegWave(self.id, pacing.max_running, pacing.budget)
+        leg = request._replace(
+            name=session,
+            key=None if request.key is None else keys.leg_key(request.key, session),
+            wave=LegWave(self.id, pacing.max_running, pacing.budget),
+            # Under a running limit or `--after`, a leg may wait in the queue.
+            queue=QueuePolicy.AT_LIMIT if pacing.queues or self.home_limit else QueuePolicy.NEVER,
+            after=pacing.after,
+            after_any=pacing.after_any,
+        )
         over = None if pacing.budget is None else over_budget(spex, self.id, pacing.budget)
         try:
             if over is not None:
                 v = Verdict(session, None, "skipped", error=over)
-            elif pacing.queues or self.home_limit:
-                from spexsup.turn.queue import wake_or_queue
-
-                v = wake_or_queue(
-                    spex, session, prompt, window=window, fresh=fresh, force=False,
-                    limits=limits or Limits(), after=pacing.after, after_any=pacing.after_any,
-                    key=leg_key, wave=wave, only_at_limit=True, gate=Slot(),
-                    on_admitted=admitted, check_abort=check_abort,
-                )  # fmt: skip
             else:
-                v = wake(
-                    spex, session, prompt, window=window, fresh=fresh, gate=Slot(),
-                    on_admitted=admitted, limits=limits, key=leg_key, wave=wave,
-                    check_abort=check_abort,
-                )  # fmt: skip
+                v = wake(spex, leg, Hooks(Slot(), admitted, check_abort))
             result = {
                 "turn": v.turn,
                 "verdict": v.verdict,
@@ -416,19 +392,11 @@ class Wave:
 
         self.update(finished)
 
-    def launch(
-        self,
-        prompt: bytes,
-        window: float | None,
-        max_concurrent: int,
-        fresh: bool = False,
-        limits: Limits | None = None,
-        key: str | None = None,
-        pacing: Pacing = NO_PACING,
-    ) -> None:
+    def launch(self, request: WakeRequest, max_concurrent: int, pacing: Pacing = NO_PACING) -> None:
         """Launch every leg; return when each has its verdict (or was aborted).
-        `fresh`: every leg starts a new conversation (as `wake --fresh`);
-        `key`: each leg wakes under its own key; `pacing`: see `run_leg`."""
+        `request`: what every leg asks (`fresh`: every leg starts a new
+        conversation, as `wake --fresh`; a key: each leg wakes under its own
+        key); `pacing`: see `run_leg`."""
         from spexsup import config
 
         self.home_limit = config.load(self.spex.home).max_running is not None
@@ -436,10 +404,7 @@ class Wave:
         names = [leg["session"] for leg in self.doc["legs"]]
         # One thread per leg: the gate bounds launches, confirmations overlap.
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-            futures = [
-                pool.submit(self.run_leg, n, prompt, window, gate, fresh, limits, key, pacing)
-                for n in names
-            ]
+            futures = [pool.submit(self.run_leg, n, request, gate, pacing) for n in names]
             results(futures)  # in the main thread: a signal must get through
 
         def launched(doc: Doc) -> None:
@@ -493,23 +458,21 @@ def _leg(doc: Doc, session: str) -> Doc:
 def fanout(
     spex: Spex,
     names: Sequence[str],
-    prompt: bytes,
+    request: WakeRequest,
     *,
-    window: float | None = None,
     max_concurrent: int = DEFAULT_MAX_CONCURRENT,
     retry_of: str | None = None,
     on_complete: str | None = None,
     on_create: Callable[[Wave], None] | None = None,
-    fresh: bool = False,
-    limits: Limits | None = None,
-    key: str | None = None,
     pacing: Pacing = NO_PACING,
 ) -> Wave:
-    """Create a wave over `names` and launch it (see `Wave.launch`); `limits`
-    (a time limit, strict mode) apply to every leg's turn as to a wake's.
-    With `key`, leg SESSION wakes with key `KEY/SESSION` (idempotent: a
-    retried fan-out with the same key starts no leg twice). `pacing`: a
-    running limit for the wave's legs, a turn they wait for (see `Pacing`)."""
+    """Create a wave over `names` and launch it (see `Wave.launch`):
+    `request` (its name unused) is what every leg asks, its rules (a time
+    limit, strict mode…) applying to every leg's turn as to a wake's; the
+    wave's document records them (`turn_options`). With a key, leg SESSION
+    wakes with key `KEY/SESSION` (idempotent: a retried fan-out with the
+    same key starts no leg twice). `pacing`: a running limit for the wave's
+    legs, a turn they wait for (see `Pacing`)."""
     if not 1 <= max_concurrent <= 1024:
         raise Invalid(f"invalid --max-concurrent {max_concurrent}", hint="between 1 and 1024")
     if pacing.max_running is not None and not 1 <= pacing.max_running <= 1024:
@@ -523,17 +486,17 @@ def fanout(
                 f"session {pacing.after!r} has no turn to wait for",
                 hint=f"spex show {pacing.after}",
             )
-    sessions.validate_window(window)
+    sessions.validate_window(request.window)
     if on_complete is not None and not on_complete.strip():
         raise Invalid("--on-complete needs a command")
     wave = Wave.create(
         spex,
         names,
-        prompt,
+        request.prompt,
         retry_of=retry_of,
         on_complete=on_complete,
-        options=turn_options(window, limits),
-        key=key,
+        options=request.turn_options(),
+        key=request.key,
         pacing=pacing,
     )
     if retry_of is not None:
@@ -544,7 +507,7 @@ def fanout(
         mutate(spex, retry_of, link)
     if on_create is not None:
         on_create(wave)
-    wave.launch(prompt, window, max_concurrent, fresh, limits, key, pacing)
+    wave.launch(request, max_concurrent, pacing)
     return wave
 
 

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from spexsup import sessions
 from spexsup.errors import UnknownSession
 from spexsup.harness import MAX_ARG_BYTES
-from spexsup.turn.wake import wake
+from spexsup.turn.front import wake
+from spexsup.turn.request import WakeRequest
 
 NASTY = [
     "$(touch /tmp/pwned)",
@@ -74,7 +75,7 @@ def test_prompt_arrives_byte_exact(env: Env, prompt: bytes) -> None:
         )
         sessions.create(spex, "rec", harness="rec", env={"RECORD_TO": str(out)})
     out.unlink(missing_ok=True)
-    verdict = wake(spex, "rec", prompt, window=30)
+    verdict = wake(spex, WakeRequest("rec", prompt, window=30))
     assert verdict.verdict == "completed", verdict
     assert out.read_bytes() == prompt
     via = "stdin" if len(prompt) > MAX_ARG_BYTES else "argv"

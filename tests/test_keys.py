@@ -17,6 +17,7 @@ from conftest import SPEX, Env, retry_until
 from spexsup import sessions
 from spexsup.pane import report
 from spexsup.turn.admit import admit
+from spexsup.turn.request import WakeRequest
 
 
 def db(env: Env) -> sqlite3.Connection:
@@ -322,7 +323,7 @@ def test_a_pruned_turn_takes_its_key_along(env: Env, tmp_path: Path) -> None:
     sessions.create(spex, "a", harness="demo", cwd=str(tmp_path))
     made = []
     for n in range(3):
-        _, turn, directory, _ = admit(spex, "a", b"hello", fresh=True, key=f"k{n}")
+        _, turn, directory, _, _ = admit(spex, WakeRequest("a", b"hello", fresh=True, key=f"k{n}"))
         report.record_exit(spex.store, "a", turn, 0, directory)
         made.append(turn)
     with spex.store.tx() as conn:

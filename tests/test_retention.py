@@ -23,6 +23,7 @@ from spexsup.pane import report
 from spexsup.procs import own_identity
 from spexsup.spex import Spex
 from spexsup.turn.admit import admit
+from spexsup.turn.request import WakeRequest
 from spexsup.waves import Wave
 
 DAY = 86400.0
@@ -33,7 +34,7 @@ def history(spex: Spex, name: str, count: int, *, age_days: float = 0.0) -> list
     `age_days` ago and each a second after the one before."""
     made = []
     for _ in range(count):
-        _, turn, directory, _ = admit(spex, name, b"hello", fresh=True)
+        _, turn, directory, _, _ = admit(spex, WakeRequest(name, b"hello", fresh=True))
         (directory / "output.log").write_bytes(b"x" * 100)
         report.record_exit(spex.store, name, turn, 0, directory)
         made.append(turn)
@@ -81,7 +82,7 @@ def test_prune_by_count_and_age_keeps_what_is_referenced(env: Env, tmp_path: Pat
             [(old_a[0], running.id), (old_a[1], running.id), (old_a[2], done.id)],
         )
     # A turn of c runs now (admitted by this live process, never ended).
-    _, running_turn, _, _ = admit(spex, "c", b"go", fresh=True)
+    _, running_turn, _, _, _ = admit(spex, WakeRequest("c", b"go", fresh=True))
     config = env.home / "config.toml"
     config.write_text("[retention]\nkeep_turns = 100\nkeep_days = 90\n")
 

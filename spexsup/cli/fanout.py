@@ -341,7 +341,9 @@ def fanout(
     from spexsup import waves
     from spexsup import worktree as wt
 
-    given = plans.Given(confirm_window, seconds, strict, on_limit, *models, spacing, *check)
+    given = plans.Given(
+        confirm_window, seconds, strict, on_limit, *models, spacing, *check, fresh=fresh, key=key
+    )
     spex = open_spex(ctx)
     defaults = settings(ctx, spex)
     request = wt.Request(None, base, repo, worktree_dir)
@@ -377,17 +379,9 @@ def fanout(
             if ran:
                 decl.echo(f"spex: {leg.name}: {ran}", err=True)
 
+        best_of = plans.BestOf(worktrees, prefix, harness or defaults.default_harness, policy)
         plan = plans.best_of(
-            spex,
-            worktrees,
-            request,
-            read_prompt,
-            given,
-            prefix=prefix,
-            harness=harness or defaults.default_harness,
-            confirm=confirm_post_create,
-            made=made,
-            sandbox=policy,
+            spex, best_of, request, read_prompt, given, confirm=confirm_post_create, made=made
         )
     elif retry_failed is not None:
         if all_ or match or message is not None or file is not None:
@@ -400,10 +394,8 @@ def fanout(
         plan,
         max_concurrent=defaults.max_concurrent if max_concurrent is None else max_concurrent,
         on_complete=on_complete,
-        fresh=fresh,
         wait=wait,
         as_json=as_json,
-        key=key,
         pacing=waves.Pacing(max_running, other, after_any is not None, usd),
         keep_best=best,
     )
@@ -415,10 +407,8 @@ def run_wave(
     *,
     max_concurrent: int | None = None,
     on_complete: str | None = None,
-    fresh: bool = False,
     wait: bool = False,
     as_json: bool = False,
-    key: str | None = None,
     pacing: "Pacing | None" = None,
     keep_best: str | None = None,
 ) -> None:
@@ -488,17 +478,13 @@ def run_wave(
             wave = waves.fanout(
                 spex,
                 targets,
-                plan.prompt,
-                window=plan.window,
+                plan.wake,
                 max_concurrent=waves.DEFAULT_MAX_CONCURRENT
                 if max_concurrent is None
                 else max_concurrent,
                 retry_of=retry_failed,
                 on_complete=on_complete,
                 on_create=on_create,
-                fresh=fresh,
-                limits=plan.limits,
-                key=key,
                 pacing=pacing or waves.Pacing(),
             )
             if wait and "signal" not in holder:

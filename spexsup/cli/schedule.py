@@ -156,7 +156,7 @@ def schedule_add(
     from spexsup import ids
     from spexsup import schedule as engines
     from spexsup.errors import Invalid
-    from spexsup.turn.admit import Limits
+    from spexsup.turn.request import Limits
     from spexsup.turn.scheduled import add
 
     ids.validate_name(name)

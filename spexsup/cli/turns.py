@@ -49,6 +49,7 @@ from spexsup.present.render import (
 
 if TYPE_CHECKING:
     from spexsup.spex import Spex
+    from spexsup.turn.request import WakeRequest
 
 
 # `wake`'s options as a user may spell them before `--`.
@@ -138,75 +139,20 @@ def budget_note(ctx: decl.Context, spex: "Spex", name: str) -> None:
         decl.echo(f"spex: note: {note}", err=True)
 
 
-def wake_and_report(
-    ctx: decl.Context,
-    name: str,
-    prompt: bytes,
-    *,
-    window: float | None,
-    fresh: bool,
-    as_json: bool,
-    force: bool = False,
-    timeout: str | None = None,
-    strict: bool = False,
-    on_limit: str | None = None,
-    queue: bool | None = False,
-    after: str | None = None,
-    after_any: bool = False,
-    key: str | None = None,
-    model: str | None = None,
-    fallback: str | None = None,
-    budget: str | None = None,
-    verify: tuple[tuple[str, ...] | None, float | None] = (None, None),
-    unsandboxed: bool = False,
-) -> None:
-    from spexsup.turn.admit import Limits, parse_on_limit
-    from spexsup.turn.wake import wake as wake_turn
+def wake_and_report(ctx: decl.Context, request: "WakeRequest", *, as_json: bool) -> None:
+    """Wake (`turn.front.wake`: now or queued, as the request's policy says)
+    and print the verdict; exit 1 unless it is ok."""
+    from spexsup.turn.front import wake as wake_turn
 
-    limit = timeout_seconds(timeout)
-    if on_limit is not None:
-        parse_on_limit(on_limit)
-    limits = Limits(limit, strict, on_limit, *model_rules(model, fallback))
-    limits = limits._replace(verify=verify[0], verify_timeout=verify[1], unsandboxed=unsandboxed)
-    if budget is not None:
-        limits = limits._replace(budget=usd_amount(budget, "--budget"))
     spex = open_spex(ctx)
-    if limits.budget is not None:
-        budget_note(ctx, spex, name)
-    if queue is None:
-        from spexsup.sessions import get
-
-        queue = get(spex, name).queue or settings(ctx, spex).queue
-    if unsandboxed and (queue or after is not None):
-        raise Invalid(
-            "--no-sandbox is for a turn that starts now: a queued prompt runs under the"
-            " session's sandbox, with nobody there to ask",
-            hint="leave out --queue/--after, or spex edit NAME --no-sandbox",
-        )
-    if queue or after is not None:
-        from spexsup.turn.queue import wake_or_queue
-
-        verdict = wake_or_queue(
-            spex,
-            name,
-            prompt,
-            window=window,
-            fresh=fresh,
-            force=force,
-            limits=limits,
-            after=after,
-            after_any=after_any,
-            key=key,
-        )
-    else:
-        verdict = wake_turn(
-            spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits, key=key
-        )
+    if request.limits.budget is not None:
+        budget_note(ctx, spex, request.name)
+    verdict = wake_turn(spex, request)
     if as_json:
         print_json(document(with_iso({"ok": verdict.ok, **verdict.as_json()})))
     else:
         # The verdict line names the cause, once: the exit code says it failed.
-        decl.echo(verdict_line(name, verdict.as_json()))
+        decl.echo(verdict_line(request.name, verdict.as_json()))
     if not verdict.ok:
         raise decl.Exit(1)
 
@@ -292,6 +238,9 @@ def wake(
       spex wake api --verify 'make test' fix the flaky test
     """
 
+    from spexsup.turn.admit import parse_on_limit
+    from spexsup.turn.request import Limits, QueuePolicy, WakeRequest
+
     ids.validate_name(name)
     checked = verify_rules(verify, no_verify, verify_timeout)
     if key is not None:
@@ -301,27 +250,27 @@ def wake(
     other = after_session(after, after_any, [name])
     seconds = window_seconds(window)
     prompt = prompts.read(text, file, message=message)
-    wake_and_report(
-        ctx,
+    limit = timeout_seconds(timeout)
+    if on_limit is not None:
+        parse_on_limit(on_limit)
+    limits = Limits(limit, strict, on_limit, *model_rules(model, fallback))
+    limits = limits._replace(verify=checked[0], verify_timeout=checked[1], unsandboxed=no_sandbox)
+    if budget is not None:
+        limits = limits._replace(budget=usd_amount(budget, "--budget"))
+    policy = {None: QueuePolicy.INHERIT, True: QueuePolicy.BUSY, False: QueuePolicy.NEVER}
+    request = WakeRequest(
         name,
         prompt,
         window=seconds,
         fresh=fresh,
         force=force,
-        as_json=as_json,
-        timeout=timeout,
-        strict=strict,
-        on_limit=on_limit,
-        queue=queue,
+        limits=limits,
+        key=key,
+        queue=policy[queue],
         after=other,
         after_any=after_any is not None,
-        key=key,
-        model=model,
-        fallback=fallback,
-        budget=budget,
-        verify=checked,
-        unsandboxed=no_sandbox,
     )
+    wake_and_report(ctx, request, as_json=as_json)
 
 
 @command()
@@ -509,7 +458,9 @@ def resume(
         if not as_json:
             decl.echo(resumed_line(docs[-1]))
     if data is not None:
-        wake_and_report(ctx, names[0], data, window=seconds, fresh=False, as_json=as_json)
+        from spexsup.turn.request import WakeRequest
+
+        wake_and_report(ctx, WakeRequest(names[0], data, window=seconds), as_json=as_json)
         return
     if as_json:
         print_json(docs[0] if len(names) == 1 else docs)

@@ -1,7 +1,8 @@
 """Admission: may this session take a turn now, and under which limits?
 
-`admit` takes the session's ticket, checks its state, lease and fence, and
-records the turn `starting` (DESIGN §2.5); a refusal changes nothing.
+`admit` (its caller holding the session's ticket) checks its state, lease
+and fence, resolves the turn's plan (`turn.plan`), records the turn
+`starting` (DESIGN §2.5) and writes its directory; a refusal changes nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spexsup import config, durations, ids, ledger, states
 from spexsup import sandbox as sandboxes
@@ -38,10 +39,13 @@ from spexsup.procs import (
 from spexsup.sessions import Session
 from spexsup.spex import Spex
 from spexsup.store import session_names
-from spexsup.turn import keys
-from spexsup.turn.reconcile import orphan_pids, reconcile
+from spexsup.turn import keys, plan
+from spexsup.turn.plan import TurnPlan
+from spexsup.turn.reconcile import orphan_pids
+from spexsup.turn.request import WakeRequest, Wave
 
-DEFAULT_WINDOW = 2.0
+if TYPE_CHECKING:
+    from spexsup.worktree import Setup
 
 
 class QueueTaken(Refused):
@@ -85,60 +89,28 @@ def new_turn_id() -> str:
     return ids.new_id()
 
 
-class Limits(NamedTuple):
-    """A wake's own per-turn rules: `--timeout` (seconds), `--strict`,
-    `--on-limit`, `--model` and `--fallback-model`; the session's and then
-    the harness's apply where these are not given."""
-
-    timeout: float | None = None
-    strict: bool = False
-    on_limit: str | None = None
-    model: str | None = None
-    fallback: tuple[str, ...] | None = None
-    # Not admission's: the least time between launches of the turn's harness
-    # (`spexsup.stagger`; 0: none; None: config.toml's `stagger`).
-    stagger: float | None = None
-    # USD: the turn is stopped once its known spend reaches it (pane.budget).
-    budget: float | None = None
-    # `--verify CMD` as an argv (None: the session's, the repository's, the
-    # harness's; (): `--no-verify`), and `--verify-timeout` (seconds).
-    verify: tuple[str, ...] | None = None
-    verify_timeout: float | None = None
-    # `--no-sandbox`: this one turn outside the session's sandbox, which
-    # only a session sandboxed as `optional` allows (DESIGN §19).
-    unsandboxed: bool = False
-
-
-# A check with no time limit of its own gets this one.
-DEFAULT_VERIFY_TIMEOUT = 600.0
-
-
 def verification(
-    home: Path, limits: Limits, session: Session, adapter: Harness
+    home: Path, request: WakeRequest, session: Session, adapter: Harness
 ) -> tuple[tuple[str, ...], float]:
-    """The turn's check and its time limit: the wake's, else the session's,
-    else the repository's `.spexsup.toml` (only once trusted: Refused
-    otherwise), else the harness's; () for none."""
+    """The turn's check and its time limit (`plan.verification`), reading
+    the repository's `.spexsup.toml` only when the wake and the session
+    leave the check to it, and only once trusted (Refused otherwise)."""
+    return plan.verification(request, session, adapter, repo_check(home, request, session))
+
+
+def repo_check(home: Path, request: WakeRequest, session: Session) -> Setup | None:
+    """The repository's check, as `plan.resolve` takes it: None unless the
+    wake and the session leave the check to it (`plan.wants_repo_check`)
+    and the repository has one; Refused when its file is not trusted."""
+    if not plan.wants_repo_check(request, session):
+        return None
     from spexsup import trust
 
-    check = limits.verify if limits.verify is not None else session.verify
-    repo = None
-    if check is None:
-        where = session.worktree.repo if session.worktree is not None else None
-        repo = trust.repo_check(Path(session.cwd), where)
-        if repo is not None:
-            trust.require_check_trust(home, repo, trust.governing_file(Path(session.cwd), where))
-            check = repo.verify
-    if check is None:
-        check = adapter.verify
-    limit = (
-        limits.verify_timeout
-        or session.verify_timeout
-        or (repo.verify_timeout if repo is not None else None)
-        or adapter.verify_timeout
-        or DEFAULT_VERIFY_TIMEOUT
-    )
-    return check, limit
+    where = session.worktree.repo if session.worktree is not None else None
+    repo = trust.repo_check(Path(session.cwd), where)
+    if repo is not None:
+        trust.require_check_trust(home, repo, trust.governing_file(Path(session.cwd), where))
+    return repo
 
 
 def parse_on_limit(text: str) -> float:
@@ -179,44 +151,50 @@ def limit_wait(text: str) -> float:
 
 DEFAULT_LIMIT_WAIT_HOURS = 12.0
 MAX_LIMIT_WAIT = 14 * 86400.0
-# After the reset time a CLI names, this long before the harness runs again.
-DEFAULT_LIMIT_MARGIN = 60.0
 
 
-def admit(
-    spex: Spex,
-    name: str,
-    prompt: bytes,
-    *,
-    fresh: bool,
-    limits: Limits | None = None,
-    queued: str | None = None,
-    key: str | None = None,
-    wave: Wave | None = None,
-) -> tuple[Session, str, Path, Harness]:
+class Admitted(NamedTuple):
+    """A turn admitted: its session (as admission read it), id, prepared
+    directory, the adapter that built its argv, and its resolved plan."""
+
+    session: Session
+    turn: str
+    directory: Path
+    adapter: Harness
+    plan: TurnPlan
+
+
+def admit(spex: Spex, request: WakeRequest, settings: config.Config | None = None) -> Admitted:
     """One transaction: check the session can take a turn, insert it (`starting`).
 
-    With `queued`, the turn is that queue entry's: the same transaction
-    takes the entry (QueueTaken if another process did), so a queued prompt
-    becomes one turn however many launchers race for it. With `key`, the
-    same transaction claims it for the turn, before any other check: a key
-    another wake claimed first raises `keys.Repeat` (its turn is the answer),
-    one of another session `keys.KeyElsewhere`; a refusal claims nothing.
+    The caller holds the session's ticket, its turns reconciled
+    (`turn.target.taken`); the row read here is the compare-and-swap.
+
+    With `request.queued`, the turn is that queue entry's: the same
+    transaction takes the entry (QueueTaken if another process did), so a
+    queued prompt becomes one turn however many launchers race for it. With
+    `request.key`, the same transaction claims it for the turn, before any
+    other check: a key another wake claimed first raises `keys.Repeat` (its
+    turn is the answer), one of another session `keys.KeyElsewhere`; a
+    refusal claims nothing.
 
     Running-turn limits are checked in the same transaction, so they hold
     exactly however many launchers race: config.toml's `max_running` for the
-    home, and a fan-out leg's `wave` limit (whose turn is linked to its wave
-    here too); past either, `AtLimit`.
+    home, and a fan-out leg's `request.wave` limit (whose turn is linked to
+    its wave here too); past either, `AtLimit`.
 
-    Returns the session, the turn id, its prepared directory and the adapter
-    that built its argv (loaded once per wake: it reads the harness files).
+    The adapter is loaded once per wake (it reads the harness files), and
+    the turn's options resolved once (`plan.resolve`) from the session as
+    this transaction reads it. `settings`: config.toml as the wake read it
+    (read here otherwise).
     """
+    name, prompt, wave = request.name, request.prompt, request.wave
     if b"\0" in prompt:
         raise Invalid("the prompt contains a NUL byte", hint="prompts are NUL-free text")
-    reconcile(spex, [name])
     turn = new_turn_id()
     pid, token = own_identity()
-    settings = config.load(spex.home)
+    if settings is None:
+        settings = config.load(spex.home)
     with spex.store.tx() as db:
         row = db.execute("SELECT * FROM sessions WHERE name = ?", (name,)).fetchone()
         if row is None:
@@ -225,14 +203,17 @@ def admit(
             # 24 random bits per second: a 200-leg fan-out repeats one about
             # once in 800 waves. We hold the write lock, so a free id stays free.
             turn = new_turn_id()
-        if key is not None:
+        if request.key is not None:
             # First: the repeat of a wake whose turn runs is no `busy` refusal.
-            mark = keys.fingerprint(prompt, fresh, tuple(limits or Limits()))
-            keys.claim(db, key, name, mark, turn=turn)
+            mark = keys.fingerprint(prompt, request.fresh, tuple(request.limits))
+            keys.claim(db, request.key, name, mark, turn=turn)
         session = Session.from_row(row)
         _refuse_unready(db, session)
         adapter = session.adapter(spex.home)
-        resume_id = None if fresh else session.harness_session_id
+        resolved = plan.resolve(
+            request, session, settings, adapter, repo=repo_check(spex.home, request, session)
+        )
+        resume_id = resolved.resume
         # A harness that lets us choose a new conversation's id gets one now,
         # stored with the admission: a turn that dies before it prints its
         # init event can still be resumed.
@@ -241,27 +222,20 @@ def admit(
             import uuid
 
             assigned = str(uuid.uuid4())
-        limits = limits or Limits()
-        model, fallback = models(limits, session, adapter)
-        _refuse_unkeepable(adapter, limits, fallback)
-        argv, on_stdin = adapter.argv(prompt, resume_id, assigned, model)
-        check, check_timeout = verification(spex.home, limits, session, adapter)
+        argv, on_stdin = adapter.argv(prompt, resume_id, assigned, resolved.model)
         # The first attempt's launch fence (see `claim_fence`), claimed here
         # so the launch needs no transaction of its own.
         fence = session.launch_fence + 1
-        timeout = limits.timeout or session.timeout or adapter.timeout
-        strict = limits.strict or session.strict or adapter.strict or settings.strict
-        policy = sandbox_policy(session, adapter, settings, unsandboxed=limits.unsandboxed)
         others = (
             [Path(r["cwd"]) for r in db.execute("SELECT cwd FROM sessions WHERE worktree NOT NULL")]
-            if policy.enabled
+            if resolved.sandbox.enabled
             else []
         )
         check_limits(db, settings.max_running, wave)
         if settings.budget_day is not None:
             check_day_budget(db, settings)
-        if queued is not None and not ledger.take_queued(db, queued, name, turn):
-            raise QueueTaken(f"queued prompt {queued} was taken or removed")
+        if request.queued is not None and not ledger.take_queued(db, request.queued, name, turn):
+            raise QueueTaken(f"queued prompt {request.queued} was taken or removed")
         ledger.admit_turn(
             db,
             turn=turn,
@@ -273,33 +247,18 @@ def admit(
             launcher_token=token,
             started_at=time.time(),
             boot_id=boot_id() or None,
-            timeout=timeout,
-            strict=int(strict),
-            model=model,
+            timeout=resolved.timeout,
+            strict=int(resolved.strict),
+            model=resolved.model,
         )
         if wave is not None:
             ledger.link_wave(db, turn, wave.id)
     directory = ensure_private_dir(turndir.path(spex.home, name, turn), under=spex.home)
-    grace = settings.grace if timeout else None
-    on_limit = limits.on_limit or session.on_limit
-    ending = Ending(
-        timeout,
-        DEFAULT_KILL_GRACE if grace is None else grace,
-        strict,
-        settings.login_timeout if settings.login_shell else None,
-        limit_wait(on_limit) if on_limit else None,
-        settings.limit_margin if settings.limit_margin is not None else DEFAULT_LIMIT_MARGIN,
-        model,
-        fallback,
-        limits.budget,
-        check,
-        check_timeout,
-        sandbox_plan(spex, session, adapter, policy, directory, others),
-    )
+    sandbox = sandbox_plan(spex, session, adapter, resolved.sandbox, directory, others)
     resumed = resume_id if resume_id and adapter.resume else None
     run = turndir.Invocation(argv, prompt, on_stdin)
-    _prepare(spex, session, turn, directory, run, adapter, ending, resumed)
-    return session, turn, directory, adapter
+    _prepare(spex, session, turn, directory, run, adapter, ending(resolved, sandbox), resumed)
+    return Admitted(session, turn, directory, adapter, resolved)
 
 
 def _refuse_unready(db: sqlite3.Connection, session: Session) -> None:
@@ -335,27 +294,22 @@ def _refuse_unready(db: sqlite3.Connection, session: Session) -> None:
         )
 
 
-def _refuse_unkeepable(adapter: Harness, limits: Limits, fallback: Sequence[str]) -> None:
-    """Refuse limits the harness cannot keep: a budget it prints no usage
-    for, a model fallback it has no way to pass a model to."""
-    if limits.budget is not None and adapter.outcome is None:
-        raise Invalid(
-            f"harness {adapter.name} prints no usage: a turn budget cannot be kept",
-            hint="--budget needs structured output (claude, codex, opencode, pi)",
-        )
-    if fallback and not adapter.takes_model():
-        raise Invalid(
-            f"harness {adapter.name} has no way to pass a model, so none to fall back to",
-            hint="give the harness model_flag or {model} in harnesses.toml",
-        )
-
-
-def sandbox_policy(
-    session: Session, adapter: Harness, settings: config.Config, *, unsandboxed: bool = False
-) -> sandboxes.Policy:
-    """The sandbox a turn of `session` runs in (sandbox.turn_policy)."""
-    return sandboxes.turn_policy(
-        session.sandbox, adapter.sandbox, settings.sandbox, session.name, unsandboxed
+def ending(resolved: TurnPlan, sandbox: sandboxes.Plan | None) -> Ending:
+    """What the wrapper and the reporter need of the plan."""
+    on_limit = resolved.on_limit
+    return Ending(
+        resolved.timeout,
+        resolved.grace,
+        resolved.strict,
+        resolved.login_timeout,
+        limit_wait(on_limit) if on_limit else None,
+        resolved.limit_margin,
+        resolved.model,
+        resolved.fallback,
+        resolved.budget,
+        resolved.verify,
+        resolved.verify_timeout,
+        sandbox,
     )
 
 
@@ -390,17 +344,6 @@ def sandbox_plan(
     )
     sandboxes.prepare_writable(plan)
     return plan
-
-
-class Wave(NamedTuple):
-    """A fan-out leg's wave, and the most legs of it that may run at once
-    (None: no limit of its own)."""
-
-    id: str
-    max_running: int | None = None
-    # `fanout --budget` (USD): a leg queued once the wave's known spend
-    # reached it is skipped, cause `budget` (see `wavedoc.over_budget`).
-    budget: float | None = None
 
 
 def check_day_budget(db: sqlite3.Connection, settings: config.Config) -> None:
@@ -439,23 +382,6 @@ def check_limits(db: sqlite3.Connection, home_limit: int | None, wave: Wave | No
             )
 
 
-def models(
-    limits: Limits, session: Session, adapter: Harness
-) -> tuple[str | None, tuple[str, ...]]:
-    """The turn's model (the wake's, else the session's, else the harness's;
-    None: the CLI's own) and the models it falls back to, in order (the
-    wake's list, else the session's, else the harness's), never its own."""
-    model = limits.model or session.model or adapter.model
-    chain = next(
-        (c for c in (limits.fallback, session.fallback) if c is not None), adapter.fallback
-    )
-    return model, tuple(dict.fromkeys(m for m in chain if m != model))
-
-
-# Between the watchdog's SIGTERM and SIGKILL when config.toml sets no grace.
-DEFAULT_KILL_GRACE = 5.0
-
-
 class Ending(NamedTuple):
     """What the wrapper and the reporter need to judge the turn's end."""
 
@@ -473,7 +399,7 @@ class Ending(NamedTuple):
     budget: float | None = None
     # The check of the turn's work and its time limit (pane.verify).
     verify: tuple[str, ...] = ()
-    verify_timeout: float = DEFAULT_VERIFY_TIMEOUT
+    verify_timeout: float = plan.DEFAULT_VERIFY_TIMEOUT
     # The sandbox it runs in (spexsup.sandbox), or None.
     sandbox: sandboxes.Plan | None = None
 

@@ -70,7 +70,7 @@ class KeyReused(Refused):
 
 def fingerprint(prompt: bytes, fresh: bool, options: tuple[object, ...]) -> str:
     """What a wake asks, as a key remembers it: the prompt's bytes, `--fresh`
-    and the turn's options (`admit.Limits`, as a tuple). Not the window or
+    and the turn's options (`request.Limits`, as a tuple). Not the window or
     `--force`, which say how to wake, not what the turn is."""
     digest = hashlib.sha256(prompt)
     digest.update(json.dumps([fresh, list(options)], default=list).encode())

@@ -9,7 +9,8 @@ an entry into a turn deletes the entry in its own transaction (`admit(...,
 queued=ID)`), so racing launchers admit it once and the rest find it gone.
 
 A prompt's bytes live in `queue/ID.prompt` (0600, written before its row
-commits); its options (window, timeout, strict, on-limit, fresh) in the row.
+commits); its options in the row: the JSON form of its `WakeRequest`
+(`queue_options`, read back by `WakeRequest.from_queue`).
 Nothing launches while the session is stopped: `spex stop` pauses its queue,
 `spex resume` continues it.
 """
@@ -20,8 +21,6 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -40,8 +39,9 @@ from spexsup.sessions import get
 from spexsup.spex import Spex
 from spexsup.states import ACTIVE, COMPLETE
 from spexsup.turn import keys
-from spexsup.turn.admit import Limits, QueueTaken, Verdict, Wave, new_turn_id
-from spexsup.turn.wake import KEY_ATTEMPTS, STORE_FILES, repeat_verdict, wake
+from spexsup.turn.admit import QueueTaken, Verdict, new_turn_id
+from spexsup.turn.request import WakeRequest, Wave
+from spexsup.turn.wake import STORE_FILES, start
 from spexsup.watch import DirWatch
 
 DIR = "queue"
@@ -60,11 +60,11 @@ class Entry(NamedTuple):
     @property
     def wave(self) -> Wave | None:
         """The fan-out this prompt is a leg of, with its running limit."""
-        if self.options.get("wave") is None:
-            return None
-        return Wave(
-            self.options["wave"], self.options.get("wave_max"), self.options.get("wave_budget")
-        )
+        return self.request(b"").wave
+
+    def request(self, prompt: bytes) -> WakeRequest:
+        """The wake this entry launches, with `prompt` (its file's bytes)."""
+        return WakeRequest.from_queue(self.session, prompt, self.options, self.id)
 
     def as_json(self, position: int) -> dict[str, Any]:
         return {
@@ -84,62 +84,28 @@ def prompt_path(home: Path, entry: str) -> Path:
     return home / DIR / f"{entry}.prompt"
 
 
-def _options(window: float | None, fresh: bool, limits: Limits) -> dict[str, Any]:
-    out: dict[str, Any] = {"window": window, "fresh": fresh}
-    out.update(timeout=limits.timeout, strict=limits.strict, on_limit=limits.on_limit)
-    out.update(model=limits.model)
-    if limits.fallback is not None:
-        out["fallback"] = list(limits.fallback)
-    out.update(budget=limits.budget)
-    kept = {k: v for k, v in out.items() if v not in (None, False)}
-    if limits.stagger is not None:
-        kept["stagger"] = limits.stagger  # 0 too: "no spacing" beats config.toml's
-    if limits.verify is not None:
-        kept["verify"] = list(limits.verify)  # [] too: --no-verify
-    if limits.verify_timeout is not None:
-        kept["verify_timeout"] = limits.verify_timeout
-    return kept
-
-
-def enqueue(
-    spex: Spex,
-    name: str,
-    prompt: bytes,
-    *,
-    window: float | None,
-    fresh: bool,
-    limits: Limits,
-    after: tuple[str, str, bool] | None = None,
-    key: str | None = None,
-    wave: Wave | None = None,
-) -> tuple[str, int]:
-    """Keep `prompt` for `name` (with `after`, (session, turn, any): until that
-    turn ends); (its entry id, its position: 1 is next). With `key`, claimed
-    for the entry in the same transaction (`keys.claim`: keys.Repeat when
-    another wake claimed it first, and nothing is kept). A fan-out leg keeps
-    its `wave` (and the wave's running limit) for its launch."""
+def enqueue(spex: Spex, request: WakeRequest, *, after_turn: str | None = None) -> tuple[str, int]:
+    """Keep `request` (its prompt, and its options as the row's JSON:
+    `WakeRequest.queue_options`) for its session (with `after_turn`, the
+    turn of `request.after` it waits for: until that turn ends); (its entry
+    id, its position: 1 is next). With `request.key`, claimed for the entry in the same transaction
+    (`keys.claim`: keys.Repeat when another wake claimed it first, and
+    nothing is kept). A fan-out leg keeps its wave (and the wave's running
+    limit and budget) for its launch."""
+    name, prompt = request.name, request.prompt
     get(spex, name)
     entry = "q" + ids.new_id()
     ensure_private_dir(spex.home / DIR, under=spex.home)
     path = prompt_path(spex.home, entry)
     write_atomic(path, prompt)
     first = prompt.split(b"\n", 1)[0].decode(errors="replace")[:200] or None
-    kept = _options(window, fresh, limits)
-    if after is not None:
-        kept.update(after=after[0], after_any=after[2])
-    if wave is not None:
-        kept.update(wave=wave.id, wave_max=wave.max_running)
-        if wave.budget is not None:
-            kept["wave_budget"] = wave.budget
-    options = json.dumps(kept)
+    options = json.dumps(request.queue_options())
     try:
         with spex.store.tx() as db:
-            if key is not None:
-                mark = keys.fingerprint(prompt, fresh, tuple(limits))
-                keys.claim(db, key, name, mark, queued=entry)
-            position = ledger.enqueue(
-                db, entry, name, options, first, after[1] if after is not None else None
-            )
+            if request.key is not None:
+                mark = keys.fingerprint(prompt, request.fresh, tuple(request.limits))
+                keys.claim(db, request.key, name, mark, queued=entry)
+            position = ledger.enqueue(db, entry, name, options, first, after_turn)
     except BaseException:
         path.unlink(missing_ok=True)
         raise
@@ -288,30 +254,8 @@ def _take(spex: Spex, name: str, done: dict[str, Verdict], freed: list[bool]) ->
             freed[0] = True
             _tell_wave(spex, head, Verdict(name, None, states.Verdict.FAILED, error=why))
             continue
-        options = head.options
-        fallback = options.get("fallback")
-        limits = Limits(
-            options.get("timeout"),
-            bool(options.get("strict")),
-            options.get("on_limit"),
-            options.get("model"),
-            tuple(fallback) if fallback is not None else None,
-            options.get("stagger"),
-            options.get("budget"),
-            tuple(options["verify"]) if options.get("verify") is not None else None,
-            options.get("verify_timeout"),
-        )
         try:
-            verdict = wake(
-                spex,
-                name,
-                prompt,
-                window=options.get("window"),
-                fresh=bool(options.get("fresh")),
-                limits=limits,
-                queued=head.id,
-                wave=head.wave,
-            )
+            verdict = start(spex, head.request(prompt))
         except (QueueTaken, SessionBusy, SessionStopped, UnderLease, AtLimit):
             return done  # a running limit: the end of a running turn starts us again
         except (Failed, Refused) as e:
@@ -372,81 +316,3 @@ def _after(spex: Spex, head: Entry) -> Verdict | bool | None:
             return None  # another launcher got there first
     prompt_path(spex.home, head.id).unlink(missing_ok=True)
     return Verdict(head.session, turn, states.Verdict.SKIPPED, error=why)
-
-
-def wake_or_queue(
-    spex: Spex,
-    name: str,
-    prompt: bytes,
-    *,
-    window: float | None,
-    fresh: bool,
-    force: bool,
-    limits: Limits,
-    after: str | None = None,
-    after_any: bool = False,
-    key: str | None = None,
-    wave: Wave | None = None,
-    only_at_limit: bool = False,
-    gate: AbstractContextManager[object] | None = None,
-    on_admitted: Callable[[str], None] | None = None,
-    check_abort: Callable[[], None] | None = None,
-) -> Verdict:
-    """`spex wake --queue`: wake now, or keep the prompt while the session is
-    busy or leased or a running limit is reached (verdict `queued`, its
-    position). With `after` (a session), it waits for that session's current
-    (or last) turn to end, then launches if it ended `complete` (any end with
-    `after_any`), else ends `skipped`. With `key`, a repeat (see `wake`)
-    answers with the first wake's turn or entry. `only_at_limit` (a fan-out
-    leg): a busy or leased session refuses, as without the queue; only a
-    running limit queues. `wave`, `gate`, `on_admitted`: as `wake`'s."""
-    until = None
-    queued_before = bool(entries(spex, (name,)))
-    waits = "the prompts queued before it" if queued_before else None
-    if after is not None:
-        other = get(spex, after)
-        if other.current_turn is None:
-            raise Refused(f"session {after!r} has no turn to wait for", hint=f"spex show {after}")
-        until = (after, other.current_turn, after_any)
-        waits = f"{after}'s turn"
-    mark = keys.fingerprint(prompt, fresh, tuple(limits))
-    for _ in range(KEY_ATTEMPTS):
-        if until is None and not queued_before:  # else first come, first served
-            try:
-                return wake(
-                    spex, name, prompt, window=window, fresh=fresh, force=force, limits=limits,
-                    key=key, wave=wave, gate=gate, on_admitted=on_admitted,
-                    check_abort=check_abort,
-                )  # fmt: skip
-            except AtLimit as e:
-                waits = e.waits
-            except (SessionBusy, UnderLease) as e:
-                if only_at_limit:
-                    raise
-                waits = "the session's turn" if isinstance(e, SessionBusy) else "the lease"
-        elif key is not None and keys.lookup(spex.store.db, key, name, mark) is not None:
-            answer = repeat_verdict(spex, name, key)
-            if answer is not None:
-                return answer
-            continue
-        try:
-            entry, position = enqueue(
-                spex, name, prompt, window=window, fresh=fresh, limits=limits, after=until, key=key,
-                wave=wave,
-            )  # fmt: skip
-        except keys.Repeat:
-            assert key is not None
-            answer = repeat_verdict(spex, name, key)
-            if answer is not None:
-                return answer
-            continue  # given back before we read it: try again
-        # The turn that made us queue may have ended before the entry committed,
-        # with nobody left to launch it: try once ourselves.
-        done = dequeue(spex, name)
-        if entry in done:
-            return done[entry]._replace(key=key)
-        place = positions(entries(spex, (name,))).get(entry, position)
-        return Verdict(
-            name, None, states.Verdict.QUEUED, queued=entry, position=place, key=key, waits=waits
-        )
-    raise Failed(f"key {key!r} was claimed and given back {KEY_ATTEMPTS} times", hint="retry")

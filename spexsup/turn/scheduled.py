@@ -32,7 +32,8 @@ from spexsup.errors import Invalid, Refused, SessionBusy, SpexError
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.sessions import get
 from spexsup.spex import Spex
-from spexsup.turn.admit import Limits, Verdict
+from spexsup.turn.admit import Verdict
+from spexsup.turn.request import Limits, QueuePolicy, WakeRequest
 
 DIR = "schedules"
 # What a firing restores of the environment `add` saw: where the tmux server
@@ -334,22 +335,16 @@ def fire(spex: Spex, s: Schedule, *, now: float | None = None, due: bool = True)
     the current minute (`spex schedule run`). Never raises for what the wake
     answered: a refusal is verdict `refused` (or `skipped` for a busy
     session under overlap `skip`), a failure `failed`; each is recorded."""
-    from spexsup.turn.queue import wake_or_queue
-    from spexsup.turn.wake import wake
+    from spexsup.turn.front import wake
 
     now = time.time() if now is None else now
     at = engines.due(s.cadence.cron, now) if due else now - now % 60
     key = engines.fire_key(s.id, at)
     limits = Limits(s.options.get("timeout"), bool(s.options.get("strict")), None)
+    queue = QueuePolicy.BUSY if s.overlap == "queue" else QueuePolicy.NEVER
     try:
         prompt = prompt_path(spex.home, s.id).read_bytes()
-        if s.overlap == "queue":
-            verdict = wake_or_queue(
-                spex, s.session, prompt, window=None, fresh=False, force=False,
-                limits=limits, key=key,
-            )  # fmt: skip
-        else:
-            verdict = wake(spex, s.session, prompt, limits=limits, key=key)
+        verdict = wake(spex, WakeRequest(s.session, prompt, limits=limits, key=key, queue=queue))
     except SessionBusy as e:
         verdict = Verdict(s.session, None, states.Verdict.SKIPPED, error=e.line(), key=key)
     except OSError as e:

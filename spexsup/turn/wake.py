@@ -1,4 +1,7 @@
-"""`spex wake`: admit, launch and confirm one turn, and tell the truth about it.
+"""Start one turn now: admit, launch and confirm it, and tell the truth about it.
+
+`start` is what `turn.front.wake` calls for a request that is not queued,
+and what the dequeuer calls for one that was.
 
 A lock-class startup failure is retried in a new attempt of the same turn
 (RETRY_BACKOFF); every other end is settled here or left to the exit
@@ -10,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -20,55 +23,41 @@ from spexsup.harness import Harness
 from spexsup.home import TmuxTimeout
 from spexsup.pane import marker, report, turndir
 from spexsup.pane.marker import Stage
-from spexsup.sessions import Session, get, validate_window
+from spexsup.sessions import Session, validate_window
 from spexsup.spex import Spex
-from spexsup.tickets import ticket
 from spexsup.turn import keys
-from spexsup.turn.admit import DEFAULT_WINDOW, Limits, Verdict, Wave, admit
+from spexsup.turn.admit import Verdict, admit
 from spexsup.turn.confirm import Startup, confirm_startup, failure_message
 from spexsup.turn.launch import claim_fence, kill_turn, launch, turn_state
 from spexsup.turn.reconcile import reconcile
+from spexsup.turn.request import NO_HOOKS, Hooks, WakeRequest
+from spexsup.turn.target import taken
 from spexsup.watch import DirWatch
 
 RETRY_BACKOFF = (0.25, 0.5, 1.0, 2.0)
 assert len(RETRY_BACKOFF) == report.MAX_RETRIES
 
 
-def resolve_window(
-    session: Session, adapter: Harness, window: float | None, configured: float | None = None
-) -> float:
-    """The call's window, else the session's, else config.toml's, else the harness's, else 2 s."""
-    return (
-        validate_window(window) or session.window or configured or adapter.window or DEFAULT_WINDOW
-    )
-
-
-def wake(
+def start(
     spex: Spex,
-    name: str,
-    prompt: bytes,
-    *,
-    window: float | None = None,
-    fresh: bool = False,
-    force: bool = False,
-    gate: AbstractContextManager[object] | None = None,
-    on_admitted: Callable[[str], None] | None = None,
-    limits: Limits | None = None,
-    queued: str | None = None,
-    key: str | None = None,
-    wave: Wave | None = None,
-    check_abort: Callable[[], None] | None = None,
+    request: WakeRequest,
+    hooks: Hooks = NO_HOOKS,
+    settings: config.Config | None = None,
 ) -> Verdict:
-    """Start a turn and report what is true about it within the window.
+    """Start a turn now and report what is true about it within the window
+    (`turn.front.wake` decides between this and the queue; the dequeuer
+    launches a queued request here). `settings`: config.toml as the caller
+    read it (read here otherwise, before admission: a broken config file
+    changes nothing).
 
-    With `key` (spexsup.turn.keys), a wake whose key another wake claimed
-    first starts nothing and answers with that wake's turn (`repeat_verdict`),
-    waiting for its verdict if it is still confirming.
+    With `request.key` (spexsup.turn.keys), a wake whose key another wake
+    claimed first starts nothing and answers with that wake's turn
+    (`repeat_verdict`), waiting for its verdict if it is still confirming.
 
     Refusals raise `Refused` (exit 3) and change nothing; so does a wake that
     loses to a stop between admission and launch, and (unless `force`) one
     whose pane runs something other than an idle shell. A failed startup leaves no
-    process of the turn behind and the pane back at a shell. `gate` (a
+    process of the turn behind and the pane back at a shell. `hooks.gate` (a
     fan-out's concurrency limit) is held around admission and launch only,
     so many turns can confirm at once.
 
@@ -76,24 +65,28 @@ def wake(
     fenced; after it, the turn keeps running and the exception carries a
     note saying so (its end is still recorded by its wrapper). A gate that
     refuses the launch (an aborted wave) ends the admitted turn `aborted`
-    the same way. `on_admitted` hears the turn id once it exists; a fan-out
-    leg's turn is linked to its `wave` at admission (see `admit`).
+    the same way. `hooks.on_admitted` hears the turn id once it exists; a
+    fan-out leg's turn is linked to its `request.wave` at admission (see
+    `admit`).
 
-    Staggered (`limits.stagger`, else config.toml's `stagger`), each launch
-    first waits for its slot among launches of its harness
+    Staggered (the plan's `stagger`: the request's, else config.toml's),
+    each launch first waits for its slot among launches of its harness
     (`spexsup.stagger`), inside the gate, with the turn `starting`; the
     window starts after it. A stop while it waits ends the wake at once
-    (refused, nothing launched), and so does `check_abort` (called as it
-    waits; a fan-out's abort raises there).
+    (refused, nothing launched), and so does `hooks.check_abort` (called as
+    it waits; a fan-out's abort raises there).
     """
-    args = (spex, name, prompt, window, fresh, force, gate, on_admitted, limits, queued)
+    validate_window(request.window)
+    if settings is None:
+        settings = config.load(spex.home)
+    key, name = request.key, request.name
     if key is None:
-        return _wake(*args, wave=wave, check_abort=check_abort)
-    mark = keys.fingerprint(prompt, fresh, tuple(limits or Limits()))
+        return _start(spex, request, hooks, settings)
+    mark = keys.fingerprint(request.prompt, request.fresh, tuple(request.limits))
     for _ in range(KEY_ATTEMPTS):
         if keys.lookup(spex.store.db, key, name, mark) is None:
             try:
-                verdict = _wake(*args, key, wave=wave, check_abort=check_abort)
+                verdict = _start(spex, request, hooks, settings)
                 return verdict._replace(key=key)
             except keys.Repeat:
                 pass
@@ -182,38 +175,18 @@ def _answer(name: str, row: Any) -> Verdict:
 STORE_FILES = frozenset({"state.db", "state.db-wal"})
 
 
-def _wake(
-    spex: Spex,
-    name: str,
-    prompt: bytes,
-    window: float | None,
-    fresh: bool,
-    force: bool,
-    gate: AbstractContextManager[object] | None,
-    on_admitted: Callable[[str], None] | None,
-    limits: Limits | None,
-    queued: str | None,
-    key: str | None = None,
-    *,
-    wave: Wave | None = None,
-    check_abort: Callable[[], None] | None = None,
-) -> Verdict:
+def _start(spex: Spex, request: WakeRequest, hooks: Hooks, settings: config.Config) -> Verdict:
+    """`start` for one attempt at the key (or none): admit, launch, confirm,
+    retry a lock-class failure, settle."""
     started = time.monotonic()
-    get(spex, name)
-    validate_window(window)
-    # Read before admission: a broken config file changes nothing.
-    settings = config.load(spex.home)
-    configured = settings.window
-    spacing = settings.stagger if limits is None or limits.stagger is None else limits.stagger
-    gate = gate or nullcontext()
-    with ticket(spex, name, "wake"):
+    name = request.name
+    gate = hooks.gate or nullcontext()
+    # The target, once: held (its ticket) and reconciled before admission.
+    with taken(spex, name, "wake"):
         with gate:
-            session, turn, directory, adapter = admit(
-                spex, name, prompt, fresh=fresh, limits=limits, queued=queued, key=key, wave=wave
-            )
-        if on_admitted is not None:
-            on_admitted(turn)
-        span = resolve_window(session, adapter, window, configured)
+            session, turn, directory, adapter, plan = admit(spex, request, settings)
+        if hooks.on_admitted is not None:
+            hooks.on_admitted(turn)
         attempts = 0
         launched_once = False
         try:
@@ -221,16 +194,18 @@ def _wake(
                 attempts += 1
                 with DirWatch([directory]) as watch:
                     with gate:
-                        if spacing:
-                            _await_slot(spex, name, turn, adapter.name, spacing, check_abort)
+                        if plan.stagger:
+                            _await_slot(
+                                spex, name, turn, adapter.name, plan.stagger, hooks.check_abort
+                            )
                         # A retry replaces our own previous attempt's shell.
-                        mine = force or attempts > 1
+                        mine = request.force or attempts > 1
                         pane_pid = launch(spex, session, turn, directory, force=mine)
                     launched_once = True
                     # The window measures the harness's startup, not our own
                     # admission (which may queue behind other writers).
                     launched = time.monotonic()
-                    result = confirm_startup(directory, span, launched, watch, pane_pid)
+                    result = confirm_startup(directory, plan.window, launched, watch, pane_pid)
                 if not _retryable(adapter, directory, result, attempts):
                     break
                 if not _rotate_attempt(spex, name, turn, directory, attempts):
