@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from goals import record
 
-from spexsup import ledger
-from spexsup.store import Store
+from spexsup.state import ledger
+from spexsup.state.store import Store
 
 SPEX = str(Path(sys.executable).parent / "spex")
 HARNESSES = ("claude", "codex", "opencode", "pi")

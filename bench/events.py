@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from goals import record
 
-from spexsup import events
-from spexsup.spex import open_store
+from spexsup.core.spex import open_store
+from spexsup.state import events
 
 SPEX = str(Path(sys.executable).parent / "spex")
 

@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from spexsup import retention
 from spexsup.config import Retention
-from spexsup.store import Store
+from spexsup.core import retention
+from spexsup.state.store import Store
 
 DAY = 86400.0
 

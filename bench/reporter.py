@@ -138,7 +138,7 @@ def usage_parse(baseline: Path, mb: int, n: int) -> None:
     baseline's outcome.py (flags only), p50 of n, alternated."""
     import importlib.util
 
-    from spexsup import outcome
+    from spexsup.adapters import outcome
 
     spec = importlib.util.spec_from_file_location("baseline_outcome", baseline)
     if spec is None or spec.loader is None:
@@ -269,7 +269,7 @@ def main() -> int:
         print(f"  difference {o - b:+.1f} ms (budget: +20 ms)")
         print(f"  flags recorded: {ours.flags()}")
         sys.path.insert(0, str(repo))
-        from spexsup import outcome
+        from spexsup.adapters import outcome
 
         spent = []
         for _ in range(args.n):

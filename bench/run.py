@@ -27,16 +27,16 @@ sys.path.insert(0, str(REPO))
 
 from goals import BY_KEY, ci, record, show  # noqa: E402
 
-from spexsup import sessions  # noqa: E402
+from spexsup.adapters.watch import DirWatch  # noqa: E402
+from spexsup.core import sessions  # noqa: E402
+from spexsup.core.spex import Spex  # noqa: E402
 from spexsup.pane import marker, report, turndir  # noqa: E402
 from spexsup.pane.marker import Stage  # noqa: E402
-from spexsup.spex import Spex  # noqa: E402
 from spexsup.turn.admit import admit  # noqa: E402
 from spexsup.turn.confirm import confirm_startup  # noqa: E402
 from spexsup.turn.front import wake  # noqa: E402
 from spexsup.turn.launch import launch  # noqa: E402
 from spexsup.turn.request import WakeRequest  # noqa: E402
-from spexsup.watch import DirWatch  # noqa: E402
 
 POLL = 0.025
 SLEEPER = ["bash", "-c", "exec sleep 300"]

@@ -23,7 +23,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from sshd import SPEX, running  # noqa: E402
 
-from spexsup import config, hosts  # noqa: E402
+from spexsup import config  # noqa: E402
+from spexsup.adapters import hosts  # noqa: E402
 
 
 def p50(fn: Callable[[], None], n: int, before: Callable[[], None] | None = None) -> float:

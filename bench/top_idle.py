@@ -38,8 +38,8 @@ sys.path.insert(0, str(REPO))
 from goals import ci, record  # noqa: E402
 from homes import Home  # noqa: E402
 
-from spexsup import sessions  # noqa: E402
-from spexsup.spex import Spex  # noqa: E402
+from spexsup.core import sessions  # noqa: E402
+from spexsup.core.spex import Spex  # noqa: E402
 
 SPEX = str(Path(sys.executable).parent / "spex")
 ROWS, COLS = 60, 160

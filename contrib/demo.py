@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spexsup.demo_agent import asked_to_fail
+from spexsup.adapters.demo_agent import asked_to_fail
 
 SPEX = shutil.which("spex", path=str(Path(sys.executable).parent)) or "spex"
 SESSIONS = {

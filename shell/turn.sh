@@ -537,7 +537,7 @@ else
     # attempt that hit the limit keeps its output as limited-N.output.log.
     waits=0
     # A staggered launch: when its harness really starts, which the next
-    # launch of that harness keeps its distance from (spexsup.stagger).
+    # launch of that harness keeps its distance from (spexsup.adapters.stagger).
     if [ -e "$dir/stagger" ]; then
         { printf '%s\n' "${EPOCHREALTIME//[!0-9]/}" >"$dir/started"; } 2>/dev/null
     fi

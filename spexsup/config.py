@@ -172,7 +172,7 @@ class Config(NamedTuple):
     max_running: int | None = None
     # `spex wake` queues when the session is busy, as with --queue.
     queue: bool = False
-    # Launches of one harness at least this far apart (spexsup.stagger); 0: none.
+    # Launches of one harness at least this far apart (spexsup.adapters.stagger); 0: none.
     stagger: float | None = None
     # Sessions that say nothing are sandboxed (DESIGN §19): "on", "optional",
     # "off", or None (the harness's default).

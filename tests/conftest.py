@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 import pytest
 
-from spexsup.spex import Spex
+from spexsup.core.spex import Spex
 
 HERE = Path(__file__).resolve().parent
 HARNESSES = HERE / "harnesses"

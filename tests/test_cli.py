@@ -46,7 +46,8 @@ def test_the_exit_reporter_path_imports_no_dataclasses() -> None:
     code = (
         "import sys; from spexsup.cli import internal;"
         "from spexsup.pane import report, turndir;"
-        "from spexsup import outcome, store, paths, events;"
+        "from spexsup import paths; from spexsup.adapters import outcome;"
+        "from spexsup.state import store, events;"
         "print(' '.join(m for m in ('dataclasses', 'inspect', 'typer', 'psutil', 'watchdog')"
         " if m in sys.modules))"
     )
@@ -73,7 +74,8 @@ def test_a_command_imports_only_its_own_module() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(out.stdout.split())
     assert "spexsup.cli.sessions" in loaded
-    assert not loaded & {"spexsup.cli.fanout", "spexsup.cli.maint", "spexsup.waves"}, loaded
+    others = {"spexsup.cli.fanout", "spexsup.cli.maint", "spexsup.conductors.waves"}
+    assert not loaded & others, loaded
 
 
 def doc(env: Env, *args: str) -> Any:

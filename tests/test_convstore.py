@@ -15,7 +15,7 @@ from conftest import FAKES, Env
 from test_harness import argv_log
 from test_turns import show, wake_json
 
-from spexsup import convstore
+from spexsup.adapters import convstore
 
 
 def real_schema() -> list[str]:

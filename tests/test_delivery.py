@@ -13,9 +13,9 @@ from conftest import Env, harness
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spexsup import sessions
+from spexsup.adapters.harness import MAX_ARG_BYTES
+from spexsup.core import sessions
 from spexsup.errors import UnknownSession
-from spexsup.harness import MAX_ARG_BYTES
 from spexsup.turn.front import wake
 from spexsup.turn.request import WakeRequest
 

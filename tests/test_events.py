@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from conftest import SPEX, Env, harness, retry_until
 
-from spexsup import events
-from spexsup.spex import open_store
-from spexsup.store import Store
+from spexsup.core.spex import open_store
+from spexsup.state import events
+from spexsup.state.store import Store
 
 
 def log(env: Env, *args: str) -> list[dict[str, Any]]:
@@ -369,7 +369,7 @@ def test_a_reader_never_sees_a_torn_summary(tmp_path: Path) -> None:
     reader racing the writer sees the old summary or the new one, never a mix."""
     import threading
 
-    from spexsup import statusline
+    from spexsup.adapters import statusline
 
     store = open_store(tmp_path / "state")
     name = "a-session-with-a-rather-long-name-" + "x" * 20

@@ -1,4 +1,4 @@
-"""spexsup.group: work queued by threads of one process, run together."""
+"""spexsup.adapters.group: work queued by threads of one process, run together."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from spexsup.group import Group, held, named_lock
+from spexsup.adapters.group import Group, held, named_lock
 
 
 def test_items_queued_while_a_go_runs_go_together_in_order() -> None:

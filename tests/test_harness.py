@@ -290,7 +290,7 @@ SHAPES = [
 def test_session_arguments_go_before_the_prompt_in_every_template_shape(
     template: tuple[str, ...], expected: list[str]
 ) -> None:
-    from spexsup.harness import ARGS, Harness, args_index, shown
+    from spexsup.adapters.harness import ARGS, Harness, args_index, shown
 
     via = "arg" if "{prompt}" in template else "stdin"
     h = Harness("x", fresh=template, prompt_via=via, args=("--model", "m"))
@@ -308,7 +308,7 @@ def test_session_arguments_go_before_the_prompt_in_every_template_shape(
 
 
 def test_session_arguments_are_passed_verbatim() -> None:
-    from spexsup.harness import BUILTIN
+    from spexsup.adapters.harness import BUILTIN
 
     claude = BUILTIN["claude"]._replace(args=("{prompt}", "--x={session_id}", "-"))
     argv, on_stdin = claude.argv(b"hello", "conv-1")

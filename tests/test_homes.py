@@ -19,8 +19,8 @@ import pytest
 from conftest import HERE, SPEX, Env, harness, retry_until
 from test_turns import show, turn_processes_alive, wake_json
 
-from spexsup.home import default_socket
-from spexsup.store import MIGRATIONS
+from spexsup.adapters.home import default_socket
+from spexsup.state.store import MIGRATIONS
 
 
 def capture(env: Env, name: str, socket: str | None = None) -> str:
@@ -621,7 +621,7 @@ def test_launches_made_together_each_get_their_own_answer(
     each if-shell still tests and launches its own pane alone, and each leg
     reads its own answer, refusals included, in whatever order they came;
     calls too long for one client (tmux's 16 KiB) go in several."""
-    from spexsup.home import TmuxHome, _run_together, launch_call, launch_result
+    from spexsup.adapters.home import TmuxHome, _run_together, launch_call, launch_result
 
     for name in ("a", "b", "c", "d"):
         assert env.run("new", name, "--", harness("sleeper.sh")).returncode == 0

@@ -428,13 +428,13 @@ def _runners(env: Env) -> list[psutil.Process]:
             argv = proc.cmdline()
         except psutil.Error:
             continue
-        if "spexsup.hooks" in argv and str(env.home) in argv:
+        if "spexsup.core.hooks" in argv and str(env.home) in argv:
             found.append(proc)
     return found
 
 
 def test_a_yes_hook_keeps_the_head_of_its_output_within_the_cap(env: Env) -> None:
-    from spexsup.hooks import OUTPUT_LIMIT
+    from spexsup.core.hooks import OUTPUT_LIMIT
 
     config(env, "[[hook]]\nname = 'yes'\non = ['created']\nrun = ['yes', 'spam']\ntimeout = 3\n")
     assert env.run("new", "a", "--harness", "demo").returncode == 0
@@ -482,7 +482,7 @@ def test_a_hook_that_leaves_processes_running_is_killed_with_them_at_its_timeout
 
 
 def test_many_hooks_at_once_never_run_more_than_the_slots(env: Env) -> None:
-    from spexsup.hooks import SLOTS
+    from spexsup.core.hooks import SLOTS
 
     spans = env.root / "spans"
     spans.mkdir()

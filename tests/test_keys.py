@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import SPEX, Env, retry_until
 
-from spexsup import sessions
+from spexsup.core import sessions
 from spexsup.pane import report
 from spexsup.turn.admit import admit
 from spexsup.turn.request import WakeRequest

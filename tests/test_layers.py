@@ -30,50 +30,18 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "config",
             "durations",
             "prompt",
-            "mainwait",
-            "group",
-            "statusline",
             "usage",
             "faults",
         ),
     ),
-    (
-        "adapters",
-        (
-            "procs",
-            "watch",
-            "home",
-            "harness",
-            "registry",
-            "hosts",
-            "fleet",
-            "login",
-            "outcome",
-            "meter",
-            "convstore",
-            "git",
-            "maint_client",
-            "demo_agent",
-            "dequeuer",
-            "stagger",
-            "schedule",
-            "sandbox",
-        ),
-    ),
-    ("every state change, with its event", ("store", "storelock", "events", "ledger", "lease")),
+    ("adapters", ("adapters",)),
+    ("the state and its ledger", ("state",)),
     ("inside the pane", ("pane",)),
-    ("what follows a commit", ("hooks", "retention")),
-    ("the handle", ("spex",)),
-    ("the wave record", ("wavedoc",)),
-    ("git worktrees", ("worktree", "trust", "salvage")),
-    ("the session record", ("sessions", "tickets")),
+    ("the session core", ("core",)),
     ("the turn wing", ("turn",)),
-    (
-        "what a command does",
-        ("bestof", "waves", "fanout", "top", "broker", "doctor", "diff", "verify"),
-    ),
+    ("the conductors", ("conductors",)),
     ("what both doors render", ("present",)),
-    ("the CLI and the other doors", ("cli", "doors", "web", "__main__")),
+    ("the doors", ("cli", "doors", "web", "__main__")),
 ]
 # Run by shell/turn.sh on every turn: their start-up time is part of every verdict.
 PANE_FORBIDS = ("typer", "rich", "libtmux", "watchdog", "click")
@@ -274,3 +242,12 @@ def test_importing_a_module_loads_nothing_above_it() -> None:
 def test_no_module_is_over_700_lines() -> None:
     long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > 700}
     assert long == {}
+
+
+def test_the_top_level_holds_only_the_shared_words() -> None:
+    """A newcomer sees the layers in `ls spexsup/`: every other module lives
+    in its layer's folder, and at most a dozen stay at the top."""
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 12, top
+    words = [m for m in top if m not in ("__init__", "__main__")]
+    assert [m for m in words if layer_of(f"spexsup.{m}") != 0] == []

@@ -1,4 +1,4 @@
-"""One writer of the record: only `spexsup/ledger/` executes SQL that
+"""One writer of the record: only `spexsup/state/ledger/` executes SQL that
 inserts, updates, deletes or replaces a row of a turn, a session, or a row
 that hangs off them, so abort-wins, the stale-report no-op, the fence and
 each transition's event live in one place. Read from the source, statement
@@ -31,7 +31,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "spexsup"
 # The ledger: one package (its transitions, queue's, schedules', usage's and checks' beside them).
-LEDGER = PACKAGE / "ledger"
+LEDGER = PACKAGE / "state" / "ledger"
 
 LEDGER_TABLES = frozenset(
     {
@@ -106,12 +106,12 @@ def written_tables(text: str) -> list[str]:
 def row_writers(package: Path = PACKAGE) -> list[str]:
     """`file:line: table: statement` for each write of a ledger table (or of
     an unnamed one) in `package` outside its `ledger/` and its store's migrations."""
-    ledger = package / "ledger"
+    ledger = package / "state" / "ledger"
     places = []
     for path in sorted(package.rglob("*.py")):
         if ledger in path.parents:
             continue
-        skip = migration_lines(path) if path == package / "store.py" else range(0)
+        skip = migration_lines(path) if path == package / "state" / "store.py" else range(0)
         for line, text in sorted(sql_strings(path)):
             if line in skip:
                 continue
@@ -126,14 +126,14 @@ def test_only_the_ledger_writes_turns_sessions_and_their_rows() -> None:
     found = row_writers()
     assert found == [], (
         "rows of turns, sessions and what hangs off them are written by a named"
-        " function in spexsup/ledger/ only (move each statement there):\n" + "\n".join(found)
+        " function in spexsup/state/ledger/ only (move each statement there):\n" + "\n".join(found)
     )
 
 
 def test_every_table_is_decided_in_or_out() -> None:
     """A new table is placed on one side, and each ledger table is really
     written in the ledger (a misspelt name here would cover nothing)."""
-    schema = (PACKAGE / "store.py").read_text()
+    schema = (PACKAGE / "state" / "store.py").read_text()
     made = {t.lower() for t in re.findall(r"CREATE TABLE (\w+)", schema)}
     assert made == LEDGER_TABLES | OTHER_TABLES, made ^ (LEDGER_TABLES | OTHER_TABLES)
     assert not LEDGER_TABLES & OTHER_TABLES
@@ -148,7 +148,7 @@ def test_the_check_finds_a_write_where_there_is_one(tmp_path: Path) -> None:
     take is caught and named by file and line; the ledger, the migrations
     and the tables that are out are not."""
     package = tmp_path / "spexsup"
-    (package / "ledger").mkdir(parents=True)
+    (package / "state" / "ledger").mkdir(parents=True)
     (package / "pane").mkdir()
     (package / "mod.py").write_text(
         "A = 'UPDATE turns SET rc = 1, state = ? WHERE id = ?'\n"
@@ -165,8 +165,9 @@ def test_the_check_finds_a_write_where_there_is_one(tmp_path: Path) -> None:
     (package / "pane" / "deep.py").write_text(
         "def f(db):\n    db.execute(\n        'UPDATE OR IGNORE wake_keys SET turn = ?'\n    )\n"
     )
-    (package / "ledger" / "__init__.py").write_text("A = 'DELETE FROM turns WHERE id = ?'\n")
-    (package / "store.py").write_text(
+    planted = package / "state" / "ledger" / "__init__.py"
+    planted.write_text("A = 'DELETE FROM turns WHERE id = ?'\n")
+    (package / "state" / "store.py").write_text(
         "MIGRATIONS = (\n    'UPDATE turns SET state = 1',\n)\n"
         "LATER = 'UPDATE sessions SET state = 2'\n"
     )
@@ -180,6 +181,6 @@ def test_the_check_finds_a_write_where_there_is_one(tmp_path: Path) -> None:
         ["spexsup/mod.py:10", "?"],
         ["spexsup/mod.py:11", "verifications"],
         ["spexsup/pane/deep.py:3", "wake_keys"],
-        ["spexsup/store.py:4", "sessions"],
+        ["spexsup/state/store.py:4", "sessions"],
     ], found
     assert found[1].endswith("UPDATE sessions SET launch_fence = 2 WHERE name = ?")

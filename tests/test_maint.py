@@ -20,8 +20,8 @@ from conftest import HERE, SPEX, Env, harness, retry_until, signal_a_helper_thre
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spexsup.broker.protocol import FrameError, parse_frame
-from spexsup.procs import own_identity
+from spexsup.adapters.procs import own_identity
+from spexsup.conductors.broker.protocol import FrameError, parse_frame
 
 MAINT = HERE / "maint"
 

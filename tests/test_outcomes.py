@@ -19,10 +19,10 @@ import pytest
 from conftest import Env, harness, retry_until
 from test_turns import show, turn_processes_alive, wake_json
 
-from spexsup import outcome
+from spexsup.adapters import outcome
+from spexsup.adapters.harness import BUILTIN
+from spexsup.adapters.registry import load_registry
 from spexsup.durations import parse
-from spexsup.harness import BUILTIN
-from spexsup.registry import load_registry
 
 ONLINE = {"FAKE_CLAUDE_LOGGED_IN": "1"}
 
@@ -388,7 +388,7 @@ CHATGPT_429 = json.dumps({"error": {
     "plan_type": "plus", "resets_at": 1_700_013_872, "eligible_promo": None,
     "resets_in_seconds": 13872}}, separators=(",", ":"))  # fmt: skip
 
-# What each CLI really prints when it hits its limit (sources in spexsup/harness.py,
+# What each CLI really prints when it hits its limit (sources in spexsup/adapters/harness.py,
 # next to each pattern), and the reset spex reads from it.
 # fmt: off
 REAL_LIMITS: list[tuple[str, str, float | None]] = [

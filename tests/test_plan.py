@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
+from spexsup.adapters.harness import Harness
+from spexsup.adapters.sandbox import Mode, Policy
 from spexsup.config import Config
+from spexsup.core.sessions import Session
+from spexsup.core.worktree import Setup
 from spexsup.errors import Invalid, Refused
-from spexsup.harness import Harness
-from spexsup.sandbox import Mode, Policy
-from spexsup.sessions import Session
 from spexsup.turn import plan
 from spexsup.turn.plan import resolve
 from spexsup.turn.request import Limits, QueuePolicy, WakeRequest
-from spexsup.worktree import Setup
 
 MODEL_FLAG = Harness("h", fresh=("agent", "{prompt}"), model_flag="--model", outcome="claude")
 

@@ -397,7 +397,7 @@ def test_opencode_sessions_are_read_from_its_real_database(
     in its output falls back to finds the one the real CLI made."""
     import time
 
-    from spexsup import convstore
+    from spexsup.adapters import convstore
 
     repo = real.root / "repo"
     repo.mkdir()

@@ -17,14 +17,15 @@ from pathlib import Path
 import pytest
 from conftest import SPEX, Env, retry_until
 
-from spexsup import durations, retention, sessions
+from spexsup import durations
+from spexsup.adapters.procs import own_identity
+from spexsup.conductors.waves import Wave
 from spexsup.config import Retention
+from spexsup.core import retention, sessions
+from spexsup.core.spex import Spex
 from spexsup.pane import report
-from spexsup.procs import own_identity
-from spexsup.spex import Spex
 from spexsup.turn.admit import admit
 from spexsup.turn.request import WakeRequest
-from spexsup.waves import Wave
 
 DAY = 86400.0
 

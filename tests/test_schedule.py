@@ -26,7 +26,7 @@ import psutil
 import pytest
 from conftest import FAKES, SPEX, Env, harness, retry_until
 
-from spexsup import schedule
+from spexsup.adapters import schedule
 from spexsup.errors import Invalid
 
 # A cadence whose due slot stays put for a year: firings of it in one test

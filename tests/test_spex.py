@@ -13,9 +13,9 @@ import pytest
 from conftest import Env, retry_until
 from test_hooks import claims, recorder, runs
 
-from spexsup import events
-from spexsup.spex import HOOKS, open_store
-from spexsup.store import Store
+from spexsup.core.spex import HOOKS, open_store
+from spexsup.state import events
+from spexsup.state.store import Store
 
 
 def create(store: Store, name: str) -> int:
@@ -96,12 +96,12 @@ def test_a_hook_claim_commits_with_its_event_or_not_at_all(env: Env) -> None:
 PROBE = """
 import json, sys
 from pathlib import Path
-from spexsup import events
-from spexsup.spex import open_store
+from spexsup.state import events
+from spexsup.core.spex import open_store
 store = open_store(Path(sys.argv[1]))
 with store.tx() as db:
     events.record(db, "created", session="a")
-print(json.dumps("spexsup.hooks" in sys.modules))
+print(json.dumps("spexsup.core.hooks" in sys.modules))
 """
 
 
@@ -134,7 +134,7 @@ def imported_modules(module: str) -> set[str]:
 
     import spexsup
 
-    path = Path(spexsup.__file__).parent / f"{module.removeprefix('spexsup.')}.py"
+    path = Path(spexsup.__file__).parent.joinpath(*module.split(".")[1:]).with_suffix(".py")
     found: set[str] = set()
 
     def walk(node: ast.AST) -> None:
@@ -155,10 +155,11 @@ def imported_modules(module: str) -> set[str]:
 def test_the_store_the_event_log_and_the_hooks_never_import_what_composes_them() -> None:
     """Only `spex` wires the store to its listeners: store -> events -> hooks
     -> store was a circle once."""
-    assert not imported_modules("spexsup.store") & {
-        "spexsup.events",
-        "spexsup.hooks",
-        "spexsup.spex",
+    assert not imported_modules("spexsup.state.store") & {
+        "spexsup.state.events",
+        "spexsup.core.hooks",
+        "spexsup.core.spex",
     }
-    assert not imported_modules("spexsup.events") & {"spexsup.hooks", "spexsup.spex"}
-    assert "spexsup.spex" not in imported_modules("spexsup.hooks")
+    above = {"spexsup.core.hooks", "spexsup.core.spex"}
+    assert not imported_modules("spexsup.state.events") & above
+    assert "spexsup.core.spex" not in imported_modules("spexsup.core.hooks")

@@ -19,8 +19,8 @@ from pathlib import Path
 from conftest import SPEX, Env, harness, retry_until
 from test_turns import show
 
-from spexsup import stagger
-from spexsup.procs import boot_id
+from spexsup.adapters import stagger
+from spexsup.adapters.procs import boot_id
 
 # Launches `--stagger 1s` apart start their harnesses at least this far apart
 # (each waits for the one before it to start its harness): only the reading

@@ -14,7 +14,8 @@ import sqlite3
 from enum import StrEnum
 from pathlib import Path
 
-from spexsup import events, states
+from spexsup import states
+from spexsup.state import events
 
 PACKAGE = Path(__file__).resolve().parent.parent / "spexsup"
 
@@ -28,16 +29,16 @@ OTHER_MEANINGS = {
     ("spexsup.present.render", "row"): "a recorded option's key (`verify`)",
     ("spexsup.present.render", "key"): "a recorded option's key (`strict`, `verify`, `sandbox`)",
     ("spexsup.ids", "k"): "a recorded option's key (`strict`)",
-    ("spexsup.registry", "key"): "a harnesses.toml key (`verify`)",
-    ("spexsup.trust", "data"): "a trust file's key (`verify`)",
-    ("spexsup.doctor", "x"): "SQLite's quick_check answer (`ok`)",
-    ("spexsup.outcome", "message.get('stopReason')"): "pi's own stop reason (`aborted`)",
+    ("spexsup.adapters.registry", "key"): "a harnesses.toml key (`verify`)",
+    ("spexsup.core.trust", "data"): "a trust file's key (`verify`)",
+    ("spexsup.conductors.doctor", "x"): "SQLite's quick_check answer (`ok`)",
+    ("spexsup.adapters.outcome", "message.get('stopReason')"): "pi's own stop reason (`aborted`)",
     ("spexsup.pane.pretty", "message.get('stopReason')"): "pi's own stop reason (`aborted`)",
     ("spexsup.pane.pretty", "last[0].get('stopReason')"): "pi's own stop reason (`aborted`)",
-    ("spexsup.sessions", "self.status"): "a pane check's status (`ok`, `recreated`)",
-    ("spexsup.sessions", "result.outcome"): "a pane launch's outcome (`launched`, `busy`)",
+    ("spexsup.core.sessions", "self.status"): "a pane check's status (`ok`, `recreated`)",
+    ("spexsup.core.sessions", "result.outcome"): "a pane launch's outcome (`launched`, `busy`)",
     ("spexsup.turn.launch", "result.outcome"): "a pane launch's outcome (`launched`, `busy`)",
-    ("spexsup.worktree", "status.state"): "a worktree's git status (`ok`)",
+    ("spexsup.core.worktree", "status.state"): "a worktree's git status (`ok`)",
 }
 
 

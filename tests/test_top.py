@@ -273,7 +273,7 @@ def test_an_unknown_terminal_is_refused_in_one_line(env: Env) -> None:
 def test_the_last_line_drops_escapes_and_the_clock_ticks_only_for_what_shows(
     env: Env, tmp_path: Path
 ) -> None:
-    from spexsup.top import Board, Row, last_line
+    from spexsup.conductors.top import Board, Row, last_line
 
     turn = tmp_path / "turn"
     turn.mkdir()

@@ -634,8 +634,8 @@ def _confirm_with_a_change(env: Env, change: str) -> str:
 def _one_change(directory: Path, change: str, window: float) -> tuple[Startup, float | None]:
     import threading
 
+    from spexsup.adapters.watch import DirWatch
     from spexsup.turn.confirm import confirm_startup
-    from spexsup.watch import DirWatch
 
     directory.mkdir()
     wrapper = subprocess.Popen(["sleep", "30"])
@@ -686,7 +686,7 @@ def test_a_turn_dir_removed_before_it_is_watched_is_no_error(tmp_path: Path) -> 
     """`spex rm` racing another rm (or a stop) of the same session: the turn
     dir a waiter is about to watch can vanish first (make stress found it as
     `spex: No such file or directory`). The waiter is woken to look again."""
-    from spexsup.watch import DirWatch
+    from spexsup.adapters.watch import DirWatch
 
     gone = tmp_path / "turn"
     gone.mkdir()
@@ -699,7 +699,7 @@ def test_a_process_that_vanishes_during_the_turn_scan_is_no_error() -> None:
     """A stop's hunt for a turn's processes meets processes that exit as it
     reads them (opencode forks short-lived helpers): one that is gone by the
     time its environment is read is simply not the reporter to spare."""
-    from spexsup.procs import _wrapper_step
+    from spexsup.adapters.procs import _wrapper_step
 
     child = subprocess.Popen(["sleep", "30"])
     proc = psutil.Process(child.pid)

@@ -15,7 +15,9 @@ import pytest
 from conftest import Env, retry_until
 from test_turns import show, wake_json
 
-from spexsup import ledger, outcome, usage
+from spexsup import usage
+from spexsup.adapters import outcome
+from spexsup.state import ledger
 
 REAL = Path(__file__).parent / "fixtures" / "real"
 ONLINE = {

@@ -98,7 +98,7 @@ def test_empty_argv_is_reported_not_run(tmp_path: Path) -> None:
 def test_a_wrapper_is_alive_only_with_its_turn_dir_in_its_argv(tmp_path: Path) -> None:
     """The wake's liveness check: alive while running with the dir in argv;
     a process without it, a zombie and a reaped pid are all dead."""
-    from spexsup.procs import Liveness, command_line_liveness
+    from spexsup.adapters.procs import Liveness, command_line_liveness
 
     mine = str(tmp_path / "turn")
     proc = subprocess.Popen(["sh", "-c", "sleep 30; :", "sh", mine], start_new_session=True)

@@ -30,7 +30,7 @@ class Signalled(BaseException):
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     # What the signal's clean-up asks of tmux gets the short bound, whether or
     # not a tmux call was in flight (a frozen server must not hold the exit).
-    from spexsup import home
+    from spexsup.adapters import home
 
     home.hurry()
     raise Signalled(signum)
@@ -104,7 +104,7 @@ def no_hooks(argv: list[str]) -> list[str]:
     end = argv.index("--") if "--" in argv else len(argv)
     if "--no-hooks" not in argv[:end]:
         return argv
-    from spexsup import spex
+    from spexsup.core import spex
 
     spex.NO_HOOKS = True
     return [w for w in argv[:end] if w != "--no-hooks"] + argv[end:]
@@ -126,7 +126,7 @@ def status_line(argv: list[str]) -> int | None:
         fmt = rest[1].partition("=")[2]
     elif len(rest) != 1:
         return None
-    from spexsup import statusline
+    from spexsup.adapters import statusline
 
     try:
         line = statusline.render(statusline.read(statusline.home_dir(home)), fmt)
@@ -175,7 +175,7 @@ def run(argv: list[str]) -> int:
     if "--version" in options and "--help" not in options and "-h" not in options:
         from spexsup import __version__
 
-        if "--json" in options:  # what another host's spex asks (spexsup.hosts)
+        if "--json" in options:  # what another host's spex asks (spexsup.adapters.hosts)
             print(f'{{"schema_version": 1, "version": "{__version__}"}}')
         else:
             print(f"spex {__version__}")
@@ -272,7 +272,7 @@ def _dispatch(argv: list[str], options: list[str], completing: str | None) -> in
         if _is_sqlite_error(e):
             if "locked" in str(e) or "busy" in str(e):
                 return fail(f"state database: {e} (another process holds it)", 1, as_json)
-            from spexsup.store import damaged
+            from spexsup.state.store import damaged
 
             if damaged(e):
                 return fail(f"state database: {e} (spex doctor says what to do)", 1, as_json)
@@ -406,7 +406,7 @@ def _housekeep(home: str | None) -> None:
     a failure here must not change the command's exit code."""
     import sqlite3
 
-    from spexsup import retention
+    from spexsup.core import retention
     from spexsup.paths import resolve_home
 
     try:

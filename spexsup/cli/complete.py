@@ -232,14 +232,15 @@ def _db(home: str | None) -> sqlite3.Connection | None:
 def values(kind: str, home: str | None, session: str | None = None) -> list[str]:
     """What a word of `kind` may be; [] when the state cannot be read."""
     if kind == "harness":
-        from spexsup import registry
+        from spexsup.adapters import registry
         from spexsup.paths import resolve_home
 
         return registry.load_registry(resolve_home(home)).names()
     if kind in WORDS:
         return WORDS[kind]()
     if kind == "host":
-        from spexsup import config, hosts
+        from spexsup import config
+        from spexsup.adapters import hosts
         from spexsup.errors import SpexError
         from spexsup.paths import resolve_home
 
@@ -406,7 +407,7 @@ def _commands() -> list[str]:
 
 
 def _event_kinds() -> list[str]:
-    from spexsup.events import KINDS
+    from spexsup.state.events import KINDS
 
     return list(KINDS)
 

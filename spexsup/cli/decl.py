@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spexsup.config import Config
-    from spexsup.spex import Spex
+    from spexsup.core.spex import Spex
 
 
 class Option:
@@ -132,7 +132,7 @@ def confirm(question: str) -> bool:
 def open_spex(ctx: Context) -> Spex:
     """The state home named by --home (or the environment); config.toml is read
     here so that a broken one fails every command the same way."""
-    from spexsup.spex import Spex
+    from spexsup.core.spex import Spex
 
     spex = Spex.open(ctx.find_root().obj)
     settings(ctx, spex)

@@ -3,6 +3,7 @@
 from typing import Annotated
 
 from spexsup import ids
+from spexsup.adapters.harness import verify_argv
 from spexsup.cli import complete, decl
 from spexsup.cli.decl import command, open_spex
 from spexsup.cli.params import (
@@ -24,7 +25,6 @@ from spexsup.cli.params import (
     window_seconds,
 )
 from spexsup.errors import Invalid
-from spexsup.harness import verify_argv
 from spexsup.pane.pretty import one_line
 from spexsup.present.render import document, edit_lines, print_json
 
@@ -180,8 +180,8 @@ def edit(
       spex edit tool -- ./my-agent.sh --verbose
       spex edit api --sandbox --allow-host 127.0.0.1:8080
     """
-    from spexsup.sandbox import mode_of
-    from spexsup.sessions import parse_env
+    from spexsup.adapters.sandbox import mode_of
+    from spexsup.core.sessions import parse_env
     from spexsup.turn.edit import Edit
     from spexsup.turn.edit import edit as change_session
     from spexsup.turn.read import describe

@@ -142,8 +142,8 @@ def events(
       spex events -n 20 --session api
       spex events --since 2026-12-01T09:30Z
     """
-    from spexsup import events as log
     from spexsup.ids import validate_name
+    from spexsup.state import events as log
 
     after, ago = since_of(since)
     kinds = tuple(dict.fromkeys(log.kind_of(k) for k in kind or ()))
@@ -212,7 +212,7 @@ def hooks_ls(ctx: decl.Context, as_json: JsonOpt = False) -> None:
       spex hooks ls
       spex hooks ls --json
     """
-    from spexsup import hooks
+    from spexsup.core import hooks
     from spexsup.pane.pretty import one_line
 
     spex = open_spex(ctx)
@@ -261,7 +261,7 @@ def hooks_test(
       spex hooks test 42 --hook '#1'
       spex events --kind failed --json | tail -1
     """
-    from spexsup import hooks
+    from spexsup.core import hooks
 
     spex = open_spex(ctx)
     results = hooks.test(spex.home, spex.store, event, hook)
@@ -305,7 +305,7 @@ def status_line(
       spex status-line
       spex status-line --format '{failed} failed: {attention}'
     """
-    from spexsup import statusline
+    from spexsup.adapters import statusline
 
     home = ctx.find_root().obj
     try:

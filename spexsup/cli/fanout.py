@@ -52,10 +52,10 @@ from spexsup.present.render import document, print_json, with_iso
 from spexsup.present.spend import leg_costs, with_spend
 
 if TYPE_CHECKING:
-    from spexsup.fanout import Plan
-    from spexsup.sessions import Session
-    from spexsup.spex import Spex
-    from spexsup.waves import Pacing, Wave
+    from spexsup.conductors.fanout import Plan
+    from spexsup.conductors.waves import Pacing, Wave
+    from spexsup.core.sessions import Session
+    from spexsup.core.spex import Spex
 
 # Whatever the window, a signalled fan-out is gone this long after the first signal.
 HARD_EXIT_AFTER = 8.0
@@ -337,9 +337,9 @@ def fanout(
             as_json,
         )
         return
-    from spexsup import fanout as plans
-    from spexsup import waves
-    from spexsup import worktree as wt
+    from spexsup.conductors import fanout as plans
+    from spexsup.conductors import waves
+    from spexsup.core import worktree as wt
 
     given = plans.Given(
         confirm_window, seconds, strict, on_limit, *models, spacing, *check, fresh=fresh, key=key
@@ -352,7 +352,7 @@ def fanout(
     def read_prompt() -> bytes:
         return prompts.read(None, file, message=message, forms="-m TEXT")
 
-    from spexsup import sandbox as sandboxes
+    from spexsup.adapters import sandbox as sandboxes
 
     policy = sandboxes.build(
         None,
@@ -415,7 +415,8 @@ def run_wave(
     """Launch the plan's wave and show it: each leg as it settles (a live
     table on a terminal with --wait), then the wave's summary; with
     `keep_best` (the pick), keep the best leg by its check (`bestof.choose`)."""
-    from spexsup import bestof, wavedoc, waves
+    from spexsup.conductors import bestof, waves
+    from spexsup.core import wavedoc
 
     if plan.nothing is not None:
         if as_json:
@@ -563,10 +564,11 @@ def fleet_fanout(
     given: dict[str, Any],
     as_json: bool,
 ) -> None:
-    """A wave across hosts (spexsup.fleet): one remote fan-out per host.
+    """A wave across hosts (spexsup.adapters.fleet): one remote fan-out per host.
     `given`: the per-turn options given (None where not), as in a wave's
     `turn_options`; a retry applies the fleet wave's own where not given."""
-    from spexsup import config, fleet
+    from spexsup import config
+    from spexsup.adapters import fleet
     from spexsup.paths import resolve_home
 
     state = resolve_home(ctx.find_root().obj)
@@ -632,6 +634,6 @@ def with_counts(doc: dict[str, Any]) -> dict[str, Any]:
     wave's has them (`wavedoc.tally`; recorded when it launched)."""
     if "counts" in doc:
         return doc
-    from spexsup.wavedoc import tally
+    from spexsup.core.wavedoc import tally
 
     return {**doc, "counts": tally(doc)}

@@ -29,7 +29,7 @@ def harness_group(ctx: decl.Context, as_json: JsonOpt = False) -> None:
 
 
 def _registry(ctx: decl.Context) -> Any:
-    from spexsup import registry
+    from spexsup.adapters import registry
     from spexsup.paths import resolve_home
 
     return registry.load_registry(resolve_home(ctx.find_root().obj))
@@ -57,7 +57,7 @@ def harness_ls(ctx: decl.Context, as_json: JsonOpt = False) -> None:
       spex harness ls
       spex harness ls --json | jq -r '.[] | select(.source != "built in") | .name'
     """
-    from spexsup import registry
+    from spexsup.adapters import registry
 
     views = registry.describe_all(_registry(ctx))
     if as_json:
@@ -97,7 +97,7 @@ def harness_show(
       spex harness show claude
       spex harness show myagent --json
     """
-    from spexsup import registry
+    from spexsup.adapters import registry
 
     view = registry.describe(_registry(ctx), name)
     if as_json:

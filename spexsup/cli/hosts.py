@@ -40,7 +40,7 @@ def list_hosts(ctx: decl.Context, as_json: JsonOpt = False) -> None:
 
 
 def _list(ctx: decl.Context, *, as_json: bool) -> None:
-    from spexsup import fleet
+    from spexsup.adapters import fleet
     from spexsup.paths import resolve_home
 
     state = resolve_home(ctx.find_root().obj)

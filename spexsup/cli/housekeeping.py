@@ -11,8 +11,8 @@ from spexsup.errors import Invalid
 from spexsup.present.render import document, print_json, table
 
 if TYPE_CHECKING:
-    from spexsup.salvage import Salvage
-    from spexsup.spex import Spex
+    from spexsup.core.salvage import Salvage
+    from spexsup.core.spex import Spex
 
 
 @command()
@@ -74,7 +74,8 @@ def prune(
       spex prune --session api --session web --json
       spex prune --salvage --older-than 2w --dry-run
     """
-    from spexsup import durations, retention
+    from spexsup import durations
+    from spexsup.core import retention
 
     for name in session or []:
         ids.validate_name(name)
@@ -125,7 +126,7 @@ def du(ctx: decl.Context, as_json: JsonOpt = False) -> None:
       spex du
       spex du --json | jq '.sessions | sort_by(.bytes) | reverse | .[0]'
     """
-    from spexsup import retention
+    from spexsup.core import retention
 
     spex = open_spex(ctx)
     use = retention.du(spex.store, spex.home, settings(ctx, spex).retention)
@@ -165,7 +166,7 @@ def _prune_salvage(
     as_json: bool,
 ) -> None:
     """`spex prune --salvage`: list, ask, delete, say each as git does."""
-    from spexsup import salvage
+    from spexsup.core import salvage
 
     found = salvage.find(spex, sessions=sessions, older_than=older)
     nothing = "no salvage branches" + (f" older than {older_than}" if older_than else "")

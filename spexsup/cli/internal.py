@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from spexsup.store import Store
+    from spexsup.state.store import Store
 
 
 def fast_path(argv: list[str]) -> int | None:
@@ -39,11 +39,11 @@ def fast_path(argv: list[str]) -> int | None:
     ):
         print("spex: usage: spex internal turn-exit SESSION TURN RC", file=sys.stderr)
         return 2
+    from spexsup.core.spex import open_store
     from spexsup.errors import SpexError
     from spexsup.pane import marker, turndir
     from spexsup.pane.report import record_reported_exit, write_ended
     from spexsup.paths import resolve_home
-    from spexsup.spex import open_store
 
     session, turn, rc = args[0], args[1], int(args[2])
     # The marker the wrapper wrote before it started us (its run time, the
@@ -75,8 +75,8 @@ def _settle_wave(store: Store, home: Path, turn: str) -> None:
     command): the process that records a transition fires what follows it."""
     if store.db.execute("SELECT 1 FROM wave_turns WHERE turn = ?", (turn,)).fetchone() is None:
         return
-    from spexsup.spex import Spex
-    from spexsup.wavedoc import settle_turn_end
+    from spexsup.core.spex import Spex
+    from spexsup.core.wavedoc import settle_turn_end
 
     try:
         settle_turn_end(Spex(home, store), turn)

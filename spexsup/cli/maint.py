@@ -67,9 +67,10 @@ def maint(
       spex maint --all --ttl 1m -- ./backup.sh
       spex maint ls --json
     """
-    from spexsup import durations, lease
-    from spexsup.broker.holder import Maintenance
-    from spexsup.broker.serve import run
+    from spexsup import durations
+    from spexsup.conductors.broker.holder import Maintenance
+    from spexsup.conductors.broker.serve import run
+    from spexsup.state import lease
 
     if command and command[0] == "ls" and "--" not in ctx.find_root().meta.get("spex.argv", []):
         # `spex maint ls [--json]` shows the lease, as --status does (a
@@ -124,7 +125,7 @@ def _committed(name: str, what: str, as_json: bool) -> None:
 @maint_op.command("stop")
 def op_stop(name: Annotated[str, decl.Argument(metavar="NAME")], as_json: JsonOpt = False) -> None:
     """Stop NAME (granted by --stop NAME)."""
-    from spexsup import maint_client
+    from spexsup.adapters import maint_client
 
     maint_client.run("stop", name)
     _committed(name, "stopped", as_json)
@@ -137,7 +138,7 @@ def op_resume(
     as_json: JsonOpt = False,
 ) -> None:
     """Resume NAME (granted by --resume NAME)."""
-    from spexsup import maint_client
+    from spexsup.adapters import maint_client
 
     maint_client.run("resume", name, force)
     _committed(name, "resumed", as_json)

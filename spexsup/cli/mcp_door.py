@@ -39,7 +39,7 @@ def mcp_command(
     """
     spex = open_spex(ctx)  # a broken home or config.toml fails here, before serving
     options = ["--home", str(spex.home)]
-    if getattr(sys.modules.get("spexsup.spex"), "NO_HOOKS", False):
+    if getattr(sys.modules.get("spexsup.core.spex"), "NO_HOOKS", False):
         options.append("--no-hooks")
     from spexsup.doors.mcp_server import serve
 

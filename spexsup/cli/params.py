@@ -178,8 +178,8 @@ def verify_rules(
     """--verify, --no-verify and --verify-timeout, checked: the check's argv
     (None: not given; (): none) and its time limit in seconds (None: not given)."""
     from spexsup import durations
+    from spexsup.adapters.harness import verify_argv
     from spexsup.errors import Invalid
-    from spexsup.harness import verify_argv
 
     if verify is not None and no_verify:
         raise Invalid("--verify and --no-verify: choose one")
@@ -209,7 +209,7 @@ def model_rules(
     model: str | None, fallback: str | None
 ) -> tuple[str | None, tuple[str, ...] | None]:
     """--model and --fallback-model, checked (None: not given)."""
-    from spexsup.harness import parse_model, parse_models
+    from spexsup.adapters.harness import parse_model, parse_models
 
     return (
         parse_model(model) if model is not None else None,

@@ -34,7 +34,7 @@ def queue_group(ctx: decl.Context) -> None:
 
 
 def _list(ctx: decl.Context, names: list[str], *, as_json: bool) -> None:
-    from spexsup.sessions import get
+    from spexsup.core.sessions import get
     from spexsup.turn.queue import entries, positions
 
     spex = open_spex(ctx)
@@ -101,8 +101,8 @@ def queue_clear(ctx: decl.Context, names: NamesArg = None, as_json: JsonOpt = Fa
     Examples:
       spex queue clear api
     """
+    from spexsup.core.sessions import get
     from spexsup.errors import Invalid
-    from spexsup.sessions import get
     from spexsup.turn.queue import clear
 
     if not names:

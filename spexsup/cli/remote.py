@@ -23,7 +23,7 @@ from spexsup import prompt as prompts
 from spexsup.errors import Invalid, SpexError
 
 if TYPE_CHECKING:
-    from spexsup.hosts import Answer, Host
+    from spexsup.adapters.hosts import Answer, Host
 
 # Commands whose --json document is rendered here; the rest pass through.
 RENDERED = frozenset({"ls", "show", "wake", "wait", "stop", "rm", "resume"})
@@ -113,7 +113,7 @@ def _plan(argv: list[str]) -> tuple[str | None, str, list[str], str] | None:
             continue
         repeats = bool(kinds) and kinds[-1] == "*" and kinds[0] == "session"
         if ":" in w and (repeats or (seen < len(kinds) and kinds[seen] == "session")):
-            from spexsup.hosts import check_address
+            from spexsup.adapters.hosts import check_address
 
             where, name = check_address(w)
             if where is not None:
@@ -132,7 +132,8 @@ def _plan(argv: list[str]) -> tuple[str | None, str, list[str], str] | None:
 
 
 def _run(home: str | None, host_name: str, words: list[str], command: str, *, as_json: bool) -> int:
-    from spexsup import config, hosts
+    from spexsup import config
+    from spexsup.adapters import hosts
     from spexsup.paths import resolve_home
 
     state = resolve_home(home)
@@ -164,7 +165,7 @@ def _rendered(
     host: Host, state: Path, command: str, words: list[str], stdin: bytes | None, as_json: bool
 ) -> int:
     """Run with --json there; print its JSON as it is, or render it as text here."""
-    from spexsup import hosts
+    from spexsup.adapters import hosts
 
     words, color = _color(words) if command in ("ls", "show") else (words, False)
     args = words if "--json" in words else [*words, "--json"]
@@ -222,14 +223,14 @@ def _woken(host: Host, state: Path, args: list[str], stdin: bytes | None) -> Ans
     claimed and answers with the turn it names, so no wake runs twice."""
     import secrets
 
-    from spexsup import hosts
+    from spexsup.adapters import hosts
 
     return hosts.call_keyed(host, state, args, f"host-{secrets.token_hex(8)}", stdin=stdin)
 
 
 def _waited(host: Host, state: Path, args: list[str], waiting: str) -> Answer:
     """`wait` there: a dropped connection is Failed, saying the turn runs on."""
-    from spexsup import hosts
+    from spexsup.adapters import hosts
     from spexsup.errors import Failed
 
     try:
@@ -384,8 +385,8 @@ def _file_to_stdin(words: list[str]) -> tuple[list[str], bytes | None]:
 
 def _attach(host: Host, state: Path, args: list[str]) -> int:
     """`ssh -t HOST spex attach NAME`; inside tmux, in a popup (or a window) of it."""
-    from spexsup import hosts
-    from spexsup.home import outer_argv
+    from spexsup.adapters import hosts
+    from spexsup.adapters.home import outer_argv
 
     window = "--window" in args
     argv = hosts.attach_argv(host, state, [a for a in args if a != "--window"])

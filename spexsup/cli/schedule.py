@@ -66,7 +66,7 @@ def schedule_group(ctx: decl.Context) -> None:
 
 
 def _list(ctx: decl.Context, names: list[str], *, as_json: bool) -> None:
-    from spexsup.sessions import get
+    from spexsup.core.sessions import get
     from spexsup.turn.scheduled import entries
 
     spex = open_spex(ctx)
@@ -154,7 +154,7 @@ def schedule_add(
       spex schedule add api --every 15m -m "triage new issues" --overlap queue --timeout 10m
     """
     from spexsup import ids
-    from spexsup import schedule as engines
+    from spexsup.adapters import schedule as engines
     from spexsup.errors import Invalid
     from spexsup.turn.request import Limits
     from spexsup.turn.scheduled import add
@@ -245,7 +245,7 @@ def schedule_rm(
 
 def _fire(ctx: decl.Context, schedule: str, *, due: bool, as_json: bool) -> None:
     """A firing, with the environment `add` saw; its line is logged."""
-    from spexsup.spex import Spex
+    from spexsup.core.spex import Spex
     from spexsup.turn.scheduled import find, fire, log_firing, restore_env
 
     s = find(open_spex(ctx), schedule)

@@ -59,8 +59,8 @@ from spexsup.present.render import (
 
 if TYPE_CHECKING:
     from spexsup.config import Config
+    from spexsup.core.worktree import Setup
     from spexsup.errors import SpexError
-    from spexsup.worktree import Setup
 
 
 @command()
@@ -161,7 +161,7 @@ def new(
       spex new api --harness claude --verify 'make test' --verify-timeout 20m
       spex new night --harness claude --worktree --sandbox
     """
-    from spexsup import sessions
+    from spexsup.core import sessions
     from spexsup.errors import Invalid
     from spexsup.turn.read import describe
 
@@ -173,8 +173,8 @@ def new(
     if not worktree and asked != (None,) * 4:
         raise Invalid("--branch, --base, --repo and --worktree-dir need --worktree")
     request = None
-    if worktree:  # (spexsup.worktree's dataclasses cost a plain `new` ~5 ms)
-        from spexsup.worktree import Request
+    if worktree:  # (spexsup.core.worktree's dataclasses cost a plain `new` ~5 ms)
+        from spexsup.core.worktree import Request
 
         request = Request(*asked)
     seconds = window_seconds(window)
@@ -185,7 +185,7 @@ def new(
         from spexsup.turn.admit import parse_on_limit
 
         parse_on_limit(on_limit)
-    from spexsup import sandbox as sandboxes
+    from spexsup.adapters import sandbox as sandboxes
 
     policy = sandboxes.build(
         None,
@@ -328,7 +328,7 @@ def fleet_ls(
     ctx: decl.Context, names: list[str] | None, *, wide: bool, as_json: bool, color: bool
 ) -> None:
     """`ls --all-hosts`: one table with a HOST column; a host not reached is one row."""
-    from spexsup import fleet
+    from spexsup.adapters import fleet
     from spexsup.paths import resolve_home
     from spexsup.present.render import LS_HEADERS, ls_rows
 
@@ -422,7 +422,7 @@ def rm(
       spex rm --all --dry-run
       spex rm fix --salvage
     """
-    from spexsup import sessions
+    from spexsup.core import sessions
     from spexsup.turn.remove import refusals, remove
 
     spex = open_spex(ctx)
@@ -502,7 +502,7 @@ def up(
       spex up --revive -m "the machine restarted; carry on"
       spex up --revive --stagger 2s
     """
-    from spexsup import sessions
+    from spexsup.core import sessions
 
     if names and all_:
         raise Invalid("name the sessions or give --all, not both")
@@ -526,8 +526,8 @@ def up(
         for r in reports:
             decl.echo(f"{r.name}: {r.status}" + (f" ({r.detail})" if r.detail else ""))
     if revive:
-        from spexsup import fanout as plans
         from spexsup.cli.fanout import run_wave
+        from spexsup.conductors import fanout as plans
 
         with plans.revive(spex, names, prompt, spacing) as plan:
             if plan.nothing is not None and as_json:
@@ -563,8 +563,8 @@ def attach(
       spex attach api
       spex attach --read-only api
     """
-    from spexsup import sessions
-    from spexsup.home import outer_argv
+    from spexsup.adapters.home import outer_argv
+    from spexsup.core import sessions
 
     ids.validate_name(name)
     spex = open_spex(ctx)
@@ -603,9 +603,9 @@ def doctor(ctx: decl.Context, as_json: JsonOpt = False) -> None:
     import platform
 
     from spexsup import __version__, config
-    from spexsup.doctor import run_checks
+    from spexsup.conductors.doctor import run_checks
+    from spexsup.core.spex import Spex
     from spexsup.errors import SpexError
-    from spexsup.spex import Spex
 
     spex = Spex.open(ctx.find_root().obj)
     candidates = config.config_files(spex.home)

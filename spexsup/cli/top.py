@@ -31,6 +31,7 @@ def top(ctx: decl.Context, color: ColorOpt = "auto", as_json: JsonOpt = False) -
       spex top | grep failed
       spex top --json | jq -r '.[] | "\\(.name): \\(.last_output)"'
     """
+    from spexsup.conductors.top import Board
     from spexsup.present.render import (
         TOP_HEADERS,
         print_json,
@@ -39,7 +40,6 @@ def top(ctx: decl.Context, color: ColorOpt = "auto", as_json: JsonOpt = False) -
         top_cells,
         use_color,
     )
-    from spexsup.top import Board
 
     colored = use_color(color)
     spex = open_spex(ctx)

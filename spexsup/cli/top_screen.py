@@ -1,7 +1,7 @@
 """The curses screen of `spex top`; only `spex top` imports it.
 
 The screen blocks in one `select` on the keyboard and the watcher's pipe
-(see `spexsup.top`), with a timeout only for what is due: the ages' clock
+(see `spexsup.conductors.top`), with a timeout only for what is due: the ages' clock
 (`Board.next_tick`, which also reads running turns' new output), a
 deferred refresh, and two slow guards — a full
 re-read every second while a turn is `starting` (its confirmation commits
@@ -41,13 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from spexsup import states
+from spexsup.adapters.home import outer_argv
+from spexsup.adapters.mainwait import SIGNAL_CHECK
+from spexsup.conductors.top import Board, Changes, Row, Watcher
 from spexsup.errors import SpexError
-from spexsup.home import outer_argv
-from spexsup.mainwait import SIGNAL_CHECK
 from spexsup.pane import turndir
 from spexsup.paths import own_python
 from spexsup.present.render import STATE_COLORS, TOP_HEADERS, top_cells
-from spexsup.top import Board, Changes, Row, Watcher
 
 # Re-reads closer together than these are merged: a transition burst (a
 # turn's admission, launch and marker) costs one read of SQLite and tmux.

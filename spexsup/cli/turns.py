@@ -48,7 +48,7 @@ from spexsup.present.render import (
 )
 
 if TYPE_CHECKING:
-    from spexsup.spex import Spex
+    from spexsup.core.spex import Spex
     from spexsup.turn.request import WakeRequest
 
 
@@ -131,7 +131,7 @@ LIVE_COST = {
 def budget_note(ctx: decl.Context, spex: "Spex", name: str) -> None:
     """Say, before the turn starts, when its budget cannot be kept: an
     unknown cost never passes for zero."""
-    from spexsup.sessions import get
+    from spexsup.core.sessions import get
 
     harness = get(spex, name).harness
     note = LIVE_COST.get(harness)
@@ -299,7 +299,8 @@ def wait(
       spex wait api --timeout 10m
       spex wait --match 'api-*' --json
     """
-    from spexsup import durations, sessions
+    from spexsup import durations
+    from spexsup.core import sessions
     from spexsup.turn.read import load_turn
     from spexsup.turn.read import wait as wait_for
 
@@ -370,7 +371,7 @@ def stop(
       spex stop api
       spex stop --all --grace 1s
     """
-    from spexsup import sessions
+    from spexsup.core import sessions
     from spexsup.turn.stop import DEFAULT_GRACE
     from spexsup.turn.stop import stop as stop_turn
 
@@ -427,7 +428,7 @@ def resume(
       spex resume api -f next-steps.md
       spex resume --match 'api-*' --force
     """
-    from spexsup import sessions
+    from spexsup.core import sessions
     from spexsup.turn.stop import resume as resume_session
 
     names, prompt = _names_and_prompt(ctx, names or [])
@@ -537,7 +538,8 @@ def log(
       spex log api --tail 20 -f
       spex log api --pretty
     """
-    from spexsup import ids, sessions
+    from spexsup import ids
+    from spexsup.core import sessions
     from spexsup.turn.read import load_turn
     from spexsup.turn.read import log as turn_log
 

@@ -1,4 +1,4 @@
-"""`spex verify`: run a finished turn's check again (see spexsup.verify)."""
+"""`spex verify`: run a finished turn's check again (see spexsup.conductors.verify)."""
 
 import sys
 from typing import Annotated
@@ -44,7 +44,7 @@ def verify(
       spex verify api --turn last~1
       spex verify api --verify 'make test' --verify-timeout 20m --json
     """
-    from spexsup.verify import interrupted_by_signal, rerun
+    from spexsup.conductors.verify import interrupted_by_signal, rerun
 
     ids.validate_name(name)
     check, limit = verify_rules(command, False, verify_timeout)

@@ -64,7 +64,8 @@ def list_waves(ctx: decl.Context, as_json: JsonOpt = False) -> None:
 
 
 def _list(ctx: decl.Context, *, as_json: bool) -> None:
-    from spexsup import fleet, waves
+    from spexsup.adapters import fleet
+    from spexsup.conductors import waves
     from spexsup.paths import resolve_home
 
     spex = open_spex(ctx)
@@ -104,10 +105,11 @@ def show_wave(ctx: decl.Context, wave: WaveArg, as_json: JsonOpt = False) -> Non
       spex wave last
       spex wave show 3fa --json
     """
-    from spexsup import ids, waves
+    from spexsup import ids
+    from spexsup.conductors import waves
 
     if wave.startswith("fleet-"):
-        from spexsup import fleet
+        from spexsup.adapters import fleet
         from spexsup.paths import resolve_home
 
         state = resolve_home(ctx.find_root().obj)
@@ -120,7 +122,7 @@ def show_wave(ctx: decl.Context, wave: WaveArg, as_json: JsonOpt = False) -> Non
     spex = open_spex(ctx)
     doc = with_spend(spex, waves.load(spex, ids.resolve_wave(spex.store.db, wave)))
     if doc.get("best_of"):
-        from spexsup.bestof import leg_stat
+        from spexsup.conductors.bestof import leg_stat
 
         for leg in doc["legs"]:
             leg["diffstat"] = leg_stat(spex, leg["session"])

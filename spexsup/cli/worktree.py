@@ -17,9 +17,9 @@ from spexsup.cli.params import JsonOpt, NameArg, NamesArg, TurnOpt
 from spexsup.present.render import age, argv_word, document, print_json, table, with_iso
 
 if TYPE_CHECKING:
-    from spexsup.salvage import Salvage
-    from spexsup.spex import Spex
-    from spexsup.worktree import Setup, Worktree
+    from spexsup.core.salvage import Salvage
+    from spexsup.core.spex import Spex
+    from spexsup.core.worktree import Setup, Worktree
 
 worktree_app = typer.Typer(cls=ListingGroup, invoke_without_command=True)
 app.add_typer(worktree_app, name="worktree")
@@ -60,7 +60,7 @@ def status(
       spex worktree ls fix --json
       spex worktree ls --json | jq -r '.[] | select(.kind == "salvage") | .branch'
     """
-    from spexsup import salvage, sessions
+    from spexsup.core import salvage, sessions
 
     for n in names or []:
         ids.validate_name(n)
@@ -140,7 +140,7 @@ def diff(
       spex diff fix --no-pager | grep '^+'
       spex diff fix --json | jq -r '.files[].path'
     """
-    from spexsup import diff
+    from spexsup.conductors import diff
 
     ids.validate_name(name)
     r = diff.turn_range(open_spex(ctx), name, turn)
@@ -190,7 +190,7 @@ def keep(
       spex keep last try-2
       spex keep 3fa 1 --force
     """
-    from spexsup import bestof
+    from spexsup.conductors import bestof
 
     spex = open_spex(ctx)
     outcomes = bestof.keep(spex, wave, leg, force=force)
@@ -213,7 +213,7 @@ def best_pick(
     keep_best: bool, pick: str | None, worktrees: int | None, check: tuple[str, ...] | None
 ) -> str | None:
     """`fanout --keep-best [--pick first|smallest]`, checked: the pick (None: no --keep-best)."""
-    from spexsup.bestof import PICKS
+    from spexsup.conductors.bestof import PICKS
     from spexsup.errors import Invalid
 
     if pick is not None and not keep_best:
@@ -243,7 +243,7 @@ class Kept(NamedTuple):
 def keep_best_leg(spex: "Spex", wave: dict[str, Any], pick: str) -> Kept:
     """Keep the wave's best leg by its check (`bestof.choose`) as `spex keep`
     does; when no leg passed, nothing is removed and each leg's check says why."""
-    from spexsup import bestof
+    from spexsup.conductors import bestof
 
     choice = bestof.choose(spex, wave, pick)
     doc: dict[str, Any] = {**choice.public(), "outcomes": []}
@@ -337,7 +337,7 @@ def trust(
       spex trust ls
       spex trust --revoke ~/src/api
     """
-    from spexsup import trust as trusts
+    from spexsup.core import trust as trusts
     from spexsup.errors import Invalid
 
     if path in (None, "ls") and not revoke:

@@ -87,7 +87,7 @@ def header(argv: Sequence[str]) -> str:
     """The line that heads a run of `argv` in verify.log: the check on one
     line, so that a multi-line command's rest never reads as its output
     (`tail` quotes what follows this line)."""
-    from spexsup.harness import shown_verify
+    from spexsup.adapters.harness import shown_verify
     from spexsup.pane.pretty import one_line
 
     return f"{HEADER}{one_line(shown_verify(argv))}"
@@ -96,7 +96,7 @@ def header(argv: Sequence[str]) -> str:
 def tail(log: Path, lines: int = TAIL_LINES) -> str:
     """The last lines of the latest check's output (after its header line),
     joined for a one-line message."""
-    from spexsup.outcome import output_end
+    from spexsup.adapters.outcome import output_end
     from spexsup.pane.pretty import printable
 
     text = output_end(log, 16384).rpartition(HEADER)[2].partition("\n")[2]
@@ -105,12 +105,12 @@ def tail(log: Path, lines: int = TAIL_LINES) -> str:
 
 
 def shown_check(argv: tuple[str, ...]) -> str:
-    from spexsup.harness import shown_verify
+    from spexsup.adapters.harness import shown_verify
 
     return shown_verify(argv)[:120]
 
 
 def span(seconds: float) -> str:
-    from spexsup import outcome
+    from spexsup.adapters import outcome
 
     return outcome.span(seconds)

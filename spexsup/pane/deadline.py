@@ -19,7 +19,7 @@ from spexsup.pane import turndir
 
 
 def _ancestors(pid: int) -> set[int]:
-    from spexsup.procs import parent_pid
+    from spexsup.adapters.procs import parent_pid
 
     seen = {pid}
     while (parent := parent_pid(pid)) not in (None, 0, 1) and parent not in seen:
@@ -33,7 +33,7 @@ def end_turn(directory: Path, wrapper: int, grace: float) -> list[int]:
     """Reap the turn's processes; the pids that survived SIGKILL."""
     import os
 
-    from spexsup.procs import reap, turn_processes
+    from spexsup.adapters.procs import reap, turn_processes
 
     spare = _ancestors(os.getpid())
     turn = directory.name

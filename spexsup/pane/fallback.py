@@ -29,9 +29,10 @@ FALLS_BACK = ("usage-limit", "rate-limited", "overloaded", "model-not-found")
 
 
 def next_model(turn_dir: Path, rc: int) -> int:
-    from spexsup import events, ledger, outcome, registry
+    from spexsup.adapters import outcome, registry
     from spexsup.pane import report
-    from spexsup.store import Store
+    from spexsup.state import events, ledger
+    from spexsup.state.store import Store
 
     try:
         chain = list(json.loads((turn_dir / turndir.FALLBACK).read_text())["models"])

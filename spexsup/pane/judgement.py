@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from spexsup import outcome as outcome_mod
+    from spexsup.adapters import outcome as outcome_mod
     from spexsup.pane import check as verify_mod
 
 

@@ -34,8 +34,8 @@ def _turn(turn_dir: Path) -> tuple[Path, str, str]:
 
 
 def still(turn_dir: Path) -> int:
-    from spexsup import events, ledger
-    from spexsup.store import Store
+    from spexsup.state import events, ledger
+    from spexsup.state.store import Store
 
     home, session, turn = _turn(turn_dir)
     if (turn_dir / turndir.TIMED_OUT).exists():
@@ -54,9 +54,10 @@ def still(turn_dir: Path) -> int:
 
 
 def plan(turn_dir: Path, now: float | None = None) -> int:
-    from spexsup import events, ledger, outcome, registry
+    from spexsup.adapters import outcome, registry
     from spexsup.pane import report
-    from spexsup.store import Store
+    from spexsup.state import events, ledger
+    from spexsup.state.store import Store
 
     now = time.time() if now is None else now
     try:

@@ -52,7 +52,7 @@ class Painter:
 
     def error(self, text: str) -> str:
         # An error is one line of words: a provider's JSON body becomes its message.
-        from spexsup.outcome import human
+        from spexsup.adapters.outcome import human
 
         # Whole escapes first: `human` folds controls to spaces, which would
         # leave an OSC's payload (a title, a clipboard write) as words.

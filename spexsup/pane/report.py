@@ -16,10 +16,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from spexsup import dequeuer, faults, ledger
+from spexsup import faults
+from spexsup.adapters import dequeuer
 from spexsup.pane import judgement, marker, turndir
 from spexsup.pane.judgement import Judgement
 from spexsup.pane.spending import spending
+from spexsup.state import ledger
+from spexsup.state.store import Store
 from spexsup.states import (
     ACTIVE,
     COMPLETE,
@@ -30,13 +33,12 @@ from spexsup.states import (
     Cause,
     TurnState,
 )
-from spexsup.store import Store
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from spexsup import outcome as outcome_mod
-    from spexsup.harness import Harness
+    from spexsup.adapters import outcome as outcome_mod
+    from spexsup.adapters.harness import Harness
     from spexsup.pane import check as verify_mod
 
 RECORDED = 0
@@ -100,7 +102,7 @@ def id_pattern(home: Path, turn_dir: Path) -> tuple[str, str | None]:
     name = turndir.meta(turn_dir).get("harness", "")
     if not name or name == "command":
         return name, None
-    from spexsup import registry  # only when there is a pattern to look up
+    from spexsup.adapters import registry  # only when there is a pattern to look up
 
     try:
         return name, registry.load_registry(home).get(name).id_pattern
@@ -119,7 +121,7 @@ def conversation_of(store: Store, turn_dir: Path, adapter: Harness | None = None
         found = find_conversation_id(turn_dir, pattern)
         if found is None and name in ("opencode", "pi"):
             # Nothing in the stream: the CLI's own session store may have it.
-            from spexsup import convstore
+            from spexsup.adapters import convstore
 
             meta = turndir.meta(turn_dir)
             found = convstore.lookup(name, meta.get("cwd"), meta.get("started"))
@@ -171,7 +173,7 @@ def judge(
 
     Bounded (see `outcome`): the flags are read from the end of the output.
     """
-    from spexsup import sandbox as sandboxes
+    from spexsup.adapters import sandbox as sandboxes
 
     failed = sandboxes.failure(turn_dir)
     if failed is not None:
@@ -194,7 +196,7 @@ def _judge(
     *,
     verify: bool,
 ) -> Judgement:
-    from spexsup import outcome
+    from spexsup.adapters import outcome
 
     meta = turndir.meta(turn_dir)
     name = adapter.name if adapter is not None else str(meta.get("harness") or "")
@@ -281,7 +283,7 @@ def _adapter(home: Path, name: str, adapter: Harness | None) -> Harness | None:
     """The turn's adapter, loaded from the harness files when not given."""
     if adapter is not None or not name or name == "command":
         return adapter
-    from spexsup import registry
+    from spexsup.adapters import registry
 
     try:
         return registry.load_registry(home).get(name)
@@ -304,7 +306,7 @@ def _fatal(text: str, adapter: Harness | None) -> tuple[str, str | None, str | N
 def _usage_limit(
     turn_dir: Path, adapter: Harness | None, text: str
 ) -> outcome_mod.UsageLimit | None:
-    from spexsup import outcome
+    from spexsup.adapters import outcome
 
     if adapter is None:
         return None
@@ -317,7 +319,7 @@ def write_ended(store: Store, turn: str, turn_dir: Path, rc: int) -> None:
     (`2 tool permissions denied: Write, Bash`, a failure's message, `stopped
     by spex stop`), for the end line the wrapper prints in the pane. Whoever
     recorded the end (this reporter, the wake, a stop), the row has it."""
-    from spexsup import outcome
+    from spexsup.adapters import outcome
     from spexsup.pane import pretty
     from spexsup.pane.lines import shorter
 
@@ -448,7 +450,7 @@ def _stop_request(turn_dir: Path | None) -> str | None:
 
 
 def _launcher_alive(pid: int | None, token: str | None) -> bool:
-    from spexsup.procs import Liveness, identity_liveness
+    from spexsup.adapters.procs import Liveness, identity_liveness
 
     return pid is not None and identity_liveness(pid, token) is Liveness.ALIVE
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from spexsup.adapters.git import git, snapshot
 from spexsup.errors import Failed
-from spexsup.git import git, snapshot
 from spexsup.pane import turndir
 
 

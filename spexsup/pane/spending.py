@@ -15,8 +15,8 @@ from spexsup.pane import turndir
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from spexsup import outcome as outcome_mod
-    from spexsup.harness import Harness
+    from spexsup.adapters import outcome as outcome_mod
+    from spexsup.adapters.harness import Harness
 
 
 def spending(
@@ -32,7 +32,7 @@ def spending(
     `ledger.record_usage`, read from their outputs as the flags are (`last`:
     the final run's Outcome when judged already). A model the output does not
     name (codex, opencode) is looked up in the CLI's own store."""
-    from spexsup import outcome
+    from spexsup.adapters import outcome
 
     meta = turndir.meta(turn_dir)
     harness = adapter.name if adapter is not None else str(meta.get("harness") or "") or None
@@ -54,7 +54,7 @@ def spending(
             name, priced = key
             if name is None and harness in ("codex", "opencode"):
                 if not looked:
-                    from spexsup import convstore
+                    from spexsup.adapters import convstore
 
                     model, looked = convstore.model(harness, conversation), True
                 name = model

@@ -12,7 +12,7 @@ unless said otherwise:
     binary  not-found  no-login-shell  timed-out  survivors  git-start  git-start.todo
     sandbox  sandbox-probe  sandbox-gate  sandbox-probed  sandbox-held  sandbox-failed
     denied-net
-    net/  netgate.log   a sandboxed turn's (spexsup.sandbox, spexsup.pane.netgate)
+    net/  netgate.log   a sandboxed turn's (spexsup.adapters.sandbox, spexsup.pane.netgate)
     stop-requested   a stop that could not take the write lock (spexsup.turn.stop)
     verify  verify-deadline  verify.log  verify-rc  verify-started  verify-timed-out
     attempt-N.output.log  an attempt a fallback kept (spexsup.pane.fallback)
@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from spexsup.procs import Liveness
-    from spexsup.sandbox import Plan
+    from spexsup.adapters.procs import Liveness
+    from spexsup.adapters.sandbox import Plan
 
 TURNS = "turns"
 
@@ -67,7 +67,7 @@ ENDED = "ended"
 BINARY = "binary"
 NOT_FOUND = "not-found"
 NO_LOGIN_SHELL = "no-login-shell"
-# A sandboxed turn (spexsup.sandbox): the engine's options (NUL-separated),
+# A sandboxed turn (spexsup.adapters.sandbox): the engine's options (NUL-separated),
 # the probe's two paths, the network gate's allowed hosts (JSON), by the
 # launcher; `sandbox-held` (proven) or `sandbox-failed` (why), by the
 # wrapper; `denied-net` (a host a line), by the gate.
@@ -125,7 +125,7 @@ def meta(directory: Path) -> dict[str, Any]:
 
 def output_end(directory: Path, size: int = 65536) -> str:
     """The last `size` bytes of the turn's output, decoded; "" if there is none."""
-    from spexsup.outcome import output_end as end
+    from spexsup.adapters.outcome import output_end as end
 
     return end(directory / OUTPUT, size)
 
@@ -179,7 +179,7 @@ def survivors(directory: Path) -> list[int]:
 
 def wrapper_liveness(pid: int, directory: Path) -> Liveness:
     """Is the wrapper of this turn dir alive as `pid`? (reuse-proof: its argv names the dir)."""
-    from spexsup.procs import command_line_liveness
+    from spexsup.adapters.procs import command_line_liveness
 
     return command_line_liveness(pid, str(directory))
 
@@ -236,7 +236,7 @@ def write_sandbox(directory: Path, engine: Sequence[str], plan: Plan) -> None:
     """A sandboxed turn's `sandbox` (the engine's argv), `sandbox-probe` (the
     probe's two paths) and, when its network is gated, `sandbox-gate` (the
     allowed hosts). Before the wrapper starts."""
-    from spexsup.sandbox import Network
+    from spexsup.adapters.sandbox import Network
 
     files = {
         SANDBOX: words(w.encode() for w in engine),

@@ -30,9 +30,9 @@ NO = 1
 
 
 def start(turn_dir: Path) -> int:
-    from spexsup import events, ledger
     from spexsup.pane import report
-    from spexsup.store import Store
+    from spexsup.state import events, ledger
+    from spexsup.state.store import Store
 
     argv = command(turn_dir)
     if not argv or (turn_dir / turndir.STOP_REQUEST).exists():
@@ -65,7 +65,7 @@ def end(turn_dir: Path, leader: int, tee: int | None = None) -> int:
     output, which the wrapper closed before starting this step."""
     import os
 
-    from spexsup.procs import fd_holders, reap, session_members
+    from spexsup.adapters.procs import fd_holders, reap, session_members
 
     output: list[str] = []
     ours = {os.getpid(), os.getppid()}  # this step and the wrapper

@@ -43,7 +43,7 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
         return "queued"
     directory = turndir.path(home, leg["session"], leg["turn"]) if leg["turn"] else None
     checked = _check_stage(directory, now) if directory is not None else ""
-    from spexsup.wavedoc import launched
+    from spexsup.core.wavedoc import launched
 
     state = leg.get("turn_state")
     ran = launched(leg) and state not in ACTIVE  # a turn that failed in its window ran
@@ -61,7 +61,7 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
         return "confirmed"
     rc = "" if leg["rc"] is None else f" rc={leg['rc']}"
     line = f"ended {state}{rc}" + (f", {checked}" if checked else "")
-    from spexsup.outcome import beyond_exit
+    from spexsup.adapters.outcome import beyond_exit
 
     error = leg.get("turn_error") or leg["error"]
     # A failed check says its own words (`verify failed (rc 1)`), not its error again.
@@ -207,7 +207,7 @@ class LegsView:
         from rich.console import Group
         from rich.text import Text
 
-        from spexsup.wavedoc import count_line
+        from spexsup.core.wavedoc import count_line
 
         return Group(table, Text(count_line(doc), no_wrap=True, overflow="ellipsis"))
 
@@ -283,13 +283,13 @@ def leg_line(leg: dict[str, Any]) -> str:
         parts.append(
             "· " + usage.from_json({"usage": leg["usage"], "cost": leg["cost"]}).cost_text()
         )
-    from spexsup.outcome import beyond_exit
+    from spexsup.adapters.outcome import beyond_exit
 
     error = beyond_exit(leg.get("turn_error") or leg["error"], leg["rc"])
     if error:
         parts.append(f"({error})")
     elif [f for f in leg.get("flags") or () if f != states.Flag.VERIFIED or not leg.get("verify")]:
-        from spexsup.outcome import describe
+        from spexsup.adapters.outcome import describe
 
         parts.append(f"({describe(leg['flags'])})")
     from spexsup.pane.pretty import one_line
@@ -304,7 +304,7 @@ SAID_BY = {"failed": "failed", "completed": "complete", "skipped": "skipped", "a
 def counts_line(doc: dict[str, Any]) -> str:
     """A local wave's legs by outcome (`wavedoc.count_line`); a fleet wave's
     with its hosts."""
-    from spexsup.wavedoc import count_line
+    from spexsup.core.wavedoc import count_line
 
     if doc.get("kind") == "fleet":
         return count_line(doc, hosts=len(doc.get("hosts") or []))

@@ -29,8 +29,8 @@ from spexsup.pane.pretty import one_line as clean
 from spexsup.present import fit
 
 if TYPE_CHECKING:
+    from spexsup.conductors.top import Row
     from spexsup.errors import SpexError
-    from spexsup.top import Row
 
 
 def print_json(data: Any) -> None:
@@ -307,7 +307,7 @@ def turn_line(t: dict[str, Any]) -> str:
         line += ", never confirmed its start"  # it never ran: no exit of its own
     if t.get("cost") and t["cost"].get("amount") is not None:
         line += f"  {spend_of(t).cost_text()}"
-    from spexsup.outcome import beyond_exit
+    from spexsup.adapters.outcome import beyond_exit
 
     error = beyond_exit(t["error"], t["rc"])
     if error:
@@ -321,7 +321,7 @@ def turn_line(t: dict[str, Any]) -> str:
     elif waiting(t):
         line += f"  (waiting for usage reset {clock(t['waiting_until'])})"
     elif t.get("flags"):
-        from spexsup.outcome import describe
+        from spexsup.adapters.outcome import describe
 
         line += f"  ({describe(t['flags'])})"
     return clean(line)
@@ -379,7 +379,7 @@ def show_lines(row: dict[str, Any], *, color: bool = False) -> list[str]:
     fields.append(("conversation", row["harness_session_id"] or "- (the next wake starts one)"))
     fields += setting_cells(row)
     if row.get("sandbox"):
-        from spexsup.sandbox import shown
+        from spexsup.adapters.sandbox import shown
 
         fields += shown(row["sandbox"])
     fields += [
@@ -426,7 +426,7 @@ def spend_of(doc: dict[str, Any]) -> Any:
 
 def setting_cells(row: dict[str, Any]) -> list[tuple[str, str]]:
     """A session's window, timeout, strict and on-limit as `show` prints them."""
-    from spexsup.outcome import span as limit_span
+    from spexsup.adapters.outcome import span as limit_span
 
     cells = [("window", limit_span(row["window"]) if row["window"] else "-")]
     if "timeout" in row:  # absent from an older host's spex
@@ -444,7 +444,7 @@ def setting_cells(row: dict[str, Any]) -> list[tuple[str, str]]:
             ("fallback", ", ".join(fallback) if fallback else "-" if fallback is None else "none"),
         ]
     if "verify" in row:
-        from spexsup.harness import shown_verify
+        from spexsup.adapters.harness import shown_verify
 
         check = row["verify"]
         text = shown_verify(check) if check else "-" if check is None else "none"
@@ -477,14 +477,14 @@ EDIT_LABELS = {
 
 
 def _setting(key: str, value: Any) -> str:
-    from spexsup.outcome import span as limit_span
+    from spexsup.adapters.outcome import span as limit_span
 
     if value is None or value == []:
         return "-"
     if key in ("window", "timeout", "verify_timeout"):
         return limit_span(value)
     if key == "verify" and isinstance(value, list):
-        from spexsup.harness import shown_verify
+        from spexsup.adapters.harness import shown_verify
 
         return shown_verify(value)
     if key in ("strict", "queue"):
@@ -545,13 +545,13 @@ def verdict_line(name: str, v: dict[str, Any]) -> str:
     if v.get("attempts", 1) > 1:
         line += f" after {v['attempts']} attempts"
     line += f" ({repeat}it {now_words(v['state'])})" if repeat else f" ({v['elapsed_ms']} ms)"
-    from spexsup.outcome import beyond_exit
+    from spexsup.adapters.outcome import beyond_exit
 
     error = beyond_exit(v["error"], v["rc"])
     if error:
         line += f": {error}"
     elif v.get("flags"):
-        from spexsup.outcome import describe
+        from spexsup.adapters.outcome import describe
 
         line += f" ({describe(v['flags'])})"
     elif v.get("waiting_until"):
@@ -579,12 +579,12 @@ def ended_line(e: dict[str, Any]) -> str:
     """`api: turn T failed rc=1 (agent-error): <message>`, what `spex wait`
     prints per turn."""
     words = end_words(e["state"], e["rc"], e.get("cause"))
-    from spexsup.outcome import beyond_exit
+    from spexsup.adapters.outcome import beyond_exit
 
     said = beyond_exit(e["error"], e["rc"]) if e["state"] != states.TurnState.COMPLETE else None
     why = f": {said}" if said else ""
     if not why and e.get("flags"):
-        from spexsup.outcome import describe
+        from spexsup.adapters.outcome import describe
 
         why = f" ({describe(list(e['flags']))})"
     return clean(f"{e['session']}: turn {e['turn']} {words}{why}")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from spexsup.spex import Spex
+    from spexsup.core.spex import Spex
 
 # What a leg spent, as its cost text (`$0.09`; "" for none recorded): given
 # the wave's id and the leg's session, from the views' own threads.

@@ -4,6 +4,6 @@
 pane) → `confirm` (is it really running) — conducted by `wake`; `reconcile`
 settles turns whose wrapper is gone; `stop` ends one and holds the session,
 `remove` deletes a session; `read` is the public view, the log and `wait`.
-Every state change goes through `spexsup.ledger`; what runs inside the pane
+Every state change goes through `spexsup.state.ledger`; what runs inside the pane
 lives in `spexsup.pane`.
 """

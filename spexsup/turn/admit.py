@@ -14,8 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from spexsup import config, durations, ids, ledger, states
-from spexsup import sandbox as sandboxes
+from spexsup import config, durations, ids, states
+from spexsup.adapters import sandbox as sandboxes
+from spexsup.adapters.harness import Harness
+from spexsup.adapters.procs import (
+    boot_id,
+    own_identity,
+)
+from spexsup.core.sessions import Session
+from spexsup.core.spex import Spex
 from spexsup.errors import (
     AtLimit,
     Failed,
@@ -26,26 +33,20 @@ from spexsup.errors import (
     SessionStopped,
     UnknownSession,
 )
-from spexsup.harness import Harness
 from spexsup.pane import budget, turndir
 from spexsup.paths import (
     ensure_private_dir,
     own_python,
 )
-from spexsup.procs import (
-    boot_id,
-    own_identity,
-)
-from spexsup.sessions import Session
-from spexsup.spex import Spex
-from spexsup.store import session_names
+from spexsup.state import ledger
+from spexsup.state.store import session_names
 from spexsup.turn import keys, plan
 from spexsup.turn.plan import TurnPlan
 from spexsup.turn.reconcile import orphan_pids
 from spexsup.turn.request import WakeRequest, Wave
 
 if TYPE_CHECKING:
-    from spexsup.worktree import Setup
+    from spexsup.core.worktree import Setup
 
 
 class QueueTaken(Refused):
@@ -104,7 +105,7 @@ def repo_check(home: Path, request: WakeRequest, session: Session) -> Setup | No
     and the repository has one; Refused when its file is not trusted."""
     if not plan.wants_repo_check(request, session):
         return None
-    from spexsup import trust
+    from spexsup.core import trust
 
     where = session.worktree.repo if session.worktree is not None else None
     repo = trust.repo_check(Path(session.cwd), where)
@@ -400,7 +401,7 @@ class Ending(NamedTuple):
     # The check of the turn's work and its time limit (pane.verify).
     verify: tuple[str, ...] = ()
     verify_timeout: float = plan.DEFAULT_VERIFY_TIMEOUT
-    # The sandbox it runs in (spexsup.sandbox), or None.
+    # The sandbox it runs in (spexsup.adapters.sandbox), or None.
     sandbox: sandboxes.Plan | None = None
 
 

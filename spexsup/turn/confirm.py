@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import NamedTuple
 
 from spexsup import states
-from spexsup.harness import Harness
-from spexsup.pane import marker, report, turndir
-from spexsup.pane.marker import Marker, Stage
-from spexsup.procs import (
+from spexsup.adapters.harness import Harness
+from spexsup.adapters.procs import (
     Liveness,
     identity_liveness,
     is_zombie,
     start_token,
 )
+from spexsup.adapters.watch import DirWatch
+from spexsup.pane import marker, report, turndir
+from spexsup.pane.marker import Marker, Stage
 from spexsup.turn.launch import REPORTER_GRACE
-from spexsup.watch import DirWatch
 
 
 def failure_message(harness: Harness, directory: Path, rc: int, cas: int | None) -> str:

@@ -21,10 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup import lease, ledger
-from spexsup import sandbox as sandboxes
-from spexsup.errors import Invalid, Refused, SessionBusy, UnknownSession
-from spexsup.sessions import (
+from spexsup.adapters import sandbox as sandboxes
+from spexsup.core.sessions import (
     Session,
     check_command,
     check_env_key,
@@ -35,9 +33,11 @@ from spexsup.sessions import (
     validate_window,
     working_directory,
 )
-from spexsup.spex import Spex
+from spexsup.core.spex import Spex
+from spexsup.errors import Invalid, Refused, SessionBusy, UnknownSession
+from spexsup.state import lease, ledger
+from spexsup.state.store import session_names
 from spexsup.states import BUSY, CREATING, REMOVING
-from spexsup.store import session_names
 from spexsup.turn.admit import parse_on_limit
 from spexsup.turn.reconcile import reconcile
 from spexsup.turn.target import taken

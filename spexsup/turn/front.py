@@ -10,9 +10,9 @@ later through `turn.wake.start` again.
 from __future__ import annotations
 
 from spexsup import config, states
+from spexsup.core.sessions import get, validate_window
+from spexsup.core.spex import Spex
 from spexsup.errors import AtLimit, Failed, Refused, SessionBusy, UnderLease
-from spexsup.sessions import get, validate_window
-from spexsup.spex import Spex
 from spexsup.turn import keys, plan
 from spexsup.turn.admit import Verdict
 from spexsup.turn.request import NO_HOOKS, Hooks, QueuePolicy, WakeRequest

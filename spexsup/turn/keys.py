@@ -18,8 +18,8 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, NamedTuple
 
-from spexsup import ledger
 from spexsup.errors import Invalid, Refused, clip
+from spexsup.state import ledger
 
 if TYPE_CHECKING:
     import sqlite3

@@ -14,22 +14,23 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from spexsup import events, faults, ledger, states
+from spexsup import faults, states
+from spexsup.adapters.home import Launch, foreground, pane_activity
+from spexsup.adapters.procs import (
+    Liveness,
+    reap,
+    turn_processes,
+)
+from spexsup.adapters.watch import DirWatch
+from spexsup.core.sessions import Session, shell_env
+from spexsup.core.spex import Spex
 from spexsup.errors import Failed, Refused, TurnStopped
-from spexsup.home import Launch, foreground, pane_activity
 from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Marker, Stage
 from spexsup.paths import (
     wrapper_path,
 )
-from spexsup.procs import (
-    Liveness,
-    reap,
-    turn_processes,
-)
-from spexsup.sessions import Session, shell_env
-from spexsup.spex import Spex
-from spexsup.watch import DirWatch
+from spexsup.state import events, ledger
 
 # A turn that exited just before the window closed gets this long for its
 # exit reporter to finish, rather than a verdict that races the reporter.

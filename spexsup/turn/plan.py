@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from spexsup import sandbox as sandboxes
+from spexsup.adapters import sandbox as sandboxes
 from spexsup.errors import Invalid
 from spexsup.turn.request import QueuePolicy, WakeRequest
 
 if TYPE_CHECKING:
+    from spexsup.adapters.harness import Harness
     from spexsup.config import Config
-    from spexsup.harness import Harness
-    from spexsup.sessions import Session
-    from spexsup.worktree import Setup
+    from spexsup.core.sessions import Session
+    from spexsup.core.worktree import Setup
 
 # The window when nobody sets one (seconds).
 DEFAULT_WINDOW = 2.0

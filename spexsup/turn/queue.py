@@ -24,7 +24,12 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup import dequeuer, ids, lease, ledger, states, wavedoc
+from spexsup import ids, states
+from spexsup.adapters import dequeuer
+from spexsup.adapters.watch import DirWatch
+from spexsup.core import wavedoc
+from spexsup.core.sessions import get
+from spexsup.core.spex import Spex
 from spexsup.errors import (
     AtLimit,
     Failed,
@@ -35,14 +40,12 @@ from spexsup.errors import (
     UnderLease,
 )
 from spexsup.paths import ensure_private_dir, write_atomic
-from spexsup.sessions import get
-from spexsup.spex import Spex
+from spexsup.state import lease, ledger
 from spexsup.states import ACTIVE, COMPLETE
 from spexsup.turn import keys
 from spexsup.turn.admit import QueueTaken, Verdict, new_turn_id
 from spexsup.turn.request import WakeRequest, Wave
 from spexsup.turn.wake import STORE_FILES, start
-from spexsup.watch import DirWatch
 
 DIR = "queue"
 FREE = dequeuer.FREE

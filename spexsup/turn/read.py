@@ -14,16 +14,17 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from spexsup import ids, lease, states
+from spexsup import ids, states
+from spexsup.adapters.watch import DirWatch
+from spexsup.core.sessions import Session, get, pane_status
+from spexsup.core.spex import Spex
 from spexsup.errors import Invalid, Refused, SpexError, TimedOut, UnknownSession
 from spexsup.pane import turndir
 from spexsup.paths import ensure_private_dir
-from spexsup.sessions import Session, get, pane_status
-from spexsup.spex import Spex
+from spexsup.state import lease
+from spexsup.state.store import session_names
 from spexsup.states import COMPLETE, SESSION_STATES, legacy_of, read_state
-from spexsup.store import session_names
 from spexsup.turn.reconcile import reconcile
-from spexsup.watch import DirWatch
 
 if TYPE_CHECKING:
     from spexsup.usage import Spend
@@ -80,7 +81,7 @@ def turn_json(
 
 def check_json(row: Any) -> dict[str, Any]:
     """The one JSON shape of a turn's check (a `verifications` row)."""
-    from spexsup.harness import shown_verify
+    from spexsup.adapters.harness import shown_verify
 
     argv = json.loads(row["command"])
     return {
@@ -130,7 +131,7 @@ def turn_summary(spex: Spex, session: str, turn: str) -> dict[str, str | None]:
     """What `spex show` adds about a turn: the harness binary it resolved, its
     prompt's first line and the last line of its final answer (from the
     structured output, bounded as the exit reporter reads it)."""
-    from spexsup import outcome
+    from spexsup.adapters import outcome
 
     directory = turndir.path(spex.home, session, turn)
     binary = turndir.first_line(directory / turndir.BINARY)
@@ -467,7 +468,9 @@ def describe(
             **legacy(s.state),
         }
         if s.worktree is not None and worktree_status:
-            from spexsup import worktree as worktrees  # dataclasses: only --worktree-status pays
+            from spexsup.core import (
+                worktree as worktrees,  # dataclasses: only --worktree-status pays
+            )
 
             entry["worktree"] = worktrees.describe(s.name, s.worktree)
         # The latest turn's resolved binary, prompt and answer: read from its
@@ -546,7 +549,7 @@ def effective_sandbox(spex: Spex, s: Session) -> dict[str, Any]:
     import os
 
     from spexsup import config
-    from spexsup import sandbox as sandboxes
+    from spexsup.adapters import sandbox as sandboxes
 
     adapter = s.adapter(spex.home)
     settings = config.load(spex.home)

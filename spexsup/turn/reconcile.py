@@ -14,7 +14,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from spexsup import dequeuer, ledger, states, wavedoc
+from spexsup import states
+from spexsup.adapters import dequeuer
+from spexsup.adapters.procs import (
+    Liveness,
+    boot_id,
+    identity_liveness,
+)
+from spexsup.core import wavedoc
+from spexsup.core.sessions import get
+from spexsup.core.spex import Spex
 from spexsup.errors import warn
 from spexsup.pane import marker, report, turndir
 from spexsup.pane.marker import Marker, Stage
@@ -22,13 +31,7 @@ from spexsup.paths import (
     disk_full,
     no_space,
 )
-from spexsup.procs import (
-    Liveness,
-    boot_id,
-    identity_liveness,
-)
-from spexsup.sessions import get
-from spexsup.spex import Spex
+from spexsup.state import ledger
 from spexsup.states import ORPHANED, RUNNING
 
 
@@ -230,7 +233,7 @@ def _orphaned(spex: Spex, row: Any, wrapper: int) -> bool:
     is: each later reader re-checks the recorded pids alone (two reads of
     /proc each), and writes only when they changed. A survivor whose
     liveness cannot be proven counts as alive."""
-    from spexsup.procs import tagged_liveness, turn_processes
+    from spexsup.adapters.procs import tagged_liveness, turn_processes
 
     name, turn = row["session"], row["id"]
     recorded = orphan_pids(row)
@@ -266,8 +269,8 @@ def _end_check(turn: str, directory: Path) -> None:
     end); the check runs in a process session of its own, which no hangup
     reaches, and its watchdog died with the wrapper: it would run on,
     unbounded. Its processes carry the turn's `SPEXSUP_TURN`."""
+    from spexsup.adapters.procs import reap, turn_processes
     from spexsup.pane import check
-    from spexsup.procs import reap, turn_processes
 
     reap(lambda: turn_processes(turn, None), check.grace(directory))
 

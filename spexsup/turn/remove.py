@@ -10,14 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from spexsup import dequeuer, lease, ledger, states
+from spexsup import states
+from spexsup.adapters import dequeuer
+from spexsup.adapters.procs import Liveness, identity_liveness
+from spexsup.core.sessions import Session, get
+from spexsup.core.spex import Spex
 from spexsup.errors import Failed, Invalid, Refused, SpexError, UnknownSession
 from spexsup.pane import turndir
 from spexsup.paths import remove_tree
-from spexsup.procs import Liveness, identity_liveness
-from spexsup.sessions import Session, get
-from spexsup.spex import Spex
-from spexsup.store import session_names
+from spexsup.state import lease, ledger
+from spexsup.state.store import session_names
 from spexsup.turn import scheduled
 from spexsup.turn.launch import kill_turn
 from spexsup.turn.reconcile import reconcile
@@ -26,7 +28,7 @@ from spexsup.turn.target import taken
 if TYPE_CHECKING:
     import sqlite3
 
-    from spexsup.worktree import Removal
+    from spexsup.core.worktree import Removal
 
 
 def refusals(
@@ -71,7 +73,7 @@ def _unsaved(session: Session, *, salvage: bool, keep_worktree: bool) -> Refused
     """The worktree's rule: unsaved work refuses, unless salvaged or kept.
     A session still `creating` is left to `_held` (refused while its maker
     lives). Failed when git cannot tell."""
-    from spexsup import worktree as worktrees  # dataclasses: not on every rm's path
+    from spexsup.core import worktree as worktrees  # dataclasses: not on every rm's path
 
     if session.worktree is None or keep_worktree or session.state == states.SessionState.CREATING:
         return None
@@ -138,7 +140,7 @@ def remove(
     never lose its pane or turn directories to this removal. A removal cut
     short leaves the session `removing`; `spex rm` again finishes it.
     """
-    from spexsup import worktree as worktrees  # dataclasses: not on every rm's path
+    from spexsup.core import worktree as worktrees  # dataclasses: not on every rm's path
 
     _check_flags(salvage=salvage, keep_worktree=keep_worktree)
     with taken(spex, name, "rm") as held:
@@ -178,7 +180,7 @@ def remove(
         if session.worktree is not None:
             removal = worktrees.dispose(name, session.worktree, salvage=salvage, keep=keep_worktree)
             if removal.salvage:
-                from spexsup import salvage as salvages
+                from spexsup.core import salvage as salvages
 
                 branches = [removal.salvage, *removal.stash_branches]
                 salvages.record(spex, name, session.worktree.repo, branches)

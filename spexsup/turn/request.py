@@ -31,7 +31,7 @@ class Limits(NamedTuple):
     model: str | None = None
     fallback: tuple[str, ...] | None = None
     # Not admission's: the least time between launches of the turn's harness
-    # (`spexsup.stagger`; 0: none; None: config.toml's `stagger`).
+    # (`spexsup.adapters.stagger`; 0: none; None: config.toml's `stagger`).
     stagger: float | None = None
     # USD: the turn is stopped once its known spend reaches it (pane.budget).
     budget: float | None = None

@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from spexsup import states
-from spexsup.procs import Liveness, identity_liveness, own_identity
-from spexsup.spex import Spex
+from spexsup.adapters.procs import Liveness, identity_liveness, own_identity
+from spexsup.core.spex import Spex
 from spexsup.turn.reconcile import reconcile
 
 if TYPE_CHECKING:

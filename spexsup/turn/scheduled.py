@@ -2,7 +2,7 @@
 
 A schedule is a row of `schedules` (written by the ledger, with its events),
 its prompt's bytes in `schedules/ID.prompt` (0600, written before the engine
-is told and the row commits) and an entry of its engine (`spexsup.schedule`:
+is told and the row commits) and an entry of its engine (`spexsup.adapters.schedule`:
 a systemd user timer, or a line of this home's block in the user's crontab).
 The engine's entry is made before the row commits and taken away before the
 row goes, all under the crontab's lock for cron, so a row exists only for a
@@ -26,12 +26,13 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup import faults, ids, ledger, states
-from spexsup import schedule as engines
+from spexsup import faults, ids, states
+from spexsup.adapters import schedule as engines
+from spexsup.core.sessions import get
+from spexsup.core.spex import Spex
 from spexsup.errors import Invalid, Refused, SessionBusy, SpexError
 from spexsup.paths import ensure_private_dir, write_atomic
-from spexsup.sessions import get
-from spexsup.spex import Spex
+from spexsup.state import ledger
 from spexsup.turn.admit import Verdict
 from spexsup.turn.request import Limits, QueuePolicy, WakeRequest
 

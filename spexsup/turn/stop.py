@@ -11,14 +11,17 @@ from __future__ import annotations
 import sqlite3
 from contextlib import ExitStack
 
-from spexsup import dequeuer, lease, ledger, states, wavedoc
+from spexsup import states
+from spexsup.adapters import dequeuer
+from spexsup.adapters.procs import Liveness, turn_processes
+from spexsup.core import wavedoc
+from spexsup.core.sessions import Session
+from spexsup.core.spex import Spex
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Stage
-from spexsup.procs import Liveness, turn_processes
-from spexsup.sessions import Session
-from spexsup.spex import Spex
-from spexsup.store import StateLocked, session_names
+from spexsup.state import lease, ledger
+from spexsup.state.store import StateLocked, session_names
 from spexsup.turn.launch import kill_turn
 from spexsup.turn.target import taken
 

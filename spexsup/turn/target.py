@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
-from spexsup.sessions import Session, get
-from spexsup.spex import Spex
-from spexsup.tickets import ticket
+from spexsup.core.sessions import Session, get
+from spexsup.core.spex import Spex
+from spexsup.core.tickets import ticket
 from spexsup.turn.reconcile import reconcile
 
 

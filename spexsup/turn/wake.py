@@ -17,14 +17,17 @@ from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
-from spexsup import config, ledger, stagger, states
+from spexsup import config, states
+from spexsup.adapters import stagger
+from spexsup.adapters.harness import Harness
+from spexsup.adapters.home import TmuxTimeout
+from spexsup.adapters.watch import DirWatch
+from spexsup.core.sessions import Session, validate_window
+from spexsup.core.spex import Spex
 from spexsup.errors import Failed, Refused, TurnStopped, clip
-from spexsup.harness import Harness
-from spexsup.home import TmuxTimeout
 from spexsup.pane import marker, report, turndir
 from spexsup.pane.marker import Stage
-from spexsup.sessions import Session, validate_window
-from spexsup.spex import Spex
+from spexsup.state import ledger
 from spexsup.turn import keys
 from spexsup.turn.admit import Verdict, admit
 from spexsup.turn.confirm import Startup, confirm_startup, failure_message
@@ -32,7 +35,6 @@ from spexsup.turn.launch import claim_fence, kill_turn, launch, turn_state
 from spexsup.turn.reconcile import reconcile
 from spexsup.turn.request import NO_HOOKS, Hooks, WakeRequest
 from spexsup.turn.target import taken
-from spexsup.watch import DirWatch
 
 RETRY_BACKOFF = (0.25, 0.5, 1.0, 2.0)
 assert len(RETRY_BACKOFF) == report.MAX_RETRIES
@@ -71,7 +73,7 @@ def start(
 
     Staggered (the plan's `stagger`: the request's, else config.toml's),
     each launch first waits for its slot among launches of its harness
-    (`spexsup.stagger`), inside the gate, with the turn `starting`; the
+    (`spexsup.adapters.stagger`), inside the gate, with the turn `starting`; the
     window starts after it. A stop while it waits ends the wake at once
     (refused, nothing launched), and so does `hooks.check_abort` (called as
     it waits; a fan-out's abort raises there).

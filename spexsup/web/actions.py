@@ -34,7 +34,7 @@ def run_spex(home: Path, args: list[str], stdin: bytes = b"") -> Answer:
     """`spex --home HOME ARGS… --json`, waited for; never raises for its failure.
     `line` is the error document's `spex: …` line, else empty (the caller
     renders the document as the CLI does)."""
-    from spexsup import spex as handle
+    from spexsup.core import spex as handle
     from spexsup.paths import own_python
 
     python = own_python("spexsup")

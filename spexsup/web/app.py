@@ -36,7 +36,8 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from spexsup import ids, sessions
+from spexsup import ids
+from spexsup.core import sessions
 from spexsup.errors import Invalid, Refused, SpexError, UnknownSession
 from spexsup.web import actions, auth, views
 from spexsup.web.live import Broadcaster, event_stream, log_stream

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from spexsup import events
+from spexsup.state import events
 
 # A stream further behind than this is told to reload its page instead.
 MAX_BACKLOG = 1000
@@ -78,7 +78,7 @@ class Broadcaster:
         self.ready.wait(10)
 
     def _run(self) -> None:
-        from spexsup.spex import open_store
+        from spexsup.core.spex import open_store
 
         try:
             store = open_store(self.home)
@@ -170,7 +170,7 @@ def follow_log(
     """`spex log NAME --turn TURN --pretty -f` as documents: each new piece of
     text, then the end (`state`). Runs in a thread; stops within a second
     once `closed` is set (the page went away), output or not."""
-    from spexsup.spex import Spex
+    from spexsup.core.spex import Spex
     from spexsup.web.views import pretty_chunks, turn_state
 
     spex = Spex.open(home)

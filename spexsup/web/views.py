@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spexsup import ids, sessions, states
+from spexsup import ids, states
+from spexsup.core import sessions
+from spexsup.core.spex import Spex
 from spexsup.errors import Refused
-from spexsup.spex import Spex
 from spexsup.states import ACTIVE
 
 # How much of a turn's output a session page shows (`spex log --pretty --tail`).
@@ -40,15 +41,15 @@ def spex_for(home: Path) -> Spex:
 def last_event(spex: Spex) -> int:
     """The newest event id: a page rendered now has seen every event up to it,
     so its live stream starts after it (nothing is missed in between)."""
-    from spexsup import events
+    from spexsup.state import events
 
     return events.last_id(spex.store.db)
 
 
 def board(spex: Spex) -> dict[str, Any]:
     """The list page: `spex top`'s rows and header counts."""
+    from spexsup.conductors.top import Board
     from spexsup.present.render import short_id, top_cells
-    from spexsup.top import Board
 
     b = Board(spex)
     b.refresh()
@@ -147,7 +148,8 @@ def turn_state(spex: Spex, name: str, turn: str) -> str:
 def wave_list(spex: Spex) -> list[dict[str, Any]]:
     """`spex wave ls`: this host's waves and the fleet waves, newest first, each
     with the LEGS cell `spex wave ls` prints."""
-    from spexsup import fleet, waves
+    from spexsup.adapters import fleet
+    from spexsup.conductors import waves
     from spexsup.present.progress import counts_line
 
     docs = [{**d, "kind": d.get("kind", "local")} for d in waves.list_waves(spex)]
@@ -171,7 +173,7 @@ def wave(spex: Spex, ident: str) -> dict[str, Any]:
     from spexsup.present.progress import leg_line, summary
 
     if ident.startswith("fleet-"):
-        from spexsup import fleet
+        from spexsup.adapters import fleet
 
         doc = fleet.load(spex.home, fleet.resolve(spex.home, ident))
         legs = [
@@ -188,7 +190,7 @@ def wave(spex: Spex, ident: str) -> dict[str, Any]:
             "prompt": doc.get("prompt_head", ""),
             "sessions": [],
         }
-    from spexsup import waves
+    from spexsup.conductors import waves
     from spexsup.present.spend import with_spend
 
     doc = with_spend(spex, waves.load(spex, ids.resolve_wave(spex.store.db, ident)))

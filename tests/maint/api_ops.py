@@ -5,7 +5,7 @@ import json
 import os
 from pathlib import Path
 
-from spexsup.maint_client import request
+from spexsup.adapters.maint_client import request
 
 session = os.environ["SESSION"]
 replies = [request("stop", session).__dict__, request("resume", session).__dict__]

@@ -6,7 +6,7 @@ import json
 import os
 import time
 
-from spexsup.procs import own_identity
+from spexsup.adapters.procs import own_identity
 
 pid, token = own_identity()
 os.read(5, 1)

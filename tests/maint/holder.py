@@ -9,7 +9,7 @@ import os
 import select
 from pathlib import Path
 
-from spexsup.maint_client import request
+from spexsup.adapters.maint_client import request
 
 d = Path(os.environ["DIR"])
 (d / "pid").write_text(str(os.getpid()))

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from spexsup.procs import own_identity, start_token
+from spexsup.adapters.procs import own_identity, start_token
 
 pid, session = int(sys.argv[1]), sys.argv[2]
 client = {"pid": pid, "start_token": start_token(pid)} if sys.argv[3:] == ["forge"] else None

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from spexsup.maint_client import request
-from spexsup.procs import own_identity
+from spexsup.adapters.maint_client import request
+from spexsup.adapters.procs import own_identity
 
 d = Path(os.environ["DIR"])
 session = os.environ["SESSION"]

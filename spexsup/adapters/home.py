@@ -1,0 +1,692 @@
+"""A session's pane (one tmux session, one window, one pane) and the server.
+
+All of it lives on spexsup's private server (`-L spexsup`, or `SPEXSUP_TMUX`,
+or `SPEXSUP_TMUX_SOCKET` for a `-S` path) started with our own config; the
+user's default server is never touched. The module keeps the name it had
+when the pane was called the session's home; "home" now means only the state
+directory (`--home`, DESIGN §24). libtmux is imported lazily so that
+commands which never touch tmux stay fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from spexsup.adapters.group import Group
+from spexsup.adapters.login import base_env
+from spexsup.adapters.procs import Liveness
+from spexsup.errors import Failed, Refused
+from spexsup.paths import PACKAGE_DIR, wrapper_path, write_atomic
+
+if TYPE_CHECKING:
+    import libtmux
+
+CONFIG = PACKAGE_DIR / "tmux.conf"
+
+
+# How long a tmux command may take before the server counts as not
+# answering (SPEXSUP_TMUX_TIMEOUT overrides it, in seconds).
+TMUX_TIMEOUT = 5.0
+
+
+# Once a signal has interrupted a tmux call, the clean-up that follows gets a
+# short bound: SIGINT/SIGTERM end spex within a second or two.
+HURRIED = 1.0
+_hurry = False
+
+
+def hurry() -> None:
+    """A signal is ending spex: every tmux call from now on gets HURRIED."""
+    global _hurry
+    _hurry = True
+
+
+def tmux_timeout() -> float:
+    try:
+        value = float(os.environ.get("SPEXSUP_TMUX_TIMEOUT", "") or TMUX_TIMEOUT)
+    except ValueError:
+        value = TMUX_TIMEOUT
+    value = value if 0 < value <= 600 else TMUX_TIMEOUT
+    return min(value, HURRIED) if _hurry else value
+
+
+# What one tmux client call gave: its rc, stdout lines, stderr.
+Ran = tuple[int, list[str], str]
+
+
+class TmuxTimeout(Failed):
+    """The tmux server did not answer one command in time (frozen, wedged)."""
+
+    def __init__(self, where: str, limit: float) -> None:
+        super().__init__(
+            f"tmux server {where} did not answer in {limit:g} s",
+            hint="is it stopped (kill -CONT) or overloaded? nothing was changed in tmux",
+        )
+
+
+class PaneInfo(NamedTuple):
+    session_name: str
+    pane_id: str
+    pane_pid: int
+    pane_dead: bool
+    # Our tags (empty when unset): the session's owner (state home + incarnation),
+    # the turn that last claimed the pane, and its launch fence.
+    owner: str = ""
+    turn: str = ""
+    # When a client last attached to the pane's session, and when spex last put a shell
+    # or a turn in the pane (epoch seconds; 0 for never/unknown).
+    last_attached: int = 0
+    shell_at: int = 0
+
+
+class Census(NamedTuple):
+    """One `list-panes -a` reading: every session's pane on the server, or why we can't tell.
+
+    `liveness` is DEAD when the server is provably not running (no socket, or
+    it refused the connection), UNPROVEN when the query failed some other way.
+    """
+
+    liveness: Liveness
+    panes: Mapping[str, PaneInfo]
+    error: str | None = None
+
+
+_NO_SERVER = ("no server running", "error connecting", "No such file or directory")
+
+
+class TmuxHome:
+    """The private tmux server and the sessions' panes on it."""
+
+    def __init__(
+        self,
+        socket_name: str | None = None,
+        socket_path: str | None = None,
+        *,
+        home: Path | None = None,
+        fallback: str | None = None,
+    ) -> None:
+        """The server named by the arguments, else by `SPEXSUP_TMUX_SOCKET` (a
+        path) or `SPEXSUP_TMUX` (a name), else `fallback` (the shared socket
+        of a state home made by an older spex), else the state home's own server
+        `spexsup-<digest of its real path>`, so two state homes never share one."""
+        if socket_path is None and socket_name is None:
+            socket_path = os.environ.get("SPEXSUP_TMUX_SOCKET") or None
+            socket_name = None if socket_path else os.environ.get("SPEXSUP_TMUX") or fallback
+            if socket_path is None and socket_name is None:
+                socket_name = default_socket(home) if home is not None else "spexsup"
+        self.socket_name = socket_name
+        self.socket_path = socket_path
+        self.home = home
+        self._server: libtmux.Server | None = None
+
+    @property
+    def server(self) -> libtmux.Server:
+        if self._server is None:
+            import libtmux
+
+            self._server = libtmux.Server(
+                socket_name=self.socket_name,
+                socket_path=self.socket_path,
+                config_file=str(CONFIG),
+            )
+        return self._server
+
+    def where(self) -> str:
+        """The server as tmux's own flags spell it (`-L NAME` or `-S PATH`)."""
+        return f"-S {self.socket_path}" if self.socket_path else f"-L {self.socket_name}"
+
+    def tmux_argv(self) -> list[str]:
+        """argv prefix that reaches our server (for exec'ing `tmux attach`)."""
+        import shutil
+
+        tmux = shutil.which("tmux") or "tmux"
+        where = ["-S", self.socket_path] if self.socket_path else ["-L", str(self.socket_name)]
+        return [tmux, *where, "-f", str(CONFIG)]
+
+    def _run(self, *args: str) -> Ran:
+        """One tmux command on our server: (rc, stdout lines, stderr).
+
+        A plain subprocess, as libtmux's `Server.cmd` runs it, without
+        importing libtmux (~40 ms) into every command that reads the census.
+        Bounded: a server that does not answer within `tmux_timeout()` (a
+        frozen or wedged server) is TmuxTimeout, never a hang. The bound is
+        on the client process, not its pipes: a client of a frozen server
+        can leave them open after it is killed, so they are never waited on.
+        """
+        import subprocess
+
+        limit = tmux_timeout()
+        try:
+            proc = subprocess.Popen(
+                [*self.tmux_argv(), *args],
+                # The client that starts the server gives it its environment.
+                env=base_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        except FileNotFoundError:
+            raise Failed("tmux is not installed", hint="install tmux >= 3.2") from None
+        try:
+            stdout, stderr = proc.communicate(timeout=limit)
+        except BaseException as e:  # the time limit, or a signal ending spex
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(1)
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            if isinstance(e, subprocess.TimeoutExpired):
+                raise TmuxTimeout(self.where(), limit) from None
+            hurry()
+            raise
+        out = stdout.split("\n")
+        while out and not out[-1]:
+            out.pop()
+        return proc.returncode, out, stderr.strip()
+
+    def census(self) -> Census:
+        try:
+            rc, out, err = self._run(
+                "list-panes",
+                "-a",
+                "-F",
+                "#{session_name}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}"
+                "\t#{window_index}.#{pane_index}\t#{@spex_owner}\t#{@spex_turn}",
+            )
+        except TmuxTimeout as e:
+            # A reader still answers from the store: liveness is unproven.
+            return Census(Liveness.UNPROVEN, {}, e.message)
+        if rc != 0:
+            if any(s in err for s in _NO_SERVER):
+                return Census(Liveness.DEAD, {}, err)
+            return Census(Liveness.UNPROVEN, {}, err or f"tmux exited {rc}")
+        panes: dict[str, PaneInfo] = {}
+        for line in out:
+            parts = line.split("\t")
+            if len(parts) != 7:
+                continue
+            name, pane_id, pid, dead, where, owner, turn = parts
+            # The session's pane is the first pane of the first window.
+            if name not in panes or where == "0.0":
+                panes[name] = PaneInfo(name, pane_id, int(pid or 0), dead == "1", owner, turn)
+        return Census(Liveness.ALIVE, panes)
+
+    def pane(self, name: str) -> PaneInfo | None:
+        """The session's pane now, or None when it is missing.
+
+        tmux 3.3 answers `display-message -t =MISSING:0.0` with exit 0 and
+        empty fields, so the session's own name is read back as the proof.
+        """
+        rc, out, _ = self._run(
+            "display-message",
+            "-p",
+            "-t",
+            f"={name}:0.0",
+            "#{session_name}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{@spex_owner}\t#{@spex_turn}"
+            "\t#{session_last_attached}\t#{@spex_shell_at}",
+        )
+        if rc != 0 or not out:
+            return None
+        parts = out[0].split("\t")
+        if len(parts) != 8 or parts[0] != name:
+            return None
+        _, pane_id, pid, dead, owner, turn, attached, shell_at = parts
+        return PaneInfo(
+            name,
+            pane_id,
+            int(pid or 0),
+            dead == "1",
+            owner,
+            turn,
+            int(attached) if attached.isdigit() else 0,
+            int(shell_at) if shell_at.isdigit() else 0,
+        )
+
+    def kept_outcome(self, name: str) -> str:
+        """The outcome marker a turn's wrapper kept in the pane (`TURN MARKER`)
+        when the disk had no room for it (shell/turn.sh), or ''."""
+        rc, out, _ = self._run("display-message", "-p", "-t", f"={name}:0.0", "#{@spex_outcome}")
+        return out[0] if rc == 0 and out else ""
+
+    def create(self, name: str, cwd: str, owner: str, shell_env: Path | None = None) -> bool:
+        """Create the pane, a detached tmux session with a shell in `cwd`, tagged `owner`.
+
+        The shell exports the session's env from the file `shell_env` (see
+        `shell_argv`): a value on tmux's command line would stay readable by
+        every local user in the argv of the server that client became. The
+        tag is set in the same tmux call, so no reader ever sees the pane
+        untagged. True if this call created it, False if it was already ours
+        (another process made it first); a session of that name that is not
+        ours is refused.
+        """
+        args = ["new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50"]
+        if shell_env is not None:
+            args += ["--", *shell_argv(shell_env)]
+        args += [";", "set-option", "-t", f"={name}:", "@spex_owner", owner]
+        args += [";", "set-option", "-p", "-t", f"={name}:0.0", "@spex_shell_at", _now()]
+        for conf in self.user_configs():
+            args += [";", "source-file", "-q", str(conf)]
+        rc, _, err = self._run(*args)
+        if rc == 0:
+            return True
+        if "duplicate session" in err:
+            pane = self.pane(name)
+            if pane is not None and pane.owner == owner:
+                return False
+            if pane is not None and not pane.owner and self._proves_ours(pane):
+                self._run("set-option", "-t", f"={name}:", "@spex_owner", owner)
+                return False
+            raise Refused(
+                f"tmux session {name!r} on this server belongs to "
+                + (
+                    f"another spex home or incarnation ({pane.owner})"
+                    if pane and pane.owner
+                    else "someone else (it is not tagged by spex)"
+                ),
+                hint=f"rename or kill it: tmux {self.where()} kill-session -t ={name}",
+            )
+        raise Failed(f"cannot create the tmux pane of {name!r}: {err or rc}")
+
+    def user_configs(self) -> list[Path]:
+        """The user's tmux.conf files for our server, read after our own:
+        `~/.config/spexsup/tmux.conf`, then `$SPEXSUP_HOME/tmux.conf`."""
+        config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+        candidates = [config_home / "spexsup" / "tmux.conf"]
+        if self.home is not None:
+            candidates.append(self.home / "tmux.conf")
+        return [c for c in candidates if c.is_file()]
+
+    def _proves_ours(self, pane: PaneInfo) -> bool:
+        """An untagged pane made by an older spex on the shared socket is
+        adopted only when its pane's process names this state home (every
+        turn's wrapper, and the shell it leaves, carry SPEXSUP_HOME)."""
+        if self.home is None:
+            return False
+        try:
+            environ = Path(f"/proc/{pane.pane_pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return os.fsencode(f"SPEXSUP_HOME={self.home}") in environ
+
+    def launch(
+        self,
+        name: str,
+        owner: str,
+        fence: int,
+        turn: str,
+        cwd: str,
+        env: Mapping[str, str],
+        argv: Sequence[str],
+        *,
+        force: bool = False,
+    ) -> Launch:
+        """Respawn the session's pane with `argv`, only if it is `owner`'s, no
+        launch or stop with a fence >= `fence` has claimed the pane, and
+        (unless `force`) the pane is idle: dead, or its foreground process a
+        shell (turn.launch waits out a shell still running its rc files).
+
+        The test and the respawn run as one `if-shell -F` inside the tmux
+        server, which executes a client's command list without interleaving
+        another client's, so a stop that fenced the pane first always wins.
+        The pane is tagged with its turn, its visible screen is kept in a
+        buffer for the wrapper to replay (`respawn-pane` clears it), and the
+        new pane_pid is read back, all in the same call.
+        """
+        call = launch_call(name, owner, fence, turn, cwd, env, argv, force=force)
+        return launch_result(name, owner, _launches(self).run(call))
+
+    def fence(self, name: str, owner: str, fence: int) -> None:
+        """Bar every launch with a fence <= `fence` from the session's pane (idempotent)."""
+        target = f"={name}:0.0"
+        self._run(
+            "if-shell",
+            "-F",
+            "-t",
+            target,
+            _owned_and_below(owner, fence),
+            _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
+        )
+
+    def respawn_shell(
+        self, name: str, owner: str, turn: str, cwd: str, shell_env: Path | None = None
+    ) -> bool:
+        """Hand the pane back to a fresh shell, killing whatever runs in it, but
+        only while the pane still belongs to `turn` (never to a newer turn).
+        The shell exports the session's env from `shell_env`, as `create`'s.
+
+        `respawn-pane` with no command would rerun the pane's last command
+        (the wrapper), so the shell is named explicitly. True if respawned.
+        """
+        rc, out, _ = self._run("show-options", "-gv", "default-shell")
+        shell = out[0] if rc == 0 and out else os.environ.get("SHELL", "/bin/sh")
+        command = [shell] if shell_env is None else shell_argv(shell_env, shell)
+        target = f"={name}:0.0"
+        cond = f"#{{&&:#{{==:#{{@spex_owner}},{owner}}},#{{==:#{{@spex_turn}},{turn}}}}}"
+        taken = " ; ".join(
+            [
+                _quote_cmd(["respawn-pane", "-k", "-t", target, "-c", cwd, "--", *command]),
+                _quote_cmd(["set-option", "-p", "-t", target, "@spex_shell_at", _now()]),
+                _quote_cmd(["display-message", "-p", "-t", target, "respawned"]),
+            ]
+        )
+        rc, out, _ = self._run("if-shell", "-F", "-t", target, cond, taken)
+        return rc == 0 and bool(out) and out[-1] == "respawned"
+
+    def kill(self, name: str, owner: str) -> None:
+        """Kill the pane's tmux session, only if it is `owner`'s (never a newer incarnation's)."""
+        self._run(
+            "if-shell",
+            "-F",
+            "-t",
+            f"={name}:",
+            f"#{{==:#{{@spex_owner}},{owner}}}",
+            _quote_cmd(["kill-session", "-t", f"={name}:"]),
+        )
+
+
+def outer_argv(argv: Sequence[str], window: str | None = None) -> list[str]:
+    """What runs `argv` in the user's own tmux (the server $TMUX names, not
+    ours), for a command run inside it: in a popup of 90% of the screen that
+    closes when `argv` ends, or with `window`, in a new window of that name."""
+    import shlex
+    import shutil
+
+    outer = shutil.which("tmux") or "tmux"
+    if window is not None:
+        return [outer, "new-window", "-n", window, shlex.join(argv)]
+    return [outer, "display-popup", "-E", "-w", "90%", "-h", "90%", shlex.join(argv)]
+
+
+def shell_argv(shell_env: Path, shell: str | None = None) -> list[str]:
+    """The pane's shell with the env in the file `shell_env` (NUL-separated
+    KEY=VALUE, see `write_shell_env`): the wrapper's `--shell` exports it and
+    execs `shell` (default: the pane's $SHELL) as a login shell. Always the
+    packaged wrapper, never a test's SPEXSUP_WRAPPER."""
+    return ["bash", str(wrapper_path()), "--shell", str(shell_env), *([shell] if shell else [])]
+
+
+def write_shell_env(path: Path, env: Mapping[str, str]) -> Path:
+    """Write `env` for `shell_argv` to `path`, 0600 and atomically (a shell
+    starting meanwhile reads the old file or the new one, never half)."""
+    write_atomic(path, b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+    return path
+
+
+SHELLS = frozenset(
+    {"bash", "sh", "dash", "zsh", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox", "nu"}
+)
+
+
+def _now() -> str:
+    return str(int(time.time()))
+
+
+def _stat(pid: int) -> list[bytes]:
+    """/proc/<pid>/stat's fields after the command name (state is [0], pgrp [2], tpgid [5])."""
+    return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def foreground(pane_pid: int) -> int | None:
+    """The pane's foreground process group when it is not the shell's own
+    (a job: a person's command, or one zsh's rc files run), else None."""
+    try:
+        fields = _stat(pane_pid)
+        pgrp, tpgid = int(fields[2]), int(fields[5])
+    except (OSError, IndexError, ValueError):
+        return None
+    return tpgid if tpgid > 0 and tpgid != pgrp else None
+
+
+def pane_activity(pane: PaneInfo, turns_dir: Path) -> str | None:
+    """What a person is running in the pane, or None when it is idle: dead, a
+    turn's wrapper (under `turns_dir`) finishing up, or a shell whose
+    terminal's foreground process group is its own and that has no job of
+    its own (a process in another group, in the foreground or not). A
+    command bash's rc files run is in the shell's group, so a shell starting
+    up is idle; one sent with `tmux send-keys` while nobody is attached is a
+    job like any other.
+
+    Read from /proc, not psutil: it runs on every wake that finds the pane busy.
+    """
+    if pane.pane_dead or not pane.pane_pid:
+        return None
+    pid = pane.pane_pid
+    try:
+        if os.fsencode(str(turns_dir)) in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return None
+        own = _stat(pid)[2]
+    except (OSError, IndexError):
+        return None
+    if _comm(pid) not in SHELLS:
+        return f"{_comm(pid) or 'something'} (pid {pid})"
+    job = foreground(pid)
+    if job is not None:
+        return f"{_comm(job) or 'something'} (pid {job})"
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    for child in map(int, children):
+        try:
+            fields = _stat(child)
+        except (OSError, IndexError):
+            continue
+        if fields[0] not in (b"Z", b"X") and fields[2] != own:
+            return f"{_comm(child) or 'something'} (pid {child})"
+    return None
+
+
+class Launch(NamedTuple):
+    """What a fenced launch did: `launched` (with the wrapper's pane_pid),
+    `fenced` (a stop or a newer launch claimed the pane; `holder` is the
+    turn tagged on it), `foreign` (the tmux session of that name is not
+    this session's pane; `holder` is its tag), `busy` (a person runs
+    something in the pane; `holder` is its command, `pane_pid` the shell's,
+    `shell_at` when spex put that shell there), or `missing` (no such pane,
+    or no server)."""
+
+    outcome: str
+    pane_pid: int | None = None
+    holder: str = ""
+    shell_at: int = 0
+
+
+FENCE_DIGITS = 15
+
+
+def _fence(value: int) -> str:
+    # Zero-padded, so tmux's string comparison orders fences numerically.
+    return f"{value:0{FENCE_DIGITS}d}"
+
+
+# A pane a launch may replace without --force (see TmuxHome.launch): dead, or
+# its terminal's foreground process is a shell.
+_IDLE = "#{||:#{pane_dead},#{m/r:^(" + "|".join(sorted(SHELLS)) + ")$,#{pane_current_command}}}"
+
+
+def _owned_and_below(owner: str, fence: int) -> str:
+    return f"#{{&&:#{{==:#{{@spex_owner}},{owner}}},#{{<:#{{@spex_fence}},{_fence(fence)}}}}}"
+
+
+def launch_call(
+    name: str,
+    owner: str,
+    fence: int,
+    turn: str,
+    cwd: str,
+    env: Mapping[str, str],
+    argv: Sequence[str],
+    *,
+    force: bool = False,
+) -> tuple[str, ...]:
+    """The tmux command of `TmuxHome.launch` (one `if-shell`, see there)."""
+    target = f"={name}:0.0"
+    respawn = ["respawn-pane", "-k", "-t", target, "-c", cwd]
+    for key, value in env.items():
+        respawn += ["-e", f"{key}={value}"]
+    respawn += ["--", *argv]
+    taken = " ; ".join(
+        [
+            _quote_cmd(["capture-pane", "-e", "-b", f"spex-screen-{turn}", "-t", target]),
+            _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
+            _quote_cmd(["set-option", "-p", "-t", target, "@spex_turn", turn]),
+            _quote_cmd(["set-option", "-p", "-t", target, "@spex_shell_at", _now()]),
+            _quote_cmd(respawn),
+            _quote_cmd(["display-message", "-p", "-t", target, "launched #{pane_pid}"]),
+        ]
+    )
+    state = (
+        "refused #{session_name}\t#{@spex_turn}\t#{@spex_owner}"
+        f"\t#{{<:#{{@spex_fence}},{_fence(fence)}}}\t#{{pane_current_command}}"
+        "\t#{@spex_shell_at}\t#{pane_pid}"
+    )
+    refused = _quote_cmd(["display-message", "-p", "-t", target, state])
+    cond = _owned_and_below(owner, fence)
+    if not force:
+        cond = f"#{{&&:{cond},{_IDLE}}}"
+    return ("if-shell", "-F", "-t", target, cond, taken, refused)
+
+
+def launch_result(name: str, owner: str, ran: Ran) -> Launch:
+    """What the tmux call of `launch_call` said: launched (its pane_pid), or why not."""
+    rc, out, err = ran
+    last = out[-1] if out else ""
+    if rc == 0 and last.startswith("launched ") and last[9:].isdigit():
+        return Launch("launched", int(last[9:]))
+    if rc == 0 and last.startswith("refused "):
+        fields = [*last[8:].split("\t"), "", "", "", "", "", ""][:7]
+        session_name, holder, tag, below, command, shell_at, pane_pid = fields
+        if session_name != name:
+            return Launch("missing")
+        if tag != owner:
+            return Launch("foreign", holder=tag)
+        if below != "1":
+            return Launch("fenced", holder=holder)
+        return Launch(
+            "busy",
+            int(pane_pid) if pane_pid.isdigit() else None,
+            holder=command,
+            shell_at=int(shell_at) if shell_at.isdigit() else 0,
+        )
+    if any(s in err for s in _NO_SERVER) or "can't find" in err:
+        return Launch("missing")
+    raise Failed(f"tmux could not start the turn in {name!r}: {err or out}")
+
+
+_LAUNCHES: dict[tuple[str | None, str | None], Group[Sequence[str], Ran]] = {}
+_BATCH_MARK = "spex-launch-batch "
+
+
+def _launches(tmux: TmuxHome) -> Group[Sequence[str], Ran]:
+    """The launches of this process on `tmux`'s server, made together: a
+    wave's legs launching at once share one tmux client call (under load a
+    client costs tens of ms to start; the server runs a respawn in a few).
+    Thread-safe (created under the GIL's dict set-default)."""
+    key = (tmux.socket_name, tmux.socket_path)
+    group = _LAUNCHES.get(key)
+    if group is None:
+        group = _LAUNCHES.setdefault(key, Group(lambda calls: _run_together(tmux, calls)))
+    return group
+
+
+def _run_together(tmux: TmuxHome, calls: Sequence[Sequence[str]]) -> list[Ran]:
+    """Each launch's `if-shell` in one client call, each after a line that
+    says whose output follows. tmux runs a client's commands in order
+    without another client's in between, so each launch is tested and made
+    as alone; one whose commands failed (no `launched`/`refused` line) gets
+    the call's rc and stderr, as alone it would have."""
+    if len(calls) == 1:
+        return [tmux._run(*calls[0])]
+    # tmux refuses a client's command over 16 KiB (`command too long`).
+    ran: list[Ran] = []
+    chunk: list[Sequence[str]] = []
+    size = 0
+    for call in calls:
+        length = sum(len(os.fsencode(a)) + 1 for a in call) + 64
+        if chunk and size + length > BATCH_BYTES:
+            ran += _run_chunk(tmux, chunk)
+            chunk, size = [], 0
+        chunk.append(call)
+        size += length
+    return ran + _run_chunk(tmux, chunk)
+
+
+# What one tmux client call may carry, below tmux's own limit (16 KiB).
+BATCH_BYTES = 12_000
+
+
+def _run_chunk(tmux: TmuxHome, calls: Sequence[Sequence[str]]) -> list[Ran]:
+    if len(calls) == 1:
+        return [tmux._run(*calls[0])]
+    argv: list[str] = []
+    for i, call in enumerate(calls):
+        argv += ["display-message", "-p", f"{_BATCH_MARK}{i}", ";", *call, ";"]
+    rc, out, err = tmux._run(*argv[:-1])
+    lines: list[list[str]] = [[] for _ in calls]
+    at = None
+    for line in out:
+        if line.startswith(_BATCH_MARK) and line[len(_BATCH_MARK) :].isdigit():
+            at = int(line[len(_BATCH_MARK) :])
+        elif at is not None and at < len(calls):
+            lines[at].append(line)
+    ran: list[Ran] = []
+    for mine in lines:
+        last = mine[-1] if mine else ""
+        if last.startswith(("launched ", "refused ")):
+            ran.append((0, mine, ""))
+        else:
+            ran.append((rc or 1, mine, err))
+    return ran
+
+
+def _quote_cmd(argv: Sequence[str]) -> str:
+    """One tmux command as a string tmux parses back into exactly `argv`.
+
+    Single quotes take everything literally (no `$`, `~` or `#{}` expansion);
+    a single quote itself is closed, escaped and reopened.
+    """
+    return " ".join("'" + a.replace("'", "'\\''") + "'" for a in argv)
+
+
+@functools.lru_cache(maxsize=16)
+def home_digest(home: Path) -> str:
+    """12 hex digits naming a state home by its real path (once per process:
+    `ls` tags every session with it)."""
+    return _sha256_hex(os.fsencode(os.path.realpath(home)))[:12]
+
+
+def _sha256_hex(data: bytes) -> str:
+    """The interpreter's own sha256: hashlib loads OpenSSL, ~5 ms on every command."""
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found, unused-ignore]  # 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found, no-redef, unused-ignore]
+        except ImportError:
+            from hashlib import sha256  # type: ignore[assignment, unused-ignore]
+    return str(sha256(data).hexdigest())
+
+
+def default_socket(home: Path) -> str:
+    return f"spexsup-{home_digest(home)[:8]}"
+
+
+def owner_tag(home: Path, incarnation: str) -> str:
+    """The tag of a session's pane: which state home and which incarnation of
+    the name made it (hex only, so it is safe inside a tmux format)."""
+    return f"{home_digest(home)}-{incarnation}"

@@ -1,0 +1,680 @@
+"""Notification hooks: `[[hook]]` tables in config.toml, each run once per event.
+
+A hook is `on = [kinds…]` (or `["*"]`), optional `sessions = [globs…]`, and
+either `run = [argv…]` (placeholders such as `{session}` filled in each word;
+never a shell string) or `url = "http…"` (the event POSTed as JSON, 5 s
+timeout); optional `name` and `timeout` (seconds, default 30, for `run`).
+
+Firing is a queue in SQLite. The process that commits an event claims each
+matching (event, hook) pair inside the transaction that records the event
+(`claim`: a `hook_runs` row, first claim wins, naming the claimer by pid and
+start token), so a hook is claimed exactly when its event commits. After the
+COMMIT it starts up to one detached runner per claim (`start_runners`:
+`python -m spexsup.core.hooks HOME FD`, its own session, no tty, none of the
+turn's SPEXSUP_* variables), each holding one of `SLOTS` slot files of
+`$SPEXSUP_HOME/hooks/` locked (flock): so no more than `SLOTS` runners ever
+run per home, and when none is free the claims wait in the table. A runner
+takes the oldest claim nobody took (`started_at`, set in a transaction of
+its own, so each claim is taken once), runs it, records its outcome, and
+takes the next until none is left; then it unlocks its slot and looks once
+more, so a claim committed meanwhile is never left behind (its committer
+found the slot free, or this runner sees the claim).
+
+A claimer that dies between its COMMIT and starting a runner leaves its
+claims untaken: the next reconciling reader (`resume`: `spex ls`, `show`,
+`wait`, `events`…) starts runners for claims whose claimer is dead or that
+waited `STALE` seconds. The runner learns the event and the hook from SQLite
+and config.toml, never from its argv, which every local user can read (a
+webhook URL is a secret). It is a child subreaper: whatever the hook leaves
+running is its child, waited for until the hook's timeout and then killed.
+Output is kept up to `OUTPUT_LIMIT` bytes (the head), the rest counted and
+dropped, and goes to `$SPEXSUP_HOME/hooks.log`. The committer never waits
+for any of it, so a slow or broken hook can delay or change no verdict.
+
+The test suite loses a claim with the fault point `after-hook-claim`
+(spexsup.faults): the committer SIGKILLs itself right after its COMMIT.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spexsup import durations
+from spexsup.adapters.procs import (
+    Liveness,
+    become_subreaper,
+    descendants,
+    identity_liveness,
+    own_identity,
+    reap_children,
+)
+from spexsup.errors import Failed, Invalid, Refused, SpexError, clip, unknown_key
+from spexsup.paths import ensure_private_dir, own_python
+from spexsup.state import events
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from spexsup.state.store import Store
+
+URL_TIMEOUT = 5.0
+DEFAULT_TIMEOUT = 30.0
+# The head of a hook's output that hooks.log keeps; the rest is counted.
+OUTPUT_LIMIT = 16384
+# Runners at once per home: an 80-leg fan-out must not start 160 of them.
+SLOTS = 4
+SLOT_DIR = "hooks"
+# A claim nobody took this long after its COMMIT is a reader's to start,
+# even under a live claimer (one stopped between COMMIT and start).
+STALE = 10.0
+# After a kill at the timeout, how long to wait for the killed to be reaped.
+KILL_WAIT = 2.0
+PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+# A hook started from the exit reporter must not look like the turn's process,
+# nor find spex's private tmux server in TMUX (its tmux commands reach the user's).
+TURN_ENV = (
+    "TMUX",
+    "TMUX_PANE",
+    "SPEXSUP_SESSION",
+    "SPEXSUP_TURN",
+    "SPEXSUP_TURN_DIR",
+    "SPEXSUP_PROMPT_FILE",
+    "SPEXSUP_MAINTENANCE_BROKER_FDS",
+)
+FIELDS = ("on", "sessions", "run", "url", "name", "timeout")
+
+
+@dataclass(frozen=True)
+class Hook:
+    key: str  # name, else a digest of the table: what a claim is keyed on
+    on: tuple[str, ...]
+    sessions: tuple[str, ...]
+    run: tuple[str, ...] | None
+    url: str | None
+    timeout: float
+
+    def matches(self, kind: str, session: str | None) -> bool:
+        """`kind` as stored (an event recorded under an old name matches its new one)."""
+        if "*" not in self.on and events.kind_of(kind) not in self.on:
+            return False
+        return not self.sessions or (
+            session is not None and any(fnmatch.fnmatchcase(session, g) for g in self.sessions)
+        )
+
+
+def _strings(value: object) -> tuple[str, ...] | None:
+    if isinstance(value, list) and all(isinstance(v, str) and v and "\0" not in v for v in value):
+        return tuple(value)
+    return None
+
+
+def _parse_one(source: str, number: int, table: object) -> Hook:
+    """The `number`th `[[hook]]` table of `source`, or Failed naming both and the field."""
+    where = f"{source}: [[hook]] #{number}"
+    if not isinstance(table, dict):
+        raise Failed(f"{where} must be a table")
+    for key in sorted(set(table) - set(FIELDS)):
+        unknown_key(source, key, FIELDS, f"[[hook]] #{number}")
+    table = {k: v for k, v in table.items() if k in FIELDS}
+    on = _strings(table.get("on"))
+    kinds = f"one or more of: {', '.join(events.KINDS)}, or *"
+    if not on:
+        raise Failed(f"{where}: 'on' must be a list of event kinds", hint=kinds)
+    for kind in on:
+        if kind != "*" and events.kind_of(kind) not in events.KINDS:
+            import difflib
+
+            close = difflib.get_close_matches(kind, events.KINDS, n=1)
+            raise Failed(
+                f"{where}: 'on': unknown event kind {clip(repr(kind))}",
+                hint=f"did you mean {close[0]!r}?" if close else kinds,
+            )
+    on = tuple(events.kind_of(kind) for kind in on)  # an old name still subscribes
+    sessions = _strings(table.get("sessions", []))
+    if sessions is None:
+        raise Failed(f"{where}: 'sessions' must be a list of name globs")
+    run = _strings(table["run"]) if "run" in table else None
+    url = table.get("url")
+    if ("run" in table) == ("url" in table):
+        raise Failed(f"{where}: give exactly one of 'run' (an argv list) or 'url'")
+    if "run" in table and run is None:
+        raise Failed(f"{where}: 'run' must be a non-empty list of strings (argv, not a shell line)")
+    if url is not None and (not isinstance(url, str) or not re.match(r"https?://", url)):
+        raise Failed(f"{where}: 'url' must be an http:// or https:// URL")
+    try:  # seconds, or a duration string
+        timeout = durations.parse(
+            table.get("timeout", DEFAULT_TIMEOUT), "timeout", minimum=0.1, maximum=3600
+        )
+    except Invalid:
+        raise Failed(f"{where}: 'timeout' must be seconds or a duration from 0.1s to 1h") from None
+    name = table.get("name")
+    if name is not None and not (isinstance(name, str) and re.fullmatch(r"[\w.-]{1,64}", name)):
+        raise Failed(f"{where}: 'name' must be 1-64 of letters, digits, _ . -")
+    digest = hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()[:12]
+    return Hook(name or f"hook-{digest}", on, sessions, run, url, float(timeout))
+
+
+def check(raw: object, source: str = "config.toml") -> tuple[list[Hook], list[Failed]]:
+    """Every `[[hook]]` table of `source` checked on its own: the good ones, and
+    what is wrong with each bad one (`spex doctor` names them all). An unknown
+    field is a warning (`errors.unknown_key`) and ignored."""
+    if not isinstance(raw, list):
+        return [], [Failed(f"{source}: hook must be an array of tables ([[hook]])")]
+    good: list[Hook] = []
+    bad: list[Failed] = []
+    for number, table in enumerate(raw, 1):
+        try:
+            good.append(_parse_one(source, number, table))
+        except Failed as e:
+            bad.append(e)
+    return good, bad
+
+
+def parse(raw: object) -> list[Hook]:
+    """Validate the `[[hook]]` tables; Failed naming the first bad table and field."""
+    good, bad = check(raw)
+    if bad:
+        raise bad[0]
+    return good
+
+
+def describe(hook: Hook, number: int) -> dict[str, Any]:
+    """`spex hooks ls --json`: one hook as read, `number` its place among the tables."""
+    return {
+        "number": number,
+        "name": hook.key,
+        "on": list(hook.on),
+        "sessions": list(hook.sessions),
+        "run": list(hook.run) if hook.run is not None else None,
+        "url": hook.url,
+        "timeout": hook.timeout,
+    }
+
+
+def load(home: Path) -> list[Hook]:
+    """The hooks of the config files (the later file's `[[hook]]` tables win
+    whole); Failed on the first bad one."""
+    from spexsup import config
+
+    raw = config.load(home).raw.get("hook")
+    return parse(raw) if raw else []
+
+
+# --- firing, from the committing process ---------------------------------------
+
+
+def claim(db: sqlite3.Connection, ids: Sequence[int], hooks: Sequence[Hook]) -> int:
+    """Inside the transaction that records events `ids`: claim every (event,
+    matching hook) pair (first claim wins), so a hook is claimed exactly when
+    its event commits. Returns how many this call claimed: the runners to
+    start after the COMMIT (`start_runners`)."""
+    if not hooks or not ids:
+        return 0
+    marks = ",".join("?" * len(ids))
+    rows = db.execute(
+        f"SELECT id, kind, session FROM events WHERE id IN ({marks})", tuple(ids)
+    ).fetchall()
+    pid, token = own_identity()
+    claimed = 0
+    for row in rows:
+        for h in hooks:
+            if not h.matches(row["kind"], row["session"]):
+                continue
+            cur = db.execute(
+                "INSERT OR IGNORE INTO hook_runs (event, hook, claimed_at, pid, token)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (row["id"], h.key, time.time(), pid, token),
+            )
+            claimed += cur.rowcount
+    return claimed
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in TURN_ENV and not k.startswith("SPEX_")}
+
+
+def _slot_dir(home: Path) -> str:
+    return str(ensure_private_dir(home / SLOT_DIR, under=home))
+
+
+def _free_slot(directory: str) -> int | None:
+    """A slot file locked by us (its fd), or None when all `SLOTS` are held."""
+    for number in range(SLOTS):
+        try:
+            fd = os.open(
+                f"{directory}/slot-{number}",
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+            )
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        return fd
+    return None
+
+
+def start_runners(home: Path, wanted: int) -> int:
+    """Start up to `wanted` detached runners, one per free slot, each holding
+    its slot's lock (the fd it inherits) for as long as it lives; returns
+    how many started. Claims left over wait for the runners that hold the
+    slots. Never raises: failures go to hooks.log, the claims stay queued."""
+    started = 0
+    try:
+        directory = _slot_dir(home)
+        while started < wanted:
+            fd = _free_slot(directory)
+            if fd is None:
+                break
+            try:
+                subprocess.Popen(
+                    [*own_python("spexsup.core.hooks"), str(home), str(fd)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                    pass_fds=(fd,),
+                    env=_clean_env(),
+                )
+            finally:
+                os.close(fd)
+            started += 1
+    except (OSError, SpexError) as e:
+        events.log_line(home, f"hook runner not started: {getattr(e, 'strerror', None) or e}")
+    return started
+
+
+def resume(home: Path, db: sqlite3.Connection) -> int:
+    """A reconciling reader's part (`Spex.resume_hooks`): start runners for
+    claims nobody took whose claimer is dead (it died between its COMMIT and
+    starting them) or that waited `STALE` seconds; returns how many started.
+    One indexed query when nothing waits."""
+    rows = db.execute(
+        "SELECT pid, token, claimed_at FROM hook_runs WHERE started_at IS NULL"
+        " ORDER BY claimed_at LIMIT ?",
+        (SLOTS,),
+    ).fetchall()
+    now = time.time()
+    orphaned = sum(
+        1
+        for r in rows
+        if now - r["claimed_at"] >= STALE
+        or r["pid"] is None
+        or identity_liveness(r["pid"], r["token"]) is Liveness.DEAD
+    )
+    return start_runners(home, orphaned) if orphaned else 0
+
+
+# --- running one hook -------------------------------------------------------------
+
+
+def summary_of(home: Path, event: dict[str, Any]) -> str:
+    """The last non-empty line of the event's turn output ("" without a turn)."""
+    if not event.get("session") or not event.get("turn"):
+        return ""
+    from spexsup.pane import turndir
+
+    return turndir.last_line(turndir.path(home, event["session"], event["turn"])) or ""
+
+
+def variables(home: Path, event: dict[str, Any]) -> dict[str, str]:
+    """What placeholders and SPEX_* variables hold for one event."""
+
+    def text(value: object) -> str:
+        return "" if value is None else str(value)
+
+    return {
+        "id": text(event["id"]),
+        "event": event["kind"],
+        "kind": event["kind"],
+        "session": text(event.get("session")),
+        "turn": text(event.get("turn")),
+        "verdict": event["kind"],
+        "rc": text(event.get("rc")),
+        # What a failed end was (`rate-limited`, `usage-limit`, …), and its
+        # message; `reason` is the old name of `cause`, kept for one release.
+        "cause": text(event.get("cause")),
+        "error": text(event.get("error")),
+        "reason": text(event.get("cause")),
+        "summary": summary_of(home, event),
+        # The turn's verify command's exit status, on a verified turn's end
+        # and on `verifying`/`verified` events ("" when it has none).
+        "verify_rc": text((event.get("payload") or {}).get("verify_rc")),
+        "at": text(event.get("at_iso")),
+        "home": str(home),
+    }
+
+
+def fill(word: str, values: dict[str, str]) -> str:
+    """`{session}` etc. replaced in one argv word; unknown braces are kept as written."""
+    return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), word)
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    detail: str  # "exit 0", "exit 3", "timed out after 5s, killed", "HTTP 200", …
+
+
+def _head(event: dict[str, Any], key: str) -> str:
+    return f"event {event['id']} {event['kind']} {event.get('session') or '-'} hook {key}"
+
+
+def run_hook(home: Path, event: dict[str, Any], hook: Hook) -> Outcome:
+    """Run one hook now, in the foreground; what happened goes to hooks.log.
+
+    Call it in a child subreaper (`procs.become_subreaper`) that has no children
+    of its own: a `run` hook's leftovers are reaped with `waitpid(-1)`."""
+    values = variables(home, event)
+    started = time.monotonic()
+    output, dropped = b"", 0
+    if hook.url is not None:
+        outcome = _post(hook.url, {**event, "summary": values["summary"]})
+    else:
+        assert hook.run is not None
+        argv = [fill(w, values) for w in hook.run]
+        env = {**_clean_env(), **{f"SPEX_{k.upper()}": v for k, v in values.items()}}
+        outcome, output, dropped = _run(argv, env, hook.timeout)
+    took = time.monotonic() - started
+    text = f"{_head(event, hook.key)}: {'ok' if outcome.ok else 'failed'}, {outcome.detail}"
+    text += f" ({took:.2f}s)"
+    if output.strip():
+        body = output.decode("utf-8", "replace").rstrip("\n")
+        text += "\n" + "\n".join(f"  | {line}" for line in body.splitlines())
+    if dropped:
+        text += f"\n  | [output truncated: {dropped} more bytes after the first {len(output)}]"
+    events.log_line(home, text)
+    return outcome
+
+
+def _run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[Outcome, bytes, int]:
+    """Run `argv` in a session of its own; its output (the head kept, the
+    rest counted) and what became of it and of whatever it left running."""
+    out_r, out_w = os.pipe()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    # SIGCHLD writes a byte to wake_r: the wait below is woken by every exit.
+    previous = signal.signal(signal.SIGCHLD, lambda *_: None)
+    old_wakeup = signal.set_wakeup_fd(wake_w)
+    try:
+        try:
+            pid = os.posix_spawnp(
+                argv[0],
+                argv,
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, out_w, 1),
+                    (os.POSIX_SPAWN_DUP2, out_w, 2),
+                ],
+                setsid=True,
+                # Python ignores SIGPIPE and SIGXFSZ; an exec'd program expects them.
+                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+            )
+        except OSError as e:
+            return Outcome(False, f"cannot run {argv[0]!r}: {e.strerror or e}"), b"", 0
+        finally:
+            os.close(out_w)
+        return _watch(pid, out_r, wake_r, timeout)
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        signal.signal(signal.SIGCHLD, previous)
+        for fd in (out_r, wake_r, wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _drain(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 4096):
+            pass
+
+
+def _status_text(status: int) -> tuple[bool, str]:
+    code = os.waitstatus_to_exitcode(status)
+    if code >= 0:
+        return code == 0, f"exit {code}"
+    try:
+        return False, f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return False, f"killed by signal {-code}"
+
+
+def _watch(pid: int, out_r: int, wake_r: int, timeout: float) -> tuple[Outcome, bytes, int]:
+    """Until the hook and everything it started have ended and its output is
+    closed, or `timeout`: then kill what is left, the group and every
+    descendant (adopted orphans included), and say so."""
+    import select
+
+    deadline = time.monotonic() + timeout
+    head = bytearray()
+    dropped = 0
+    status: int | None = None
+    reading = True
+    while True:
+        ended, left = reap_children()
+        for child, child_status in ended:
+            if child == pid:
+                status = child_status
+        if not reading and not left:
+            break
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return _kill_left(pid, status, wake_r, timeout), bytes(head), dropped
+        ready, _, _ = select.select([wake_r, *([out_r] if reading else [])], [], [], remaining)
+        if out_r in ready:
+            chunk = os.read(out_r, 65536)
+            if not chunk:
+                reading = False
+            else:
+                room = OUTPUT_LIMIT - len(head)
+                head += chunk[:room]
+                dropped += max(0, len(chunk) - room)
+        if wake_r in ready:
+            _drain(wake_r)
+    assert status is not None  # reaped: no child is left
+    ok, text = _status_text(status)
+    return Outcome(ok, text), bytes(head), dropped
+
+
+def _kill_left(pid: int, status: int | None, wake_r: int, timeout: float) -> Outcome:
+    """SIGKILL the hook's group (while its leader is unreaped, so the group id
+    is still ours) and every descendant, until none is left or `KILL_WAIT`."""
+    import select
+
+    ran_out = status is None  # the hook itself was still running
+    killed: set[int] = set()
+    give_up = time.monotonic() + KILL_WAIT
+    left = True
+    while left:
+        if status is None:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        for child in descendants(os.getpid()):
+            with contextlib.suppress(OSError):
+                os.kill(child, signal.SIGKILL)
+                killed.add(child)
+        ended, left = reap_children()
+        for child, child_status in ended:
+            killed.add(child)
+            if child == pid:
+                status = child_status
+        if left and time.monotonic() >= give_up:
+            break
+        if left:
+            select.select([wake_r], [], [], 0.05)
+            _drain(wake_r)
+    survivors = f", {len(descendants(os.getpid()))} would not die" if left else ""
+    if ran_out or status is None:
+        return Outcome(False, f"timed out after {timeout:g}s, killed{survivors}")
+    others = len(killed - {pid})
+    _, text = _status_text(status)
+    noun = "process" if others == 1 else "processes"
+    return Outcome(
+        False,
+        f"{text}, but left {others} {noun} running: killed at the {timeout:g}s timeout{survivors}",
+    )
+
+
+def _post(url: str, body: dict[str, Any]) -> Outcome:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "User-Agent": "spexsup-hook"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=URL_TIMEOUT) as response:
+            status = response.status
+    except urllib.error.HTTPError as e:
+        return Outcome(False, f"HTTP {e.code}")
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", None) or e
+        return Outcome(False, f"POST failed: {reason}")
+    return Outcome(200 <= status < 300, f"HTTP {status}")
+
+
+def test(
+    home: Path, store: Store, event_id: int, only: str | None = None
+) -> list[tuple[Hook, Outcome]]:
+    """`spex hooks test`: run the hooks that match one event, now, unclaimed.
+    `only` picks one hook as `spex hooks ls` shows it: its name, `#N` or `N`."""
+
+    row = store.db.execute("SELECT * FROM events WHERE id = ?", (event_id,)).fetchone()
+    if row is None:
+        raise Refused(
+            f"no event {event_id}", hint="an event id from spex events; --hook names a hook"
+        )
+    every = load(home)
+    if only is not None:
+        picked = [h for n, h in enumerate(every, 1) if only in (h.key, f"#{n}", str(n))]
+        if not picked:
+            raise Refused(f"no hook {only!r}", hint="see spex hooks ls")
+        every = picked
+    hooks = [h for h in every if h.matches(row["kind"], row["session"])]
+    if not hooks:
+        raise Refused(
+            f"no hook matches event {event_id} ({row['kind']})",
+            hint="see the [[hook]] tables in config.toml",
+        )
+    event = events.as_json(row)
+    become_subreaper()
+    return [(h, run_hook(home, event, h)) for h in hooks]
+
+
+# --- the detached runner ----------------------------------------------------------
+
+
+def _take(store: Store) -> tuple[int, str] | None:
+    """The oldest claim nobody took, taken by this runner (in one write
+    transaction, so by one runner only); None when the queue is empty."""
+    pid, token = own_identity()
+    with store.tx() as db:
+        row = db.execute(
+            "SELECT event, hook FROM hook_runs WHERE started_at IS NULL ORDER BY claimed_at LIMIT 1"
+        ).fetchone()
+        if row is None:
+            return None
+        db.execute(
+            "UPDATE hook_runs SET started_at = ?, runner_pid = ?, runner_token = ?"
+            " WHERE event = ? AND hook = ?",
+            (time.time(), pid, token, row["event"], row["hook"]),
+        )
+        return int(row["event"]), str(row["hook"])
+
+
+def _run_claim(home: Path, store: Store, event_id: int, key: str) -> None:
+    """Run one taken claim and record its outcome; never raises."""
+    try:
+        row = store.db.execute("SELECT * FROM events WHERE id = ?", (event_id,)).fetchone()
+        if row is None:
+            outcome = Outcome(False, "not run: its event is no longer kept")
+            events.log_line(home, f"event {event_id} hook {key}: {outcome.detail}")
+        else:
+            event = events.as_json(row)
+            why = "not run: config.toml has no such hook now"
+            try:
+                hook = next((h for h in load(home) if h.key == key), None)
+            except SpexError as e:
+                hook, why = None, f"not run: {e.line()}"
+            if hook is None:
+                outcome = Outcome(False, why)
+                events.log_line(home, f"{_head(event, key)}: failed, {why}")
+            else:
+                outcome = run_hook(home, event, hook)
+    except Exception as e:
+        outcome = Outcome(False, f"runner failed: {e}")
+        events.log_line(home, f"event {event_id} hook {key}: {outcome.detail}")
+    try:
+        with store.tx() as db:
+            db.execute(
+                "UPDATE hook_runs SET outcome = ? WHERE event = ? AND hook = ?",
+                (outcome.detail, event_id, key),
+            )
+    except Exception as e:
+        events.log_line(home, f"event {event_id} hook {key}: outcome not recorded: {e}")
+
+
+def _queued(store: Store) -> bool:
+    row = store.db.execute("SELECT 1 FROM hook_runs WHERE started_at IS NULL LIMIT 1").fetchone()
+    return row is not None
+
+
+def _main(argv: list[str]) -> int:
+    """The detached runner: `python -m spexsup.core.hooks HOME SLOT_FD`, holding the
+    slot locked through SLOT_FD. Takes claims until none is left."""
+    from spexsup.state.store import Store
+
+    home, slot = Path(argv[0]), int(argv[1])
+    # What the hook starts must not hold the slot: the lock ends with us.
+    os.set_inheritable(slot, False)
+    become_subreaper()
+    try:
+        # The event log listens, the hooks do not: a runner records no events,
+        # and must not fire hooks if it ever did (nor import `spex`, which
+        # composes the hooks: `spex.open_store` would close a circle).
+        store = Store(home, (events,))
+    except SpexError as e:
+        events.log_line(home, f"hook runner: {e.line()}")
+        return 1
+    try:
+        while True:
+            while (taken := _take(store)) is not None:
+                _run_claim(home, store, *taken)
+            os.close(slot)
+            # Unlocked first, then looked: a claim committed after this look
+            # finds a free slot for its own runner.
+            if not _queued(store):
+                return 0
+            fd = _free_slot(_slot_dir(home))
+            if fd is None:
+                return 0
+            slot = fd
+    except Exception as e:  # what it has not taken waits for the next runner or reader
+        events.log_line(home, f"hook runner stopped: {e}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
