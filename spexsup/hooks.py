@@ -106,6 +106,8 @@ class Hook:
     run: tuple[str, ...] | None
     url: str | None
     timeout: float
+    # A `[[notify]]` target (`spexsup.notify.Target`) riding this queue, or None.
+    target: Any = None
 
     def matches(self, kind: str, session: str | None) -> bool:
         """`kind` as stored (an event recorded under an old name matches its new one)."""
@@ -214,6 +216,28 @@ def load(home: Path) -> list[Hook]:
     return parse(raw) if raw else []
 
 
+def runnable(home: Path) -> list[Hook]:
+    """What the queue runs: the `[[hook]]` tables, then each `[[notify]]`
+    target as a hook keyed `notify:NAME` (`spexsup.notify`); Failed on the
+    first bad table."""
+    from spexsup import config
+
+    raw = config.load(home).raw
+    found = parse(raw["hook"]) if raw.get("hook") else []
+    if raw.get("notify"):
+        from spexsup import notify
+
+        found += [
+            Hook(t.key, t.kinds(), t.sessions, None, None, t.timeout, t) for t in notify.load(home)
+        ]
+    return found
+
+
+def window_of(hook: Hook) -> float:
+    """How long the queue holds a hook's first claim for others to join it (0: not at all)."""
+    return float(hook.target.window) if hook.target is not None else 0.0
+
+
 # --- firing, from the committing process ---------------------------------------
 
 
@@ -226,13 +250,16 @@ def claim(db: sqlite3.Connection, ids: Sequence[int], hooks: Sequence[Hook]) -> 
         return 0
     marks = ",".join("?" * len(ids))
     rows = db.execute(
-        f"SELECT id, kind, session FROM events WHERE id IN ({marks})", tuple(ids)
+        f"SELECT id, kind, session, turn, rc, cause FROM events WHERE id IN ({marks})",
+        tuple(ids),
     ).fetchall()
     pid, token = own_identity()
     claimed = 0
     for row in rows:
         for h in hooks:
             if not h.matches(row["kind"], row["session"]):
+                continue
+            if h.target is not None and not h.target.wants(db, row):
                 continue
             cur = db.execute(
                 "INSERT OR IGNORE INTO hook_runs (event, hook, claimed_at, pid, token)"
@@ -592,22 +619,109 @@ def test(
 # --- the detached runner ----------------------------------------------------------
 
 
-def _take(store: Store) -> tuple[int, str] | None:
+def _take(store: Store, windows: dict[str, float]) -> tuple[list[int], str] | float | None:
     """The oldest claim nobody took, taken by this runner (in one write
-    transaction, so by one runner only); None when the queue is empty."""
+    transaction, so by one runner only): its event and hook. A hook with a
+    window (`windows`, a notify target's) is taken once its oldest waiting
+    claim is that old, with every claim of it then waiting: one delivery for
+    them all. Else the seconds until the next window closes; None when the
+    queue is empty."""
     pid, token = own_identity()
+    now = time.time()
     with store.tx() as db:
-        row = db.execute(
-            "SELECT event, hook FROM hook_runs WHERE started_at IS NULL ORDER BY claimed_at LIMIT 1"
-        ).fetchone()
-        if row is None:
-            return None
-        db.execute(
-            "UPDATE hook_runs SET started_at = ?, runner_pid = ?, runner_token = ?"
-            " WHERE event = ? AND hook = ?",
-            (time.time(), pid, token, row["event"], row["hook"]),
-        )
-        return int(row["event"]), str(row["hook"])
+        rows = db.execute(
+            "SELECT hook, min(claimed_at) AS first, min(event) AS event FROM hook_runs"
+            " WHERE started_at IS NULL GROUP BY hook ORDER BY first"
+        ).fetchall()
+        wait: float | None = None
+        for row in rows:
+            window = windows.get(row["hook"], 0.0)
+            if window > 0 and row["first"] + window > now:
+                left = row["first"] + window - now
+                wait = left if wait is None else min(wait, left)
+                continue
+            if window > 0:
+                taken = [
+                    int(r["event"])
+                    for r in db.execute(
+                        "SELECT event FROM hook_runs WHERE hook = ? AND started_at IS NULL"
+                        " ORDER BY event",
+                        (row["hook"],),
+                    )
+                ]
+            else:
+                first = db.execute(
+                    "SELECT event FROM hook_runs WHERE hook = ? AND started_at IS NULL"
+                    " ORDER BY claimed_at LIMIT 1",
+                    (row["hook"],),
+                ).fetchone()
+                taken = [int(first["event"])]
+            marks = ",".join("?" * len(taken))
+            db.execute(
+                "UPDATE hook_runs SET started_at = ?, runner_pid = ?, runner_token = ?"
+                f" WHERE hook = ? AND event IN ({marks})",
+                (now, pid, token, row["hook"], *taken),
+            )
+            return taken, str(row["hook"])
+        return wait
+
+
+def _run_target(home: Path, store: Store, ids: list[int], hook: Hook) -> Outcome:
+    """Deliver a notify target's taken claims (`ids`): one message for them all."""
+    from spexsup import notify
+
+    marks = ",".join("?" * len(ids))
+    rows = store.db.execute(
+        f"SELECT * FROM events WHERE id IN ({marks}) ORDER BY id", tuple(ids)
+    ).fetchall()
+    if not rows:
+        return Outcome(False, "failed: its events are no longer kept")
+    batch = [events.as_json(r) for r in rows]
+    started = time.monotonic()
+    ok, detail = notify.send(home, store.db, hook.target, batch)
+    took = time.monotonic() - started
+    head = _head(batch[-1], hook.key) + (f" (and {len(batch) - 1} more)" if len(batch) > 1 else "")
+    events.log_line(home, f"{head}: {detail} ({took:.2f}s)")
+    return Outcome(ok, detail)
+
+
+def _run_claims(home: Path, store: Store, ids: list[int], key: str) -> None:
+    """Run taken claims (one, or a notify target's batch) and record the outcome;
+    never raises."""
+    if key.startswith("notify:"):
+        try:
+            hook = next((h for h in runnable(home) if h.key == key), None)
+            outcome = (
+                _run_target(home, store, ids, hook)
+                if hook is not None
+                else Outcome(False, "failed: config.toml has no such target now")
+            )
+        except Exception as e:
+            outcome = Outcome(False, f"failed: runner failed: {e}")
+        if not outcome.ok:
+            events.log_line(home, f"events {ids[0]}..{ids[-1]} {key}: {outcome.detail}")
+        _record(home, store, ids, key, outcome)
+    else:
+        _run_claim(home, store, ids[0], key)
+
+
+def _record(home: Path, store: Store, ids: list[int], key: str, outcome: Outcome) -> None:
+    try:
+        marks = ",".join("?" * len(ids))
+        with store.tx() as db:
+            db.execute(
+                f"UPDATE hook_runs SET outcome = ? WHERE hook = ? AND event IN ({marks})",
+                (outcome.detail, key, *ids),
+            )
+    except Exception as e:
+        events.log_line(home, f"events {ids[0]}..{ids[-1]} {key}: outcome not recorded: {e}")
+
+
+def _windows(home: Path) -> dict[str, float]:
+    try:
+        return {h.key: window_of(h) for h in runnable(home) if window_of(h) > 0}
+    except SpexError:
+        return {}
 
 
 def _run_claim(home: Path, store: Store, event_id: int, key: str) -> None:
@@ -621,7 +735,7 @@ def _run_claim(home: Path, store: Store, event_id: int, key: str) -> None:
             event = events.as_json(row)
             why = "not run: config.toml has no such hook now"
             try:
-                hook = next((h for h in load(home) if h.key == key), None)
+                hook = next((h for h in runnable(home) if h.key == key), None)
             except SpexError as e:
                 hook, why = None, f"not run: {e.line()}"
             if hook is None:
@@ -632,14 +746,7 @@ def _run_claim(home: Path, store: Store, event_id: int, key: str) -> None:
     except Exception as e:
         outcome = Outcome(False, f"runner failed: {e}")
         events.log_line(home, f"event {event_id} hook {key}: {outcome.detail}")
-    try:
-        with store.tx() as db:
-            db.execute(
-                "UPDATE hook_runs SET outcome = ? WHERE event = ? AND hook = ?",
-                (outcome.detail, event_id, key),
-            )
-    except Exception as e:
-        events.log_line(home, f"event {event_id} hook {key}: outcome not recorded: {e}")
+    _record(home, store, [event_id], key, outcome)
 
 
 def _queued(store: Store) -> bool:
@@ -666,8 +773,14 @@ def _main(argv: list[str]) -> int:
         return 1
     try:
         while True:
-            while (taken := _take(store)) is not None:
-                _run_claim(home, store, *taken)
+            windows = _windows(home)
+            while isinstance(taken := _take(store, windows), tuple):
+                _run_claims(home, store, *taken)
+            if taken is not None:
+                # A notify target's window is open: hold the slot until it
+                # closes (at most a few seconds at a time, config re-read).
+                time.sleep(min(taken + 0.05, 5.0))
+                continue
             os.close(slot)
             # Unlocked first, then looked: a claim committed after this look
             # finds a free slot for its own runner.
