@@ -27,7 +27,7 @@ waited `STALE` seconds. The runner learns the event and the hook from SQLite
 and config.toml, never from its argv, which every local user can read (a
 webhook URL is a secret). It is a child subreaper: whatever the hook leaves
 running is its child, waited for until the hook's timeout and then killed.
-Output is kept up to `OUTPUT_LIMIT` bytes (the head), the rest counted and
+Output is kept up to `hookproc.OUTPUT_LIMIT` bytes (the head), the rest counted and
 dropped, and goes to `$SPEXSUP_HOME/hooks.log`. The committer never waits
 for any of it, so a slow or broken hook can delay or change no verdict.
 
@@ -37,7 +37,6 @@ after committing a claim: the test suite's way to lose one, nothing else's.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import fnmatch
 import hashlib
@@ -53,16 +52,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import durations, events
+from spexsup import durations, events, hookproc
 from spexsup.errors import Failed, Invalid, Refused, SpexError, clip, unknown_key
 from spexsup.paths import ensure_private_dir, own_python
 from spexsup.procs import (
     Liveness,
     become_subreaper,
-    descendants,
     identity_liveness,
     own_identity,
-    reap_children,
 )
 
 if TYPE_CHECKING:
@@ -72,16 +69,12 @@ if TYPE_CHECKING:
 
 URL_TIMEOUT = 5.0
 DEFAULT_TIMEOUT = 30.0
-# The head of a hook's output that hooks.log keeps; the rest is counted.
-OUTPUT_LIMIT = 16384
 # Runners at once per home: an 80-leg fan-out must not start 160 of them.
 SLOTS = 4
 SLOT_DIR = "hooks"
 # A claim nobody took this long after its COMMIT is a reader's to start,
 # even under a live claimer (one stopped between COMMIT and start).
 STALE = 10.0
-# After a kill at the timeout, how long to wait for the killed to be reaped.
-KILL_WAIT = 2.0
 FAULT = "SPEXSUP_FAULT"
 PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 # A hook started from the exit reporter must not look like the turn's process,
@@ -424,7 +417,8 @@ def run_hook(home: Path, event: dict[str, Any], hook: Hook) -> Outcome:
         assert hook.run is not None
         argv = [fill(w, values) for w in hook.run]
         env = {**_clean_env(), **{f"SPEX_{k.upper()}": v for k, v in values.items()}}
-        outcome, output, dropped = _run(argv, env, hook.timeout)
+        (ok, detail), output, dropped = hookproc.run(argv, env, hook.timeout)
+        outcome = Outcome(ok, detail)
     took = time.monotonic() - started
     text = f"{_head(event, hook.key)}: {'ok' if outcome.ok else 'failed'}, {outcome.detail}"
     text += f" ({took:.2f}s)"
@@ -435,136 +429,6 @@ def run_hook(home: Path, event: dict[str, Any], hook: Hook) -> Outcome:
         text += f"\n  | [output truncated: {dropped} more bytes after the first {len(output)}]"
     events.log_line(home, text)
     return outcome
-
-
-def _run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[Outcome, bytes, int]:
-    """Run `argv` in a session of its own; its output (the head kept, the
-    rest counted) and what became of it and of whatever it left running."""
-    out_r, out_w = os.pipe()
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    # SIGCHLD writes a byte to wake_r: the wait below is woken by every exit.
-    previous = signal.signal(signal.SIGCHLD, lambda *_: None)
-    old_wakeup = signal.set_wakeup_fd(wake_w)
-    try:
-        try:
-            pid = os.posix_spawnp(
-                argv[0],
-                argv,
-                env,
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, out_w, 1),
-                    (os.POSIX_SPAWN_DUP2, out_w, 2),
-                ],
-                setsid=True,
-                # Python ignores SIGPIPE and SIGXFSZ; an exec'd program expects them.
-                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
-            )
-        except OSError as e:
-            return Outcome(False, f"cannot run {argv[0]!r}: {e.strerror or e}"), b"", 0
-        finally:
-            os.close(out_w)
-        return _watch(pid, out_r, wake_r, timeout)
-    finally:
-        signal.set_wakeup_fd(old_wakeup)
-        signal.signal(signal.SIGCHLD, previous)
-        for fd in (out_r, wake_r, wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-def _drain(fd: int) -> None:
-    with contextlib.suppress(BlockingIOError):
-        while os.read(fd, 4096):
-            pass
-
-
-def _status_text(status: int) -> tuple[bool, str]:
-    code = os.waitstatus_to_exitcode(status)
-    if code >= 0:
-        return code == 0, f"exit {code}"
-    try:
-        return False, f"killed by {signal.Signals(-code).name}"
-    except ValueError:
-        return False, f"killed by signal {-code}"
-
-
-def _watch(pid: int, out_r: int, wake_r: int, timeout: float) -> tuple[Outcome, bytes, int]:
-    """Until the hook and everything it started have ended and its output is
-    closed, or `timeout`: then kill what is left, the group and every
-    descendant (adopted orphans included), and say so."""
-    import select
-
-    deadline = time.monotonic() + timeout
-    head = bytearray()
-    dropped = 0
-    status: int | None = None
-    reading = True
-    while True:
-        ended, left = reap_children()
-        for child, child_status in ended:
-            if child == pid:
-                status = child_status
-        if not reading and not left:
-            break
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return _kill_left(pid, status, wake_r, timeout), bytes(head), dropped
-        ready, _, _ = select.select([wake_r, *([out_r] if reading else [])], [], [], remaining)
-        if out_r in ready:
-            chunk = os.read(out_r, 65536)
-            if not chunk:
-                reading = False
-            else:
-                room = OUTPUT_LIMIT - len(head)
-                head += chunk[:room]
-                dropped += max(0, len(chunk) - room)
-        if wake_r in ready:
-            _drain(wake_r)
-    assert status is not None  # reaped: no child is left
-    ok, text = _status_text(status)
-    return Outcome(ok, text), bytes(head), dropped
-
-
-def _kill_left(pid: int, status: int | None, wake_r: int, timeout: float) -> Outcome:
-    """SIGKILL the hook's group (while its leader is unreaped, so the group id
-    is still ours) and every descendant, until none is left or `KILL_WAIT`."""
-    import select
-
-    ran_out = status is None  # the hook itself was still running
-    killed: set[int] = set()
-    give_up = time.monotonic() + KILL_WAIT
-    left = True
-    while left:
-        if status is None:
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-        for child in descendants(os.getpid()):
-            with contextlib.suppress(OSError):
-                os.kill(child, signal.SIGKILL)
-                killed.add(child)
-        ended, left = reap_children()
-        for child, child_status in ended:
-            killed.add(child)
-            if child == pid:
-                status = child_status
-        if left and time.monotonic() >= give_up:
-            break
-        if left:
-            select.select([wake_r], [], [], 0.05)
-            _drain(wake_r)
-    survivors = f", {len(descendants(os.getpid()))} would not die" if left else ""
-    if ran_out or status is None:
-        return Outcome(False, f"timed out after {timeout:g}s, killed{survivors}")
-    others = len(killed - {pid})
-    _, text = _status_text(status)
-    noun = "process" if others == 1 else "processes"
-    return Outcome(
-        False,
-        f"{text}, but left {others} {noun} running: killed at the {timeout:g}s timeout{survivors}",
-    )
 
 
 def _post(url: str, body: dict[str, Any]) -> Outcome:
@@ -666,36 +530,18 @@ def _take(store: Store, windows: dict[str, float]) -> tuple[list[int], str] | fl
         return wait
 
 
-def _run_target(home: Path, store: Store, ids: list[int], hook: Hook) -> Outcome:
-    """Deliver a notify target's taken claims (`ids`): one message for them all."""
-    from spexsup import notify
-
-    marks = ",".join("?" * len(ids))
-    rows = store.db.execute(
-        f"SELECT * FROM events WHERE id IN ({marks}) ORDER BY id", tuple(ids)
-    ).fetchall()
-    if not rows:
-        return Outcome(False, "failed: its events are no longer kept")
-    batch = [events.as_json(r) for r in rows]
-    started = time.monotonic()
-    ok, detail = notify.send(home, store.db, hook.target, batch)
-    took = time.monotonic() - started
-    head = _head(batch[-1], hook.key) + (f" (and {len(batch) - 1} more)" if len(batch) > 1 else "")
-    events.log_line(home, f"{head}: {detail} ({took:.2f}s)")
-    return Outcome(ok, detail)
-
-
 def _run_claims(home: Path, store: Store, ids: list[int], key: str) -> None:
     """Run taken claims (one, or a notify target's batch) and record the outcome;
     never raises."""
     if key.startswith("notify:"):
         try:
             hook = next((h for h in runnable(home) if h.key == key), None)
-            outcome = (
-                _run_target(home, store, ids, hook)
-                if hook is not None
-                else Outcome(False, "failed: config.toml has no such target now")
-            )
+            if hook is None:
+                outcome = Outcome(False, "failed: config.toml has no such target now")
+            else:
+                from spexsup.notify.deliver import deliver_claims
+
+                outcome = Outcome(*deliver_claims(home, store, ids, hook.target))
         except Exception as e:
             outcome = Outcome(False, f"failed: runner failed: {e}")
         if not outcome.ok:

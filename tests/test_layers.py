@@ -60,7 +60,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("every state change, with its event", ("store", "events", "ledger", "lease")),
     ("inside the pane", ("pane",)),
-    ("what follows a commit", ("hooks", "retention")),
+    ("what follows a commit", ("hooks", "hookproc", "notify", "retention")),
     ("the handle", ("spex",)),
     ("the wave record", ("wavedoc",)),
     ("git worktrees", ("worktree", "trust", "salvage")),

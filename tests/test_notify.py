@@ -354,12 +354,12 @@ def test_a_wave_of_failing_legs_sends_one_summary_per_target(env: Env) -> None:
             assert retry_until(summed, seconds=300), targets(env)[name]
         (req,) = ntfy.requests
         title = req["headers"]["Title"]
-        assert title == f"spex: {LEGS} turn failed, 1 wave-ended in {LEGS} sessions", title
+        assert title == f"spex: {LEGS} failed, 1 wave-ended in {LEGS} sessions", title
         text = req["body"].decode()
         assert text.startswith(f"{LEGS + 1} events: ")
         assert f"… and {LEGS + 1 - 10} more (spex events)" in text
         ((body),) = slack.json_bodies()
-        assert f"{LEGS} turn failed" in body["text"]
+        assert f"{LEGS} failed" in body["text"]
 
 
 def test_a_bad_line_is_one_error_and_changes_nothing(env: Env) -> None:
@@ -393,6 +393,8 @@ def test_a_bad_line_is_one_error_and_changes_nothing(env: Env) -> None:
     assert r.returncode == 1 and r.stderr.count("\n") == 1
     assert r.stderr.startswith("spex: ") and "'priority' must be 1-5" in r.stderr
     assert env.run("notify", "add", "q", "desktop").returncode == 1
+    doctor = env.run("doctor")
+    assert doctor.returncode == 1 and "'priority' must be 1-5" in doctor.stdout + doctor.stderr
     assert (env.home / "config.toml").read_bytes() == broken
     fail_a_turn(env)
     assert retry_until(lambda: "not run" in hooks_log(env), seconds=30)

@@ -36,7 +36,17 @@ PANELS = (
     ("Housekeeping", ("prune", "du", "maint", "worktree", "trust", "harness", "hosts")),
     (
         "Other doors",
-        ("top", "serve", "mcp", "events", "hooks", "status-line", "completion", "help"),
+        (
+            "top",
+            "serve",
+            "mcp",
+            "events",
+            "hooks",
+            "notify",
+            "status-line",
+            "completion",
+            "help",
+        ),
     ),
 )
 

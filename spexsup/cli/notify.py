@@ -53,10 +53,11 @@ def notify_ls(ctx: decl.Context, as_json: JsonOpt = False) -> None:
       spex notify ls --json
     """
     from spexsup import notify
+    from spexsup.notify.credentials import describe
 
     spex = open_spex(ctx)
     found = notify.load(spex.home)
-    docs = [{**notify.describe(spex.home, t), **notify.history(spex.store.db, t)} for t in found]
+    docs = [{**describe(spex.home, t), **notify.history(spex.store.db, t)} for t in found]
     if as_json:
         print_json(document({"targets": docs}))
         return
@@ -192,6 +193,7 @@ def notify_add(
       spex notify add here desktop --window 0
     """
     from spexsup import notify
+    from spexsup.notify import credentials, edit
 
     if service not in notify.SERVICES:
         raise Invalid(f"unknown service {service!r}", hint=", ".join(notify.SERVICES))
@@ -236,9 +238,9 @@ def notify_add(
         fields[kind[1]] = env
     spex = open_spex(ctx)
     secret = _secret_from_stdin() if secret_stdin else None
-    target = notify.add(spex.home, fields, secret)
+    target = edit.add(spex.home, fields, secret)
     decl.echo(
-        f"added {target.name} ({target.service}, {notify.destination(target)}):"
+        f"added {target.name} ({target.service}, {credentials.destination(target)}):"
         f" on {','.join(target.on)}, window {target.window:g}s"
     )
     decl.echo(f"try it: spex notify test {target.name}")
@@ -254,13 +256,14 @@ def notify_test(ctx: decl.Context, name: TargetArg, as_json: JsonOpt = False) ->
       spex notify test phone
     """
     from spexsup import notify
+    from spexsup.notify import deliver, message
 
     spex = open_spex(ctx)
     target = next((t for t in notify.load(spex.home) if t.name == name), None)
     if target is None:
         raise Refused(f"no notify target {name!r}", hint="see spex notify ls")
-    base = notify.serve_url(spex.home)
-    ok, detail = notify.deliver(spex.home, target, notify.test_message(target, base))
+    base = message.serve_url(spex.home)
+    ok, detail = deliver.deliver(spex.home, target, message.test_message(target, base))
     if as_json:
         print_json(document({"ok": ok, "name": name, "detail": detail}))
     else:
@@ -277,8 +280,8 @@ def notify_rm(ctx: decl.Context, name: TargetArg) -> None:
     Examples:
       spex notify rm phone
     """
-    from spexsup import notify
+    from spexsup.notify import edit
 
     spex = open_spex(ctx)
-    notify.remove(spex.home, name)
+    edit.remove(spex.home, name)
     decl.echo(f"removed notify target {name}")
