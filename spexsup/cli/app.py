@@ -32,7 +32,7 @@ PANELS = (
     ("Turns", ("wake", "wait", "log", "stop", "resume")),
     ("Sessions", ("new", "ls", "show", "edit", "attach", "up", "rm")),
     ("Waves and queue", ("fanout", "waves", "wave", "keep", "queue", "schedule")),
-    ("Cost and checks", ("cost", "verify", "diff", "doctor")),
+    ("Cost and checks", ("cost", "verify", "diff", "doctor", "notify")),
     ("Housekeeping", ("prune", "du", "maint", "worktree", "trust", "harness", "hosts")),
     (
         "Other doors",
@@ -42,7 +42,6 @@ PANELS = (
             "mcp",
             "events",
             "hooks",
-            "notify",
             "status-line",
             "completion",
             "help",

@@ -12,7 +12,7 @@ from spexsup.cli.app import ListingGroup, app
 from spexsup.cli.decl import open_spex
 from spexsup.cli.params import JsonOpt
 from spexsup.errors import Invalid, Refused
-from spexsup.present.render import age, document, print_json, table
+from spexsup.present.render import age, document, print_json, table, with_iso
 
 notify_app = typer.Typer(cls=ListingGroup, invoke_without_command=True)
 app.add_typer(notify_app, name="notify")
@@ -59,7 +59,7 @@ def notify_ls(ctx: decl.Context, as_json: JsonOpt = False) -> None:
     found = notify.load(spex.home)
     docs = [{**describe(spex.home, t), **notify.history(spex.store.db, t)} for t in found]
     if as_json:
-        print_json(document({"targets": docs}))
+        print_json(document({"targets": with_iso(docs)}))
         return
     if not found:
         decl.echo("no notify targets (spex notify add NAME SERVICE adds one)")
@@ -265,7 +265,8 @@ def notify_test(ctx: decl.Context, name: TargetArg, as_json: JsonOpt = False) ->
     base = message.serve_url(spex.home)
     ok, detail = deliver.deliver(spex.home, target, message.test_message(target, base))
     if as_json:
-        print_json(document({"ok": ok, "name": name, "detail": detail}))
+        failed = {} if ok else {"error": detail, "exit_code": 1}
+        print_json(document({"ok": ok, "name": name, "detail": detail, **failed}))
     else:
         decl.echo(f"{name} ({target.service}): {detail}")
     if not ok:
