@@ -424,3 +424,59 @@ def test_secrets_from_the_environment_and_test_and_rm(env: Env) -> None:
         assert env.run("notify", "rm", "bot").returncode == 0
         assert list(targets(env)) == ["team"]
         assert env.run("notify", "rm", "bot").returncode == 3
+
+
+def test_a_queue_that_runs_dry_is_one_message(env: Env) -> None:
+    go = env.root / "go"
+    with services(()) as (ntfy,):
+        config(
+            env,
+            f"[[notify]]\nname = 'p'\nservice = 'ntfy'\nurl = '{ntfy.base}/t'\nwindow = 0\n"
+            "on = ['queue-empty']\n",
+        )
+        assert (
+            env.run("new", "a", "--env", f"GO={go}", "--", harness("until_go.sh")).returncode == 0
+        )
+        env.run("wake", "a", "first", "--window", "0.3")
+        for prompt in ("second", "third"):
+            r = env.run("wake", "a", "--queue", prompt)
+            assert r.returncode == 0 and "queued" in r.stdout, r
+        go.touch()
+
+        # The first turn's end starts the second, the second's the third; the
+        # third's end leaves the queue empty: that one is the news.
+        def third_ended() -> bool:
+            db = sqlite3.connect(env.home / "state.db")
+            try:
+                row = db.execute("SELECT count(*) FROM turns WHERE state = 'complete'").fetchone()
+            finally:
+                db.close()
+            return bool(row[0] == 3)
+
+        assert retry_until(third_ended, seconds=90)
+        assert env.run("wait", "a", "--timeout", "60s").returncode == 0
+        assert retry_until(lambda: settled(env, "p", delivered=1), seconds=60)
+        (req,) = ntfy.requests
+        assert req["headers"]["Title"] == "spex: a queue ran dry"
+        assert req["headers"]["Priority"] == "default"
+
+
+def test_a_failed_check_is_check_failed(env: Env) -> None:
+    with services(()) as (ntfy,):
+        config(
+            env,
+            f"[[notify]]\nname = 'p'\nservice = 'ntfy'\nurl = '{ntfy.base}/t'\nwindow = 0\n"
+            "on = ['check-failed']\n",
+        )
+        work = env.root / "work"
+        work.mkdir()
+        r = env.run("new", "a", "--cwd", str(work), "--", harness("exit0.sh"))
+        assert r.returncode == 0, r.stderr
+        env.run("wake", "a", "x", "--verify", "echo FAIL; exit 3", "--window", "5")
+        assert env.run("wait", "a", "--timeout", "60s").returncode == 1
+        assert retry_until(lambda: settled(env, "p", delivered=1), seconds=60), env.run(
+            "events", "--json"
+        ).stdout
+        (req,) = ntfy.requests
+        assert req["headers"]["Title"] == "spex: a check failed (exit 3)"
+        assert req["headers"]["Priority"] == "high"

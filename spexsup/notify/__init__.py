@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from spexsup import durations, events
 from spexsup.errors import Failed, Invalid, clip, unknown_key
-from spexsup.states import EventKind
+from spexsup.states import Cause, EventKind
 
 if TYPE_CHECKING:
     import sqlite3
@@ -57,6 +57,9 @@ WORDS = (
     "queue-empty",
 )
 DEFAULT_ON = WORDS
+# What a person must look at: a message with one of these is urgent
+# (ntfy priority high, desktop critical).
+URGENT = ("failed", "lost", "timed-out", "usage-limit", "check-failed", "interrupted")
 WINDOW = 30.0
 TIMEOUT = 10.0
 ATTEMPTS = 3
@@ -107,10 +110,10 @@ class Target:
         """The event kinds that may carry one of `on` (the claim's cheap filter)."""
         out: set[str] = set()
         for word in self.on:
-            if word in ("failed", "usage-limit"):
+            if word in (EventKind.FAILED, Cause.USAGE_LIMIT):
                 out.add(EventKind.FAILED)
             elif word == "check-failed":
-                out.add(EventKind.VERIFIED)
+                out.update((EventKind.VERIFIED, EventKind.FAILED))
             elif word == "queue-empty":
                 out.update(events.END_KINDS.values())
             else:
@@ -127,13 +130,19 @@ class Target:
 
 
 def words_of(db: sqlite3.Connection | None, row: Mapping[str, Any]) -> list[str]:
-    """What event `row` is, in `WORDS` (most telling first), then its kind. With
-    `db` (inside the recording transaction) `queue-empty` is known too."""
+    """What event `row` is, in `WORDS` (most telling first), and its kind. With
+    `db` (inside the recording transaction) `queue-empty` is known too: first
+    after a turn that completed, after the kind after one that did not (the
+    failure is the news)."""
     kind = events.kind_of(row["kind"])
     words: list[str] = []
-    if kind == EventKind.FAILED and row["cause"] == "usage-limit":
-        words.append("usage-limit")
-    if kind == EventKind.VERIFIED and row["rc"] != 0:
+    if kind == EventKind.FAILED and row["cause"] == Cause.USAGE_LIMIT:
+        words.append(Cause.USAGE_LIMIT.value)
+    # A check's failure is the turn's end (`failed`, cause `verify`), or a
+    # later `verified` event when the turn had ended already.
+    if (kind == EventKind.FAILED and row["cause"] in (Cause.VERIFY, Cause.VERIFY_TIMEOUT)) or (
+        kind == EventKind.VERIFIED and row["rc"] != 0
+    ):
         words.append("check-failed")
     if (
         db is not None
@@ -145,7 +154,8 @@ def words_of(db: sqlite3.Connection | None, row: Mapping[str, Any]) -> list[str]
         ).fetchone()
         and not db.execute("SELECT 1 FROM queue WHERE session = ?", (row["session"],)).fetchone()
     ):
-        words.append("queue-empty")
+        last = ["queue-empty", kind] if kind == EventKind.COMPLETED else [kind, "queue-empty"]
+        return words + last
     words.append(kind)
     return words
 

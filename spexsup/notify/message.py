@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from spexsup import events
 from spexsup.errors import clip
-from spexsup.notify import SUMMARY_LINES, Target, words_of
-from spexsup.states import EventKind
+from spexsup.notify import SUMMARY_LINES, URGENT, Target, words_of
+from spexsup.states import Cause, EventKind
 
 if TYPE_CHECKING:
     import sqlite3
@@ -25,7 +25,7 @@ class Message:
 
 
 def _what(db: sqlite3.Connection | None, event: Mapping[str, Any]) -> str:
-    word = words_of(None, event)[0]
+    word = words_of(db, event)[0]
     payload = event.get("payload") or {}
     if word == EventKind.WAVE_ENDED:
         counts = payload.get("counts") or {}
@@ -34,9 +34,11 @@ def _what(db: sqlite3.Connection | None, event: Mapping[str, Any]) -> str:
             f" ({told})" if told else ""
         )
     if word == "check-failed":
-        return f"check failed (exit {event.get('rc')})"
-    if word == "usage-limit":
+        return f"check failed (exit {payload.get('verify_rc', event.get('rc'))})"
+    if word == Cause.USAGE_LIMIT:
         return "hit a usage limit"
+    if word == "queue-empty":
+        return "queue ran dry"
     if event["kind"] in events.END_KINDS.values():
         return f"turn {word}"
     return word
@@ -77,7 +79,7 @@ def compose(
     """One message for one event, one summary for several (oldest first)."""
     from urllib.parse import quote
 
-    urgent = any(words_of(None, e)[0] != EventKind.WAVE_ENDED for e in batch)
+    urgent = any(words_of(db, e)[0] in URGENT for e in batch)
     if len(batch) == 1:
         (event,) = batch
         who = event.get("session") or "spex"
@@ -97,7 +99,7 @@ def compose(
         return Message(f"spex: {who} {what}", "\n".join(lines), link, urgent)
     tally: dict[str, int] = {}
     for e in batch:
-        word = words_of(None, e)[0]
+        word = words_of(db, e)[0]
         tally[word] = tally.get(word, 0) + 1
     counted = ", ".join(f"{n} {w}" for w, n in sorted(tally.items(), key=lambda i: -i[1]))
     sessions = {e.get("session") for e in batch if e.get("session")}
