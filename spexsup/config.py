@@ -26,7 +26,7 @@ from spexsup.usage import AMOUNT_RULE, KINDS, Price, amount
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # tmux key names: C-a, M-x, C-Space, F12, ` …
 PREFIX_RE = re.compile(r"(?:[CMS]-)*(?:[!-~]|[A-Za-z][A-Za-z0-9]{1,15})")
-RAW_TABLES = ("hook", "host")
+RAW_TABLES = ("hook", "host", "notify")
 # Sanity bounds for retention counts, so a typo cannot mean "keep nothing".
 MAX_KEEP = 10**9
 # `stagger` here and the --stagger options: from 0 (none) to this many seconds.
@@ -178,6 +178,8 @@ class Config(NamedTuple):
     # "off", or None (the harness's default).
     sandbox: str | None = None
     retention: Retention = Retention()
+    # `[serve] url`: the public address of `spex serve`, for notifications' links.
+    serve_url: str | None = None
     # `[pricing."MODEL"]`: USD per million tokens, for cost estimates.
     pricing: Mapping[str, Price] = MappingProxyType({})
     files: tuple[Path, ...] = ()
@@ -309,6 +311,24 @@ def _pricing(
     return MappingProxyType(out)
 
 
+def _serve(
+    path: Path, text: str, value: object, values: dict[str, Any], bad: Callable[[Failed], None]
+) -> None:
+    """`[serve]`: `url`, the address `spex serve` is reached at from outside
+    (behind a proxy, a tunnel): notifications link a session's page under it."""
+    if not isinstance(value, dict):
+        bad(Failed(f"{path}:{_line_of(text, 'serve')}: field 'serve' must be a table ([serve])"))
+        return
+    for key, item in value.items():
+        where = f"{path}:{_line_of(text, key, 'serve')}"
+        if key != "url":
+            unknown_key(where, key, ["url"], "[serve]")
+        elif not (isinstance(item, str) and re.fullmatch(r"https?://[^\s]+", item)):
+            bad(Failed(f"{where}: field 'serve.url' must be an http:// or https:// URL"))
+        else:
+            values["serve_url"] = item
+
+
 def _read(path: Path) -> tuple[str, dict[str, Any]] | None:
     """One file's text and table; None when it does not exist, Failed when it
     cannot be read or parsed."""
@@ -347,13 +367,16 @@ def _apply(
         if key == "pricing":
             values[key] = _pricing(path, text, value, values.get(key, {}), bad)
             continue
+        if key == "serve":
+            _serve(path, text, value, values, bad)
+            continue
         if key in RAW_TABLES:
             raw[key] = value
             continue
         check = KEYS.get(key)
         where = f"{path}:{_line_of(text, key)}"
         if check is None:
-            unknown_key(where, key, [*KEYS, *RAW_TABLES, "retention", "pricing"])
+            unknown_key(where, key, [*KEYS, *RAW_TABLES, "retention", "pricing", "serve"])
             continue
         checked = check(value)
         if checked is None:

@@ -659,6 +659,7 @@ def test_every_collection_is_listed_by_ls_and_its_old_spelling(env: Env) -> None
         "harness": [["harness"]],
         "worktree": [["worktree"], ["worktree", "status"]],
         "hooks": [["hooks"]],
+        "notify": [["notify"]],
         "trust": [["trust"], ["trust", "--list"]],
         "wave": [["wave"], ["waves"], ["waves", "ls"]],
         "hosts": [["hosts"]],

@@ -434,7 +434,7 @@ def _runners(env: Env) -> list[psutil.Process]:
 
 
 def test_a_yes_hook_keeps_the_head_of_its_output_within_the_cap(env: Env) -> None:
-    from spexsup.core.hooks import OUTPUT_LIMIT
+    from spexsup.core.hookproc import OUTPUT_LIMIT
 
     config(env, "[[hook]]\nname = 'yes'\non = ['created']\nrun = ['yes', 'spam']\ntimeout = 3\n")
     assert env.run("new", "a", "--harness", "demo").returncode == 0

@@ -245,6 +245,8 @@ SUCCESS: dict[str, list[Call]] = {
     "queue rm": [call("queue", "rm", "{entry}", "--json")],
     "queue clear": [call("queue", "clear", "busy", "--json")],
     "hooks test": [call("hooks", "test", "1", "--json")],
+    "notify ls": [call("notify", "ls", "--json"), call("notify", "--json")],
+    "notify test": [call("notify", "test", "gone", "--json", codes=(1,))],
     "schedule add": [call("schedule", "add", "ok", "--every", "1h", "-m", "tick", "--json")],
     "schedule ls": [call("schedule", "ls", "--json"), call("schedule", "ls", "ok", "--json")],
     "schedule run": [
@@ -305,6 +307,8 @@ FAILURE: dict[str, list[Call]] = {
     "queue rm": [call("queue", "rm", "qnothing", "--json")],
     "queue clear": [call("queue", "clear", "nosuch", "--json")],
     "hooks test": [call("hooks", "test", "999", "--json")],
+    "notify ls": [call("--home", "{nohome}", "notify", "ls", "--json")],
+    "notify test": [call("notify", "test", "nosuch", "--json")],
     "schedule add": [
         call("schedule", "add", "nosuch", "--every", "1h", "-m", "x", "--json"),
         call("schedule", "add", "ok", "--cron", "0 0 30 2 *", "-m", "x", "--json"),
@@ -338,6 +342,11 @@ def spex_ok(env: Env, *args: str, timeout: float = 120) -> subprocess.CompletedP
     return r
 
 
+# A notify target that cannot be reached: its port refuses at once.
+GONE = (
+    '[[notify]]\nname = "gone"\nservice = "ntfy"\nurl = "http://127.0.0.1:9/t"\n'
+    "attempts = 1\nwindow = 0\n\n"
+)
 # A host that cannot be reached: its ssh is refused at once.
 FAR = '[host.far]\nssh = "127.0.0.1"\nssh_options = ["-p", "1"]\nconnect_timeout = 1\n'
 
@@ -348,7 +357,7 @@ def build_state(env: Env, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     with a salvage branch; a trusted .spexsup.toml; a hook; an unreachable host."""
     repo = make_repo(env, monkeypatch)  # also: default_harness = "demo"
     with (env.home / "config.toml").open("a") as f:
-        f.write('\n[[hook]]\non = ["created"]\nrun = ["true"]\n\n' + FAR)
+        f.write('\n[[hook]]\non = ["created"]\nrun = ["true"]\n\n' + GONE + FAR)
     boot = env.root / "boot_id"
     boot.write_text("boot-one\n")
     env.vars["SPEXSUP_BOOT_ID_FILE"] = str(boot)

@@ -29,6 +29,7 @@ TYPER_ONLY = {
     "harness",
     "hosts",
     "hooks",
+    "notify",
     "worktree",
     "maint-op",
     "internal",

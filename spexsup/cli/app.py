@@ -32,11 +32,20 @@ PANELS = (
     ("Turns", ("wake", "wait", "log", "stop", "resume")),
     ("Sessions", ("new", "ls", "show", "edit", "attach", "up", "rm")),
     ("Waves and queue", ("fanout", "waves", "wave", "keep", "queue", "schedule")),
-    ("Cost and checks", ("cost", "verify", "diff", "doctor")),
+    ("Cost and checks", ("cost", "verify", "diff", "doctor", "notify")),
     ("Housekeeping", ("prune", "du", "maint", "worktree", "trust", "harness", "hosts")),
     (
         "Other doors",
-        ("top", "serve", "mcp", "events", "hooks", "status-line", "completion", "help"),
+        (
+            "top",
+            "serve",
+            "mcp",
+            "events",
+            "hooks",
+            "status-line",
+            "completion",
+            "help",
+        ),
     ),
 )
 

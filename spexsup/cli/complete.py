@@ -193,6 +193,7 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
     "hosts ls": ((), {}),
     "queue ls": (("session", "*"), {}),
     "hooks ls": ((), {}),
+    "notify ls": ((), {}),
     "schedule ls": (("session", "*"), {}),
     "schedule add": (
         ("session",),
@@ -212,7 +213,17 @@ SPEC: dict[str, tuple[tuple[str, ...], dict[str, str | None]]] = {
 }
 # The global options that take a value, before the command (`-H HOST`).
 GLOBAL: dict[str, str | None] = {"-H": "host", "--host": "host", "--home": None}
-GROUPS = ("harness", "worktree", "hooks", "schedule", "wave", "waves", "hosts", "queue")
+GROUPS = (
+    "harness",
+    "worktree",
+    "hooks",
+    "notify",
+    "schedule",
+    "wave",
+    "waves",
+    "hosts",
+    "queue",
+)
 
 
 def _db(home: str | None) -> sqlite3.Connection | None:

@@ -55,6 +55,7 @@ COMMANDS = (
     Command("hosts", "hosts"),
     Command("events", "events"),
     Command("hooks", "events"),
+    Command("notify", "notify", writes=True),
     Command("status-line", "events"),
     Command("mcp", "mcp_door"),
     Command("serve", "serve"),

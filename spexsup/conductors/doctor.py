@@ -1,7 +1,7 @@
 """`spex doctor`: is this machine ready to run sessions?
 
 Its "config" checks read every config file it knows on their own (both
-config.toml, both harnesses.toml, their `[[hook]]` tables, and the
+config.toml, both harnesses.toml, their `[[hook]]` and `[[notify]]` tables, and the
 `.spexsup.toml` of the current git work tree) and name every problem: an
 unknown key is a warning (as every command warns of it), a bad value, a
 hook's unknown event kind or a `run` that is no argv list is an error, and
@@ -65,6 +65,10 @@ def config_checks(home: Path, cwd: Path) -> list[Check]:
                 read.append(path)
             if "hook" in raw:
                 found += hooks.check(raw["hook"], str(path))[1]
+            if "notify" in raw:
+                from spexsup.core import notify
+
+                found += notify.check(raw["notify"], str(path))[1]
         read += [p for p in registry.config_files(home) if p.exists()]
         found += registry.load_registry(home).errors.values()
         top = _toplevel(cwd)

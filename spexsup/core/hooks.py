@@ -27,7 +27,7 @@ waited `STALE` seconds. The runner learns the event and the hook from SQLite
 and config.toml, never from its argv, which every local user can read (a
 webhook URL is a secret). It is a child subreaper: whatever the hook leaves
 running is its child, waited for until the hook's timeout and then killed.
-Output is kept up to `OUTPUT_LIMIT` bytes (the head), the rest counted and
+Output is kept up to `hookproc.OUTPUT_LIMIT` bytes (the head), the rest counted and
 dropped, and goes to `$SPEXSUP_HOME/hooks.log`. The committer never waits
 for any of it, so a slow or broken hook can delay or change no verdict.
 
@@ -37,14 +37,12 @@ The test suite loses a claim with the fault point `after-hook-claim`
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import fnmatch
 import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -57,11 +55,10 @@ from spexsup import durations
 from spexsup.adapters.procs import (
     Liveness,
     become_subreaper,
-    descendants,
     identity_liveness,
     own_identity,
-    reap_children,
 )
+from spexsup.core import hookproc
 from spexsup.errors import Failed, Invalid, Refused, SpexError, clip, unknown_key
 from spexsup.paths import ensure_private_dir, own_python
 from spexsup.state import events
@@ -73,16 +70,12 @@ if TYPE_CHECKING:
 
 URL_TIMEOUT = 5.0
 DEFAULT_TIMEOUT = 30.0
-# The head of a hook's output that hooks.log keeps; the rest is counted.
-OUTPUT_LIMIT = 16384
 # Runners at once per home: an 80-leg fan-out must not start 160 of them.
 SLOTS = 4
 SLOT_DIR = "hooks"
 # A claim nobody took this long after its COMMIT is a reader's to start,
 # even under a live claimer (one stopped between COMMIT and start).
 STALE = 10.0
-# After a kill at the timeout, how long to wait for the killed to be reaped.
-KILL_WAIT = 2.0
 PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 # A hook started from the exit reporter must not look like the turn's process,
 # nor find spex's private tmux server in TMUX (its tmux commands reach the user's).
@@ -106,6 +99,8 @@ class Hook:
     run: tuple[str, ...] | None
     url: str | None
     timeout: float
+    # A `[[notify]]` target (`spexsup.core.notify.Target`) riding this queue, or None.
+    target: Any = None
 
     def matches(self, kind: str, session: str | None) -> bool:
         """`kind` as stored (an event recorded under an old name matches its new one)."""
@@ -214,6 +209,28 @@ def load(home: Path) -> list[Hook]:
     return parse(raw) if raw else []
 
 
+def runnable(home: Path) -> list[Hook]:
+    """What the queue runs: the `[[hook]]` tables, then each `[[notify]]`
+    target as a hook keyed `notify:NAME` (`spexsup.core.notify`); Failed on the
+    first bad table."""
+    from spexsup import config
+
+    raw = config.load(home).raw
+    found = parse(raw["hook"]) if raw.get("hook") else []
+    if raw.get("notify"):
+        from spexsup.core import notify
+
+        found += [
+            Hook(t.key, t.kinds(), t.sessions, None, None, t.timeout, t) for t in notify.load(home)
+        ]
+    return found
+
+
+def window_of(hook: Hook) -> float:
+    """How long the queue holds a hook's first claim for others to join it (0: not at all)."""
+    return float(hook.target.window) if hook.target is not None else 0.0
+
+
 # --- firing, from the committing process ---------------------------------------
 
 
@@ -226,13 +243,16 @@ def claim(db: sqlite3.Connection, ids: Sequence[int], hooks: Sequence[Hook]) -> 
         return 0
     marks = ",".join("?" * len(ids))
     rows = db.execute(
-        f"SELECT id, kind, session FROM events WHERE id IN ({marks})", tuple(ids)
+        f"SELECT id, kind, session, turn, rc, cause FROM events WHERE id IN ({marks})",
+        tuple(ids),
     ).fetchall()
     pid, token = own_identity()
     claimed = 0
     for row in rows:
         for h in hooks:
             if not h.matches(row["kind"], row["session"]):
+                continue
+            if h.target is not None and not h.target.wants(db, row):
                 continue
             cur = db.execute(
                 "INSERT OR IGNORE INTO hook_runs (event, hook, claimed_at, pid, token)"
@@ -391,7 +411,8 @@ def run_hook(home: Path, event: dict[str, Any], hook: Hook) -> Outcome:
         assert hook.run is not None
         argv = [fill(w, values) for w in hook.run]
         env = {**_clean_env(), **{f"SPEX_{k.upper()}": v for k, v in values.items()}}
-        outcome, output, dropped = _run(argv, env, hook.timeout)
+        (ok, detail), output, dropped = hookproc.run(argv, env, hook.timeout)
+        outcome = Outcome(ok, detail)
     took = time.monotonic() - started
     text = f"{_head(event, hook.key)}: {'ok' if outcome.ok else 'failed'}, {outcome.detail}"
     text += f" ({took:.2f}s)"
@@ -402,136 +423,6 @@ def run_hook(home: Path, event: dict[str, Any], hook: Hook) -> Outcome:
         text += f"\n  | [output truncated: {dropped} more bytes after the first {len(output)}]"
     events.log_line(home, text)
     return outcome
-
-
-def _run(argv: list[str], env: dict[str, str], timeout: float) -> tuple[Outcome, bytes, int]:
-    """Run `argv` in a session of its own; its output (the head kept, the
-    rest counted) and what became of it and of whatever it left running."""
-    out_r, out_w = os.pipe()
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    # SIGCHLD writes a byte to wake_r: the wait below is woken by every exit.
-    previous = signal.signal(signal.SIGCHLD, lambda *_: None)
-    old_wakeup = signal.set_wakeup_fd(wake_w)
-    try:
-        try:
-            pid = os.posix_spawnp(
-                argv[0],
-                argv,
-                env,
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, out_w, 1),
-                    (os.POSIX_SPAWN_DUP2, out_w, 2),
-                ],
-                setsid=True,
-                # Python ignores SIGPIPE and SIGXFSZ; an exec'd program expects them.
-                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
-            )
-        except OSError as e:
-            return Outcome(False, f"cannot run {argv[0]!r}: {e.strerror or e}"), b"", 0
-        finally:
-            os.close(out_w)
-        return _watch(pid, out_r, wake_r, timeout)
-    finally:
-        signal.set_wakeup_fd(old_wakeup)
-        signal.signal(signal.SIGCHLD, previous)
-        for fd in (out_r, wake_r, wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-def _drain(fd: int) -> None:
-    with contextlib.suppress(BlockingIOError):
-        while os.read(fd, 4096):
-            pass
-
-
-def _status_text(status: int) -> tuple[bool, str]:
-    code = os.waitstatus_to_exitcode(status)
-    if code >= 0:
-        return code == 0, f"exit {code}"
-    try:
-        return False, f"killed by {signal.Signals(-code).name}"
-    except ValueError:
-        return False, f"killed by signal {-code}"
-
-
-def _watch(pid: int, out_r: int, wake_r: int, timeout: float) -> tuple[Outcome, bytes, int]:
-    """Until the hook and everything it started have ended and its output is
-    closed, or `timeout`: then kill what is left, the group and every
-    descendant (adopted orphans included), and say so."""
-    import select
-
-    deadline = time.monotonic() + timeout
-    head = bytearray()
-    dropped = 0
-    status: int | None = None
-    reading = True
-    while True:
-        ended, left = reap_children()
-        for child, child_status in ended:
-            if child == pid:
-                status = child_status
-        if not reading and not left:
-            break
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return _kill_left(pid, status, wake_r, timeout), bytes(head), dropped
-        ready, _, _ = select.select([wake_r, *([out_r] if reading else [])], [], [], remaining)
-        if out_r in ready:
-            chunk = os.read(out_r, 65536)
-            if not chunk:
-                reading = False
-            else:
-                room = OUTPUT_LIMIT - len(head)
-                head += chunk[:room]
-                dropped += max(0, len(chunk) - room)
-        if wake_r in ready:
-            _drain(wake_r)
-    assert status is not None  # reaped: no child is left
-    ok, text = _status_text(status)
-    return Outcome(ok, text), bytes(head), dropped
-
-
-def _kill_left(pid: int, status: int | None, wake_r: int, timeout: float) -> Outcome:
-    """SIGKILL the hook's group (while its leader is unreaped, so the group id
-    is still ours) and every descendant, until none is left or `KILL_WAIT`."""
-    import select
-
-    ran_out = status is None  # the hook itself was still running
-    killed: set[int] = set()
-    give_up = time.monotonic() + KILL_WAIT
-    left = True
-    while left:
-        if status is None:
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-        for child in descendants(os.getpid()):
-            with contextlib.suppress(OSError):
-                os.kill(child, signal.SIGKILL)
-                killed.add(child)
-        ended, left = reap_children()
-        for child, child_status in ended:
-            killed.add(child)
-            if child == pid:
-                status = child_status
-        if left and time.monotonic() >= give_up:
-            break
-        if left:
-            select.select([wake_r], [], [], 0.05)
-            _drain(wake_r)
-    survivors = f", {len(descendants(os.getpid()))} would not die" if left else ""
-    if ran_out or status is None:
-        return Outcome(False, f"timed out after {timeout:g}s, killed{survivors}")
-    others = len(killed - {pid})
-    _, text = _status_text(status)
-    noun = "process" if others == 1 else "processes"
-    return Outcome(
-        False,
-        f"{text}, but left {others} {noun} running: killed at the {timeout:g}s timeout{survivors}",
-    )
 
 
 def _post(url: str, body: dict[str, Any]) -> Outcome:
@@ -586,22 +477,91 @@ def test(
 # --- the detached runner ----------------------------------------------------------
 
 
-def _take(store: Store) -> tuple[int, str] | None:
+def _take(store: Store, windows: dict[str, float]) -> tuple[list[int], str] | float | None:
     """The oldest claim nobody took, taken by this runner (in one write
-    transaction, so by one runner only); None when the queue is empty."""
+    transaction, so by one runner only): its event and hook. A hook with a
+    window (`windows`, a notify target's) is taken once its oldest waiting
+    claim is that old, with every claim of it then waiting: one delivery for
+    them all. Else the seconds until the next window closes; None when the
+    queue is empty."""
     pid, token = own_identity()
+    now = time.time()
     with store.tx() as db:
-        row = db.execute(
-            "SELECT event, hook FROM hook_runs WHERE started_at IS NULL ORDER BY claimed_at LIMIT 1"
-        ).fetchone()
-        if row is None:
-            return None
-        db.execute(
-            "UPDATE hook_runs SET started_at = ?, runner_pid = ?, runner_token = ?"
-            " WHERE event = ? AND hook = ?",
-            (time.time(), pid, token, row["event"], row["hook"]),
-        )
-        return int(row["event"]), str(row["hook"])
+        rows = db.execute(
+            "SELECT hook, min(claimed_at) AS first, min(event) AS event FROM hook_runs"
+            " WHERE started_at IS NULL GROUP BY hook ORDER BY first"
+        ).fetchall()
+        wait: float | None = None
+        for row in rows:
+            window = windows.get(row["hook"], 0.0)
+            if window > 0 and row["first"] + window > now:
+                left = row["first"] + window - now
+                wait = left if wait is None else min(wait, left)
+                continue
+            if window > 0:
+                taken = [
+                    int(r["event"])
+                    for r in db.execute(
+                        "SELECT event FROM hook_runs WHERE hook = ? AND started_at IS NULL"
+                        " ORDER BY event",
+                        (row["hook"],),
+                    )
+                ]
+            else:
+                first = db.execute(
+                    "SELECT event FROM hook_runs WHERE hook = ? AND started_at IS NULL"
+                    " ORDER BY claimed_at LIMIT 1",
+                    (row["hook"],),
+                ).fetchone()
+                taken = [int(first["event"])]
+            marks = ",".join("?" * len(taken))
+            db.execute(
+                "UPDATE hook_runs SET started_at = ?, runner_pid = ?, runner_token = ?"
+                f" WHERE hook = ? AND event IN ({marks})",
+                (now, pid, token, row["hook"], *taken),
+            )
+            return taken, str(row["hook"])
+        return wait
+
+
+def _run_claims(home: Path, store: Store, ids: list[int], key: str) -> None:
+    """Run taken claims (one, or a notify target's batch) and record the outcome;
+    never raises."""
+    if key.startswith("notify:"):
+        try:
+            hook = next((h for h in runnable(home) if h.key == key), None)
+            if hook is None:
+                outcome = Outcome(False, "failed: config.toml has no such target now")
+            else:
+                from spexsup.core.notify.deliver import deliver_claims
+
+                outcome = Outcome(*deliver_claims(home, store, ids, hook.target))
+        except Exception as e:
+            outcome = Outcome(False, f"failed: runner failed: {e}")
+        if not outcome.ok:
+            events.log_line(home, f"events {ids[0]}..{ids[-1]} {key}: {outcome.detail}")
+        _record(home, store, ids, key, outcome)
+    else:
+        _run_claim(home, store, ids[0], key)
+
+
+def _record(home: Path, store: Store, ids: list[int], key: str, outcome: Outcome) -> None:
+    try:
+        marks = ",".join("?" * len(ids))
+        with store.tx() as db:
+            db.execute(
+                f"UPDATE hook_runs SET outcome = ? WHERE hook = ? AND event IN ({marks})",
+                (outcome.detail, key, *ids),
+            )
+    except Exception as e:
+        events.log_line(home, f"events {ids[0]}..{ids[-1]} {key}: outcome not recorded: {e}")
+
+
+def _windows(home: Path) -> dict[str, float]:
+    try:
+        return {h.key: window_of(h) for h in runnable(home) if window_of(h) > 0}
+    except SpexError:
+        return {}
 
 
 def _run_claim(home: Path, store: Store, event_id: int, key: str) -> None:
@@ -615,7 +575,7 @@ def _run_claim(home: Path, store: Store, event_id: int, key: str) -> None:
             event = events.as_json(row)
             why = "not run: config.toml has no such hook now"
             try:
-                hook = next((h for h in load(home) if h.key == key), None)
+                hook = next((h for h in runnable(home) if h.key == key), None)
             except SpexError as e:
                 hook, why = None, f"not run: {e.line()}"
             if hook is None:
@@ -626,14 +586,7 @@ def _run_claim(home: Path, store: Store, event_id: int, key: str) -> None:
     except Exception as e:
         outcome = Outcome(False, f"runner failed: {e}")
         events.log_line(home, f"event {event_id} hook {key}: {outcome.detail}")
-    try:
-        with store.tx() as db:
-            db.execute(
-                "UPDATE hook_runs SET outcome = ? WHERE event = ? AND hook = ?",
-                (outcome.detail, event_id, key),
-            )
-    except Exception as e:
-        events.log_line(home, f"event {event_id} hook {key}: outcome not recorded: {e}")
+    _record(home, store, [event_id], key, outcome)
 
 
 def _queued(store: Store) -> bool:
@@ -660,8 +613,14 @@ def _main(argv: list[str]) -> int:
         return 1
     try:
         while True:
-            while (taken := _take(store)) is not None:
-                _run_claim(home, store, *taken)
+            windows = _windows(home)
+            while isinstance(taken := _take(store, windows), tuple):
+                _run_claims(home, store, *taken)
+            if taken is not None:
+                # A notify target's window is open: hold the slot until it
+                # closes (at most a few seconds at a time, config re-read).
+                time.sleep(min(taken + 0.05, 5.0))
+                continue
             os.close(slot)
             # Unlocked first, then looked: a claim committed after this look
             # finds a free slot for its own runner.

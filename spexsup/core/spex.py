@@ -105,7 +105,7 @@ class HookListener:
         try:
             from spexsup.core import hooks
 
-            self._claimed[store.db] = (ids, hooks.claim(store.db, ids, hooks.load(store.home)))
+            self._claimed[store.db] = (ids, hooks.claim(store.db, ids, hooks.runnable(store.home)))
         except Exception as e:
             events.log_line(store.home, f"hooks of events {ids[0]}..{ids[-1]} not run: {e}")
 
@@ -139,7 +139,7 @@ def hooks_disabled() -> bool:
 
 
 def hooks_configured(home: Path | str) -> bool:
-    """Does a config file hold a `[[hook]]` table? Bytes and a substring only:
+    """Does a config file hold a `[[hook]]` or `[[notify]]` table? Bytes and substrings only:
     the exit reporter asks on every turn end and must not pay for TOML."""
     xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
     for path in (f"{xdg}/spexsup/config.toml", f"{home}/config.toml"):
@@ -148,6 +148,6 @@ def hooks_configured(home: Path | str) -> bool:
                 data = f.read()
         except OSError:
             continue
-        if b"hook" in data and b"[[" in data:
+        if (b"hook" in data or b"notify" in data) and b"[[" in data:
             return True
     return False
