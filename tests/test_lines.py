@@ -6,7 +6,6 @@ reader process's own (`wait4`'s rusage, or a server's VmHWM)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -187,6 +186,17 @@ def test_the_session_page_and_its_live_log_are_bounded(env: Env) -> None:
         server.stop()
 
 
+def mcp_child() -> psutil.Process:
+    """This test's `spex mcp` (other children may end while we look)."""
+    for child in psutil.Process().children():
+        try:
+            if "mcp" in child.cmdline():
+                return child
+        except psutil.Error:
+            continue
+    raise AssertionError("no spex mcp among this test's children")
+
+
 def test_mcp_read_log_is_bounded(env: Env) -> None:
     flooded(env)
     got: dict[str, Any] = {}
@@ -200,10 +210,7 @@ def test_mcp_read_log_is_bounded(env: Env) -> None:
                 assert not answer.is_error
                 texts = (c.text for c in answer.content if isinstance(c, TextContent))
                 got[f"pretty={pretty}"] = next(texts)
-            server = [
-                p for p in psutil.process_iter() if p.ppid() == os.getpid() and "mcp" in p.cmdline()
-            ]
-            got["peak"] = peak_kib(server[0].pid)
+            got["peak"] = peak_kib(mcp_child().pid)
 
     anyio.run(main)
     raw, pretty = got["pretty=False"], got["pretty=True"]
