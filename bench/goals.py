@@ -42,12 +42,14 @@ GOALS: tuple[Goal, ...] = (
     Goal("toy", "two-command typer toy app (information)", None, "ms", True),
     Goal("completion", "completion callback, session names (information)", None, "ms", True),
     Goal("help", "spex --help", 40, "ms", True),
-    Goal("ls200", "spex ls --json, 200 sessions", 40, "ms", True),
-    Goal("show", "spex show", 40, "ms", True),
-    Goal("wake", "spex wake, beyond its window", 50, "ms", True),
-    Goal("exit", "a harness that exits at once → verdict (5 s window)", 80, "ms", True),
-    Goal("ls1000", "ls --json, 1 000 sessions x 200 turns", 60, "ms", True),
-    Goal("show10200", "show, a session with 10 200 turns", 40, "ms", True),
+    Goal("ls200", "spex ls --json, 200 sessions", 40, "ms", True, open_at=60),
+    Goal("show", "spex show", 40, "ms", True, open_at=60),
+    Goal("wake", "spex wake, beyond its window", 50, "ms", True, open_at=90),
+    Goal(
+        "exit", "a harness that exits at once → verdict (5 s window)", 80, "ms", True, open_at=120
+    ),
+    Goal("ls1000", "ls --json, 1 000 sessions x 200 turns", 60, "ms", True, open_at=170),
+    Goal("show10200", "show, a session with 10 200 turns", 40, "ms", True, open_at=80),
     # In process, through the library (bench/run.py): the confirmer itself.
     Goal("confirm_overhead", "in process: wake overhead beyond a 0.5 s window", 15, "ms"),
     Goal("early_failure", "in process: an exit marker → the verdict", 5, "ms"),
