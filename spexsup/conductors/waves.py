@@ -10,7 +10,6 @@ and its settlement live in `spexsup.core.wavedoc`.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import threading
 import time
@@ -19,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-from spexsup import ids, states, usage
+from spexsup import states, usage
 from spexsup.adapters.group import Group
 from spexsup.adapters.mainwait import results
 from spexsup.adapters.procs import own_identity
@@ -81,19 +80,10 @@ def select_sessions(
 ) -> list[str]:
     """The wave's targets: the names given (unknown ones become refused legs),
     or every session, or those matching a glob."""
-    if sum((bool(names), all_, match is not None)) != 1:
-        raise Invalid("name the sessions, or give --all, or --match GLOB (exactly one)")
-    if names:
-        for n in names:
-            ids.validate_name(n)
-        return list(dict.fromkeys(names))
-    rows = spex.store.db.execute("SELECT name FROM sessions ORDER BY name").fetchall()
-    chosen = [r["name"] for r in rows if match is None or fnmatch.fnmatchcase(r["name"], match)]
-    if not chosen:
-        raise Refused(  # unknown, as an unknown session is (exit 3)
-            "no sessions to wake" + (f" match {match!r}" if match else ""), hint="see spex ls"
-        )
-    return chosen
+    from spexsup.core import sessions
+
+    # unknown, as an unknown session is (exit 3)
+    return sessions.select(spex, names, all_=all_, match=match, none="no sessions to wake")
 
 
 def refresh(spex: Spex, wave: str) -> Doc:

@@ -523,10 +523,16 @@ def all_sessions(spex: Spex) -> list[Session]:
 
 
 def select(
-    spex: Spex, names: Sequence[str], *, all_: bool = False, match: str | None = None
+    spex: Spex,
+    names: Sequence[str],
+    *,
+    all_: bool = False,
+    match: str | None = None,
+    none: str = "no sessions",
 ) -> list[str]:
     """The sessions a multi-session command acts on: the names given (checked,
-    in order, without repeats), or every session, or those matching a glob."""
+    in order, without repeats), or every session, or those matching a glob;
+    `none` (exit 3) when no session is there to act on."""
     if sum((bool(names), all_, match is not None)) != 1:
         raise Invalid("name the sessions, or give --all, or --match GLOB (exactly one)")
     if names:
@@ -536,7 +542,7 @@ def select(
     rows = spex.store.db.execute("SELECT name FROM sessions ORDER BY name").fetchall()
     chosen = [r["name"] for r in rows if match is None or fnmatch.fnmatchcase(r["name"], match)]
     if not chosen:
-        raise Refused("no sessions" + (f" match {match!r}" if match else ""), hint="see spex ls")
+        raise Refused(none + (f" match {match!r}" if match else ""), hint="see spex ls")
     return chosen
 
 
