@@ -61,7 +61,7 @@ def test_wake_to_complete_is_launched_confirmed_completed(env: Env) -> None:
 
 def test_failed_startup_stop_resume_rm(env: Env) -> None:
     assert env.run("new", "b", "--", harness("exit7.sh")).returncode == 0
-    assert env.run("wake", "b", "x", "--window", "2").returncode == 1
+    assert env.run("wake", "b", "x", "--window", "60").returncode == 1
     assert kinds(env, "b") == ["created", "launched", "failed"]
     failed = log(env, "--kind", "failed")[0]
     assert failed["rc"] == 7 and "boom: something broke" in failed["error"]
