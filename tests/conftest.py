@@ -175,3 +175,30 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome: Any = yield
     report = outcome.get_result()
     setattr(item, f"rep_{report.when}", report)
+
+
+# The tests that take longest (tens of seconds each on a loaded 2-core
+# machine): run first, so xdist's first round hands them out across the
+# workers and the suite never ends waiting on one of them started last.
+LONG = frozenset(
+    {
+        "test_notify.py::test_a_wave_of_failing_legs_sends_one_summary_per_target",
+        "test_json_contract.py::test_every_document_keeps_the_contract",
+        "test_json_contract.py::test_every_failure_is_the_error_document",
+        "test_layers.py::test_importing_a_module_loads_nothing_above_it",
+        "test_contrib.py::test_wheel_check_script",
+        "test_races.py::test_stop_kills_the_agent_while_another_process_holds_the_write_lock",
+        "test_hosts.py::test_remote_session_commands_match_local",
+        "test_keys.py::test_a_key_reused_for_another_prompt_or_options_is_refused",
+        "test_schedule.py::test_a_real_cron_daemon_fires_a_schedule",
+        "test_cli.py::test_every_collection_is_listed_by_ls_and_its_old_spelling",
+        "test_hosts.py::test_one_connection_is_shared",
+        "test_cli.py::test_every_id_is_accepted_in_every_form_spex_prints",
+        "test_progress.py::test_the_live_table_never_outgrows_an_80x24_terminal",
+        "test_waves.py::test_fifty_legs_at_once",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.nodeid.split("/")[-1].split("[")[0] not in LONG)
