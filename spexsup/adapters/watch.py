@@ -38,7 +38,7 @@ class _Hub:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.observer: BaseObserver | None = None
-        self.watches: dict[tuple[str, bool], tuple[ObservedWatch, dict[threading.Event, Names]]]
+        self.watches: dict[tuple[str, bool], tuple[ObservedWatch, dict[DirWatch, Names]]]
         self.watches = {}
 
     def _start(self) -> BaseObserver:
@@ -57,7 +57,7 @@ class _Hub:
             self.observer.start()
         return self.observer
 
-    def add(self, directory: str, waiter: threading.Event, names: Names) -> tuple[str, bool]:
+    def add(self, directory: str, waiter: DirWatch, names: Names) -> tuple[str, bool]:
         """Wake `waiter` on writes to `names` in `directory`; returns the watch's key.
 
         A waiter for the marker alone asks the kernel for renames only: the
@@ -85,7 +85,7 @@ class _Hub:
                     touched = {_basename(event.src_path), _basename(event.dest_path)}
                     for w, wanted in list(waiters.items()):
                         if wanted is None or touched & wanted:
-                            w.set()
+                            w.fire(directory)
 
             # Writes only: watching opens/reads would wake us on our own
             # reads of the marker, turning the wait into a busy loop.
@@ -96,7 +96,7 @@ class _Hub:
             self.watches[key] = (watch, waiters)
             return key
 
-    def remove(self, key: tuple[str, bool], waiter: threading.Event) -> None:
+    def remove(self, key: tuple[str, bool], waiter: DirWatch) -> None:
         with self.lock:
             entry = self.watches.get(key)
             if entry is None:
@@ -128,6 +128,22 @@ class DirWatch:
         self.names = names
         self.changed = threading.Event()
         self._initial = [str(d) for d in dirs]
+        # The directories written to since the last `take`: a waiter on many
+        # turns re-reads only those, not all of them, on each wake-up.
+        self._fired: set[str] = set()
+        self._fired_lock = threading.Lock()
+
+    def fire(self, directory: str) -> None:
+        """An observed write in `directory` (the observer's thread)."""
+        with self._fired_lock:
+            self._fired.add(directory)
+        self.changed.set()
+
+    def take(self) -> set[str]:
+        """The directories written to since the last call (and forget them)."""
+        with self._fired_lock:
+            fired, self._fired = self._fired, set()
+        return fired
 
     def __enter__(self) -> DirWatch:
         for d in self._initial:
@@ -140,9 +156,9 @@ class DirWatch:
         A directory removed meanwhile (a concurrent `spex rm`) is not watched:
         the waiter is woken at once to read what is left, never an error."""
         try:
-            self.keys.append(_hub.add(str(d), self.changed, self.names))
+            self.keys.append(_hub.add(str(d), self, self.names))
         except FileNotFoundError:
-            self.changed.set()
+            self.fire(str(d))
 
     def wait(self, timeout: float) -> bool:
         """Block until an event or `timeout` (capped at the coarse poll); clears the flag."""
@@ -157,5 +173,5 @@ class DirWatch:
         tb: TracebackType | None,
     ) -> None:
         for key in self.keys:
-            _hub.remove(key, self.changed)
+            _hub.remove(key, self)
         self.keys.clear()

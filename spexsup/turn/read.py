@@ -253,12 +253,21 @@ def wait(
         get(spex, name)
     deadline = None if timeout is None else time.monotonic() + timeout
     ended: dict[str, Ended] = {}
+    session_of: dict[str, str] = {}  # a watched turn dir -> its session
     with DirWatch([]) as watch:
         watched: set[str] = set()
+        # Every session is read at first, after a quiet wait and when the
+        # queue moves; otherwise only those whose turn dir was written to:
+        # a wait on many turns costs one session's reads per end, not all.
+        looking = set(names)
+        due: float | None = None
         while True:
-            due = reconcile(spex, [n for n in names if n not in ended])
+            found = reconcile(spex, [n for n in names if n in looking and n not in ended])
+            # A subset's reads keep the earlier due time of those not read.
+            whole = len(looking) == len(names)
+            due = found if whole or due is None else due if found is None else min(due, found)
             for name in names:
-                if name in ended:
+                if name in ended or name not in looking:
                     continue
                 turn, row = _current(spex, name)
                 queued = _queued(spex, name)
@@ -278,7 +287,9 @@ def wait(
                     if on_end is not None:
                         on_end(ended[name])
                 elif turn not in watched and row["state"] in states.ACTIVE:
-                    watch.add(turndir.path(spex.home, name, turn))
+                    directory = turndir.path(spex.home, name, turn)
+                    session_of[str(directory)] = name
+                    watch.add(directory)
                     watched.add(turn)
             if len(ended) == len(names):
                 return [ended[n] for n in names]
@@ -290,7 +301,12 @@ def wait(
             remaining = 3600.0 if deadline is None else deadline - time.monotonic()
             if due is not None:  # a deferred end falls to us then
                 remaining = min(remaining, max(0.05, due - time.time()))
-            watch.wait(remaining if on_tick is None else min(remaining, 1.0))
+            fired = watch.wait(remaining if on_tick is None else min(remaining, 1.0))
+            touched = watch.take()
+            if fired and all(d in session_of for d in touched):
+                looking = {session_of[d] for d in touched}
+            else:
+                looking = set(names)
 
 
 def _queued(spex: Spex, name: str) -> int:
