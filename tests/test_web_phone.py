@@ -109,6 +109,7 @@ def test_a_wake_from_the_phone_then_a_refresh_starts_one_turn(
     # Output first, then the controls, then the settings.
     tops = [page.locator(s).bounding_box()["y"] for s in ("#log", "#prompt", "#panel")]
     assert tops == sorted(tops), tops
+    page.screenshot(path=str(env.root / "phone-session.png"), full_page=True)
     page.fill("#prompt", "one turn only")
     page.click("#wake")
     page.wait_for_selector("#flash")
