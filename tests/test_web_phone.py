@@ -193,8 +193,61 @@ def test_queue_drop_fan_out_and_retry_from_the_page(
     page.fill("#fanout-prompt", "nobody")
     page.click("#fan-out")
     page.wait_for_selector("#flash")
-    assert page.text_content("#flash") == "spex: tick the sessions to fan out to"
+    assert page.text_content("#flash") == "spex: no session ticked (tick the sessions to wake)"
     assert len(json.loads(env.run("wave", "ls", "--json").stdout)) == 2
+
+
+def test_the_new_buttons_refuse_bad_input_and_change_nothing(
+    env: Env,
+    server: Server,  # noqa: F811
+) -> None:
+    go = new_until_go(env, "api")
+    go_other = new_until_go(env, "other")
+    assert env.run("wake", "other", "work").returncode == 0
+    assert env.run("wake", "other", "later", "--queue").returncode == 0
+    (entry,) = [q["id"] for q in json.loads(env.run("queue", "ls", "--json").stdout)]
+    js = {"Accept": "application/json"}
+    # Another session's queued prompt is not this page's to drop.
+    status, headers, _ = server.request("POST", "/s/api/queue/drop", body=f"id={entry}".encode())
+    assert (status, headers["location"], headers["x-spex-exit-code"]) == (
+        303,
+        "../../../s/api",
+        "3",
+    )
+    said = f"spex: api has no queued prompt {entry} (spex queue ls api)"
+    assert banner(server, headers) == said.encode()
+    status, _, body = server.request(
+        "POST", "/s/api/queue/drop", headers=js, body=f"id={entry}".encode()
+    )
+    error = {"schema_version": 1, "ok": False, "error": said[6:], "exit_code": 3}
+    assert (status, json.loads(body)) == (409, error)
+    for bad in (b"id=", b"id=-rf", b"id=a%20b", b""):
+        status, _, body = server.request("POST", "/s/api/queue/drop", body=bad)
+        assert (status, body) == (400, b"spex: id names a queued prompt (spex queue ls)\n"), bad
+    assert [q["id"] for q in json.loads(env.run("queue", "ls", "--json").stdout)] == [entry]
+    # A fan-out with nothing ticked or a bad name: no wave.
+    status, headers, _ = server.request("POST", "/waves/fanout", body=b"prompt=x")
+    assert (status, headers["location"], headers["x-spex-exit-code"]) == (303, "../waves", "2")
+    assert (
+        banner(server, headers, "/waves") == b"spex: no session ticked (tick the sessions to wake)"
+    )
+    assert server.request("POST", "/waves/fanout", body=b"session=a.b&prompt=x")[0] == 400
+    # A retry of no wave, of a bad id.
+    # A retry of no wave, of a bad id.
+    status, headers, _ = server.request("POST", "/w/w20200101T000000Z-000000/retry", body=b"")
+    assert (status, headers["location"]) == (303, "../../waves")
+    assert headers["x-spex-exit-code"] != "0"
+    assert server.request("POST", "/w/-x/retry", body=b"")[0] == 400
+    assert json.loads(env.run("wave", "ls", "--json").stdout) == []
+    # An unknown session is a wave's refused leg, as `spex fanout` makes it.
+    status, headers, _ = server.request("POST", "/waves/fanout", body=b"session=nosuch&prompt=x")
+    assert (status, headers["x-spex-exit-code"]) == (303, "1")
+    wave = headers["location"].removeprefix("../w/")
+    assert banner(server, headers, f"/w/{wave}").startswith(f"wave {wave}: ".encode())
+    assert b"nosuch: refused" in server.request("GET", f"/w/{wave}")[2]
+    assert state(env, "api")["turn"] is None
+    go.touch()
+    go_other.touch()
 
 
 def test_read_only_keeps_none_of_the_actions(

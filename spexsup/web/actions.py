@@ -20,6 +20,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from spexsup.errors import SpexError
+
 
 class Answer(NamedTuple):
     exit_code: int
@@ -30,6 +32,13 @@ class Answer(NamedTuple):
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
+
+
+def refusal(error: SpexError) -> Answer:
+    """What a command would answer for `error`, said before running one (a
+    form that names nothing to do): its line and its `--json` document."""
+    doc = {"schema_version": 1, "ok": False, "error": error.line(), "exit_code": error.exit_code}
+    return Answer(error.exit_code, doc, f"spex: {error.line()}", [])
 
 
 def run_spex(home: Path, args: list[str], stdin: bytes = b"") -> Answer:

@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from spexsup import ids
 from spexsup.core import sessions
-from spexsup.errors import Refused, UnknownSession
+from spexsup.errors import Invalid, Refused, UnknownSession
 from spexsup.web import actions, views
 from spexsup.web.site import (
     Problem,
@@ -128,10 +128,9 @@ async def drop(request: Request) -> Response:
     if not word(entry):
         raise Problem(400, "spex: id names a queued prompt (spex queue ls)")
     ours = await in_thread(lambda: [q["id"] for q in views.queued(views.spex_for(web.home), name)])
-    if entry not in ours:
-        answer = actions.Answer(
-            Refused.exit_code, None, f"spex: {name} has no queued prompt {entry}", []
-        )
+    if entry not in ours:  # `queue rm` takes any session's: this page drops its own only
+        hint = f"spex queue ls {name}"
+        answer = actions.refusal(Refused(f"{name} has no queued prompt {entry}", hint=hint))
     else:
         answer = await in_thread(actions.drop, web.home, entry)
     return await answered(request, answer, f"s/{name}")
@@ -145,7 +144,7 @@ async def fanout(request: Request) -> Response:
     names = [ids.validate_name(n) for n in form.getlist("session")]
     prompt = form.get("prompt", "").replace("\r\n", "\n").encode("utf-8", "surrogateescape")
     if not names:
-        answer = actions.Answer(2, None, "spex: tick the sessions to fan out to", [])
+        answer = actions.refusal(Invalid("no session ticked", hint="tick the sessions to wake"))
     else:
         answer = await in_thread(actions.fanout, web.home, names, prompt)
     made = (answer.doc or {}).get("id")  # a wave was made, whatever its legs did
@@ -161,7 +160,7 @@ async def retry(request: Request) -> Response:
     changing(web, request, form)
     answer = await in_thread(actions.retry, web.home, ident)
     made = (answer.doc or {}).get("id")
-    return await answered(request, answer, f"w/{made or ident}")
+    return await answered(request, answer, f"w/{made}" if made else "waves")
 
 
 ROUTES = [
