@@ -30,6 +30,7 @@ from test_web import (
 )
 
 from spexsup.present.triage import Need, need
+from spexsup.web.site import Said
 
 
 def turns(env: Env, name: str) -> list[str]:
@@ -195,6 +196,18 @@ def test_queue_drop_fan_out_and_retry_from_the_page(
     page.wait_for_selector("#flash")
     assert page.text_content("#flash") == "spex: no session ticked (tick the sessions to wake)"
     assert len(json.loads(env.run("wave", "ls", "--json").stdout)) == 2
+
+
+def test_a_banner_fits_its_cookie_whatever_its_line() -> None:
+    """A cookie over 4 KiB is dropped by the browser without a word: the
+    banner's JSON is cut to fit, its start kept."""
+    long = Said(False, "spex: " + "é" * 5000, ["spex: note: " + "ü" * 900] * 5)
+    text = long.packed()
+    doc = json.loads(text)
+    assert len(text.encode()) <= 2700 and doc["notes"] == []
+    assert doc["line"].startswith("spex: éé") and doc["line"].endswith("…")
+    short = Said(True, "api: confirmed turn t", ["spex: note: x"])
+    assert json.loads(short.packed()) == short._asdict()
 
 
 def test_the_new_buttons_refuse_bad_input_and_change_nothing(

@@ -82,7 +82,7 @@ async def answered(request: Request, answer: actions.Answer, then: str) -> Respo
         response = web.render(request, "error.html", 404, page="error", message=message)
     else:
         response = RedirectResponse(root_of(request.scope["path"]) + then, 303)
-        web.tell(response, Said.bounded(answer.ok, answer.line, answer.notes))
+        web.tell(response, Said(answer.ok, answer.line, answer.notes))
     response.headers["x-spex-exit-code"] = str(answer.exit_code)
     return response
 

@@ -46,11 +46,19 @@ class Said(NamedTuple):
     line: str
     notes: list[str]
 
-    @classmethod
-    def bounded(cls, ok: bool, line: str, notes: list[str]) -> Said:
-        """Cut to fit a cookie (4 KiB with its name and MAC)."""
-        cut = [n if len(n) <= 300 else n[:299] + "…" for n in notes[:4]]
-        return cls(ok, line if len(line) <= 1500 else line[:1499] + "…", cut)
+    def packed(self, budget: int = 2700) -> str:
+        """As JSON of at most `budget` UTF-8 bytes, to fit a cookie (4 KiB
+        with its name, base64's third more and the MAC): the last notes
+        dropped first, then the line cut, keeping its start."""
+        said = self
+        while True:
+            text = json.dumps(said._asdict(), ensure_ascii=False, separators=(",", ":"))
+            if len(text.encode()) <= budget:
+                return text
+            if said.notes:
+                said = said._replace(notes=said.notes[:-1])
+            else:
+                said = said._replace(line=said.line[: len(said.line) * 3 // 4 - 1] + "…")
 
 
 def root_of(path: str) -> str:
@@ -114,8 +122,7 @@ class Web:
 
     def tell(self, response: Response, said: Said) -> Response:
         """Carry `said` to the page `response` redirects to (one showing)."""
-        text = json.dumps(said._asdict(), separators=(",", ":"))
-        value = self.keys.seal(text)
+        value = self.keys.seal(said.packed())
         response.set_cookie(
             self.said_cookie, value, max_age=120, httponly=True, samesite="strict", path="/"
         )
