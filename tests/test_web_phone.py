@@ -180,7 +180,8 @@ def test_queue_drop_fan_out_and_retry_from_the_page(
     page.wait_for_selector("#flash")
     assert re.match(r"wave \S+: ", page.text_content("#flash")), page.text_content("#flash")
     wave = page.url.rsplit("/", 1)[1]
-    expect(page.locator("#legs")).to_contain_text("bad: failed turn")
+    # Failed in its window, or (on a slow machine) confirmed, then ended failed.
+    expect(page.locator("#legs")).to_contain_text(re.compile(r"bad: \w+ turn \S+ .*rc=1"))
     legs = page.text_content("#legs")
     assert "ok: " in legs and "api" not in legs
     page.click("#retry")
