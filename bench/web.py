@@ -56,6 +56,7 @@ class Home:
 
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="spexweb"))
+        (self.root / "state").mkdir(mode=0o700)  # a home that does not exist is refused
         self.env = {
             **os.environ,
             "SPEXSUP_HOME": str(self.root / "state"),

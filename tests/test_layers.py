@@ -271,7 +271,6 @@ OVER = {
     "spexsup/cli/fanout.py:run_wave": "lines",
     "spexsup/cli/notify.py:notify_add": "lines",
     "spexsup/cli/sessions.py:new": "lines",
-    "spexsup/web/app.py:routes": "lines",
 }
 
 

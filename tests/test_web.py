@@ -159,6 +159,17 @@ def signed_in(browser: Any, server: Server, request: pytest.FixtureRequest) -> A
     return page
 
 
+def banner(server: Server, answer: dict[str, str], path: str = "/s/api") -> bytes:
+    """The page a POST's 303 leads to, with the banner cookie it set: its
+    `#flash`, spent (the same GET again shows none)."""
+    cookie = answer["set-cookie"].split(";")[0]
+    status, headers, body = server.request("GET", path, headers={"Cookie": cookie})
+    assert status == 200 and "max-age=0" in headers["set-cookie"].lower(), headers
+    flash = re.search(rb'<p id="flash"[^>]*>(.*?)</p>', body)
+    assert flash is not None, body[:2000]
+    return flash.group(1)
+
+
 def new_until_go(env: Env, name: str) -> Path:
     go = env.root / f"go-{name}"
     r = env.run("new", name, "--env", f"GO={go}", "--", harness("talk_until_go.sh"))
@@ -311,8 +322,10 @@ def test_a_post_without_the_pages_csrf_token_is_refused(
         r = browser.request.post(server.base + "/s/api/wake", form=form)
         assert r.status == 403 and "CSRF" in r.text(), form
     assert event_count(env) == before and state(env, "api")["turn"] is None
-    r = browser.request.post(server.base + "/s/api/wake", form={"prompt": "x", "csrf": csrf})
-    assert r.status == 200 and r.headers["x-spex-exit-code"] == "0"
+    r = browser.request.post(
+        server.base + "/s/api/wake", form={"prompt": "x", "csrf": csrf}, max_redirects=0
+    )
+    assert r.status == 303 and r.headers["x-spex-exit-code"] == "0"
     go.touch()
 
 
@@ -377,8 +390,12 @@ def test_wake_stop_resume_answer_as_the_cli_does(env: Env, server: Server) -> No
     doc = json.loads(body)
     assert (status, doc["verdict"]) == (200, "confirmed")
     assert (env.home / "turns" / "api" / doc["turn"] / "prompt").read_bytes() == b"a\nb"
-    status, headers, body = server.request("POST", "/s/api/wake", body=b"prompt=again")
+    status, headers, body = server.request("POST", "/s/api/wake", headers=js, body=b"prompt=again")
     assert status == 409 and b"is busy" in body  # the CLI's refusal, word for word
+    # A page's POST answers 303 to the session's page, which shows the line once.
+    status, headers, _ = server.request("POST", "/s/api/wake", body=b"prompt=again")
+    assert (status, headers["location"], headers["x-spex-exit-code"]) == (303, "../../s/api", "3")
+    assert b"is busy" in banner(server, headers)
     status, _, body = server.request("POST", "/s/api/stop", body=b"")
     assert status == 400 and b"Stop api?" in body  # no confirmation: nothing stopped
     assert state(env, "api")["turn"]["state"] == "running"

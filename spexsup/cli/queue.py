@@ -10,7 +10,7 @@ from spexsup.cli import decl
 from spexsup.cli.app import SpexGroup, app
 from spexsup.cli.decl import open_spex
 from spexsup.cli.params import JsonOpt, NamesArg
-from spexsup.present.render import age, document, print_json, table
+from spexsup.present.render import age, document, dropped_line, print_json, table
 
 queue_app = typer.Typer(cls=SpexGroup, invoke_without_command=True)
 app.add_typer(queue_app, name="queue")
@@ -90,7 +90,7 @@ def queue_rm(
         print_json([document({"ok": True, "id": e.id, "session": e.session}) for e in gone])
         return
     for e in gone:
-        decl.echo(f"{e.session}: removed queued prompt {e.id}")
+        decl.echo(dropped_line({"session": e.session, "id": e.id}))
 
 
 @queue_app.command("clear")

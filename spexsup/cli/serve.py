@@ -72,6 +72,9 @@ def serve(
         raise Invalid("invalid --host ''", hint="an address: 127.0.0.1, ::1, 0.0.0.0")
     spex = open_spex(ctx)
     token = auth.load_token(spex.home, renew=new_token)
+    from spexsup import config
+
+    public = config.load(spex.home).serve_url
     spex.close()
     listener = listen(address.strip("[]"), port)
     bound_port = listener.getsockname()[1]
@@ -87,7 +90,9 @@ def serve(
     where = f"[{shown}]" if ":" in shown else shown
     ro = " (read-only)" if read_only else ""
     print(f"spex serve{ro}: http://{where}:{bound_port}/#token={token}", flush=True)
-    asgi = create_app(spex.home, auth.Keys(token), bound=address.strip("[]"), read_only=read_only)
+    asgi = create_app(
+        spex.home, auth.Keys(token), bound=address.strip("[]"), read_only=read_only, public=public
+    )
     run(listener, asgi)
 
 

@@ -95,6 +95,11 @@ def run_time(turn: dict[str, Any]) -> str:
     return "" if turn["ended_at"] is None or seconds is None else f", ran {span(seconds)}"
 
 
+def dropped_line(doc: dict[str, Any]) -> str:
+    """What `spex queue rm` says of a queued prompt it removed."""
+    return f"{doc['session']}: removed queued prompt {doc['id']}"
+
+
 def short_id(turn_id: str) -> str:
     """The random part of an id, what `--turn` and `spex wave` accept as a prefix."""
     return turn_id.rpartition("-")[2]
@@ -644,13 +649,22 @@ def removed_lines(d: dict[str, Any]) -> list[str]:
 TOP_HEADERS = ("NAME", "STATE", "TURN", "AGE", "COST", "FLAGS", "LAST OUTPUT")
 
 
+def age_anchor(turn: dict[str, Any] | None) -> tuple[float, str] | None:
+    """What a board's age counts from, and what follows it: a turn still
+    going, its start and ""; one that ended, its end and " ago"."""
+    if turn is None:
+        return None
+    if turn["ended_at"] is None:
+        return float(turn["started_at"]), ""
+    return float(turn["ended_at"]), " ago"
+
+
 def top_age(row: Row, now: float) -> str:
     """`12s` for a turn still going (since its start), `3m ago` since one ended."""
-    if row.turn is None:
+    anchor = age_anchor(row.turn)
+    if anchor is None:
         return "-"
-    if row.turn["ended_at"] is None:
-        return span(max(0.0, now - row.turn["started_at"]))
-    return span(max(0.0, now - row.turn["ended_at"])) + " ago"
+    return span(max(0.0, now - anchor[0])) + anchor[1]
 
 
 def top_cells(row: Row, now: float) -> list[str]:

@@ -1,6 +1,8 @@
-"""The buttons: wake, stop and resume, each run as the `spex` command itself.
+"""The buttons: wake, stop, resume, drop a queued prompt, fan out, retry a
+wave's failed legs, each run as the `spex` command itself.
 
-A POST runs `spex --home HOME wake NAME -f - --json` (or `stop`, `resume`)
+A POST runs `spex --home HOME wake NAME -f - --json` (or `stop`, `resume`,
+`queue rm`, `fanout`)
 as a child process with the server's environment, the prompt on its stdin
 byte for byte: admission, bounds, the confirmation window, refusals and
 their messages are the CLI's own, and the child's signal handling is its
@@ -18,6 +20,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from spexsup.errors import SpexError
+
 
 class Answer(NamedTuple):
     exit_code: int
@@ -28,6 +32,13 @@ class Answer(NamedTuple):
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
+
+
+def refusal(error: SpexError) -> Answer:
+    """What a command would answer for `error`, said before running one (a
+    form that names nothing to do): its line and its `--json` document."""
+    doc = {"schema_version": 1, "ok": False, "error": error.line(), "exit_code": error.exit_code}
+    return Answer(error.exit_code, doc, f"spex: {error.line()}", [])
 
 
 def run_spex(home: Path, args: list[str], stdin: bytes = b"") -> Answer:
@@ -94,4 +105,33 @@ def resume(home: Path, name: str) -> Answer:
     answer = run_spex(home, ["resume", name])
     if not answer.line and answer.doc is not None:
         return answer._replace(line=resumed_line(answer.doc))
+    return answer
+
+
+def drop(home: Path, entry: str) -> Answer:
+    """`spex queue rm ENTRY`: a queued prompt removed before it launched."""
+    from spexsup.present.render import dropped_line
+
+    answer = run_spex(home, ["queue", "rm", entry])
+    if not answer.line and answer.doc is not None:
+        return answer._replace(line=dropped_line(answer.doc))
+    return answer
+
+
+def fanout(home: Path, names: list[str], prompt: bytes) -> Answer:
+    """`spex fanout NAME… -f -`: one prompt to each named session, a wave
+    (the names are valid session names: none reads as an option)."""
+    return _wave(run_spex(home, ["fanout", "-f", "-", *names], prompt))
+
+
+def retry(home: Path, wave: str) -> Answer:
+    """`spex fanout --retry-failed WAVE`: a new wave of its failed legs."""
+    return _wave(run_spex(home, ["fanout", "--retry-failed", wave]))
+
+
+def _wave(answer: Answer) -> Answer:
+    from spexsup.present.progress import summary
+
+    if not answer.line and answer.doc is not None and "legs" in answer.doc:
+        return answer._replace(line=summary(answer.doc))
     return answer

@@ -115,6 +115,29 @@ class Keys:
             return False
         return self.token_ok(header[len("Bearer ") :].strip())
 
+    def seal(self, text: str) -> str:
+        """`text` and its MAC, for a cookie the server reads back (the banner
+        a POST's redirect leads to): `base64url(text).mac`."""
+        import base64
+
+        data = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+        return f"{data}.{_mac(self._token, 'seal:' + data)}"
+
+    def unseal(self, given: str | None) -> str | None:
+        """What `seal` sealed, or None for anything else."""
+        import base64
+        import binascii
+
+        if not given or given.count(".") != 1:
+            return None
+        data, mac = given.split(".")
+        if not hmac.compare_digest(mac.encode(), _mac(self._token, "seal:" + data).encode()):
+            return None
+        try:
+            return base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)).decode()
+        except (binascii.Error, UnicodeError):
+            return None
+
     def csrf(self) -> str:
         """A fresh CSRF token for one page: `nonce.mac`."""
         nonce = secrets.token_urlsafe(12)

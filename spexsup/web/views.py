@@ -46,31 +46,58 @@ def last_event(spex: Spex) -> int:
     return events.last_id(spex.store.db)
 
 
-def board(spex: Spex) -> dict[str, Any]:
-    """The list page: `spex top`'s rows and header counts."""
+def board(spex: Spex, wanted: str = "", pattern: str = "") -> dict[str, Any]:
+    """The list page: `spex top`'s rows and cells in triage order (what needs
+    a person first, `present.triage`), those of need `wanted` (or all) whose
+    name matches `pattern` (as `spex top`'s filter reads it), and the
+    header's counts of the rows shown."""
     from spexsup.conductors.top import Board
-    from spexsup.present.render import short_id, top_cells
+    from spexsup.present import triage
+    from spexsup.present.render import age_anchor, short_id, top_cells
 
-    b = Board(spex)
+    b = Board(spex, pattern=pattern)
     b.refresh()
     now = time.time()
-    rows = []
-    for r in b.rows:
+    rows: list[dict[str, Any]] = []
+    for r in b.shown:
+        need = triage.need(r.state, r.turn, r.flags)
+        if not triage.chosen(need, wanted):
+            continue
         name, state, turn, age, cost, flags, last = top_cells(r, now)
+        anchor = age_anchor(r.turn)
         rows.append(
             {
                 "name": name,
                 "state": state,
+                "need": str(need),
+                "rank": triage.rank(need),
                 "turn": turn,
                 "turn_id": short_id(r.turn["id"]) if r.turn else None,
                 "age": age,
+                "age_at": f"{anchor[0]:.3f}" if anchor else "",
+                "age_then": anchor[1] if anchor else "",
                 "cost": cost,
                 "flags": flags,
                 "last": last,
                 "active": r.active,
             }
         )
-    return {"rows": rows, "counts": b.counts()._asdict()}
+    rows.sort(key=lambda row: row["rank"])  # stable: by name within a need
+    counts = {
+        "total": len(b.rows),
+        "shown": len(rows),
+        "attention": sum(row["need"] in triage.ATTENTION for row in rows),
+        "running": sum(row["active"] for row in rows),
+        "failed": sum(row["state"] == states.SessionState.FAILED for row in rows),
+        "stopped": sum(row["state"] == states.SessionState.STOPPED for row in rows),
+    }
+    return {
+        "rows": rows,
+        "counts": counts,
+        "wanted": wanted,
+        "pattern": pattern,
+        "filters": triage.FILTERS,
+    }
 
 
 def session(spex: Spex, name: str, turn: str | None = None) -> dict[str, Any]:
@@ -99,7 +126,32 @@ def session(spex: Spex, name: str, turn: str | None = None) -> dict[str, Any]:
         "active": bool(turn_doc and turn_doc["state"] in ACTIVE),
         "log": log_text(spex, name, shown, tail=LOG_TAIL) if shown else "",
         "stopped": row["state"] == states.SessionState.STOPPED,
+        "queued": queued(spex, name),
     }
+
+
+def queued(spex: Spex, name: str) -> list[dict[str, Any]]:
+    """`spex queue ls NAME`'s rows: id, position, age, first line."""
+    from spexsup.pane.pretty import one_line as clean
+    from spexsup.present.render import age
+    from spexsup.turn.queue import entries, positions
+
+    places = positions(entries(spex))
+    now = time.time()
+    return [
+        {
+            "id": e.id,
+            "position": places[e.id],
+            "age": age(now - e.created_at),
+            "prompt": clean(e.first_line or ""),
+        }
+        for e in entries(spex, (name,))
+    ]
+
+
+def names(spex: Spex) -> list[dict[str, str]]:
+    """Every session's name and state, by name (a fan-out's choices)."""
+    return [{"name": s.name, "state": str(s.state)} for s in sessions.all_sessions(spex)]
 
 
 def pretty_chunks(
