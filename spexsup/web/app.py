@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from spexsup import ids
 from spexsup.core import sessions
 from spexsup.errors import Invalid, Refused, SpexError, UnknownSession
-from spexsup.web import actions, auth, views
+from spexsup.web import actions, auth, triggers, views
 from spexsup.web.live import Broadcaster, event_stream, log_stream
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -161,6 +161,8 @@ class Guard:
         await self.app(scope, receive, guarded)
 
     def refusal(self, scope: Scope) -> Response | None:
+        if triggers.exempt(scope):
+            return None  # a webhook, signed: spexsup.web.triggers checks it
         headers = Headers(scope=scope)
         host = auth.host_name(headers.get("host"))
         if not auth.host_allowed(host, self.web.bound):
@@ -465,7 +467,7 @@ def create_app(home: Path, keys: auth.Keys, *, bound: str, read_only: bool) -> G
         return web.render(request, "error.html", status, page="error", message=message)
 
     app = Starlette(
-        routes=routes(web),
+        routes=[*routes(web), triggers.route(home, read_only=read_only)],
         lifespan=lifespan,
         exception_handlers={Problem: problem, SpexError: problem},
     )
