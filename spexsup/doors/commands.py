@@ -235,6 +235,7 @@ MIRRORS = (
         " it at a spend; `verify` checks its work; `queue` keeps it while the session is"
         " busy; `key` makes it idempotent." + EVERY_OPTION,
         prompt=True,
+        describe={"name": "The session's name (HOST:NAME for a session on another host)."},
     ),
     Mirror(
         "fanout",
