@@ -26,7 +26,7 @@ from spexsup.usage import AMOUNT_RULE, KINDS, Price, amount
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # tmux key names: C-a, M-x, C-Space, F12, ` …
 PREFIX_RE = re.compile(r"(?:[CMS]-)*(?:[!-~]|[A-Za-z][A-Za-z0-9]{1,15})")
-RAW_TABLES = ("hook", "host", "notify")
+RAW_TABLES = ("hook", "host", "notify", "trigger")
 # Sanity bounds for retention counts, so a typo cannot mean "keep nothing".
 MAX_KEEP = 10**9
 # `stagger` here and the --stagger options: from 0 (none) to this many seconds.

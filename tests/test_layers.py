@@ -262,8 +262,6 @@ OVER = {
     "spexsup/adapters/sandbox.py:plan": "params",
     "spexsup/core/retention.py:prune": "params",
     "spexsup/core/sessions.py:create": "params",
-    "spexsup/doors/mcp_server.py:wake": "params",
-    "spexsup/doors/mcp_server.py:fanout": "params",
     "spexsup/state/ledger/__init__.py:record_end": "params",
     "spexsup/state/ledger/schedules.py:record_firing": "params",
     "spexsup/cli/edit.py:edit": "lines",

@@ -8,10 +8,12 @@ for the same thing: the same documents, the same message and exit code.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,7 +24,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 
-from spexsup.doors.mcp_server import BOUNDS, CHANGING, MAX_ITEMS, READING
+from spexsup.doors.mcp_server import BOUNDS, CHANGING, MAX_ITEMS, READING, VALUE
 
 TRICKY = "say \"hi\" 'there'\n$(touch /tmp/nope) `id` -lead\ttab é ✓ \\ {x}\n\nend"
 
@@ -263,13 +265,22 @@ def test_every_argument_over_its_bound_is_spex_own_invalid_input(env: Env) -> No
         ("fanout", {"prompt": "x", "names": ["d", big]}, "names is 200000 bytes"),
     ]
     answers: list[CallToolResult] = []
-    bounded: dict[str, set[str]] = {}
 
     async def body(session: ClientSession) -> None:
         for listed in (await session.list_tools()).tools:
             props = listed.input_schema["properties"]
             words = {k for k, v in props.items() if "string" in json.dumps(v)}
-            bounded[listed.name] = words - {"prompt"}  # on stdin, under the CLI's 1 MiB
+            words -= {"prompt"}  # on stdin, under the CLI's 1 MiB
+            # Every other string argument has a bound: its own, else VALUE's.
+            required = {k: ["d"] if "array" in json.dumps(props[k]) else "d"
+                        for k in listed.input_schema.get("required", [])}  # fmt: skip
+            for word in sorted(words):
+                limit = BOUNDS.get(word, VALUE).limit
+                many = "array" in json.dumps(props[word])
+                value = "z" * (limit + 1)
+                arguments = {**required, word: [value] if many else value}
+                said = f"{word} is {limit + 1} bytes, over its bound of {limit}"
+                calls.append((listed.name, arguments, said))
         for tool, arguments, _ in calls:
             answers.append(await session.call_tool(tool, arguments))
         at = await session.call_tool("list_sessions", {"match": "d" + "*" * 1023})
@@ -279,7 +290,6 @@ def test_every_argument_over_its_bound_is_spex_own_invalid_input(env: Env) -> No
             await session.read_resource(f"spex://sessions/{over['name']}/log")
 
     drive(env, body)
-    assert all(words <= set(BOUNDS) for words in bounded.values()), bounded
     for (tool, _, said), answer in zip(calls, answers, strict=True):
         first = texts(answer)[0]
         assert answer.is_error, (tool, first[:300])
@@ -455,6 +465,8 @@ def test_wait_and_wake_timeouts_read_the_duration_grammar(env: Env) -> None:
         answers["minutes"] = await session.call_tool(
             "wake", {"name": "d", "prompt": "hi", "timeout": "30m"}
         )
+        # Its end, not the window, frees d (a loaded machine outlasts the window).
+        await session.call_tool("wait", {"names": ["d"], "timeout": 60})
         answers["seconds"] = await session.call_tool(
             "wake", {"name": "d", "prompt": "hi", "timeout": 90}
         )
@@ -469,5 +481,208 @@ def test_wait_and_wake_timeouts_read_the_duration_grammar(env: Env) -> None:
         content = answers[key].structured_content
         assert content is not None and content["exit_code"] == 2, content
     turns = json.loads(env.run("show", "d", "--json").stdout)["turns"]
-    assert sorted(t["timeout"] for t in turns) == [90, 1800], turns
+    assert sorted(t["timeout"] for t in turns) == [90, 1800], (turns, texts(answers["seconds"]))
     assert env.run("stop", "slow").returncode == 0
+
+
+# --- a lead agent runs a team through MCP alone (issue 41, item 8) ----------------
+
+
+def call(session: ClientSession) -> Callable[..., Awaitable[CallToolResult]]:
+    """`await tool("name", arg=…)`: a call whose text is what it answered."""
+
+    async def tool(tool_name: str, /, **arguments: Any) -> CallToolResult:
+        return await session.call_tool(tool_name, arguments)
+
+    return tool
+
+
+def array(answer: CallToolResult) -> list[Any]:
+    """A list tool's answer: its text is a JSON array, and so is its result."""
+    got = json.loads(texts(answer)[-1] if answer.is_error else texts(answer)[0])
+    assert isinstance(got, list), texts(answer)
+    assert answer.structured_content == {"result": got}
+    return got
+
+
+def test_a_lead_makes_two_workers_fans_out_reads_cost_and_diff_and_keeps_the_better(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_verify import edits_harness
+    from test_worktree import make_repo
+
+    repo = make_repo(env, monkeypatch)
+    edits_harness(env)  # `signs`: appends the prompt and "by SESSION" to work.txt
+    got: dict[str, Any] = {}
+
+    async def lead(session: ClientSession) -> None:
+        tool = call(session)
+        # Two workers in worktrees of one repository, one prompt: a best-of-2 wave,
+        # whose check only w-2's work passes.
+        fanned = await tool(
+            "fanout", prompt="fix it", worktrees=2, repo=str(repo.path), prefix="w",
+            harness="signs", verify="grep -q 'by w-2' work.txt", window=10,
+        )  # fmt: skip
+        assert fanned.is_error, texts(fanned)  # w-1 fails its check: not every leg succeeded
+        got["fanout"] = fanned.structured_content
+        waited = await tool("wait", names=["w-1", "w-2"], timeout=60)
+        got["wait"] = (waited.is_error, array(waited))
+        got["wave"] = (await tool("show_wave", wave="last")).structured_content
+        got["cost"] = (await tool("cost", by="wave")).structured_content
+        got["diffs"] = [(await tool("diff", name=n)).structured_content for n in ("w-1", "w-2")]
+        kept = await tool("keep", wave="last", leg="w-2")
+        assert not kept.is_error, texts(kept)
+        got["keep"] = array(kept)
+        got["ls"] = array(await tool("list_sessions"))
+
+    drive(env, lead)
+    legs = got["fanout"]["legs"]
+    assert [leg["session"] for leg in legs] == ["w-1", "w-2"]
+    is_error, turns = got["wait"]
+    assert is_error  # w-1 failed its check: wait says exit 1, with each turn
+    assert {t["session"]: t["state"] for t in turns} == {"w-1": "failed", "w-2": "complete"}
+    verdicts = {leg["session"]: leg["turn_state"] for leg in got["wave"]["legs"]}
+    assert verdicts == {"w-1": "failed", "w-2": "complete"}, got["wave"]
+    assert got["wave"]["id"] == got["fanout"]["id"]
+    # The CLI's own document (these agents print no usage: nothing is known).
+    assert got["cost"] == cli(env, "cost", "--by", "wave", "--json")[1]
+    for diff in got["diffs"]:
+        assert [f["path"] for f in diff["files"]] == ["work.txt"], diff
+    outcomes = {o["session"]: o["outcome"] for o in got["keep"]}
+    assert outcomes == {"w-1": "removed", "w-2": "kept"}
+    assert [s["name"] for s in got["ls"]] == ["w-2"]
+    assert repo.branch_exists("spex/w-2") and not repo.worktree("w-1").exists()
+
+
+def test_a_lead_creates_edits_queues_schedules_retries_and_removes(env: Env) -> None:
+    """new, edit, the queue, schedules, retry_failed and rm (refused without
+    force while a turn runs, as the CLI refuses), and every list tool's answer
+    a JSON array."""
+    got: dict[str, Any] = {}
+
+    async def lead(session: ClientSession) -> None:
+        tool = call(session)
+        made = await tool("new_session", name="a", harness="demo", cwd=str(env.root))
+        assert not made.is_error, texts(made)
+        made = await tool("new_session", name="slow", args=["bash", "-c", "sleep 60"])
+        assert not made.is_error, texts(made)
+        made = await tool("new_session", name="f", args=["false"])
+        assert not made.is_error, texts(made)
+        edited = await tool("edit_session", name="a", timeout="30m", strict=True)
+        assert not edited.is_error, texts(edited)
+        got["edited"] = edited.structured_content
+        woke = await tool("wake", name="slow", prompt="x", window=0.2)
+        assert not woke.is_error, texts(woke)
+        queued = await tool("wake", name="slow", prompt="later", queue=True, key="k1")
+        assert not queued.is_error and queued.structured_content is not None, texts(queued)
+        got["queued"] = queued.structured_content
+        got["queue"] = array(await tool("list_queue"))
+        dropped = await tool("drop_queued", ids=[got["queue"][0]["id"]])
+        got["dropped"] = array(dropped)
+        got["queue after"] = array(await tool("list_queue", names=["slow"]))
+        added = await tool("add_schedule", name="a", prompt="nightly", every="1h")
+        assert not added.is_error, texts(added)
+        got["schedules"] = array(await tool("list_schedules"))
+        removed = await tool("remove_schedules", ids=[got["schedules"][0]["id"]])
+        assert not removed.is_error, texts(removed)
+        got["schedules after"] = array(await tool("list_schedules"))
+        failed = await tool("fanout", prompt="go", names=["f"], wait=True, window=10)
+        got["failed"] = (failed.is_error, failed.structured_content)
+        retried = await tool("retry_failed", wait=True, window=10)
+        got["retried"] = (retried.is_error, retried.structured_content)
+        refused = await tool("remove_sessions", names=["slow"])
+        got["refused"] = (refused.is_error, texts(refused)[0])
+        got["still"] = [s["name"] for s in array(await tool("list_sessions"))]
+        got["cli"] = env.run("rm", "slow")  # what the CLI says: the same refusal
+        forced = await tool("remove_sessions", names=["slow"], force=True)
+        assert not forced.is_error, texts(forced)
+        got["events"] = array(await tool("events_since", session=["f"], limit=3))
+        got["waited"] = array(await tool("wait", names=["f"], timeout=5))
+
+    drive(env, lead)
+    assert (got["edited"]["timeout"], got["edited"]["strict"]) == (1800, True), got["edited"]
+    assert got["queued"]["verdict"] == "queued"
+    assert [(q["session"], q["first_line"]) for q in got["queue"]] == [("slow", "later")]
+    assert [d["id"] for d in got["dropped"]] == [got["queue"][0]["id"]]
+    assert got["queue after"] == []
+    assert [(s["session"], s["every"]) for s in got["schedules"]] == [("a", 3600)]
+    assert got["schedules after"] == []
+    is_error, wave = got["failed"]
+    assert is_error and [leg["turn_state"] for leg in wave["legs"]] == ["failed"], wave
+    is_error, retry = got["retried"]
+    assert is_error and retry["retry_of"] == wave["id"], retry
+    assert [leg["session"] for leg in retry["legs"]] == ["f"]
+    is_error, said = got["refused"]
+    r = got["cli"]
+    assert is_error and r.returncode == 3 and said == f"{r.stderr.strip()} (exit code 3)"
+    assert got["still"] == ["a", "f", "slow"]
+    assert [s["name"] for s in json.loads(env.run("ls", "--json").stdout)] == ["a", "f"]
+    assert len(got["events"]) == 3 and all(e["session"] == "f" for e in got["events"])
+    assert [t["session"] for t in got["waited"]] == ["f"]
+
+
+def test_wake_and_fanout_options_reach_the_cli_as_typed(env: Env) -> None:
+    """Every option of wake and fanout is a parameter: each bad one is refused
+    with the very line the CLI says for it, before any turn starts."""
+    assert env.run("new", "d", "--harness", "demo").returncode == 0
+    calls: list[tuple[str, dict[str, Any], list[str]]] = [
+        ("wake", {"after": "nosuch"}, ["wake", "d", "x", "--after", "nosuch"]),
+        ("wake", {"after_any": "d"}, ["wake", "d", "x", "--after-any", "d"]),
+        ("wake", {"budget": "lots"}, ["wake", "d", "x", "--budget", "lots"]),
+        ("wake", {"budget": -1}, ["wake", "d", "x", "--budget=-1"]),
+        ("wake", {"model": "-x"}, ["wake", "d", "x", "--model=-x"]),
+        ("wake", {"fallback": ","}, ["wake", "d", "x", "--fallback-model", ","]),
+        ("wake", {"verify_timeout": "soon"}, ["wake", "d", "x", "--verify-timeout", "soon"]),
+        ("wake", {"verify": "true", "no_verify": True},
+         ["wake", "d", "x", "--verify", "true", "--no-verify"]),
+        ("wake", {"on_limit": "never"}, ["wake", "d", "x", "--on-limit", "never"]),
+        ("wake", {"key": "a\tb"}, ["wake", "d", "x", "--key", "a\tb"]),
+        ("fanout", {"names": ["d"], "worktrees": 0},
+         ["fanout", "d", "-m", "x", "--worktrees", "0"]),
+        ("fanout", {"names": ["d"], "pick": "smallest"},
+         ["fanout", "d", "-m", "x", "--pick", "smallest"]),
+        ("fanout", {"names": ["d"], "sandbox": True}, ["fanout", "d", "-m", "x", "--sandbox"]),
+        ("fanout", {"names": ["d"], "stagger": "soon"},
+         ["fanout", "d", "-m", "x", "--stagger", "soon"]),
+        ("fanout", {"names": ["d"], "after": "nosuch"},
+         ["fanout", "d", "-m", "x", "--after", "nosuch"]),
+        ("fanout", {"names": ["d"], "budget": "lots"},
+         ["fanout", "d", "-m", "x", "--budget", "lots"]),
+        ("fanout", {"names": ["d"], "hosts": "nowhere"},
+         ["fanout", "d", "-m", "x", "--hosts", "nowhere"]),
+    ]  # fmt: skip
+    answers: list[CallToolResult] = []
+
+    async def body(session: ClientSession) -> None:
+        for tool, arguments, _ in calls:
+            extra = {"name": "d"} if tool == "wake" else {}
+            answers.append(await session.call_tool(tool, {**extra, "prompt": "x", **arguments}))
+
+    drive(env, body)
+    for (tool, arguments, words), answer in zip(calls, answers, strict=True):
+        r = env.run(*words, "--json")
+        assert r.returncode in (2, 3), (words, r.returncode, r.stderr)
+        said = f"{r.stderr.strip()} (exit code {r.returncode})"
+        assert answer.is_error and texts(answer)[0] == said, (tool, arguments, texts(answer))
+    assert json.loads(env.run("show", "d", "--json").stdout)["turn"] is None
+
+
+def test_descriptions_are_prose_and_the_readme_lists_every_parameter(env: Env) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.partition("## Driving spex from an agent (MCP)")[2].partition("\n## ")[0]
+    rows = {  # each tool's row: the parameters it names, outside the (notes)
+        m.group(1): set(re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", m.group(2))))
+        for m in re.finditer(r"^\| `(\w+)` \| .*? \| (.*) \|$", section, re.MULTILINE)
+    }
+    tools: dict[str, Any] = {}
+
+    async def body(session: ClientSession) -> None:
+        tools.update({t.name: t for t in (await session.list_tools()).tools})
+
+    drive(env, body)
+    assert set(tools) == set(rows), set(tools) ^ set(rows)
+    for name, listed in tools.items():
+        description = listed.description or ""
+        assert "\n " not in description and "  " not in description, (name, description)
+        params = set(listed.input_schema["properties"])
+        assert params == rows[name], (name, params ^ rows[name])

@@ -75,11 +75,11 @@ def _param(name: str, annotation: Any, default: Any) -> Param | None:
     kind, many = based
     if isinstance(info, decl.Argument):
         param = Param(name, "argument", default)
-        param.required = default is _MISSING and not many
+        param.required = default is MISSING and not many
     elif kind is bool:
         if many:
             return None
-        param = Param(name, "flag", False if default is _MISSING else default)
+        param = Param(name, "flag", False if default is MISSING else default)
         decls = info.param_decls or (f"--{name.replace('_', '-')}/--no-{name.replace('_', '-')}",)
         for word in decls:
             first, _, second = word.partition("/")
@@ -87,7 +87,7 @@ def _param(name: str, annotation: Any, default: Any) -> Param | None:
             if second:
                 param.secondary.append(second)
     else:
-        if default is _MISSING:
+        if default is MISSING:
             return None  # a required option: typer says so when it is missing
         param = Param(name, "option", default)
         param.opts = list(info.param_decls or (f"--{name.replace('_', '-')}",))
@@ -98,7 +98,8 @@ def _param(name: str, annotation: Any, default: Any) -> Param | None:
     return param
 
 
-_MISSING = object()
+# The default of a parameter that has none (a required one); the MCP door reads it too.
+MISSING = object()
 
 
 def params_of(function: Callable[..., Any]) -> list[Param] | None:
@@ -107,11 +108,11 @@ def params_of(function: Callable[..., Any]) -> list[Param] | None:
     code = function.__code__
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
     defaults = function.__defaults__ or ()
-    firsts = [_MISSING] * (code.co_argcount - len(defaults)) + list(defaults)
+    firsts = [MISSING] * (code.co_argcount - len(defaults)) + list(defaults)
     keywords = function.__kwdefaults__ or {}
     found = []
     for i, name in enumerate(names):
-        default = firsts[i] if i < code.co_argcount else keywords.get(name, _MISSING)
+        default = firsts[i] if i < code.co_argcount else keywords.get(name, MISSING)
         param = _param(name, function.__annotations__.get(name), default)
         if param is None:
             return None

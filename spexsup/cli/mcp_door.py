@@ -19,17 +19,20 @@ def mcp_command(
         decl.Option(
             "--read-only",
             help="Offer only the reading tools (list_sessions, show_session, wait, read_log,"
-            " show_wave, events_since) and the logs: no wake, stop, resume or fanout.",
+            " show_wave, events_since, list_queue, list_schedules, cost, diff) and the logs.",
         ),
     ] = False,
 ) -> None:
     """Serve spex to an agent over MCP (stdio): its tools answer as `spex … --json` does.
 
     Tools: list_sessions, show_session, wake, wait, read_log, stop, resume,
-    fanout, show_wave, events_since; resources: each session's log
+    fanout, retry_failed, show_wave, events_since, new_session, edit_session,
+    remove_sessions, list_queue, drop_queued, list_schedules, add_schedule,
+    remove_schedules, cost, diff, keep; resources: each session's log
     (spex://sessions/NAME/log). Each tool runs the command it names and
-    returns its JSON document; a refusal or failure is a tool error with
-    spex's message and exit code. It serves until stdin closes.
+    returns its JSON document (a list as a JSON array); a refusal or failure
+    is a tool error with spex's message and exit code. It serves until stdin
+    closes.
 
     \b
     Examples:

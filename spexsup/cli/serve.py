@@ -51,10 +51,14 @@ def serve(
     """Serve a web view of every session (live), with wake, stop and resume.
 
     Prints its URL once, with the token in the part after #; the page moves
-    it into a cookie (HttpOnly, SameSite=Strict). Every request needs that
-    cookie or `Authorization: Bearer TOKEN`; every button is a POST that also
+    it into a cookie (HttpOnly, SameSite=Strict). Every request (but a signed
+    webhook's) needs that cookie or `Authorization: Bearer TOKEN`; every button is a POST that also
     needs the page's CSRF token. The token is kept in $SPEXSUP_HOME/serve.token
     (0600) across restarts. Runs until Ctrl-C; nothing else in spex needs it.
+
+    A webhook signed with the secret of a [trigger.NAME] table in
+    config.toml, POSTed to /trigger/NAME, wakes its session once per
+    delivery (README: Webhooks that wake agents).
 
     \b
     Examples:

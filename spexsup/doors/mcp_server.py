@@ -21,13 +21,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import inspect
 import json
 import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Annotated, Any
 
 import anyio
@@ -46,12 +46,40 @@ from mcp.types import (
 from pydantic import Field
 
 from spexsup import __version__
+from spexsup.doors.commands import MIRRORS, Duration, Mirror, duration
+from spexsup.doors.commands import parameters as mirrored_parameters
+from spexsup.doors.commands import signature as mirrored_signature
+from spexsup.doors.commands import words as mirrored_words
 from spexsup.errors import clip
 from spexsup.pane.pretty import TerminalText
 
 # What `--read-only` offers; the others change something and are not offered at all.
-READING = ("list_sessions", "show_session", "wait", "read_log", "show_wave", "events_since")
-CHANGING = ("wake", "stop", "resume", "fanout")
+READING = (
+    "list_sessions",
+    "show_session",
+    "wait",
+    "read_log",
+    "show_wave",
+    "events_since",
+    "list_queue",
+    "list_schedules",
+    "cost",
+    "diff",
+)
+CHANGING = (
+    "wake",
+    "stop",
+    "resume",
+    "fanout",
+    "retry_failed",
+    "new_session",
+    "edit_session",
+    "remove_sessions",
+    "drop_queued",
+    "add_schedule",
+    "remove_schedules",
+    "keep",
+)
 # A cancelled call's spex gets this long after SIGTERM (a fan-out's own hard exit is 8 s).
 STOP_GRACE = 10.0
 # The longest `wait` a client may ask for, in seconds.
@@ -69,9 +97,10 @@ class Bound:
 
 
 # Every argument a tool puts on the CLI's command line, by parameter name (a
-# list's bound is each item's). The kernel refuses one word over 128 KiB
-# and a command line over ARG_MAX (E2BIG): these keep every call far below
-# both and say which argument was over. A prompt goes on stdin (the CLI's
+# list's bound is each item's; one not named here is bounded by VALUE). The
+# kernel refuses one word over 128 KiB and a command line over ARG_MAX
+# (E2BIG): these keep every call far below both and say which argument was
+# over. A prompt goes on stdin (the CLI's
 # 1 MiB bound applies there).
 WORD = 256  # a session name is 1-64 characters, HOST:NAME 129; an id 64
 BOUNDS = {
@@ -89,7 +118,11 @@ BOUNDS = {
     "grace": Bound(WORD, "a duration"),
     "key": Bound(1024, "a key of at most 200 characters"),
     "verify": Bound(64 * 1024, "a check command"),
+    "on_complete": Bound(64 * 1024, "a command"),
+    "args": Bound(64 * 1024, "an argument of the harness"),
 }
+# Any other string argument (a path, a model, a cron expression…): PATH_MAX.
+VALUE = Bound(4096, "a value")
 # The most items a list argument (names, session, kind) may hold.
 MAX_ITEMS = 1000
 
@@ -100,8 +133,6 @@ reason); wait blocks until turns end; read_log shows a turn's output. Each
 tool returns the JSON document `spex … --json` prints; a refusal or failure
 is a tool error carrying spex's one-line message and its exit code (1
 failed, 2 invalid input, 3 refused, 124 timed out)."""
-
-Duration = str | float
 
 
 @dataclass(frozen=True)
@@ -157,11 +188,13 @@ class Runner:
 
 def over_bound(arguments: Mapping[str, object]) -> Ran | None:
     """Exit 2 with spex's one line if an argument is over its `BOUNDS` (or a
-    list over MAX_ITEMS), naming it and its bound; else None."""
+    list over MAX_ITEMS), naming it and its bound, or holds a NUL byte (argv
+    cannot carry one: said of the value, as the CLI says it of a prompt);
+    else None."""
     for key, value in arguments.items():
-        bound = BOUNDS.get(key)
-        if bound is None:
-            continue
+        if key == "prompt":
+            continue  # on stdin, under the CLI's own 1 MiB bound
+        bound = BOUNDS.get(key, VALUE)
         items = value if isinstance(value, list) else [value]
         if len(items) > MAX_ITEMS:
             said = f"{key} has {len(items)} items, over its bound of {MAX_ITEMS}"
@@ -170,6 +203,9 @@ def over_bound(arguments: Mapping[str, object]) -> Ran | None:
             size = len(item.encode("utf-8", "surrogatepass")) if isinstance(item, str) else 0
             if size > bound.limit:
                 said = f"{key} is {size} bytes, over its bound of {bound.limit} ({bound.what})"
+                return Ran(2, b"", f"spex: {said}\n".encode())
+            if isinstance(item, str) and "\0" in item:
+                said = f"{clip(repr(item))} contains a NUL byte (arguments are NUL-free text)"
                 return Ran(2, b"", f"spex: {said}\n".encode())
     return None
 
@@ -247,9 +283,13 @@ def result(ran: Ran, text: str | None = None, *, json_lines: bool = False) -> Ca
     """A tool's answer: the output as the CLI printed it (or `text`), and the
     document as structured content (a list as `{"result": [...]}`, the SDK's
     form: structured content is an object); a non-zero exit is a tool error
-    whose first text is the message and the exit code."""
+    whose first text is the message and the exit code. With `json_lines`
+    (one document a line, as `spex events --json` prints), the text is the
+    JSON array of them, as every list tool's is."""
     out = ran.stdout.decode("utf-8", "replace")
     doc = documents(out, json_lines)
+    if json_lines and isinstance(doc, list) and text is None:
+        out = json.dumps(doc)
     content: list[ContentBlock] = [
         TextContent(type="text", text=(out if text is None else text).rstrip("\n"))
     ]
@@ -277,14 +317,6 @@ def readable(data: bytes) -> str:
     return TerminalText(colours=False).feed(data, final=True).decode("utf-8", "replace")
 
 
-def duration(value: Duration) -> str:
-    """A number of seconds written as the CLI's grammar reads it: every digit,
-    never an exponent (`:g` made 1e-05 and 1.23457e+06 of 0.00001 and 1234567)."""
-    if isinstance(value, str):
-        return value
-    return format(Decimal(repr(float(value))).normalize(), "f")
-
-
 def option(name: str, value: Duration | None) -> list[str]:
     return [] if value is None else [name, duration(value)]
 
@@ -308,16 +340,6 @@ def many(name: str, values: Sequence[str] | None) -> list[str]:
 DURATION_HELP = "a duration: 5 (seconds), 90s, 15m, 2h"
 Name = Annotated[str, Field(description="The session's name (HOST:NAME for another host).")]
 Names = Annotated[list[str], Field(description="Session names.", min_length=1)]
-Prompt = Annotated[
-    str, Field(description="The prompt, delivered byte for byte (UTF-8), at most 1 MiB.")
-]
-Window = Annotated[
-    Duration | None,
-    Field(description=f"How long to watch the start before the verdict ({DURATION_HELP})."),
-]
-Timeout = Annotated[
-    Duration | None, Field(description=f"The turn's time limit ({DURATION_HELP}; up to 7d).")
-]
 
 
 class SpexServer(MCPServer[Any]):
@@ -349,8 +371,9 @@ class SpexServer(MCPServer[Any]):
         ]
 
 
-# A door's tools by name.
-Tools = dict[str, Callable[..., Awaitable[CallToolResult]]]
+# A tool, and a door's tools by name.
+Tool = Callable[..., Awaitable[CallToolResult]]
+Tools = dict[str, Tool]
 
 
 def _reading_tools(run: Callable[..., Awaitable[Ran]]) -> Tools:
@@ -485,47 +508,6 @@ def _output_tools(run: Callable[..., Awaitable[Ran]]) -> Tools:
 def _acting_tools(run: Callable[..., Awaitable[Ran]]) -> Tools:
     """The tools that change something (CHANGING): not served `read_only`."""
 
-    async def wake(
-        name: Name,
-        prompt: Prompt,
-        window: Window = None,
-        timeout: Timeout = None,
-        strict: Annotated[
-            bool,
-            Field(description="Any outcome flag (a denied tool, max turns…) fails the turn."),
-        ] = False,
-        fresh: Annotated[
-            bool, Field(description="Start a new conversation instead of resuming.")
-        ] = False,
-        key: Annotated[
-            str | None,
-            Field(description="Idempotent: a second wake with the same key starts nothing."),
-        ] = None,
-        queue: Annotated[
-            bool | None,
-            Field(
-                description="If busy, keep the prompt and launch it when the session may go"
-                " (verdict queued). null: the session's or config.toml's default."
-            ),
-        ] = None,
-        verify: Annotated[
-            str | None,
-            Field(
-                description="A check run (by sh -c) in the turn's cwd after the agent exits 0:"
-                " exit 0 -> complete, flag verified; else failed, cause verify."
-                " null: the session's, the repository's or the harness's."
-            ),
-        ] = None,
-    ) -> CallToolResult:
-        """Start a turn and return its verdict (confirmed, completed, failed,
-        queued): `spex wake NAME -f - --json`, the prompt on stdin."""
-        words = ["wake", "-f", "-", "--json", *option("--window", window)]
-        words += [] if verify is None else ["--verify", verify]
-        words += option("--timeout", timeout) + option("--key", key)
-        words += ["--strict"] * strict + ["--fresh"] * fresh
-        words += [] if queue is None else ["--queue" if queue else "--no-queue"]
-        return result(await run(typed(words[0], [name], words[1:]), prompt.encode()))
-
     async def stop(
         names: Names,
         grace: Annotated[
@@ -553,41 +535,7 @@ def _acting_tools(run: Callable[..., Awaitable[Ran]]) -> Tools:
             return result(await run(typed(words[0], [name], words[1:])))
         return result(await run(typed(words[0], [name], [*words[1:], "-f", "-"]), prompt.encode()))
 
-    async def fanout(
-        prompt: Prompt,
-        names: Annotated[list[str] | None, Field(description="Sessions to wake.")] = None,
-        match: Annotated[
-            str | None, Field(description="Every session whose name matches this glob.")
-        ] = None,
-        all_sessions: Annotated[bool, Field(description="Every session.")] = False,
-        window: Window = None,
-        timeout: Timeout = None,
-        strict: Annotated[
-            bool | None, Field(description="Any outcome flag fails the turn.")
-        ] = None,
-        fresh: Annotated[bool, Field(description="Start new conversations.")] = False,
-        wait: Annotated[bool, Field(description="Also wait for every turn to end.")] = False,
-        max_concurrent: Annotated[int | None, Field(description="Launches at once.", ge=1)] = None,
-        max_running: Annotated[
-            int | None,
-            Field(description="At most N legs running at once; the others queue.", ge=1),
-        ] = None,
-        key: Annotated[
-            str | None, Field(description="Idempotent: the same key starts no leg twice.")
-        ] = None,
-    ) -> CallToolResult:
-        """Wake many sessions with one prompt, a wave with a verdict per leg:
-        `spex fanout NAMES… -f - --json`."""
-        words = ["fanout", "-f", "-", "--json", *option("--match", match)]
-        words += ["--all"] * all_sessions + ["--fresh"] * fresh + ["--wait"] * wait
-        words += option("--window", window) + option("--timeout", timeout)
-        words += [] if strict is None else ["--strict" if strict else "--no-strict"]
-        words += option("--max-concurrent", None if max_concurrent is None else str(max_concurrent))
-        words += option("--max-running", None if max_running is None else str(max_running))
-        words += option("--key", key)
-        return result(await run(typed(words[0], names or [], words[1:]), prompt.encode()))
-
-    return {"wake": wake, "stop": stop, "resume": resume, "fanout": fanout}
+    return {"stop": stop, "resume": resume}
 
 
 def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
@@ -610,15 +558,47 @@ def build(runner: Runner, *, read_only: bool = False) -> SpexServer:
         return readable(ran.stdout)
 
     tools = {**_reading_tools(run), **_output_tools(run), **_acting_tools(run)}
-    changes = {
-        "wake": ToolAnnotations(destructive_hint=False, open_world_hint=False),
-        "stop": ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False),
-        "resume": ToolAnnotations(destructive_hint=False, open_world_hint=False),
-        "fanout": ToolAnnotations(destructive_hint=False, open_world_hint=False),
-    }
+    tools.update({m.name: mirrored(m, run) for m in MIRRORS})
+    keeps = ToolAnnotations(destructive_hint=False, open_world_hint=False)
+    removes = ToolAnnotations(destructive_hint=True, open_world_hint=False)
+    stops = ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+    ends = ("remove_sessions", "drop_queued", "remove_schedules", "keep")
     for name in (*READING, *(() if read_only else CHANGING)):
-        server.add_tool(bounded(tools[name]), name=name, annotations=changes.get(name, reads))
+        hints = reads if name in READING else removes if name in ends else keeps
+        server.add_tool(
+            bounded(tools[name]),
+            name=name,
+            description=prose(tools[name].__doc__ or ""),
+            annotations=stops if name == "stop" else hints,
+        )
     return server
+
+
+def mirrored(mirror: Mirror, run: Callable[..., Awaitable[Ran]]) -> Tool:
+    """The tool that runs `mirror`'s command: its parameters are the
+    command's own (`spexsup.doors.commands`), given to the SDK as the
+    function's `__signature__`, which `inspect.signature` (and so the SDK's
+    schema and validation) reads in place of the `**arguments` below."""
+    given = mirrored_parameters(mirror)
+
+    async def call(**arguments: Any) -> CallToolResult:
+        said = mirrored_words(given, arguments)
+        options = [*said.options, *(["-f", "-"] if mirror.prompt else []), "--json"]
+        words = [*mirror.words[:-1], *typed(mirror.words[-1], said.names, options)]
+        words += ["--", *said.rest] if said.rest else []
+        prompt = arguments.get("prompt")
+        return result(await run(words, prompt.encode() if isinstance(prompt, str) else None))
+
+    call.__name__ = call.__qualname__ = mirror.name
+    call.__doc__ = mirror.description
+    call.__signature__ = mirrored_signature(mirror, given, CallToolResult)  # type: ignore[attr-defined]
+    return call
+
+
+def prose(doc: str) -> str:
+    """A docstring as a tool's description: its paragraphs, each one line."""
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
 def serve(options: Sequence[str], *, read_only: bool = False) -> int:

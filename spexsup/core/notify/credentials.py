@@ -23,9 +23,14 @@ def secrets_path(home: Path) -> Path:
 
 def _secrets_file(home: Path) -> dict[str, Any]:
     """`notify-secrets.toml`, refused unless only its owner can read it."""
+    return private_toml(secrets_path(home))
+
+
+def private_toml(path: Path) -> dict[str, Any]:
+    """A TOML file of secrets (empty if there is none), refused unless it is
+    the user's and only the user's to read (not a symlink either)."""
     import tomllib
 
-    path = secrets_path(home)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
