@@ -47,7 +47,7 @@ set -u
 # only this stat and a file read.
 login_env() {
     local limit=$1 sh=${SHELL:-} key cache="" tmp="" cached_key="" cached_ms="" h=${HOME:-}
-    local started rc=0 i found="" rec k
+    local started rc=0 i found="" rec k lock=""
     local -a recs=()
     login_vars=() login_shell="" login_ms="" login_source=""
     if [ -z "$sh" ] || [ ! -x "$sh" ]; then
@@ -65,15 +65,19 @@ login_env() {
         "$h/.zprofile" "$h/.zshenv" "$h/.zshrc" "$h/.zlogin" \
         "$h/.config/fish/config.fish" 2>/dev/null)"
     [ -n "${SPEXSUP_HOME:-}" ] && cache=$SPEXSUP_HOME/login-env
-    if [ -n "$cache" ] && [ -r "$cache" ]; then
-        { IFS= read -r cached_key && IFS= read -r cached_ms && mapfile -d '' -t login_vars; } <"$cache"
-        if [ "$cached_key" = "$key" ] && [ ${#login_vars[@]} -gt 0 ]; then
-            login_ms=$cached_ms login_source=cache
-            return 0
-        fi
-        login_vars=()
-    fi
+    login_cached && return 0
     if [ -n "$cache" ]; then
+        # One lookup at a time per home: the legs of a wave that all find the
+        # cache stale wait for the first one's answer rather than each run the
+        # login shell (a hundred zsh starts at once). Without the lock (no
+        # flock, or its wait ran out) the lookup runs anyway.
+        if exec {lock}>>"$cache.lock" 2>/dev/null; then
+            flock -w "$limit" "$lock" 2>/dev/null
+            if login_cached; then
+                exec {lock}>&-
+                return 0
+            fi
+        fi
         tmp=$cache.$$
     else
         tmp=$(mktemp) || return 1
@@ -87,7 +91,7 @@ login_env() {
     login_ms=$(((${EPOCHREALTIME//[!0-9]/} - started) / 1000))
     mapfile -d '' -t recs <"$tmp"
     rm -f "$tmp"
-    [ "$rc" = 124 ] || [ "$rc" = 137 ] && return 124
+    [ "$rc" = 124 ] || [ "$rc" = 137 ] && login_unlock && return 124
     for i in "${!recs[@]}"; do
         case ${recs[i]} in *$'\n@spex-env@\n'*)
             found=$i
@@ -95,19 +99,40 @@ login_env() {
             ;;
         esac
     done
-    [ -n "$found" ] || return 1
+    [ -n "$found" ] || { login_unlock && return 1; }
     recs[found]=${recs[found]##*$'\n@spex-env@\n'}
     for rec in "${recs[@]:found}"; do
         k=${rec%%=*}
         [ "$k" != "$rec" ] && [[ $k =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] && login_keep "$k" || continue
         login_vars+=("$rec")
     done
-    case " ${login_vars[*]%%=*} " in *" PATH "*) ;; *) return 1 ;; esac
+    case " ${login_vars[*]%%=*} " in *" PATH "*) ;; *) login_unlock && return 1 ;; esac
     login_source=shell
     if [ -n "$cache" ]; then
         { printf '%s\n%s\n' "$key" "$login_ms" && printf '%s\0' "${login_vars[@]}"; } \
             >"$cache.$$" 2>/dev/null && mv -f "$cache.$$" "$cache"
     fi
+    login_unlock
+    return 0
+}
+
+# The cache's environment when it was written for this shell and these rc
+# files (`key`); login_env's locals.
+login_cached() {
+    [ -n "$cache" ] && [ -r "$cache" ] || return 1
+    { IFS= read -r cached_key && IFS= read -r cached_ms && mapfile -d '' -t login_vars; } <"$cache"
+    if [ "$cached_key" = "$key" ] && [ ${#login_vars[@]} -gt 0 ]; then
+        login_ms=$cached_ms login_source=cache
+        return 0
+    fi
+    login_vars=()
+    return 1
+}
+
+# The lookup's lock let go (the harness must not inherit it); login_env's local.
+login_unlock() {
+    [ -n "$lock" ] && exec {lock}>&-
+    lock=""
     return 0
 }
 

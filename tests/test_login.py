@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import FAKES, Env, retry_until
+from conftest import FAKES, SPEX, Env, retry_until
 from test_turns import show, wake_json
 
 
@@ -338,6 +339,56 @@ def test_a_cached_wake_never_runs_the_login_shell(env: Env) -> None:
     assert count.read_text().split() == ["x", "y"]
     cache = env.home / "login-env"
     assert cache.stat().st_mode & 0o777 == 0o600
+
+
+def lookups(env: Env) -> dict[str, str]:
+    """Per turn of this home, what its wrapper's login lookup is doing now:
+    `flock` (waiting for another turn's lookup) or `shell` (running one)."""
+    found = {}
+    for proc in psutil.process_iter():
+        try:
+            turn = proc.environ().get("SPEXSUP_TURN")
+            if turn is None or proc.environ().get("SPEXSUP_HOME") != str(env.home):
+                continue
+            if proc.name() == "flock":
+                found[turn] = "flock"
+            elif "-ilc" in proc.cmdline():
+                found[turn] = "shell"
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_the_legs_of_a_wave_on_a_stale_cache_run_the_login_shell_once(env: Env) -> None:
+    """Legs that all find the login cache stale wait for the first one's
+    lookup (a lock per home) instead of each running the login shell."""
+    legs = 5
+    count, go = env.root / "logins", env.root / "go"
+    ubuntu_profile(env, env.vars["PATH"])
+    # Without a terminal (the lookup): counted, then held until the test lets go.
+    (user_home(env) / ".bashrc").write_text(
+        GUARD
+        + f"if [ ! -t 0 ]; then echo x >> {count}; while [ ! -e {go} ]; do sleep 0.05; done; fi\n"
+    )
+    names = [f"w{n}" for n in range(legs)]
+    for name in names:
+        assert env.run("new", name, "--cwd", str(env.root), "--", "echo").returncode == 0
+    fanout = subprocess.Popen(
+        [SPEX, "fanout", *names, "-m", "x", "--window", "30", "--json"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        # Every leg is in its lookup (running the shell, or waiting for one).
+        assert retry_until(lambda: len(lookups(env)) == legs, 60), lookups(env)
+        go.touch()
+        out, _ = fanout.communicate(timeout=120)
+    finally:
+        go.touch()
+        if fanout.poll() is None:
+            fanout.kill()
+    assert [leg["verdict"] for leg in json.loads(out)["legs"]] == ["completed"] * legs, out
+    assert count.read_text().split() == ["x"]
 
 
 def test_a_binary_only_on_the_callers_path_is_pinned(env: Env) -> None:
