@@ -545,7 +545,11 @@ if [ -r "$dir/render" ] && [ ${#py[@]} -gt 0 ]; then
 fi
 # The prompt's first line, so a person attaching sees what the turn is about.
 if [ -z "$refused" ] && [ ${#argv[@]} -gt 0 ]; then
-    first=$(head -c 4096 -- "$dir/prompt" 2>/dev/null | head -n 1 | LC_ALL=C tr -d '\000-\037\177')
+    # Read by the shell itself (no head, tr or subshell: a wave starts many
+    # turns at once); `read` drops NUL bytes, the pattern the other controls.
+    first=""
+    IFS= read -r -n 4096 first <"$dir/prompt" 2>/dev/null
+    first=${first//[[:cntrl:]]/}
     [ ${#first} -gt 160 ] && first="${first:0:159}…"
     printf '[spex] turn %s: %s\n' "$turn" "$first"
 fi
