@@ -615,6 +615,26 @@ def test_slow_reporter_under_a_held_write_lock(env: Env) -> None:
     assert marker.read(directory).cas in (0, 3)
 
 
+def test_reading_a_running_turn_needs_no_write_lock(env: Env) -> None:
+    """ls and show reconcile the turns they read; a running turn whose
+    wrapper lives has nothing to record, so another process holding the
+    write lock (a long fan-out's commit, a backup) does not hold them up."""
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    _, v = wake_json(env, "a", "x", "--window", "0.5")
+    assert v["verdict"] == "confirmed", v
+    db = sqlite3.connect(env.home / "state.db", isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for argv in (("ls", "--json"), ("show", "a", "--json")):
+            r = env.run(*argv, timeout=120)
+            assert r.returncode == 0, r.stderr
+            assert "running" in r.stdout, r.stdout
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+    env.run("stop", "a", "--grace", "1")
+
+
 def test_stop_kills_the_agent_while_another_process_holds_the_write_lock(env: Env) -> None:
     env.run("new", "a", "--", harness("sleeper.sh"))
     _, v = wake_json(env, "a", "x", "--window", "0.5")

@@ -419,8 +419,11 @@ def describe(
 
     reconcile(spex, names)
     try:
-        with spex.store.tx() as db:
-            held = lease.recover(db)
+        # No lease (the usual case) has nothing to settle: no write lock.
+        held = lease.current(spex.store.db)
+        if held["state"] != "open":
+            with spex.store.tx() as db:
+                held = lease.recover(db)
     except Exception as e:
         from spexsup.paths import disk_full
 

@@ -170,7 +170,10 @@ def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
         assert m.pid is not None
         wrapper = m.pid
         alive = turndir.wrapper_liveness(wrapper, directory)
-        if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING:
+        # Only a `starting` row has anything to move on: a reader of running
+        # turns (ls, wait, a wave's refresh) takes no write lock for them.
+        starting = row["state"] == states.TurnState.STARTING
+        if alive is Liveness.ALIVE and m.stage is not Stage.REPORTING and starting:
             with spex.store.tx() as db:
                 why = "the spex wake that started it died; the turn runs on"
                 ledger.mark_running(db, name, turn, pid=m.pid, note=why)
