@@ -264,8 +264,6 @@ OVER = {
     "spexsup/core/sessions.py:create": "params",
     "spexsup/doors/mcp_server.py:wake": "params",
     "spexsup/doors/mcp_server.py:fanout": "params",
-    "spexsup/state/ledger/__init__.py:record_end": "params",
-    "spexsup/state/ledger/schedules.py:record_firing": "params",
     "spexsup/cli/edit.py:edit": "lines",
     "spexsup/cli/fanout.py:fanout": "lines",
     "spexsup/cli/fanout.py:run_wave": "lines",
