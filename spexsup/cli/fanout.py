@@ -40,6 +40,7 @@ from spexsup.cli.params import (
     WindowOpt,
     after_session,
     model_rules,
+    sandbox_policy,
     stagger_seconds,
     timeout_seconds,
     usd_amount,
@@ -354,13 +355,8 @@ def fanout(
 
     from spexsup.adapters import sandbox as sandboxes
 
-    policy = sandboxes.build(
-        None,
-        mode=sandboxes.mode_of(sandbox, sandbox_optional, False),
-        network=network,
-        allow_write=allow_write or (),
-        deny_read=deny_read or (),
-        allow_hosts=allow_host or (),
+    policy = sandbox_policy(
+        sandbox, sandbox_optional, False, network, allow_write, deny_read, allow_host
     )
     if policy is not None and worktrees is None:
         raise Invalid(

@@ -36,6 +36,7 @@ from spexsup.cli.params import (
     WindowOpt,
     confirm_many,
     model_rules,
+    sandbox_policy,
     stagger_seconds,
     timeout_seconds,
     verify_rules,
@@ -59,7 +60,9 @@ from spexsup.present.render import (
 
 if TYPE_CHECKING:
     from spexsup.config import Config
-    from spexsup.core.worktree import Setup
+    from spexsup.core.sessions import Session, Spec
+    from spexsup.core.spex import Spex
+    from spexsup.core.worktree import Request, Setup
     from spexsup.errors import SpexError
 
 
@@ -161,22 +164,62 @@ def new(
       spex new api --harness claude --verify 'make test' --verify-timeout 20m
       spex new night --harness claude --worktree --sandbox
     """
+    from spexsup.adapters.sandbox import require_engine
     from spexsup.core import sessions
-    from spexsup.errors import Invalid
-    from spexsup.turn.read import describe
 
     ids.validate_name(name)
     argv = ctx.find_root().meta.get("spex.argv", [])
     if "--" in argv and not command:
         raise Invalid("nothing after --", hint="spex new NAME -- CMD ARGS…")
-    asked = (branch, base, repo, worktree_dir)
+    request = _worktree_request(worktree, branch, base, repo, worktree_dir)
+    rules = _turn_rules(
+        window, timeout, strict, on_limit, queue, model, fallback, verify, no_verify, verify_timeout
+    )
+    policy = sandbox_policy(
+        sandbox, sandbox_optional, no_sandbox, network, allow_write, deny_read, allow_host
+    )
+    if policy is not None and policy.enabled:
+        require_engine()
+    spex = open_spex(ctx)
+    spec = _what_runs(ctx, spex, rules, harness, command)
+    variables = sessions.parse_env(env or [])
+    spec = spec._replace(cwd=cwd, env=variables, worktree=request, sandbox=policy)
+    confirm = _confirm_post_create if worktree else None
+    s = sessions.create(spex, name, spec, check=not no_check, confirm=confirm)
+    _created(spex, s, as_json=as_json)
+
+
+def _worktree_request(
+    worktree: bool, branch: str | None, base: str | None, repo: str | None, directory: str | None
+) -> "Request | None":
+    """`new --worktree` and the options that shape it (refused without it)."""
+    asked = (branch, base, repo, directory)
     if not worktree and asked != (None,) * 4:
         raise Invalid("--branch, --base, --repo and --worktree-dir need --worktree")
-    request = None
-    if worktree:  # (spexsup.core.worktree's dataclasses cost a plain `new` ~5 ms)
-        from spexsup.core.worktree import Request
+    if not worktree:
+        return None
+    # (spexsup.core.worktree's dataclasses cost a plain `new` ~5 ms)
+    from spexsup.core.worktree import Request
 
-        request = Request(*asked)
+    return Request(*asked)
+
+
+def _turn_rules(
+    window: str | None,
+    timeout: str | None,
+    strict: bool,
+    on_limit: str | None,
+    queue: bool,
+    model: str | None,
+    fallback: str | None,
+    verify: str | None,
+    no_verify: bool,
+    verify_timeout: str | None,
+) -> "Spec":
+    """The rules a new session's turns keep (its window, time limit, models,
+    check…), read and checked: a session spec of those alone."""
+    from spexsup.core.sessions import Spec
+
     seconds = window_seconds(window)
     limit = timeout_seconds(timeout)
     models = model_rules(model, fallback)
@@ -185,31 +228,7 @@ def new(
         from spexsup.turn.admit import parse_on_limit
 
         parse_on_limit(on_limit)
-    from spexsup.adapters import sandbox as sandboxes
-
-    policy = sandboxes.build(
-        None,
-        mode=sandboxes.mode_of(sandbox, sandbox_optional, no_sandbox),
-        network=network,
-        allow_write=allow_write or (),
-        deny_read=deny_read or (),
-        allow_hosts=allow_host or (),
-    )
-    if policy is not None and policy.enabled:
-        sandboxes.require_engine()
-    spex = open_spex(ctx)
-    if harness is None and not command:
-        harness = settings(ctx, spex).default_harness
-    harness_args: list[str] = []
-    if harness is not None and harness != "command" and command:
-        # `--harness H -- ARGS…`: H's own arguments, not a command.
-        harness_args, command = command, None
-    s = sessions.create(
-        spex,
-        name,
-        harness=harness,
-        cwd=cwd,
-        env=sessions.parse_env(env or []),
+    return Spec(
         window=seconds,
         timeout=limit,
         strict=strict,
@@ -219,14 +238,29 @@ def new(
         fallback=models[1],
         verify=check,
         verify_timeout=check_timeout,
-        sandbox=policy,
-        check=not no_check,
-        command=command,
-        harness_args=harness_args,
-        worktree=request,
-        confirm=_confirm_post_create if worktree else None,
     )
-    note = sessions.pinned_note(s)
+
+
+def _what_runs(
+    ctx: decl.Context, spex: "Spex", spec: "Spec", harness: str | None, command: list[str] | None
+) -> "Spec":
+    """`spec` with the harness and what follows `--`: a command (no
+    --harness), or a named harness's own arguments; config.toml's
+    default_harness when neither is given."""
+    if harness is None and not command:
+        harness = settings(ctx, spex).default_harness
+    if harness is not None and harness != "command" and command:
+        # `--harness H -- ARGS…`: H's own arguments, not a command.
+        return spec._replace(harness=harness, harness_args=command)
+    return spec._replace(harness=harness, command=command)
+
+
+def _created(spex: "Spex", s: "Session", *, as_json: bool) -> None:
+    """What `new` prints of the session it made (and its post_create's note)."""
+    from spexsup.core.sessions import pinned_note
+    from spexsup.turn.read import describe
+
+    note = pinned_note(s)
     if note:
         decl.echo(f"spex: note: {note}", err=True)
     if as_json:
