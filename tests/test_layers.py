@@ -263,7 +263,6 @@ OVER = {
     "spexsup/cli/edit.py:edit": "lines",
     "spexsup/cli/fanout.py:fanout": "lines",
     "spexsup/cli/fanout.py:run_wave": "lines",
-    "spexsup/cli/notify.py:notify_add": "lines",
     "spexsup/web/app.py:routes": "lines",
 }
 
