@@ -260,8 +260,6 @@ MAX_PARAMS = 8  # outside cli/: a command's options are its parameters
 OVER = {
     "spexsup/doors/mcp_server.py:wake": "params",
     "spexsup/doors/mcp_server.py:fanout": "params",
-    "spexsup/cli/fanout.py:fanout": "lines",
-    "spexsup/cli/fanout.py:run_wave": "lines",
     "spexsup/web/app.py:routes": "lines",
 }
 

@@ -316,7 +316,7 @@ def up(
         for r in reports:
             decl.echo(f"{r.name}: {r.status}" + (f" ({r.detail})" if r.detail else ""))
     if revive:
-        from spexsup.cli.fanout import run_wave
+        from spexsup.cli.runwave import run_wave
         from spexsup.conductors import fanout as plans
 
         with plans.revive(spex, names, prompt, spacing) as plan:
