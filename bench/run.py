@@ -99,7 +99,8 @@ class Bench:
         self.count += 1
         name = f"b{self.count}"
         # Outside any git work tree: a turn there first records its state.
-        sessions.create(self.spex, name, cwd=str(self.root), command=command, env=env or {})
+        spec = sessions.Spec(cwd=str(self.root), command=command, env=env or {})
+        sessions.create(self.spex, name, spec)
         return name
 
     # (1) overhead beyond the window, confirmed turns

@@ -71,7 +71,7 @@ def main() -> int:
         spex = Spex.open(Path(env["SPEXSUP_HOME"]))
         for i, name in enumerate(names[args.sessions - args.running :]):
             work = CHATTY if i < args.chatty else "exec sleep 3600"
-            sessions.create(spex, name, command=["sh", "-c", work], window=0.3)
+            sessions.create(spex, name, sessions.Spec(command=["sh", "-c", work], window=0.3))
         spex.close()
         if args.running:
             subprocess.run(

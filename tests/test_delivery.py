@@ -73,7 +73,7 @@ def test_prompt_arrives_byte_exact(env: Env, prompt: bytes) -> None:
             f'[harness.rec]\nfresh = ["{sys.executable}", "{harness("record.py")}", "{{prompt}}"]\n'
             "stdin_fallback = true\n"
         )
-        sessions.create(spex, "rec", harness="rec", env={"RECORD_TO": str(out)})
+        sessions.create(spex, "rec", sessions.Spec(harness="rec", env={"RECORD_TO": str(out)}))
     out.unlink(missing_ok=True)
     verdict = wake(spex, WakeRequest("rec", prompt, window=30))
     assert verdict.verdict == "completed", verdict

@@ -320,7 +320,7 @@ def test_a_removed_session_takes_its_keys_along(env: Env) -> None:
 
 def test_a_pruned_turn_takes_its_key_along(env: Env, tmp_path: Path) -> None:
     spex = env.spex()
-    sessions.create(spex, "a", harness="demo", cwd=str(tmp_path))
+    sessions.create(spex, "a", sessions.Spec(harness="demo", cwd=str(tmp_path)))
     made = []
     for n in range(3):
         _, turn, directory, _, _ = admit(spex, WakeRequest("a", b"hello", fresh=True, key=f"k{n}"))

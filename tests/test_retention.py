@@ -69,7 +69,7 @@ def du_sb(path: Path, *exclude: str) -> int:
 def test_prune_by_count_and_age_keeps_what_is_referenced(env: Env, tmp_path: Path) -> None:
     spex = env.spex()
     for name in ("a", "b", "c"):
-        sessions.create(spex, name, harness="demo", cwd=str(tmp_path))
+        sessions.create(spex, name, sessions.Spec(harness="demo", cwd=str(tmp_path)))
     old_a = history(spex, "a", 1200, age_days=200)
     old_b = history(spex, "b", 30, age_days=120)
     new_c = history(spex, "c", 20, age_days=1)
@@ -119,7 +119,7 @@ def test_prune_by_count_and_age_keeps_what_is_referenced(env: Env, tmp_path: Pat
 def test_a_lease_keeps_its_sessions(env: Env, tmp_path: Path) -> None:
     spex = env.spex()
     for name in ("held", "free"):
-        sessions.create(spex, name, harness="demo", cwd=str(tmp_path))
+        sessions.create(spex, name, sessions.Spec(harness="demo", cwd=str(tmp_path)))
         history(spex, name, 5, age_days=100)
     pid, token = own_identity()
     with spex.store.tx() as db:
@@ -136,7 +136,7 @@ def test_a_lease_keeps_its_sessions(env: Env, tmp_path: Path) -> None:
 
 def test_dry_run_changes_nothing(env: Env, tmp_path: Path) -> None:
     spex = env.spex()
-    sessions.create(spex, "a", harness="demo", cwd=str(tmp_path))
+    sessions.create(spex, "a", sessions.Spec(harness="demo", cwd=str(tmp_path)))
     history(spex, "a", 40, age_days=100)
     before = subprocess.run(
         ["find", str(env.home), "-printf", "%p %s %T@\n"], capture_output=True, text=True
@@ -155,7 +155,7 @@ def test_dry_run_changes_nothing(env: Env, tmp_path: Path) -> None:
 
 def test_bad_input_is_one_line_and_changes_nothing(env: Env, tmp_path: Path) -> None:
     spex = env.spex()
-    sessions.create(spex, "a", harness="demo", cwd=str(tmp_path))
+    sessions.create(spex, "a", sessions.Spec(harness="demo", cwd=str(tmp_path)))
     made = history(spex, "a", 10, age_days=100)
     for args, code in (
         (["--older-than", "3x"], 2),
@@ -182,7 +182,7 @@ def test_a_prune_killed_between_rows_and_dirs_leaves_every_command_working(
     env: Env, tmp_path: Path
 ) -> None:
     spex = env.spex()
-    sessions.create(spex, "a", harness="demo", cwd=str(tmp_path))
+    sessions.create(spex, "a", sessions.Spec(harness="demo", cwd=str(tmp_path)))
     made = history(spex, "a", 30, age_days=100)
     wave = Wave.create(spex, ["a"], b"p")
     with spex.store.tx() as db:
@@ -227,7 +227,7 @@ def test_a_prune_killed_between_rows_and_dirs_leaves_every_command_working(
 def test_du_matches_du_sb(env: Env, tmp_path: Path) -> None:
     spex = env.spex()
     for name, n in (("a", 12), ("b", 3)):
-        sessions.create(spex, name, harness="demo", cwd=str(tmp_path))
+        sessions.create(spex, name, sessions.Spec(harness="demo", cwd=str(tmp_path)))
         history(spex, name, n, age_days=100)
     big = env.home / "turns" / "a" / rows(spex, "a").pop() / "output.log"
     big.write_bytes(os.urandom(300_000))
@@ -250,7 +250,7 @@ def test_du_matches_du_sb(env: Env, tmp_path: Path) -> None:
 
 def test_writers_prune_at_most_once_an_hour(env: Env, tmp_path: Path) -> None:
     spex = env.spex()
-    sessions.create(spex, "a", harness="demo", cwd=str(tmp_path))
+    sessions.create(spex, "a", sessions.Spec(harness="demo", cwd=str(tmp_path)))
     history(spex, "a", retention.AUTO_TURNS + 50, age_days=100)
     with spex.store.tx() as db:
         db.execute("DELETE FROM settings WHERE key = 'pruned_at'")
@@ -289,7 +289,7 @@ def test_a_turn_id_taken_this_second_is_never_given_twice(
     # then. The kernel's randomness is made to repeat itself here, so the
     # second admission in a second draws the id the first one holds.
     spex = env.spex()
-    sessions.create(spex, "a", harness="demo", cwd=str(tmp_path))
+    sessions.create(spex, "a", sessions.Spec(harness="demo", cwd=str(tmp_path)))
     real = os.urandom
     repeats = [0]
     drawn = [b""]

@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from spexsup import ids, states, usage
 from spexsup.adapters import hosts
@@ -247,6 +247,15 @@ def turn_argv(turn_options: dict[str, Any]) -> list[str]:
     return argv
 
 
+class Retry(NamedTuple):
+    """A fleet wave run again for its failed legs: the fleet wave it retries
+    (`of`), and each host's own wave whose failed legs that host relaunches
+    (a host missing here, never reached, gets the saved prompt again)."""
+
+    of: str
+    waves: Mapping[str, str]
+
+
 def fanout(
     config: Config,
     state: Path,
@@ -256,13 +265,12 @@ def fanout(
     options: list[str],
     turn_options: dict[str, Any] | None = None,
     match: str | None = None,
-    retry: dict[str, str] | None = None,
-    retry_of: str | None = None,
+    retry: Retry | None = None,
 ) -> dict[str, Any]:
     """Run one `spex fanout --json` per host of `groups` (host -> its session
     names, or None for `--match`/`--all` there) in parallel, and record the
-    fleet wave. `retry` maps a host to its own wave whose failed legs to
-    relaunch instead. `turn_options` (window, timeout, strict, on_limit, stagger) go to
+    fleet wave (and, for a `retry`, link the wave it retries to it).
+    `turn_options` (window, timeout, strict, on_limit, stagger) go to
     every host's fan-out and into the fleet wave's document."""
 
     turn = {k: (turn_options or {}).get(k) for k in TURN_OPTIONS}
@@ -276,17 +284,19 @@ def fanout(
 
     write_atomic(fleet_dir(state) / f"{wave_id}.prompt", prompt)
 
+    rerun = retry.waves if retry is not None else {}
+
     def one(host: str) -> dict[str, Any]:
         names = groups[host]
-        if retry and host in retry:
-            args = ["fanout", "--retry-failed", retry[host], *(names or []), "--json", *options]
+        if host in rerun:
+            args = ["fanout", "--retry-failed", rerun[host], *(names or []), "--json", *options]
             stdin = None
         else:
             picked = names if names is not None else (["--match", match] if match else ["--all"])
             args = ["fanout", *picked, "-f", "-", "--json", *options]
             stdin = prompt
         try:
-            if host == LOCAL or (retry and host in retry):
+            if host == LOCAL or host in rerun:
                 answer = ask(config, state, host, args, stdin)
             else:
                 # Keyed (the given --key, else one made for this fleet wave)
@@ -332,7 +342,7 @@ def fanout(
         "kind": "fleet",
         "state": state_,
         "created_at": time.time(),
-        "retry_of": retry_of,
+        "retry_of": retry.of if retry is not None else None,
         "retried_by": [],
         "turn_options": turn,
         "hosts": waves,
@@ -342,8 +352,8 @@ def fanout(
         summed = usage.grand(spent)
         out.update(usage=summed.usage_json(), cost=summed.cost_json())
     save(state, out)
-    if retry_of is not None:
-        old = load(state, retry_of)
+    if retry is not None:
+        old = load(state, retry.of)
         old["retried_by"] = [*old.get("retried_by", []), wave_id]
         save(state, old)
     return out
@@ -379,14 +389,14 @@ def retry_failed(
     if not failed:
         return None
     groups: dict[str, list[str] | None] = {}
-    retry: dict[str, str] = {}
+    waves: dict[str, str] = {}  # host -> its own wave, where it ran one
     for leg in failed:
         groups.setdefault(leg["host"], [])
         names = groups[leg["host"]]
         assert names is not None
         names.append(leg["session"])
         if leg.get("wave"):
-            retry[leg["host"]] = leg["wave"]
+            waves[leg["host"]] = leg["wave"]
     try:
         prompt = (fleet_dir(state) / f"{wave_id}.prompt").read_bytes()
     except OSError as e:
@@ -402,6 +412,5 @@ def retry_failed(
         prompt,
         options=options,
         turn_options=turn,
-        retry=retry,
-        retry_of=wave_id,
+        retry=Retry(wave_id, waves),
     )

@@ -199,24 +199,30 @@ class Plan(NamedTuple):
         }
 
 
+class Needs(NamedTuple):
+    """What a turn's harness needs from its sandbox: its state directories
+    (writable), the hosts it talks to (its model hosts and the session's
+    base URLs' hosts: `spexsup.pane.netgate.base_url_hosts`), and the state
+    files it rewrites by a rename (see `relocate`)."""
+
+    write: Sequence[str] = ()
+    hosts: Sequence[str] = ()
+    relocate: Sequence[tuple[str, str, str]] = ()
+
+
 def plan(
     policy: Policy,
+    needs: Needs,
     *,
     cwd: Path,
     spex_home: Path,
     turn_dir: Path,
-    harness_write: Sequence[str],
-    harness_hosts: Sequence[str],
     env: Mapping[str, str],
     other_worktrees: Sequence[Path] = (),
     user_home: Path | None = None,
-    harness_relocate: Sequence[tuple[str, str, str]] = (),
 ) -> Plan:
-    """Resolve `policy` for a turn in `cwd`. `env` is the session's (for
-    `$VAR` paths); `harness_write` the adapter's state directories;
-    `harness_hosts` its model hosts and the session's base URLs' hosts
-    (`spexsup.pane.netgate.base_url_hosts`); `harness_relocate` the state
-    files it rewrites by a rename (see `relocate`)."""
+    """Resolve `policy` for a turn in `cwd` whose harness `needs` what it
+    says. `env` is the session's (for `$VAR` paths)."""
     home = user_home or Path.home()
     env = {**os.environ, **env}
 
@@ -228,7 +234,7 @@ def plan(
                 out.append(p)
         return out
 
-    writable = [cwd, *paths(harness_write), *paths(policy.allow_write)]
+    writable = [cwd, *paths(needs.write), *paths(policy.allow_write)]
     tmux_dir = Path(os.environ.get("TMUX_TMPDIR") or "/tmp")
     hidden = [
         *paths(DEFAULT_DENY_READ),
@@ -241,8 +247,8 @@ def plan(
     ]
     # /tmp is the sandbox's own (a tmpfs): nothing under it needs hiding.
     hidden = [h for h in dict.fromkeys(hidden) if not _under(h, [Path("/tmp")])]
-    hosts = [*harness_hosts, *policy.allow_hosts]
-    binds, setenv = relocate(harness_relocate, env, home)
+    hosts = [*needs.hosts, *policy.allow_hosts]
+    binds, setenv = relocate(needs.relocate, env, home)
     return Plan(
         policy,
         cwd,

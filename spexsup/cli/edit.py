@@ -1,6 +1,6 @@
 """`spex edit`: change a session's settings, spelled as `spex new` spells them."""
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from spexsup import ids
 from spexsup.adapters.harness import verify_argv
@@ -28,127 +28,152 @@ from spexsup.errors import Invalid
 from spexsup.pane.pretty import one_line
 from spexsup.present.render import document, edit_lines, print_json
 
+if TYPE_CHECKING:
+    from spexsup.core.spex import Spex
+    from spexsup.turn.edit import Edited
+
+
+# `spex edit`'s options: each setting as `spex new` spells it, and the --no-X
+# that clears it back to its default.
+AfterArg = Annotated[
+    list[str] | None,
+    decl.Argument(
+        metavar="[-- ARGS…]",
+        help="The harness's own arguments, replacing the session's; for the command"
+        " harness, its command.",
+        show_default=False,
+    ),
+]
+EditHarnessOpt = Annotated[
+    str | None,
+    decl.Option(
+        "--harness",
+        metavar="HARNESS",
+        help="Run another harness: forgets the conversation id (another CLI cannot"
+        " resume it) and the old harness's arguments.",
+        autocompletion=complete.harness_names,
+        show_default=False,
+    ),
+]
+EditCwdOpt = Annotated[
+    str | None,
+    decl.Option("--cwd", metavar="DIR", help="Working directory (not of a worktree session)."),
+]
+EditEnvOpt = Annotated[
+    list[str] | None,
+    decl.Option("--env", metavar="KEY=VALUE", help="Set or override a variable; repeatable."),
+]
+UnsetEnvOpt = Annotated[
+    list[str] | None,
+    decl.Option("--unset-env", metavar="KEY", help="Drop a variable; repeatable."),
+]
+EditWindowOpt = Annotated[
+    str | None,
+    decl.Option("--window", metavar="DURATION", help=f"Confirmation window, {DURATION}."),
+]
+NoWindowOpt = Annotated[
+    bool,
+    decl.Option("--no-window", help="Back to config.toml's window, else the harness's."),
+]
+EditTimeoutOpt = Annotated[
+    str | None,
+    decl.Option("--timeout", metavar="DURATION", help=f"End a turn that runs longer, {DURATION}."),
+]
+NoTimeoutOpt = Annotated[
+    bool, decl.Option("--no-timeout", help="No time limit of its own (the harness's).")
+]
+EditStrictOpt = Annotated[
+    bool | None,
+    decl.Option(
+        "--strict/--no-strict",
+        help="Any outcome flag fails a turn / no longer.",
+        show_default=False,
+    ),
+]
+NoModelOpt = Annotated[bool, decl.Option("--no-model", help="No model of its own (the harness's).")]
+EditFallbackOpt = Annotated[
+    str | None,
+    decl.Option(
+        "--fallback-model",
+        metavar="MODEL,…",
+        help="The models a turn falls back to, in order ('' for none).",
+        show_default=False,
+    ),
+]
+NoFallbackOpt = Annotated[
+    bool,
+    decl.Option("--no-fallback-model", help="No fallback list of its own (the harness's)."),
+]
+EditVerifyOpt = Annotated[
+    str | None,
+    decl.Option(
+        "--verify",
+        metavar="CMD",
+        help="The check its turns run after the harness exits 0 (by sh -c; '' for none).",
+        show_default=False,
+    ),
+]
+EditNoVerifyOpt = Annotated[
+    bool,
+    decl.Option("--no-verify", help="No check of its own (the repository's, else the harness's)."),
+]
+EditQueueOpt = Annotated[
+    bool | None,
+    decl.Option(
+        "--queue/--no-queue",
+        help="spex wake queues its prompt when the session is busy / no longer.",
+        show_default=False,
+    ),
+]
+EditOnLimitOpt = Annotated[
+    str | None,
+    decl.Option(
+        "--on-limit",
+        metavar="wait[:DURATION]",
+        help="On a usage limit, wait in the pane (at most DURATION: 6h, 90m; default 12h).",
+    ),
+]
+NoOnLimitOpt = Annotated[
+    bool, decl.Option("--no-on-limit", help="On a usage limit, the turn fails.")
+]
+ClearArgsOpt = Annotated[
+    bool, decl.Option("--clear-args", help="Drop the harness's own arguments.")
+]
+NoCheckOpt = Annotated[
+    bool,
+    decl.Option("--no-check", help="Change it even if the harness binary is not found."),
+]
+DryRunOpt = Annotated[
+    bool, decl.Option("--dry-run", help="Print what would change; change nothing.")
+]
+
 
 @command()
 def edit(
     ctx: decl.Context,
     name: NameArg,
-    after: Annotated[
-        list[str] | None,
-        decl.Argument(
-            metavar="[-- ARGS…]",
-            help="The harness's own arguments, replacing the session's; for the command"
-            " harness, its command.",
-            show_default=False,
-        ),
-    ] = None,
-    harness: Annotated[
-        str | None,
-        decl.Option(
-            "--harness",
-            metavar="HARNESS",
-            help="Run another harness: forgets the conversation id (another CLI cannot"
-            " resume it) and the old harness's arguments.",
-            autocompletion=complete.harness_names,
-            show_default=False,
-        ),
-    ] = None,
-    cwd: Annotated[
-        str | None,
-        decl.Option("--cwd", metavar="DIR", help="Working directory (not of a worktree session)."),
-    ] = None,
-    env: Annotated[
-        list[str] | None,
-        decl.Option("--env", metavar="KEY=VALUE", help="Set or override a variable; repeatable."),
-    ] = None,
-    unset_env: Annotated[
-        list[str] | None,
-        decl.Option("--unset-env", metavar="KEY", help="Drop a variable; repeatable."),
-    ] = None,
-    window: Annotated[
-        str | None,
-        decl.Option("--window", metavar="DURATION", help=f"Confirmation window, {DURATION}."),
-    ] = None,
-    no_window: Annotated[
-        bool,
-        decl.Option("--no-window", help="Back to config.toml's window, else the harness's."),
-    ] = False,
-    timeout: Annotated[
-        str | None,
-        decl.Option(
-            "--timeout", metavar="DURATION", help=f"End a turn that runs longer, {DURATION}."
-        ),
-    ] = None,
-    no_timeout: Annotated[
-        bool, decl.Option("--no-timeout", help="No time limit of its own (the harness's).")
-    ] = False,
-    strict: Annotated[
-        bool | None,
-        decl.Option(
-            "--strict/--no-strict",
-            help="Any outcome flag fails a turn / no longer.",
-            show_default=False,
-        ),
-    ] = None,
+    after: AfterArg = None,
+    harness: EditHarnessOpt = None,
+    cwd: EditCwdOpt = None,
+    env: EditEnvOpt = None,
+    unset_env: UnsetEnvOpt = None,
+    window: EditWindowOpt = None,
+    no_window: NoWindowOpt = False,
+    timeout: EditTimeoutOpt = None,
+    no_timeout: NoTimeoutOpt = False,
+    strict: EditStrictOpt = None,
     model: ModelOpt = None,
-    no_model: Annotated[
-        bool, decl.Option("--no-model", help="No model of its own (the harness's).")
-    ] = False,
-    fallback: Annotated[
-        str | None,
-        decl.Option(
-            "--fallback-model",
-            metavar="MODEL,…",
-            help="The models a turn falls back to, in order ('' for none).",
-            show_default=False,
-        ),
-    ] = None,
-    no_fallback: Annotated[
-        bool,
-        decl.Option("--no-fallback-model", help="No fallback list of its own (the harness's)."),
-    ] = False,
-    verify: Annotated[
-        str | None,
-        decl.Option(
-            "--verify",
-            metavar="CMD",
-            help="The check its turns run after the harness exits 0 (by sh -c; '' for none).",
-            show_default=False,
-        ),
-    ] = None,
-    no_verify: Annotated[
-        bool,
-        decl.Option(
-            "--no-verify", help="No check of its own (the repository's, else the harness's)."
-        ),
-    ] = False,
+    no_model: NoModelOpt = False,
+    fallback: EditFallbackOpt = None,
+    no_fallback: NoFallbackOpt = False,
+    verify: EditVerifyOpt = None,
+    no_verify: EditNoVerifyOpt = False,
     verify_timeout: VerifyTimeoutOpt = None,
-    queue: Annotated[
-        bool | None,
-        decl.Option(
-            "--queue/--no-queue",
-            help="spex wake queues its prompt when the session is busy / no longer.",
-            show_default=False,
-        ),
-    ] = None,
-    on_limit: Annotated[
-        str | None,
-        decl.Option(
-            "--on-limit",
-            metavar="wait[:DURATION]",
-            help="On a usage limit, wait in the pane (at most DURATION: 6h, 90m; default 12h).",
-        ),
-    ] = None,
-    no_on_limit: Annotated[
-        bool, decl.Option("--no-on-limit", help="On a usage limit, the turn fails.")
-    ] = False,
-    clear_args: Annotated[
-        bool, decl.Option("--clear-args", help="Drop the harness's own arguments.")
-    ] = False,
-    no_check: Annotated[
-        bool,
-        decl.Option("--no-check", help="Change it even if the harness binary is not found."),
-    ] = False,
+    queue: EditQueueOpt = None,
+    on_limit: EditOnLimitOpt = None,
+    no_on_limit: NoOnLimitOpt = False,
+    clear_args: ClearArgsOpt = False,
+    no_check: NoCheckOpt = False,
     sandbox: SandboxOpt = False,
     sandbox_optional: SandboxOptionalOpt = False,
     no_sandbox: NoSandboxOpt = False,
@@ -156,9 +181,7 @@ def edit(
     deny_read: DenyReadOpt = None,
     network: NetworkOpt = None,
     allow_host: AllowHostOpt = None,
-    dry_run: Annotated[
-        bool, decl.Option("--dry-run", help="Print what would change; change nothing.")
-    ] = False,
+    dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Change a session's settings; its next turn runs with them.
@@ -184,7 +207,6 @@ def edit(
     from spexsup.core.sessions import parse_env
     from spexsup.turn.edit import Edit
     from spexsup.turn.edit import edit as change_session
-    from spexsup.turn.read import describe
 
     ids.validate_name(name)
     argv = ctx.find_root().meta.get("spex.argv", [])
@@ -223,6 +245,14 @@ def edit(
     change.check(name)
     spex = open_spex(ctx)
     done = change_session(spex, name, change, check=not no_check, dry_run=dry_run)
+    _say_done(spex, name, done, dry_run=dry_run, as_json=as_json)
+
+
+def _say_done(spex: "Spex", name: str, done: "Edited", *, dry_run: bool, as_json: bool) -> None:
+    """Its notes on stderr, then the changes (or, with --json and no
+    --dry-run, the session as spex show --json prints it)."""
+    from spexsup.turn.read import describe
+
     for note in done.notes:
         decl.echo(one_line(f"spex: note: {note}"), err=True)
     if as_json and dry_run:

@@ -1,13 +1,7 @@
-"""`spex fanout` (and a wave across hosts); `spex wave` is in cli/waves.py."""
+"""`spex fanout` (and a wave across hosts); `spex wave` is in cli/waves.py,
+the launch and its display in cli/runwave.py."""
 
-import contextlib
-import os
-import signal
-import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 from spexsup import prompt as prompts
 from spexsup import states
@@ -40,112 +34,154 @@ from spexsup.cli.params import (
     WindowOpt,
     after_session,
     model_rules,
+    sandbox_policy,
     stagger_seconds,
     timeout_seconds,
     usd_amount,
     verify_rules,
     window_seconds,
 )
+from spexsup.cli.runwave import run_wave
 from spexsup.errors import Invalid
-from spexsup.present.progress import LegsView, PlainLegs, leg_line, summary
+from spexsup.present.progress import leg_line, summary
 from spexsup.present.render import document, print_json, with_iso
-from spexsup.present.spend import leg_costs, with_spend
 
 if TYPE_CHECKING:
-    from spexsup.conductors.fanout import Plan
-    from spexsup.conductors.waves import Pacing, Wave
+    from collections.abc import Callable
+
+    from spexsup.adapters.sandbox import Policy
+    from spexsup.conductors.fanout import BestOf, Given, Plan
+    from spexsup.conductors.waves import Pacing
     from spexsup.core.sessions import Session
     from spexsup.core.spex import Spex
-
-# Whatever the window, a signalled fan-out is gone this long after the first signal.
-HARD_EXIT_AFTER = 8.0
+    from spexsup.core.worktree import Request
 
 
-class WaitInterrupted(BaseException):
-    """The first signal while waiting: stop waiting now (the turns run on)."""
-
-
-@contextmanager
-def signals_for(holder: dict[str, Any]) -> Iterator[None]:
-    """While launching, the first SIGINT/SIGTERM aborts the launches not yet
-    started (from a thread: the handler must not take the store); while
-    waiting, it stops the wait at once. A second signal exits at once with
-    its own code, and so does a fan-out still there 8 s after the first."""
-
-    def hard_exit(code: int) -> None:
-        wave = holder.get("wave")
-        if wave is not None:
-            with contextlib.suppress(Exception):
-                wave.record_turns()
-        os._exit(code)
-
-    def handler(signum: int, frame: object) -> None:
-        code = 130 if signum == signal.SIGINT else 143
-        if "signal" in holder:
-            hard_exit(code)
-        holder["signal"], holder["code"] = signum, code
-        timer = threading.Timer(HARD_EXIT_AFTER, hard_exit, (code,))
-        timer.daemon = True
-        timer.start()
-        if holder.get("phase") == "wait":
-            raise WaitInterrupted
-        wave = holder.get("wave")
-        if wave is not None:
-            threading.Thread(target=wave.abort, daemon=True).start()
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+# `spex fanout`'s own options (the shared ones are in cli/params.py).
+LegsArg = Annotated[
+    list[str] | None,
+    decl.Argument(
+        metavar="NAME…",
+        help="Sessions to wake (with --retry-failed: the legs to retry).",
+        autocompletion=complete.session_names,
+    ),
+]
+PromptOpt = Annotated[
+    str | None, decl.Option("-m", "--message", metavar="TEXT", help="The prompt.")
+]
+MaxConcurrentOpt = Annotated[
+    int | None,
+    decl.Option(
+        "--max-concurrent",
+        metavar="N",
+        help="Launches at once. [default: config.toml's max_concurrent, else 16]",
+        show_default=False,
+    ),
+]
+MaxRunningOpt = Annotated[
+    int | None,
+    decl.Option(
+        "--max-running",
+        metavar="N",
+        help="At most N legs running at once: the others are queued and launch as legs end.",
+        show_default=False,
+    ),
+]
+WaveBudgetOpt = Annotated[
+    str | None,
+    decl.Option(
+        "--budget",
+        metavar="USD",
+        help="Launch no more legs once the wave's known spend reaches USD (legs run a"
+        " few at a time with --max-running: the ended legs' spend is what it sees).",
+        show_default=False,
+    ),
+]
+WaitOpt = Annotated[bool, decl.Option("--wait", help="Also wait for every turn to end.")]
+FreshOpt = Annotated[
+    bool,
+    decl.Option("--fresh", help="Start new conversations instead of resuming (as wake)."),
+]
+LegStrictOpt = Annotated[
+    bool | None,
+    decl.Option(
+        "--strict/--no-strict",
+        help="Any outcome flag (a denied tool, max turns, an agent error, no answer, a"
+        " question) fails the turn. --no-strict: a retry drops its wave's --strict.",
+        show_default=False,
+    ),
+]
+RetryFailedOpt = Annotated[
+    str | None,
+    decl.Option(
+        "--retry-failed",
+        metavar="WAVE",
+        help="Relaunch the legs of WAVE that did not succeed (a wave id, prefix or last).",
+        autocompletion=complete.wave_ids,
+    ),
+]
+OnCompleteOpt = Annotated[
+    str | None,
+    decl.Option(
+        "--on-complete", metavar="CMD", help="Run CMD (sh -c) once the wave reaches its end."
+    ),
+]
+WorktreesOpt = Annotated[
+    int | None,
+    decl.Option("--worktrees", metavar="N", help="Best of N: N new worktree sessions, one prompt."),
+]
+PrefixOpt = Annotated[
+    str | None,
+    decl.Option("--prefix", metavar="PREFIX", help="With --worktrees: sessions PREFIX-1…N."),
+]
+BestOfHarnessOpt = Annotated[
+    str | None,
+    decl.Option(
+        "--harness",
+        metavar="HARNESS",
+        help="With --worktrees: the harness. [default: config.toml's default_harness;"
+        " none: refused]",
+    ),
+]
+BestOfDirOpt = Annotated[
+    str | None,
+    decl.Option("--worktree-dir", metavar="DIR", help="With --worktrees: make them in DIR."),
+]
+HostsOpt = Annotated[
+    str | None,
+    decl.Option(
+        "--hosts",
+        metavar="HOST,…",
+        help="Wake --match/--all sessions on these hosts (local is this machine).",
+    ),
+]
+LegKeyOpt = Annotated[
+    str | None,
+    decl.Option(
+        "--key",
+        metavar="KEY",
+        help="Idempotent: leg SESSION wakes with key KEY/SESSION, so the same fan-out"
+        " run again (same KEY) starts no leg twice (see spex wake --key).",
+        show_default=False,
+    ),
+]
+BestOfSandboxOpt = Annotated[
+    bool,
+    decl.Option("--sandbox", help="With --worktrees: the new sessions are sandboxed."),
+]
 
 
 @command()
 def fanout(
     ctx: decl.Context,
-    names: Annotated[
-        list[str] | None,
-        decl.Argument(
-            metavar="NAME…",
-            help="Sessions to wake (with --retry-failed: the legs to retry).",
-            autocompletion=complete.session_names,
-        ),
-    ] = None,
+    names: LegsArg = None,
     all_: AllOpt = False,
     match: MatchOpt = None,
-    message: Annotated[
-        str | None, decl.Option("-m", "--message", metavar="TEXT", help="The prompt.")
-    ] = None,
+    message: PromptOpt = None,
     file: PromptFileOpt = None,
-    max_concurrent: Annotated[
-        int | None,
-        decl.Option(
-            "--max-concurrent",
-            metavar="N",
-            help="Launches at once. [default: config.toml's max_concurrent, else 16]",
-            show_default=False,
-        ),
-    ] = None,
-    max_running: Annotated[
-        int | None,
-        decl.Option(
-            "--max-running",
-            metavar="N",
-            help="At most N legs running at once: the others are queued and launch as legs end.",
-            show_default=False,
-        ),
-    ] = None,
-    budget: Annotated[
-        str | None,
-        decl.Option(
-            "--budget",
-            metavar="USD",
-            help="Launch no more legs once the wave's known spend reaches USD (legs run a"
-            " few at a time with --max-running: the ended legs' spend is what it sees).",
-            show_default=False,
-        ),
-    ] = None,
+    max_concurrent: MaxConcurrentOpt = None,
+    max_running: MaxRunningOpt = None,
+    budget: WaveBudgetOpt = None,
     after: AfterOpt = None,
     after_any: AfterAnyOpt = None,
     model: ModelOpt = None,
@@ -157,84 +193,22 @@ def fanout(
     pick: PickOpt = None,
     window: WindowOpt = None,
     stagger: StaggerOpt = None,
-    wait: Annotated[bool, decl.Option("--wait", help="Also wait for every turn to end.")] = False,
-    fresh: Annotated[
-        bool,
-        decl.Option("--fresh", help="Start new conversations instead of resuming (as wake)."),
-    ] = False,
+    wait: WaitOpt = False,
+    fresh: FreshOpt = False,
     timeout: TimeoutOpt = None,
-    strict: Annotated[
-        bool | None,
-        decl.Option(
-            "--strict/--no-strict",
-            help="Any outcome flag (a denied tool, max turns, an agent error, no answer, a"
-            " question) fails the turn. --no-strict: a retry drops its wave's --strict.",
-            show_default=False,
-        ),
-    ] = None,
+    strict: LegStrictOpt = None,
     on_limit: OnLimitOpt = None,
-    retry_failed: Annotated[
-        str | None,
-        decl.Option(
-            "--retry-failed",
-            metavar="WAVE",
-            help="Relaunch the legs of WAVE that did not succeed (a wave id, prefix or last).",
-            autocompletion=complete.wave_ids,
-        ),
-    ] = None,
-    on_complete: Annotated[
-        str | None,
-        decl.Option(
-            "--on-complete", metavar="CMD", help="Run CMD (sh -c) once the wave reaches its end."
-        ),
-    ] = None,
-    worktrees: Annotated[
-        int | None,
-        decl.Option(
-            "--worktrees", metavar="N", help="Best of N: N new worktree sessions, one prompt."
-        ),
-    ] = None,
+    retry_failed: RetryFailedOpt = None,
+    on_complete: OnCompleteOpt = None,
+    worktrees: WorktreesOpt = None,
     repo: RepoOpt = None,
     base: BaseOpt = None,
-    prefix: Annotated[
-        str | None,
-        decl.Option("--prefix", metavar="PREFIX", help="With --worktrees: sessions PREFIX-1…N."),
-    ] = None,
-    harness: Annotated[
-        str | None,
-        decl.Option(
-            "--harness",
-            metavar="HARNESS",
-            help="With --worktrees: the harness. [default: config.toml's default_harness;"
-            " none: refused]",
-        ),
-    ] = None,
-    worktree_dir: Annotated[
-        str | None,
-        decl.Option("--worktree-dir", metavar="DIR", help="With --worktrees: make them in DIR."),
-    ] = None,
-    hosts: Annotated[
-        str | None,
-        decl.Option(
-            "--hosts",
-            metavar="HOST,…",
-            help="Wake --match/--all sessions on these hosts (local is this machine).",
-        ),
-    ] = None,
-    key: Annotated[
-        str | None,
-        decl.Option(
-            "--key",
-            metavar="KEY",
-            help="Idempotent: leg SESSION wakes with key KEY/SESSION, so the same fan-out"
-            " run again (same KEY) starts no leg twice (see spex wake --key).",
-            show_default=False,
-        ),
-    ] = None,
-    sandbox: Annotated[
-        bool,
-        decl.Option("--sandbox", help="With --worktrees: the new sessions are sandboxed."),
-    ] = False,
+    prefix: PrefixOpt = None,
+    harness: BestOfHarnessOpt = None,
+    worktree_dir: BestOfDirOpt = None,
+    hosts: HostsOpt = None,
+    key: LegKeyOpt = None,
+    sandbox: BestOfSandboxOpt = False,
     sandbox_optional: SandboxOptionalOpt = False,
     allow_write: AllowWriteOpt = None,
     deny_read: DenyReadOpt = None,
@@ -263,105 +237,179 @@ def fanout(
       spex fanout --hosts local,box1 --match 'api-*' -m "rebase on main"
       spex fanout --match 'api-*' -m "rebase on main" --key rebase-2026-12-01
     """
+    from spexsup.cli.worktree import best_pick
+    from spexsup.conductors.fanout import Given
+
     confirm_window = window_seconds(window)
     other = after_session(after, after_any, [n for n in names or [] if ":" not in n])
+    pacing = _pacing(max_running, budget, other, after_any, worktrees)
+    spacing = stagger_seconds(stagger)
+    _check_key(key, worktrees)
+    seconds = timeout_seconds(timeout)
+    models = model_rules(model, fallback)
+    check = verify_rules(verify, no_verify, verify_timeout)
+    best = best_pick(keep_best, pick, worktrees, check[0])
+    wait = wait or best is not None
+    given = Given(
+        confirm_window, seconds, strict, on_limit, *models, spacing, *check, fresh=fresh, key=key
+    )
+    legs = Legs(names or [], all_, match, message, file, retry_failed)
+    if _across_hosts(legs, hosts):
+        if worktrees is not None or on_complete is not None:
+            raise Invalid(
+                "--worktrees and --on-complete work on one host", hint="spex -H HOST fanout …"
+            )
+        rules = _fleet_rules(given)
+        options = _fleet_options(given, pacing, wait=wait, max_concurrent=max_concurrent)
+        fleet_fanout(ctx, legs, hosts, options, rules, as_json)
+        return
+    from spexsup.conductors import fanout as plans
+    from spexsup.core import worktree as wt
+
+    spex = open_spex(ctx)
+    defaults = settings(ctx, spex)
+    request = wt.Request(None, base, repo, worktree_dir)
+    plans.check_best_of_options(worktrees, request, prefix=prefix, harness=harness)
+    policy = sandbox_policy(
+        sandbox, sandbox_optional, False, network, allow_write, deny_read, allow_host
+    )
+    _check_sandbox(policy, worktrees)
+    best_of = None
+    if worktrees is not None:
+        best_of = plans.BestOf(worktrees, prefix, harness or defaults.default_harness, policy)
+    run_wave(
+        spex,
+        _plan(spex, legs, given, best_of, request),
+        max_concurrent=defaults.max_concurrent if max_concurrent is None else max_concurrent,
+        on_complete=on_complete,
+        wait=wait,
+        as_json=as_json,
+        pacing=pacing,
+        keep_best=best,
+    )
+
+
+class Legs(NamedTuple):
+    """Which sessions a fan-out wakes, and with what: the names (HOST:NAME on
+    another host), --all, --match, the prompt (-m, -f), or the wave whose
+    failed legs to relaunch (--retry-failed)."""
+
+    names: list[str]
+    all_: bool
+    match: str | None
+    message: str | None
+    file: str | None
+    retry_failed: str | None
+
+    def read_prompt(self) -> bytes:
+        return prompts.read(None, self.file, message=self.message, forms="-m TEXT")
+
+
+def _plan(
+    spex: "Spex", legs: Legs, given: "Given", best_of: "BestOf | None", request: "Request"
+) -> "Plan":
+    """The wave's plan: best of N (`best_of`: its sessions made now), a retry,
+    or the sessions named or matched."""
+    from spexsup.conductors import fanout as plans
+
+    if best_of is not None:
+        if legs.names or legs.all_ or legs.match or legs.retry_failed:
+            raise Invalid("--worktrees makes its own sessions: name none, no --all/--match")
+        return _best_of(spex, best_of, request, legs.read_prompt, given)
+    if legs.retry_failed is not None:
+        if legs.all_ or legs.match or legs.message is not None or legs.file is not None:
+            raise Invalid("--retry-failed takes no prompt and no --all/--match")
+        return plans.retry(spex, legs.retry_failed, legs.names, given)
+    return plans.to_sessions(
+        spex, legs.names, legs.read_prompt, given, all_=legs.all_, match=legs.match
+    )
+
+
+def _pacing(
+    max_running: int | None,
+    budget: str | None,
+    other: str | None,
+    after_any: str | None,
+    worktrees: int | None,
+) -> "Pacing":
+    """--max-running, --budget and --after (--after-any), checked: when the
+    wave's legs launch."""
+    from spexsup.conductors.waves import Pacing
+
     if max_running is not None and not 1 <= max_running <= 1024:
         raise Invalid(f"invalid --max-running {max_running}", hint="between 1 and 1024")
     usd = usd_amount(budget, "--budget") if budget is not None else None
     if other is not None and worktrees is not None:
         raise Invalid("--after and --worktrees: new sessions have nothing to wait for")
-    spacing = stagger_seconds(stagger)
-    if key is not None:
-        from spexsup.turn.keys import validate
+    return Pacing(max_running, other, after_any is not None, usd)
 
-        validate(key)
-        if worktrees is not None:
-            raise Invalid(
-                "--key names the legs by session; --worktrees makes new sessions each time",
-                hint="give --key to a fan-out over existing sessions",
-            )
-    seconds = timeout_seconds(timeout)
-    models = model_rules(model, fallback)
-    check = verify_rules(verify, no_verify, verify_timeout)
-    from spexsup.cli.worktree import best_pick
 
-    best = best_pick(keep_best, pick, worktrees, check[0])
-    wait = wait or best is not None
-    if (
+def _check_key(key: str | None, worktrees: int | None) -> None:
+    """--key: a valid key, for legs that are existing sessions."""
+    if key is None:
+        return
+    from spexsup.turn.keys import validate
+
+    validate(key)
+    if worktrees is not None:
+        raise Invalid(
+            "--key names the legs by session; --worktrees makes new sessions each time",
+            hint="give --key to a fan-out over existing sessions",
+        )
+
+
+def _across_hosts(legs: Legs, hosts: str | None) -> bool:
+    """A fleet wave: --hosts, a leg named HOST:NAME, or the retry of a fleet wave."""
+    return (
         hosts is not None
-        or any(":" in n for n in names or [])
-        or (retry_failed or "").startswith("fleet-")
-    ):
-        if worktrees is not None or on_complete is not None:
-            raise Invalid(
-                "--worktrees and --on-complete work on one host", hint="spex -H HOST fanout …"
-            )
+        or any(":" in n for n in legs.names)
+        or (legs.retry_failed or "").startswith("fleet-")
+    )
+
+
+def _fleet_rules(given: "Given") -> dict[str, Any]:
+    """The per-turn rules every host's fan-out gets, as a wave's
+    `turn_options` holds them (--on-limit checked here, before any host)."""
+    if given.on_limit is not None:
         from spexsup.turn.admit import parse_on_limit
 
-        if on_limit is not None:
-            parse_on_limit(on_limit)
-        rules = {
-            "window": confirm_window,
-            "timeout": seconds,
-            "strict": strict,
-            "on_limit": on_limit,
-            "model": models[0],
-            "fallback": list(models[1]) if models[1] is not None else None,
-            "stagger": spacing,
-            "verify": list(check[0]) if check[0] is not None else None,
-            "verify_timeout": check[1],
-        }
-        options = ["--wait"] * wait + ["--fresh"] * fresh
-        if key is not None:
-            options += ["--key", key]
-        if max_concurrent is not None:
-            options += ["--max-concurrent", str(max_concurrent)]
-        if max_running is not None:
-            options += ["--max-running", str(max_running)]
-        if usd is not None:
-            # Every cent to each host: `:g` kept six digits ($123,456.78 was $123,457).
-            options += ["--budget", repr(usd)]
-        if other is not None:
-            options += ["--after-any" if after_any else "--after", other]
-        fleet_fanout(
-            ctx,
-            names or [],
-            hosts,
-            all_,
-            match,
-            message,
-            file,
-            retry_failed,
-            options,
-            rules,
-            as_json,
-        )
-        return
-    from spexsup.conductors import fanout as plans
-    from spexsup.conductors import waves
-    from spexsup.core import worktree as wt
+        parse_on_limit(given.on_limit)
+    return {
+        "window": given.window,
+        "timeout": given.timeout,
+        "strict": given.strict,
+        "on_limit": given.on_limit,
+        "model": given.model,
+        "fallback": list(given.fallback) if given.fallback is not None else None,
+        "stagger": given.stagger,
+        "verify": list(given.verify) if given.verify is not None else None,
+        "verify_timeout": given.verify_timeout,
+    }
 
-    given = plans.Given(
-        confirm_window, seconds, strict, on_limit, *models, spacing, *check, fresh=fresh, key=key
-    )
-    spex = open_spex(ctx)
-    defaults = settings(ctx, spex)
-    request = wt.Request(None, base, repo, worktree_dir)
-    plans.check_best_of_options(worktrees, request, prefix=prefix, harness=harness)
 
-    def read_prompt() -> bytes:
-        return prompts.read(None, file, message=message, forms="-m TEXT")
+def _fleet_options(
+    given: "Given", pacing: "Pacing", *, wait: bool, max_concurrent: int | None
+) -> list[str]:
+    """The options of each host's `spex fanout` that are not per-turn rules."""
+    options = ["--wait"] * wait + ["--fresh"] * given.fresh
+    if given.key is not None:
+        options += ["--key", given.key]
+    if max_concurrent is not None:
+        options += ["--max-concurrent", str(max_concurrent)]
+    if pacing.max_running is not None:
+        options += ["--max-running", str(pacing.max_running)]
+    if pacing.budget is not None:
+        # Every cent to each host: `:g` kept six digits ($123,456.78 was $123,457).
+        options += ["--budget", repr(pacing.budget)]
+    if pacing.after is not None:
+        options += ["--after-any" if pacing.after_any else "--after", pacing.after]
+    return options
 
+
+def _check_sandbox(policy: "Policy | None", worktrees: int | None) -> None:
+    """--sandbox shapes only the sessions --worktrees makes, and needs bwrap."""
     from spexsup.adapters import sandbox as sandboxes
 
-    policy = sandboxes.build(
-        None,
-        mode=sandboxes.mode_of(sandbox, sandbox_optional, False),
-        network=network,
-        allow_write=allow_write or (),
-        deny_read=deny_read or (),
-        allow_hosts=allow_host or (),
-    )
     if policy is not None and worktrees is None:
         raise Invalid(
             "--sandbox shapes the sessions --worktrees makes; named sessions keep their own",
@@ -369,197 +417,34 @@ def fanout(
         )
     if policy is not None and policy.enabled:
         sandboxes.require_engine()
-    if worktrees is not None:
-        if names or all_ or match or retry_failed:
-            raise Invalid("--worktrees makes its own sessions: name none, no --all/--match")
-        from spexsup.cli.worktree import confirm_post_create, ran_post_create
-
-        def made(leg: "Session") -> None:
-            ran = ran_post_create(leg.worktree) if leg.worktree else None
-            if ran:
-                decl.echo(f"spex: {leg.name}: {ran}", err=True)
-
-        best_of = plans.BestOf(worktrees, prefix, harness or defaults.default_harness, policy)
-        plan = plans.best_of(
-            spex, best_of, request, read_prompt, given, confirm=confirm_post_create, made=made
-        )
-    elif retry_failed is not None:
-        if all_ or match or message is not None or file is not None:
-            raise Invalid("--retry-failed takes no prompt and no --all/--match")
-        plan = plans.retry(spex, retry_failed, names or [], given)
-    else:
-        plan = plans.to_sessions(spex, names or [], read_prompt, given, all_=all_, match=match)
-    run_wave(
-        spex,
-        plan,
-        max_concurrent=defaults.max_concurrent if max_concurrent is None else max_concurrent,
-        on_complete=on_complete,
-        wait=wait,
-        as_json=as_json,
-        pacing=waves.Pacing(max_running, other, after_any is not None, usd),
-        keep_best=best,
-    )
 
 
-def run_wave(
+def _best_of(
     spex: "Spex",
-    plan: "Plan",
-    *,
-    max_concurrent: int | None = None,
-    on_complete: str | None = None,
-    wait: bool = False,
-    as_json: bool = False,
-    pacing: "Pacing | None" = None,
-    keep_best: str | None = None,
-) -> None:
-    """Launch the plan's wave and show it: each leg as it settles (a live
-    table on a terminal with --wait), then the wave's summary; with
-    `keep_best` (the pick), keep the best leg by its check (`bestof.choose`)."""
-    from spexsup.conductors import bestof, waves
-    from spexsup.core import wavedoc
+    best_of: "BestOf",
+    request: "Request",
+    read_prompt: "Callable[[], bytes]",
+    given: "Given",
+) -> "Plan":
+    """Best of N's plan: its sessions made (each post_create's note said as
+    it ran; an untrusted one asked on a terminal)."""
+    from spexsup.cli.worktree import confirm_post_create, ran_post_create
+    from spexsup.conductors import fanout as plans
 
-    if plan.nothing is not None:
-        if as_json:
-            print_json(
-                {
-                    "schema_version": wavedoc.SCHEMA_VERSION,
-                    "ok": True,
-                    "retry_of": plan.retry_of,
-                    "wave": None,
-                    "legs": [],
-                    "message": plan.nothing,
-                }
-            )
-        else:
-            decl.echo(plan.nothing)
-        return
-    targets, retry_failed = plan.targets, plan.retry_of
-    live = sys.stdout.isatty() and not as_json
-    holder: dict[str, Any] = {"phase": "launch"}
-    printed: set[str] = set()
-    # --wait: every leg's stage as it changes, a live table on a terminal.
-    progress: LegsView | PlainLegs | None = None
-    if wait and not as_json:
-        progress = PlainLegs(spex.home, costs=leg_costs(spex.home)) if not live else None
+    def made(leg: "Session") -> None:
+        ran = ran_post_create(leg.worktree) if leg.worktree else None
+        if ran:
+            decl.echo(f"spex: {leg.name}: {ran}", err=True)
 
-    def on_change(doc: dict[str, Any]) -> None:
-        if as_json:
-            return
-        if wait:
-            if progress is not None:
-                progress.update(doc)
-            return
-        for leg in doc["legs"]:
-            if (
-                leg["status"] in (states.LegStatus.DONE, states.LegStatus.ABORTED)
-                and leg["session"] not in printed
-            ):
-                printed.add(leg["session"])
-                decl.echo(("  " if live else "") + leg_line(leg))
-
-    def on_create(wave: "Wave") -> None:
-        holder["wave"] = wave
-        if plan.best_of and plan.request is not None:
-            bestof.mark_best_of(wave, plan.request, plan.best_of)
-        nonlocal progress
-        if not as_json:
-            decl.echo(
-                f"wave {wave.id}: {len(targets)} leg{'s' * (len(targets) != 1)}"
-                + (" (retry)" if retry_failed else "")
-            )
-        if wait and live and not as_json:
-            progress = LegsView(spex.home, wave.doc, costs=leg_costs(spex.home)).__enter__()
-        wave.listeners.append(on_change)
-        if "signal" in holder:  # a signal that came before the wave existed
-            threading.Thread(target=wave.abort, daemon=True).start()
-
-    detached: list[str] = []
-    try:
-        with signals_for(holder):
-            wave = waves.fanout(
-                spex,
-                targets,
-                plan.wake,
-                max_concurrent=waves.DEFAULT_MAX_CONCURRENT
-                if max_concurrent is None
-                else max_concurrent,
-                retry_of=retry_failed,
-                on_complete=on_complete,
-                on_create=on_create,
-                pacing=pacing or waves.Pacing(),
-            )
-            if wait and "signal" not in holder:
-                wave.listeners.clear()
-                try:
-                    # The phase first: a Ctrl-C right after the line below
-                    # must stop the wait, not count as one during the launch.
-                    holder["phase"] = "wait"
-                    if isinstance(progress, LegsView):
-                        progress.print("waiting for the turns to end…")
-                    elif not as_json:
-                        decl.echo("waiting for the turns to end…")
-                    wave.wait_turns(None if progress is None else progress.update)
-                    holder["phase"] = "done"
-                except WaitInterrupted:
-                    holder["phase"] = "done"
-                    wave.detach()
-                    detached = [leg["session"] for leg in wave.running_legs()]
-    finally:
-        if isinstance(progress, LegsView):
-            progress.__exit__()
-    doc = with_spend(spex, waves.refresh(spex, wave.id))
-    kept = None
-    if keep_best is not None and not detached and "signal" not in holder:
-        from spexsup.cli.worktree import keep_best_leg
-
-        kept = keep_best_leg(spex, doc, keep_best)
-        doc = {**with_spend(spex, waves.refresh(spex, wave.id)), "keep": kept.public()}
-    if as_json:
-        print_json(document(with_iso(doc)))
-    else:
-        if wait and not detached and not live:
-            # Each leg's end was printed as it came; a leg the last update
-            # did not show yet is printed now, never one twice.
-            shown = progress.shown if isinstance(progress, PlainLegs) else {}
-            for leg in doc["legs"]:
-                if leg["session"] not in shown:
-                    decl.echo("  " + leg_line(leg))
-        from spexsup.present import fit
-
-        for line in fit.for_stdout(summary(doc)):
-            decl.echo(line)
-        if kept is not None:
-            for line in kept.lines:
-                decl.echo(line)
-        if not detached and "signal" in holder:
-            # Interrupted while launching: the legs already launched run on.
-            detached = [
-                leg["session"]
-                for leg in doc["legs"]
-                if wavedoc.leg_outcome(leg) == states.LegResult.RUNNING
-            ]
-        if detached:
-            decl.echo(f"stopped waiting; still running: {', '.join(detached)}")
-            decl.echo(f"keep waiting with: spex wait {' '.join(detached)}")
-            decl.echo(f"stop them with: spex stop {' '.join(detached)}")
-    if "signal" in holder:
-        raise decl.Exit(holder["code"])
-    ok = doc["state"] == states.WaveState.COMPLETE if wait else wavedoc.succeeded(doc)
-    if kept is not None:
-        ok = kept.ok
-    if not ok:
-        raise decl.Exit(1)
+    return plans.best_of(
+        spex, best_of, request, read_prompt, given, confirm=confirm_post_create, made=made
+    )
 
 
 def fleet_fanout(
     ctx: decl.Context,
-    names: list[str],
+    legs: Legs,
     hosts: str | None,
-    all_: bool,
-    match: str | None,
-    message: str | None,
-    file: str | None,
-    retry_failed: str | None,
     options: list[str],
     given: dict[str, Any],
     as_json: bool,
@@ -571,6 +456,7 @@ def fleet_fanout(
     from spexsup.adapters import fleet
     from spexsup.paths import resolve_home
 
+    names, all_, match, message, file, retry_failed = legs
     state = resolve_home(ctx.find_root().obj)
     cfg = config.load(state)
     if retry_failed is not None:

@@ -3,7 +3,7 @@ notification targets of `[[notify]]` tables (spexsup.core.notify)."""
 
 import sys
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -13,6 +13,9 @@ from spexsup.cli.decl import open_spex
 from spexsup.cli.params import JsonOpt
 from spexsup.errors import Invalid, Refused
 from spexsup.present.render import age, document, print_json, table, with_iso
+
+if TYPE_CHECKING:
+    from spexsup.core.notify import Target
 
 notify_app = typer.Typer(cls=ListingGroup, invoke_without_command=True)
 app.add_typer(notify_app, name="notify")
@@ -192,25 +195,10 @@ def notify_add(
         --to me@example.com --user me --secret-stdin
       spex notify add here desktop --window 0
     """
-    from spexsup.core import notify
-    from spexsup.core.notify import credentials, edit
+    from spexsup.core.notify import edit
 
-    if service not in notify.SERVICES:
-        raise Invalid(f"unknown service {service!r}", hint=", ".join(notify.SERVICES))
-    if url is not None and service in ("slack", "discord"):
-        raise Invalid(
-            f"a {service} webhook URL is a secret and the command line no place for it",
-            hint="pipe it to --secret-stdin, or name a variable with --env",
-        )
-    if env is not None and secret_stdin:
-        raise Invalid("give --env or --secret-stdin, not both")
-    fields: dict[str, Any] = {"name": name, "service": service}
-    if on:
-        fields["on"] = on
-    if session:
-        fields["sessions"] = session
-    if window is not None:
-        fields["window"] = window
+    _check_service(service, url, env, secret_stdin)
+    fields: dict[str, Any] = {"name": name, "service": service, **_when(on, session, window)}
     given: dict[str, Any] = {
         "url": url,
         "chat_id": chat_id,
@@ -222,23 +210,70 @@ def notify_add(
         "title": title,
         "priority": priority,
         "tags": tag,
+        **_smtp_server(smtp),
     }
-    if smtp is not None:
-        host, _, port = smtp.partition(":")
-        given["host"] = host
-        if port:
-            if not port.isdigit():
-                raise Invalid(f"--smtp: {port!r} is no port number")
-            given["port"] = int(port)
     fields.update({k: v for k, v in given.items() if v is not None})
-    kind = notify.SECRET_OF.get(service)
-    if env is not None:
-        if kind is None:
-            raise Invalid(f"a {service} target has no secret")
-        fields[kind[1]] = env
+    fields.update(_secret_variable(service, env))
     spex = open_spex(ctx)
     secret = _secret_from_stdin() if secret_stdin else None
-    target = edit.add(spex.home, fields, secret)
+    _say_added(edit.add(spex.home, fields, secret))
+
+
+def _check_service(service: str, url: str | None, env: str | None, secret_stdin: bool) -> None:
+    """A known service, and its secret from one place, never the command line."""
+    from spexsup.core import notify
+
+    if service not in notify.SERVICES:
+        raise Invalid(f"unknown service {service!r}", hint=", ".join(notify.SERVICES))
+    if url is not None and service in ("slack", "discord"):
+        raise Invalid(
+            f"a {service} webhook URL is a secret and the command line no place for it",
+            hint="pipe it to --secret-stdin, or name a variable with --env",
+        )
+    if env is not None and secret_stdin:
+        raise Invalid("give --env or --secret-stdin, not both")
+
+
+def _when(on: list[str] | None, session: list[str] | None, window: str | None) -> dict[str, Any]:
+    """When the target is told: --on, --session, --window, as its table keeps them."""
+    fields: dict[str, Any] = {}
+    if on:
+        fields["on"] = on
+    if session:
+        fields["sessions"] = session
+    if window is not None:
+        fields["window"] = window
+    return fields
+
+
+def _smtp_server(smtp: str | None) -> dict[str, Any]:
+    """--smtp HOST[:PORT] as the table's host and port."""
+    if smtp is None:
+        return {}
+    host, _, port = smtp.partition(":")
+    if not port:
+        return {"host": host}
+    if not port.isdigit():
+        raise Invalid(f"--smtp: {port!r} is no port number")
+    return {"host": host, "port": int(port)}
+
+
+def _secret_variable(service: str, env: str | None) -> dict[str, Any]:
+    """--env NAME: the table's field naming the variable the secret is read from."""
+    if env is None:
+        return {}
+    from spexsup.core import notify
+
+    kind = notify.SECRET_OF.get(service)
+    if kind is None:
+        raise Invalid(f"a {service} target has no secret")
+    return {kind[1]: env}
+
+
+def _say_added(target: "Target") -> None:
+    """What `notify add` made, and how to try it."""
+    from spexsup.core.notify import credentials
+
     decl.echo(
         f"added {target.name} ({target.service}, {credentials.destination(target)}):"
         f" on {','.join(target.on)}, window {target.window:g}s"

@@ -2,10 +2,13 @@
 completers, and the bounds of the shared time options (`spexsup.durations`)."""
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from spexsup import durations
 from spexsup.cli import complete, decl
+
+if TYPE_CHECKING:
+    from spexsup.adapters.sandbox import Policy
 
 # "a duration: 90s, 15m, 2h", said once in each time option's help.
 DURATION = "a duration: 90s, 15m, 2h"
@@ -381,3 +384,27 @@ AllowHostOpt = Annotated[
         show_default=False,
     ),
 ]
+
+
+def sandbox_policy(
+    sandbox: bool,
+    sandbox_optional: bool,
+    no_sandbox: bool,
+    network: str | None,
+    allow_write: list[str] | None,
+    deny_read: list[str] | None,
+    allow_host: list[str] | None,
+) -> "Policy | None":
+    """The sandbox options of the sessions a command makes (`new`, `fanout
+    --worktrees`), checked: their policy, None when no option said anything
+    of a sandbox (see `spexsup.adapters.sandbox.build`)."""
+    from spexsup.adapters import sandbox as sandboxes
+
+    return sandboxes.build(
+        None,
+        mode=sandboxes.mode_of(sandbox, sandbox_optional, no_sandbox),
+        network=network,
+        allow_write=allow_write or (),
+        deny_read=deny_read or (),
+        allow_hosts=allow_host or (),
+    )

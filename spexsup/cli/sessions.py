@@ -1,4 +1,4 @@
-"""`spex new | ls | show | rm | attach | doctor | completion`."""
+"""`spex ls | show | rm | up | attach | doctor | completion` (`spex new` is in cli/new.py)."""
 
 import os
 import sys
@@ -11,40 +11,18 @@ from spexsup.cli import complete, decl
 from spexsup.cli.decl import command, open_spex, settings
 from spexsup.cli.params import (
     AllOpt,
-    AllowHostOpt,
-    AllowWriteOpt,
-    BaseOpt,
     ColorOpt,
-    DenyReadOpt,
-    FallbackOpt,
     JsonOpt,
     MatchOpt,
-    ModelOpt,
     NameArg,
     NamesArg,
-    NetworkOpt,
-    NoSandboxOpt,
-    OnLimitOpt,
-    RepoOpt,
-    SandboxOpt,
-    SandboxOptionalOpt,
     StaggerOpt,
-    StrictOpt,
-    TimeoutOpt,
-    VerifyOpt,
-    VerifyTimeoutOpt,
-    WindowOpt,
     confirm_many,
-    model_rules,
     stagger_seconds,
-    timeout_seconds,
-    verify_rules,
-    window_seconds,
 )
 from spexsup.errors import Invalid
 from spexsup.present import fit
 from spexsup.present.render import (
-    argv_word,
     document,
     ls_text,
     print_json,
@@ -59,195 +37,7 @@ from spexsup.present.render import (
 
 if TYPE_CHECKING:
     from spexsup.config import Config
-    from spexsup.core.worktree import Setup
     from spexsup.errors import SpexError
-
-
-@command()
-def new(
-    ctx: decl.Context,
-    name: NameArg,
-    command: Annotated[
-        list[str] | None,
-        decl.Argument(
-            metavar="[-- CMD ARGS…]",
-            help="A command to run as the harness; each turn appends the prompt to it."
-            " With --harness: that harness's own arguments, in every turn.",
-            show_default=False,
-        ),
-    ] = None,
-    harness: Annotated[
-        str | None,
-        decl.Option(
-            "--harness",
-            metavar="HARNESS",
-            help="claude, codex, opencode, pi, demo, command or one from harnesses.toml."
-            " [default: config.toml's default_harness; none: refused]",
-            autocompletion=complete.harness_names,
-            show_default=False,
-        ),
-    ] = None,
-    cwd: Annotated[
-        str | None,
-        decl.Option(
-            "--cwd", metavar="DIR", help="Working directory. [default: here]", show_default=False
-        ),
-    ] = None,
-    env: Annotated[
-        list[str] | None,
-        decl.Option("--env", metavar="KEY=VALUE", help="Environment of every turn; repeatable."),
-    ] = None,
-    window: WindowOpt = None,
-    worktree: Annotated[
-        bool, decl.Option("--worktree", help="Work in a new git worktree and branch.")
-    ] = False,
-    branch: Annotated[
-        str | None,
-        decl.Option(
-            "--branch",
-            metavar="BRANCH",
-            help="With --worktree: the new branch. [default: spex/NAME]",
-        ),
-    ] = None,
-    base: BaseOpt = None,
-    repo: RepoOpt = None,
-    worktree_dir: Annotated[
-        str | None,
-        decl.Option("--worktree-dir", metavar="DIR", help="With --worktree: make it in DIR/NAME."),
-    ] = None,
-    timeout: TimeoutOpt = None,
-    strict: StrictOpt = False,
-    on_limit: OnLimitOpt = None,
-    queue: Annotated[
-        bool,
-        decl.Option(
-            "--queue",
-            help="spex wake queues its prompt when the session is busy (as wake --queue).",
-        ),
-    ] = False,
-    model: ModelOpt = None,
-    fallback: FallbackOpt = None,
-    verify: VerifyOpt = None,
-    no_verify: Annotated[
-        bool,
-        decl.Option("--no-verify", help="Its turns run no check, whatever is configured."),
-    ] = False,
-    verify_timeout: VerifyTimeoutOpt = None,
-    sandbox: SandboxOpt = False,
-    sandbox_optional: SandboxOptionalOpt = False,
-    no_sandbox: NoSandboxOpt = False,
-    allow_write: AllowWriteOpt = None,
-    deny_read: DenyReadOpt = None,
-    network: NetworkOpt = None,
-    allow_host: AllowHostOpt = None,
-    no_check: Annotated[
-        bool,
-        decl.Option("--no-check", help="Create it even if the harness binary is not found."),
-    ] = False,
-    as_json: JsonOpt = False,
-) -> None:
-    """Create a session and its tmux pane (with --worktree: in a new git worktree).
-
-    After --: with no --harness, the command to run (the prompt appended);
-    with --harness H, arguments for H, put in its fresh and resumed argv
-    before the prompt (see spex harness show H).
-
-    \b
-    Examples:
-      spex new api --harness claude --cwd ~/src/api
-      spex new tool -- ./my-agent.sh --flag
-      spex new edit --harness claude -- --permission-mode acceptEdits
-      spex new fix --harness claude --worktree --base main
-      spex new api --harness claude --verify 'make test' --verify-timeout 20m
-      spex new night --harness claude --worktree --sandbox
-    """
-    from spexsup.core import sessions
-    from spexsup.errors import Invalid
-    from spexsup.turn.read import describe
-
-    ids.validate_name(name)
-    argv = ctx.find_root().meta.get("spex.argv", [])
-    if "--" in argv and not command:
-        raise Invalid("nothing after --", hint="spex new NAME -- CMD ARGS…")
-    asked = (branch, base, repo, worktree_dir)
-    if not worktree and asked != (None,) * 4:
-        raise Invalid("--branch, --base, --repo and --worktree-dir need --worktree")
-    request = None
-    if worktree:  # (spexsup.core.worktree's dataclasses cost a plain `new` ~5 ms)
-        from spexsup.core.worktree import Request
-
-        request = Request(*asked)
-    seconds = window_seconds(window)
-    limit = timeout_seconds(timeout)
-    models = model_rules(model, fallback)
-    check, check_timeout = verify_rules(verify, no_verify, verify_timeout)
-    if on_limit is not None:
-        from spexsup.turn.admit import parse_on_limit
-
-        parse_on_limit(on_limit)
-    from spexsup.adapters import sandbox as sandboxes
-
-    policy = sandboxes.build(
-        None,
-        mode=sandboxes.mode_of(sandbox, sandbox_optional, no_sandbox),
-        network=network,
-        allow_write=allow_write or (),
-        deny_read=deny_read or (),
-        allow_hosts=allow_host or (),
-    )
-    if policy is not None and policy.enabled:
-        sandboxes.require_engine()
-    spex = open_spex(ctx)
-    if harness is None and not command:
-        harness = settings(ctx, spex).default_harness
-    harness_args: list[str] = []
-    if harness is not None and harness != "command" and command:
-        # `--harness H -- ARGS…`: H's own arguments, not a command.
-        harness_args, command = command, None
-    s = sessions.create(
-        spex,
-        name,
-        harness=harness,
-        cwd=cwd,
-        env=sessions.parse_env(env or []),
-        window=seconds,
-        timeout=limit,
-        strict=strict,
-        on_limit=on_limit,
-        queue=queue,
-        model=models[0],
-        fallback=models[1],
-        verify=check,
-        verify_timeout=check_timeout,
-        sandbox=policy,
-        check=not no_check,
-        command=command,
-        harness_args=harness_args,
-        worktree=request,
-        confirm=_confirm_post_create if worktree else None,
-    )
-    note = sessions.pinned_note(s)
-    if note:
-        decl.echo(f"spex: note: {note}", err=True)
-    if as_json:
-        (row,) = describe(spex, [s.name])
-        print_json(row)
-        return
-    line = f"created {s.name} ({' '.join([s.harness, *map(argv_word, s.harness_args)])}) in {s.cwd}"
-    if s.worktree is not None:
-        from spexsup.cli.worktree import ran_post_create
-
-        ran = ran_post_create(s.worktree)
-        if ran:
-            decl.echo(ran)
-        line += f" on branch {s.worktree.branch} from {s.worktree.base[:12]}"
-    decl.echo(line)
-
-
-def _confirm_post_create(setup: "Setup") -> bool:
-    from spexsup.cli.worktree import confirm_post_create
-
-    return confirm_post_create(setup)
 
 
 @command("ls")
@@ -526,7 +316,7 @@ def up(
         for r in reports:
             decl.echo(f"{r.name}: {r.status}" + (f" ({r.detail})" if r.detail else ""))
     if revive:
-        from spexsup.cli.fanout import run_wave
+        from spexsup.cli.runwave import run_wave
         from spexsup.conductors import fanout as plans
 
         with plans.revive(spex, names, prompt, spacing) as plan:

@@ -27,7 +27,7 @@ class Command(NamedTuple):
 # imported only for type checking are quoted instead. tests/test_cli.py
 # keeps it so.
 COMMANDS = (
-    Command("new", "sessions", writes=True),
+    Command("new", "new", writes=True),
     Command("wake", "turns", writes=True),
     Command("wait", "turns"),
     Command("queue", "queue", writes=True),

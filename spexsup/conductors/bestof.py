@@ -71,20 +71,11 @@ def create_legs(
     ]
     if taken:
         raise Refused(f"session {taken[0]!r} already exists", hint="--prefix P")
+    spec = sessions.Spec(harness=harness, window=window, worktree=request, sandbox=sandbox)
     made: list[Session] = []
     try:
         for n in names:  # a loop, not extend: `made` must hold the legs made so far
-            made.append(  # noqa: PERF401
-                sessions.create(
-                    spex,
-                    n,
-                    harness=harness,
-                    window=window,
-                    worktree=request,
-                    confirm=confirm,
-                    sandbox=sandbox,
-                )
-            )
+            made.append(sessions.create(spex, n, spec, confirm=confirm))  # noqa: PERF401
     except BaseException as e:
         for s in made:
             try:

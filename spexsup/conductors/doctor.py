@@ -318,11 +318,10 @@ def sandbox_check(spex: Spex, *, read: bool = True) -> Check:
         policy = sandboxes.Policy(sandboxes.Mode.ON, sandboxes.Network.NONE)
         plan = sandboxes.plan(
             policy,
+            sandboxes.Needs(),
             cwd=probe / "work",
             spex_home=spex.home,
             turn_dir=probe,
-            harness_write=(),
-            harness_hosts=(),
             env={},
         )
         argv = sandboxes.bwrap_argv(plan, engine)

@@ -28,7 +28,7 @@ import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spexsup import states
 from spexsup.config import Retention
@@ -238,6 +238,26 @@ def _pause_for_tests() -> None:
             time.sleep(60)
 
 
+class Bounds(NamedTuple):
+    """How much one prune may do: at most so many turns, waves and events
+    (None: every one due), no new batch of `batch` rows once `budget`
+    seconds are spent (None: no limit), and whether to sweep the orphans an
+    interrupted prune left (it walks every directory)."""
+
+    turns: int | None = None
+    waves: int | None = None
+    events: int | None = None
+    budget: float | None = None
+    batch: int = BATCH
+    sweep: bool = True
+
+
+# `spex prune`'s: everything due, and the orphans swept.
+WHOLE = Bounds()
+# The writers' opportunistic prune (`maybe_prune`): milliseconds, no sweep.
+AUTO = Bounds(AUTO_TURNS, AUTO_WAVES, AUTO_EVENTS, AUTO_BUDGET, AUTO_BATCH, sweep=False)
+
+
 def prune(
     store: Store,
     home: Path,
@@ -246,22 +266,16 @@ def prune(
     dry_run: bool = False,
     older_than: float | None = None,
     sessions: Sequence[str] | None = None,
-    turn_limit: int | None = None,
-    wave_limit: int | None = None,
-    event_limit: int | None = None,
-    sweep: bool = True,
-    budget: float | None = None,
-    batch: int = BATCH,
+    bounds: Bounds = WHOLE,
     now: float | None = None,
 ) -> Pruned:
-    """Apply `policy` (`older_than` seconds replaces `keep_days` for this call).
+    """Apply `policy` (`older_than` seconds replaces `keep_days` for this call),
+    within `bounds`.
 
     With `sessions`, only those sessions' turns are pruned (waves and events
     are the home's, left alone). Unknown sessions are refused before anything
-    changes. `sweep` also removes orphans that an interrupted prune left.
-    With `budget` (seconds), no batch of `batch` rows starts once it is spent.
-    Safe to run concurrently with anything: every batch re-checks, inside its
-    transaction, that its turns are still prunable.
+    changes. Safe to run concurrently with anything: every batch re-checks,
+    inside its transaction, that its turns are still prunable.
     """
     now = time.time() if now is None else now
     cutoff = now - (older_than if older_than is not None else policy.keep_days * DAY)
@@ -271,8 +285,8 @@ def prune(
             if db.execute("SELECT 1 FROM sessions WHERE name = ?", (name,)).fetchone() is None:
                 raise UnknownSession(name, session_names(db))
     out = Pruned(dry_run)
-    candidates = _turn_candidates(db, policy, cutoff, sessions, turn_limit)
-    waves = [] if sessions is not None else _wave_candidates(db, policy, cutoff, wave_limit)
+    candidates = _turn_candidates(db, policy, cutoff, sessions, bounds.turns)
+    waves = [] if sessions is not None else _wave_candidates(db, policy, cutoff, bounds.waves)
     turns_dir = turndir.root(home)
     waves_dir = home / "waves"
     if dry_run:
@@ -285,9 +299,9 @@ def prune(
         out.waves = waves
         out.bytes += sum(tree_bytes(waves_dir / f"{w}{s}") for w in waves for s in WAVE_SUFFIXES)
         if sessions is None:
-            out.events = _event_surplus(db, policy.keep_events, event_limit)
+            out.events = _event_surplus(db, policy.keep_events, bounds.events)
         out.usage = _old_usage(db, cutoff, sessions)
-        if sweep:
+        if bounds.sweep:
             for path in orphans(store, home, now=now):
                 out.orphans += 1
                 out.bytes += tree_bytes(path)
@@ -295,8 +309,9 @@ def prune(
     began = time.monotonic()
 
     def spent() -> bool:
-        return budget is not None and time.monotonic() - began > budget
+        return bounds.budget is not None and time.monotonic() - began > bounds.budget
 
+    batch = bounds.batch
     for start in range(0, len(candidates), batch):
         if spent():
             return out
@@ -306,14 +321,14 @@ def prune(
             return out
         _prune_waves(store, waves_dir, waves[start : start + batch], out)
     if sessions is None:
-        out.events = _prune_events(store, policy.keep_events, event_limit)
+        out.events = _prune_events(store, policy.keep_events, bounds.events)
     while not spent():
         with store.tx() as tx:
             found = _prune_usage(tx, cutoff, sessions, batch)
         out.usage += found
         if found < batch:
             break
-    if sweep:
+    if bounds.sweep:
         for path in orphans(store, home, now=now):
             out.orphans += 1
             out.bytes += _remove(path)
@@ -482,17 +497,7 @@ def maybe_prune(home: Path) -> Pruned | None:
         if not policy.auto:
             return None
         try:
-            return prune(
-                store,
-                home,
-                policy,
-                turn_limit=AUTO_TURNS,
-                wave_limit=AUTO_WAVES,
-                event_limit=AUTO_EVENTS,
-                sweep=False,
-                budget=AUTO_BUDGET,
-                batch=AUTO_BATCH,
-            )
+            return prune(store, home, policy, bounds=AUTO)
         except (OSError, sqlite3.Error) as e:
             # Nobody waits for this prune: leave the failure for `spex doctor`.
             with store.tx() as db:

@@ -283,46 +283,60 @@ def working_directory(
     return directory
 
 
+class Spec(NamedTuple):
+    """What a new session is asked to be, as `spex new` says it (None: not
+    said; the harness, config.toml or a built-in default decide).
+
+    `command` is the command harness's argv; `harness_args` are a named
+    harness's own arguments, added to both of its argv forms. `worktree`:
+    made in a new worktree (its cwd). The rest are its turns' own rules,
+    kept as the session's columns."""
+
+    harness: str | None = None
+    command: Sequence[str] | None = None
+    harness_args: Sequence[str] = ()
+    cwd: str | None = None
+    env: Mapping[str, str] | None = None
+    window: float | None = None
+    worktree: Request | None = None
+    timeout: float | None = None
+    strict: bool = False
+    on_limit: str | None = None
+    queue: bool = False
+    model: str | None = None
+    fallback: Sequence[str] | None = None
+    verify: Sequence[str] | None = None
+    verify_timeout: float | None = None
+    sandbox: Policy | None = None
+
+
 def create(
     spex: Spex,
     name: str,
+    spec: Spec,
     *,
-    harness: str | None = None,
-    cwd: str | None = None,
-    env: Mapping[str, str] | None = None,
-    window: float | None = None,
-    command: Sequence[str] | None = None,
-    harness_args: Sequence[str] = (),
-    worktree: Request | None = None,
-    timeout: float | None = None,
-    strict: bool = False,
-    on_limit: str | None = None,
-    queue: bool = False,
-    model: str | None = None,
-    fallback: Sequence[str] | None = None,
-    verify: Sequence[str] | None = None,
-    verify_timeout: float | None = None,
-    sandbox: Policy | None = None,
     check: bool = True,
     confirm: Callable[[Setup], bool] | None = None,
 ) -> Session:
-    """Record the session, then build its pane; undo the record if tmux fails.
-
-    `command` is the command harness's argv; `harness_args` are a named
-    harness's own arguments, added to both of its argv forms.
+    """Record the session `name` as `spec` asks, then build its pane; undo
+    the record if tmux fails.
 
     Two racing creates of one name: the primary key lets exactly one win.
-    With `worktree`, the session is recorded `creating` (no wake admitted)
+    With a worktree, the session is recorded `creating` (no wake admitted)
     and, holding its ticket, gets its branch, worktree (its cwd), pane
     and post_create; any failure undoes all of them (see `worktree.add`).
     A post_create whose file is not trusted is refused before anything is
     made, unless `confirm` (the CLI's prompt on a terminal) says yes.
+    `check`: the harness binary must be found (`check_harness`).
     """
     ids.validate_name(name)
-    validate_window(window)
-    env = parse_env([f"{k}={v}" for k, v in (env or {}).items()])
-    harness, pinned = check_harness(spex.home, harness, command, harness_args, env, check=check)
-    if (model or fallback) and not registry.resolve(
+    validate_window(spec.window)
+    command, harness_args = spec.command, spec.harness_args
+    env = parse_env([f"{k}={v}" for k, v in (spec.env or {}).items()])
+    harness, pinned = check_harness(
+        spex.home, spec.harness, command, harness_args, env, check=check
+    )
+    if (spec.model or spec.fallback) and not registry.resolve(
         harness, command, spex.home, tuple(harness_args)
     ).takes_model():
         raise Invalid(
@@ -330,8 +344,8 @@ def create(
             hint="give the harness model_flag or {model} in harnesses.toml",
         )
     after = list(command) if command else list(harness_args)
-    plan = None
-    if worktree is not None:
+    plan, cwd = None, spec.cwd
+    if spec.worktree is not None:
         from spexsup.core import worktree as worktrees
         from spexsup.core.trust import require_trust
 
@@ -339,7 +353,7 @@ def create(
             raise Invalid("--cwd and --worktree: the worktree is the cwd", hint="--repo DIR")
         if spex.store.db.execute("SELECT 1 FROM sessions WHERE name = ?", (name,)).fetchone():
             raise Refused(f"session {name!r} already exists", hint="see spex ls")
-        plan = worktrees.plan(name, worktree)
+        plan = worktrees.plan(name, spec.worktree)
         require_trust(spex.home, plan.setup, confirm)
         cwd = plan.worktree.path
     directory = working_directory(cwd, command, check=check, made=plan is None)
@@ -354,20 +368,20 @@ def create(
                 command=json.dumps(after) if after else None,
                 cwd=str(directory),
                 env=json.dumps(env),
-                window=window,
+                window=spec.window,
                 created_at=time.time(),
                 incarnation=incarnation,
                 worktree=None if plan is None else plan.worktree.to_json(),
-                timeout=timeout,
-                strict=int(strict),
-                on_limit=on_limit,
+                timeout=spec.timeout,
+                strict=int(spec.strict),
+                on_limit=spec.on_limit,
                 binary=pinned,
-                queue=int(queue),
-                model=model,
-                fallback=json.dumps(list(fallback)) if fallback is not None else None,
-                verify=json.dumps(list(verify)) if verify is not None else None,
-                verify_timeout=verify_timeout,
-                sandbox=sandbox.dumps() if sandbox is not None else None,
+                queue=int(spec.queue),
+                model=spec.model,
+                fallback=_json_list(spec.fallback),
+                verify=_json_list(spec.verify),
+                verify_timeout=spec.verify_timeout,
+                sandbox=spec.sandbox.dumps() if spec.sandbox is not None else None,
             )
     except sqlite3.IntegrityError:
         raise Refused(f"session {name!r} already exists", hint="see spex ls") from None
@@ -388,6 +402,10 @@ def create(
     if plan is None:
         events.emit(spex.store, "created", session=name, harness=harness, cwd=str(directory))
     return get(spex, name) if plan is not None else session
+
+
+def _json_list(values: Sequence[str] | None) -> str | None:
+    return json.dumps(list(values)) if values is not None else None
 
 
 def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:

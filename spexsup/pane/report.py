@@ -581,6 +581,25 @@ def _judged(store: Store, turn_dir: Path | None, end: End, adapter: Harness | No
     return _Judged(found, state, error, kept, conversation, spent, stop_request)
 
 
+def _turn_end(judged: _Judged, end: End) -> ledger.TurnEnd:
+    """The end as the ledger records it: the judgement's facts (none
+    without an rc to judge) and the reporter's."""
+    found = judged.found
+    return ledger.TurnEnd(
+        judged.state,
+        end.rc,
+        judged.error,
+        judged.flags,
+        cause=found.cause if found is not None else None,
+        limit_reset=found.limit_reset if found is not None else None,
+        survivors=found.survivors if found is not None else (),
+        ran=end.final.ran if end.final is not None else None,
+        launched=end.launched,
+        conversation=judged.conversation,
+        stopped=judged.stop_request is not None,
+    )
+
+
 def _defers(store: Store, row: Any, turn_dir: Path | None, rc: int | None) -> bool:
     """Is this reported failure the live launcher's to retry? Only a turn
     still `starting`, within its retries, whose attempt ran nothing."""
@@ -639,23 +658,7 @@ def _record(
                 extra["survivors"] = found.survivors
         if found is not None and found.verification is not None:
             record_verification(db, session, turn, turn_dir, found.verification)
-        ledger.record_end(
-            db,
-            session,
-            turn,
-            judged.state,
-            rc=end.rc,
-            error=judged.error,
-            flags=judged.flags,
-            cause=found.cause if found is not None else None,
-            limit_reset=found.limit_reset if found is not None else None,
-            survivors=found.survivors if found is not None else (),
-            launched=end.launched,
-            conversation=judged.conversation,
-            stopped=judged.stop_request is not None,
-            event=extra,
-            ran=ran,
-        )
+        ledger.record_end(db, session, turn, _turn_end(judged, end), extra)
         if found is not None and found.cause == Cause.CONVERSATION_GONE:
             # Resuming it can only fail the same way again: the next wake
             # (and a --retry-failed) starts a new conversation.

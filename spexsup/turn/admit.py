@@ -329,19 +329,19 @@ def sandbox_plan(
 
     from spexsup.pane import netgate
 
+    needs = sandboxes.Needs(
+        adapter.sandbox_write,
+        [*adapter.model_hosts, *netgate.base_url_hosts({**os.environ, **session.env})],
+        adapter.sandbox_relocate,
+    )
     plan = sandboxes.plan(
         policy,
+        needs,
         cwd=Path(session.cwd),
         spex_home=spex.home,
         turn_dir=directory,
-        harness_write=adapter.sandbox_write,
-        harness_hosts=[
-            *adapter.model_hosts,
-            *netgate.base_url_hosts({**os.environ, **session.env}),
-        ],
         env=session.env,
         other_worktrees=others,
-        harness_relocate=adapter.sandbox_relocate,
     )
     sandboxes.prepare_writable(plan)
     return plan

@@ -590,13 +590,13 @@ def effective_sandbox(spex: Spex, s: Session) -> dict[str, Any]:
             Path(r["cwd"])
             for r in spex.store.db.execute("SELECT cwd FROM sessions WHERE worktree NOT NULL")
         ]
+        hosts = [*adapter.model_hosts, *netgate.base_url_hosts({**os.environ, **s.env})]
         plan = sandboxes.plan(
             policy,
+            sandboxes.Needs(adapter.sandbox_write, hosts),
             cwd=Path(s.cwd),
             spex_home=spex.home,
             turn_dir=spex.home / "turns" / s.name / "next",
-            harness_write=adapter.sandbox_write,
-            harness_hosts=[*adapter.model_hosts, *netgate.base_url_hosts({**os.environ, **s.env})],
             env=s.env,
             other_worktrees=others,
         )

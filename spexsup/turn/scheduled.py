@@ -319,6 +319,11 @@ class Fired(NamedTuple):
     key: str
     verdict: Verdict
 
+    def firing(self) -> ledger.Firing:
+        """What the schedule's row and its event keep of it."""
+        v = self.verdict
+        return ledger.Firing(self.slot, self.key, v.verdict, v.turn, v.queued, v.error, v.repeat)
+
     @property
     def exit_code(self) -> int:
         if self.verdict.ok:
@@ -357,18 +362,7 @@ def fire(spex: Spex, s: Schedule, *, now: float | None = None, due: bool = True)
         verdict = Verdict(s.session, None, word, error=e.line(), key=key)
     fired = Fired(s, engines.slot(at), key, verdict)
     with spex.store.tx() as db:
-        ledger.record_firing(
-            db,
-            s.id,
-            s.session,
-            slot=fired.slot,
-            key=key,
-            verdict=verdict.verdict,
-            turn=verdict.turn,
-            queued=verdict.queued,
-            error=verdict.error,
-            repeat=verdict.repeat,
-        )
+        ledger.record_firing(db, s.id, s.session, fired.firing())
     return fired
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spexsup.state import events
 from spexsup.states import (
@@ -318,61 +318,77 @@ def current_turn(db: sqlite3.Connection, session: str, turn: str) -> Any:
     ).fetchone()
 
 
+class TurnEnd(NamedTuple):
+    """What a turn's end says, as `record_end` writes it: its state and rc,
+    the error and outcome flags, the cause (and a usage limit's reset), the
+    processes that outlived it, its run time as its wrapper measured it
+    (None: unknown, or it never ran, never the time between its admission
+    and the record), whether it provably launched, the conversation it
+    leaves, and whether a stop asked for it."""
+
+    state: str
+    rc: int | None
+    error: str | None
+    flags: Sequence[str] | None
+    cause: str | None = None
+    limit_reset: float | None = None
+    survivors: Sequence[int] = ()
+    ran: float | None = None
+    launched: bool = False
+    conversation: str | None = None
+    stopped: bool = False
+
+
 def record_end(
     db: sqlite3.Connection,
     session: str,
     turn: str,
-    state: str,
-    *,
-    rc: int | None,
-    error: str | None,
-    flags: Sequence[str] | None,
-    cause: str | None,
-    limit_reset: float | None,
-    launched: bool,
-    conversation: str | None,
-    stopped: bool,
-    survivors: Sequence[int] = (),
+    end: TurnEnd,
     event: Mapping[str, Any] | None = None,
-    ran: float | None = None,
 ) -> None:
     """The end of an active turn (the caller read it active in this
     transaction: `current_turn`), its `launched` event first if none
-    was, its end event, and the session's state after it (`stopped` when a
-    stop asked for this end; a stopped or removing session stays so).
-    `ran`: its run time as its wrapper measured it (None: unknown, or it
-    never ran), never the time between its admission and this record."""
+    was, its end event (with `event`'s fields), and the session's state
+    after it (`stopped` when a stop asked for this end; a stopped or
+    removing session stays so)."""
     db.execute(
         "UPDATE turns SET state = ?, rc = ?, ended_at = ?, error = coalesce(?, error),"
         " flags = ?, cause = ?, limit_reset = ?, waiting_until = NULL,"
         " survivors = ?, ran = ? WHERE id = ? AND state IN " + _ACTIVE_SQL,
         (
-            state,
-            rc,
+            end.state,
+            end.rc,
             time.time(),
-            error,
-            json.dumps(list(flags)) if flags is not None else None,
-            cause,
-            limit_reset,
-            json.dumps(list(survivors)) if survivors else None,
-            ran,
+            end.error,
+            json.dumps(list(end.flags)) if end.flags is not None else None,
+            end.cause,
+            end.limit_reset,
+            json.dumps(list(end.survivors)) if end.survivors else None,
+            end.ran,
             turn,
         ),
     )
-    if launched:
+    if end.launched:
         _launched(db, session=session, turn=turn)
-    _close_verification(db, turn, error)
+    _close_verification(db, turn, end.error)
     payload = dict(event or {})
     events.turn_ended(
-        db, state, session=session, turn=turn, rc=rc, cause=cause, error=error, **payload
+        db,
+        end.state,
+        session=session,
+        turn=turn,
+        rc=end.rc,
+        cause=end.cause,
+        error=end.error,
+        **payload,
     )
-    after = STOPPED if stopped else session_state_after(state)
+    after = STOPPED if end.stopped else session_state_after(end.state)
     db.execute(
         "UPDATE sessions SET state = CASE WHEN state IN (?, ?) THEN state ELSE ? END,"
         " harness_session_id = coalesce(?, harness_session_id) WHERE name = ?",
-        (STOPPED, REMOVING, after, conversation, session),
+        (STOPPED, REMOVING, after, end.conversation, session),
     )
-    if stopped:
+    if end.stopped:
         events.record(db, EventKind.STOPPED, session=session, turn=turn, by_lease=False)
 
 
@@ -570,10 +586,16 @@ from spexsup.state.ledger.queue import (  # noqa: E402
     skip_queued,
     take_queued,
 )
-from spexsup.state.ledger.schedules import add_schedule, record_firing, remove_schedule  # noqa: E402
+from spexsup.state.ledger.schedules import (  # noqa: E402
+    Firing,
+    add_schedule,
+    record_firing,
+    remove_schedule,
+)
 from spexsup.state.ledger.usage import prune_usage, rebuild_usage_days, record_usage  # noqa: E402
 
 __all__ = [
+    "Firing",
     "add_schedule",
     "claim_key",
     "drop_queued",

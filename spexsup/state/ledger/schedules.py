@@ -4,7 +4,7 @@ each change inside the caller's transaction, with its event."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spexsup.state import events
 from spexsup.states import EventKind
@@ -49,37 +49,47 @@ def remove_schedule(
     return bool(cur.rowcount)
 
 
-def record_firing(
-    db: sqlite3.Connection,
-    schedule: str,
-    session: str,
-    *,
-    slot: str,
-    key: str,
-    verdict: str,
-    turn: str | None,
-    queued: str | None,
-    error: str | None,
-    repeat: bool,
-) -> None:
-    """What a firing of `schedule` did (its slot and wake key, the verdict,
-    the turn or queue entry), on the schedule and as its `schedule-fired`
-    event. A schedule removed meanwhile keeps the event only."""
+class Firing(NamedTuple):
+    """What one firing of a schedule did: the slot it was for, its wake key,
+    the verdict, the turn it started or the queue entry it left (or the
+    error), and whether the key had answered before (a repeat)."""
+
+    slot: str
+    key: str
+    verdict: str
+    turn: str | None
+    queued: str | None
+    error: str | None
+    repeat: bool
+
+
+def record_firing(db: sqlite3.Connection, schedule: str, session: str, firing: Firing) -> None:
+    """What a firing of `schedule` did, on the schedule and as its
+    `schedule-fired` event. A schedule removed meanwhile keeps the event only."""
     db.execute(
         "UPDATE schedules SET last_fired_at = ?, last_slot = ?, last_verdict = ?,"
         " last_turn = ?, last_queued = ?, last_error = ?, last_repeat = ? WHERE id = ?",
-        (time.time(), slot, verdict, turn, queued, error, int(repeat), schedule),
+        (
+            time.time(),
+            firing.slot,
+            firing.verdict,
+            firing.turn,
+            firing.queued,
+            firing.error,
+            int(firing.repeat),
+            schedule,
+        ),
     )
     events.record(
         db,
         EventKind.SCHEDULE_FIRED,
         session=session,
-        turn=turn,
-        error=error,
+        turn=firing.turn,
+        error=firing.error,
         schedule=schedule,
-        slot=slot,
-        key=key,
-        verdict=verdict,
-        entry=queued,
-        repeat=repeat,
+        slot=firing.slot,
+        key=firing.key,
+        verdict=firing.verdict,
+        entry=firing.queued,
+        repeat=firing.repeat,
     )
