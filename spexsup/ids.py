@@ -46,9 +46,12 @@ TURN_OPTIONS = (
 
 def recorded_options(doc: dict[str, Any]) -> dict[str, Any]:
     """A wave's recorded per-turn options (a wave from before one was
-    recorded ran under none: None, `strict` False)."""
+    recorded ran under none: None, `strict` False), and whatever else a
+    local wave recorded of its legs' request (`fresh`, `budget`,
+    `unsandboxed`: DESIGN §30; a fleet wave passes `--fresh` to each host)."""
     found = doc.get("turn_options") or {}
-    return {k: found.get(k, False if k == "strict" else None) for k in TURN_OPTIONS}
+    out = {k: found.get(k, False if k == "strict" else None) for k in TURN_OPTIONS}
+    return {**found, **out}
 
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")

@@ -7,6 +7,7 @@ built-in default) is a value built here.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -250,3 +251,21 @@ def test_a_waves_turn_options_read_back() -> None:
     assert WakeRequest.from_turn_options("", b"p", recorded_options(doc)) == asked
     # A wave recorded before any option was: none.
     assert WakeRequest.from_turn_options("", b"p", recorded_options({})) == WakeRequest("", b"p")
+
+
+def test_a_waves_turn_options_keep_every_option_that_shapes_a_leg() -> None:
+    """A retry repeats its legs (DESIGN §30): every field of the request and
+    of its limits, set to something other than its default, reads back from
+    the recorded options, but those that are each leg's own or the wave's
+    (its session, key, wave, queue policy, `--after`, a queue entry)."""
+    from spexsup.ids import recorded_options
+
+    limits = Limits(7.0, True, "wait", "m", ("f",), 0.0, 2.5, ("make", "test"), 9.0, True)
+    assert all(v != d for v, d in zip(limits, Limits(), strict=True)), "a new Limits field"
+    asked = WakeRequest("", b"p", window=2.0, fresh=True, force=False, limits=limits)
+    doc = json.loads(json.dumps({"turn_options": asked.turn_options()}))
+    back = WakeRequest.from_turn_options("", b"p", recorded_options(doc))
+    assert back == asked
+    own = {"name", "prompt", "key", "queue", "after", "after_any", "wave", "queued", "force"}
+    # A new request field is either recorded or named here as the leg's own.
+    assert set(WakeRequest._fields) - own == {"window", "fresh", "limits"}

@@ -689,6 +689,9 @@ def test_retry_of_a_strict_wave_is_strict_unless_told_otherwise(env: Env) -> Non
         "stagger": None,
         "verify": None,
         "verify_timeout": None,
+        "fresh": False,
+        "budget": None,
+        "unsandboxed": False,
     }
     assert stored(env, first["id"])["turn_options"] == first["turn_options"]
     # No options given: the retry is strict and uses the wave's window.
@@ -753,6 +756,9 @@ def test_retry_of_an_old_wave_without_recorded_options(env: Env) -> None:
         "stagger": None,
         "verify": None,
         "verify_timeout": None,
+        "fresh": False,
+        "budget": None,
+        "unsandboxed": False,
     }
 
 
@@ -1006,3 +1012,51 @@ def test_a_waves_lines_fit_80_columns_on_a_terminal_and_stay_whole_in_a_pipe(env
     assert re.match(r"w\S+ +local +partial +2 legs: 1 complete · 1 failed$", listed[2]), listed
     piped_ls = env.run("wave", "ls").stdout.splitlines()
     assert piped_ls[0].split() == ["WAVE", "KIND", "STATE", "LEGS", "RETRY", "OF"], piped_ls
+
+
+def test_a_retry_repeats_each_legs_argv_and_stdin_byte_for_byte(env: Env) -> None:
+    """A `--fresh` wave's retry starts new conversations again (issue 42,
+    item 2): every option that shaped a leg is recorded, and the leg and its
+    retry ran the harness with the same argv and the same stdin."""
+    seen = env.root / "seen"
+    seen.mkdir()
+    env.home.mkdir(parents=True, exist_ok=True)
+    script = harness("argv_stdin.sh")
+    (env.home / "harnesses.toml").write_text(
+        f'[harness.rec]\nfresh = ["{script}", "{seen}"]\n'
+        f'resume = ["{script}", "{seen}", "--resume", "{{session_id}}"]\n'
+        "id_pattern = 'conversation: (demo-[0-9a-f]+)'\n"
+        'prompt_via = "stdin"\nmodel_flag = "--model"\n'
+    )
+    for name in ("a", "b"):
+        assert env.run("new", name, "--harness", "rec").returncode == 0
+        # A conversation to resume: what a retry must not do here.
+        _, v = fan(env, name, "-m", "hello", "--window", "10")
+        assert v["legs"][0]["verdict"] == "completed", v
+        assert json.loads(env.run("show", name, "--json").stdout)["harness_session_id"]
+    (seen / "rc").write_text("7\n")
+    prompt = "fix it\n  keep \"quotes\", $(not run) `nor this` é ✓ \\ 'q'\n".encode()
+    r = env.run("fanout", "a", "b", "-f", "-", "--fresh", "--model", "m1", "--verify", "true",
+                "--window", "10", "--json", input=prompt)  # fmt: skip
+    first = json.loads(r.stdout)
+    assert r.returncode == 1 and verdicts(first) == {"a": "failed", "b": "failed"}, first
+    assert all(leg["turn"] and leg["rc"] == 7 for leg in first["legs"]), first["legs"]
+    options = first["turn_options"]
+    assert options["fresh"] is True and options["model"] == "m1", options
+    assert options["verify"] == ["sh", "-c", "true"] and options["unsandboxed"] is False
+    assert stored(env, first["id"])["turn_options"] == options
+    code, again = fan(env, "--retry-failed", first["id"])
+    assert code == 1 and verdicts(again) == {"a": "failed", "b": "failed"}, again
+    assert again["turn_options"] == options
+    assert all(leg["turn"] for leg in again["legs"]), again
+    for leg, retried in zip(first["legs"], again["legs"], strict=True):
+        argv = (seen / f"{leg['turn']}.argv").read_bytes()
+        assert argv == (seen / f"{retried['turn']}.argv").read_bytes()
+        assert b"\0--model\0m1\0" in argv and b"--resume" not in argv  # new conversations
+        stdin = (seen / f"{leg['turn']}.stdin").read_bytes()
+        assert stdin == prompt == (seen / f"{retried['turn']}.stdin").read_bytes()
+    # What a retry of the same wave without the record would do: resume.
+    code, resumed = fan(env, "--retry-failed", first["id"], "a", "--no-fresh")
+    assert code == 1 and resumed["turn_options"] == {**options, "fresh": False}
+    argv = (seen / f"{resumed['legs'][0]['turn']}.argv").read_bytes()
+    assert b"\0--resume\0demo-" in argv, argv

@@ -99,8 +99,13 @@ WaveBudgetOpt = Annotated[
 ]
 WaitOpt = Annotated[bool, decl.Option("--wait", help="Also wait for every turn to end.")]
 FreshOpt = Annotated[
-    bool,
-    decl.Option("--fresh", help="Start new conversations instead of resuming (as wake)."),
+    bool | None,
+    decl.Option(
+        "--fresh/--no-fresh",
+        help="Start new conversations instead of resuming (as wake). --no-fresh: a retry"
+        " resumes them though its wave was --fresh.",
+        show_default=False,
+    ),
 ]
 LegStrictOpt = Annotated[
     bool | None,
@@ -194,7 +199,7 @@ def fanout(
     window: WindowOpt = None,
     stagger: StaggerOpt = None,
     wait: WaitOpt = False,
-    fresh: FreshOpt = False,
+    fresh: FreshOpt = None,
     timeout: TimeoutOpt = None,
     strict: LegStrictOpt = None,
     on_limit: OnLimitOpt = None,
@@ -391,7 +396,8 @@ def _fleet_options(
     given: "Given", pacing: "Pacing", *, wait: bool, max_concurrent: int | None
 ) -> list[str]:
     """The options of each host's `spex fanout` that are not per-turn rules."""
-    options = ["--wait"] * wait + ["--fresh"] * given.fresh
+    fresh = given.fresh
+    options = ["--wait"] * wait + ["--fresh"] * bool(fresh) + ["--no-fresh"] * (fresh is False)
     if given.key is not None:
         options += ["--key", given.key]
     if max_concurrent is not None:

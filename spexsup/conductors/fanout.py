@@ -44,8 +44,9 @@ class Given(NamedTuple):
     # `--verify CMD` as an argv (() for --no-verify) and `--verify-timeout`.
     verify: tuple[str, ...] | None = None
     verify_timeout: float | None = None
-    # `--fresh`: every leg starts a new conversation; `--key`: each leg its own.
-    fresh: bool = False
+    # `--fresh`: every leg starts a new conversation (`--no-fresh`: a retry
+    # resumes them though its wave was fresh); `--key`: each leg its own.
+    fresh: bool | None = None
     key: str | None = None
 
 
@@ -87,7 +88,7 @@ def _request(given: Given, prompt: bytes) -> WakeRequest:
         verify=given.verify,
         verify_timeout=given.verify_timeout,
     )
-    return WakeRequest("", prompt, given.window, given.fresh, limits=limits, key=given.key)
+    return WakeRequest("", prompt, given.window, bool(given.fresh), limits=limits, key=given.key)
 
 
 def to_sessions(
@@ -126,7 +127,14 @@ def retry(spex: Spex, wave: str, names: Sequence[str], given: Given) -> Plan:
         verify=_either(given.verify, first.limits.verify),
         verify_timeout=given.verify_timeout or first.limits.verify_timeout,
     )
-    request = now._replace(window=_either(given.window, first.window), limits=limits)
+    # Everything else the legs first ran under, as recorded: a retry of a
+    # `--fresh` wave starts new conversations again (DESIGN §30).
+    limits = limits._replace(budget=first.limits.budget, unsandboxed=first.limits.unsandboxed)
+    request = now._replace(
+        window=_either(given.window, first.window),
+        fresh=first.fresh if given.fresh is None else given.fresh,
+        limits=limits,
+    )
     nothing = None if targets else f"nothing to retry: no leg of wave {wave} failed"
     return Plan(targets, request, retry_of=wave, nothing=nothing)
 

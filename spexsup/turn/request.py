@@ -154,10 +154,15 @@ class WakeRequest(NamedTuple):
         )
 
     def turn_options(self) -> dict[str, Any]:
-        """A wave document's `turn_options` (DESIGN §6): the request every
-        leg runs under, each option None (False for strict) where not given."""
+        """A wave document's `turn_options` (DESIGN §6, §30): the request every
+        leg runs under, each option None (False for strict, fresh and
+        unsandboxed) where not given: everything that shapes a leg's turn
+        but its session, key, wave and queue policy (the wave's own fields),
+        so `from_turn_options` gives the same request back and a retry
+        repeats it (tests/test_plan.py holds every field to that)."""
         limits = self.limits
         return {
+            "fresh": self.fresh,
             "window": self.window,
             "timeout": limits.timeout,
             "strict": limits.strict,
@@ -167,6 +172,8 @@ class WakeRequest(NamedTuple):
             "stagger": limits.stagger,
             "verify": list(limits.verify) if limits.verify is not None else None,
             "verify_timeout": limits.verify_timeout,
+            "budget": limits.budget,
+            "unsandboxed": limits.unsandboxed,
         }
 
     @classmethod
@@ -182,10 +189,13 @@ class WakeRequest(NamedTuple):
             recorded.get("model"),
             tuple(fallback) if fallback is not None else None,
             recorded.get("stagger"),
-            verify=tuple(verify) if verify is not None else None,
-            verify_timeout=recorded.get("verify_timeout"),
+            recorded.get("budget"),
+            tuple(verify) if verify is not None else None,
+            recorded.get("verify_timeout"),
+            bool(recorded.get("unsandboxed")),
         )
-        return cls(name, prompt, window=recorded.get("window"), limits=limits)
+        fresh = bool(recorded.get("fresh"))
+        return cls(name, prompt, window=recorded.get("window"), fresh=fresh, limits=limits)
 
 
 class Hooks(NamedTuple):
