@@ -6,9 +6,10 @@ never counts as zero, nor against it."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
-from conftest import Env
+from conftest import Env, retry_until
 from test_turns import turn_processes_alive
 
 # What the fake claude reports for one turn (tests/fixtures/real/claude).
@@ -253,3 +254,48 @@ def test_a_turn_budget_says_when_it_cannot_see_the_cost(env: Env) -> None:
     )
     r = env.run("wake", "c", "go", "--budget", "1", "--window", "10")
     assert r.returncode == 0 and "note" not in r.stderr, r.stderr
+
+
+def test_a_running_turn_shows_what_it_spent_so_far(env: Env) -> None:
+    """The pane counts a turn's spend step by step with no budget too (issue
+    42, item 3): `show`, `ls` and `wave` say it while the turn runs, marked
+    as running (`so_far`, `… so far`), priced by config.toml's `[pricing]`;
+    once the turn ends its recorded usage says it, and `so_far` is null."""
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text(
+        '[pricing."claude-sonnet-4-5"]\ninput = 3.0\noutput = 15.0\n'
+    )
+    gate = env.root / "go"
+    args = ["new", "c", "--harness", "claude", "--cwd", str(env.root)]
+    r = env.run(*args, "--env", "FAKE_CLAUDE_LOGGED_IN=1", "--env", f"FAKE_GATE={gate}")
+    assert r.returncode == 0, r.stderr
+    r = env.run("fanout", "c", "-m", "go [steps 2]", "--window", "0.3", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    wave = json.loads(r.stdout)["id"]
+
+    def turn() -> dict[str, Any]:
+        return json.loads(env.run("show", "c", "--json").stdout)["turn"]  # type: ignore[no-any-return]
+
+    # Two API messages of $0.315 each at these prices, then it waits for the gate.
+    assert retry_until(lambda: (turn()["so_far"] or {}).get("cost", {}).get("amount") == 0.63)
+    now = turn()
+    assert now["state"] == "running" and now["cost"] is None, now
+    so_far = now["so_far"]
+    assert so_far["running"] is True and so_far["cost"]["source"] == "estimated", so_far
+    assert so_far["usage"]["input"] == 200000 and so_far["usage"]["output"] == 2000, so_far
+    assert so_far["usage"]["models"] == ["claude-sonnet-4-5"]
+    assert "~$0.63 so far" in env.run("show", "c").stdout
+    listed = json.loads(env.run("ls", "--json").stdout)[0]
+    assert listed["turn"]["so_far"] == so_far, listed
+    shown = json.loads(env.run("wave", wave, "--json").stdout)
+    assert shown["legs"][0]["so_far"] == so_far and shown["so_far"]["running"] is True, shown
+    assert shown["so_far"]["cost"]["amount"] == 0.63 and shown["legs"][0]["cost"] is None
+    text = env.run("wave", wave).stdout
+    assert "cost ~$0.63 so far" in text and "· ~$0.63 so far" in text, text
+    gate.touch()
+    assert env.run("wait", "c", "--timeout", "60").returncode == 0
+    ended = turn()
+    assert ended["state"] == "complete" and ended["so_far"] is None, ended
+    assert ended["cost"]["amount"] == RUN, ended  # the result's own figure
+    shown = json.loads(env.run("wave", wave, "--json").stdout)
+    assert shown["so_far"] is None and shown["legs"][0]["so_far"] is None, shown

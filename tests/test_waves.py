@@ -26,13 +26,14 @@ def fan(env: Env, *args: str, extra: dict[str, str] | None = None) -> tuple[int,
 
 
 def unspent(doc: dict[str, Any]) -> dict[str, Any]:
-    """A printed wave without what it spent (issue 26) and its legs' checks (issue 27):
-    printed, not in its file."""
+    """A printed wave without what it spent (issue 26; so far: DESIGN §30) and its
+    legs' checks (issue 27): printed, not in its file."""
     legs = [
-        {k: v for k, v in leg.items() if k not in ("usage", "cost", "verify")}
+        {k: v for k, v in leg.items() if k not in ("usage", "cost", "so_far", "verify")}
         for leg in doc["legs"]
     ]
-    return {**{k: v for k, v in doc.items() if k not in ("usage", "cost")}, "legs": legs}
+    printed = ("usage", "cost", "so_far")
+    return {**{k: v for k, v in doc.items() if k not in printed}, "legs": legs}
 
 
 # Every outcome a wave's `counts` has, zero unless a test says otherwise.

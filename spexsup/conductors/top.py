@@ -172,6 +172,13 @@ class Board:
                 row.cost = spent.cost_text()
                 entry = {**entry, "usage": spent.usage_json(), "cost": spent.cost_json()}
                 row.entry = entry
+            if turn and turn.get("so_far"):
+                # A running turn: the session's spend with what it spent so
+                # far, marked as such (DESIGN §30).
+                from spexsup import usage
+
+                now = usage.grand([spent or usage.Spend(), usage.from_json(turn["so_far"])])
+                row.cost = f"{now.cost_text()} so far"
             rows.append(row)
         self.rows = rows
         self.arrange()

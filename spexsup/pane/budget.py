@@ -16,6 +16,12 @@ once. So is the spend of a message or step whose count or cost is no usage
 number (infinite, NaN, negative, past `usage.MAX_TOKENS` or `MAX_COST`):
 the budget goes on counting the others.
 
+The same count, budget or not, is what a running turn has spent so far
+(DESIGN §30): after each event that changed it, `spent-so-far` in the turn
+dir holds it raw (the costs the CLI printed, the tokens, and the tokens of
+each model no printed cost covers), and `so_far` prices it for a reader by
+config.toml's `[pricing]` as it is then.
+
 Lean: the renderer runs on every turn of a JSON-speaking harness.
 """
 
@@ -24,40 +30,56 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spexsup.usage import reported_cost, token_count
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from spexsup.usage import Price, Spend
+
 FILE = "budget"
 OVER = "over-budget"
+SO_FAR = "spent-so-far"
 GRACE = 5.0
+# The events that may carry usage: any other line is not parsed again.
+USAGE_WORDS = (b'"usage"', b"step_finish")
 
 
 class Watch:
     """The turn's spend so far, against its budget."""
 
     def __init__(
-        self, turn_dir: Path, amount: float, pricing: dict[str, list[float | None]]
+        self, turn_dir: Path, amount: float | None, pricing: dict[str, list[float | None]]
     ) -> None:
         self.turn_dir = turn_dir
-        self.amount = amount
+        self.amount = amount  # None: no budget, only the count so far
         self.pricing = pricing
         # claude: each API message's latest usage, by its id.
         self.messages: dict[str, tuple[str | None, list[int]]] = {}
         self.reported = 0.0  # costs the CLI printed for a step or message
+        self.n_reported = 0
         self.estimated = 0.0
+        # Tokens of the steps and messages (not claude's) whose cost the CLI
+        # did not print, by model: a reader prices them; and all tokens.
+        self.unpriced: dict[str, list[int]] = {}
+        self.tokens = [0, 0, 0, 0]
+        self.bad = False  # some count or cost was no usage number
         self.said: set[str] = set()  # what the pane said it cannot count
         self.tripped = False
+        self.written = ""
 
     @classmethod
-    def of(cls, output_log: str) -> Watch | None:
-        """The watch of the turn whose output log this is, if it has a budget."""
+    def of(cls, output_log: str) -> Watch:
+        """The watch of the turn whose output log this is: against its budget
+        if it has one, else only counting."""
         directory = Path(output_log).parent
         try:
             spec = json.loads((directory / FILE).read_text())
             return cls(directory, float(spec["amount"]), dict(spec.get("pricing") or {}))
         except (OSError, ValueError, KeyError, TypeError):
-            return None
+            return cls(directory, None, {})
 
     def _estimate(self, model: str | None, counts: list[int]) -> float | None:
         price = self.pricing.get(model or "")
@@ -72,11 +94,17 @@ class Watch:
         return total
 
     def _add(self, model: str | None, counts: list[int], cost: float | None) -> None:
+        self.tokens = [a + b for a, b in zip(self.tokens, counts, strict=True)]
         if cost is not None and cost > 0:
             self.reported += cost
+            self.n_reported += 1
             return
         if not any(counts):
             return
+        mine = self.unpriced.setdefault(model or "", [0, 0, 0, 0])
+        mine[:] = [a + b for a, b in zip(mine, counts, strict=True)]
+        if self.amount is None:
+            return  # no budget: a reader prices them (`so_far`)
         guess = self._estimate(model, counts)
         if guess is None:
             self._unpriced(model)
@@ -84,6 +112,8 @@ class Watch:
             self.estimated += guess
 
     def _unpriced(self, model: str | None) -> None:
+        if self.amount is None:
+            return  # no budget to say it about
         name = model or "its model"
         self._say(
             name,
@@ -122,6 +152,9 @@ class Watch:
         return cost is not None, cost
 
     def _no_usage(self, field: str, value: object) -> None:
+        self.bad = True
+        if self.amount is None:
+            return
         shown = json.dumps(value) if isinstance(value, int | float) else type(value).__name__
         self._say(
             field,
@@ -178,14 +211,44 @@ class Watch:
                 model = message.get("model") if isinstance(message.get("model"), str) else None
                 if counts is not None and sound:
                     self._add(model, counts, cost)
-        if not self.tripped and self.spent() >= self.amount:
+        self.keep()
+        if self.amount is not None and not self.tripped and self.spent() >= self.amount:
             self.trip()
+
+    def so_far(self) -> dict[str, Any]:
+        """What `spent-so-far` holds: the raw count (`so_far` prices it)."""
+        unpriced = {m: list(c) for m, c in self.unpriced.items()}
+        tokens = list(self.tokens)
+        for model, counts in self.messages.values():
+            tokens = [a + b for a, b in zip(tokens, counts, strict=True)]
+            mine = unpriced.setdefault(model or "", [0, 0, 0, 0])
+            mine[:] = [a + b for a, b in zip(mine, counts, strict=True)]
+        return {
+            "reported": self.reported,
+            "n_reported": self.n_reported,
+            "tokens": tokens,
+            "unpriced": unpriced,
+            "bad": self.bad,
+        }
+
+    def keep(self) -> None:
+        """Write the count so far to the turn dir when it changed (a reader
+        shows it while the turn runs; the end's usage rows replace it)."""
+        if not self.messages and not self.n_reported and not any(self.tokens) and not self.bad:
+            return
+        text = json.dumps(self.so_far())
+        if text != self.written:
+            from spexsup.paths import write_atomic
+
+            write_atomic(self.turn_dir / SO_FAR, text.encode(), durable=False)
+            self.written = text
 
     def trip(self) -> None:
         """Over budget: say so in the turn dir and the pane, end the turn's
         processes (in a thread: the pipe keeps being drained meanwhile)."""
         from spexsup.paths import write_atomic
 
+        assert self.amount is not None
         self.tripped = True
         spent = self.spent()
         why = f"spent {_money(spent)} of its {_money(self.amount)} budget"
@@ -217,3 +280,40 @@ def over(turn_dir: Path) -> str | None:
         return (turn_dir / OVER).read_text() or "over its budget"
     except OSError:
         return None
+
+
+def so_far(turn_dir: Path, pricing: Mapping[str, Price]) -> Spend | None:
+    """What a running turn has spent so far, as its pane counted it
+    (`spent-so-far`), priced by `pricing`: the costs the CLI printed, and
+    an estimate of the tokens no printed cost covers (unknown, so the sum
+    a floor, for a model without a price). None when the pane counted
+    nothing (yet), or the harness prints no usage as it goes (codex)."""
+    from spexsup.usage import Spend
+
+    try:
+        raw = json.loads((turn_dir / SO_FAR).read_text())
+        tokens = [int(n) for n in raw["tokens"]]
+        unpriced = {str(m): [int(n) for n in c] for m, c in dict(raw["unpriced"]).items()}
+        reported, n_reported = float(raw["reported"]), int(raw["n_reported"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    spend = Spend()
+    spend.rows = spend.turns = spend.leads = 1
+    spend.tokens, spend.tokens_known = tokens, True
+    spend.inexact = int(bool(raw.get("bad")))
+    spend.unknown = spend.inexact
+    if n_reported:
+        spend.reported, spend.n_reported = reported, n_reported
+    for model, counts in unpriced.items():
+        if not any(counts):
+            continue
+        if model:
+            spend.models.add(model)
+        price = pricing.get(model)
+        guess = None if price is None else price.estimate(counts)
+        if guess is None:
+            spend.unknown += 1
+        else:
+            spend.estimated += guess
+            spend.n_estimated += 1
+    return spend

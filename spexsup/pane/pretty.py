@@ -186,6 +186,9 @@ RENDERERS: dict[str, Render] = {
     "opencode": _opencode,
     "pi": _pi,
 }
+# The CLIs whose events carry usage step by step (`budget.Watch.see`);
+# codex prints its usage only at the end.
+USAGE_PARSERS = ("claude", "opencode", "pi")
 
 
 def render_line(line: bytes, render: Render | None, painter: Painter) -> list[str]:
@@ -354,9 +357,11 @@ def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
     failed = log is None
     renderer = RENDERERS.get(parser)
     painter = Painter(os.isatty(stdout))
-    from spexsup.pane.budget import Watch
+    from spexsup.pane.budget import USAGE_WORDS, Watch
 
-    watch = Watch.of(output_log)  # `spex wake --budget`: kept as the events come
+    # What the turn spends, counted as the events come: against `spex wake
+    # --budget`, and for every reader while it runs (DESIGN §30).
+    watch = Watch.of(output_log) if parser in USAGE_PARSERS else None
     lines = Lines()
     showing = True
 
@@ -375,7 +380,12 @@ def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
             said = [shown(line, SHOWN_LINE, cut).decode("utf-8", "replace")]
         if said:
             show(("\n".join(said) + "\n").encode())
-        if watch is not None and not cut and line[:1] == b"{":
+        if (
+            watch is not None
+            and not cut
+            and line[:1] == b"{"
+            and any(w in line for w in USAGE_WORDS)
+        ):
             try:
                 event = json.loads(line)
                 if isinstance(event, dict):

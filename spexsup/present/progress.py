@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from spexsup import states
 from spexsup.pane import turndir
-from spexsup.present.spend import LegCost, spend_text
+from spexsup.present.spend import LegCost, running_cost, spend_text
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -145,6 +145,7 @@ class LegsView:
         self.doc = doc
         self.costs = costs
         self.spent: dict[str, str] = {}  # an ended leg's cost, read once
+        self.running: LegCost | None = None  # a running leg's, read each time
         self.lock = threading.Lock()
         self.console = console or Console()
         self.live: Live = Live(
@@ -212,6 +213,10 @@ class LegsView:
         return Group(table, Text(count_line(doc), no_wrap=True, overflow="ellipsis"))
 
     def _cost(self, doc: dict[str, Any], leg: dict[str, Any], text: str) -> str:
+        if self.costs is not None and not ended(text) and leg["turn"]:
+            if self.running is None:
+                self.running = running_cost(self.home)
+            return self.running(leg["session"], leg["turn"])  # `$0.42 so far`
         if not text.startswith("ended") or self.costs is None:
             return ""
         if leg["session"] not in self.spent:
@@ -283,6 +288,10 @@ def leg_line(leg: dict[str, Any]) -> str:
         parts.append(
             "· " + usage.from_json({"usage": leg["usage"], "cost": leg["cost"]}).cost_text()
         )
+    elif leg.get("so_far"):
+        from spexsup.present.render import so_far_text
+
+        parts.append("· " + so_far_text(leg["so_far"]))
     from spexsup.adapters.outcome import beyond_exit
 
     error = beyond_exit(leg.get("turn_error") or leg["error"], leg["rc"])
@@ -317,6 +326,10 @@ def summary(doc: dict[str, Any]) -> str:
         " (detached)" if doc.get("detached_at") and doc["state"] == states.WaveState.RUNNING else ""
     )
     spent = spend_text(doc)
+    if doc.get("so_far"):  # a leg runs and its pane counted (DESIGN §30)
+        from spexsup.present.render import so_far_text
+
+        spent = "cost " + so_far_text(doc["so_far"])
     line = f"wave {doc['id']}: {doc['state']}{detached} · {counts_line(doc)}" + (
         f" · {spent}" if spent else ""
     )

@@ -312,6 +312,8 @@ def turn_line(t: dict[str, Any]) -> str:
         line += ", never confirmed its start"  # it never ran: no exit of its own
     if t.get("cost") and t["cost"].get("amount") is not None:
         line += f"  {spend_of(t).cost_text()}"
+    elif t.get("so_far"):
+        line += f"  {so_far_text(t['so_far'])}"
     from spexsup.adapters.outcome import beyond_exit
 
     error = beyond_exit(t["error"], t["rc"])
@@ -401,6 +403,8 @@ def show_lines(row: dict[str, Any], *, color: bool = False) -> list[str]:
     silent = row.get("reports_usage") is False and not spend_of(row).tokens_known
     if turns and turns[0].get("cost") and not silent:
         fields.append(("last turn", spend_of(turns[0]).line()))
+    elif turns and turns[0].get("so_far"):
+        fields.append(("this turn", f"{spend_of(turns[0]['so_far']).line()} so far"))
     if row.get("cost") and row.get("spent_turns") and not silent:
         n = row["spent_turns"]
         fields.append(("spent", f"{spend_of(row).line()} ({n} turn{'s' * (n != 1)})"))
@@ -420,6 +424,11 @@ def show_lines(row: dict[str, Any], *, color: bool = False) -> list[str]:
 
 # `spex show`'s label column: its longest label, `conversation`.
 LABEL = 12
+
+
+def so_far_text(so_far: dict[str, Any]) -> str:
+    """A running turn's spend (`so_far`, DESIGN §30): `$0.42 so far`."""
+    return f"{spend_of(so_far).cost_text()} so far"
 
 
 def spend_of(doc: dict[str, Any]) -> Any:

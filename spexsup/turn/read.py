@@ -38,11 +38,18 @@ def legacy(state: str | None) -> dict[str, str]:
 
 
 def turn_json(
-    row: Any, spent: Spend | None = None, checked: dict[str, Any] | None = None
+    row: Any,
+    spent: Spend | None = None,
+    checked: dict[str, Any] | None = None,
+    so_far: Spend | None = None,
 ) -> dict[str, Any]:
     """The one JSON shape of a turn, wherever a command prints one; `usage`
     and `cost` (issue 26) null until its end recorded some (see `turn_spends`);
-    `verify` (issue 27) its latest check, null without one (`turn_checks`)."""
+    `so_far` what a running turn has spent so far (DESIGN §30: `usage`,
+    `cost` and `running: true`; `exact` says whether every step so far was
+    priced), null otherwise
+    (`running_spends`); `verify` (issue 27) its latest check, null without
+    one (`turn_checks`)."""
     return {
         "schema_version": ids.SCHEMA_VERSION,
         "id": row["id"],
@@ -74,9 +81,37 @@ def turn_json(
         "ran": row["ran"],
         "usage": spent.usage_json() if spent is not None else None,
         "cost": spent.cost_json() if spent is not None else None,
+        "so_far": so_far_json(so_far),
         "verify": checked,
         **legacy(row["state"]),
     }
+
+
+def so_far_json(spent: Spend | None) -> dict[str, Any] | None:
+    """A running figure's JSON (`so_far`): `usage` and `cost` as a turn's,
+    and `running: true` (the turn spends on)."""
+    if spent is None:
+        return None
+    return {"usage": spent.usage_json(), "cost": spent.cost_json(), "running": True}
+
+
+def running_spends(spex: Spex, rows: Sequence[Any]) -> dict[str, Spend]:
+    """What each running turn of `rows` has spent so far, as its pane counts
+    it (`pane.budget.so_far`, priced by config.toml's `[pricing]` now): one
+    small file read per running turn, none for an ended one."""
+    active = [r for r in rows if r["state"] in states.ACTIVE]
+    if not active:
+        return {}
+    from spexsup import config
+    from spexsup.pane import budget
+
+    pricing = config.load(spex.home).pricing
+    out = {}
+    for r in active:
+        spent = budget.so_far(turndir.path(spex.home, r["session"], r["id"]), pricing)
+        if spent is not None:
+            out[r["id"]] = spent
+    return out
 
 
 def check_json(row: Any) -> dict[str, Any]:
@@ -150,7 +185,12 @@ def load_turn(spex: Spex, turn: str) -> dict[str, Any]:
     row = spex.store.db.execute("SELECT * FROM turns WHERE id = ?", (turn,)).fetchone()
     if row is None:
         raise Refused(f"no turn {turn!r}")
-    return turn_json(row, turn_spends(spex, [turn]).get(turn), turn_checks(spex, [turn]).get(turn))
+    return turn_json(
+        row,
+        turn_spends(spex, [turn]).get(turn),
+        turn_checks(spex, [turn]).get(turn),
+        running_spends(spex, [row]).get(turn),
+    )
 
 
 def recent_turns(spex: Spex, names: Sequence[str], limit: int) -> dict[str, list[dict[str, Any]]]:
@@ -187,8 +227,12 @@ def _turns_json(spex: Spex, found: dict[str, list[Any]]) -> dict[str, list[dict[
     """Each session's turn rows as JSON, with their spend and checks."""
     ids_ = [row["id"] for rows in found.values() for row in rows]
     spent, checks = turn_spends(spex, ids_), turn_checks(spex, ids_)
+    running = running_spends(spex, [row for rows in found.values() for row in rows])
     return {
-        name: [turn_json(row, spent.get(row["id"]), checks.get(row["id"])) for row in rows]
+        name: [
+            turn_json(row, spent.get(row["id"]), checks.get(row["id"]), running.get(row["id"]))
+            for row in rows
+        ]
         for name, rows in found.items()
     }
 
