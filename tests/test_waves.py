@@ -1061,3 +1061,69 @@ def test_a_retry_repeats_each_legs_argv_and_stdin_byte_for_byte(env: Env) -> Non
     assert code == 1 and resumed["turn_options"] == {**options, "fresh": False}
     argv = (seen / f"{resumed['legs'][0]['turn']}.argv").read_bytes()
     assert b"\0--resume\0demo-" in argv, argv
+
+
+def test_a_retried_wave_tells_each_legs_last_attempt(env: Env) -> None:
+    """The wave's story in one place (issue 42, item 5): the first wave keeps
+    its own state, and its combined view follows each leg to its last
+    attempt; the retry's `wave-started` says what it retries, and each
+    `wave-ended` carries the wave's usage, cost and outcomes, as a hook sees."""
+    seen = env.root / "hooked"
+    hook = ["sh", "-c", f'echo "$SPEX_WAVE $SPEX_WAVE_STATE $SPEX_COST $SPEX_RETRY_OF" >>{seen}']
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text(
+        f"[[hook]]\nname = 'w'\non = ['wave-ended']\nrun = {json.dumps(hook)}\n"
+    )
+    claude_session(env, "b")
+    # Logged out: its turn fails, spending nothing.
+    args = ["new", "a", "--harness", "claude", "--cwd", str(env.root)]
+    assert env.run(*args).returncode == 0
+    code, first = fan(env, "a", "b", "-m", "go", "--window", "10", "--wait")
+    assert code == 1 and first["state"] == "partial", first
+    # Whatever made it fail is fixed.
+    assert env.run("rm", "a").returncode == 0
+    claude_session(env, "a")
+    code, retry = fan(env, "--retry-failed", first["id"], "--wait")
+    assert code == 0 and retry["state"] == "complete", retry
+    shown = json.loads(env.run("wave", first["id"], "--json").stdout)
+    assert shown["state"] == "partial" and shown["retried_by"] == [retry["id"]]
+    combined = shown["combined"]
+    assert combined["state"] == "complete" and combined["waves"] == [first["id"], retry["id"]]
+    assert combined["counts"] == {"legs": 2, **dict.fromkeys(OTHERS, 0), "complete": 2}
+    legs = {leg["session"]: leg for leg in combined["legs"]}
+    assert (legs["a"]["wave"], legs["a"]["attempts"]) == (retry["id"], 2)
+    assert legs["a"]["turn"] == retry["legs"][0]["turn"] and legs["a"]["turn_state"] == "complete"
+    assert (legs["b"]["wave"], legs["b"]["attempts"]) == (first["id"], 1)
+    text = env.run("wave", first["id"]).stdout
+    assert "after 1 retry: complete · 2 legs: 2 complete · 0 failed · 0 skipped" in text, text
+    assert f"(attempt 2, wave {retry['id']})" in text, text
+    assert json.loads(env.run("wave", retry["id"], "--json").stdout)["combined"] is None
+    # The events: what the retry retries, and what each wave came to.
+    started = events_of(env, "wave-started")
+    assert started[-1]["payload"] == {
+        "wave": retry["id"], "legs": 1, "retry_of": first["id"], "sessions": ["a"]
+    }  # fmt: skip
+    assert "retry_of" not in started[0]["payload"]
+    ended = {e["payload"]["wave"]: e["payload"] for e in events_of(env, "wave-ended")}
+    again = ended[retry["id"]]
+    assert again["state"] == "complete" and again["retry_of"] == first["id"]
+    assert again["outcomes"] == {"legs": 1, **dict.fromkeys(OTHERS, 0), "complete": 1}
+    assert again["counts"]["ok"] == 1 and again["cost"]["amount"] == RUN, again
+    assert again["usage"]["models"] and again["cost"]["exact"] is True, again
+    once = ended[first["id"]]
+    assert once["state"] == "partial" and once["retry_of"] is None
+    assert once["outcomes"]["complete"] == 1 and once["outcomes"]["failed"] == 1, once
+    assert once["cost"]["amount"] >= RUN, once
+    assert retry_until(lambda: seen.exists() and len(seen.read_text().splitlines()) == 2, 30)
+    lines = sorted(seen.read_text().splitlines())
+    assert f"{retry['id']} complete {RUN} {first['id']}" in lines, lines
+
+
+# What the fake claude reports for one turn (tests/fixtures/real/claude).
+RUN = 0.088119
+
+
+def events_of(env: Env, kind: str) -> list[dict[str, Any]]:
+    r = env.run("events", "--json", "--kind", kind)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()]

@@ -71,6 +71,13 @@ def event_line(row: "sqlite3.Row") -> str:
         line += f" {', '.join(payload['changes'])}"
     if row["kind"] == EventKind.WAVE_ENDED and payload.get("state"):
         line += f" {payload['state']}"
+        amount = (payload.get("cost") or {}).get("amount")
+        if amount is not None:
+            from spexsup import usage
+
+            line += " · " + usage.from_json(payload).cost_text()
+    if payload.get("retry_of"):
+        line += f" retry of {payload['retry_of']}"
     if row["error"] or payload.get("note"):
         line += f": {row['error'] or payload['note']}"
     from spexsup.pane.pretty import one_line

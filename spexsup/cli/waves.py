@@ -1,7 +1,7 @@
 """`spex wave [ls] | [show] WAVE`: the fan-out waves, this host's and those
 across hosts. `spex waves` is the same command under its old name."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -121,6 +121,8 @@ def show_wave(ctx: decl.Context, wave: WaveArg, as_json: JsonOpt = False) -> Non
         return
     spex = open_spex(ctx)
     doc = with_spend(spex, waves.load(spex, ids.resolve_wave(spex.store.db, wave)))
+    # Retried: each leg's last attempt across the retries (DESIGN §30).
+    doc["combined"] = waves.story(spex, doc)
     if doc.get("best_of"):
         from spexsup.conductors.bestof import leg_stat
 
@@ -144,3 +146,23 @@ def show_wave(ctx: decl.Context, wave: WaveArg, as_json: JsonOpt = False) -> Non
             decl.echo(f"    {leg['diffstat']}")
     if doc.get("best_of") and doc["best_of"]["kept"]:
         decl.echo(f"kept {doc['best_of']['kept']}")
+    if doc["combined"] is not None:
+        for line in story_lines(doc):
+            decl.echo(line)
+
+
+def story_lines(doc: dict[str, Any]) -> list[str]:
+    """A retried wave's combined view: what its legs' last attempts add up
+    to, and each retried leg's last attempt, with the wave it ran in."""
+    from spexsup.core.wavedoc import count_line
+
+    combined = doc["combined"]
+    retries = len(combined["waves"]) - 1
+    head = f"after {retries} retr{'ies' if retries > 1 else 'y'}: {combined['state']}"
+    lines = [f"{head} · {count_line(combined)}"]
+    lines += [
+        f"  {leg_line(leg)} (attempt {leg['attempts']}, wave {leg['wave']})"
+        for leg in combined["legs"]
+        if leg["attempts"] > 1
+    ]
+    return lines

@@ -36,7 +36,9 @@ from spexsup.core.wavedoc import (
     mutate,
     new_wave_id,
     over_budget,
+    overall,
     record_event,
+    tally,
     validate_wave_id,
     waves_dir,
 )
@@ -106,6 +108,48 @@ def refresh(spex: Spex, wave: str) -> Doc:
 load = refresh
 
 
+def story(spex: Spex, doc: Doc) -> Doc | None:
+    """A retried wave's combined view (DESIGN §30): each leg's last attempt
+    across the retries that followed it (`retried_by`, and theirs, in the
+    order they were made), with the wave it ran in and how many waves tried
+    it; the state and counts those last attempts add up to. None for a wave
+    never retried. A retry that is gone (`spex gc`) is passed over."""
+    if not doc.get("retried_by"):
+        return None
+    later: list[Doc] = []
+    todo, seen = list(doc["retried_by"]), {doc["id"]}
+    while todo:
+        wave = todo.pop(0)
+        if wave in seen:
+            continue
+        seen.add(wave)
+        try:
+            retry = refresh(spex, wave)
+        except SpexError:
+            continue
+        later.append(retry)
+        todo += retry.get("retried_by") or []
+    later.sort(key=lambda d: float(d["created_at"]))
+    last = {leg["session"]: {**leg, "wave": doc["id"], "attempts": 1} for leg in doc["legs"]}
+    for retry in later:
+        for leg in retry["legs"]:
+            before = last.get(leg["session"])
+            if before is not None:
+                last[leg["session"]] = {
+                    **leg,
+                    "wave": retry["id"],
+                    "attempts": before["attempts"] + 1,
+                }
+    legs = list(last.values())
+    combined: Doc = {"waves": [doc["id"], *(d["id"] for d in later)], "legs": legs}
+    running = doc["state"] == states.WaveState.LAUNCHING or any(
+        d["state"] == states.WaveState.LAUNCHING for d in later
+    )
+    combined["state"] = states.WaveState.RUNNING if running else overall(combined)
+    combined["counts"] = tally(combined)
+    return combined
+
+
 def list_waves(spex: Spex) -> list[Doc]:
     rows = spex.store.db.execute("SELECT id FROM waves ORDER BY created_at DESC").fetchall()
     return [refresh(spex, r["id"]) for r in rows]
@@ -165,6 +209,10 @@ class Wave:
         write_atomic(prompt_file, prompt)
         pid, token = own_identity()
         now = time.time()
+        # A retry says what it retries: the wave, and its legs (DESIGN §30).
+        started: Doc = {"legs": len(names)}
+        if retry_of is not None:
+            started.update(retry_of=retry_of, sessions=list(names))
         doc: Doc = {
             "schema_version": SCHEMA_VERSION,
             "id": wave,
@@ -203,7 +251,7 @@ class Wave:
                 }
                 for n in names
             ],
-            "history": [{"at": now, "event": "wave-started", "legs": len(names)}],
+            "history": [{"at": now, "event": "wave-started", **started}],
         }
         self = cls(spex, doc)
         with spex.store.tx() as db:
@@ -212,7 +260,7 @@ class Wave:
                 (wave, states.WaveState.LAUNCHING, now, json.dumps(doc)),
             )
             write_atomic(directory / f"{wave}.json", json.dumps(doc, indent=2).encode())
-            events.record(db, states.EventKind.WAVE_STARTED, wave=wave, legs=len(names))
+            events.record(db, states.EventKind.WAVE_STARTED, wave=wave, **started)
         return self
 
     def update(self, change: Change | None = None) -> Doc:

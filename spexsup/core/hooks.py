@@ -360,6 +360,8 @@ def variables(home: Path, event: dict[str, Any]) -> dict[str, str]:
     def text(value: object) -> str:
         return "" if value is None else str(value)
 
+    payload = event.get("payload") or {}
+
     return {
         "id": text(event["id"]),
         "event": event["kind"],
@@ -376,7 +378,13 @@ def variables(home: Path, event: dict[str, Any]) -> dict[str, str]:
         "summary": summary_of(home, event),
         # The turn's verify command's exit status, on a verified turn's end
         # and on `verifying`/`verified` events ("" when it has none).
-        "verify_rc": text((event.get("payload") or {}).get("verify_rc")),
+        "verify_rc": text(payload.get("verify_rc")),
+        # A wave's events (DESIGN §30): the wave, the one it retries, and on
+        # `wave-ended` its state and known cost (USD, "" when none is known).
+        "wave": text(payload.get("wave")),
+        "retry_of": text(payload.get("retry_of")),
+        "wave_state": text(payload.get("state") if "wave" in payload else None),
+        "cost": text((payload.get("cost") or {}).get("amount")),
         "at": text(event.get("at_iso")),
         "home": str(home),
     }

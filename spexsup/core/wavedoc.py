@@ -244,6 +244,28 @@ def over_budget(spex: Spex, wave: str, budget: float) -> str | None:
     )
 
 
+def ended(spex: Spex, db: sqlite3.Connection, doc: Doc) -> Doc:
+    """The `wave-ended` event's payload: the wave, its state, its legs by
+    `counts` (the old keys, as `--on-complete` has them) and by `outcomes`
+    (`tally`'s), the wave it retried, and what every leg's every attempt
+    spent (`usage`, `cost`: null when its harnesses report none), as
+    `spex wave --json` says it (DESIGN §30)."""
+    from spexsup import config, usage
+
+    pricing = config.load(spex.home).pricing
+    _, whole = usage.wave_spend(db, doc["id"], pricing, doc["legs"])
+    spent = whole.rows > 0
+    return {
+        "wave": doc["id"],
+        "state": doc["state"],
+        "counts": counts(doc),
+        "outcomes": tally(doc),
+        "retry_of": doc.get("retry_of"),
+        "usage": whole.usage_json() if spent else None,
+        "cost": whole.cost_json() if spent else None,
+    }
+
+
 def _dequeued(db: sqlite3.Connection, wave: str, leg: Doc) -> None:
     """A queued leg's turn, once a launcher took its prompt (linked to the
     wave in the same transaction); a prompt gone with no turn (removed, or
@@ -348,9 +370,7 @@ def mutate(spex: Spex, wave: str, change: Change | None = None) -> Doc:
         merge_turns(db, doc)
         claimed = _settle(doc)
         if doc["ended_at"] is not None and not was_over:
-            events.record(
-                db, states.EventKind.WAVE_ENDED, wave=wave, state=doc["state"], counts=counts(doc)
-            )
+            events.record(db, states.EventKind.WAVE_ENDED, **ended(spex, db, doc))
         text = json.dumps(doc)
         if text != row["doc"]:
             db.execute(
