@@ -287,6 +287,7 @@ def test_a_running_turn_shows_what_it_spent_so_far(env: Env) -> None:
     assert "~$0.63 so far" in env.run("show", "c").stdout
     listed = json.loads(env.run("ls", "--json").stdout)[0]
     assert listed["turn"]["so_far"] == so_far, listed
+    assert "~$0.63 so far" in env.run("top").stdout  # its table, once, through a pipe
     shown = json.loads(env.run("wave", wave, "--json").stdout)
     assert shown["legs"][0]["so_far"] == so_far and shown["so_far"]["running"] is True, shown
     assert shown["so_far"]["cost"]["amount"] == 0.63 and shown["legs"][0]["cost"] is None

@@ -459,6 +459,16 @@ def test_the_wave_pages_count_legs_as_the_cli_does(env: Env, server: Server) -> 
     text = body.decode()
     assert f"wave {wave}: partial · {counted}" in text, text
     assert re.search(r"bad: failed turn \S+ rc=1<", text) and "ended failed" not in text, text
+    # Retried once it works: the first wave's page tells each leg's last
+    # attempt (issue 42, item 5), as `spex wave` does.
+    env.run("rm", "bad")
+    env.run("new", "bad", "--", harness("exit0.sh"))
+    r = env.run("fanout", "--retry-failed", wave, "--window", "10", "--json")
+    retry = json.loads(r.stdout)["id"]
+    _, _, body = server.request("GET", f"/w/{wave}")
+    text = body.decode()
+    assert "after 1 retry: complete · 2 legs: 2 complete" in text, text
+    assert f"(attempt 2, wave {retry})" in text, text
 
 
 def test_events_stream_names_session_and_turn_and_resumes_without_gaps(

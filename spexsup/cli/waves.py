@@ -1,7 +1,7 @@
 """`spex wave [ls] | [show] WAVE`: the fan-out waves, this host's and those
 across hosts. `spex waves` is the same command under its old name."""
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -10,7 +10,7 @@ from spexsup.cli.app import ListingGroup, app
 from spexsup.cli.decl import open_spex
 from spexsup.cli.fanout import fleet_text, with_counts
 from spexsup.cli.params import JsonOpt
-from spexsup.present.progress import counts_line, leg_line, summary
+from spexsup.present.progress import counts_line, leg_line, story_lines, summary
 from spexsup.present.render import document, print_json, table, with_iso
 from spexsup.present.spend import with_spend
 
@@ -149,20 +149,3 @@ def show_wave(ctx: decl.Context, wave: WaveArg, as_json: JsonOpt = False) -> Non
     if doc["combined"] is not None:
         for line in story_lines(doc):
             decl.echo(line)
-
-
-def story_lines(doc: dict[str, Any]) -> list[str]:
-    """A retried wave's combined view: what its legs' last attempts add up
-    to, and each retried leg's last attempt, with the wave it ran in."""
-    from spexsup.core.wavedoc import count_line
-
-    combined = doc["combined"]
-    retries = len(combined["waves"]) - 1
-    head = f"after {retries} retr{'ies' if retries > 1 else 'y'}: {combined['state']}"
-    lines = [f"{head} · {count_line(combined)}"]
-    lines += [
-        f"  {leg_line(leg)} (attempt {leg['attempts']}, wave {leg['wave']})"
-        for leg in combined["legs"]
-        if leg["attempts"] > 1
-    ]
-    return lines

@@ -342,6 +342,23 @@ def summary(doc: dict[str, Any]) -> str:
     return line
 
 
+def story_lines(doc: dict[str, Any]) -> list[str]:
+    """A retried wave's combined view: what its legs' last attempts add up
+    to, and each retried leg's last attempt, with the wave it ran in."""
+    from spexsup.core.wavedoc import count_line
+
+    combined = doc["combined"]
+    retries = len(combined["waves"]) - 1
+    head = f"after {retries} retr{'ies' if retries > 1 else 'y'}: {combined['state']}"
+    lines = [f"{head} · {count_line(combined)}"]
+    lines += [
+        f"  {leg_line(leg)} (attempt {leg['attempts']}, wave {leg['wave']})"
+        for leg in combined["legs"]
+        if leg["attempts"] > 1
+    ]
+    return lines
+
+
 class WaitProgress:
     """`spex wait`'s output: one plain line per turn end as it happens and, when
     `live` (a terminal, several sessions), a counter line redrawn in place:

@@ -222,7 +222,7 @@ def wave_list(spex: Spex) -> list[dict[str, Any]]:
 def wave(spex: Spex, ident: str) -> dict[str, Any]:
     """`spex wave WAVE`: its summary line and one line per leg (a fleet wave:
     each leg named HOST:NAME, linked to nothing here)."""
-    from spexsup.present.progress import leg_line, summary
+    from spexsup.present.progress import leg_line, story_lines, summary
 
     if ident.startswith("fleet-"):
         from spexsup.adapters import fleet
@@ -238,6 +238,7 @@ def wave(spex: Spex, ident: str) -> dict[str, Any]:
         return {
             "id": doc["id"],
             "summary": summary({**doc, "kind": "fleet"}),
+            "story": [],
             "legs": legs,
             "prompt": doc.get("prompt_head", ""),
             "sessions": [],
@@ -246,9 +247,12 @@ def wave(spex: Spex, ident: str) -> dict[str, Any]:
     from spexsup.present.spend import with_spend
 
     doc = with_spend(spex, waves.load(spex, ids.resolve_wave(spex.store.db, ident)))
+    # Retried: each leg's last attempt across the retries (DESIGN §30).
+    doc["combined"] = waves.story(spex, doc)
     return {
         "id": doc["id"],
         "summary": summary(doc),
+        "story": story_lines(doc) if doc["combined"] is not None else [],
         "prompt": doc.get("prompt_head", ""),
         "legs": [{"session": leg["session"], "line": leg_line(leg)} for leg in doc["legs"]],
         "sessions": [leg["session"] for leg in doc["legs"]],
