@@ -235,3 +235,27 @@ def test_the_live_table_never_outgrows_an_80x24_terminal(env: Env) -> None:
     assert child.exitstatus == 0
     tail = child.before.replace("\r", "")
     assert all(len(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", ln)) <= 80 for ln in tail.splitlines())
+
+
+def test_the_live_table_shows_a_running_legs_spend_so_far(env: Env) -> None:
+    """Issue 42, item 3: a running leg's COST is what its pane counted so far
+    (two API messages of $0.315 at these prices), then its recorded cost."""
+    import pexpect
+
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "config.toml").write_text(
+        '[pricing."claude-sonnet-4-5"]\ninput = 3.0\noutput = 15.0\n'
+    )
+    gate = env.root / "go"
+    args = ["new", "c", "--harness", "claude", "--cwd", str(env.root)]
+    r = env.run(*args, "--env", "FAKE_CLAUDE_LOGGED_IN=1", "--env", f"FAKE_GATE={gate}")
+    assert r.returncode == 0, r.stderr
+    child = spawn(env, "fanout", "c", "-m", "go [steps 2]", "--window", "0.5", "--wait")
+    child.expect("COST")
+    child.expect(rf"c{GAP}(?:confirmed|producing output){GAP}\dm\d\ds{GAP}\S+{GAP}~\$0\.63 so far")
+    gate.touch()
+    child.expect(r"ended complete rc=0")
+    child.expect(r"\$0\.09")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
