@@ -45,11 +45,13 @@ def spending(
     rows = []
     model: str | None = None
     looked = False
+    tasks: list[str | None] = []
     for attempt, path, ended in runs:
         final = path.name == turndir.OUTPUT
         found = last if final and last is not None else outcome.read(path, parser)
         parts = []
         spent = found.spent
+        tasks += spent.tasks
         for key, part in spent.parts.items():
             name, priced = key
             if name is None and harness in ("codex", "opencode"):
@@ -61,12 +63,22 @@ def spending(
             # A count that was no number of tokens leaves the part's unknown.
             counts = None if key in spent.unknown else [int(n) for n in part[:4]]
             parts.append((name, counts, part[4] if priced else None))
+        exact = spent.exact
+        if final and parser == "opencode":
+            # Its subagents' spend, read from its database, is this run's.
+            below, whole, bad = subagents(turn_dir, meta, conversation, tasks)
+            spent.bad += [field for field in bad if field not in spent.bad]
+            if below:
+                if not spent.metered:
+                    parts.append((model if looked else None, None, None))
+                parts += below
+            exact = exact and whole
         rows.append(
             {
                 "attempt": attempt,
                 "cause": cause if final else ended,
-                "exact": spent.exact,
-                "parts": parts if spent.metered else [],
+                "exact": exact,
+                "parts": parts if spent.metered or parts else [],
                 "bad": spent.bad,
                 "running": spent.running,
                 # The first run resumed what the wake resumed; a later one
@@ -76,3 +88,41 @@ def spending(
             }
         )
     return harness, rows
+
+
+def subagents(
+    turn_dir: Path,
+    meta: dict[str, Any],
+    conversation: str | None,
+    tasks: Sequence[str | None],
+) -> tuple[list[tuple[str | None, list[int] | None, float | None]], bool, list[str]]:
+    """(the usage parts of what opencode's subagents spent in the turn, per
+    model; whether that is all of it; the fields that held no usage). Read
+    from opencode's database: the sessions below the turn's conversation,
+    and those its `task` calls named, from the turn's start to its harness's exit (the outcome
+    marker's last write). Not all of it when a call named no session, a
+    named one is not there, or the database cannot be read and the output
+    shows a call; with no call shown and no database, nothing is missing."""
+    import time
+
+    from spexsup.adapters import convstore
+    from spexsup.adapters.meter import Meter
+
+    started = meta.get("started")
+    if not isinstance(started, int | float) or not conversation:
+        return [], not tasks, []
+    try:
+        until = (turn_dir / turndir.OUTCOME).stat().st_mtime + 2
+    except OSError:
+        until = time.time()
+    meter = Meter()
+    named = [t for t in tasks if t]
+    read = convstore.opencode_subagents(conversation, named, started, until, meter)
+    if read is None:
+        return [], not tasks, []
+    parts = []
+    for key, part in meter.parts.items():
+        name, priced = key
+        counts = None if key in meter.unknown else [int(n) for n in part[:4]]
+        parts.append((name, counts, part[4] if priced else None))
+    return parts, read and len(named) == len(tasks) and not meter.bad, meter.bad
