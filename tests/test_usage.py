@@ -606,3 +606,15 @@ def test_opencode_subagents_it_cannot_read_make_the_cost_a_floor(
     turn(env, "o", "go")
     t = show(env, "o")["turn"]
     assert t["cost"]["exact"] is True and t["cost"]["amount"] == pytest.approx(0.05), t["cost"]
+
+
+def test_codex_model_its_rollout_does_not_name_is_the_one_passed(env: Env) -> None:
+    """Issue 42, item 6: a rollout whose `turn_context` names no model (as
+    the fake's does with FAKE_CODEX_MODEL empty): the model is the one spex
+    passed with `--model`; with none passed it stays unknown (null)."""
+    new(env, "x", "codex", FAKE_CODEX_MODEL="")
+    turn(env, "x", "go", "--model", "gpt-5.4-mini")
+    (row,) = rows(env)
+    assert row["model"] == "gpt-5.4-mini" and row["input"] == 9642, row
+    turn(env, "x", "again")
+    assert rows(env)[-1]["model"] is None

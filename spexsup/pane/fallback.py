@@ -93,7 +93,10 @@ def next_model(turn_dir: Path, rc: int) -> int:
     turndir.rewrite_argv(turn_dir, argv, on_stdin=on_stdin)
     # The attempts so far, for the reporter's usage rows (`report.run_outputs`).
     chain_file = json.loads((turn_dir / turndir.FALLBACK).read_text())
-    done = [*chain_file.get("attempts", []), {"output": kept, "cause": judged.cause}]
+    done = [
+        *chain_file.get("attempts", []),
+        {"output": kept, "cause": judged.cause, "model": meta.get("model")},
+    ]
     turndir.write_fallback(turn_dir, rest, done)
     meta.update(model=model, resumed=conversation if adapter.resume else meta.get("resumed"))
     turndir.write_meta(turn_dir, meta)

@@ -46,6 +46,7 @@ def spending(
     model: str | None = None
     looked = False
     tasks: list[str | None] = []
+    passed = _models_passed(turn_dir, meta)
     for attempt, path, ended in runs:
         final = path.name == turndir.OUTPUT
         found = last if final and last is not None else outcome.read(path, parser)
@@ -59,7 +60,11 @@ def spending(
                     from spexsup.adapters import convstore
 
                     model, looked = convstore.model(harness, conversation), True
-                name = model
+                # codex's rollout names the model its thread ran last: a run
+                # before a fallback ran the one spex passed it. A run whose
+                # store names none ran the one spex passed, if any.
+                own = passed.get(path.name)
+                name = own if own and harness == "codex" and not final else model or own
             # A count that was no number of tokens leaves the part's unknown.
             counts = None if key in spent.unknown else [int(n) for n in part[:4]]
             parts.append((name, counts, part[4] if priced else None))
@@ -126,3 +131,21 @@ def subagents(
         counts = None if key in meter.unknown else [int(n) for n in part[:4]]
         parts.append((name, counts, part[4] if priced else None))
     return parts, read and len(named) == len(tasks) and not meter.bad, meter.bad
+
+
+def _models_passed(turn_dir: Path, meta: dict[str, Any]) -> dict[str, str]:
+    """The model spex passed each run (`--model`), by its output's name: the
+    last run's in the turn's meta, those a fallback ended in its file."""
+    import json
+
+    passed: dict[str, str] = {}
+    if isinstance(meta.get("model"), str) and meta["model"]:
+        passed[turndir.OUTPUT] = meta["model"]
+    try:
+        attempts = json.loads((turn_dir / turndir.FALLBACK).read_text()).get("attempts") or []
+    except (OSError, ValueError, AttributeError):
+        attempts = []
+    for attempt in attempts:
+        if isinstance(attempt, dict) and isinstance(attempt.get("model"), str):
+            passed[str(attempt.get("output"))] = attempt["model"]
+    return passed
