@@ -366,6 +366,27 @@ def test_fanout_to_one_session_per_cli(real: Env, model: ModelServer) -> None:
     assert len(model.main_requests()) >= 4
 
 
+def test_a_wide_opencode_fanout_completes_every_leg(real: Env, model: ModelServer) -> None:
+    """Issue 42, item 4: ten `opencode run`s started at once on one opencode
+    database (one HOME) each complete; none is lost to `database is locked`."""
+    model.default = Reply.answer("fanned out")
+    names = [f"o{i}" for i in range(10)]
+    for name in names:
+        session(real, model, "opencode", name=name)
+    r = real.run(
+        "fanout", *names, "-m", "say hi", "--window", WINDOW, "--wait", "--json", timeout=900
+    )
+    print(r.stdout[-3000:], r.stderr[-2000:])
+    ends = {name: show(real, name)["turn"] for name in names}
+    for name, turn in ends.items():
+        if turn["state"] != "complete":
+            print(f"--- {name}:", turn["state"], turn["error"], real.run("log", name).stdout[-800:])
+    assert {n: (t["state"], t["rc"]) for n, t in ends.items()} == dict.fromkeys(
+        names, ("complete", 0)
+    )
+    assert r.returncode == 0, (r.stdout, r.stderr)
+
+
 UNKNOWN = {
     "claude": "0b6a1c9e-1d7e-4c55-9d3e-5a3f7f1b2c3d",
     "codex": "0199a1c9-1d7e-7c55-9d3e-5a3f7f1b2c3d",

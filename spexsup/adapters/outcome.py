@@ -19,11 +19,12 @@ keep, `describe` words it; see `spexsup.pane.marker`.)
 It also reads what the run spent (`spexsup.adapters.meter`, issue 26).
 
 Runs in the exit reporter on every turn end, so it is bounded: the events
-that decide (claude's `result`, codex's `turn.*`, opencode's last `text` or
-`error`, pi's `agent_end`) are at the end of the output, so the log is read
-backwards in chunks, newest event first, only lines that carry an event
-type the parser wants are decoded, and the scan stops as soon as the parser
-has what it needs or after `SCAN_BUDGET` bytes.
+that decide (claude's `result`, codex's `turn.*`, opencode's last `text`,
+never a `commentary`-phase one, or `error`, pi's `agent_end`) are at the
+end of the output, so the log is read backwards in chunks, newest event
+first, only lines that carry an event type the parser wants are decoded,
+and the scan stops as soon as the parser has what it needs or after
+`SCAN_BUDGET` bytes.
 """
 
 from __future__ import annotations

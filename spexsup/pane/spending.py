@@ -1,5 +1,7 @@
 """What a turn's harness spent, read from the output of each of its runs
-(issue 26): the usage rows the exit reporter records with the end.
+(issue 26): the usage rows the exit reporter records with the end. What
+opencode's subagents spent is not in its output: it is read from its
+database (issue 42, `subagents`).
 
 Runs inside the pane (the exit reporter): the standard library, the outcome
 parsers and the turn dir only.
