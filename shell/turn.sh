@@ -71,7 +71,9 @@ login_env() {
         # cache stale wait for the first one's answer rather than each run the
         # login shell (a hundred zsh starts at once). Without the lock (no
         # flock, or its wait ran out) the lookup runs anyway.
-        if exec {lock}>>"$cache.lock" 2>/dev/null; then
+        # (Braces: a bare `exec` would keep the 2>/dev/null for the whole
+        # wrapper, and the pane's shell after the turn with it.)
+        if { exec {lock}>>"$cache.lock"; } 2>/dev/null; then
             flock -w "$limit" "$lock" 2>/dev/null
             if login_cached; then
                 exec {lock}>&-

@@ -48,7 +48,7 @@ def recorded_options(doc: dict[str, Any]) -> dict[str, Any]:
     """A wave's recorded per-turn options (a wave from before one was
     recorded ran under none: None, `strict` False), and whatever else a
     local wave recorded of its legs' request (`fresh`, `budget`,
-    `unsandboxed`: DESIGN §30; a fleet wave passes `--fresh` to each host)."""
+    `unsandboxed`: DESIGN §31; a fleet wave passes `--fresh` to each host)."""
     found = doc.get("turn_options") or {}
     out = {k: found.get(k, False if k == "strict" else None) for k in TURN_OPTIONS}
     return {**found, **out}

@@ -283,6 +283,9 @@ def test_keys_typed_during_a_turn_never_run(env: Env) -> None:
 def test_a_pane_in_use_is_not_replaced_without_force(env: Env) -> None:
     env.run("new", "a", "--", "bash", "-c", "echo first-turn-output")
     assert wake_json(env, "a", "x", "--window", "5")[1]["verdict"] == "completed"
+    # The wrapper is done (it drops what was typed while the turn ran, so a
+    # command typed before its end line would be lost on a loaded machine).
+    assert retry_until(lambda: "ended rc=0" in capture(env, "a"), 60), capture(env, "a")
     # A person attaches, starts something in the pane's shell, and detaches.
     child = pexpect.spawn(SPEX, ["attach", "a"], env=env.vars, dimensions=(30, 100), timeout=15)
     try:
@@ -296,8 +299,9 @@ def test_a_pane_in_use_is_not_replaced_without_force(env: Env) -> None:
         lambda: (
             "sleep"
             in env.tmux("display-message", "-p", "-t", "=a:0.0", "#{pane_current_command}").stdout
-        )
-    )
+        ),
+        60,
+    ), capture(env, "a")
     r = env.run("wake", "a", "y")
     assert r.returncode == 3
     assert "the pane is running sleep (pid" in r.stderr and "--force" in r.stderr, r.stderr

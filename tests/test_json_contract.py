@@ -419,6 +419,8 @@ def filled(c: Call, values: dict[str, str]) -> tuple[str, ...]:
     return tuple(a.format(**values) for a in c.args)
 
 
+# Hundreds of spex commands: minutes on a loaded 2-core machine.
+@pytest.mark.timeout(600)
 def test_every_document_keeps_the_contract(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     values = build_state(env, monkeypatch)
     problems: list[str] = []
@@ -459,6 +461,8 @@ def test_every_document_keeps_the_contract(env: Env, monkeypatch: pytest.MonkeyP
     assert problems == [], "\n".join(problems)
 
 
+# Hundreds of spex commands: minutes on a loaded 2-core machine.
+@pytest.mark.timeout(600)
 def test_every_failure_is_the_error_document(env: Env) -> None:
     spex_ok(env, "new", "ok", "--", harness("exit0.sh"))
     (env.home / "config.toml").write_text(FAR)

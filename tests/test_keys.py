@@ -212,7 +212,7 @@ def test_a_keyed_after_wake_is_queued_once(env: Env) -> None:
 
 
 def test_a_dropped_queue_entry_drops_its_key(env: Env) -> None:
-    new(env, "a", "sleep 3")
+    new(env, "a", "sleep 300")  # still running when the second prompt is queued
     assert wake(env, "a", "first", "--window", "0.3")[1]["verdict"] == "confirmed"
     entry = wake(env, "a", "--queue", "--key", "q", "second")[1]["queued"]
     assert env.run("queue", "rm", entry).returncode == 0

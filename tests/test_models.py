@@ -56,6 +56,8 @@ def test_a_usage_limit_falls_back_to_the_next_model_and_resumes_the_conversation
     assert (t["state"], t["model"]) == ("complete", "sonnet"), t
     (attempt,) = t["fallbacks"]
     assert (attempt["model"], attempt["cause"], attempt["attempt"]) == ("opus", "usage-limit", 1)
+    # It ran twice, on two models: two attempts (issue 42, item 6).
+    assert t["attempts"] == 2, t
     assert "usage limit" in attempt["error"]
     runs = argvs(log)
     assert [model_of(a) for a in runs] == ["opus", "sonnet"], runs
@@ -93,11 +95,16 @@ def test_every_model_out_ends_the_turn_failed_with_every_attempt(env: Env) -> No
     assert code == 1 and v["verdict"] == "failed", v
     t = turn(env, "c")
     assert (t["state"], t["cause"], t["model"]) == ("failed", "overloaded", "haiku"), t
-    assert [(a["model"], a["cause"]) for a in t["fallbacks"]] == [
-        ("opus", "usage-limit"),
-        ("sonnet", "usage-limit"),
+    assert [(a["model"], a["cause"], a["attempt"]) for a in t["fallbacks"]] == [
+        ("opus", "usage-limit", 1),
+        ("sonnet", "usage-limit", 2),
     ]
+    # Three runs, three attempts, in the turn and in the wake's verdict.
+    assert t["attempts"] == 3 and v["attempts"] == 3, (t, v)
     assert [model_of(a) for a in argvs(log)] == ["opus", "sonnet", "haiku"]
+    r = env.run("wake", "c", "go", "--model", "opus", "--fallback-model", "sonnet,haiku",
+                "--window", "10")  # fmt: skip
+    assert "after 3 attempts" in r.stdout, r.stdout
 
 
 def test_without_a_fallback_list_nothing_changes(env: Env) -> None:

@@ -230,6 +230,19 @@ def test_opencode_error_then_exit_0_is_a_failure_without_strict(env: Env) -> Non
     assert code == 0 and v["verdict"] == "completed" and v["flags"] == [], v
 
 
+def test_opencode_commentary_is_not_its_answer(env: Env) -> None:
+    """On OpenAI's Responses API a model sends progress notes on its
+    `commentary` channel (opencode keeps the `phase` in the text part's
+    metadata) and its answer on `final_answer`: only that one is the answer
+    (issue 42, item 6). A run whose last text was commentary (here asking a
+    question) has no answer; it asked nothing of the user."""
+    new(env, "o", "opencode", FAKE_OPENCODE_ONLINE="1")
+    code, v = wake_json(env, "o", "go [commentary]", "--window", "10")
+    assert code == 0 and v["flags"] == [], v
+    code, v = wake_json(env, "o", "go [commentary-only]", "--window", "10")
+    assert code == 0 and v["flags"] == ["no-answer"], v
+
+
 def test_an_opencode_model_it_does_not_know_is_named_model_not_found(env: Env) -> None:
     """opencode 1.18 prints only `Unexpected server error` of a misspelled
     model; the built-in harness has it print its error log too, which names

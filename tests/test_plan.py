@@ -254,7 +254,7 @@ def test_a_waves_turn_options_read_back() -> None:
 
 
 def test_a_waves_turn_options_keep_every_option_that_shapes_a_leg() -> None:
-    """A retry repeats its legs (DESIGN §30): every field of the request and
+    """A retry repeats its legs (DESIGN §31): every field of the request and
     of its limits, set to something other than its default, reads back from
     the recorded options, but those that are each leg's own or the wave's
     (its session, key, wave, queue policy, `--after`, a queue entry)."""

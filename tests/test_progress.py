@@ -180,6 +180,34 @@ def test_maint_wait_says_what_it_waits_for(env: Env) -> None:
     assert "\x1b" not in line + rest
 
 
+def test_a_leg_whose_harness_exited_is_ending_until_its_end_is_recorded(env: Env) -> None:
+    """Issue 42, item 6: its harness gone, the reporter not done yet, a leg
+    is `ending`, not `producing output` (its output log grew just now)."""
+    import pexpect
+
+    go, gate = env.root / "go", env.root / "gate"
+    r = env.run("new", "a", "--env", f"GO={go}", "--env", f"GATE={gate}", "--",
+                harness("held_reporter.sh"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    child = spawn(env, "fanout", "a", "-m", "x", "--window", "0.3", "--wait")
+    child.expect("waiting for the turns to end")
+    child.expect(rf"a{GAP}producing output{GAP}\dm\d\ds")
+    go.touch()  # the harness exits; its reporter waits for the gate
+    child.expect(rf"a{GAP}ending{GAP}\dm\d\ds")
+    assert show_state(env, "a") == "running"
+    gate.touch()
+    child.expect(r"ended complete rc=0")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def show_state(env: Env, name: str) -> str:
+    import json
+
+    return str(json.loads(env.run("show", name, "--json").stdout)["turn"]["state"])
+
+
 def test_the_live_table_shows_a_leg_verifying_then_its_check(env: Env) -> None:
     """Issue 27: `verifying 0m0Ns` while a leg's check runs, then the check's end."""
     import pexpect

@@ -366,6 +366,27 @@ def test_fanout_to_one_session_per_cli(real: Env, model: ModelServer) -> None:
     assert len(model.main_requests()) >= 4
 
 
+def test_a_wide_opencode_fanout_completes_every_leg(real: Env, model: ModelServer) -> None:
+    """Issue 42, item 4: ten `opencode run`s started at once on one opencode
+    database (one HOME) each complete; none is lost to `database is locked`."""
+    model.default = Reply.answer("fanned out")
+    names = [f"o{i}" for i in range(10)]
+    for name in names:
+        session(real, model, "opencode", name=name)
+    r = real.run(
+        "fanout", *names, "-m", "say hi", "--window", WINDOW, "--wait", "--json", timeout=900
+    )
+    print(r.stdout[-3000:], r.stderr[-2000:])
+    ends = {name: show(real, name)["turn"] for name in names}
+    for name, turn in ends.items():
+        if turn["state"] != "complete":
+            print(f"--- {name}:", turn["state"], turn["error"], real.run("log", name).stdout[-800:])
+    assert {n: (t["state"], t["rc"]) for n, t in ends.items()} == dict.fromkeys(
+        names, ("complete", 0)
+    )
+    assert r.returncode == 0, (r.stdout, r.stderr)
+
+
 UNKNOWN = {
     "claude": "0b6a1c9e-1d7e-4c55-9d3e-5a3f7f1b2c3d",
     "codex": "0199a1c9-1d7e-7c55-9d3e-5a3f7f1b2c3d",
@@ -414,6 +435,54 @@ def test_opencode_sessions_are_read_from_its_real_database(
     assert found and found.startswith("ses_")
     assert real.run("stop", "x", "--grace", "3").returncode == 0
     assert show(real, "x")["harness_session_id"] in (None, found)
+
+
+def test_opencode_subagents_spend_is_counted(real: Env, model: ModelServer) -> None:
+    """Issue 42, item 1: the model calls opencode's `task` tool; the subagent
+    runs in a session of its own (in opencode's database, `parent_id` the
+    turn's), whose usage `run --format json` never prints. The turn's usage
+    is its own steps' and the subagent's, exact."""
+    import sqlite3
+
+    model.push(
+        Reply.call(
+            "task",
+            {"description": "look around", "prompt": "list the files", "subagent_type": "general"},
+        ),
+        Reply.answer("child answer"),
+        Reply.answer("parent done"),
+    )
+    session(real, model, "opencode")
+    code, v = wake_json(real, "s", "please delegate", "--window", WINDOW)
+    report("opencode task", real, "s", v)
+    assert code == 0, v
+    turn = finish(real, "s", v)
+    assert turn["state"] == "complete", turn
+    conversation = show(real, "s")["harness_session_id"]
+    log = real.run("log", "s").stdout
+    own = sum(
+        json.loads(line)["part"]["tokens"]["input"]
+        for line in log.splitlines()
+        if line.startswith('{"type":"step_finish"')
+    )
+    database = Path(real.vars["HOME"]) / ".local" / "share" / "opencode" / "opencode.db"
+    db = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    try:
+        (child,) = db.execute("SELECT id FROM session WHERE parent_id = ?", (conversation,))
+        below = sum(
+            json.loads(data)["tokens"]["input"]
+            for (data,) in db.execute(
+                "SELECT data FROM message WHERE session_id = ?"
+                " AND json_extract(data, '$.role') = 'assistant'",
+                child,
+            )
+        )
+    finally:
+        db.close()
+    assert own > 0 and below > 0, (own, below)
+    used = turn["usage"]
+    assert used["input"] == own + below and used["exact"] is True, (used, own, below)
+    assert used["models"] == ["fake-model"], used
 
 
 def test_an_opencode_model_it_does_not_know_is_named(real: Env, model: ModelServer) -> None:

@@ -395,3 +395,30 @@ def test_no_stagger_takes_no_slot(env: Env) -> None:
     assert r.returncode == 0, r.stderr
     assert not (env.home / stagger.DIR).exists()
     assert len(started(env, "a")) == 2
+
+
+def test_opencode_is_spaced_by_default(env: Env) -> None:
+    """Issue 42, item 4: every `opencode run` opens one SQLite database, so
+    its launches are 2 s apart unless `--stagger` or config.toml's `stagger`
+    says otherwise (0: none). The built-in opencode's argv is replaced here
+    by the stamping harness; its built-in spacing stays."""
+    from spexsup.adapters.harness import OPENCODE_STAGGER
+
+    harnesses(env, "opencode")
+    names = ["o1", "o2", "o3"]
+    for name in names:
+        new(env, name, "opencode")
+    r = env.run("fanout", *names, "-m", "go", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    times = [t for name in names for t in started(env, name)]
+    assert len(times) == 3
+    assert all(gap >= OPENCODE_STAGGER - 0.1 for gap in gaps(times)), gaps(times)
+    assert (env.home / stagger.DIR / "opencode").exists()
+    # `--stagger 0` and config.toml's `stagger = 0` each say none.
+    for how in (["--stagger", "0"], []):
+        if not how:
+            (env.home / "config.toml").write_text('stagger = "0s"\n')
+        before = (env.home / stagger.DIR / "opencode").read_bytes()
+        r = env.run("fanout", *names, "-m", "go", *how, "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert (env.home / stagger.DIR / "opencode").read_bytes() == before, how

@@ -555,3 +555,66 @@ def test_a_fleet_wave_sums_every_hosts_spend(env: Env) -> None:
     shown = json.loads(env.run("wave", doc["id"], "--json").stdout)
     assert shown["cost"] == doc["cost"]
     assert "· cost $0.09 · 29.3k in, 6 out" in env.run("wave", doc["id"]).stdout
+
+
+# --- opencode's subagents (issue 42, item 1) ------------------------------------
+
+PRICED = '{"input": 1000, "output": 100, "cost": 0.05}'
+
+
+def test_opencode_subagents_spend_is_the_turns_per_model(env: Env) -> None:
+    """Its `task` tool runs a subagent in a session of its own whose usage
+    the output never prints: read from opencode's database (the fixture the
+    fake opencode writes, opencode 1.18.33's tables), per model, to any depth."""
+    new(env, "o", "opencode", FAKE_USAGE=PRICED,
+        FAKE_SUBAGENT_USAGE='{"input": 300, "output": 20, "reasoning": 5, "cost": 0.01}',
+        FAKE_SUBAGENT_MODEL="fake-small")  # fmt: skip
+    turn(env, "o", "go [task-nested]")
+    found = rows(env, "session = 'o'")
+    by_model = {(r["model"], r["input"], r["output"], r["cost"], r["exact"]) for r in found}
+    # The turn's own step, and the subagent and its own subagent (one model, summed).
+    assert by_model == {("fake-model", 1000, 100, 0.05, 1), ("fake-small", 600, 50, 0.02, 1)}
+    t = show(env, "o")["turn"]
+    assert t["cost"]["amount"] == pytest.approx(0.07) and t["cost"]["exact"] is True, t
+    assert t["usage"]["models"] == ["fake-model", "fake-small"]
+    # The next turn of the same conversation counts only its own subagents.
+    turn(env, "o", "again")
+    t = show(env, "o")["turn"]
+    assert t["cost"]["amount"] == pytest.approx(0.05) and t["usage"]["models"] == ["fake-model"]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "store"),
+    [
+        ("go [task-lost]", "sqlite"),  # the session it names is nowhere
+        ("go [task-open]", "sqlite"),  # its message never finished
+        ("go [task]", "json"),  # no database to read
+    ],
+)
+def test_opencode_subagents_it_cannot_read_make_the_cost_a_floor(
+    env: Env, prompt: str, store: str
+) -> None:
+    new(env, "o", "opencode", FAKE_USAGE=PRICED, FAKE_OPENCODE_STORE=store)
+    turn(env, "o", prompt)
+    t = show(env, "o")["turn"]
+    assert t["state"] == "complete", t
+    assert t["cost"]["exact"] is False and t["cost"]["amount"] >= 0.05, t["cost"]
+    assert t["usage"]["exact"] is False
+    shown = env.run("show", "o").stdout
+    assert "≥$0.05" in shown, shown
+    # Without a subagent the same turn is exact.
+    turn(env, "o", "go")
+    t = show(env, "o")["turn"]
+    assert t["cost"]["exact"] is True and t["cost"]["amount"] == pytest.approx(0.05), t["cost"]
+
+
+def test_codex_model_its_rollout_does_not_name_is_the_one_passed(env: Env) -> None:
+    """Issue 42, item 6: a rollout whose `turn_context` names no model (as
+    the fake's does with FAKE_CODEX_MODEL empty): the model is the one spex
+    passed with `--model`; with none passed it stays unknown (null)."""
+    new(env, "x", "codex", FAKE_CODEX_MODEL="")
+    turn(env, "x", "go", "--model", "gpt-5.4-mini")
+    (row,) = rows(env)
+    assert row["model"] == "gpt-5.4-mini" and row["input"] == 9642, row
+    turn(env, "x", "again")
+    assert rows(env)[-1]["model"] is None

@@ -26,7 +26,7 @@ def fan(env: Env, *args: str, extra: dict[str, str] | None = None) -> tuple[int,
 
 
 def unspent(doc: dict[str, Any]) -> dict[str, Any]:
-    """A printed wave without what it spent (issue 26; so far: DESIGN §30) and its
+    """A printed wave without what it spent (issue 26; so far: DESIGN §31) and its
     legs' checks (issue 27): printed, not in its file."""
     legs = [
         {k: v for k, v in leg.items() if k not in ("usage", "cost", "so_far", "verify")}

@@ -28,6 +28,12 @@ structured output does not name it:
   the `model`. The newest one is read from the file's end.
 - opencode's database: the newest assistant message's `modelID` in table
   `message` (its `data`), else the session's `model` (`{"id": …}`).
+
+What opencode's subagents spent (issue 42): its `task` tool runs each in a
+session of its own (`session.parent_id` names the caller's), whose usage
+`run --format json` never prints; each assistant message in `message`
+carries its `modelID`, `tokens` (`input`, `output`, `reasoning`, `cache`)
+and `cost`, and `time.completed` once it finished.
 """
 
 from __future__ import annotations
@@ -35,8 +41,12 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from spexsup.adapters.meter import Meter
 
 HEADER_BYTES = 4096
 # opencode holds its database for its own busy_timeout (5 s) at most; a turn's
@@ -228,6 +238,82 @@ def _opencode_model_in(db: sqlite3.Connection, session: str) -> str | None:
 
 
 MODELS = {"codex": _codex_model, "opencode": _opencode_model}
+
+# A turn's subagent messages read at most: more is a floor, not a stall.
+SUBAGENT_MESSAGES = 20000
+
+
+def opencode_subagents(
+    session: str, named: Sequence[str], since: float, until: float, meter: Meter
+) -> bool | None:
+    """What opencode's subagents (its `task` tool) spent for `session` in
+    [since, until] (unix seconds), added to `meter` per model: every
+    assistant message of the sessions below it (`session.parent_id`, to any
+    depth) and of those the output `named`, created in that span. True: all
+    of it was read (every named session found, every message completed);
+    False: some was not (a floor); None: no database has the session (none,
+    another schema, locked past the busy timeout)."""
+    for db in _opencode_connections():
+        try:
+            if db.execute("SELECT 1 FROM session WHERE id = ?", (session,)).fetchone() is None:
+                continue
+            return _subagents_in(db, session, named, since, until, meter)
+        except sqlite3.Error:
+            return None
+    return None
+
+
+def _subagents_in(
+    db: sqlite3.Connection,
+    session: str,
+    named: Sequence[str],
+    since: float,
+    until: float,
+    meter: Meter,
+) -> bool:
+    wanted = sorted(set(named))
+    marks = ",".join("?" * len(wanted))
+    seed = f"parent_id = ? OR id IN ({marks})" if wanted else "parent_id = ?"
+    below = (
+        "WITH RECURSIVE below(id) AS ("
+        f" SELECT id FROM session WHERE ({seed}) AND id != ?"
+        " UNION SELECT s.id FROM session s JOIN below ON s.parent_id = below.id)"
+    )
+    seeds = (session, *wanted, session)
+    found = {row[0] for row in db.execute(f"{below} SELECT id FROM below", seeds)}
+    whole = all(child in found for child in wanted)
+    rows = db.execute(
+        f"{below} SELECT m.data FROM message m JOIN below ON m.session_id = below.id"
+        " WHERE m.time_created >= ? AND m.time_created <= ? LIMIT ?",
+        (*seeds, int(since * 1000), int(until * 1000), SUBAGENT_MESSAGES + 1),
+    ).fetchall()
+    if len(rows) > SUBAGENT_MESSAGES:
+        whole, rows = False, rows[:SUBAGENT_MESSAGES]
+    for (data,) in rows:
+        try:
+            message = json.loads(data)
+        except (TypeError, ValueError):
+            whole = False
+            continue
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        meter.metered = True
+        tokens = message.get("tokens")
+        if not isinstance(tokens, dict):
+            whole = False
+            continue
+        fresh, output, reasoning = meter.counts(tokens, "tokens", "input", "output", "reasoning")
+        cache = tokens.get("cache")
+        read, write = meter.counts(
+            cache if isinstance(cache, dict) else {}, "tokens.cache", "read", "write"
+        )
+        both = None if output is None or reasoning is None else output + reasoning
+        cost = meter.cost(message, "", "cost")
+        meter.add(message.get("modelID"), [fresh, both, read, write], cost)
+        times = message.get("time")
+        if not (isinstance(times, dict) and times.get("completed")):
+            whole = False  # still streaming when the run ended: its count may be short
+    return whole
 
 
 def model(harness: str, conversation: str | None) -> str | None:

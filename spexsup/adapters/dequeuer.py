@@ -11,12 +11,15 @@ import contextlib
 import json
 import os
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spexsup.errors import SpexError
 from spexsup.paths import own_python
+
+if TYPE_CHECKING:
+    import subprocess
 
 # Session states a queued prompt may launch in (not running, stopped, being
 # created or removed).
@@ -164,6 +167,8 @@ def start(home: Path, name: str, *, after: str | None = None) -> subprocess.Pope
     env.pop(AFTER_ENV, None)
     if after is not None:
         env[AFTER_ENV] = after
+    import subprocess  # here: the exit reporter, which imports this module, rarely starts one
+
     with contextlib.suppress(OSError):
         return subprocess.Popen(
             [*own_python("spexsup"), "internal", "dequeue", name],

@@ -108,6 +108,9 @@ class Harness(NamedTuple):
     # sandbox sets VAR=DIR, which makes the CLI look for FILE in DIR, and
     # shows FILE there (spexsup.adapters.sandbox.relocate).
     sandbox_relocate: tuple[tuple[str, str, str], ...] = ()
+    # Seconds between its launches in a home when neither `--stagger` nor
+    # config.toml's `stagger` says (spexsup.adapters.stagger); None: none.
+    stagger: float | None = None
 
     def takes_model(self) -> bool:
         if self.prompt_via == "append":
@@ -290,6 +293,9 @@ def command_harness(command: Sequence[str]) -> Harness:
 
 
 _DEMO = tuple(own_python("spexsup.adapters.demo_agent"))
+# The spacing of opencode's launches in a home (see its entry below).
+OPENCODE_STAGGER = 2.0
+
 # Conversation-store and lock errors that mean nothing ran: safe to retry.
 _LOCKED = (r"database is locked", r"SQLITE_BUSY")
 # opencode's error log on stderr: `run --format json` says only `Unexpected
@@ -471,6 +477,10 @@ BUILTIN: dict[str, Harness] = {
         binary="opencode",
         model_flag="--model",
         outcome="opencode",
+        # Every `opencode run` opens one SQLite database (and the first
+        # migrates it); started at once, ten of them lose legs to its locks and
+        # to a migration raced (issue 42, item 4): one start each 2 s.
+        stagger=OPENCODE_STAGGER,
         limited=(
             # opencode retries a retryable provider error itself (session/retry.ts, using
             # the Retry-After header); `run --format json` prints the one it gives up on

@@ -145,9 +145,11 @@ class TmuxHome:
         """argv prefix that reaches our server (for exec'ing `tmux attach`)."""
         import shutil
 
-        tmux = shutil.which("tmux") or "tmux"
+        return [shutil.which("tmux") or "tmux", *self._flags()]
+
+    def _flags(self) -> list[str]:
         where = ["-S", self.socket_path] if self.socket_path else ["-L", str(self.socket_name)]
-        return [tmux, *where, "-f", str(CONFIG)]
+        return [*where, "-f", str(CONFIG)]
 
     def _run(self, *args: str) -> Ran:
         """One tmux command on our server: (rc, stdout lines, stderr).
@@ -164,7 +166,9 @@ class TmuxHome:
         limit = tmux_timeout()
         try:
             proc = subprocess.Popen(
-                [*self.tmux_argv(), *args],
+                # Found on the PATH by Popen (base_env keeps it): shutil.which
+                # would cost every command that reads the census its import.
+                ["tmux", *self._flags(), *args],
                 # The client that starts the server gives it its environment.
                 env=base_env(),
                 stdin=subprocess.DEVNULL,

@@ -42,10 +42,12 @@ class Meter:
     cache_read, cache_write, cost]. `metered` once an event that carries
     usage was read, `exact` when the counts are all the run used, `running`
     when they are the conversation's running total, not this run's alone.
+    `tasks`: the subagent sessions opencode's `task` tool ran (their spend
+    is not in the run's output).
     `unknown`: the parts whose counts are unknown (an event's count was no
     number of tokens); `bad`: the fields that held no usage, as printed."""
 
-    __slots__ = ("bad", "exact", "metered", "parts", "running", "steps", "unknown")
+    __slots__ = ("bad", "exact", "metered", "parts", "running", "steps", "tasks", "unknown")
 
     def __init__(self) -> None:
         self.parts: dict[tuple[str | None, bool], list[float]] = {}
@@ -55,6 +57,9 @@ class Meter:
         self.exact = False
         self.running = False
         self.steps = 0  # opencode: step finishes less step starts read
+        # opencode: the subagent sessions its `task` tool ran (None: one whose
+        # session the output does not name); their spend is in its database.
+        self.tasks: list[str | None] = []
 
     def counts(self, table: dict[str, Any], where: str, *keys: str) -> list[int | None]:
         """The token counts of `keys` in `table` (`where`: its name, for the

@@ -19,11 +19,12 @@ keep, `describe` words it; see `spexsup.pane.marker`.)
 It also reads what the run spent (`spexsup.adapters.meter`, issue 26).
 
 Runs in the exit reporter on every turn end, so it is bounded: the events
-that decide (claude's `result`, codex's `turn.*`, opencode's last `text` or
-`error`, pi's `agent_end`) are at the end of the output, so the log is read
-backwards in chunks, newest event first, only lines that carry an event
-type the parser wants are decoded, and the scan stops as soon as the parser
-has what it needs or after `SCAN_BUDGET` bytes.
+that decide (claude's `result`, codex's `turn.*`, opencode's last `text`,
+never a `commentary`-phase one, or `error`, pi's `agent_end`) are at the
+end of the output, so the log is read backwards in chunks, newest event
+first, only lines that carry an event type the parser wants are decoded,
+and the scan stops as soon as the parser has what it needs or after
+`SCAN_BUDGET` bytes.
 """
 
 from __future__ import annotations
@@ -283,6 +284,17 @@ def _codex_finish(out: Outcome) -> None:
 _OPENCODE_DENIED = ("The user rejected permission", "The user has specified a rule")
 
 
+def _commentary(part: dict[str, Any]) -> bool:
+    """A text part the model sent on its `commentary` channel: a progress note
+    while it works, not its answer. OpenAI's Responses API marks each message
+    `phase` `commentary` or `final_answer`; opencode keeps that in the part's
+    `metadata` under the provider's key (`{"openai": {"phase": …}}`)."""
+    meta = part.get("metadata")
+    if not isinstance(meta, dict):
+        return False
+    return any(isinstance(v, dict) and v.get("phase") == "commentary" for v in meta.values())
+
+
 def _opencode(event: dict[str, Any], out: Outcome) -> bool:
     # Newest first, to the start: every refused tool call counts, and an
     # error with an answer after it was recovered from.
@@ -294,13 +306,19 @@ def _opencode(event: dict[str, Any], out: Outcome) -> bool:
         meters.opencode(part, out.spent)
     elif kind == "text":
         text = part.get("text")
-        if out.answer is None and isinstance(text, str) and text.strip():
+        if out.answer is None and isinstance(text, str) and text.strip() and not _commentary(part):
             out.answer = text
     elif kind == "tool_use":
         state = part.get("state") or {}
         error = state.get("error") if isinstance(state, dict) else None
-        if isinstance(error, str) and error.startswith(_OPENCODE_DENIED):
+        denied = isinstance(error, str) and error.startswith(_OPENCODE_DENIED)
+        if denied:
             out.add(f"denied:{_one_line(part.get('tool') or 'tool')}")
+        elif part.get("tool") == "task":
+            # A subagent: its spend is in its own session, not in this output.
+            meta = state.get("metadata") if isinstance(state, dict) else None
+            child = meta.get("sessionId") if isinstance(meta, dict) else None
+            out.spent.tasks.append(child if isinstance(child, str) and child else None)
     elif kind == "error" and out.answer is None and not out.fails:
         error = event.get("error") or {}
         message: object = None

@@ -286,24 +286,37 @@ def _check_argv(
     return harness
 
 
-def load_registry(home: Path) -> Registry:
-    """Built-ins overlaid with the user's harness files (tomllib; no daemon, read per use)."""
+def _harness_file(path: Path) -> dict[str, Any] | Invalid | None:
+    """One harness file's tables; None when it does not exist, Invalid when
+    it cannot be read or parsed."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        return Invalid(f"{path}: cannot read harness file: {e}")
     import tomllib
 
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        return Invalid(f"{path}: cannot read harness file: {e}")
+    except RecursionError:
+        return Invalid(f"{path}: cannot read harness file: nested too deeply")
+
+
+def load_registry(home: Path) -> Registry:
+    """Built-ins overlaid with the user's harness files (tomllib, imported only
+    when one exists: most homes have none; no daemon, read per use)."""
     harnesses = dict(BUILTIN)
     errors: dict[str, Invalid] = {}
     sources = dict.fromkeys([*BUILTIN, "command"], BUILT_IN)
     for path in config_files(home):
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
+        data = _harness_file(path)
+        if data is None:
             continue
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-            errors["*"] = Invalid(f"{path}: cannot read harness file: {e}")
-            sources["*"] = str(path)
-            continue
-        except RecursionError:
-            errors["*"] = Invalid(f"{path}: cannot read harness file: nested too deeply")
+        if isinstance(data, Invalid):
+            errors["*"] = data
             sources["*"] = str(path)
             continue
         tables = data.get("harness", {})

@@ -121,7 +121,7 @@ def show_wave(ctx: decl.Context, wave: WaveArg, as_json: JsonOpt = False) -> Non
         return
     spex = open_spex(ctx)
     doc = with_spend(spex, waves.load(spex, ids.resolve_wave(spex.store.db, wave)))
-    # Retried: each leg's last attempt across the retries (DESIGN §30).
+    # Retried: each leg's last attempt across the retries (DESIGN §31).
     doc["combined"] = waves.story(spex, doc)
     if doc.get("best_of"):
         from spexsup.conductors.bestof import leg_stat

@@ -52,6 +52,7 @@ def config_checks(home: Path, cwd: Path) -> list[Check]:
     from spexsup import config
     from spexsup.adapters import registry
     from spexsup.core import hooks, worktree
+    from spexsup.core.setupfile import SETUP_FILE
 
     before = list(errors.WARNINGS)
     errors.WARNINGS.clear()
@@ -72,8 +73,8 @@ def config_checks(home: Path, cwd: Path) -> list[Check]:
         read += [p for p in registry.config_files(home) if p.exists()]
         found += registry.load_registry(home).errors.values()
         top = _toplevel(cwd)
-        if top is not None and (top / worktree.SETUP_FILE).exists():
-            read.append(top / worktree.SETUP_FILE)
+        if top is not None and (top / SETUP_FILE).exists():
+            read.append(top / SETUP_FILE)
             try:
                 worktree.load_setup(top)
             except SpexError as e:

@@ -128,7 +128,7 @@ def retry(spex: Spex, wave: str, names: Sequence[str], given: Given) -> Plan:
         verify_timeout=given.verify_timeout or first.limits.verify_timeout,
     )
     # Everything else the legs first ran under, as recorded: a retry of a
-    # `--fresh` wave starts new conversations again (DESIGN §30).
+    # `--fresh` wave starts new conversations again (DESIGN §31).
     limits = limits._replace(budget=first.limits.budget, unsandboxed=first.limits.unsandboxed)
     request = now._replace(
         window=_either(given.window, first.window),

@@ -174,7 +174,7 @@ class Board:
                 row.entry = entry
             if turn and turn.get("so_far"):
                 # A running turn: the session's spend with what it spent so
-                # far, marked as such (DESIGN §30).
+                # far, marked as such (DESIGN §31).
                 from spexsup import usage
 
                 now = usage.grand([spent or usage.Spend(), usage.from_json(turn["so_far"])])

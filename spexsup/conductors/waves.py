@@ -109,7 +109,7 @@ load = refresh
 
 
 def story(spex: Spex, doc: Doc) -> Doc | None:
-    """A retried wave's combined view (DESIGN §30): each leg's last attempt
+    """A retried wave's combined view (DESIGN §31): each leg's last attempt
     across the retries that followed it (`retried_by`, and theirs, in the
     order they were made), with the wave it ran in and how many waves tried
     it; the state and counts those last attempts add up to. None for a wave
@@ -209,7 +209,7 @@ class Wave:
         write_atomic(prompt_file, prompt)
         pid, token = own_identity()
         now = time.time()
-        # A retry says what it retries: the wave, and its legs (DESIGN §30).
+        # A retry says what it retries: the wave, and its legs (DESIGN §31).
         started: Doc = {"legs": len(names)}
         if retry_of is not None:
             started.update(retry_of=retry_of, sessions=list(names))

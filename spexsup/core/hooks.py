@@ -379,7 +379,7 @@ def variables(home: Path, event: dict[str, Any]) -> dict[str, str]:
         # The turn's verify command's exit status, on a verified turn's end
         # and on `verifying`/`verified` events ("" when it has none).
         "verify_rc": text(payload.get("verify_rc")),
-        # A wave's events (DESIGN §30): the wave, the one it retries, and on
+        # A wave's events (DESIGN §31): the wave, the one it retries, and on
         # `wave-ended` its state and known cost (USD, "" when none is known).
         "wave": text(payload.get("wave")),
         "retry_of": text(payload.get("retry_of")),

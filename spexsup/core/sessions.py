@@ -574,7 +574,8 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
     exception its processes are killed before this returns.
     """
     from spexsup.adapters.watch import DirWatch  # watchdog: only a post_create pays for it
-    from spexsup.core.worktree import POST_CREATE, SETUP_FILE  # see _worktree
+    from spexsup.core.setupfile import SETUP_FILE
+    from spexsup.core.worktree import POST_CREATE  # see _worktree
 
     name = session.name
     tag = f"{POST_CREATE}-{os.urandom(3).hex()}"

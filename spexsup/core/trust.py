@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from spexsup.core.worktree import SETUP_FILE, Setup, load_setup, sha256
+from spexsup.core.setupfile import SETUP_FILE, governing_file
+from spexsup.core.worktree import Setup, load_setup, sha256
 from spexsup.errors import Invalid, Refused
 from spexsup.paths import ensure_private_dir, write_atomic
 
@@ -150,17 +151,20 @@ def repo_check(cwd: Path, repo: str | None = None) -> Setup | None:
     `cwd`; None when there is none or it asks for no check. Only the verify
     keys are read (a turn never fails on a copy list). Invalid when they, or
     the file, are malformed."""
-    import tomllib
-
     path = governing_file(cwd, repo)
     if path is None:
         return None
     try:
         raw = path.read_bytes()
-        data = tomllib.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:
+    except OSError as e:
+        raise Invalid(f"cannot read {path}: {e}") from None
+    import tomllib
+
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:
         raise Invalid(f"cannot read {path}: {e}") from None
     if "verify" not in data:
         return None
@@ -179,19 +183,6 @@ def repo_check(cwd: Path, repo: str | None = None) -> Setup | None:
         path=os.path.realpath(path),
         sha256=sha256(raw),
     )
-
-
-def governing_file(cwd: Path, repo: str | None = None) -> Path | None:
-    """The `.spexsup.toml` that governs a session, as its repository holds
-    it (not resolved: it may be a symlink): its worktree's repository's
-    (`repo`), else the one of the git work tree holding `cwd`."""
-
-    if repo is None:
-        top = next((d for d in (cwd, *cwd.parents) if (d / ".git").exists()), None)
-        if top is None:
-            return None
-        repo = str(top)
-    return Path(repo) / SETUP_FILE
 
 
 def require_check_trust(home: Path, setup: Setup, shown: Path | None = None) -> None:

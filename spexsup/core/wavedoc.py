@@ -249,7 +249,7 @@ def ended(spex: Spex, db: sqlite3.Connection, doc: Doc) -> Doc:
     `counts` (the old keys, as `--on-complete` has them) and by `outcomes`
     (`tally`'s), the wave it retried, and what every leg's every attempt
     spent (`usage`, `cost`: null when its harnesses report none), as
-    `spex wave --json` says it (DESIGN §30)."""
+    `spex wave --json` says it (DESIGN §31)."""
     from spexsup import config, usage
 
     pricing = config.load(spex.home).pricing

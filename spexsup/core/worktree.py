@@ -41,10 +41,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from spexsup.adapters.git import GitError, git, identity, scratch_index, sha, snapshot_tree
+from spexsup.core.setupfile import SETUP_FILE
 from spexsup.errors import Failed, Invalid, Refused, unknown_key
-
-SETUP_FILE = ".spexsup.toml"
-
 
 SETUP_KEYS = ("copy", "symlink", "post_create", "verify", "verify_timeout")
 _LIST_KEYS = ("copy", "symlink", "post_create")

@@ -17,7 +17,7 @@ number (infinite, NaN, negative, past `usage.MAX_TOKENS` or `MAX_COST`):
 the budget goes on counting the others.
 
 The same count, budget or not, is what a running turn has spent so far
-(DESIGN §30): after each event that changed it, `spent-so-far` in the turn
+(DESIGN §31): after each event that changed it, `spent-so-far` in the turn
 dir holds it raw (the costs the CLI printed, the tokens, and the tokens of
 each model no printed cost covers), and `so_far` prices it for a reader by
 config.toml's `[pricing]` as it is then.

@@ -73,12 +73,13 @@ def next_model(turn_dir: Path, rc: int) -> int:
 
         conversation = str(uuid.uuid4()) if adapter.assign_id == "uuid" else None
         argv, on_stdin = adapter.argv(prompt, None, conversation, model)
-    (count,) = store.db.execute(
-        "SELECT json_array_length(coalesce(fallbacks, '[]')) FROM turns WHERE id = ?", (turn,)
-    ).fetchone() or (0,)
-    kept = turndir.kept_output(count + 1)
+    # This attempt's number: the turn's launches (a wake's lock-class retries)
+    # and the fallbacks before it; its output is kept under it.
+    row = store.db.execute("SELECT attempts FROM turns WHERE id = ?", (turn,)).fetchone()
+    count = int(row[0] or 1) if row is not None else 1
+    kept = turndir.kept_output(count)
     attempt = {
-        "attempt": count + 1,
+        "attempt": count,
         "model": meta.get("model"),
         "cause": judged.cause,
         "error": judged.error,
@@ -89,11 +90,14 @@ def next_model(turn_dir: Path, rc: int) -> int:
     with store.tx() as db:
         if not ledger.fell_back(db, session, turn, attempt, model, conversation):
             return GONE  # stopped meanwhile
-    turndir.keep_output(turn_dir, count + 1)
+    turndir.keep_output(turn_dir, count)
     turndir.rewrite_argv(turn_dir, argv, on_stdin=on_stdin)
     # The attempts so far, for the reporter's usage rows (`report.run_outputs`).
     chain_file = json.loads((turn_dir / turndir.FALLBACK).read_text())
-    done = [*chain_file.get("attempts", []), {"output": kept, "cause": judged.cause}]
+    done = [
+        *chain_file.get("attempts", []),
+        {"output": kept, "cause": judged.cause, "model": meta.get("model")},
+    ]
     turndir.write_fallback(turn_dir, rest, done)
     meta.update(model=model, resumed=conversation if adapter.resume else meta.get("resumed"))
     turndir.write_meta(turn_dir, meta)

@@ -360,7 +360,7 @@ def feed(output_log: str, parser: str, stdin: int = 0, stdout: int = 1) -> int:
     from spexsup.pane.budget import USAGE_WORDS, Watch
 
     # What the turn spends, counted as the events come: against `spex wake
-    # --budget`, and for every reader while it runs (DESIGN §30).
+    # --budget`, and for every reader while it runs (DESIGN §31).
     watch = Watch.of(output_log) if parser in USAGE_PARSERS else None
     lines = Lines()
     showing = True

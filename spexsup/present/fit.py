@@ -91,10 +91,13 @@ def wrap(line: str, width: int, *, indent: str = "  ") -> list[str]:
 def for_stdout(line: str) -> list[str]:
     """`line` wrapped at a word to the terminal's width when stdout is one;
     whole for a pipe (a script reads one line)."""
-    import shutil
     import sys
 
-    return wrap(line, shutil.get_terminal_size().columns if sys.stdout.isatty() else 0)
+    if not sys.stdout.isatty():
+        return wrap(line, 0)
+    import shutil  # only for a terminal: with its archivers it costs a hot command 2 ms
+
+    return wrap(line, shutil.get_terminal_size().columns)
 
 
 def _first_clause(cell: str) -> str:

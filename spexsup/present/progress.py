@@ -31,8 +31,9 @@ ACTIVE = (None, *states.ACTIVE)
 
 
 def stage(leg: dict[str, Any], home: Path, now: float) -> str:
-    """`pending`, `queued`, `launching`, `confirmed`, `producing output`, `ended …`, or why
-    the leg never ran (`failed: …`, `refused: …`, `aborted`)."""
+    """`pending`, `queued`, `launching`, `confirmed`, `producing output`,
+    `ending` (its harness exited, its end not recorded yet), `ended …`, or
+    why the leg never ran (`failed: …`, `refused: …`, `aborted`)."""
     if leg["status"] == states.LegStatus.PENDING:
         return "pending"
     if leg["status"] == states.LegStatus.LAUNCHING:
@@ -54,6 +55,9 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
         verdict = f"{leg['verdict']}, {checked}" if checked else str(leg["verdict"])
         return f"{verdict}: {leg['error']}" if leg["error"] else verdict
     if state in ACTIVE:
+        if directory is not None and _exited(directory):
+            # Its harness is gone; the reporter has yet to record the end.
+            return f"ending, {checked}" if checked else "ending"
         if checked:
             return checked
         if directory is not None and _fresh(directory, now):
@@ -104,6 +108,14 @@ def check_words(check: dict[str, Any], turn_dir: Path | None = None) -> str:
     )
 
 
+def _exited(turn_dir: Path) -> bool:
+    """Has the turn's harness exited (its wrapper's marker says `reporting`
+    or `exit`), whatever the store still says?"""
+    from spexsup.pane import marker
+
+    return marker.read(turn_dir).stage in (marker.Stage.REPORTING, marker.Stage.EXIT)
+
+
 def _fresh(turn_dir: Path, now: float) -> bool:
     """Did the output log grow lately? (Appends move its mtime; the wrapper
     creates it empty, which is no output.)"""
@@ -120,7 +132,9 @@ def elapsed(doc: dict[str, Any], leg: dict[str, Any], now: float) -> str:
 
 
 def ended(text: str) -> bool:
-    return not text.startswith(("pending", "queued", "launching", "confirmed", "producing"))
+    return not text.startswith(
+        ("pending", "queued", "launching", "confirmed", "producing", "ending")
+    )
 
 
 class LegsView:
@@ -326,7 +340,7 @@ def summary(doc: dict[str, Any]) -> str:
         " (detached)" if doc.get("detached_at") and doc["state"] == states.WaveState.RUNNING else ""
     )
     spent = spend_text(doc)
-    if doc.get("so_far"):  # a leg runs and its pane counted (DESIGN §30)
+    if doc.get("so_far"):  # a leg runs and its pane counted (DESIGN §31)
         from spexsup.present.render import so_far_text
 
         spent = "cost " + so_far_text(doc["so_far"])

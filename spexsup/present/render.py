@@ -427,7 +427,7 @@ LABEL = 12
 
 
 def so_far_text(so_far: dict[str, Any]) -> str:
-    """A running turn's spend (`so_far`, DESIGN §30): `$0.42 so far`."""
+    """A running turn's spend (`so_far`, DESIGN §31): `$0.42 so far`."""
     return f"{spend_of(so_far).cost_text()} so far"
 
 

@@ -46,7 +46,7 @@ def with_spend(spex: Spex, doc: dict[str, Any]) -> dict[str, Any]:
         legs.append({**leg, **extra})
     so_far = None
     if running:
-        # The wave's known spend with its running legs' so far (DESIGN §30):
+        # The wave's known spend with its running legs' so far (DESIGN §31):
         # a leg counted so has no unknown of its own left (`wave_spend`).
         base = usage.grand([whole])
         counted = sum(1 for leg in legs if leg["so_far"] and leg["session"] not in per)
@@ -88,7 +88,7 @@ def leg_costs(home: Path) -> LegCost:
 
 def running_cost(home: Path) -> LegCost:
     """A running leg's spend so far (`$0.42 so far`, "" when its pane counted
-    none), given its session and turn, for the live table (DESIGN §30)."""
+    none), given its session and turn, for the live table (DESIGN §31)."""
     from spexsup import config
     from spexsup.pane import budget, turndir
 

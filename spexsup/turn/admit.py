@@ -105,12 +105,17 @@ def repo_check(home: Path, request: WakeRequest, session: Session) -> Setup | No
     and the repository has one; Refused when its file is not trusted."""
     if not plan.wants_repo_check(request, session):
         return None
-    from spexsup.core import trust
+    from spexsup.core.setupfile import governing_file
 
     where = session.worktree.repo if session.worktree is not None else None
+    governing = governing_file(Path(session.cwd), where)
+    if governing is None or not governing.exists():
+        return None  # most repositories: no trust module (git, dataclasses) to load
+    from spexsup.core import trust
+
     repo = trust.repo_check(Path(session.cwd), where)
     if repo is not None:
-        trust.require_check_trust(home, repo, trust.governing_file(Path(session.cwd), where))
+        trust.require_check_trust(home, repo, governing)
     return repo
 
 

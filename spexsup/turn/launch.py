@@ -9,7 +9,6 @@ turn's whole process tree.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,6 +49,7 @@ def claim_fence(spex: Spex, name: str, turn: str) -> int:
 def _busy(spex: Spex, session: Session, turn: str, directory: Path, command: str) -> Refused:
     """The pane runs a person's work: undo the admission (the turn never
     existed for anyone but us) and say what runs there."""
+    import shutil  # here only: a wake that starts its turn never needs it
 
     with spex.store.tx() as db:
         ledger.undo_admission(

@@ -113,10 +113,21 @@ def resolve(
         verify=check,
         verify_timeout=check_timeout,
         sandbox=sandbox_policy(request, session, settings, adapter),
-        stagger=settings.stagger if limits.stagger is None else limits.stagger,
+        stagger=spacing(request, settings, adapter),
         resume=None if request.fresh else session.harness_session_id,
         queue=queueing(request, session, settings),
     )
+
+
+def spacing(request: WakeRequest, settings: Config, adapter: Harness) -> float | None:
+    """The seconds between the harness's launches: the wake's `--stagger`
+    (a fan-out's, a revive's), else config.toml's `stagger`, else the
+    harness's own (opencode's 2 s), else none. 0 at any level is none."""
+    if request.limits.stagger is not None:
+        return request.limits.stagger
+    if settings.stagger is not None:
+        return settings.stagger
+    return adapter.stagger
 
 
 def window(request: WakeRequest, session: Session, settings: Config, adapter: Harness) -> float:

@@ -45,7 +45,7 @@ def turn_json(
 ) -> dict[str, Any]:
     """The one JSON shape of a turn, wherever a command prints one; `usage`
     and `cost` (issue 26) null until its end recorded some (see `turn_spends`);
-    `so_far` what a running turn has spent so far (DESIGN §30: `usage`,
+    `so_far` what a running turn has spent so far (DESIGN §31: `usage`,
     `cost` and `running: true`; `exact` says whether every step so far was
     priced), null otherwise
     (`running_spends`); `verify` (issue 27) its latest check, null without

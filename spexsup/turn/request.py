@@ -154,7 +154,7 @@ class WakeRequest(NamedTuple):
         )
 
     def turn_options(self) -> dict[str, Any]:
-        """A wave document's `turn_options` (DESIGN §6, §30): the request every
+        """A wave document's `turn_options` (DESIGN §6, §31): the request every
         leg runs under, each option None (False for strict, fresh and
         unsandboxed) where not given: everything that shapes a leg's turn
         but its session, key, wave and queue policy (the wave's own fields),

@@ -210,7 +210,7 @@ def _start(spex: Spex, request: WakeRequest, hooks: Hooks, settings: config.Conf
                     result = confirm_startup(directory, plan.window, launched, watch, pane_pid)
                 if not _retryable(adapter, directory, result, attempts):
                     break
-                if not _rotate_attempt(spex, name, turn, directory, attempts):
+                if not _rotate_attempt(spex, name, turn, directory):
                     break  # a reader recorded the end while we were not running
                 time.sleep(RETRY_BACKOFF[attempts - 1])
             verdict = _settle(spex, session, turn, directory, adapter, result)
@@ -233,6 +233,9 @@ def _start(spex: Spex, request: WakeRequest, hooks: Hooks, settings: config.Conf
                 except Failed as e:  # the signal still decides the exit
                     interrupt.add_note(e.line())
             raise
+    # The turn's attempts: this wake's launches and any model it fell back to.
+    row = spex.store.db.execute("SELECT attempts FROM turns WHERE id = ?", (turn,)).fetchone()
+    attempts = max(attempts, int(row[0] or 1)) if row is not None else attempts
     return verdict._replace(attempts=attempts, elapsed_ms=int((time.monotonic() - started) * 1000))
 
 
@@ -352,8 +355,9 @@ def _retryable(adapter: Harness, directory: Path, result: Startup, attempts: int
     return report.worth_retrying(directory, adapter)
 
 
-def _rotate_attempt(spex: Spex, name: str, turn: str, directory: Path, attempt: int) -> bool:
-    """Keep attempt N's marker and output beside the turn for the next attempt.
+def _rotate_attempt(spex: Spex, name: str, turn: str, directory: Path) -> bool:
+    """Keep attempt N's marker and output beside the turn for the next attempt
+    (`attempt-N.outcome`, `attempt-N.output.log`).
 
     The failed attempt was never published (its reporter deferred to us), so
     the turn is still `starting`. If it is not, either a stop won (Refused)
@@ -363,7 +367,8 @@ def _rotate_attempt(spex: Spex, name: str, turn: str, directory: Path, attempt: 
     try:
         claim_fence(spex, name, turn)
         with spex.store.tx() as db:
-            if not ledger.retry_attempt(db, turn, attempt + 1):
+            failed = ledger.retry_attempt(db, turn)
+            if failed is None:
                 raise TurnStopped(name, turn)
     except Refused:
         if turn_state(spex, turn) in (None, states.TurnState.ABORTED):
@@ -372,7 +377,7 @@ def _rotate_attempt(spex: Spex, name: str, turn: str, directory: Path, attempt: 
     for file in (turndir.OUTCOME, turndir.OUTPUT):
         src = directory / file
         if src.exists():
-            src.rename(directory / f"attempt-{attempt}.{file}")
+            src.rename(directory / f"attempt-{failed}.{file}")
     return True
 
 

@@ -247,7 +247,7 @@ def wave(spex: Spex, ident: str) -> dict[str, Any]:
     from spexsup.present.spend import with_spend
 
     doc = with_spend(spex, waves.load(spex, ids.resolve_wave(spex.store.db, ident)))
-    # Retried: each leg's last attempt across the retries (DESIGN §30).
+    # Retried: each leg's last attempt across the retries (DESIGN §31).
     doc["combined"] = waves.story(spex, doc)
     return {
         "id": doc["id"],

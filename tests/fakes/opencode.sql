@@ -1,6 +1,6 @@
--- opencode 1.18.33's `project` and `session` tables, as its first migration
--- creates them (strings in the compiled binary, and `sqlite3 opencode.db .schema`
--- after a real run agrees). Read by the fake opencode and tests/test_convstore.py.
+-- opencode 1.18.33's `project`, `session` and `message` tables, as its
+-- migrations leave them (strings in the compiled binary, and `sqlite3
+-- opencode.db .schema` after a real run agrees). Read by the fake opencode and tests/test_convstore.py.
 CREATE TABLE `project` (
   `id` text PRIMARY KEY,
   `worktree` text NOT NULL,
@@ -48,3 +48,14 @@ CREATE TABLE `session` (
   CONSTRAINT `fk_session_project_id_project_id_fk` FOREIGN KEY (`project_id`)
     REFERENCES `project`(`id`) ON DELETE CASCADE
 );
+CREATE TABLE `message` (
+  `id` text PRIMARY KEY,
+  `session_id` text NOT NULL,
+  `time_created` integer NOT NULL,
+  `time_updated` integer NOT NULL,
+  `data` text NOT NULL,
+  CONSTRAINT `fk_message_session_id_session_id_fk` FOREIGN KEY (`session_id`)
+    REFERENCES `session`(`id`) ON DELETE CASCADE
+);
+CREATE INDEX `message_session_time_created_id_idx` ON `message` (`session_id`,`time_created`,`id`);
+CREATE INDEX `session_parent_idx` ON `session` (`parent_id`);

@@ -438,15 +438,19 @@ def claim_pane_fence(db: sqlite3.Connection, name: str) -> int:
     return int(fence)
 
 
-def retry_attempt(db: sqlite3.Connection, turn: str, attempts: int) -> bool:
+def retry_attempt(db: sqlite3.Connection, turn: str) -> int | None:
     """A `starting` turn's startup failed in a way worth retrying: it goes on
-    to attempt number `attempts` (its fence claimed first: `claim_fence`).
-    False if it is no longer starting (a stop, or a reader that recorded the
+    to its next attempt (its fence claimed first: `claim_fence`); the number
+    of the attempt that failed (a fallback in the pane counts one too). None
+    if it is no longer starting (a stop, or a reader that recorded the
     deferred end, got there first)."""
     cur = db.execute(
-        "UPDATE turns SET attempts = ? WHERE id = ? AND state = ?", (attempts, turn, STARTING)
+        "UPDATE turns SET attempts = attempts + 1 WHERE id = ? AND state = ?", (turn, STARTING)
     )
-    return bool(cur.rowcount)
+    if not cur.rowcount:
+        return None
+    (attempts,) = db.execute("SELECT attempts FROM turns WHERE id = ?", (turn,)).fetchone()
+    return int(attempts) - 1
 
 
 def record_verdict(
@@ -489,10 +493,11 @@ def fell_back(
 ) -> bool:
     """A running turn's attempt failed before it did any work (`attempt`: its
     model, cause, error…) and the turn goes on with `model`, resuming
-    `conversation` (see `spexsup.pane.fallback`); its `fell-back` event.
+    `conversation`, as its next attempt (see `spexsup.pane.fallback`); its
+    `fell-back` event.
     False if the turn is no longer running (a stop got there first)."""
     cur = db.execute(
-        "UPDATE turns SET model = ?, resumed = coalesce(?, resumed),"
+        "UPDATE turns SET model = ?, resumed = coalesce(?, resumed), attempts = attempts + 1,"
         " fallbacks = json_insert(coalesce(fallbacks, '[]'), '$[#]', json(?))"
         " WHERE id = ? AND session = ? AND state IN (?, ?)",
         (model, conversation, json.dumps(attempt), turn, session, STARTING, RUNNING),
