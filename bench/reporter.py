@@ -177,7 +177,8 @@ class Home:
         self.python = python
         self.root = Path(tempfile.mkdtemp(prefix="spexrep"))
         self.home = self.root / "state"
-        self.home.mkdir(parents=True, exist_ok=True)  # a SPEXSUP_HOME not made yet is refused
+        # A SPEXSUP_HOME (or --home) not made yet is refused: made here, private.
+        self.home.mkdir(mode=0o700)
         self.env = {
             **os.environ,
             "SPEXSUP_HOME": str(self.home),
@@ -187,7 +188,6 @@ class Home:
             "SHELL": "/bin/sh",
         }
         self.env.pop("PYTHONDONTWRITEBYTECODE", None)
-        self.home.mkdir(mode=0o700)  # an explicit --home must exist (any spex reads it so)
         subprocess.run(
             [python, "-m", "spexsup", "--home", str(self.home), "ls"],
             env=self.env,
