@@ -391,11 +391,38 @@ for word in "${reporter[@]}"; do
     py+=("$word")
 done
 
-# In a git work tree: record its state before the harness touches it (spex diff).
+# In a git work tree: record its state before the harness touches it (spex
+# diff): `git-start`, HEAD and a commit of the work tree made through a
+# private copy of its index, as spexsup.pane.snapshot writes it. The plain
+# case is five git-sized processes here, not a Python start as well (a wave
+# starts a hundred turns at once); anything else (an unborn HEAD, a path that
+# JSON would escape, a failing git call, no identity for the commit) goes to
+# spexsup.pane.snapshot, which also records an error.
+git_start() {
+    local LC_ALL=C top index head tree commit scratch=$dir/git-index.tmp
+    local -a info=()
+    mapfile -t info < <(git --no-optional-locks rev-parse --show-toplevel --git-path index \
+        --verify HEAD 2>/dev/null) || return 1
+    [ ${#info[@]} = 3 ] || return 1
+    top=${info[0]} index=${info[1]} head=${info[2]}
+    [[ $top == /* && $top != *[!\ -~]* && $top != *[\"\\]* && $head =~ ^[0-9a-f]+$ ]] ||
+        return 1
+    [[ $index == /* ]] || index=$PWD/$index
+    if [ -e "$index" ]; then
+        cp -- "$index" "$scratch" 2>/dev/null || return 1
+    fi
+    GIT_INDEX_FILE=$scratch git --no-optional-locks add -A -- . >/dev/null 2>&1 &&
+        tree=$(GIT_INDEX_FILE=$scratch git --no-optional-locks write-tree 2>/dev/null) &&
+        commit=$(git commit-tree "$tree" -p "$head" -m "spex: start of turn $turn" 2>/dev/null) &&
+        printf '{"toplevel": "%s", "head": "%s", "snapshot": "%s", "error": null}' \
+            "$top" "$head" "$commit" >"$dir/git-start.tmp" 2>/dev/null &&
+        mv -f "$dir/git-start.tmp" "$dir/git-start"
+}
 if [ -e "$dir/git-start.todo" ]; then
-    [ ${#py[@]} -gt 0 ] &&
+    if ! git_start && [ ${#py[@]} -gt 0 ]; then
         "${py[@]}" -m spexsup.pane.snapshot "$dir" "$PWD" </dev/null >/dev/null 2>&1
-    rm -f "$dir/git-start.todo"
+    fi
+    rm -f "$dir/git-start.todo" "$dir/git-index.tmp" "$dir/git-start.tmp"
 fi
 
 # A sandboxed turn (DESIGN §19): the harness runs inside bubblewrap, with the

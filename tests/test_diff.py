@@ -5,13 +5,16 @@ text through a pipe, `--no-pager`, and its JSON contract."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pexpect
 import psutil
 import pytest
 from conftest import SPEX, Env, harness, retry_until
-from test_worktree import WRITER, Repo, made, make_repo, one_line_error
+from test_worktree import IDENTITY, WRITER, Repo, made, make_repo, one_line_error
 
 PAGER = harness("recording_pager.sh")
 SGR = "\x1b["
@@ -173,3 +176,80 @@ def test_ctrl_c_belongs_to_the_pager_and_spex_waits_for_it(
     finally:
         child.close(force=True)
     assert child.exitstatus == (130 if lines > 1 else 0), child.before
+
+
+def _git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    r = subprocess.run(
+        ["git", "-C", str(cwd), *args], capture_output=True, text=True, env=env, check=False
+    )
+    assert r.returncode == 0, (args, r.stderr)
+    return r.stdout.strip()
+
+
+def _work_tree(cwd: Path) -> str:
+    """The tree of `cwd`'s work tree now (untracked included), through a
+    scratch index: what a turn's start snapshot must hold."""
+    scratch = cwd.parent / f"{cwd.name}.index"
+    env = {**os.environ, "GIT_INDEX_FILE": str(scratch)}
+    real = Path(_git(cwd, "rev-parse", "--absolute-git-dir")) / "index"
+    if real.exists():
+        shutil.copyfile(real, scratch)
+    try:
+        _git(cwd, "add", "-A", "--", ".", env=env)
+        return _git(cwd, "write-tree", env=env)
+    finally:
+        scratch.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize(
+    "shape", ["plain", "unborn", "quoted name", "linked worktree", "no identity"]
+)
+def test_a_turn_records_the_work_tree_it_started_from(
+    env: Env, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    """`git-start` holds the toplevel, HEAD and a commit of the work tree as
+    the turn began (tracked edits and untracked files, the repo's own index
+    untouched), whichever way the wrapper made it: its own git calls in the
+    plain case, spexsup.pane.snapshot for the rest (an unborn HEAD, a path
+    JSON escapes, no identity to commit with)."""
+    for key, value in IDENTITY.items():
+        if shape != "no identity":
+            monkeypatch.setenv(key, value)
+            env.vars[key] = value
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    env.vars["GIT_CONFIG_NOSYSTEM"] = "1"
+    top = env.root / ('proj "é"' if shape == "quoted name" else "proj")
+    subprocess.run(["git", "init", "-q", "-b", "main", str(top)], check=True)
+    (top / "tracked.txt").write_text("one\n")
+    if shape != "unborn":
+        ident = ["-c", "user.name=t", "-c", "user.email=t@e"]
+        _git(top, "add", "tracked.txt")
+        _git(top, *ident, "commit", "-qm", "initial")
+    cwd = top
+    if shape == "linked worktree":
+        cwd = env.root / "linked"
+        _git(top, "worktree", "add", "-q", "-b", "side", str(cwd))
+    if shape == "no identity":
+        # git must not make one up from the user's passwd entry.
+        _git(top, "config", "user.useConfigOnly", "true")
+    (cwd / "tracked.txt").write_text("one\ntwo\n")
+    (cwd / "untracked.txt").write_text("new\n")
+    real_index = Path(_git(cwd, "rev-parse", "--absolute-git-dir")) / "index"
+    index = real_index.read_bytes() if real_index.exists() else None
+    status = _git(cwd, "status", "--porcelain")
+    expected_tree = _work_tree(cwd)
+    assert env.run("new", "g", "--cwd", str(cwd), "--", "true").returncode == 0
+    turn(env, "g", "look")
+    tid = json.loads(env.run("show", "g", "--json").stdout)["turn"]["id"]
+    start = json.loads((env.home / "turns" / "g" / tid / "git-start").read_text())
+    head = None if shape == "unborn" else _git(cwd, "rev-parse", "HEAD")
+    assert start["toplevel"] == str(cwd) and start["head"] == head
+    assert start["error"] is None
+    assert _git(cwd, "rev-parse", f"{start['snapshot']}^{{tree}}") == expected_tree
+    parents = _git(cwd, "rev-list", "--parents", "-n1", start["snapshot"]).split()[1:]
+    assert parents == ([] if head is None else [head])
+    # The repo's own index and status as they were; nothing left in the turn dir.
+    assert (real_index.read_bytes() if real_index.exists() else None) == index
+    assert _git(cwd, "status", "--porcelain") == status
+    left = {p.name for p in (env.home / "turns" / "g" / tid).iterdir()}
+    assert not left & {"git-start.todo", "git-index.tmp", "git-start.tmp"}
