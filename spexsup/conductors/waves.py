@@ -254,12 +254,13 @@ class Wave:
             "history": [{"at": now, "event": "wave-started", **started}],
         }
         self = cls(spex, doc)
+        text = json.dumps(doc)
         with spex.store.tx() as db:
             db.execute(
                 "INSERT INTO waves (id, state, created_at, doc) VALUES (?, ?, ?, ?)",
-                (wave, states.WaveState.LAUNCHING, now, json.dumps(doc)),
+                (wave, states.WaveState.LAUNCHING, now, text),
             )
-            write_atomic(directory / f"{wave}.json", json.dumps(doc, indent=2).encode())
+            write_atomic(directory / f"{wave}.json", text.encode() + b"\n")
             events.record(db, states.EventKind.WAVE_STARTED, wave=wave, **started)
         return self
 
