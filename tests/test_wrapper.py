@@ -129,8 +129,9 @@ def test_the_wrapper_spells_only_the_turn_dir_names_turndir_owns() -> None:
     script = wrapper_path().read_text()
     spelled = set(re.findall(r"\$dir/([A-Za-z][A-Za-z0-9_.-]*)", script))
     owned = {v for k, v in vars(turndir).items() if k.isupper() and isinstance(v, str)}
-    # The marker's and the check's status's temp files; a limit wait's old output.
-    scratch = {"outcome.tmp", "verify-rc.tmp", "limited-"}
+    # The marker's, the check's status's and the git start's temp files (and
+    # the git start's scratch index); a limit wait's old output.
+    scratch = {"outcome.tmp", "verify-rc.tmp", "git-start.tmp", "git-index.tmp", "limited-"}
     assert spelled, "the pattern finds the wrapper's turn-dir files"
     assert spelled - scratch <= owned, spelled - scratch - owned
     assert {turndir.OUTCOME, turndir.OUTPUT, turndir.ARGV, turndir.REPORTER} <= spelled
