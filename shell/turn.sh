@@ -600,7 +600,11 @@ else
         { printf '%s\n' "${EPOCHREALTIME//[!0-9]/}" >"$dir/started"; } 2>/dev/null
     fi
     while :; do
-        size=$(stat -c %s -- "$dir/output.log" 2>/dev/null) || size=0
+        # (No stat for a log not made yet: the first attempt's, most often.)
+        size=0
+        if [ -e "$dir/output.log" ]; then
+            size=$(stat -c %s -- "$dir/output.log" 2>/dev/null) || size=0
+        fi
         count_start
         if [ -n "$render" ]; then
             (exec {tap}>&- && umask "$user_umask" && exec "${launch[@]}" "${argv[@]}") <"$input" \
