@@ -207,8 +207,8 @@ def recent_turns(spex: Spex, names: Sequence[str], limit: int) -> dict[str, list
         # `ls`: the same indexed lookup for every session, in one statement
         # (a thousand executes from Python cost more than the lookups).
         for row in spex.store.db.execute(
-            "SELECT t.* FROM json_each(?) AS n JOIN turns AS t ON t.id = ("
-            " SELECT id FROM turns WHERE session = n.value"
+            "SELECT t.* FROM json_each(?) AS n JOIN turns AS t ON t.rowid = ("
+            " SELECT rowid FROM turns WHERE session = n.value"
             " ORDER BY started_at DESC, id DESC LIMIT 1)",
             (json.dumps(list(names)),),
         ):
