@@ -55,6 +55,23 @@ def test_the_exit_reporter_path_imports_no_dataclasses() -> None:
     assert out.stdout.strip() == ""
 
 
+def test_waiting_on_a_turn_imports_no_watchdog(tmp_path: Path) -> None:
+    """Every wake waits on its turn's marker: inotify is read directly, so
+    watchdog (logging, dataclasses, inspect, ctypes.util behind it) stays off
+    its path, and a rename into place still wakes the waiter."""
+    code = (
+        "import os, sys; from pathlib import Path;"
+        "from spexsup.adapters.watch import DirWatch;"
+        f"d = Path({str(tmp_path)!r}); w = DirWatch([d]).__enter__();"
+        "(d / 'tmp').write_text('x'); os.rename(d / 'tmp', d / 'outcome');"
+        "woke = w.wait(30);"
+        "print(woke, ' '.join(m for m in ('dataclasses', 'inspect', 'logging', 'watchdog')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
 def test_command_modules_keep_their_annotations_evaluated() -> None:
     """See COMMAND_MODULES: string annotations triple typer's command building."""
     from spexsup.cli.app import COMMAND_MODULES

@@ -621,3 +621,34 @@ def test_a_sessions_state_agrees_with_its_last_turn(env: Env) -> None:
         assert "never confirmed" not in shown, shown
     listed = {line.split()[0]: line.split()[2] for line in env.run("ls").stdout.splitlines()[1:]}
     assert listed == want
+
+
+def test_readers_find_unfinished_turns_by_their_index(env: Env) -> None:
+    """Every reader's reconcile reads the unfinished turns from their partial
+    index, never each session's current turn in turn (a scan of sessions)."""
+    from spexsup.turn.reconcile import UNFINISHED
+
+    assert env.run("ls").returncode == 0  # the store, made
+    spex = env.spex()
+    plan = " ".join(row[-1] for row in spex.store.db.execute(f"EXPLAIN QUERY PLAN {UNFINISHED}"))
+    assert "turns_active" in plan, plan
+    assert "SCAN" not in plan, plan
+
+
+def test_a_census_of_one_session_lists_its_panes_alone(env: Env) -> None:
+    from spexsup.adapters.procs import Liveness
+
+    for name in ("one", "two"):
+        assert env.run("new", name, "--harness", "demo", "--cwd", str(env.root)).returncode == 0
+    tmux = env.spex().tmux
+    assert set(tmux.census().panes) == {"one", "two"}
+    one = tmux.census("one")
+    assert one.liveness is Liveness.ALIVE
+    assert set(one.panes) == {"one"}
+    assert one.panes["one"] == tmux.census().panes["one"]
+    env.tmux("kill-session", "-t", "=two")
+    gone = tmux.census("two")
+    assert (gone.liveness, gone.panes) == (Liveness.ALIVE, {})
+    shown = json.loads(env.run("show", "two", "--json").stdout)
+    assert shown["pane"] == "missing"
+    assert json.loads(env.run("show", "one", "--json").stdout)["pane"] == "ok"

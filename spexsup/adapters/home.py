@@ -196,11 +196,13 @@ class TmuxHome:
             out.pop()
         return proc.returncode, out, stderr.strip()
 
-    def census(self) -> Census:
+    def census(self, only: str | None = None) -> Census:
+        """Every pane; `only` (a session name): that session's panes alone."""
         try:
             rc, out, err = self._run(
                 "list-panes",
                 "-a",
+                *(("-f", f"#{{==:#{{session_name}},{only}}}") if only else ()),
                 "-F",
                 "#{session_name}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}"
                 "\t#{window_index}.#{pane_index}\t#{@spex_owner}\t#{@spex_turn}",

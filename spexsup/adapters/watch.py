@@ -1,4 +1,4 @@
-"""Event-driven waiting on turn directories (watchdog/inotify).
+"""Event-driven waiting on turn directories (inotify).
 
 A `DirWatch` wakes its waiter on writes to the named files (by default the
 outcome marker) in the watched directories, so a chatty harness appending
@@ -6,56 +6,115 @@ to its log does not wake a waiter that only needs the marker; a
 coarse timeout on every wait guards against a missed event, so callers
 re-read state after each wake-up and never busy-poll.
 
-One watchdog observer serves the whole process (started on first use): its
-threads are started once, not per wake, and a fan-out of many legs shares
+One inotify descriptor and its reader thread serve the whole process
+(started on first use), not one per wake, and a fan-out of many legs shares
 them. Several waiters on one directory share one inotify watch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from spexsup.adapters.mainwait import event_wait
-
-if TYPE_CHECKING:
-    from watchdog.events import FileSystemEvent
-    from watchdog.observers.api import BaseObserver, ObservedWatch
 
 Names = frozenset[str] | None
 
 # Fallback re-read interval when no event arrives.
 COARSE_POLL = 2.0
 
+# inotify(7): the writes a waiter wakes on. Renames alone for the marker
+# (the wrapper renames it into place); every write for anything else.
+_MOVES = 0x40 | 0x80  # IN_MOVED_FROM | IN_MOVED_TO
+_WRITES = _MOVES | 0x2 | 0x4 | 0x8 | 0x100 | 0x200  # MODIFY ATTRIB CLOSE_WRITE CREATE DELETE
+_OVERFLOW, _IS_DIR, _MASK_ADD = 0x4000, 0x40000000, 0x20000000
+
+# Called with the names written to, or None when the kernel lost events.
+Wake = Callable[[set[str] | None], None]
+
+
+class _Inotify:
+    """The kernel's inotify, read by one daemon thread: watchdog's inotify
+    observer without its imports (logging, dataclasses, ctypes.util: ~12 ms
+    of every wake's start) and without a thread and a descriptor per watch."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self.ctypes = ctypes
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(os.O_CLOEXEC)
+        if self.fd < 0:
+            self._raise("inotify_init1")
+        # Per watch descriptor: its waiters' masks and wake functions.
+        self.wakes: dict[int, dict[object, tuple[int, Wake]]] = {}
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, name="spex-inotify", daemon=True).start()
+
+    def _raise(self, what: str) -> None:
+        err = self.ctypes.get_errno()
+        raise OSError(err, os.strerror(err), what)
+
+    def schedule(self, directory: str, mask: int, token: object, wake: Wake) -> int:
+        """Wake `wake` with the names written to in `directory` (its events in
+        `mask`); returns the watch descriptor. A missing directory is
+        FileNotFoundError."""
+        with self.lock:
+            wd = self.libc.inotify_add_watch(self.fd, os.fsencode(directory), mask | _MASK_ADD)
+            if wd < 0:
+                self._raise(directory)
+            self.wakes.setdefault(wd, {})[token] = (mask, wake)
+            return int(wd)
+
+    def unschedule(self, wd: int, token: object) -> None:
+        with self.lock:
+            wakes = self.wakes.get(wd, {})
+            wakes.pop(token, None)
+            if not wakes:
+                self.wakes.pop(wd, None)
+                self.libc.inotify_rm_watch(self.fd, wd)  # gone with its directory: fine
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except InterruptedError:
+                continue
+            touched: dict[int, tuple[int, set[str] | None]] = {}
+            i = 0
+            while i + 16 <= len(data):
+                wd = int.from_bytes(data[i : i + 4], "little", signed=True)
+                mask = int.from_bytes(data[i + 4 : i + 8], "little")
+                size = int.from_bytes(data[i + 12 : i + 16], "little")
+                name = data[i + 16 : i + 16 + size].split(b"\0", 1)[0]
+                i += 16 + size
+                if mask & _OVERFLOW:  # events were lost: every waiter re-reads
+                    touched = dict.fromkeys(list(self.wakes), (_WRITES, None))
+                    break
+                if not mask & _IS_DIR:
+                    seen, names = touched.get(wd, (0, set()))
+                    if names is not None:
+                        names.add(name.decode(errors="replace"))
+                    touched[wd] = (seen | mask, names)
+            for wd, (seen, names) in touched.items():
+                with self.lock:
+                    wakes = list(self.wakes.get(wd, {}).values())
+                for mask, wake in wakes:
+                    if seen & mask:
+                        wake(names)
+
 
 class _Hub:
-    """The process's observer and, per directory, the waiters to wake."""
+    """The process's inotify reader and, per directory, the waiters to wake."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.observer: BaseObserver | None = None
-        self.watches: dict[tuple[str, bool], tuple[ObservedWatch, dict[DirWatch, Names]]]
-        self.watches = {}
-
-    def _start(self) -> BaseObserver:
-        if self.observer is None:
-            import logging
-
-            from watchdog.observers import Observer
-
-            # watchdog logs a benign race when a watch goes away mid-read; with
-            # no handler configured, Python would print it on the terminal.
-            logging.getLogger("watchdog").addHandler(logging.NullHandler())
-            # Never stopped (daemon), so a long dispatch timeout costs nothing
-            # and spares the thread a wake-up every second.
-            self.observer = Observer(timeout=30)
-            self.observer.daemon = True
-            self.observer.start()
-        return self.observer
+        self.inotify: _Inotify | None = None
+        self.watches: dict[tuple[str, bool], tuple[int, dict[DirWatch, Names]]] = {}
 
     def add(self, directory: str, waiter: DirWatch, names: Names) -> tuple[str, bool]:
         """Wake `waiter` on writes to `names` in `directory`; returns the watch's key.
@@ -63,16 +122,9 @@ class _Hub:
         A waiter for the marker alone asks the kernel for renames only: the
         wrapper always renames the marker into place, and the harness's
         output appending to output.log then costs the watcher nothing.
+        Writes only: watching opens/reads would wake us on our own reads of
+        the marker, turning the wait into a busy loop.
         """
-        from watchdog.events import (
-            FileClosedEvent,
-            FileCreatedEvent,
-            FileDeletedEvent,
-            FileModifiedEvent,
-            FileMovedEvent,
-            FileSystemEventHandler,
-        )
-
         key = (directory, names == MARKER_ONLY)
         with self.lock:
             if key in self.watches:
@@ -80,20 +132,15 @@ class _Hub:
                 return key
             waiters = {waiter: names}
 
-            class Wake(FileSystemEventHandler):
-                def on_any_event(self, event: FileSystemEvent) -> None:
-                    touched = {_basename(event.src_path), _basename(event.dest_path)}
-                    for w, wanted in list(waiters.items()):
-                        if wanted is None or touched & wanted:
-                            w.fire(directory)
+            def wake(touched: set[str] | None) -> None:
+                for w, wanted in list(waiters.items()):
+                    if wanted is None or touched is None or touched & wanted:
+                        w.fire(directory)
 
-            # Writes only: watching opens/reads would wake us on our own
-            # reads of the marker, turning the wait into a busy loop.
-            writes: list[type[FileSystemEvent]] = [FileMovedEvent]
-            if not key[1]:
-                writes += [FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileDeletedEvent]
-            watch = self._start().schedule(Wake(), directory, event_filter=writes)
-            self.watches[key] = (watch, waiters)
+            if self.inotify is None:
+                self.inotify = _Inotify()
+            mask = _MOVES if key[1] else _WRITES
+            self.watches[key] = (self.inotify.schedule(directory, mask, key, wake), waiters)
             return key
 
     def remove(self, key: tuple[str, bool], waiter: DirWatch) -> None:
@@ -101,19 +148,13 @@ class _Hub:
             entry = self.watches.get(key)
             if entry is None:
                 return
-            watch, waiters = entry
+            wd, waiters = entry
             waiters.pop(waiter, None)
             if not waiters:
                 del self.watches[key]
-                assert self.observer is not None
-                # The directory may have been removed under us, its watch gone.
-                with contextlib.suppress(KeyError, OSError):
-                    self.observer.unschedule(watch)
-
-
-def _basename(path: str | bytes) -> str:
-    name = path.decode(errors="replace") if isinstance(path, bytes) else path
-    return name.rsplit("/", 1)[-1]
+                assert self.inotify is not None
+                with contextlib.suppress(OSError):
+                    self.inotify.unschedule(wd, key)
 
 
 _hub = _Hub()

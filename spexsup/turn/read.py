@@ -27,6 +27,7 @@ from spexsup.states import COMPLETE, SESSION_STATES, legacy_of, read_state
 from spexsup.turn.reconcile import reconcile
 
 if TYPE_CHECKING:
+    from spexsup.adapters.home import Census
     from spexsup.usage import Spend
 
 
@@ -206,8 +207,8 @@ def recent_turns(spex: Spex, names: Sequence[str], limit: int) -> dict[str, list
         # `ls`: the same indexed lookup for every session, in one statement
         # (a thousand executes from Python cost more than the lookups).
         for row in spex.store.db.execute(
-            "SELECT t.* FROM json_each(?) AS n JOIN turns AS t ON t.id = ("
-            " SELECT id FROM turns WHERE session = n.value"
+            "SELECT t.* FROM json_each(?) AS n JOIN turns AS t ON t.rowid = ("
+            " SELECT rowid FROM turns WHERE session = n.value"
             " ORDER BY started_at DESC, id DESC LIMIT 1)",
             (json.dumps(list(names)),),
         ):
@@ -446,6 +447,29 @@ def log(
             watch.wait(1.0)
 
 
+def _started(call: Callable[[], Census]) -> Callable[[], Census]:
+    """`call` run in a thread from now; the function returned waits for its
+    answer, or raises what it raised."""
+    box: list[Census | BaseException] = []
+
+    def run() -> None:
+        try:
+            box.append(call())
+        except BaseException as e:  # raised again where it is collected
+            box.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def collect() -> Census:
+        thread.join()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    return collect
+
+
 def describe(
     spex: Spex,
     names: Sequence[str] | None = None,
@@ -482,13 +506,19 @@ def describe(
         for n, row in zip(names, rows, strict=True):
             if row is None:
                 raise UnknownSession(n, session_names(db))
+    # tmux lists the panes while the store is read (one client call, overlapped).
+    # tmux lists the panes while the store is read (16 ms for 1 000 of them);
+    # for one session (`show`) its panes alone (a name is never format syntax).
+    one = names is not None and len(names) == 1 and ids.NAME_RE.fullmatch(names[0])
+    only = names[0] if names is not None and one else None
+    pending = _started(lambda: spex.tmux.census(only)) if rows else None
     recent = recent_turns(spex, [r["name"] for r in rows], turns)
     queued = dict(
         db.execute("SELECT session, count(*) FROM queue GROUP BY session").fetchall()
         if rows
         else []
     )
-    census = spex.tmux.census() if rows else None
+    census = pending() if pending else None
     out = []
     for row in rows:
         s = Session.from_row(row)

@@ -56,6 +56,17 @@ def _unlaunched(spex: Spex, row: Any, directory: Path) -> Liveness:
     return turndir.wrapper_liveness(pane.pane_pid, directory)
 
 
+# The sessions' current turns not ended, found from the unfinished turns'
+# partial index (`turns_active`): every reader runs this, and going from the
+# sessions looked up each one's current turn (3.5 ms for 1 000 sessions).
+UNFINISHED = (
+    "SELECT t.id, t.session, t.state, t.launcher_pid, t.launcher_token, t.fence,"
+    " t.boot_id, t.flags, t.survivors FROM turns t"
+    " JOIN sessions s ON s.name = t.session AND s.current_turn = t.id"
+    " WHERE t.state IN ('starting', 'running')"
+)
+
+
 def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
     """Settle current unfinished turns from their markers and process liveness.
 
@@ -72,12 +83,7 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
     carrying the turn's SPEXSUP_TURN run on (an agent that ignores the
     hangup) leaves the turn running, `orphaned` (see `_orphaned`).
     """
-    query = (
-        "SELECT t.id, t.session, t.state, t.launcher_pid, t.launcher_token, t.fence,"
-        " t.boot_id, t.flags, t.survivors FROM sessions s JOIN turns t ON t.id = s.current_turn"
-        " WHERE t.state IN ('starting', 'running')"
-    )
-    rows = spex.store.db.execute(query).fetchall()
+    rows = spex.store.db.execute(UNFINISHED).fetchall()
     # Hooks whose claimer died before starting them are a reader's to start.
     spex.resume_hooks()
     boot = boot_id() if rows else ""
