@@ -83,7 +83,7 @@ def dequeue(home: str | None, name: str) -> int:
     existing_home(root)
     spex = Spex.open(root)
     config.load(spex.home)
-    launch_next(spex, name)
+    launch_next(spex, name, keep=True)
     return 0
 
 
