@@ -300,16 +300,8 @@ def big_wave(fleet: Fleet) -> tuple[float, float, int]:
     return wall, launched, wrong
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=1000, help="what spex serve shows")
-    parser.add_argument("--legs", type=int, default=200 if ci() else 1000, help="spex new made")
-    parser.add_argument("--n", type=int, default=2 if ci() else 5)
-    parser.add_argument("--seconds", type=float, default=10 if ci() else 60)
-    args = parser.parse_args()
-    if args.legs < WAITED:
-        parser.error(f"--legs must be at least {WAITED}")
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "spexsup")], check=True)
+def serve(args: argparse.Namespace) -> None:
+    """spex serve's idle share over `args.sessions` sessions and 10 open pages."""
     home = Home()
     try:
         home.populate(args.sessions, 1)
@@ -321,6 +313,25 @@ def main() -> int:
         print(f"\nspex serve, {idle}: {share:.2f} % of a core ({said})")
     finally:
         home.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=1000, help="what spex serve shows")
+    parser.add_argument("--legs", type=int, default=200 if ci() else 1000, help="spex new made")
+    parser.add_argument("--n", type=int, default=2 if ci() else 5)
+    parser.add_argument("--seconds", type=float, default=10 if ci() else 60)
+    parser.add_argument(
+        "--only-wait",
+        action="store_true",
+        help=f"only spex wait on {WAITED} sessions (--legs {WAITED} makes no more)",
+    )
+    args = parser.parse_args()
+    if args.legs < WAITED:
+        parser.error(f"--legs must be at least {WAITED}")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "spexsup")], check=True)
+    if not args.only_wait:
+        serve(args)
     started = time.monotonic()
     fleet = Fleet(args.legs)
     full = args.legs == 1000  # the wave's goals are for 1000 legs
@@ -337,6 +348,8 @@ def main() -> int:
                 f"spex wait on {WAITED} sessions, {what} -> wait returns, over {args.n} waves:"
                 f" p50 {p50:.0f} ms, worst {max(figures) * 1000:.0f} ms ({said})"
             )
+        if args.only_wait:
+            return 0
         wall, launched, wrong = big_wave(fleet)
         said = record("wave1000", launched) if full else "not recorded: not 1000 legs"
         said_wrong = record("wave1000_wrong", wrong) if full else "-"

@@ -10,6 +10,7 @@ to the commands people run all day.
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -250,6 +251,31 @@ def test_the_commands_people_run_all_day_never_import_typer(env: Env) -> None:
         )
         last = r.stderr.strip().splitlines()[-1]
         assert last.startswith("False False "), (words, r.stderr)
+
+
+def test_the_queue_launcher_never_imports_typer(env: Env) -> None:
+    """`spex internal dequeue NAME` runs after every turn's end that has a
+    prompt queued, on the way to the next launch: read without typer (a
+    hidden group, which the lean path would leave to it), and it launches."""
+    assert env.run("new", "a", "--", "bash", "-c", "exec sleep 300").returncode == 0
+    assert env.run("wake", "a", "--queue", "hello").returncode == 0
+    probe = (
+        "import sys\n"
+        "from spexsup.cli import run\n"
+        "code = run(sys.argv[1:])\n"
+        "print('typer' in sys.modules, 'click' in sys.modules, code, file=sys.stderr)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe, "internal", "dequeue", "a"],
+        env=env.vars,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.stderr.strip().splitlines()[-1] == "False False 0", r.stderr
+    shown = json.loads(env.run("show", "a", "--json").stdout)
+    assert shown["state"] == "running", shown
+    assert env.run("stop", "a").returncode == 0
 
 
 def test_a_mistake_is_still_typers_to_say(env: Env) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -372,3 +373,60 @@ def test_a_launcher_started_before_the_end_waits_for_it_and_launches_once(env: E
     finally:
         if early.poll() is None:
             early.kill()
+
+
+KEEP_PROBE = """
+import sys
+from spexsup.adapters import dequeuer
+from spexsup.core.spex import Spex
+from spexsup.state import ledger
+from spexsup.turn import queue
+from spexsup.turn.admit import Verdict
+
+spawned, launched = [], []
+dequeuer.start = lambda home, name, after=None: spawned.append(name)
+
+
+def start(spex, request):  # admission takes the entry; the turn ends in our hands
+    entry = queue.entries(spex, ("a",))[0]
+    with spex.store.tx() as db:
+        ledger.drop_queued(db, entry.id, "a")
+    launched.append(entry.first_line)
+    if len(launched) == 1:
+        dequeuer.start_waiting(spex.store.db, spex.home)  # what its end's record does
+    return Verdict("a", None, "completed", rc=0)
+
+
+queue.start = start
+queue.dequeue(Spex.open(), "a", keep=sys.argv[1] == "keep")
+print(launched, spawned)
+"""
+
+
+def test_a_launcher_handed_its_turns_end_launches_the_next_itself(env: Env) -> None:
+    """`spex internal dequeue` (keep): the end of the turn it launched,
+    recorded in its own process (its confirmation saw it), hands it the
+    next prompt, which it launches itself: no second launcher's Python start
+    between a short turn and the next. A plain dequeue (a wake's) starts the
+    launcher instead, as before."""
+    fault = {"SPEXSUP_FAULT": "reporter-dies-before-dequeue"}  # nobody else launches
+    go = env.root / "go"
+    script = f"while [ ! -e {go} ]; do sleep 0.05; done"
+    assert env.run("new", "a", "--", "bash", "-c", script, extra=fault).returncode == 0
+    assert env.run("wake", "a", "first", "--window", "0.3", extra=fault).returncode == 0
+    for prompt in ("second", "third", "fourth", "fifth"):
+        assert wake(env, "a", "--queue", prompt)[1]["verdict"] == "queued"
+    go.touch()
+    assert retry_until(lambda: turns_of(env, "a")[-1]["state"] == "complete", seconds=20)
+    for mode, launched, spawned in (
+        ("keep", "['second', 'third']", "[]"),
+        ("plain", "['fourth']", "['a']"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-c", KEEP_PROBE, mode],
+            env=env.vars,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert r.stdout.strip() == f"{launched} {spawned}", (mode, r.stdout, r.stderr)

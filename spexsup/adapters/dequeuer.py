@@ -109,8 +109,12 @@ def start_waiting(
     if early is not None and early.poll() is None and isinstance(early.args, list):
         skip = early.args[-1]
     for name in waiting(db, home=home):
-        if name != skip:
-            start(home, name)
+        if name == skip:
+            continue
+        if (str(home), name) in KEPT:
+            KEPT[str(home), name] = True  # this process's launcher takes it next
+            continue
+        start(home, name)
 
 
 # The variable that tells `spex internal dequeue` which turn's end to wait for.
@@ -134,6 +138,12 @@ def start_early(
         return None
     return start(home, name, after=turn)
 
+
+# (home, session) whose queue this process's own launcher keeps taking
+# (`turn.queue.dequeue(keep=True)`): an end recorded in this process (its
+# launch's confirmation saw the turn end) hands it the next prompt (True)
+# instead of starting another Python for it.
+KEPT: dict[tuple[str, str], bool] = {}
 
 # (home, session) this process has started a dequeuer for, or dequeues itself.
 STARTED: set[tuple[str, str]] = set()

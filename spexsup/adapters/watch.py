@@ -163,11 +163,17 @@ MARKER_ONLY: Names = frozenset({"outcome"})
 
 
 class DirWatch:
-    def __init__(self, dirs: Iterable[Path], names: Names = MARKER_ONLY) -> None:
-        """Watch `dirs` for writes to files called `names` (None: any file)."""
+    def __init__(
+        self,
+        dirs: Iterable[Path],
+        names: Names = MARKER_ONLY,
+        changed: threading.Event | None = None,
+    ) -> None:
+        """Watch `dirs` for writes to files called `names` (None: any file);
+        `changed`: another watch's, so that one wait wakes on either's files."""
         self.keys: list[tuple[str, bool]] = []
         self.names = names
-        self.changed = threading.Event()
+        self.changed = changed or threading.Event()
         self._initial = [str(d) for d in dirs]
         # The directories written to since the last `take`: a waiter on many
         # turns re-reads only those, not all of them, on each wake-up.

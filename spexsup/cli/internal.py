@@ -70,6 +70,23 @@ def fast_path(argv: list[str]) -> int | None:
         return 1
 
 
+def dequeue(home: str | None, name: str) -> int:
+    """`spex [--home DIR] internal dequeue NAME` without typer (see
+    `cli.maint.dequeue`, typer's reading of the same line): the home must
+    exist and its config.toml read, as every command's."""
+    from spexsup import config
+    from spexsup.core.spex import Spex
+    from spexsup.paths import existing_home
+    from spexsup.turn.queue import dequeue as launch_next
+
+    root = Path(home) if home is not None else None
+    existing_home(root)
+    spex = Spex.open(root)
+    config.load(spex.home)
+    launch_next(spex, name, keep=True)
+    return 0
+
+
 def _settle_wave(store: Store, home: Path, turn: str) -> None:
     """A turn that is a wave leg moves its wave on (and may run its on-complete
     command): the process that records a transition fires what follows it."""

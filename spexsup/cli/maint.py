@@ -166,7 +166,7 @@ def dequeue(ctx: decl.Context, name: Annotated[str, decl.Argument(metavar="NAME"
     the process that records an end, and by readers; see spexsup.turn.queue)."""
     from spexsup.turn.queue import dequeue as launch_next
 
-    launch_next(open_spex(ctx), name)
+    launch_next(open_spex(ctx), name, keep=True)
 
 
 @internal.command("schedule-fire")

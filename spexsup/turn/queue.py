@@ -168,7 +168,7 @@ def clear(spex: Spex, name: str) -> list[Entry]:
     return gone
 
 
-def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
+def dequeue(spex: Spex, name: str, *, keep: bool = False) -> dict[str, Verdict]:
     """Launch the session's next queued prompt if the session is free; what
     this call did, by entry: the launched one's verdict, and a `skipped`
     verdict for each one whose `--after` turn ended otherwise than it asked
@@ -179,16 +179,27 @@ def dequeue(spex: Spex, name: str) -> dict[str, Verdict]:
 
     An entry that ended without a turn (skipped, dropped) used no running
     slot: the prompts of other sessions that wait for one are handed to
-    their launchers as this call returns (else nobody would: no turn ends)."""
-    dequeuer.STARTED.add((str(spex.home), name))  # our own reconciles start no other
+    their launchers as this call returns (else nobody would: no turn ends).
+
+    `keep` (the detached launcher, `spex internal dequeue`): when the turn
+    it launched ends while it still confirms it (the end recorded in this
+    process), it launches the next prompt itself, as the launcher the end
+    would have started: no second Python start between a short turn and the
+    next. Should it stop before that launch, it starts that launcher."""
+    key = (str(spex.home), name)
+    dequeuer.STARTED.add(key)  # our own reconciles start no other
     after = os.environ.pop(dequeuer.AFTER_ENV, None)
     if after is not None:
         _await_end(spex, after)
     done: dict[str, Verdict] = {}
     freed = [False]
+    if keep:
+        dequeuer.KEPT[key] = False
     try:
-        return _take(spex, name, done, freed)
+        return _take(spex, name, done, freed, keep)
     finally:
+        if keep and dequeuer.KEPT.pop(key, False):
+            dequeuer.start(spex.home, name)  # handed to us, and we stopped short of it
         if freed[0]:
             dequeuer.start_waiting(spex.store.db, spex.home)
 
@@ -211,9 +222,14 @@ def _await_end(spex: Spex, turn: str) -> None:
             watch.wait(left)
 
 
-def _take(spex: Spex, name: str, done: dict[str, Verdict], freed: list[bool]) -> dict[str, Verdict]:
+def _take(
+    spex: Spex, name: str, done: dict[str, Verdict], freed: list[bool], keep: bool = False
+) -> dict[str, Verdict]:
     """`dequeue`'s loop; `freed[0]` is set when an entry ends without a turn."""
+    key = (str(spex.home), name)
     while True:
+        if keep:
+            dequeuer.KEPT[key] = False  # taken: this pass looks at the queue afresh
         found = entries(spex, (name,))
         if not found:
             return done
@@ -273,7 +289,8 @@ def _take(spex: Spex, name: str, done: dict[str, Verdict], freed: list[bool]) ->
         prompt_path(spex.home, head.id).unlink(missing_ok=True)
         done[head.id] = verdict
         _tell_wave(spex, head, verdict)
-        return done
+        if not (keep and dequeuer.KEPT.get(key)):
+            return done
 
 
 def _tell_wave(spex: Spex, entry: Entry, verdict: Verdict) -> None:

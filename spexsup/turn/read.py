@@ -21,7 +21,7 @@ from spexsup.core.spex import Spex
 from spexsup.errors import Invalid, Refused, SpexError, TimedOut, UnknownSession
 from spexsup.pane import turndir
 from spexsup.paths import ensure_private_dir
-from spexsup.state import lease
+from spexsup.state import events, lease
 from spexsup.state.store import session_names
 from spexsup.states import COMPLETE, SESSION_STATES, legacy_of, read_state
 from spexsup.turn.reconcile import reconcile
@@ -299,7 +299,11 @@ def wait(
     deadline = None if timeout is None else time.monotonic() + timeout
     ended: dict[str, Ended] = {}
     session_of: dict[str, str] = {}  # a watched turn dir -> its session
-    with DirWatch([]) as watch:
+    ticks_dir = ensure_private_dir(spex.home / events.DIR, under=spex.home)
+    with (
+        DirWatch([]) as watch,
+        DirWatch([ticks_dir], names=frozenset({events.TICK}), changed=watch.changed) as ticks,
+    ):
         watched: set[str] = set()
         # Every session is read at first, after a quiet wait and when the
         # queue moves; otherwise only those whose turn dir was written to:
@@ -350,8 +354,26 @@ def wait(
             touched = watch.take()
             if fired and all(d in session_of for d in touched):
                 looking = {session_of[d] for d in touched}
+                if ticks.take():
+                    # A commit (an end is recorded before the wrapper's last
+                    # marker, written after its reporter exits): one query
+                    # for the sessions it may have ended.
+                    looking |= _settled(spex, [n for n in names if n not in ended])
             else:
                 looking = set(names)
+
+
+def _settled(spex: Spex, names: list[str]) -> set[str]:
+    """Of `names`, those whose current turn is no longer active (one query)."""
+    if not names:
+        return set()
+    rows = spex.store.db.execute(
+        "SELECT s.name FROM sessions s JOIN turns t ON t.id = s.current_turn"
+        f" WHERE s.name IN ({','.join('?' * len(names))})"
+        f" AND t.state NOT IN ({','.join('?' * len(states.ACTIVE))})",
+        [*names, *states.ACTIVE],
+    ).fetchall()
+    return {str(r[0]) for r in rows}
 
 
 def _queued(spex: Spex, name: str) -> int:
