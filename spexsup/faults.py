@@ -30,6 +30,9 @@ class Fault(enum.StrEnum):
     # The exit reporter recorded the end and dies (exit 9) before it starts
     # the next queued prompt: the next reader launches it.
     REPORTER_DIES_BEFORE_DEQUEUE = "reporter-dies-before-dequeue"
+    # A queue's launcher SIGKILLs itself after its launch, before it writes
+    # the wave leg's verdict: the leg's document must tell by itself.
+    LAUNCHER_DIES_BEFORE_ITS_WORD = "launcher-dies-before-its-word"
     # A committer SIGKILLs itself between a hook's (or an on-complete's)
     # claim COMMIT and starting its runner: a reader must start it.
     AFTER_HOOK_CLAIM = "after-hook-claim"

@@ -164,6 +164,48 @@ def test_the_wave_document_shows_queued_legs_and_a_removed_one_fails(env: Env) -
     assert "3 legs: 2 complete · 1 failed · 0 skipped · 0 running" in env.run("wave", "last").stdout
 
 
+def test_a_queued_leg_whose_launcher_died_before_its_word_reads_confirmed(env: Env) -> None:
+    """The end of a queued leg's turn can be recorded before its launcher
+    writes the leg's verdict (it still confirms), or the launcher dies in
+    between: the leg read `queued` beside its complete turn (CI caught a
+    fan-out printing it). Its end proves its start: `confirmed`."""
+    # Whichever process launches b's queued prompt (the one a's end starts)
+    # inherits the fault: it dies between its launch and its word.
+    dies = {"SPEXSUP_FAULT": "launcher-dies-before-its-word"}
+    go = env.root / "go"
+    hold = f"while [ ! -e {go} ]; do sleep 0.05; done"
+    assert env.run("new", "a", "--", "bash", "-c", hold, extra=dies).returncode == 0
+    assert env.run("new", "b", "--", "bash", "-c", "exit 0", extra=dies).returncode == 0
+    configure(env, "max_running = 1\n")
+    assert wake(env, "a", "hold", "--window", "0.3")[1]["verdict"] == "confirmed"
+    r = env.run("fanout", "b", "-m", "x", "--window", "0.3", "--json", extra=dies)
+    assert r.returncode == 0, r.stdout + r.stderr
+    wave = json.loads(r.stdout)["id"]
+    assert [leg["verdict"] for leg in json.loads(r.stdout)["legs"]] == ["queued"]
+    go.touch()
+    # Read from the store itself: a spex reader could start a launcher of its own.
+    assert retry_until(lambda: state_of(env, "b") == "complete", 30)
+    doc = json.loads(env.run("wave", wave, "--json").stdout)
+    (leg,) = [leg for leg in doc["legs"] if leg["session"] == "b"]
+    seen = (leg["verdict"], leg["turn_state"], doc["state"])
+    assert seen == ("confirmed", "complete", "complete"), leg
+    ended = [e for e in doc["history"] if e["event"] == "leg-ended" and e["session"] == "b"]
+    assert [e["verdict"] for e in ended] == ["confirmed"], doc["history"]
+
+
+def state_of(env: Env, name: str) -> str | None:
+    """The session's latest turn's state, from the store itself (a spex
+    reader would launch a free session's queued prompt)."""
+    conn = sqlite3.connect(env.home / "state.db", timeout=5)
+    try:
+        row = conn.execute(
+            "SELECT state FROM turns WHERE session = ? ORDER BY started_at DESC LIMIT 1", (name,)
+        ).fetchone()
+    finally:
+        conn.close()
+    return None if row is None else str(row[0])
+
+
 def test_max_running_in_config_refuses_a_wake_or_queues_it(env: Env) -> None:
     configure(env, "max_running = 1\n")
     assert env.run("new", "a", "--", harness("sleeper.sh")).returncode == 0

@@ -241,6 +241,11 @@ def merge_turns(db: sqlite3.Connection, doc: Doc) -> None:
             continue
         leg["model"] = row["model"]
         leg["turn_state"] = row["state"]
+        if row["state"] == states.TurnState.COMPLETE and leg["verdict"] == Verdict.QUEUED:
+            # Its launcher has not written its word yet (it may be still
+            # confirming when the end is recorded): the end proves the start.
+            # The launcher's own verdict replaces this one when it comes.
+            leg["verdict"] = Verdict.CONFIRMED
         if row["state"] not in TURN_ACTIVE:
             leg["rc"] = row["rc"]
             leg["flags"] = json.loads(row["flags"]) if row["flags"] else []

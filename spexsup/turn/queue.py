@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from spexsup import ids, states
+from spexsup import faults, ids, states
 from spexsup.adapters import dequeuer
 from spexsup.adapters.watch import DirWatch
 from spexsup.core import wavedoc
@@ -288,6 +288,7 @@ def _take(
             continue
         prompt_path(spex.home, head.id).unlink(missing_ok=True)
         done[head.id] = verdict
+        faults.at(faults.Fault.LAUNCHER_DIES_BEFORE_ITS_WORD)
         _tell_wave(spex, head, verdict)
         if not (keep and dequeuer.KEPT.get(key)):
             return done
