@@ -411,7 +411,7 @@ git_start() {
     if [ -e "$index" ]; then
         cp -- "$index" "$scratch" 2>/dev/null || return 1
     fi
-    GIT_INDEX_FILE=$scratch git --no-optional-locks add -A -- . >/dev/null 2>&1 &&
+    GIT_INDEX_FILE=$scratch git --no-optional-locks add -A -- :/ >/dev/null 2>&1 &&
         tree=$(GIT_INDEX_FILE=$scratch git --no-optional-locks write-tree 2>/dev/null) &&
         commit=$(git commit-tree "$tree" -p "$head" -m "spex: start of turn $turn" 2>/dev/null) &&
         printf '{"toplevel": "%s", "head": "%s", "snapshot": "%s", "error": null}' \

@@ -189,20 +189,20 @@ def _git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
 def _work_tree(cwd: Path) -> str:
     """The tree of `cwd`'s work tree now (untracked included), through a
     scratch index: what a turn's start snapshot must hold."""
-    scratch = cwd.parent / f"{cwd.name}.index"
+    scratch = Path(_git(cwd, "rev-parse", "--show-toplevel")).parent / "scratch.index"
     env = {**os.environ, "GIT_INDEX_FILE": str(scratch)}
     real = Path(_git(cwd, "rev-parse", "--absolute-git-dir")) / "index"
     if real.exists():
         shutil.copyfile(real, scratch)
     try:
-        _git(cwd, "add", "-A", "--", ".", env=env)
+        _git(cwd, "add", "-A", "--", ":/", env=env)
         return _git(cwd, "write-tree", env=env)
     finally:
         scratch.unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize(
-    "shape", ["plain", "unborn", "quoted name", "linked worktree", "no identity"]
+    "shape", ["plain", "unborn", "quoted name", "linked worktree", "no identity", "subdirectory"]
 )
 def test_a_turn_records_the_work_tree_it_started_from(
     env: Env, monkeypatch: pytest.MonkeyPatch, shape: str
@@ -211,7 +211,10 @@ def test_a_turn_records_the_work_tree_it_started_from(
     the turn began (tracked edits and untracked files, the repo's own index
     untouched), whichever way the wrapper made it: its own git calls in the
     plain case, spexsup.pane.snapshot for the rest (an unborn HEAD, a path
-    JSON escapes, no identity to commit with)."""
+    JSON escapes, no identity to commit with). A session in a subdirectory
+    records the whole tree, as `spex diff` compares it (the wrapper's own
+    calls recorded only the subdirectory's changes, and the edits elsewhere
+    showed as the turn's)."""
     for key, value in IDENTITY.items():
         if shape != "no identity":
             monkeypatch.setenv(key, value)
@@ -221,9 +224,11 @@ def test_a_turn_records_the_work_tree_it_started_from(
     top = env.root / ('proj "é"' if shape == "quoted name" else "proj")
     subprocess.run(["git", "init", "-q", "-b", "main", str(top)], check=True)
     (top / "tracked.txt").write_text("one\n")
+    (top / "sub").mkdir()
+    (top / "sub" / "inner.txt").write_text("inner\n")
     if shape != "unborn":
         ident = ["-c", "user.name=t", "-c", "user.email=t@e"]
-        _git(top, "add", "tracked.txt")
+        _git(top, "add", "tracked.txt", "sub/inner.txt")
         _git(top, *ident, "commit", "-qm", "initial")
     cwd = top
     if shape == "linked worktree":
@@ -234,6 +239,10 @@ def test_a_turn_records_the_work_tree_it_started_from(
         _git(top, "config", "user.useConfigOnly", "true")
     (cwd / "tracked.txt").write_text("one\ntwo\n")
     (cwd / "untracked.txt").write_text("new\n")
+    toplevel = cwd
+    if shape == "subdirectory":
+        cwd = top / "sub"  # the edits above are outside it
+        (cwd / "inner.txt").write_text("inner\nedited\n")
     real_index = Path(_git(cwd, "rev-parse", "--absolute-git-dir")) / "index"
     index = real_index.read_bytes() if real_index.exists() else None
     status = _git(cwd, "status", "--porcelain")
@@ -243,7 +252,7 @@ def test_a_turn_records_the_work_tree_it_started_from(
     tid = json.loads(env.run("show", "g", "--json").stdout)["turn"]["id"]
     start = json.loads((env.home / "turns" / "g" / tid / "git-start").read_text())
     head = None if shape == "unborn" else _git(cwd, "rev-parse", "HEAD")
-    assert start["toplevel"] == str(cwd) and start["head"] == head
+    assert start["toplevel"] == str(toplevel) and start["head"] == head
     assert start["error"] is None
     assert _git(cwd, "rev-parse", f"{start['snapshot']}^{{tree}}") == expected_tree
     parents = _git(cwd, "rev-list", "--parents", "-n1", start["snapshot"]).split()[1:]
