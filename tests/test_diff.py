@@ -262,3 +262,49 @@ def test_a_turn_records_the_work_tree_it_started_from(
     assert _git(cwd, "status", "--porcelain") == status
     left = {p.name for p in (env.home / "turns" / "g" / tid).iterdir()}
     assert not left & {"git-start.todo", "git-index.tmp", "git-start.tmp"}
+
+
+def test_a_waves_legs_in_one_work_tree_share_its_recorded_start(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fan-out records each work tree once, before any of its legs there
+    launches, and every leg in it (a subdirectory too) gets that record:
+    a hundred wrappers each snapshotting the same tree at the same moment
+    spent more CPU than the rest of their turns' starts. Another tree has
+    its own record; `spex diff` reads a leg's as before."""
+    for key, value in IDENTITY.items():
+        monkeypatch.setenv(key, value)
+        env.vars[key] = value
+    tops = [env.root / "one", env.root / "two"]
+    for top in tops:
+        subprocess.run(["git", "init", "-q", "-b", "main", str(top)], check=True)
+        (top / "sub").mkdir()
+        (top / "sub" / "tracked.txt").write_text("one\n")
+        _git(top, "add", ".")
+        _git(top, "commit", "-qm", "initial")
+        (top / "before.txt").write_text("made before the wave\n")
+    expected = [_work_tree(top) for top in tops]
+    cwds = {"a": tops[0], "b": tops[0], "c": tops[0] / "sub", "d": tops[1]}
+    for name, cwd in cwds.items():
+        write = ["sh", "-c", f'echo "$1" > {name}.txt', "writer"]
+        assert env.run("new", name, "--cwd", str(cwd), "--", *write).returncode == 0
+    r = env.run("fanout", *cwds, "-m", "go", "--wait", "--json", timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    wave = json.loads(r.stdout)
+    turns = {leg["session"]: leg["turn"] for leg in wave["legs"]}
+    starts = {}
+    for name, tid in turns.items():
+        directory = env.home / "turns" / name / tid
+        starts[name] = json.loads((directory / "git-start").read_text())
+        assert not (directory / "git-start.todo").exists()
+    assert starts["a"] == starts["b"] == starts["c"] != starts["d"]
+    for start, top, tree in zip((starts["a"], starts["d"]), tops, expected, strict=True):
+        assert (start["toplevel"], start["error"]) == (str(top), None)
+        assert _git(top, "rev-parse", f"{start['snapshot']}^{{tree}}") == tree
+        message = _git(top, "log", "-1", "--format=%s", start["snapshot"])
+        assert message == f"spex: start of wave {wave['id']}"
+    # What a leg changed is a change since the record; what was there before is not.
+    changed = {f["path"] for f in json.loads(env.run("diff", "d", "--json").stdout)["files"]}
+    assert changed == {"d.txt"}
+    changed = {f["path"] for f in json.loads(env.run("diff", "c", "--json").stdout)["files"]}
+    assert changed == {"a.txt", "b.txt", "sub/c.txt"}

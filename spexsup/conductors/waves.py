@@ -45,6 +45,7 @@ from spexsup.core.wavedoc import (
 from spexsup.errors import Invalid, Refused, SpexError
 from spexsup.ids import recorded_options
 from spexsup.pane import turndir
+from spexsup.pane.snapshot import SharedStarts
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.state import events
 from spexsup.turn import keys
@@ -178,6 +179,10 @@ class Wave:
         self._writes: Group[Change | None, Doc] = Group(self._write)
         self._local = threading.local()
         self._local.spex = spex
+        # Each work tree's state at the start, recorded once for every leg
+        # there (a hundred wrappers snapshotting one tree at once spent more
+        # CPU than the rest of their turns' starts).
+        self.tree_starts = SharedStarts(self.id)
 
     def _spex(self) -> Spex:
         """This thread's handle: a SQLite connection belongs to its thread."""
@@ -401,7 +406,7 @@ class Wave:
             if over is not None:
                 v = Verdict(session, None, "skipped", error=over)
             else:
-                v = wake(spex, leg, Hooks(Slot(), admitted, check_abort))
+                v = wake(spex, leg, Hooks(Slot(), admitted, check_abort, self.tree_starts.doc))
             result = {
                 "turn": v.turn,
                 "verdict": v.verdict,

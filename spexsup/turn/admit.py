@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -170,7 +170,13 @@ class Admitted(NamedTuple):
     plan: TurnPlan
 
 
-def admit(spex: Spex, request: WakeRequest, settings: config.Config | None = None) -> Admitted:
+def admit(
+    spex: Spex,
+    request: WakeRequest,
+    settings: config.Config | None = None,
+    *,
+    tree_start: TreeStart | None = None,
+) -> Admitted:
     """One transaction: check the session can take a turn, insert it (`starting`).
 
     The caller holds the session's ticket, its turns reconciled
@@ -192,7 +198,8 @@ def admit(spex: Spex, request: WakeRequest, settings: config.Config | None = Non
     The adapter is loaded once per wake (it reads the harness files), and
     the turn's options resolved once (`plan.resolve`) from the session as
     this transaction reads it. `settings`: config.toml as the wake read it
-    (read here otherwise).
+    (read here otherwise). `tree_start`: a conductor's shared record of the
+    work tree's start (`Hooks.tree_start`), written as the turn's own.
     """
     name, prompt, wave = request.name, request.prompt, request.wave
     if b"\0" in prompt:
@@ -264,6 +271,7 @@ def admit(spex: Spex, request: WakeRequest, settings: config.Config | None = Non
     resumed = resume_id if resume_id and adapter.resume else None
     run = turndir.Invocation(argv, prompt, on_stdin)
     _prepare(spex, session, turn, directory, run, adapter, ending(resolved, sandbox), resumed)
+    _record_tree(Path(session.cwd), directory, tree_start)
     return Admitted(session, turn, directory, adapter, resolved)
 
 
@@ -415,6 +423,24 @@ def _in_git_tree(cwd: Path) -> bool:
     return any((d / ".git").exists() for d in (cwd, *cwd.parents))
 
 
+# A conductor's record of a work tree's start (`Hooks.tree_start`).
+TreeStart = Callable[[Path], Mapping[str, Any] | None]
+
+
+def _record_tree(cwd: Path, directory: Path, tree_start: TreeStart | None) -> None:
+    """The work tree's state before the harness starts (`git-start`, for spex
+    diff): a conductor's shared record when it has one, else the wrapper
+    takes it (`git-start.todo`): a dozen git calls are not worth holding the
+    verdict for."""
+    if not _in_git_tree(cwd):
+        return
+    shared = tree_start(cwd) if tree_start is not None else None
+    if shared is not None:
+        turndir.write_git_start(directory, shared)
+    else:
+        turndir.mark_git_start_todo(directory)
+
+
 def _prepare(
     spex: Spex,
     session: Session,
@@ -482,8 +508,3 @@ def _prepare(
         plan = ending.sandbox
         engine = sandboxes.bwrap_argv(plan, sandboxes.engine() or sandboxes.ENGINE)
         turndir.write_sandbox(directory, engine, plan)
-    if _in_git_tree(Path(session.cwd)):
-        # The wrapper records the work tree's state (`git-start`, for spex
-        # diff) before the harness starts: a dozen git calls are not worth
-        # holding the verdict for.
-        turndir.mark_git_start_todo(directory)

@@ -13,9 +13,10 @@ A NamedTuple, not a dataclass: `spex wake` never imports `dataclasses`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, NamedTuple
 
 
@@ -203,11 +204,15 @@ class Hooks(NamedTuple):
     asked, so never stored. `gate` (a concurrency limit) is held around
     admission and launch; `on_admitted` hears the turn id once it exists;
     `check_abort` is called while a staggered launch waits (it raises to
-    end the wake)."""
+    end the wake). `tree_start` gives the work tree's record at the start
+    (`git-start`'s document) that the conductor's legs share
+    (`spexsup.pane.snapshot.SharedStarts.doc`): the turn's wrapper then
+    takes none of its own."""
 
     gate: AbstractContextManager[object] | None = None
     on_admitted: Callable[[str], None] | None = None
     check_abort: Callable[[], None] | None = None
+    tree_start: Callable[[Path], Mapping[str, Any] | None] | None = None
 
 
 NO_HOOKS = Hooks()

@@ -186,7 +186,9 @@ def _start(spex: Spex, request: WakeRequest, hooks: Hooks, settings: config.Conf
     # The target, once: held (its ticket) and reconciled before admission.
     with taken(spex, name, "wake"):
         with gate:
-            session, turn, directory, adapter, plan = admit(spex, request, settings)
+            session, turn, directory, adapter, plan = admit(
+                spex, request, settings, tree_start=hooks.tree_start
+            )
         if hooks.on_admitted is not None:
             hooks.on_admitted(turn)
         attempts = 0
