@@ -30,12 +30,21 @@ class Liveness(enum.Enum):
 
 def boot_id() -> str:
     """This boot's id. `SPEXSUP_BOOT_ID_FILE` names another file to read it
-    from: the test suite's way to simulate a reboot, nothing else's."""
-    source = os.environ.get("SPEXSUP_BOOT_ID_FILE") or "/proc/sys/kernel/random/boot_id"
+    from: the test suite's way to simulate a reboot, nothing else's (read
+    every time: a test reboots under a running process)."""
+    source = os.environ.get("SPEXSUP_BOOT_ID_FILE")
+    if source is None and _BOOT:
+        return _BOOT[0]  # the machine's cannot change while we run
     try:
-        return Path(source).read_text().strip()
+        found = Path(source or "/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return ""
+    if source is None:
+        _BOOT.append(found)
+    return found
+
+
+_BOOT: list[str] = []
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
@@ -55,10 +64,18 @@ def start_token(pid: int) -> str | None:
 
 
 def own_identity() -> tuple[int, str]:
+    """This process's (pid, start token), read once per process (a wave's
+    hundred legs asked for it twice each)."""
     pid = os.getpid()
+    if _OWN and _OWN[0][0] == pid:  # not a fork's parent's
+        return _OWN[0]
     token = start_token(pid)
     assert token is not None
+    _OWN[:] = [(pid, token)]
     return pid, token
+
+
+_OWN: list[tuple[int, str]] = []
 
 
 def identity_liveness(pid: int, token: str | None) -> Liveness:

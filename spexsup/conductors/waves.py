@@ -188,7 +188,7 @@ class Wave:
         """This thread's handle: a SQLite connection belongs to its thread."""
         spex = getattr(self._local, "spex", None)
         if spex is None:
-            spex = self._local.spex = Spex.open(self.spex.home, self.spex.tmux)
+            spex = self._local.spex = self.spex.sibling()
         return spex
 
     @property

@@ -50,6 +50,10 @@ class Spex:
         tmux = tmux or TmuxHome(home=path, fallback=store.setting("tmux_socket"))
         return cls(path, store, tmux)
 
+    def sibling(self) -> Spex:
+        """This home again on a connection of its own, for another thread."""
+        return Spex(self.home, self.store.sibling(), self.tmux)
+
     def resume_hooks(self) -> None:
         """What a reconciling reader does for the hooks (once per process and
         home): start the claims that nobody started (see `hooks.resume`).

@@ -538,6 +538,20 @@ class Store:
                 else "it must be a writable file of yours; see SPEXSUP_HOME / --home",
             ) from None
 
+    def sibling(self) -> Store:
+        """Another connection to this database, for another thread (a
+        connection belongs to its thread): the checks this one's opening
+        made (the home, the file, its schema, WAL) hold for it too, so it
+        only connects (a wave opened one per leg, each re-checking all)."""
+        other = object.__new__(Store)
+        other.home, other.path, other.listeners = self.home, self.path, self.listeners
+        other.writer = self.writer
+        other.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        other.db.row_factory = sqlite3.Row
+        other.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        other.db.execute("PRAGMA synchronous = NORMAL")
+        return other
+
     def _version(self) -> int:
         return int(self.db.execute("PRAGMA user_version").fetchone()[0])
 
