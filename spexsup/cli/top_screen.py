@@ -42,7 +42,6 @@ from typing import Any
 
 from spexsup import states
 from spexsup.adapters.home import outer_argv
-from spexsup.adapters.mainwait import SIGNAL_CHECK
 from spexsup.conductors.top import Board, Changes, Row, Watcher
 from spexsup.errors import SpexError
 from spexsup.pane import turndir
@@ -107,7 +106,9 @@ def pager(path: Path) -> list[str]:
 
 
 class Screen:
-    def __init__(self, stdscr: Any, board: Board, watcher: Watcher, *, color: bool) -> None:
+    def __init__(
+        self, stdscr: Any, board: Board, watcher: Watcher, signals: int, *, color: bool
+    ) -> None:
         self.scr = stdscr
         self.board = board
         self.watcher = watcher
@@ -127,6 +128,9 @@ class Screen:
         self.full_due: float | None = None
         self.full_at = time.monotonic()
         self.colors = _colors() if color else {}
+        # The read end of the signals' wakeup fd (`signal.set_wakeup_fd`,
+        # set by `run`): readable once any signal arrived, in any thread.
+        self.signals = signals
 
     # --- what is due ----------------------------------------------------
 
@@ -489,13 +493,20 @@ class Screen:
 
     def wait(self, fds: list[int]) -> list[int]:
         """select() on `fds` until one is ready, something is due or the window
-        was resized; woken every SIGNAL_CHECK meanwhile, so a signal the kernel
-        gave a helper thread (the watcher's, a job's) runs its handler."""
+        was resized. A signal the kernel gave a helper thread (the watcher's,
+        a job's) runs its handler once this thread runs: the signals' wakeup
+        fd (`signals`) wakes it for that, where it polled four times a
+        second (an idle board's whole CPU)."""
         timeout = self.timeout()
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            left = SIGNAL_CHECK if end is None else max(0.0, end - time.monotonic())
-            ready, _, _ = select.select(fds, [], [], min(left, SIGNAL_CHECK))
+            left = None if end is None else max(0.0, end - time.monotonic())
+            ready, _, _ = select.select([*fds, self.signals], [], [], left)
+            if self.signals in ready:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(self.signals, 512):
+                        pass
+                ready.remove(self.signals)
             if ready or self.resized or (end is not None and time.monotonic() >= end):
                 return ready
 
@@ -582,10 +593,12 @@ def run(board: Board, *, color: bool) -> None:
     watcher.start()
 
     def main(stdscr: Any) -> None:
-        screen = Screen(stdscr, board, watcher, color=color)
+        signals, wakeup = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        screen = Screen(stdscr, board, watcher, signals, color=color)
         stdscr.nodelay(True)
         stdscr.keypad(True)
         previous = signal.signal(signal.SIGWINCH, lambda *_: _resized(screen))
+        woke = signal.set_wakeup_fd(wakeup, warn_on_full_buffer=False)
         # curses takes an exported $COLUMNS/$LINES over the terminal's own
         # size; `resize` asks the terminal (its ioctl), as `spex ls` does.
         screen.resized = True
@@ -593,7 +606,10 @@ def run(board: Board, *, color: bool) -> None:
             screen.refresh()
             screen.loop()
         finally:
+            signal.set_wakeup_fd(woke)
             signal.signal(signal.SIGWINCH, previous)
+            os.close(signals)
+            os.close(wakeup)
 
     def _resized(screen: Screen) -> None:
         screen.resized = True
