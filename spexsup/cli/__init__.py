@@ -417,7 +417,6 @@ def _housekeep(home: str | None) -> None:
     a failure here must not change the command's exit code."""
     import sqlite3
 
-    from spexsup.core import retention
     from spexsup.paths import resolve_home
 
     try:
@@ -425,7 +424,14 @@ def _housekeep(home: str | None) -> None:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
         os.close(null)
-        retention.maybe_prune(resolve_home(home))
+        path = resolve_home(home)
+        from spexsup.state.prunestamp import pruned_lately
+
+        if pruned_lately(path):
+            return  # most writers: not due, and nothing imported for it
+        from spexsup.core import retention
+
+        retention.maybe_prune(path)
     except (SpexError, OSError, sqlite3.Error):
         pass  # housekeeping only; the next writer an hour on tries again
 

@@ -35,6 +35,7 @@ from spexsup.config import Retention
 from spexsup.errors import UnknownSession
 from spexsup.pane import turndir
 from spexsup.state import lease, ledger
+from spexsup.state.prunestamp import AUTO_INTERVAL
 from spexsup.state.store import session_names
 from spexsup.states import ACTIVE
 
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from spexsup.state.store import Store
 
 DAY = 86400.0
-AUTO_INTERVAL = 3600.0
 # Opportunistic work per call: small enough to cost milliseconds.
 AUTO_TURNS = 200
 AUTO_WAVES = 50

@@ -14,7 +14,6 @@ session (`spex rm`). A queued entry's key follows it into the turn it became.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -72,6 +71,9 @@ def fingerprint(prompt: bytes, fresh: bool, options: tuple[object, ...]) -> str:
     """What a wake asks, as a key remembers it: the prompt's bytes, `--fresh`
     and the turn's options (`request.Limits`, as a tuple). Not the window or
     `--force`, which say how to wake, not what the turn is."""
+    # Here: hashlib loads OpenSSL (~3 ms), which only a wake with a key needs.
+    import hashlib
+
     digest = hashlib.sha256(prompt)
     digest.update(json.dumps([fresh, list(options)], default=list).encode())
     return digest.hexdigest()
