@@ -471,24 +471,6 @@ def describe(flags: list[str]) -> str:
     return "; ".join(parts)
 
 
-def beyond_exit(error: str | None, rc: int | None) -> str | None:
-    """What a turn's error says beyond its state and rc, for a line that
-    says those already (`failed rc=1`), or None: `exited rc=1` alone says
-    nothing more; of `exited rc=7: boom` it is `boom`, of `overloaded:
-    exited rc=1` `overloaded` (the forms `turn.confirm.failure_message`
-    writes). JSON keeps the whole error."""
-    if not error or rc is None:
-        return error or None
-    said = f"exited rc={rc}"
-    if error == said:
-        return None
-    if error.startswith(f"{said}: "):
-        return error[len(said) + 2 :]
-    if error.endswith(f": {said}"):
-        return error[: -len(said) - 2]
-    return error.replace(f": {said}: ", ": ", 1)
-
-
 def _amount(size: int) -> str:
     """`812 bytes`, `64.0 kB`, `1.3 MB`: a byte count as a person reads it."""
     if size < 1000:
