@@ -65,7 +65,7 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
         return "confirmed"
     rc = "" if leg["rc"] is None else f" rc={leg['rc']}"
     line = f"ended {state}{rc}" + (f", {checked}" if checked else "")
-    from spexsup.present.render import beyond_exit
+    from spexsup.turn.confirm import beyond_exit
 
     error = leg.get("turn_error") or leg["error"]
     # A failed check says its own words (`verify failed (rc 1)`), not its error again.
@@ -306,7 +306,7 @@ def leg_line(leg: dict[str, Any]) -> str:
         from spexsup.present.render import so_far_text
 
         parts.append("· " + so_far_text(leg["so_far"]))
-    from spexsup.present.render import beyond_exit
+    from spexsup.turn.confirm import beyond_exit
 
     error = beyond_exit(leg.get("turn_error") or leg["error"], leg["rc"])
     if error:

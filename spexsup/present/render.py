@@ -314,6 +314,8 @@ def turn_line(t: dict[str, Any]) -> str:
         line += f"  {spend_of(t).cost_text()}"
     elif t.get("so_far"):
         line += f"  {so_far_text(t['so_far'])}"
+    from spexsup.turn.confirm import beyond_exit
+
     error = beyond_exit(t["error"], t["rc"])
     if error:
         line += f"  ({error})"
@@ -557,6 +559,8 @@ def verdict_line(name: str, v: dict[str, Any]) -> str:
     if v.get("attempts", 1) > 1:
         line += f" after {v['attempts']} attempts"
     line += f" ({repeat}it {now_words(v['state'])})" if repeat else f" ({v['elapsed_ms']} ms)"
+    from spexsup.turn.confirm import beyond_exit
+
     error = beyond_exit(v["error"], v["rc"])
     if error:
         line += f": {error}"
@@ -589,6 +593,8 @@ def ended_line(e: dict[str, Any]) -> str:
     """`api: turn T failed rc=1 (agent-error): <message>`, what `spex wait`
     prints per turn."""
     words = end_words(e["state"], e["rc"], e.get("cause"))
+    from spexsup.turn.confirm import beyond_exit
+
     said = beyond_exit(e["error"], e["rc"]) if e["state"] != states.TurnState.COMPLETE else None
     why = f": {said}" if said else ""
     if not why and e.get("flags"):
@@ -688,21 +694,3 @@ def top_cells(row: Row, now: float) -> list[str]:
             row.last,
         )
     ]
-
-
-def beyond_exit(error: str | None, rc: int | None) -> str | None:
-    """What a turn's error says beyond its state and rc, for a line that
-    says those already (`failed rc=1`), or None: `exited rc=1` alone says
-    nothing more; of `exited rc=7: boom` it is `boom`, of `overloaded:
-    exited rc=1` `overloaded` (the forms `turn.confirm.failure_message`
-    writes). JSON keeps the whole error."""
-    if not error or rc is None:
-        return error or None
-    said = f"exited rc={rc}"
-    if error == said:
-        return None
-    if error.startswith(f"{said}: "):
-        return error[len(said) + 2 :]
-    if error.endswith(f": {said}"):
-        return error[: -len(said) - 2]
-    return error.replace(f": {said}: ", ": ", 1)
