@@ -44,15 +44,12 @@ def test_the_exit_reporter_path_imports_no_dataclasses() -> None:
     """Every turn's end waits on the reporter: `dataclasses` (and `inspect`
     behind it), typer, psutil and watchdog stay off its path."""
     code = (
-        "import sys; from spexsup.cli import internal;"
+        "from spexsup.cli import internal;"
         "from spexsup.pane import report, turndir;"
         "from spexsup import paths; from spexsup.adapters import outcome;"
         "from spexsup.state import store, events;"
-        "print(' '.join(m for m in ('dataclasses', 'inspect', 'typer', 'psutil', 'watchdog')"
-        " if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert loaded_after(code, "dataclasses", "inspect", "typer", "psutil", "watchdog") == ""
 
 
 def test_waiting_on_a_turn_imports_no_watchdog(tmp_path: Path) -> None:
@@ -60,16 +57,22 @@ def test_waiting_on_a_turn_imports_no_watchdog(tmp_path: Path) -> None:
     watchdog (logging, dataclasses, inspect, ctypes.util behind it) stays off
     its path, and a rename into place still wakes the waiter."""
     code = (
-        "import os, sys; from pathlib import Path;"
+        "import os; from pathlib import Path;"
         "from spexsup.adapters.watch import DirWatch;"
         f"d = Path({str(tmp_path)!r}); w = DirWatch([d]).__enter__();"
         "(d / 'tmp').write_text('x'); os.rename(d / 'tmp', d / 'outcome');"
-        "woke = w.wait(30);"
-        "print(woke, ' '.join(m for m in ('dataclasses', 'inspect', 'logging', 'watchdog')"
-        " if m in sys.modules))"
+        "print(w.wait(30), end=' ');"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "True"
+    assert loaded_after(code, "dataclasses", "inspect", "logging", "watchdog") == "True"
+
+
+def loaded_after(code: str, *modules: str) -> str:
+    """What a fresh interpreter prints running `code`, then which of
+    `modules` it has imported by then (space-separated)."""
+    found = f"' '.join(m for m in {modules!r} if m in sys.modules)"
+    probe = f"import sys; {code.rstrip(';')}; print({found})"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
 
 
 def test_command_modules_keep_their_annotations_evaluated() -> None:
