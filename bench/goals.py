@@ -58,9 +58,15 @@ GOALS: tuple[Goal, ...] = (
     Goal("wave100", "a 100-leg wave, 1 s window (wall)", 2.0, "s", open_at=5.2),
     Goal("wave200", "a 200-leg wave, 2 s window (wall)", 3.5, "s", open_at=12.7),
     Goal("queue", "a turn's end → the next queued prompt's start (p50)", 100, "ms", open_at=660),
-    Goal("top_cpu", "spex top, 1 000 sessions, idle: CPU", 0.5, "%"),
+    # Idle shares in make bench-ci's 10 s window: 0.5-1.1 % and 0.8-1.5 % on
+    # 2026-12-06 (2 cores), varying run to run with how long the machine
+    # left the process's memory idle; their open figures keep a noisy run
+    # from failing CI, a doubling still fails it.
+    Goal("top_cpu", "spex top, 1 000 sessions, idle: CPU", 0.5, "%", open_at=1.1),
     Goal("top_rss", "spex top, 1 000 sessions: memory (RSS)", 80, "MB"),
-    Goal("serve_idle", "spex serve, 1 000 sessions, 10 open pages, idle: CPU", 1.0, "%"),
+    Goal(
+        "serve_idle", "spex serve, 1 000 sessions, 10 open pages, idle: CPU", 1.0, "%", open_at=1.5
+    ),
     Goal(
         "wait",
         "spex wait on 100 sessions: an end recorded → wait wakes (p50)",
