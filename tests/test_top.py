@@ -294,9 +294,12 @@ def test_the_last_line_drops_escapes_and_the_clock_ticks_only_for_what_shows(
     ]
     board.arrange()
     assert board.next_tick(1000.0) == 5.0  # "10s ago": redrawn with the others, every 5 s
+    # A tick reads what the board's last arrangement saw (a refresh arranges).
     board.rows[0].turn = {**ended, "ended_at": 1000.0 - 3600}
+    board.arrange()
     assert board.next_tick(1000.0) == 30.0  # "60m ago" turns "61m ago" in 30 s
     board.rows[1].turn = {**ended, "state": "running", "ended_at": None}
+    board.arrange()
     assert board.next_tick(1000.0) == 1.0  # a running turn's age counts seconds
 
 

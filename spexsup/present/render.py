@@ -670,10 +670,12 @@ def age_anchor(turn: dict[str, Any] | None) -> tuple[float, str] | None:
 
 def top_age(row: Row, now: float) -> str:
     """`12s` for a turn still going (since its start), `3m ago` since one ended."""
-    anchor = age_anchor(row.turn)
-    if anchor is None:
-        return "-"
-    return span(max(0.0, now - anchor[0])) + anchor[1]
+    return age_text(age_anchor(row.turn), now)
+
+
+def age_text(anchor: tuple[float, str] | None, now: float) -> str:
+    """`top_age` from the turn's `age_anchor`."""
+    return "-" if anchor is None else span(max(0.0, now - anchor[0])) + anchor[1]
 
 
 def top_cells(row: Row, now: float) -> list[str]:
