@@ -129,6 +129,9 @@ class Screen:
         self.full_at = time.monotonic()
         self.colors = _colors() if color else {}
         self.layout: Layout | None = None
+        # What the last whole draw showed besides the ages (see `draw`).
+        self.drawn: tuple[object, ...] | None = None
+        self.drawn_status = ""
         # The read end of the signals' wakeup fd (`signal.set_wakeup_fd`,
         # set by `run`): readable once any signal arrived, in any thread.
         self.signals = signals
@@ -178,6 +181,8 @@ class Screen:
         if self.layout is not None and self.layout.generation == self.board.generation:
             for row in changed:
                 self.layout.redo(row)
+        if changed:
+            self.drawn = None  # a new last line: not just the ages
 
     def refresh(self) -> None:
         """Re-read the board, then watch its turn directories; a directory
@@ -207,14 +212,9 @@ class Screen:
     def draw(self) -> None:
         scr = self.scr
         height, width = scr.getmaxyx()
-        scr.erase()
-        self._put(0, 0, self.title(), width, curses.A_BOLD)
         shown = self.board.shown
         if self.layout is None or self.layout.generation != self.board.generation:
             self.layout = Layout(shown, self.board.generation)
-        ages = self.layout.ages(time.time())
-        widths = self.layout.widths(ages)
-        self._put(1, 0, _line(list(TOP_HEADERS), widths, width), width, curses.A_UNDERLINE)
         visible = max(0, height - 4)
         at = self.layout.index.get(self.selected or "", 0)
         if at < self.offset:
@@ -222,9 +222,22 @@ class Screen:
         elif visible and at >= self.offset + visible:
             self.offset = at - visible + 1
         self.offset = max(0, min(self.offset, max(0, len(shown) - visible)))
-        for y, row in enumerate(shown[self.offset : self.offset + visible]):
-            text = self.layout.cells[self.offset + y][:]
-            text[AGE] = ages[self.offset + y]
+        lines = range(self.offset, min(len(shown), self.offset + visible))
+        ages = self.layout.ages(lines, time.time())
+        # All that a draw shows but the ages, as it was last drawn: a tick.
+        seen = (self.layout.generation, height, width, self.selected, self.offset, self.mode)
+        if seen == self.drawn and self.status == self.drawn_status and self.mode is None:
+            self._draw_ages(lines, ages, width)
+            return
+        self.drawn, self.drawn_status = seen, self.status
+        scr.erase()
+        self._put(0, 0, self.title(), width, curses.A_BOLD)
+        widths = self.layout.widths
+        self._put(1, 0, _line(list(TOP_HEADERS), widths, width), width, curses.A_UNDERLINE)
+        for y, i in enumerate(lines):
+            row = shown[i]
+            text = self.layout.cells[i][:]
+            text[AGE] = ages[y]
             chosen = curses.A_REVERSE if row.name == self.selected else curses.A_NORMAL
             self._put(2 + y, 0, _line(text, widths, width), width, chosen)
             color = self._state_color(row)
@@ -256,6 +269,17 @@ class Screen:
             with contextlib.suppress(curses.error):
                 scr.move(height - 1, min(width - 1, len(prompt) + len(self.text)))
         scr.refresh()
+
+    def _draw_ages(self, lines: range, ages: list[str], width: int) -> None:
+        """Only the ages of the rows on screen, in their column (a tick):
+        redrawing the whole screen made curses compare every cell of it."""
+        widths = self.layout.widths if self.layout is not None else []
+        x = sum(widths[:AGE]) + 2 * AGE
+        for y, (i, age) in enumerate(zip(lines, ages, strict=True)):
+            row = self.board.shown[i]
+            chosen = curses.A_REVERSE if row.name == self.selected else curses.A_NORMAL
+            self._put(2 + y, x, _fit(age, widths[AGE]).ljust(widths[AGE]), width, chosen)
+        self.scr.refresh()
 
     def title(self) -> str:
         """`spex top · 2 of 5 sessions match 'api' · 1 running · … · by state`."""
@@ -336,6 +360,7 @@ class Screen:
             self.done = True
         elif key == "\x0c":  # Ctrl-L: read everything again, repaint
             self.scr.clear()
+            self.drawn = None  # a cleared screen is drawn whole
             self.full_due = time.monotonic()
         elif key == "?":
             self.mode = "help"
@@ -478,6 +503,7 @@ class Screen:
             signal.signal(signal.SIGINT, interrupt)
             curses.reset_prog_mode()
             self.scr.clear()
+            self.drawn = None  # a cleared screen is drawn whole
             self.resized = True  # the size may have changed meanwhile
         self.full_due = time.monotonic()
 
@@ -487,6 +513,7 @@ class Screen:
             size = os.get_terminal_size(sys.stdout.fileno())
             curses.resizeterm(size.lines, size.columns)
         self.scr.clear()
+        self.drawn = None  # a cleared screen is drawn whole
 
     # --- the loop -------------------------------------------------------
 
@@ -539,11 +566,14 @@ class Layout:
         self.index = {r.name: i for i, r in enumerate(rows)}
         self.cells = [top_cells(r, 0.0) for r in rows]  # AGE filled in per draw
         self.anchors = [age_anchor(r.turn) for r in rows]
-        self.fixed = [len(h) for h in TOP_HEADERS[:-1]]
+        # The ages' column at its widest (`9m ago`, `23h ago`, `12s`): it
+        # keeps its place as ages grow, and no draw measures every age.
+        self.widths = [len(h) for h in TOP_HEADERS[:-1]]
+        self.widths[AGE] = CAPS[AGE]
         for texts in self.cells:
             for i, cap in enumerate(CAPS):
                 if i != AGE:
-                    self.fixed[i] = min(cap, max(self.fixed[i], len(texts[i])))
+                    self.widths[i] = min(cap, max(self.widths[i], len(texts[i])))
 
     def redo(self, row: Row) -> None:
         """A running turn's last output line changed (a column of no width)."""
@@ -551,13 +581,9 @@ class Layout:
         if i is not None and self.rows[i] is row:
             self.cells[i] = top_cells(row, 0.0)
 
-    def ages(self, now: float) -> list[str]:
-        return [age_text(anchor, now) for anchor in self.anchors]
-
-    def widths(self, ages: list[str]) -> list[int]:
-        widths = list(self.fixed)
-        widths[AGE] = min(CAPS[AGE], max(len(TOP_HEADERS[AGE]), *map(len, ages), 0))
-        return widths
+    def ages(self, lines: range, now: float) -> list[str]:
+        """The ages of the rows at `lines` (indexes into the rows), now."""
+        return [age_text(self.anchors[i], now) for i in lines]
 
 
 def _text(data: bytes | None) -> str:
