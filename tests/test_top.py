@@ -519,3 +519,33 @@ def test_no_color_uses_the_terminals_own_colours(env: Env, terms: list[Term]) ->
     t.send("q")
     t.finish()
     assert b"\x1b[31m" in t.raw
+
+
+def test_a_tick_redraws_the_ages_in_their_column_and_nothing_else(
+    env: Env, terms: list[Term]
+) -> None:
+    """An ended turn's age changes its text every few seconds: the board
+    writes only the ages of the rows on screen, in their column, and leaves
+    the rest of each row as the whole draw made it."""
+    assert env.run("new", "a", "--harness", "demo").returncode == 0
+    assert env.run("wake", "a", "hello", "--window", "0.3").returncode == 0
+    assert env.run("wait", "a").returncode == 0
+    t = top(env, terms)
+    row = r"a +idle +complete rc=0 +\d+s ago +- +- +answer: done with 'hello'.*"
+    t.row_shows("a", row)
+    column = t.lines()[1].index("AGE")
+
+    def age() -> str:  # the age column of a's row, exactly
+        return t.row("a")[column : column + 9]
+
+    first = age()
+    plain = r"(0|[1-9]\d*)s ago *"  # no digit left of the column's own
+    assert re.fullmatch(plain, first), t.text()
+    t.until(lambda: age() != first, "the age of a's turn changing")
+    later = age()
+    # Written over the old age, not beside it (`05s ago` of `0s` and `5s`).
+    assert re.fullmatch(plain, later) and re.fullmatch(row, t.row("a")), t.text()
+    assert int(later.split("s")[0]) > int(first.split("s")[0]), (first, later)
+    assert t.lines()[0].startswith("spex top · 1 sessions")
+    t.send("q")
+    assert "EXIT=0" in t.finish()
