@@ -34,6 +34,7 @@ from spexsup.errors import (
     UnknownSession,
 )
 from spexsup.pane import budget, turndir
+from spexsup.pane.snapshot import work_tree
 from spexsup.paths import (
     ensure_private_dir,
     own_python,
@@ -418,11 +419,6 @@ class Ending(NamedTuple):
     sandbox: sandboxes.Plan | None = None
 
 
-def _in_git_tree(cwd: Path) -> bool:
-    """Is `cwd` inside a git work tree? (stat calls only; git itself decides later)"""
-    return any((d / ".git").exists() for d in (cwd, *cwd.parents))
-
-
 # A conductor's record of a work tree's start (`Hooks.tree_start`).
 TreeStart = Callable[[Path], Mapping[str, Any] | None]
 
@@ -432,7 +428,7 @@ def _record_tree(cwd: Path, directory: Path, tree_start: TreeStart | None) -> No
     diff): a conductor's shared record when it has one, else the wrapper
     takes it (`git-start.todo`): a dozen git calls are not worth holding the
     verdict for."""
-    if not _in_git_tree(cwd):
+    if work_tree(cwd) is None:
         return
     shared = tree_start(cwd) if tree_start is not None else None
     if shared is not None:
