@@ -534,8 +534,12 @@ def test_claude_drives_spex_mcp_and_wakes_another_session(real: Env, model: Mode
     env = realclis.setup("claude", Path(real.vars["HOME"]), model.url)
     # claude -p sends its first request without waiting for its MCP servers
     # (2.1.197): on a loaded machine `spex mcp` was not up yet and the turn
-    # ran without its tools. This makes claude wait, as the README says.
+    # ran without its tools. This makes claude wait, as the README says, and
+    # for longer than its 5 s default (MCP_CONNECT_TIMEOUT_MS): beside two
+    # other real CLIs on two cores, `spex mcp` took longer to answer, and
+    # claude again ran without its tools (CI, 2026-12-06).
     env["MCP_CONNECTION_NONBLOCKING"] = "0"
+    env["MCP_CONNECT_TIMEOUT_MS"] = "60000"
     r = real.run(
         "new", "agent", "--harness", "claude", "--cwd", str(repo),
         *[f"--env={k}={v}" for k, v in env.items() if v],
