@@ -496,6 +496,17 @@ class CommitListener(Protocol):
         """The transaction rolled back (or its COMMIT failed): forget it."""
 
 
+def _connect(path: Path) -> sqlite3.Connection:
+    """A connection as every store has it: no implicit transactions (`tx`
+    opens its own), rows by column name, SQLite's busy handler waiting
+    BUSY_TIMEOUT_MS. (`synchronous = NORMAL` follows once the database is
+    known to be in WAL mode; DESIGN "Durability".)"""
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    db.row_factory = sqlite3.Row
+    db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return db
+
+
 class Store:
     """One connection to `<home>/state.db`; use `tx()` for every change.
 
@@ -515,12 +526,8 @@ class Store:
         if empty:
             self._refuse_a_lost_state("")
         try:
-            self.db = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
-            )
+            self.db = _connect(self.path)
             self.path.chmod(0o600)
-            self.db.row_factory = sqlite3.Row
-            self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             version = self._version()
             if version == 0 and not empty:
                 self._refuse_a_lost_state("it holds no schema")
@@ -546,10 +553,8 @@ class Store:
         other = object.__new__(Store)
         other.home, other.path, other.listeners = self.home, self.path, self.listeners
         other.writer = self.writer
-        other.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        other.db.row_factory = sqlite3.Row
-        other.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        other.db.execute("PRAGMA synchronous = NORMAL")
+        other.db = _connect(self.path)
+        other.db.execute("PRAGMA synchronous = NORMAL")  # in WAL mode already
         return other
 
     def _version(self) -> int:
