@@ -557,6 +557,51 @@ def test_a_closed_live_log_of_a_quiet_turn_leaves_no_thread_behind(
     assert state(env, "slow")["turn"]["state"] == "running"
 
 
+def wakeups(pid: int) -> int:
+    """How many times the threads of process `pid` have blocked and woken so
+    far (the sum of their voluntary context switches)."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            text = status.read_text()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        switches = re.search(r"^voluntary_ctxt_switches:\s+(\d+)$", text, re.M)
+        assert switches is not None, text
+        total += int(switches[1])
+    return total
+
+
+def test_an_idle_server_with_open_pages_wakes_about_once_a_second(env: Env, server: Server) -> None:
+    """uvicorn's own main loop wakes ten times a second to look for a signal:
+    with nothing happening that was most of what an idle `spex serve` cost.
+    The signal wakes it now (the fixture's SIGTERM still ends it, 143), and
+    it wakes once a second to renew the Date header. Counted, not timed: a
+    loaded machine delays wakes, it does not add them."""
+    assert server.request("GET", "/")[0] == 200
+    streams = []
+    for _ in range(2):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn.request("GET", "/events", headers={"Authorization": f"Bearer {server.token}"})
+        r = conn.getresponse()
+        assert r.status == 200 and r.readline() == b"retry: 1000\n"
+        streams.append(conn)
+    # The fewest wakes of three 2 s windows (the first may still hold the
+    # streams' start): sleeps here are the windows counted over, not waits.
+    windows = []
+    for _ in range(3):
+        before, started = wakeups(server.proc.pid), time.monotonic()
+        time.sleep(2)
+        windows.append((wakeups(server.proc.pid) - before, time.monotonic() - started))
+    for conn in streams:
+        conn.close()
+    woke, seconds = min(windows)
+    # Ten a second from uvicorn's loop alone would be 20 or more in each.
+    assert woke <= 4 * seconds, f"wakes in 2 s windows: {windows}"
+    status, headers, _ = server.request("GET", "/")
+    assert status == 200 and headers["date"].endswith(" GMT")
+
+
 def test_the_token_file_the_url_and_the_address(env: Env) -> None:
     s = start(env)
     path = env.home / "serve.token"

@@ -125,14 +125,34 @@ def listen(host: str, port: int) -> socket.socket:
 def run(listener: socket.socket, asgi: "Guard") -> None:
     """uvicorn on `listener` until SIGINT/SIGTERM (then the CLI exits 130/143);
     the live streams end first, so the shutdown waits for nothing."""
+    import asyncio
+    import contextlib
     from types import FrameType
 
     import uvicorn
 
     class Server(uvicorn.Server):
+        # The loop running main_loop and what wakes it on a signal; until then
+        # a signal has nothing to wake (main_loop looks at should_exit first).
+        loop: asyncio.AbstractEventLoop | None = None
+        exiting: asyncio.Event | None = None
+
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             asgi.stopping()
             super().handle_exit(sig, frame)
+            if self.loop is not None and self.exiting is not None:
+                with contextlib.suppress(RuntimeError):  # the loop is closed already
+                    self.loop.call_soon_threadsafe(self.exiting.set)
+
+        async def main_loop(self) -> None:
+            """uvicorn's own wakes ten times a second to see whether a signal
+            came: an idle server's main cost. Here the signal wakes it, and it
+            wakes once a second to renew the Date header (on_tick at 0 does)."""
+            self.exiting = asyncio.Event()
+            self.loop = asyncio.get_running_loop()
+            while not await self.on_tick(0):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.exiting.wait(), 1.0)
 
     config = uvicorn.Config(
         asgi,
