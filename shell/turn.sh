@@ -308,12 +308,31 @@ pid=$$
 began=${EPOCHREALTIME//[!0-9]/}
 
 # Our files (marker, output.log) are private, 0600; the harness and the shell
-# that follows get the user's own umask back.
-user_umask=$(umask)
+# that follows get the user's own umask back. Read from /proc (no subshell:
+# a wave starts a hundred wrappers at once), else asked of a subshell.
+user_umask=""
+while read -r key value; do
+    [ "$key" = Umask: ] && user_umask=$value && break
+done 2>/dev/null </proc/$$/status
+[[ $user_umask =~ ^[0-7]{3,4}$ ]] || user_umask=$(umask)
 umask 077
 
 mark_file() {
     printf '%s' "$1" 2>/dev/null >"$dir/outcome.tmp" && mv -f "$dir/outcome.tmp" "$dir/outcome"
+}
+
+# The first marker goes straight into a file of its own making (noclobber:
+# never over one that is there), without the `mv` process of the others;
+# until its one write lands, a reader finds the file empty, which reads as
+# no marker yet (spexsup.pane.marker). Else, as every other marker.
+mark_first() {
+    local made=1
+    set -C
+    { printf '%s' "$1" >"$dir/outcome"; } 2>/dev/null || made=""
+    set +C
+    [ -n "$made" ] && return 0
+    [ -s "$dir/outcome" ] || rm -f "$dir/outcome"  # ours, left empty by a failed write
+    mark_file "$1"
 }
 
 # A marker the disk has no room for (it is full) is kept in the tmux server's
@@ -326,7 +345,7 @@ mark() {
         tmux set-option -p -t "$TMUX_PANE" @spex_outcome "${dir##*/} $1" 2>/dev/null
 }
 
-if ! mark_file "running:$pid"; then
+if ! mark_first "running:$pid"; then
     echo "spex: cannot write the outcome marker in $dir" >&2
     exit 125
 fi
@@ -365,8 +384,10 @@ done <"$dir/env"
 # The harness binary as this PATH resolves it (spex show prints it); a
 # missing one is named plainly, never left to a bash error.
 if [ -z "$refused" ] && [ ${#argv[@]} -gt 0 ]; then
-    if binary=$(type -P -- "${argv[0]}"); then
-        printf '%s\n' "$binary" >"$dir/binary"
+    # Written by `type` itself (no subshell); asked again only when that
+    # failed, which may be the disk's doing rather than PATH's.
+    if type -P -- "${argv[0]}" 2>/dev/null >"$dir/binary" || type -P -- "${argv[0]}" >/dev/null; then
+        :
     else
         where=" on the login PATH"
         [ -r "$dir/login" ] || where=" on PATH"

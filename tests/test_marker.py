@@ -36,7 +36,7 @@ def test_every_stage_of_the_grammar_parses(raw: bytes, want: Marker) -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    [b"", b"\n", b"running:", b"running:-1", b"running:12a", b"exit:0", b"exit:0:cas:",
+    [b"\n", b"running:", b"running:-1", b"running:12a", b"exit:0", b"exit:0:cas:",
      b"exit:1000:cas:0", b"running:1\n\n", b" running:1", b"RUNNING:1", b"reporting:1",
      b"running:12345678901", b"limited:1", "running:\u0661".encode(),
      b"running:1:ran:5", b"verifying:1:lost:3", b"limited:1:2:ran:3", b"exit:0:cas:0:ran:",
@@ -49,6 +49,9 @@ def test_anything_else_is_invalid_never_a_guess(raw: bytes) -> None:
 
 def test_read_tells_no_marker_from_a_torn_or_oversized_one(tmp_path: Path) -> None:
     assert marker.read(tmp_path).stage is Stage.NONE
+    # The wrapper's first marker, created before its one write lands: none yet.
+    (tmp_path / turndir.OUTCOME).write_bytes(b"")
+    assert marker.read(tmp_path) == Marker(Stage.NONE)
     (tmp_path / turndir.OUTCOME).write_bytes(b"exit:0:c")  # a write cut short
     assert marker.read(tmp_path).stage is Stage.INVALID
     (tmp_path / turndir.OUTCOME).write_bytes(b"running:1" + b" " * 100)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -80,12 +81,46 @@ def test_signal_death_and_reporter_rc(tmp_path: Path) -> None:
 def test_unwritable_marker_exits_125_before_the_harness(tmp_path: Path) -> None:
     ran = tmp_path / "ran"
     d = turn_dir(tmp_path, [b"touch", str(ran).encode()])
-    (d / "outcome.tmp").mkdir()  # printf cannot write over a directory
+    # printf writes over neither a directory: not the first marker's own file,
+    # nor the temporary file of the `mv` it falls back to.
+    (d / "outcome").mkdir()
+    (d / "outcome.tmp").mkdir()
     r = run(d)
     assert r.returncode == 125
     assert "cannot write the outcome marker" in r.stderr
     assert not ran.exists()
-    assert not (d / "outcome").exists()
+    assert list((d / "outcome").iterdir()) == []
+
+
+def test_the_first_marker_costs_no_mv_and_the_harness_gets_the_users_umask(
+    tmp_path: Path,
+) -> None:
+    """A wave starts a hundred wrappers at once: the first marker is written
+    into the file the wrapper creates, not through `mv` (the two final markers
+    still are); the user's umask is read without a subshell, and the harness
+    runs with it, not the wrapper's own 077."""
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    moves = tmp_path / "moves"
+    real = shutil.which("mv")
+    (shims / "mv").write_text(f'#!/bin/sh\necho "$@" >>{moves}\nexec {real} "$@"\n')
+    (shims / "mv").chmod(0o755)
+    got = tmp_path / "umask"
+    d = turn_dir(tmp_path, [b"bash", b"-c", f"umask >{got}".encode()])
+    path = f"{shims}:{os.environ['PATH']}"
+    r = subprocess.run(
+        ["bash", "-c", 'umask 027 && exec bash "$0" "$1"', str(wrapper_path()), str(d)],
+        env={**os.environ, "SHELL": "/bin/true", "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    assert got.read_text().strip() == "0027"
+    made = [line.split()[-2:] for line in moves.read_text().splitlines()]
+    assert made == [[f"{d}/outcome.tmp", f"{d}/outcome"]] * 2, made  # reporting:, exit:
+    assert re.fullmatch("exit:0:cas:0:ran:[0-9]+", (d / "outcome").read_text())
 
 
 def test_empty_argv_is_reported_not_run(tmp_path: Path) -> None:

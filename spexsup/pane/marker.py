@@ -65,6 +65,10 @@ class Marker(NamedTuple):
 
 
 def parse(raw: bytes) -> Marker:
+    if not raw:
+        # The wrapper's first marker is written into the file it creates
+        # (shell/turn.sh, mark_first): empty, its one write has not landed yet.
+        return Marker(Stage.NONE)
     body = raw[:-1] if raw.endswith(b"\n") else raw
     m = _GRAMMAR.fullmatch(body)
     text = raw[:MAX_MARKER_BYTES].decode("utf-8", "replace")
