@@ -83,3 +83,26 @@ def spell(seconds: float) -> str:
     if left > 1e-9 or not out:
         out.append(f"{round(left, 6):g}s")
     return "".join(out)
+
+
+def span(seconds: float) -> str:
+    """`90s`, `15m`, `2h`, `1h30m`: a time limit as a person writes it (`show`,
+    `edit`, a timed-out turn's error); under a second in milliseconds (`1ms`,
+    `250ms`), under ten with its fraction (`1.5s`), so no limit reads as `0h`."""
+    if seconds <= 0:
+        return "0s"
+    if seconds < 1:
+        ms = seconds * 1000
+        if ms < 1:
+            return f"{ms:.2g}ms"
+        return f"{round(ms)}ms" if round(ms) < 1000 else "1s"
+    if seconds < 10 and seconds != round(seconds):
+        return f"{seconds:.3g}s"
+    seconds = round(seconds)
+    if seconds < 120 and seconds % 60:
+        return f"{seconds}s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 120 and minutes % 60:
+        return f"{minutes}m" + (f"{secs}s" if secs else "")
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h" + (f"{minutes}m" if minutes else "")

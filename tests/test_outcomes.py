@@ -19,6 +19,7 @@ import pytest
 from conftest import Env, harness, retry_until
 from test_turns import show, turn_processes_alive, wake_json
 
+from spexsup import durations
 from spexsup.adapters import outcome
 from spexsup.adapters.harness import BUILTIN
 from spexsup.adapters.registry import load_registry
@@ -128,8 +129,9 @@ def test_a_tiny_time_limit_reads_in_milliseconds(env: Env) -> None:
     code, v = wake_json(env, "t", "work", "--timeout", "0.001", "--window", "8")
     assert code == 1 and v["rc"] == 124, v
     assert v["error"] == "ran past its time limit (1ms)"
-    assert outcome.span(0.25) == "250ms" and outcome.span(1.5) == "1.5s"
-    assert outcome.span(60) == "1m" and outcome.span(5400) == "90m" and outcome.span(0) == "0s"
+    assert durations.span(0.25) == "250ms" and durations.span(1.5) == "1.5s"
+    span = durations.span
+    assert span(60) == "1m" and span(5400) == "90m" and span(0) == "0s"
     assert retry_until(lambda: turn_processes_alive(v["turn"]) == [], 10)
 
 
@@ -153,7 +155,8 @@ def test_bad_durations_are_refused(env: Env, bad: str) -> None:
 def test_durations() -> None:
     assert parse("90s", "--timeout") == 90 and parse("15m", "--timeout") == 900
     assert parse("2h", "--timeout") == 7200 and parse("45", "--timeout") == 45
-    assert outcome.span(90) == "90s" and outcome.span(900) == "15m" and outcome.span(7200) == "2h"
+    span = durations.span
+    assert span(90) == "90s" and span(900) == "15m" and span(7200) == "2h"
 
 
 # --- outcome flags --------------------------------------------------------------

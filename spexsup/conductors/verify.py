@@ -354,7 +354,7 @@ def _judged(
         return states.COMPLETE, [*flags, states.VERIFIED], None, None
     shown = shown_verify(argv)[:120]
     if outcome == states.VERIFY_TIMED_OUT:
-        from spexsup.adapters.outcome import span
+        from spexsup.durations import span
 
         error = f"its check `{shown}` ran past its time limit ({span(limit)})"
         return states.FAILED, flags, states.VERIFY_TIMEOUT, error

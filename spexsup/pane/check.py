@@ -111,6 +111,6 @@ def shown_check(argv: tuple[str, ...]) -> str:
 
 
 def span(seconds: float) -> str:
-    from spexsup.adapters import outcome
+    from spexsup import durations
 
-    return outcome.span(seconds)
+    return durations.span(seconds)

@@ -225,8 +225,10 @@ def _judge(
     if over is not None:
         return Judgement(FAILED, cause=Cause.BUDGET, error=over)
     if rc == 124 and (turn_dir / turndir.TIMED_OUT).exists():
+        from spexsup.durations import span
+
         limit = meta.get("timeout")
-        spent = f" ({outcome.span(limit)})" if isinstance(limit, int | float) else ""
+        spent = f" ({span(limit)})" if isinstance(limit, int | float) else ""
         said = f"ran past its time limit{spent}"
         ended = Judgement(TurnState.TIMED_OUT, cause=Cause.TIMED_OUT, error=said)
         ended.survivors = turndir.survivors(turn_dir)

@@ -440,7 +440,7 @@ def spend_of(doc: dict[str, Any]) -> Any:
 
 def setting_cells(row: dict[str, Any]) -> list[tuple[str, str]]:
     """A session's window, timeout, strict and on-limit as `show` prints them."""
-    from spexsup.adapters.outcome import span as limit_span
+    from spexsup.durations import span as limit_span
 
     cells = [("window", limit_span(row["window"]) if row["window"] else "-")]
     if "timeout" in row:  # absent from an older host's spex
@@ -491,7 +491,7 @@ EDIT_LABELS = {
 
 
 def _setting(key: str, value: Any) -> str:
-    from spexsup.adapters.outcome import span as limit_span
+    from spexsup.durations import span as limit_span
 
     if value is None or value == []:
         return "-"
