@@ -83,15 +83,22 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
     carrying the turn's SPEXSUP_TURN run on (an agent that ignores the
     hangup) leaves the turn running, `orphaned` (see `_orphaned`).
     """
-    rows = spex.store.db.execute(UNFINISHED).fetchall()
+    if names is None:
+        rows = spex.store.db.execute(UNFINISHED).fetchall()
+    else:
+        # Only the sessions asked about: each leg of a wave reconciles its own
+        # before admission, and reading every running turn of the home each
+        # time made a wave's reads grow with the square of its legs.
+        rows = spex.store.db.execute(
+            UNFINISHED + " AND t.session IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(names)),),
+        ).fetchall()
     # Hooks whose claimer died before starting them are a reader's to start.
     spex.resume_hooks()
     boot = boot_id() if rows else ""
     due: float | None = None
     for row in rows:
         name, turn = row["session"], row["id"]
-        if names is not None and name not in names:
-            continue
         if row["boot_id"] and boot and row["boot_id"] != boot:
             # Nothing of an earlier boot runs now; pids and start tokens of
             # then mean nothing. The conversation is kept for `up --revive`.
