@@ -89,11 +89,15 @@ def _ours(proc: psutil.Process, tmux_tmpdir: str) -> bool:
         return False
 
 
-def kill_everything(tmux_tmpdir: str) -> None:
+def kill_everything(tmux_tmpdir: str) -> int:
+    """SIGKILL every process of this test (its TMUX_TMPDIR) and its group;
+    how many it found."""
     me = os.getpid()
+    found = 0
     for proc in psutil.process_iter():
         if proc.pid == me or not _ours(proc, tmux_tmpdir):
             continue
+        found += 1
         try:
             pgid = os.getpgid(proc.pid)
             if pgid != os.getpgid(me):
@@ -101,6 +105,18 @@ def kill_everything(tmux_tmpdir: str) -> None:
             proc.kill()
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
+    return found
+
+
+def end_everything(e: Env) -> None:
+    """The test's tmux server and every process of it. A process started while
+    a pass ran (the detached launcher a reporter starts for a queued prompt)
+    escapes that pass and may start the server again: until a pass finds
+    none (a server started meanwhile is one of ours, found by the next)."""
+    for _ in range(50):
+        e.tmux("kill-server")
+        if not kill_everything(str(e.tmux_tmpdir)):
+            return
 
 
 @pytest.fixture
@@ -135,8 +151,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     try:
         yield e
     finally:
-        e.tmux("kill-server")
-        kill_everything(str(tmux_tmpdir))
+        end_everything(e)
         shutil.rmtree(tmux_tmpdir, ignore_errors=True)
 
 

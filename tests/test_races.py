@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import HERE, SPEX, WRAPPERS, Env, harness, kill_everything, retry_until
+from conftest import HERE, SPEX, WRAPPERS, Env, end_everything, harness, retry_until
 from test_turns import show, turn_processes_alive, wake_json
 
 from spexsup.pane import marker
@@ -916,8 +916,7 @@ def test_a_full_disk_keeps_the_rc_and_reads_working(env: Env) -> None:
         (ended,) = json.loads(r.stdout)
         assert (ended["state"], ended["rc"]) == ("failed", 7), ended
     finally:
-        env.tmux("kill-server")
-        kill_everything(str(env.tmux_tmpdir))
+        end_everything(env)
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
@@ -1075,8 +1074,7 @@ def test_output_a_full_disk_could_not_keep_is_flagged_with_how_much(
         assert "of its output could not be written to output.log" in said, said
         assert 0 < turn["ran"] <= gone - turn["started_at"], (gone, turn)
     finally:
-        env.tmux("kill-server")
-        kill_everything(str(env.tmux_tmpdir))
+        end_everything(env)
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import HERE, Env, harness, kill_everything, retry_until
+from conftest import HERE, Env, end_everything, harness, retry_until
 
 from spexsup.pane import marker
 from spexsup.pane.marker import Stage
@@ -56,11 +56,14 @@ def sbx(env: Env, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     try:
         yield e
     finally:
-        e.tmux("kill-server")
-        kill_everything(str(tmux_tmpdir))
+        end_everything(e)
+        # Only this test's: another test's, running beside it (pytest -n),
+        # must live until that test has looked at it.
+        turns = {d.name for d in (root / "state" / "turns").glob("*/*")}
         for proc in daemons():
             with contextlib.suppress(psutil.Error):
-                proc.kill()
+                if proc.cmdline()[0].removeprefix("spex-daemon-") in turns:
+                    proc.kill()
         shutil.rmtree(root, ignore_errors=True)
 
 
