@@ -755,8 +755,14 @@ mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
 if [ ${#reporter[@]} -gt 0 ]; then
     # Marked as the wrapper's own step: a stop killing the turn spares it
     # (procs.turn_processes), so the end and its line are still recorded.
-    # It gets the marker above whether or not the disk took it.
-    SPEXSUP_STEP=report SPEXSUP_MARKER="reporting:$pid:$rc$run" "${reporter[@]}" "$rc" </dev/null
+    # It gets the marker above whether or not the disk took it. On a
+    # terminal it gets that too, as fd 3, to drop what was typed (`typed`).
+    if [ -t 0 ]; then
+        SPEXSUP_STEP=report SPEXSUP_MARKER="reporting:$pid:$rc$run" SPEXSUP_TTY_FD=3 \
+            "${reporter[@]}" "$rc" 3<&0 </dev/null
+    else
+        SPEXSUP_STEP=report SPEXSUP_MARKER="reporting:$pid:$rc$run" "${reporter[@]}" "$rc" </dev/null
+    fi
     cas=$?
 else
     echo "spex: the exit reporter is missing from $dir" >&2
@@ -767,16 +773,20 @@ mark "exit:$rc:cas:$cas$run"
 status "turn $turn ended rc=$rc"
 
 # Keys typed into the pane while a person watched the turn sit in the pty;
-# left there, the shell would run them as commands. Drop them, and say so.
+# left there, the shell would run them as commands. The reporter dropped
+# them (`typed`); when it could not, they are dropped here. Said either way.
 note=""
-if [ -t 0 ] && [ ${#reporter[@]} -gt 0 ]; then
+pending=""
+if [ -r "$dir/typed" ]; then
+    read -r pending <"$dir/typed"
+elif [ -t 0 ] && [ ${#reporter[@]} -gt 0 ]; then
     pending=$("${reporter[0]}" -S -I -c '
 import fcntl, struct, termios
 n = struct.unpack("i", fcntl.ioctl(0, termios.FIONREAD, b"\0" * 4))[0]
 termios.tcflush(0, termios.TCIFLUSH)
 print(n)' 2>/dev/null)
-    [ "${pending:-0}" != 0 ] && note="; input typed during the turn was discarded"
 fi
+[ "${pending:-0}" != 0 ] && note="; input typed during the turn was discarded"
 # The reporter leaves how the turn ended, as a person reads it (flags, a
 # failure's cause, a stop), for this line.
 ended=""

@@ -275,6 +275,10 @@ def test_keys_typed_during_a_turn_never_run(env: Env) -> None:
     env.tmux("send-keys", "-t", "=a:0.0", f"echo oops > {planted}", "Enter")
     assert env.run("wait", "a", "--timeout", "30").returncode == 0
     assert retry_until(lambda: "input typed during the turn was discarded" in capture(env, "a"))
+    # Dropped by the turn's exit reporter, handed the pane's terminal, not by
+    # a Python start of the wrapper's own: it counted them.
+    typed = env.home / "turns" / "a" / v["turn"] / "typed"
+    assert int(typed.read_text()) == len(f"echo oops > {planted}\n")
     env.tmux("send-keys", "-t", "=a:0.0", "echo after-the-turn", "Enter")
     assert retry_until(lambda: "after-the-turn" in capture(env, "a").split("discarded")[-1])
     assert not planted.exists()

@@ -61,6 +61,8 @@ def fast_path(argv: list[str]) -> int | None:
         # Best effort: only the pane's end line would go without its detail.
         with contextlib.suppress(Exception):
             write_ended(store, turn, directory, rc)
+        with contextlib.suppress(Exception):
+            _drop_typed(directory)
         return cas
     except SpexError as e:
         print(f"spex: turn-exit: {e.line()}", file=sys.stderr)
@@ -68,6 +70,26 @@ def fast_path(argv: list[str]) -> int | None:
     except Exception as e:  # the end must be reported as not recorded, never crash silently
         print(f"spex: turn-exit: could not record the end of {turn}: {e}", file=sys.stderr)
         return 1
+
+
+def _drop_typed(directory: Path) -> None:
+    """Keys typed into the pane while the turn ran wait in its terminal, which
+    the wrapper hands us as fd SPEXSUP_TTY_FD; left there, the shell that
+    follows would run them as commands. Dropped, and counted in `typed` for
+    the pane's end line (here rather than in a Python start of the wrapper's
+    own, on every turn's end)."""
+    fd = os.environ.pop("SPEXSUP_TTY_FD", "")
+    if not fd.isdigit() or not os.isatty(int(fd)):
+        return
+    import fcntl
+    import struct
+    import termios
+
+    from spexsup.pane import turndir
+
+    waiting = struct.unpack("i", fcntl.ioctl(int(fd), termios.FIONREAD, b"\0" * 4))[0]
+    termios.tcflush(int(fd), termios.TCIFLUSH)
+    turndir.write_typed(directory, waiting)
 
 
 def dequeue(home: str | None, name: str) -> int:

@@ -9,6 +9,7 @@ unless said otherwise:
     output.log   what the harness printed (the wrapper appends)
     outcome      the outcome marker (spexsup.pane.marker)
     ended        the end's one-line detail, for the pane (the reporter)
+    typed        how many bytes typed into the pane during the turn the reporter dropped
     binary  not-found  no-login-shell  timed-out  survivors  git-start  git-start.todo
     sandbox  sandbox-probe  sandbox-gate  sandbox-probed  sandbox-held  sandbox-failed
     denied-net
@@ -64,6 +65,7 @@ STAGGER = "stagger"
 OUTPUT = "output.log"
 OUTCOME = "outcome"
 ENDED = "ended"
+TYPED = "typed"
 BINARY = "binary"
 NOT_FOUND = "not-found"
 NO_LOGIN_SHELL = "no-login-shell"
@@ -277,6 +279,12 @@ def request_stop(directory: Path, by: str) -> None:
 def write_ended(directory: Path, text: str) -> None:
     """`ended`: how the turn ended, one line, for the pane (the reporter)."""
     _write(directory, ENDED, text.encode() + b"\n")
+
+
+def write_typed(directory: Path, count: int) -> None:
+    """`typed`: how many bytes of keys typed into the pane during the turn the
+    reporter dropped from its terminal (0: none), for the pane's end line."""
+    _write(directory, TYPED, b"%d\n" % count)
 
 
 def write_survivors(directory: Path, pids: Iterable[int]) -> None:
