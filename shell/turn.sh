@@ -755,14 +755,10 @@ mapfile -d '' -t reporter <"$dir/reporter" 2>/dev/null
 if [ ${#reporter[@]} -gt 0 ]; then
     # Marked as the wrapper's own step: a stop killing the turn spares it
     # (procs.turn_processes), so the end and its line are still recorded.
-    # It gets the marker above whether or not the disk took it. On a
-    # terminal it gets that too, as fd 3, to drop what was typed (`typed`).
-    if [ -t 0 ]; then
-        SPEXSUP_STEP=report SPEXSUP_MARKER="reporting:$pid:$rc$run" SPEXSUP_TTY_FD=3 \
-            "${reporter[@]}" "$rc" 3<&0 </dev/null
-    else
-        SPEXSUP_STEP=report SPEXSUP_MARKER="reporting:$pid:$rc$run" "${reporter[@]}" "$rc" </dev/null
-    fi
+    # It gets the marker above whether or not the disk took it, and our
+    # stdin as fd 3: the pane's terminal, whose typed keys it drops (`typed`).
+    SPEXSUP_STEP=report SPEXSUP_MARKER="reporting:$pid:$rc$run" SPEXSUP_TTY_FD=3 \
+        "${reporter[@]}" "$rc" 3<&0 </dev/null
     cas=$?
 else
     echo "spex: the exit reporter is missing from $dir" >&2
