@@ -9,7 +9,10 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
+
+import pexpect
 
 from spexsup.pane.marker import Stage, read
 from spexsup.paths import wrapper_path
@@ -90,6 +93,52 @@ def test_unwritable_marker_exits_125_before_the_harness(tmp_path: Path) -> None:
     assert "cannot write the outcome marker" in r.stderr
     assert not ran.exists()
     assert list((d / "outcome").iterdir()) == []
+
+
+def test_a_first_marker_the_disk_refuses_is_written_again_through_mv(tmp_path: Path) -> None:
+    """The first marker's own file opens, then its write fails (ENOSPC: here
+    /dev/full behind the name, a full disk's answer): the empty name is
+    removed and the marker written as every later one is."""
+    seen = tmp_path / "seen"
+    d = tmp_path / "turn"
+    peek = f"head -c 64 {d}/outcome >{seen}"  # the marker the harness runs under
+    d = turn_dir(tmp_path, [b"bash", b"-c", peek.encode()])
+    (d / "outcome").symlink_to("/dev/full")
+    r = run(d)
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(r"running:[0-9]+", seen.read_text()), seen.read_bytes()
+    assert not (d / "outcome").is_symlink()
+    assert re.fullmatch("exit:0:cas:0:ran:[0-9]+", (d / "outcome").read_text())
+
+
+def test_keys_typed_are_dropped_by_the_wrapper_when_its_reporter_did_not(
+    tmp_path: Path,
+) -> None:
+    """The exit reporter drops what was typed into the pane and says how much
+    in `typed`; one that did not (killed, or an older spex) leaves it to the
+    wrapper, which drops it with the reporter's interpreter and says so."""
+    go = tmp_path / "go"
+    wait = f"while [ ! -e {go} ]; do sleep 0.05; done"
+    d = turn_dir(tmp_path, [b"bash", b"-c", wait.encode()])
+    # A reporter that records nothing and drops nothing, a Python as spex's is.
+    (d / "reporter").write_bytes(sys.executable.encode() + b"\0-c\0pass\0")
+    child = pexpect.spawn(
+        "bash",
+        [str(wrapper_path()), str(d)],
+        env={**os.environ, "SHELL": "/bin/true"},
+        timeout=30,
+    )
+    try:
+        child.expect(r"\[spex\] turn turn: ")
+        child.send("echo oops\r")
+        child.expect("echo oops")  # echoed: in the terminal's input queue
+        go.touch()
+        child.expect(r"turn turn ended rc=0; input typed during the turn was discarded")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert not (d / "typed").exists()
+    assert re.fullmatch("exit:0:cas:0:ran:[0-9]+", (d / "outcome").read_text())
 
 
 def test_the_first_marker_costs_no_mv_and_the_harness_gets_the_users_umask(

@@ -273,7 +273,8 @@ class Screen:
     def _draw_ages(self, lines: range, ages: list[str], width: int) -> None:
         """Only the ages of the rows on screen, in their column (a tick):
         redrawing the whole screen made curses compare every cell of it."""
-        widths = self.layout.widths if self.layout is not None else []
+        assert self.layout is not None  # `draw` made it before it asked for ages only
+        widths = self.layout.widths
         x = sum(widths[:AGE]) + 2 * AGE
         for y, (i, age) in enumerate(zip(lines, ages, strict=True)):
             row = self.board.shown[i]
