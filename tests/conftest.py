@@ -9,6 +9,7 @@ the tmux server) is killed with its process group in teardown.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -217,3 +218,18 @@ LONG = frozenset(
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.nodeid.split("/")[-1].split("[")[0] not in LONG)
+
+
+def wakeups(pid: int) -> int:
+    """How many times the threads of process `pid` have blocked and woken so
+    far (the sum of their voluntary context switches)."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            text = status.read_text()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        switches = re.search(r"^voluntary_ctxt_switches:\s+(\d+)$", text, re.M)
+        assert switches is not None, text
+        total += int(switches[1])
+    return total

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import HERE, SPEX, WRAPPERS, Env, end_everything, harness, retry_until
+from conftest import HERE, SPEX, WRAPPERS, Env, end_everything, harness, retry_until, wakeups
 from test_turns import show, turn_processes_alive, wake_json
 
 from spexsup.pane import marker
@@ -360,6 +360,39 @@ def test_ctrl_c_after_launch_leaves_a_durable_turn(env: Env) -> None:
     assert show(env, "a")["turn"]["state"] == "running"
     assert env.run("wait", "a", "--timeout", "30").returncode == 0
     assert show(env, "a")["turn"]["state"] == "complete"
+
+
+def test_a_waiting_wake_sleeps_through_its_window_and_a_signal_still_ends_it(env: Env) -> None:
+    """The main thread of a wake waiting out its window woke four times a
+    second to look for a signal another thread might have been handed. No
+    other thread of its can be: the inotify reader blocks SIGINT and SIGTERM.
+    So it sleeps through, and the kernel's SIGTERM interrupts the sleep.
+    Counted, not timed: a loaded machine delays wakes, it does not add them."""
+    env.run("new", "a", "--", harness("sleeper.sh"))
+    wake = subprocess.Popen(
+        [SPEX, "wake", "a", "x", "--window", "60"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    turns = env.home / "turns" / "a"
+    assert retry_until(lambda: turns.exists() and any(turns.iterdir()), 30)
+    (directory,) = turns.iterdir()
+    assert retry_until(lambda: marker.read(directory).stage is Stage.RUNNING, 30)
+    # The fewest wakes of three 2 s windows (the first may still hold the
+    # launch's end): sleeps here are the windows counted over, not waits.
+    windows = []
+    for _ in range(3):
+        before = wakeups(wake.pid)
+        time.sleep(2)
+        windows.append(wakeups(wake.pid) - before)
+    assert min(windows) <= 1, f"wakes in 2 s windows: {windows}"  # 8 when it looked
+    wake.send_signal(signal.SIGTERM)
+    _, err = wake.communicate(timeout=20)
+    assert wake.returncode == 143, err
+    assert f"turn {directory.name} keeps running (spex wait a)" in err
+    assert show(env, "a")["turn"]["state"] == "running"
 
 
 def test_ctrl_c_inside_the_launch_call_after_tmux_started_the_wrapper(env: Env) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import SPEX, Env, harness, retry_until
+from conftest import SPEX, Env, harness, retry_until, wakeups
 from playwright.sync_api import expect
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -555,21 +555,6 @@ def test_a_closed_live_log_of_a_quiet_turn_leaves_no_thread_behind(
         conn.close()
     assert retry_until(lambda: proc.num_threads() <= before, seconds=5), proc.num_threads()
     assert state(env, "slow")["turn"]["state"] == "running"
-
-
-def wakeups(pid: int) -> int:
-    """How many times the threads of process `pid` have blocked and woken so
-    far (the sum of their voluntary context switches)."""
-    total = 0
-    for status in Path(f"/proc/{pid}/task").glob("*/status"):
-        try:
-            text = status.read_text()
-        except OSError:
-            continue  # a thread that ended meanwhile
-        switches = re.search(r"^voluntary_ctxt_switches:\s+(\d+)$", text, re.M)
-        assert switches is not None, text
-        total += int(switches[1])
-    return total
 
 
 def test_an_idle_server_with_open_pages_wakes_about_once_a_second(env: Env, server: Server) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 
-from spexsup.adapters.mainwait import event_wait
+from spexsup.adapters.mainwait import event_wait, quiet
 
 Names = frozenset[str] | None
 
@@ -79,6 +79,7 @@ class _Inotify:
                 self.libc.inotify_rm_watch(self.fd, wd)  # gone with its directory: fine
 
     def _read(self) -> None:
+        quiet()  # a Ctrl-C is the main thread's: its wait sleeps through
         while True:
             try:
                 data = os.read(self.fd, 65536)
