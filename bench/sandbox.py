@@ -56,6 +56,11 @@ def main() -> int:
         "SPEXSUP_HOME": str(root / "state"),
         "SPEXSUP_TMUX": f"bench-sbx-{os.getpid()}",
         "TMUX_TMPDIR": str(root),
+        # Measure spex, not the machine's rc files: a turn's login shell
+        # starts bare (a pyenv init in ~/.bashrc cost seconds, and its
+        # rehash lock, left by a shell a turn's end killed, hung the next).
+        "HOME": str(root),
+        "SHELL": "/bin/sh",
     }
     env.pop("TMUX", None)
     try:

@@ -174,9 +174,7 @@ export_login() {
 # bubblewrap start for both: the probe runs in the harness's own sandbox.
 sandbox_inside='net_ns=$1 pid_ns=$2 pwrite=$3 pread=$4
 shift 4
-# A 2 ms pause without a fork: a read that times out on a pipe we hold both ends of.
-exec {pause}<> <(:)
-held="" caps=""
+held="" caps="" c="" my_net="" my_pid="" pause=""
 # A capability left (bubblewrap run by root keeps them all) would undo any of
 # it by a mount.
 while read -r key value; do
@@ -187,13 +185,18 @@ if [ -z "$caps" ]; then
 elif [ -n "${caps//0/}" ]; then
     held="$held; keeps capabilities $caps"
 fi
-( : >"$pwrite" ) 2>/dev/null && held="$held; wrote $pwrite"
-c=$(head -c 64 -- "$pread" 2>/dev/null) && [ -n "$c" ] && held="$held; read $pread"
-[ -n "$net_ns" ] && [ "$(readlink /proc/self/ns/net)" = "$net_ns" ] &&
-    held="$held; shares the host network"
-[ "$(readlink /proc/self/ns/pid)" = "$pid_ns" ] && held="$held; sees the host processes"
+# Builtins where a process would do (a fork costs a millisecond or more).
+{ : >"$pwrite"; } 2>/dev/null && held="$held; wrote $pwrite"
+{ IFS= read -r -N 64 c <"$pread"; } 2>/dev/null
+[ -n "$c" ] && held="$held; read $pread"
+{ IFS= read -r my_net; IFS= read -r my_pid; } < <(readlink /proc/self/ns/net /proc/self/ns/pid)
+[ -z "$my_pid" ] && held="$held; cannot read its namespaces"
+[ -n "$net_ns" ] && [ "$my_net" = "$net_ns" ] && held="$held; shares the host network"
+[ "$my_pid" = "$pid_ns" ] && held="$held; sees the host processes"
 bridges="" ports="" canary=""
 if [ -z "$held" ] && [ -n "${SPEX_GATE:-}" ]; then
+    # A 2 ms pause without a fork: a read that times out on a pipe we hold both ends of.
+    exec {pause}<> <(:)
     # The proxy bridge first: socat dials the gate only per connection.
     bridges="3128:proxy.sock"
     socat TCP-LISTEN:3128,bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:/tmp/.spex-net/proxy.sock \
@@ -231,19 +234,23 @@ for b in $bridges; do
         read -r -t 0.002 -u $pause
     done
 done
-exec {pause}<&-
+[ -n "$pause" ] && exec {pause}<&-
 unset SPEX_GATE
 exec "$@"'
 
 # The arguments of `sandbox_inside` for the sandbox in DIR (`sandbox`,
 # NUL-separated, and `sandbox-probe`, its two paths), in `inside_args`.
 sandbox_args() {
-    local pdir=$1 net pwrite pread
+    local pdir=$1 net="" pidns="" pwrite pread word unshared=""
+    local -a words=()
     { IFS= read -r pwrite && IFS= read -r pread; } <"$pdir/sandbox-probe"
-    net=$(readlink /proc/$$/ns/net)
-    grep -qzx -- --unshare-net "$pdir/sandbox" || net=""  # network open: nothing to prove
-    inside_args=(/bin/bash -c "$sandbox_inside" sandbox "$net" "$(readlink /proc/$$/ns/pid)" \
-        "$pwrite" "$pread")
+    mapfile -d '' -t words <"$pdir/sandbox"
+    for word in "${words[@]}"; do
+        [ "$word" = --unshare-net ] && unshared=1 && break
+    done
+    { IFS= read -r net; IFS= read -r pidns; } < <(readlink /proc/$$/ns/net /proc/$$/ns/pid)
+    [ -n "$unshared" ] || net=""  # network open: nothing to prove
+    inside_args=(/bin/bash -c "$sandbox_inside" sandbox "$net" "$pidns" "$pwrite" "$pread")
     probe_write=$pwrite
 }
 
@@ -471,7 +478,7 @@ if [ -z "$refused" ] && [ -r "$dir/sandbox" ]; then
         sandbox_fail "socat is not installed (apt-get install socat)"
     else
         if [ -r "$dir/sandbox-gate" ]; then
-            mkdir -p -m 700 "$dir/net"
+            [ -d "$dir/net" ] || mkdir -p -m 700 "$dir/net"  # the launcher made it
             "${py[@]}" -m spexsup.pane.netgate "$dir" "$pid" </dev/null >/dev/null \
                 2>>"$dir/netgate.log" &
             gate=$!

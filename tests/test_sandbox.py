@@ -394,12 +394,19 @@ def test_a_setsid_daemon_does_not_outlive_its_turn(sbx: Env) -> None:
 
 
 @pytest.mark.parametrize(
-    ("leak", "said"), [("write", "the probe: wrote"), ("caps", "the probe: keeps capabilities")]
+    ("leak", "said", "network"),
+    [
+        ("write", "the probe: wrote", "allow"),
+        ("caps", "the probe: keeps capabilities", "allow"),
+        ("read", "the probe: read", "none"),
+        ("net", "the probe: shares the host network", "allow"),
+        ("pid", "the probe: sees the host processes", "none"),
+    ],
 )
 def test_a_probe_that_succeeds_fails_the_turn_before_the_agent_runs(
-    sbx: Env, leak: str, said: str
+    sbx: Env, leak: str, said: str, network: str
 ) -> None:
-    work = new(sbx, "a", "--sandbox", "--env", f"SPEX_LEAK={leak}")
+    work = new(sbx, "a", "--sandbox", "--network", network, "--env", f"SPEX_LEAK={leak}")
     # The engine the launch finds first on its PATH wrongly allows `leak`.
     path = f"{LEAKY_ENGINE}:{sbx.vars['PATH']}"
     r = sbx.run("wake", "a", "bashrc", "--json", "--window", "30", extra={"PATH": path})

@@ -246,6 +246,9 @@ def write_sandbox(directory: Path, engine: Sequence[str], plan: Plan) -> None:
     }
     if plan.policy.network is Network.ALLOW:
         files[SANDBOX_GATE] = "".join(h + "\n" for h in plan.hosts).encode()
+        # The gate's sockets (the sandbox's /tmp/.spex-net), made here: no
+        # `mkdir` process of the wrapper's on the way to the harness.
+        (directory / NET).mkdir(mode=0o700, exist_ok=True)
     write_plan(directory, files)
 
 
