@@ -354,6 +354,9 @@ mark() {
 
 if ! mark_first "running:$pid"; then
     echo "spex: cannot write the outcome marker in $dir" >&2
+    # The launch said on the status line that the turn runs: it never will.
+    [ -n "${TMUX_PANE:-}" ] &&
+        tmux set-option -p -t "$TMUX_PANE" @spex_state "turn ${dir##*/} failed to start" 2>/dev/null
     exit 125
 fi
 turn=${dir##*/}
@@ -362,14 +365,9 @@ turn=${dir##*/}
 status() {
     [ -n "${TMUX_PANE:-}" ] && tmux set-option -p -t "$TMUX_PANE" @spex_state "$1" 2>/dev/null
 }
-if [ -n "${TMUX_PANE:-}" ]; then
-    # respawn-pane cleared the visible screen (not the history); the launch
-    # kept it in a buffer: put it back, so scrolling up shows earlier turns.
-    buffer="spex-screen-$turn"
-    screen=$(tmux set-option -p -t "$TMUX_PANE" @spex_state "turn $turn running" \; \
-        show-buffer -b "$buffer" \; delete-buffer -b "$buffer" 2>/dev/null)
-    [ -n "$screen" ] && printf '%s\n' "$screen"
-fi
+# (The launch's tmux call kept the pane's screen in its history and said on
+# its status line that the turn runs: no tmux client of ours here, where a
+# wave starts a hundred turns at once.)
 
 argv=()
 mapfile -d '' -t argv <"$dir/argv"

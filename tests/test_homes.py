@@ -667,3 +667,24 @@ def test_launches_made_together_each_get_their_own_answer(
     for name in ("b", "d"):
         turn = env.tmux("display-message", "-p", "-t", f"={name}:0.0", "#{@spex_turn}").stdout
         assert turn.strip() != f"turn-{name}"
+
+
+def test_the_screen_a_launch_clears_is_kept_whatever_the_users_scroll_on_clear(
+    env: Env,
+) -> None:
+    """respawn-pane clears the pane's visible screen: the launch scrolls it
+    into the history first (a terminal reset, with scroll-on-clear on for
+    that moment only), so the earlier turn is still there above the new
+    one, though the user's tmux.conf turns scroll-on-clear off for their
+    own clears, which stays theirs."""
+    env.home.mkdir(parents=True, exist_ok=True)
+    (env.home / "tmux.conf").write_text("set -g scroll-on-clear off\n")
+    env.run("new", "a", "--", "bash", "-c", 'echo "output-of-turn-$SPEXSUP_TURN"')
+    turns = [wake_json(env, "a", "x", "--window", "5")[1] for _ in range(2)]
+    assert [v["verdict"] for v in turns] == ["completed", "completed"], turns
+    assert retry_until(lambda: capture(env, "a").count(" ended rc=0") == 2, 60), capture(env, "a")
+    screen = capture(env, "a")
+    first, second = (screen.index(f"output-of-turn-{v['turn']}") for v in turns)
+    assert first < second, screen
+    assert env.tmux("show-options", "-gwv", "scroll-on-clear").stdout.strip() == "off"
+    assert env.tmux("show-options", "-p", "-t", "=a:0.0", "scroll-on-clear").stdout.strip() == ""

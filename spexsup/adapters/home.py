@@ -342,9 +342,10 @@ class TmuxHome:
         The test and the respawn run as one `if-shell -F` inside the tmux
         server, which executes a client's command list without interleaving
         another client's, so a stop that fenced the pane first always wins.
-        The pane is tagged with its turn, its visible screen is kept in a
-        buffer for the wrapper to replay (`respawn-pane` clears it), and the
-        new pane_pid is read back, all in the same call.
+        The pane is tagged with its turn, its visible screen is scrolled
+        into its history (`respawn-pane` clears the screen), its status line
+        says the turn runs, and the new pane_pid is read back, all in the
+        same call: the wrapper needs no tmux client of its own to start.
         """
         call = launch_call(name, owner, fence, turn, cwd, env, argv, force=force)
         return launch_result(name, owner, _launches(self).run(call))
@@ -548,11 +549,18 @@ def launch_call(
     respawn += ["--", *argv]
     taken = " ; ".join(
         [
-            _quote_cmd(["capture-pane", "-e", "-b", f"spex-screen-{turn}", "-t", target]),
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_turn", turn]),
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_shell_at", _now()]),
+            # respawn-pane clears the visible screen, not the history: a
+            # terminal reset first scrolls the screen into the history
+            # (scroll-on-clear, whatever the user's tmux.conf says of their
+            # own clears), so scrolling up still shows the earlier turns.
+            _quote_cmd(["set-option", "-p", "-t", target, "scroll-on-clear", "on"]),
+            _quote_cmd(["send-keys", "-R", "-t", target]),
+            _quote_cmd(["set-option", "-p", "-u", "-t", target, "scroll-on-clear"]),
             _quote_cmd(respawn),
+            _quote_cmd(["set-option", "-p", "-t", target, "@spex_state", f"turn {turn} running"]),
             _quote_cmd(["display-message", "-p", "-t", target, "launched #{pane_pid}"]),
         ]
     )
