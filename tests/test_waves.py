@@ -16,6 +16,8 @@ from typing import Any
 
 from conftest import FAKES, SPEX, Env, harness, retry_until, signal_a_helper_thread
 
+from spexsup.pane import marker
+from spexsup.pane.marker import Stage
 from spexsup.present.render import with_iso
 
 
@@ -252,6 +254,47 @@ def test_killed_launcher_leaves_a_parseable_aborted_wave(env: Env) -> None:
     assert shown["state"] == "aborted"
     assert wave_on_disk(env)["state"] == "aborted"  # type: ignore[index]
     assert "aborted" in env.run("waves").stdout
+
+
+def test_a_launcher_killed_in_its_legs_windows_leaves_each_launched_leg_its_turn(
+    env: Env,
+) -> None:
+    """A leg's turn goes into the wave's document with the document's next
+    write, not before its launch (issue 40): killed (SIGKILL) while its legs
+    confirm, the fan-out leaves a document that may not name them yet, and
+    every reader finds each launched leg's turn (admission linked it, and
+    the launcher's identity names it): unconfirmed, its turn running, never
+    aborted."""
+    for name in ("a", "b"):
+        env.run("new", name, "--", harness("sleeper.sh"))
+    proc = subprocess.Popen(
+        [SPEX, "fanout", "a", "b", "-m", "go", "--window", "60", "--json"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def running() -> bool:
+        found = [
+            d
+            for name in ("a", "b")
+            if (env.home / "turns" / name).is_dir()
+            for d in (env.home / "turns" / name).iterdir()
+        ]
+        return len(found) == 2 and all(marker.read(d).stage is Stage.RUNNING for d in found)
+
+    assert retry_until(running, 30)
+    proc.kill()
+    proc.communicate()
+    doc = wave_on_disk(env)
+    assert doc is not None and doc["state"] == "launching", doc  # as it was when killed
+    shown = json.loads(env.run("wave", doc["id"], "--json").stdout)
+    legs = {leg["session"]: leg for leg in shown["legs"]}
+    for name in ("a", "b"):
+        turn = json.loads(env.run("show", name, "--json").stdout)["turn"]
+        assert turn["state"] == "running", turn
+        assert (legs[name]["turn"], legs[name]["verdict"]) == (turn["id"], "unconfirmed"), shown
 
 
 def test_retry_failed_links_both_ways(env: Env) -> None:

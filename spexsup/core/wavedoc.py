@@ -30,7 +30,7 @@ import os
 import sqlite3
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,14 +168,17 @@ def count_line(doc: Doc, *, hosts: int | None = None) -> str:
     return f"{head}: {' · '.join(parts)}"
 
 
-def overall(doc: Doc) -> str:
-    """The state the legs add up to, once launching is over."""
-    c = counts(doc)
-    if c["pending"] or c["queued"] or c["running"]:
+def overall(doc: Doc, outcomes: Sequence[str] | None = None) -> str:
+    """The state the legs add up to, once launching is over; `outcomes`:
+    each leg's `leg_outcome`, when the caller has them."""
+    if outcomes is None:
+        outcomes = [leg_outcome(leg) for leg in doc["legs"]]
+    if any(o in (LegResult.PENDING, LegResult.QUEUED, LegResult.RUNNING) for o in outcomes):
         return WaveState.RUNNING
-    if c["ok"] == c["legs"]:
+    ok = outcomes.count(LegResult.OK)
+    if ok == len(outcomes):
         return WaveState.COMPLETE
-    return WaveState.FAILED if c["ok"] == 0 else WaveState.PARTIAL
+    return WaveState.FAILED if ok == 0 else WaveState.PARTIAL
 
 
 def succeeded(doc: Doc) -> bool:
@@ -222,19 +225,20 @@ def merge_turns(db: sqlite3.Connection, doc: Doc) -> None:
     ]
     if not active:
         return
-    rows = {
-        row["id"]: row
-        for row in db.execute(
-            "SELECT id, state, rc, error, flags, cause, model, fallbacks FROM turns"
-            " WHERE id IN (SELECT value FROM json_each(?))",
-            (json.dumps([leg["turn"] for leg in active]),),
-        )
-    }
-    for leg in active:
-        row = rows.get(leg["turn"])
-        if row is None:
-            continue
-        if row["fallbacks"] and row["fallbacks"] != json.dumps(leg.get("fallbacks")):
+    # Only the turns whose state or model moved since the document last
+    # looked: a 1 000-leg wave writes its document hundreds of times, and a
+    # row for each of its running legs on each write was most of a write.
+    seen = [[leg["turn"], leg.get("turn_state"), _fallbacks_text(leg)] for leg in active]
+    legs = {leg["turn"]: leg for leg in active}
+    for row in db.execute(
+        "SELECT t.id, t.state, t.rc, t.error, t.flags, t.cause, t.model, t.fallbacks"
+        " FROM json_each(?) AS j JOIN turns AS t ON t.id = json_extract(j.value, '$[0]')"
+        " WHERE t.state IS NOT json_extract(j.value, '$[1]')"
+        " OR (t.fallbacks != '' AND t.fallbacks IS NOT json_extract(j.value, '$[2]'))",
+        (json.dumps(seen),),
+    ):
+        leg = legs[row["id"]]
+        if row["fallbacks"] and row["fallbacks"] != _fallbacks_text(leg):
             # An attempt failed on its model: the leg says which one it runs now.
             leg["model"], leg["fallbacks"] = row["model"], json.loads(row["fallbacks"])
         if row["state"] == leg.get("turn_state"):
@@ -252,6 +256,12 @@ def merge_turns(db: sqlite3.Connection, doc: Doc) -> None:
             leg["cause"] = row["cause"]
             if row["state"] != states.TurnState.COMPLETE and row["error"]:
                 leg["turn_error"] = row["error"]
+
+
+def _fallbacks_text(leg: Doc) -> str:
+    """The models a leg fell back to as the turns table spells them (JSON)."""
+    fallbacks = leg.get("fallbacks")
+    return "null" if fallbacks is None else json.dumps(fallbacks)
 
 
 def over_budget(spex: Spex, wave: str, budget: float) -> str | None:
@@ -328,8 +338,10 @@ def _settle(doc: Doc) -> bool:
                 leg["verdict"] = leg["verdict"] or Verdict.ABORTED
                 leg["error"] = leg["error"] or "the launcher died before this leg finished"
         doc["state"] = WaveState.ABORTED
-    for leg in doc["legs"]:
-        outcome = leg_outcome(leg)
+    # Each leg's outcome once: the state is what they add up to (a
+    # 1 000-leg wave settles its document on every write).
+    outcomes = [leg_outcome(leg) for leg in doc["legs"]]
+    for leg, outcome in zip(doc["legs"], outcomes, strict=True):
         if (
             outcome in (LegResult.OK, LegResult.FAILED, LegResult.ABORTED)
             and leg.get("ended_at") is None
@@ -346,7 +358,7 @@ def _settle(doc: Doc) -> bool:
                 rc=leg["rc"],
             )
     if doc["state"] not in (WaveState.LAUNCHING, WaveState.ABORTED):
-        doc["state"] = overall(doc)
+        doc["state"] = overall(doc, outcomes)
     doc["counts"] = tally(doc)
     if doc["state"] in FINAL and doc["ended_at"] is None:
         doc["ended_at"] = time.time()
