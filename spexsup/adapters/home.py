@@ -2,10 +2,9 @@
 
 All of it lives on spexsup's private server (`-L spexsup`, or `SPEXSUP_TMUX`,
 or `SPEXSUP_TMUX_SOCKET` for a `-S` path) started with our own config; the
-user's default server is never touched. The module keeps the name it had
-when the pane was called the session's home; "home" now means only the state
-directory (`--home`, DESIGN §24). libtmux is imported lazily so that
-commands which never touch tmux stay fast.
+user's default server is never touched. (The module's name is from when the
+pane was the session's "home": now only the state directory, DESIGN §24.)
+libtmux is imported lazily: commands that never touch tmux stay fast.
 """
 
 from __future__ import annotations
@@ -33,8 +32,6 @@ CONFIG = PACKAGE_DIR / "tmux.conf"
 # How long a tmux command may take before the server counts as not
 # answering (SPEXSUP_TMUX_TIMEOUT overrides it, in seconds).
 TMUX_TIMEOUT = 5.0
-
-
 # Once a signal has interrupted a tmux call, the clean-up that follows gets a
 # short bound: SIGINT/SIGTERM end spex within a second or two.
 HURRIED = 1.0
@@ -75,12 +72,11 @@ class PaneInfo(NamedTuple):
     pane_id: str
     pane_pid: int
     pane_dead: bool
-    # Our tags (empty when unset): the session's owner (state home + incarnation),
-    # the turn that last claimed the pane, and its launch fence.
+    # Our tags (empty when unset): the session's owner (state home +
+    # incarnation), the turn that last claimed the pane. When a client last
+    # attached, when spex last put a shell or a turn in it (epoch s; 0: never).
     owner: str = ""
     turn: str = ""
-    # When a client last attached to the pane's session, and when spex last put a shell
-    # or a turn in the pane (epoch seconds; 0 for never/unknown).
     last_attached: int = 0
     shell_at: int = 0
 
@@ -342,10 +338,11 @@ class TmuxHome:
         The test and the respawn run as one `if-shell -F` inside the tmux
         server, which executes a client's command list without interleaving
         another client's, so a stop that fenced the pane first always wins.
-        The pane is tagged with its turn, its visible screen is scrolled
-        into its history (`respawn-pane` clears the screen), its status line
-        says the turn runs, and the new pane_pid is read back, all in the
-        same call: the wrapper needs no tmux client of its own to start.
+        The pane is tagged with its turn, its screen scrolled into its
+        history by a terminal reset (`respawn-pane` clears the screen, not
+        the history), its status line says the turn runs, and the new
+        pane_pid is read back, all in one call: the wrapper needs no tmux
+        client of its own.
         """
         call = launch_call(name, owner, fence, turn, cwd, env, argv, force=force)
         return launch_result(name, owner, _launches(self).run(call))
@@ -552,10 +549,7 @@ def launch_call(
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_turn", turn]),
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_shell_at", _now()]),
-            # respawn-pane clears the visible screen, not the history: a
-            # terminal reset first scrolls the screen into the history
-            # (scroll-on-clear, whatever the user's tmux.conf says of their
-            # own clears), so scrolling up still shows the earlier turns.
+            # The screen into the history (see launch), whatever tmux.conf says.
             _quote_cmd(["set-option", "-p", "-t", target, "scroll-on-clear", "on"]),
             _quote_cmd(["send-keys", "-R", "-t", target]),
             _quote_cmd(["set-option", "-p", "-u", "-t", target, "scroll-on-clear"]),
@@ -640,8 +634,7 @@ def _run_together(tmux: TmuxHome, calls: Sequence[Sequence[str]]) -> list[Ran]:
     return ran + _run_chunk(tmux, chunk)
 
 
-# What one tmux client call may carry, below tmux's own limit (16 KiB).
-BATCH_BYTES = 12_000
+BATCH_BYTES = 12_000  # What one tmux client call may carry, below tmux's 16 KiB.
 
 
 def _run_chunk(tmux: TmuxHome, calls: Sequence[Sequence[str]]) -> list[Ran]:
