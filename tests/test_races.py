@@ -339,11 +339,10 @@ def test_launcher_killed_before_its_tmux_call_lands(env: Env) -> None:
     assert pane_option(env, "a", "@spex_turn") != s["turn"]["id"]
 
 
-def test_ctrl_c_after_launch_leaves_a_durable_turn(env: Env) -> None:
-    # Long enough to be still running after Ctrl-C on a loaded machine.
-    env.run("new", "a", "--", "bash", "-c", "sleep 8; exit 0")
+def waking(env: Env, window: str) -> tuple[subprocess.Popen[str], Path]:
+    """`spex wake a x --window WINDOW` once its turn's wrapper runs, and the turn's dir."""
     wake = subprocess.Popen(
-        [SPEX, "wake", "a", "x", "--window", "30"],
+        [SPEX, "wake", "a", "x", "--window", window],
         env=env.vars,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -353,6 +352,13 @@ def test_ctrl_c_after_launch_leaves_a_durable_turn(env: Env) -> None:
     assert retry_until(lambda: turns.exists() and any(turns.iterdir()), 30)
     (directory,) = turns.iterdir()
     assert retry_until(lambda: marker.read(directory).stage is Stage.RUNNING, 30)
+    return wake, directory
+
+
+def test_ctrl_c_after_launch_leaves_a_durable_turn(env: Env) -> None:
+    # Long enough to be still running after Ctrl-C on a loaded machine.
+    env.run("new", "a", "--", "bash", "-c", "sleep 8; exit 0")
+    wake, directory = waking(env, "30")
     wake.send_signal(signal.SIGINT)
     _, err = wake.communicate(timeout=10)
     assert wake.returncode == 130
@@ -369,17 +375,7 @@ def test_a_waiting_wake_sleeps_through_its_window_and_a_signal_still_ends_it(env
     So it sleeps through, and the kernel's SIGTERM interrupts the sleep.
     Counted, not timed: a loaded machine delays wakes, it does not add them."""
     env.run("new", "a", "--", harness("sleeper.sh"))
-    wake = subprocess.Popen(
-        [SPEX, "wake", "a", "x", "--window", "60"],
-        env=env.vars,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    turns = env.home / "turns" / "a"
-    assert retry_until(lambda: turns.exists() and any(turns.iterdir()), 30)
-    (directory,) = turns.iterdir()
-    assert retry_until(lambda: marker.read(directory).stage is Stage.RUNNING, 30)
+    wake, directory = waking(env, "60")
     # The fewest wakes of three 2 s windows (the first may still hold the
     # launch's end): sleeps here are the windows counted over, not waits.
     windows = []

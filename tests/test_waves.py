@@ -265,26 +265,9 @@ def test_a_launcher_killed_in_its_legs_windows_leaves_each_launched_leg_its_turn
     every reader finds each launched leg's turn (admission linked it, and
     the launcher's identity names it): unconfirmed, its turn running, never
     aborted."""
-    for name in ("a", "b"):
-        env.run("new", name, "--", harness("sleeper.sh"))
-    proc = subprocess.Popen(
-        [SPEX, "fanout", "a", "b", "-m", "go", "--window", "60", "--json"],
-        env=env.vars,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-    def running() -> bool:
-        found = [
-            d
-            for name in ("a", "b")
-            if (env.home / "turns" / name).is_dir()
-            for d in (env.home / "turns" / name).iterdir()
-        ]
-        return len(found) == 2 and all(marker.read(d).stage is Stage.RUNNING for d in found)
-
-    assert retry_until(running, 30)
+    proc = fanout_confirming(env)
+    found = [d for name in ("a", "b") for d in (env.home / "turns" / name).iterdir()]
+    assert retry_until(lambda: all(marker.read(d).stage is Stage.RUNNING for d in found), 30)
     proc.kill()
     proc.communicate()
     doc = wave_on_disk(env)
