@@ -18,8 +18,10 @@ import pexpect
 import pytest
 from conftest import HERE, SPEX, Env, harness, retry_until
 from test_turns import show, turn_processes_alive, wake_json
+from test_wrapper import turn_dir
 
 from spexsup.adapters.home import default_socket
+from spexsup.paths import wrapper_path
 from spexsup.state.store import MIGRATIONS
 
 
@@ -440,6 +442,28 @@ def test_status_line_shows_the_turn(env: Env) -> None:
     assert "running" in status
     env.run("stop", "a", "--grace", "1")
     assert retry_until(lambda: "ended" in state())
+
+
+def test_a_wrapper_that_cannot_write_its_first_marker_says_so_on_the_status_line(
+    env: Env, tmp_path: Path
+) -> None:
+    """The launch's tmux call sets the status line to `running` as it
+    respawns the pane; a wrapper that cannot write its first marker (exit
+    125, its harness never run) takes that back."""
+    d = turn_dir(tmp_path, [b"true"])
+    (d / "outcome").mkdir()  # printf writes over neither a directory
+    (d / "outcome.tmp").mkdir()
+    env.tmux("new-session", "-d", "-s", "w", "-x", "80", "-y", "10", "sleep 300")
+    env.tmux("set-option", "-w", "-t", "=w:", "remain-on-exit", "on")
+    env.tmux("set-option", "-p", "-t", "=w:0.0", "@spex_state", f"turn {d.name} running")
+    env.tmux("respawn-pane", "-k", "-t", "=w:0.0", "bash", str(wrapper_path()), str(d))
+
+    def state() -> str:
+        return env.tmux("display-message", "-p", "-t", "=w:0.0", "#{@spex_state}").stdout.strip()
+
+    assert retry_until(lambda: state() == f"turn {d.name} failed to start", 30), state()
+    dead = env.tmux("display-message", "-p", "-t", "=w:0.0", "#{pane_dead_status}").stdout
+    assert dead.strip() == "125"
 
 
 # --- a tmux server that does not answer ----------------------------------------
