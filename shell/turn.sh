@@ -42,12 +42,13 @@ set -u
 # Run detached from the pane's terminal (setsid, stdin /dev/null): an
 # interactive shell, or an rc file that reads /dev/tty or calls stty, would
 # otherwise take the terminal's job control and be stopped (SIGTTIN) for good.
-# Cached in the state home per shell and rc files (path:mtime:size): a login
-# shell can cost from milliseconds to a minute of rc files, a cached turn
-# only this stat and a file read.
+# Cached in the state home per shell and rc files (path:mtime:size, through
+# a symlink to the file it names: a dotfiles manager's link never changes):
+# a login shell can cost from milliseconds to a minute of rc files, a cached
+# turn only those stats (the launch's) and a file read.
 login_env() {
     local limit=$1 sh=${SHELL:-} key cache="" tmp="" cached_key="" cached_ms="" h=${HOME:-}
-    local started rc=0 i found="" rec k lock=""
+    local started rc=0 i found="" rec k lock="" stats
     local -a recs=()
     login_vars=() login_shell="" login_ms="" login_source=""
     if [ -z "$sh" ] || [ ! -x "$sh" ]; then
@@ -57,13 +58,25 @@ login_env() {
         return 1
     fi
     login_shell="$sh -il"
+    # The rc files' stats as the launch took them for this HOME a moment ago
+    # (`login-stats`: "HOME<TAB>STATS", spexsup.adapters.login.rc_stats),
+    # else asked of stat (a subshell and a process: a wave starts many turns).
+    stats=""
+    if [ -n "${dir:-}" ] && [ -r "$dir/login-stats" ]; then
+        IFS= read -r -d '' stats <"$dir/login-stats"
+    fi
+    if [ "${stats%%$'\t'*}" = "$h" ] && [ "$stats" != "$h" ]; then
+        stats=${stats#*$'\t'}
+    else
+        stats=$(stat -L --printf '%n:%.9Y:%s ' -- /etc/profile /etc/profile.d \
+            /etc/bash.bashrc /etc/zsh/zshenv /etc/zsh/zprofile /etc/zsh/zshrc /etc/zsh/zlogin \
+            "$h/.profile" "$h/.bash_profile" "$h/.bash_login" "$h/.bashrc" "$h/.bash_aliases" \
+            "$h/.zprofile" "$h/.zshenv" "$h/.zshrc" "$h/.zlogin" \
+            "$h/.config/fish/config.fish" 2>/dev/null)
+    fi
     # env2: the shell starts from the base environment (login.base_env), so
     # a cache an older spex wrote from a client's whole environment is stale.
-    key="env2 $login_shell $(stat --printf '%n:%.9Y:%s ' -- /etc/profile /etc/profile.d \
-        /etc/bash.bashrc /etc/zsh/zshenv /etc/zsh/zprofile /etc/zsh/zshrc /etc/zsh/zlogin \
-        "$h/.profile" "$h/.bash_profile" "$h/.bash_login" "$h/.bashrc" "$h/.bash_aliases" \
-        "$h/.zprofile" "$h/.zshenv" "$h/.zshrc" "$h/.zlogin" \
-        "$h/.config/fish/config.fish" 2>/dev/null)"
+    key="env2 $login_shell $stats"
     [ -n "${SPEXSUP_HOME:-}" ] && cache=$SPEXSUP_HOME/login-env
     login_cached && return 0
     if [ -n "$cache" ]; then

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import FAKES, SPEX, Env, retry_until
+from conftest import FAKES, HERE, SPEX, Env, retry_until
 from test_turns import show, wake_json
 
 
@@ -339,6 +339,94 @@ def test_a_cached_wake_never_runs_the_login_shell(env: Env) -> None:
     assert count.read_text().split() == ["x", "y"]
     cache = env.home / "login-env"
     assert cache.stat().st_mode & 0o777 == 0o600
+
+
+def counting_bashrc(env: Env, count: Path, mark: str, at: Path | None = None) -> None:
+    """A ~/.bashrc (or the file `at` it links to) that counts each login
+    shell run without a terminal as `mark` and exports it as LOGIN_MARK."""
+    text = GUARD + f"[ -t 0 ] || echo {mark} >> {count}\nexport LOGIN_MARK={mark}\n"
+    (at or user_home(env) / ".bashrc").write_text(text)
+
+
+def turn_dir(env: Env, name: str, verdict: dict[str, str]) -> Path:
+    return env.home / "turns" / name / verdict["turn"]
+
+
+def test_the_launch_and_the_wrapper_key_the_login_cache_alike(env: Env) -> None:
+    """The launch takes the rc files' stats for the wrapper (`login-stats`);
+    the wrapper stats them itself when it has none (`turn.sh --login`, as
+    `spex new` and `spex doctor` ask it): the two keys must be one, or each
+    would find the other's cache stale. Every rc file of the list is there
+    (one a symlink, one a directory), so a file missing from either list,
+    or a stat read differently, runs the login shell again."""
+    home, count = user_home(env), env.root / "logins"
+    ubuntu_profile(env, env.vars["PATH"])
+    counting_bashrc(env, count, "x")
+    (home / ".bash_profile").write_text('. "$HOME/.profile"\n')  # bash reads it first
+    for name in (".bash_login", ".zprofile", ".zshenv", ".zlogin"):
+        (home / name).write_text("# nothing\n")
+    (home / "dotfiles").mkdir()
+    (home / "dotfiles" / "zshrc").write_text("# linked\n")
+    (home / ".zshrc").symlink_to(home / "dotfiles" / "zshrc")
+    (home / ".bash_aliases").mkdir()
+    (home / ".config" / "fish").mkdir(parents=True)
+    (home / ".config" / "fish" / "config.fish").write_text("# fish\n")
+    login = ["bash", str(HERE.parent / "shell" / "turn.sh"), "--login", "10"]
+    wrapper_env = {**env.vars, "SPEXSUP_HOME": str(env.home)}
+    r = subprocess.run(login, env=wrapper_env, capture_output=True, text=True, check=False)
+    assert r.returncode == 0 and "source shell" in r.stdout, r.stdout + r.stderr
+    env.run("new", "t", "--cwd", str(env.root), "--", "echo")
+    code, v = wake_json(env, "t", "x", "--window", "8")
+    assert code == 0 and v["verdict"] == "completed", v
+    stats = (turn_dir(env, "t", v) / "login-stats").read_text()
+    assert stats.startswith(f"{home}\t") and f" {home}/.zshrc:" in stats, stats
+    assert count.read_text().split() == ["x"]  # the wrapper's key, found by the launch's
+    code, v = wake_json(env, "t", "x", "--window", "8")
+    assert code == 0, v
+    assert count.read_text().split() == ["x"]
+    r = subprocess.run(login, env=wrapper_env, capture_output=True, text=True, check=False)
+    assert "source cache" in r.stdout, r.stdout  # and the launch's, found by the wrapper's
+
+
+def test_an_rc_file_edited_through_its_symlink_is_a_new_login_environment(env: Env) -> None:
+    """A dotfiles manager links ~/.bashrc to its own copy: editing the copy
+    leaves the link as it was, and the next turn still sees the edit."""
+    home, count = user_home(env), env.root / "logins"
+    ubuntu_profile(env, env.vars["PATH"])
+    (home / "dotfiles").mkdir()
+    kept = home / "dotfiles" / "bashrc"
+    counting_bashrc(env, count, "x", at=kept)
+    (home / ".bashrc").symlink_to(kept)
+    env.run("new", "t", "--cwd", str(env.root), "--", "sh", "-c", 'echo "mark=$LOGIN_MARK"')
+    code, v = wake_json(env, "t", "x", "--window", "8")
+    assert code == 0 and v["verdict"] == "completed", v
+    counting_bashrc(env, count, "y", at=kept)
+    code, v = wake_json(env, "t", "x", "--window", "8")
+    assert code == 0 and v["verdict"] == "completed", v
+    assert count.read_text().split() == ["x", "y"]
+    assert "mark=y" in (turn_dir(env, "t", v) / "output.log").read_text()
+
+
+def test_a_launch_from_another_home_leaves_the_wrapper_its_own_stats(env: Env) -> None:
+    """The pane's HOME is the tmux server's; a wake run with another HOME
+    takes the stats of that one's rc files, which the wrapper must not key
+    the pane's login environment on: an edit of the pane's ~/.bashrc is
+    still seen."""
+    home, count = user_home(env), env.root / "logins"
+    ubuntu_profile(env, env.vars["PATH"])
+    counting_bashrc(env, count, "x")
+    env.run("new", "t", "--cwd", str(env.root), "--", "sh", "-c", 'echo "mark=$LOGIN_MARK"')
+    other = env.root / "other-home"
+    other.mkdir()
+    (other / ".bashrc").write_text("# never edited\n")
+    for mark in ("x", "y"):
+        counting_bashrc(env, count, mark)
+        code, v = wake_json(env, "t", "x", "--window", "8", extra={"HOME": str(other)})
+        assert code == 0 and v["verdict"] == "completed", v
+        assert (turn_dir(env, "t", v) / "login-stats").read_text().startswith(f"{other}\t")
+        assert f"mark={mark}" in (turn_dir(env, "t", v) / "output.log").read_text()
+    assert count.read_text().split() == ["x", "y"]
+    assert str(home) != str(other)
 
 
 def lookups(env: Env) -> dict[str, str]:

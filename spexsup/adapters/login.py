@@ -48,6 +48,36 @@ def base_env() -> dict[str, str]:
     }
 
 
+# The rc files whose change makes the cached login environment stale, as
+# the wrapper's `login_env` lists them (its cache key: each one's
+# `path:mtime:size`); `~/` is the pane's HOME. tests/test_login.py holds the
+# two lists to each other.
+RC_FILES = (
+    "/etc/profile", "/etc/profile.d", "/etc/bash.bashrc", "/etc/zsh/zshenv",
+    "/etc/zsh/zprofile", "/etc/zsh/zshrc", "/etc/zsh/zlogin",
+    "~/.profile", "~/.bash_profile", "~/.bash_login", "~/.bashrc", "~/.bash_aliases",
+    "~/.zprofile", "~/.zshenv", "~/.zshrc", "~/.zlogin", "~/.config/fish/config.fish",
+)  # fmt: skip
+
+
+def rc_stats(home: str) -> str:
+    """What `stat -L --printf '%n:%.9Y:%s '` prints for RC_FILES under
+    `home` (a missing one: nothing; a symlink: the file it names), the key the
+    wrapper's login cache is written under. A launch takes it for the
+    wrapper (`turndir.LOGIN_STATS`), which otherwise runs `stat` in a
+    subshell: two forks and a process on every turn's start."""
+    out = []
+    for name in RC_FILES:
+        path = home + name[1:] if name.startswith("~/") else name
+        try:
+            st = Path(path).stat()
+        except (OSError, ValueError):
+            continue
+        seconds, ns = divmod(st.st_mtime_ns, 10**9)
+        out.append(f"{path}:{seconds}.{ns:09d}:{st.st_size} ")
+    return "".join(out)
+
+
 class Login(NamedTuple):
     path: str
     # The shell and its flags, as run: "/bin/bash -il".

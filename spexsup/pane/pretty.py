@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from spexsup.pane.lines import EVENT_HEAD, SHOWN_LINE, Lines, last_lines, shown
-from spexsup.usage import money
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -84,6 +83,10 @@ def _claude(e: dict[str, Any], p: Painter) -> list[str]:
             out.append(p.error(str(e["error"])))
         return out
     if kind == "result":
+        # (Here, not at the top: `one_line` is on every command's path, the
+        # usage module only on one that prints a cost.)
+        from spexsup.usage import money
+
         out = [
             p.error(f"denied: {d.get('tool_name')} {_short(d.get('tool_input') or '')}")
             for d in e.get("permission_denials") or []

@@ -52,6 +52,9 @@ ENV = "env"
 STDIN = "stdin"
 REPORTER = "reporter"
 LOGIN = "login"
+# The rc files' stats for the login cache's key, as the launch found them
+# ("HOME<TAB>STATS": `login.rc_stats`; the wrapper stats them itself without).
+LOGIN_STATS = "login-stats"
 RENDER = "render"
 DEADLINE = "deadline"
 ON_LIMIT = "on-limit"

@@ -8,12 +8,14 @@ turn's whole process tree.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from spexsup import faults, states
+from spexsup.adapters import login
 from spexsup.adapters.home import Launch, foreground, pane_activity
 from spexsup.adapters.procs import (
     Liveness,
@@ -93,6 +95,7 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
 
     faults.at(faults.Fault.PAUSE_BEFORE_LAUNCH)
     _await_reporter(spex, name, session.current_turn)
+    _note_login_stats(directory)
     result = attempt()
     if result.outcome == "missing" or (result.outcome == "foreign" and not result.holder):
         # Recreate a vanished pane, or adopt an older spex's untagged one
@@ -124,6 +127,28 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
         kill_turn(spex, session, turn, grace=0.5)
         raise TurnStopped(name, turn)
     return result.pane_pid
+
+
+def _note_login_stats(directory: Path) -> None:
+    """For a turn whose harness runs in the login environment: the rc files'
+    stats its wrapper's login cache is keyed on (`login.rc_stats`), taken at
+    the launch, for this HOME. The wrapper takes them when they are missing
+    (a full disk) or for another HOME (the pane's is the tmux server's)."""
+    if not (directory / turndir.LOGIN).exists():
+        return
+    home = os.environ.get("HOME", "")
+    target = directory / turndir.LOGIN_STATS
+    data = f"{home}\t{login.rc_stats(home)}".encode(errors="surrogateescape")
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            if os.write(fd, data) != len(data):  # a full disk may take a part
+                raise OSError("short write")
+        finally:
+            os.close(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            target.unlink()  # never a part of them: that would be a key of its own
 
 
 # How long after spex put a shell in the pane a foreground job may still be
