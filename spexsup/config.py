@@ -17,10 +17,11 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 from spexsup import durations
 from spexsup.errors import Failed, Invalid, clip, unknown_key
+from spexsup.record import Record
 from spexsup.usage import AMOUNT_RULE, KINDS, Price, amount
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -103,7 +104,7 @@ def _days(value: object) -> float | None:
     return float(value) if 0.001 <= value <= 36500 else None
 
 
-class Retention(NamedTuple):
+class Retention(Record):
     """`[retention]`: what pruning keeps (issue 17). Counts are per session for
     turns and per home for waves and events; `auto` lets writers prune at most
     once an hour."""
@@ -151,7 +152,7 @@ KEYS: dict[str, Callable[[object], Any]] = {
 }
 
 
-class Config(NamedTuple):
+class Config(Record):
     """The merged defaults, and which files they came from (in reading order)."""
 
     default_harness: str | None = None

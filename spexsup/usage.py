@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
+
+from spexsup.record import Record
 
 if TYPE_CHECKING:
     import sqlite3
@@ -74,7 +76,7 @@ def reported_cost(value: object) -> float | None:
     return float(value) if 0 <= value <= MAX_COST else None
 
 
-class Price(NamedTuple):
+class Price(Record):
     """`[pricing."MODEL"]`: USD per million tokens of each kind. A kind with
     no price (None) cannot be estimated when it was used."""
 

@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "prompt",
             "usage",
             "faults",
+            "record",
         ),
     ),
     ("adapters", ("adapters",)),

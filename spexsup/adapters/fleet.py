@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from spexsup import ids, states, usage
 from spexsup.adapters import hosts
@@ -31,6 +31,7 @@ from spexsup.adapters.mainwait import results
 from spexsup.errors import Failed, Invalid, Refused, SpexError
 from spexsup.ids import SCHEMA_VERSION, TURN_OPTIONS, recorded_options, validate_name
 from spexsup.paths import ensure_private_dir, own_python, write_atomic
+from spexsup.record import Record
 
 if TYPE_CHECKING:
     from spexsup.config import Config
@@ -247,7 +248,7 @@ def turn_argv(turn_options: dict[str, Any]) -> list[str]:
     return argv
 
 
-class Retry(NamedTuple):
+class Retry(Record):
     """A fleet wave run again for its failed legs: the fleet wave it retries
     (`of`), and each host's own wave whose failed legs that host relaunches
     (a host missing here, never reached, gets the saved prompt again)."""

@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from spexsup.errors import Invalid
 from spexsup.paths import own_python
+from spexsup.record import Record
 
 PROMPT = "{prompt}"
 SESSION_ID = "{session_id}"
@@ -29,7 +29,7 @@ ARGS = "{args}"
 MAX_ARG_BYTES = 128 * 1024 - 1
 
 
-class Fatal(NamedTuple):
+class Fatal(Record):
     """Output that names why the harness cannot work: `cause` says it for the
     end's message; with `category`, the failed end's cause is that one (and
     the pattern's `message` group, if any, is the error line)."""
@@ -39,7 +39,7 @@ class Fatal(NamedTuple):
     category: str | None = None
 
 
-class Limit(NamedTuple):
+class Limit(Record):
     """A usage-limit message: `pattern` matches it; its group `reset` (if any)
     holds the reset time, read as `reset` says: "epoch" (unix seconds),
     "clock" (`7pm`, `9:30 AM`, `19:30`, optionally `(Area/City)`), "in"
@@ -52,7 +52,7 @@ class Limit(NamedTuple):
 RESET_KINDS = ("", "epoch", "clock", "in")
 
 
-class Harness(NamedTuple):
+class Harness(Record):
     name: str
     fresh: tuple[str, ...]
     resume: tuple[str, ...] | None = None

@@ -15,13 +15,14 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from spexsup.adapters.group import Group
 from spexsup.adapters.login import base_env
 from spexsup.adapters.procs import Liveness
 from spexsup.errors import Failed, Refused
 from spexsup.paths import PACKAGE_DIR, wrapper_path, write_atomic
+from spexsup.record import Record
 
 if TYPE_CHECKING:
     import libtmux
@@ -67,7 +68,7 @@ class TmuxTimeout(Failed):
         )
 
 
-class PaneInfo(NamedTuple):
+class PaneInfo(Record):
     session_name: str
     pane_id: str
     pane_pid: int
@@ -81,7 +82,7 @@ class PaneInfo(NamedTuple):
     shell_at: int = 0
 
 
-class Census(NamedTuple):
+class Census(Record):
     """One `list-panes -a` reading: every session's pane on the server, or why we can't tell.
 
     `liveness` is DEAD when the server is provably not running (no socket, or
@@ -495,7 +496,7 @@ def pane_activity(pane: PaneInfo, turns_dir: Path) -> str | None:
     return None
 
 
-class Launch(NamedTuple):
+class Launch(Record):
     """What a fenced launch did: `launched` (with the wrapper's pane_pid),
     `fenced` (a stop or a newer launch claimed the pane; `holder` is the
     turn tagged on it), `foreign` (the tmux session of that name is not

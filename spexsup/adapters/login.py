@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import NamedTuple
 
 from spexsup.errors import Refused
 from spexsup.paths import wrapper_path
+from spexsup.record import Record
 
 NO_SHELL = "no login shell could be resolved (check $SHELL and its rc files)"
 NO_SHELL_HINT = "login_shell = false in config.toml, or --no-check"
@@ -78,7 +78,7 @@ def rc_stats(home: str) -> str:
     return "".join(out)
 
 
-class Login(NamedTuple):
+class Login(Record):
     path: str
     # The shell and its flags, as run: "/bin/bash -il".
     shell: str

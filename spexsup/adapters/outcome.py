@@ -34,9 +34,10 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from spexsup.adapters import meter as meters
+from spexsup.record import Record
 from spexsup.states import OUTPUT_LOST, Flag
 from spexsup.usage import BAD_USAGE
 
@@ -199,7 +200,7 @@ def lines_backwards(path: Path, budget: int = SCAN_BUDGET) -> Iterator[bytes]:
 Parser = Callable[[dict[str, Any], Outcome], bool]
 
 
-class Spec(NamedTuple):
+class Spec(Record):
     """Which lines to decode (a cheap substring test before json.loads) and the parser."""
 
     wanted: tuple[bytes, ...]
@@ -498,7 +499,7 @@ _IN_UNITS = {
 }
 
 
-class UsageLimit(NamedTuple):
+class UsageLimit(Record):
     """A usage-limit message in a turn's output, and when the limit resets
     (unix seconds) if the message said."""
 

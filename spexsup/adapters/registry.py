@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from spexsup import durations
 from spexsup.adapters.harness import (
@@ -34,6 +34,7 @@ from spexsup.adapters.harness import (
 )
 from spexsup.errors import Invalid, clip, unknown_key
 from spexsup.ids import SCHEMA_VERSION
+from spexsup.record import Record
 
 FIELDS = {
     "fresh": list,
@@ -74,7 +75,7 @@ def config_files(home: Path) -> list[Path]:
 BUILT_IN = "built in"
 
 
-class Registry(NamedTuple):
+class Registry(Record):
     """Built-ins plus user harnesses; a bad entry is kept as its error, so a
     mistake in one harness never breaks commands that use another. `sources`
     says where each harness (or error) comes from: BUILT_IN, or the path of

@@ -29,9 +29,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from spexsup.errors import Invalid, Refused
+from spexsup.record import Record
 from spexsup.states import Flag
 
 ENGINE = "bwrap"
@@ -84,7 +85,7 @@ DEFAULT_DENY_READ = (
 )
 
 
-class Policy(NamedTuple):
+class Policy(Record):
     """A session's sandbox, as it keeps it (the `sandbox` column, JSON)."""
 
     mode: Mode = Mode.OFF
@@ -174,7 +175,7 @@ def _under(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == r or r in path.parents for r in roots)
 
 
-class Plan(NamedTuple):
+class Plan(Record):
     """What one turn runs under: the policy resolved to paths and hosts."""
 
     policy: Policy
@@ -199,7 +200,7 @@ class Plan(NamedTuple):
         }
 
 
-class Needs(NamedTuple):
+class Needs(Record):
     """What a turn's harness needs from its sandbox: its state directories
     (writable), the hosts it talks to (its model hosts and the session's
     base URLs' hosts: `spexsup.pane.netgate.base_url_hosts`), and the state

@@ -37,11 +37,11 @@ import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
-from typing import NamedTuple
 
 from spexsup import durations
 from spexsup.errors import Failed, Invalid, Refused, clip
 from spexsup.paths import ensure_private_dir, write_atomic
+from spexsup.record import Record
 
 ENGINES = ("systemd", "cron")
 ENGINE_VAR = "SPEXSUP_SCHEDULE_ENGINE"
@@ -55,7 +55,7 @@ CRON_HINT = "5 fields: minute hour day-of-month month day-of-week, e.g. '0 9 * *
 # --- cadences ----------------------------------------------------------------------
 
 
-class Cadence(NamedTuple):
+class Cadence(Record):
     """When a schedule fires: its cron expression, and --every's seconds when
     it was given that way (for the text that shows it)."""
 
@@ -216,7 +216,7 @@ def fire_key(schedule: str, epoch: float) -> str:
 # --- what an engine runs -----------------------------------------------------------
 
 
-class Firing(NamedTuple):
+class Firing(Record):
     """What an engine keeps for one schedule: when, and the command it runs."""
 
     schedule: str

@@ -29,11 +29,11 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 from spexsup.adapters.procs import boot_id
 from spexsup.errors import Invalid
 from spexsup.paths import ensure_private_dir
+from spexsup.record import Record
 
 DIR = "stagger"
 HARNESS_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -41,7 +41,7 @@ HARNESS_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 LAUNCH_RE = re.compile(r"[A-Za-z0-9_-]{1,64}/[A-Za-z0-9_-]{1,64}")
 
 
-class Slot(NamedTuple):
+class Slot(Record):
     """A launch's reserved start (on `now`'s clock), and the launch reserved
     just before it this boot (its name and slot), if any."""
 

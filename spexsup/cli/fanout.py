@@ -1,7 +1,7 @@
 """`spex fanout` (and a wave across hosts); `spex wave` is in cli/waves.py,
 the launch and its display in cli/runwave.py."""
 
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any
 
 from spexsup import prompt as prompts
 from spexsup import states
@@ -45,6 +45,7 @@ from spexsup.cli.runwave import run_wave
 from spexsup.errors import Invalid
 from spexsup.present.progress import leg_line, summary
 from spexsup.present.render import document, print_json, with_iso
+from spexsup.record import Record
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -294,7 +295,7 @@ def fanout(
     )
 
 
-class Legs(NamedTuple):
+class Legs(Record):
     """Which sessions a fan-out wakes, and with what: the names (HOST:NAME on
     another host), --all, --match, the prompt (-m, -f), or the wave whose
     failed legs to relaunch (--retry-failed)."""

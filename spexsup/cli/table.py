@@ -1,10 +1,10 @@
 """The one command table: every `spex` command, the module that declares it,
 and whether it writes. Read before typer is imported (spexsup.cli.lean)."""
 
-from typing import NamedTuple
+from spexsup.record import Record
 
 
-class Command(NamedTuple):
+class Command(Record):
     """One `spex` command or command group."""
 
     name: str

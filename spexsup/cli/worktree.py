@@ -5,7 +5,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,6 +15,7 @@ from spexsup.cli.app import ListingGroup, app
 from spexsup.cli.decl import command, open_spex
 from spexsup.cli.params import JsonOpt, NameArg, NamesArg, TurnOpt
 from spexsup.present.render import age, argv_word, document, print_json, table, with_iso
+from spexsup.record import Record
 
 if TYPE_CHECKING:
     from spexsup.core.salvage import Salvage
@@ -229,7 +230,7 @@ def best_pick(
     return pick or "first"
 
 
-class Kept(NamedTuple):
+class Kept(Record):
     """What `fanout --keep-best` did, as its JSON (`keep`) and its lines."""
 
     ok: bool

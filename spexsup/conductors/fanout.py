@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 from spexsup import ids
 from spexsup.adapters.sandbox import Policy
@@ -20,6 +20,7 @@ from spexsup.core.sessions import Session, no_harness
 from spexsup.core.spex import Spex
 from spexsup.core.worktree import Request, Setup
 from spexsup.errors import Invalid
+from spexsup.record import Record
 from spexsup.turn.admit import parse_on_limit
 from spexsup.turn.request import Limits, WakeRequest
 from spexsup.turn.revive import revivals
@@ -31,7 +32,7 @@ REVIVE_PROMPT = (
 )
 
 
-class Given(NamedTuple):
+class Given(Record):
     """The per-turn rules given on the command line (None: not given)."""
 
     window: float | None = None
@@ -50,7 +51,7 @@ class Given(NamedTuple):
     key: str | None = None
 
 
-class Plan(NamedTuple):
+class Plan(Record):
     targets: list[str]
     # What every leg asks (its name unused: each leg's is its session).
     wake: WakeRequest
@@ -139,7 +140,7 @@ def retry(spex: Spex, wave: str, names: Sequence[str], given: Given) -> Plan:
     return Plan(targets, request, retry_of=wave, nothing=nothing)
 
 
-class BestOf(NamedTuple):
+class BestOf(Record):
     """`--worktrees N`: N new worktree sessions, named PREFIX-1…N (None: the
     repository's name), of `harness`, each with the `sandbox` policy when given."""
 

@@ -40,11 +40,12 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from spexsup import states
 from spexsup.core.spex import Spex
 from spexsup.pane import turndir
+from spexsup.record import Record
 from spexsup.states import ACTIVE, VERIFYING
 from spexsup.turn.read import listing, name_matches
 
@@ -121,7 +122,7 @@ def filter_globs(text: str) -> list[str]:
     return [text if GLOB_CHARS & set(text) else f"*{text}*"]
 
 
-class Counts(NamedTuple):
+class Counts(Record):
     """The header's numbers: of the sessions shown (of `total`), how many
     have a turn under way, are failed, are stopped."""
 

@@ -20,7 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO
 
 from spexsup import ids, states
 from spexsup.adapters.harness import shown_verify
@@ -29,6 +29,7 @@ from spexsup.core.spex import Spex
 from spexsup.errors import Failed, Invalid, Refused
 from spexsup.pane import check as pane_verify
 from spexsup.pane import turndir
+from spexsup.record import Record
 from spexsup.state import ledger
 from spexsup.turn.admit import verification
 from spexsup.turn.plan import DEFAULT_KILL_GRACE
@@ -39,7 +40,7 @@ from spexsup.turn.request import WakeRequest
 CHECKED_CAUSES = (states.VERIFY, states.VERIFY_TIMEOUT)
 
 
-class Rerun(NamedTuple):
+class Rerun(Record):
     """What a `spex verify` did: the turn, its check's new attempt, and the
     turn's state after it (`changed`: the rerun changed the turn's end)."""
 
@@ -219,7 +220,7 @@ def _environment(session: Session, directory: Path) -> dict[str, str]:
     return env
 
 
-class Ran(NamedTuple):
+class Ran(Record):
     """How a rerun's check ended: its rc (None: it never finished), whether
     its time limit ended it, and the signal (SIGINT, SIGTERM) that
     interrupted it (0: none)."""

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
 
 from spexsup import states, usage
 from spexsup.adapters.group import Group
@@ -47,6 +46,7 @@ from spexsup.ids import recorded_options
 from spexsup.pane import turndir
 from spexsup.pane.snapshot import SharedStarts
 from spexsup.paths import ensure_private_dir, write_atomic
+from spexsup.record import Record
 from spexsup.state import events
 from spexsup.turn import keys
 from spexsup.turn.admit import Verdict
@@ -58,7 +58,7 @@ from spexsup.turn.request import Wave as LegWave
 DEFAULT_MAX_CONCURRENT = 16
 
 
-class Pacing(NamedTuple):
+class Pacing(Record):
     """When a wave's legs launch: at most `max_running` of them running at
     once (the others `queued`, launched as legs end), and each only once
     session `after`'s current turn has ended (complete, or any end with

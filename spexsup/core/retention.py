@@ -28,12 +28,13 @@ import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from spexsup import states
 from spexsup.config import Retention
 from spexsup.errors import UnknownSession
 from spexsup.pane import turndir
+from spexsup.record import Record
 from spexsup.state import lease, ledger
 from spexsup.state.prunestamp import AUTO_INTERVAL
 from spexsup.state.store import session_names
@@ -238,7 +239,7 @@ def _pause_for_tests() -> None:
             time.sleep(60)
 
 
-class Bounds(NamedTuple):
+class Bounds(Record):
     """How much one prune may do: at most so many turns, waves and events
     (None: every one due), no new batch of `batch` rows once `budget`
     seconds are spent (None: no limit), and whether to sweep the orphans an

@@ -14,7 +14,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from spexsup import ids
 from spexsup.adapters import harness as harnesses
@@ -28,6 +28,7 @@ from spexsup.errors import Failed, Invalid, Refused, UnknownSession
 from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Marker, Stage
 from spexsup.paths import ensure_private_dir, remove_tree, wrapper_path
+from spexsup.record import Record
 from spexsup.state import events, ledger
 from spexsup.state.store import session_names
 
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-class Session(NamedTuple):
+class Session(Record):
     name: str
     harness: str
     command: tuple[str, ...] | None
@@ -124,7 +125,7 @@ def _worktree(text: str | None) -> Worktree | None:
     return Worktree.from_json(text)
 
 
-class Binary(NamedTuple):
+class Binary(Record):
     """Where a harness binary resolves for a session's turns."""
 
     path: str
@@ -283,7 +284,7 @@ def working_directory(
     return directory
 
 
-class Spec(NamedTuple):
+class Spec(Record):
     """What a new session is asked to be, as `spex new` says it (None: not
     said; the harness, config.toml or a built-in default decide).
 
@@ -490,7 +491,7 @@ def pane_status(census: Census, session: Session, home: Path) -> str:
     return "dead" if pane.pane_dead else "ok"
 
 
-class PaneReport(NamedTuple):
+class PaneReport(Record):
     name: str
     status: str  # ok | recreated | respawned | dead | cwd missing | foreign | unknown
     detail: str = ""

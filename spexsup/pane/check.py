@@ -18,9 +18,10 @@ the check, writing `verifying:<pid>`, its output to the pane and to
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from spexsup.pane import turndir
+from spexsup.record import Record
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -37,7 +38,7 @@ STARTED = turndir.VERIFY_STARTED
 TAIL_LINES = 5
 
 
-class Result(NamedTuple):
+class Result(Record):
     """How the wrapper's check of a turn ended: its rc (None: it never
     finished) and whether its time limit ended it."""
 

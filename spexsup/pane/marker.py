@@ -19,9 +19,9 @@ from __future__ import annotations
 import enum
 import re
 from pathlib import Path
-from typing import NamedTuple
 
 from spexsup.pane import turndir
+from spexsup.record import Record
 from spexsup.states import OUTPUT_LOST
 
 _GRAMMAR = re.compile(
@@ -51,7 +51,7 @@ class Stage(enum.Enum):
 LIVE = frozenset({Stage.RUNNING, Stage.LIMITED, Stage.VERIFYING})
 
 
-class Marker(NamedTuple):
+class Marker(Record):
     stage: Stage
     pid: int | None = None
     rc: int | None = None

@@ -14,13 +14,14 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from spexsup import faults
 from spexsup.adapters import dequeuer
 from spexsup.pane import judgement, marker, turndir
 from spexsup.pane.judgement import Judgement
 from spexsup.pane.spending import spending
+from spexsup.record import Record
 from spexsup.state import ledger
 from spexsup.state.store import Store
 from spexsup.states import (
@@ -468,7 +469,7 @@ class By(enum.Enum):
     READER = "reader"
 
 
-class End(NamedTuple):
+class End(Record):
     """What its recorder knows of a turn's end before it is judged: the rc
     (None: the turn never reported one), or the end's state and error when
     the recorder decided them; whether the turn provably launched (its
@@ -533,7 +534,7 @@ def record_without_exit(
     return _record(store, session, turn, turn_dir, end, By.READER, None)
 
 
-class _Judged(NamedTuple):
+class _Judged(Record):
     """An end as it will be recorded: the judgement (None: no rc to judge), its
     state, error and flags, the conversation it leaves, the usage of its runs,
     the stop it honors."""

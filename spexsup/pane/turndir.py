@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from spexsup.record import Record
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -204,7 +206,7 @@ def words(items: Iterable[bytes]) -> bytes:
     return b"".join(w + b"\0" for w in items)
 
 
-class Invocation(NamedTuple):
+class Invocation(Record):
     """What the wrapper runs: the harness's argv, the prompt's exact bytes,
     and whether they go on the harness's stdin."""
 

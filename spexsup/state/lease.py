@@ -19,16 +19,17 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 from spexsup import states
 from spexsup.adapters.procs import Liveness, identity_liveness, kill_members
 from spexsup.errors import Invalid, UnderLease
 from spexsup.ids import validate_name
+from spexsup.record import Record
 from spexsup.state import events
 
 
-class Capability(NamedTuple):
+class Capability(Record):
     op: str  # stop | resume
     session: str
     force: bool = False

@@ -12,7 +12,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from spexsup import config, durations, ids, states
 from spexsup.adapters import sandbox as sandboxes
@@ -39,6 +39,7 @@ from spexsup.paths import (
     ensure_private_dir,
     own_python,
 )
+from spexsup.record import Record
 from spexsup.state import ledger
 from spexsup.state.store import session_names
 from spexsup.turn import keys, plan
@@ -54,7 +55,7 @@ class QueueTaken(Refused):
     """Another launcher took the queued prompt first (or it was removed)."""
 
 
-class Verdict(NamedTuple):
+class Verdict(Record):
     """What `spex wake` reports (DESIGN §3 `wake --json`)."""
 
     session: str
@@ -160,7 +161,7 @@ DEFAULT_LIMIT_WAIT_HOURS = 12.0
 MAX_LIMIT_WAIT = 14 * 86400.0
 
 
-class Admitted(NamedTuple):
+class Admitted(Record):
     """A turn admitted: its session (as admission read it), id, prepared
     directory, the adapter that built its argv, and its resolved plan."""
 
@@ -397,7 +398,7 @@ def check_limits(db: sqlite3.Connection, home_limit: int | None, wave: Wave | No
             )
 
 
-class Ending(NamedTuple):
+class Ending(Record):
     """What the wrapper and the reporter need to judge the turn's end."""
 
     timeout: float | None

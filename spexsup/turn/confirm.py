@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 from spexsup import states
 from spexsup.adapters.harness import Harness
@@ -22,6 +21,7 @@ from spexsup.adapters.procs import (
 from spexsup.adapters.watch import DirWatch
 from spexsup.pane import marker, report, turndir
 from spexsup.pane.marker import Marker, Stage
+from spexsup.record import Record
 from spexsup.turn.launch import REPORTER_GRACE
 
 
@@ -70,7 +70,7 @@ def _pid_problem(pid: int, pane_pid: int) -> str | None:
     return None
 
 
-class Startup(NamedTuple):
+class Startup(Record):
     """What the window showed. `verdict` is confirmed, completed or failed;
     `rc` is the harness's exit status when it is known (exit or reporting)."""
 

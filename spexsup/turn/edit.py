@@ -19,7 +19,7 @@ import json
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from spexsup.adapters import sandbox as sandboxes
 from spexsup.core.sessions import (
@@ -35,6 +35,7 @@ from spexsup.core.sessions import (
 )
 from spexsup.core.spex import Spex
 from spexsup.errors import Invalid, Refused, SessionBusy, UnknownSession
+from spexsup.record import Record
 from spexsup.state import lease, ledger
 from spexsup.state.store import session_names
 from spexsup.states import BUSY, CREATING, REMOVING
@@ -43,7 +44,7 @@ from spexsup.turn.reconcile import reconcile
 from spexsup.turn.target import taken
 
 
-class Edit(NamedTuple):
+class Edit(Record):
     """What to change; a field left at its default leaves its setting be.
     `after` is the argv after `--`, replacing the command harness's command
     or a named harness's own arguments; the `no_*` fields clear a setting
@@ -108,7 +109,7 @@ class Edit(NamedTuple):
                 raise Invalid(f"--env {key}=… and --unset-env {key}: choose one")
 
 
-class Edited(NamedTuple):
+class Edited(Record):
     """What an edit changed (or, `dry_run`, would change): the session after
     it, the `changes` its event records (`{field: {from, to}}`; the env's as
     `{set: [KEY…], unset: [KEY…]}`, names only) and notes to say."""

@@ -15,9 +15,10 @@ session (`spex rm`). A queued entry's key follows it into the turn it became.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from spexsup.errors import Invalid, Refused, clip
+from spexsup.record import Record
 from spexsup.state import ledger
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 MAX_KEY = 200
 
 
-class Claim(NamedTuple):
+class Claim(Record):
     """What a key names: a turn, or a queue entry (and later its turn)."""
 
     key: str

@@ -16,10 +16,11 @@ leave the check to it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from spexsup.adapters import sandbox as sandboxes
 from spexsup.errors import Invalid
+from spexsup.record import Record
 from spexsup.turn.request import QueuePolicy, WakeRequest
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ DEFAULT_KILL_GRACE = 5.0
 DEFAULT_LIMIT_MARGIN = 60.0
 
 
-class TurnPlan(NamedTuple):
+class TurnPlan(Record):
     """What one turn runs under, every option resolved."""
 
     # How long the verdict waits for the harness's startup (seconds).

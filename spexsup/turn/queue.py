@@ -22,7 +22,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from spexsup import faults, ids, states
 from spexsup.adapters import dequeuer
@@ -40,6 +40,7 @@ from spexsup.errors import (
     UnderLease,
 )
 from spexsup.paths import ensure_private_dir, write_atomic
+from spexsup.record import Record
 from spexsup.state import lease, ledger
 from spexsup.states import ACTIVE, COMPLETE
 from spexsup.turn import keys
@@ -51,7 +52,7 @@ DIR = "queue"
 FREE = dequeuer.FREE
 
 
-class Entry(NamedTuple):
+class Entry(Record):
     id: str
     session: str
     seq: int

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from spexsup import ids, states
 from spexsup.adapters.watch import DirWatch
@@ -21,6 +21,7 @@ from spexsup.core.spex import Spex
 from spexsup.errors import Invalid, Refused, SpexError, TimedOut, UnknownSession
 from spexsup.pane import turndir
 from spexsup.paths import ensure_private_dir
+from spexsup.record import Record
 from spexsup.state import events, lease
 from spexsup.state.store import session_names
 from spexsup.states import COMPLETE, SESSION_STATES, legacy_of, read_state
@@ -238,8 +239,8 @@ def _turns_json(spex: Spex, found: dict[str, list[Any]]) -> dict[str, list[dict[
     }
 
 
-class Ended(NamedTuple):
-    """How a waited-for turn ended (a NamedTuple: `show` must not pay for dataclasses)."""
+class Ended(Record):
+    """How a waited-for turn ended (a Record: `show` must not pay for dataclasses)."""
 
     session: str
     turn: str | None
@@ -528,8 +529,7 @@ def describe(
         for n, row in zip(names, rows, strict=True):
             if row is None:
                 raise UnknownSession(n, session_names(db))
-    # tmux lists the panes while the store is read (one client call, overlapped).
-    # tmux lists the panes while the store is read (16 ms for 1 000 of them);
+    # tmux lists the panes while the store is read (one client call, 16 ms for 1 000);
     # for one session (`show`) its panes alone (a name is never format syntax).
     one = names is not None and len(names) == 1 and ids.NAME_RE.fullmatch(names[0])
     only = names[0] if names is not None and one else None

@@ -8,7 +8,7 @@ leaves unsaid (None) is resolved once, by `turn.plan.resolve`.
 Its JSON forms are the ones the store and the wave documents have always
 held (DESIGN §3 queue `options`, §6 `turn_options`): a prompt queued, or a
 wave recorded, before the request existed reads back as the same request.
-A NamedTuple, not a dataclass: `spex wake` never imports `dataclasses`.
+A Record (spexsup.record), not a dataclass: `spex wake` never imports `dataclasses`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
+
+from spexsup.record import Record
 
 
-class Limits(NamedTuple):
+class Limits(Record):
     """A wake's own per-turn rules: `--timeout` (seconds), `--strict`,
     `--on-limit`, `--model` and `--fallback-model`; the session's and then
     the harness's apply where these are not given (`turn.plan.resolve`).
@@ -45,7 +47,7 @@ class Limits(NamedTuple):
     unsandboxed: bool = False
 
 
-class Wave(NamedTuple):
+class Wave(Record):
     """A fan-out leg's wave, and the most legs of it that may run at once
     (None: no limit of its own)."""
 
@@ -71,7 +73,7 @@ class QueuePolicy(StrEnum):
     INHERIT = "inherit"
 
 
-class WakeRequest(NamedTuple):
+class WakeRequest(Record):
     """Everything a wake asks, as its caller said it (None: not said)."""
 
     name: str
@@ -199,7 +201,7 @@ class WakeRequest(NamedTuple):
         return cls(name, prompt, window=recorded.get("window"), fresh=fresh, limits=limits)
 
 
-class Hooks(NamedTuple):
+class Hooks(Record):
     """How a conductor (a fan-out) rides along a wake: not part of what is
     asked, so never stored. `gate` (a concurrency limit) is held around
     admission and launch; `on_admitted` hears the turn id once it exists;

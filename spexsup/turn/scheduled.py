@@ -24,7 +24,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from spexsup import faults, ids, states
 from spexsup.adapters import schedule as engines
@@ -32,6 +32,7 @@ from spexsup.core.sessions import get
 from spexsup.core.spex import Spex
 from spexsup.errors import Invalid, Refused, SessionBusy, SpexError
 from spexsup.paths import ensure_private_dir, write_atomic
+from spexsup.record import Record
 from spexsup.state import ledger
 from spexsup.turn.admit import Verdict
 from spexsup.turn.request import Limits, QueuePolicy, WakeRequest
@@ -55,7 +56,7 @@ NOT_KEPT = frozenset(
 )
 
 
-class Schedule(NamedTuple):
+class Schedule(Record):
     id: str
     session: str
     cadence: engines.Cadence
@@ -311,7 +312,7 @@ def _forget(spex: Spex, found: list[Schedule], why: str | None) -> None:
         log_path(spex.home, s.id).unlink(missing_ok=True)
 
 
-class Fired(NamedTuple):
+class Fired(Record):
     """One firing: the schedule, the slot it was for, its key and verdict."""
 
     schedule: Schedule

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NamedTuple
 
 from spexsup.core.sessions import Session, get
 from spexsup.core.spex import Spex
 from spexsup.core.tickets import ticket
+from spexsup.record import Record
 from spexsup.turn.reconcile import reconcile
 
 
-class Taken(NamedTuple):
+class Taken(Record):
     session: Session
     ticket: int
 

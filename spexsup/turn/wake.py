@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from spexsup import config, states
-from spexsup.adapters import stagger
 from spexsup.adapters.harness import Harness
 from spexsup.adapters.home import TmuxTimeout
 from spexsup.adapters.watch import DirWatch
@@ -261,6 +260,8 @@ def _await_slot(
     wait is launch's fence's to refuse.
     """
     directory = turndir.path(spex.home, name, turn)
+    from spexsup.adapters import stagger  # only a staggered harness's turns pay for it
+
     turndir.write_stagger(directory, spacing)
     slot = stagger.reserve(spex.home, harness, spacing, f"{name}/{turn}")
     before = None

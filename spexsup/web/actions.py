@@ -18,12 +18,13 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from spexsup.errors import SpexError
+from spexsup.record import Record
 
 
-class Answer(NamedTuple):
+class Answer(Record):
     exit_code: int
     doc: dict[str, Any] | None  # the --json document (the error document on failure)
     line: str  # what the CLI would print: the verdict, or `spex: …`

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import anyio.to_thread
@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 
 from spexsup import ids
+from spexsup.record import Record
 from spexsup.web import auth
 from spexsup.web.live import Broadcaster
 
@@ -39,7 +40,7 @@ class Problem(Exception):
         self.message = message
 
 
-class Said(NamedTuple):
+class Said(Record):
     """A POST's verdict, shown as a banner on the page it redirects to."""
 
     ok: bool

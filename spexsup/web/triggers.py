@@ -37,7 +37,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import parse_qs
 
 import anyio.to_thread
@@ -48,6 +48,7 @@ from starlette.types import Scope
 
 from spexsup import config, ids
 from spexsup.errors import Failed, Invalid, SpexError
+from spexsup.record import Record
 from spexsup.web import actions
 
 PREFIX = "/trigger/"
@@ -69,7 +70,7 @@ class Refusal(Exception):
         self.status = status
 
 
-class Trigger(NamedTuple):
+class Trigger(Record):
     name: str
     session: str | None
     match: str | None

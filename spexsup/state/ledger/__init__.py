@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
+from spexsup.record import Record
 from spexsup.state import events
 from spexsup.states import (
     ABORTED,
@@ -318,7 +319,7 @@ def current_turn(db: sqlite3.Connection, session: str, turn: str) -> Any:
     ).fetchone()
 
 
-class TurnEnd(NamedTuple):
+class TurnEnd(Record):
     """What a turn's end says, as `record_end` writes it: its state and rc,
     the error and outcome flags, the cause (and a usage limit's reset), the
     processes that outlived it, its run time as its wrapper measured it

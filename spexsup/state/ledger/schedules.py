@@ -4,8 +4,9 @@ each change inside the caller's transaction, with its event."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
+from spexsup.record import Record
 from spexsup.state import events
 from spexsup.states import EventKind
 
@@ -49,7 +50,7 @@ def remove_schedule(
     return bool(cur.rowcount)
 
 
-class Firing(NamedTuple):
+class Firing(Record):
     """What one firing of a schedule did: the slot it was for, its wake key,
     the verdict, the turn it started or the queue entry it left (or the
     error), and whether the key had answered before (a repeat)."""
