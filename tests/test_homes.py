@@ -456,14 +456,29 @@ def test_a_wrapper_that_cannot_write_its_first_marker_says_so_on_the_status_line
     env.tmux("new-session", "-d", "-s", "w", "-x", "80", "-y", "10", "sleep 300")
     env.tmux("set-option", "-w", "-t", "=w:", "remain-on-exit", "on")
     env.tmux("set-option", "-p", "-t", "=w:0.0", "@spex_state", f"turn {d.name} running")
-    env.tmux("respawn-pane", "-k", "-t", "=w:0.0", "bash", str(wrapper_path()), str(d))
+    # The wrapper's exit status, as the shell that ran it saw it (tmux's
+    # pane_dead_status can stay unset when the server reaps late under load).
+    rc = tmp_path / "rc"
+    run = 'bash "$0" "$1"; echo $? > "$2"'
+    env.tmux(
+        "respawn-pane",
+        "-k",
+        "-t",
+        "=w:0.0",
+        "bash",
+        "-c",
+        run,
+        str(wrapper_path()),
+        str(d),
+        str(rc),
+    )
 
     def state() -> str:
         return env.tmux("display-message", "-p", "-t", "=w:0.0", "#{@spex_state}").stdout.strip()
 
     assert retry_until(lambda: state() == f"turn {d.name} failed to start", 30), state()
-    dead = env.tmux("display-message", "-p", "-t", "=w:0.0", "#{pane_dead_status}").stdout
-    assert dead.strip() == "125"
+    assert retry_until(lambda: rc.exists() and rc.read_text().strip() != "", 30)
+    assert rc.read_text().strip() == "125"
 
 
 # --- a tmux server that does not answer ----------------------------------------

@@ -8,6 +8,7 @@ import re
 import shutil
 import stat
 import subprocess
+from pathlib import Path
 
 import pexpect
 import pytest
@@ -652,3 +653,71 @@ def test_a_census_of_one_session_lists_its_panes_alone(env: Env) -> None:
     shown = json.loads(env.run("show", "two", "--json").stdout)
     assert shown["pane"] == "missing"
     assert json.loads(env.run("show", "one", "--json").stdout)["pane"] == "ok"
+
+
+def counting_tmux(env: Env) -> tuple[dict[str, str], Path]:
+    """A PATH whose `tmux` writes each of its command lines to a log, then
+    runs the real one: how many clients a spex command started."""
+    bindir, log = env.root / "counting-bin", env.root / "tmux-calls"
+    bindir.mkdir(exist_ok=True)
+    tmux = bindir / "tmux"
+    tmux.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {shutil.which("tmux")} "$@"\n')
+    tmux.chmod(0o755)
+    return {"PATH": f"{bindir}:{env.vars['PATH']}"}, log
+
+
+def subcommands(log: Path) -> list[str]:
+    """The tmux command of each logged client (after `-L NAME -f CONF`)."""
+    return [line.split()[4] for line in log.read_text().splitlines()]
+
+
+def test_ls_and_show_ask_tmux_once_before_they_read(env: Env) -> None:
+    """`ls` and `show` start their census before importing and reading the
+    store (adapters.prefetch), and use it: one tmux client each."""
+    for name in ("one", "two"):
+        assert env.run("new", name, "--harness", "demo", "--cwd", str(env.root)).returncode == 0
+    counting, log = counting_tmux(env)
+    shown = json.loads(env.run("ls", "--json", extra=counting).stdout)
+    assert [(s["name"], s["pane"]) for s in shown] == [("one", "ok"), ("two", "ok")]
+    assert subcommands(log) == ["list-panes"]
+    log.unlink()
+    env.tmux("kill-session", "-t", "=two")
+    assert json.loads(env.run("show", "two", "--json", extra=counting).stdout)["pane"] == "missing"
+    assert json.loads(env.run("show", "one", "--json", extra=counting).stdout)["pane"] == "ok"
+    assert subcommands(log) == ["list-panes"] * 2
+
+
+def test_an_early_census_stands_only_while_no_other_tmux_client_ran(env: Env) -> None:
+    """What the early census read is the panes' latest only while this
+    process asked tmux nothing else: a reconcile that fenced a pane and took
+    a census of its own meanwhile makes `ls` take the one it shows after."""
+    from spexsup.adapters.prefetch import EarlyCensus
+
+    for name in ("one", "two"):
+        assert env.run("new", name, "--harness", "demo", "--cwd", str(env.root)).returncode == 0
+    tmux = env.spex().tmux
+    early = EarlyCensus(tmux)
+    assert set(early.collect().panes) == {"one", "two"}
+    assert early.current(None) and not early.current("one")
+    tmux.census("one")  # another client of this process
+    assert not early.current(None)
+    # A launcher killed after admitting its turn: `ls` reconciles it (a fence
+    # and a census of the reconcile's own), then takes the census it shows.
+    paused = subprocess.Popen(
+        [SPEX, "wake", "one", "x", "--window", "1"],
+        env={**env.vars, "SPEXSUP_FAULT": "pause-before-launch"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert retry_until(
+            lambda: json.loads(env.run("ls", "--json").stdout)[0]["state"] == "running", 20
+        )
+    finally:
+        paused.kill()
+        paused.wait()
+    counting, log = counting_tmux(env)
+    shown = json.loads(env.run("ls", "--json", extra=counting).stdout)
+    assert shown[0]["turn"]["state"] != "starting", shown[0]
+    calls = subcommands(log)
+    assert calls.count("list-panes") == 3 and calls[-1] == "list-panes", calls

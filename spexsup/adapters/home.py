@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,6 +26,8 @@ from spexsup.paths import PACKAGE_DIR, wrapper_path, write_atomic
 from spexsup.record import Record
 
 if TYPE_CHECKING:
+    import subprocess
+
     import libtmux
 
 CONFIG = PACKAGE_DIR / "tmux.conf"
@@ -33,8 +36,7 @@ CONFIG = PACKAGE_DIR / "tmux.conf"
 # How long a tmux command may take before the server counts as not
 # answering (SPEXSUP_TMUX_TIMEOUT overrides it, in seconds).
 TMUX_TIMEOUT = 5.0
-# Once a signal has interrupted a tmux call, the clean-up that follows gets a
-# short bound: SIGINT/SIGTERM end spex within a second or two.
+# The clean-up after a signal gets this short bound: it ends spex in a second or two.
 HURRIED = 1.0
 _hurry = False
 
@@ -121,6 +123,9 @@ class TmuxHome:
         self.socket_path = socket_path
         self.home = home
         self._server: libtmux.Server | None = None
+        # The tmux clients this process started (see prefetch.EarlyCensus).
+        self.clients = 0
+        self._counting = threading.Lock()
 
     @property
     def server(self) -> libtmux.Server:
@@ -158,11 +163,16 @@ class TmuxHome:
         on the client process, not its pipes: a client of a frozen server
         can leave them open after it is killed, so they are never waited on.
         """
+        return self._end(self._begin(*args))
+
+    def _begin(self, *args: str) -> subprocess.Popen[str]:
+        """A tmux client running `args` from now (`_end` waits for it)."""
         import subprocess
 
-        limit = tmux_timeout()
+        with self._counting:
+            self.clients += 1
         try:
-            proc = subprocess.Popen(
+            return subprocess.Popen(
                 # Found on the PATH by Popen (base_env keeps it): shutil.which
                 # would cost every command that reads the census its import.
                 ["tmux", *self._flags(), *args],
@@ -175,6 +185,11 @@ class TmuxHome:
             )
         except FileNotFoundError:
             raise Failed("tmux is not installed", hint="install tmux >= 3.2") from None
+
+    def _end(self, proc: subprocess.Popen[str]) -> Ran:
+        import subprocess
+
+        limit = tmux_timeout()
         try:
             stdout, stderr = proc.communicate(timeout=limit)
         except BaseException as e:  # the time limit, or a signal ending spex
@@ -195,15 +210,22 @@ class TmuxHome:
 
     def census(self, only: str | None = None) -> Census:
         """Every pane; `only` (a session name): that session's panes alone."""
+        return self.census_of(self.census_begin(only))
+
+    def census_begin(self, only: str | None = None) -> subprocess.Popen[str]:
+        """The census's tmux client, running from now (`census_of` reads it)."""
+        return self._begin(
+            "list-panes",
+            "-a",
+            *(("-f", f"#{{==:#{{session_name}},{only}}}") if only else ()),
+            "-F",
+            "#{session_name}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}"
+            "\t#{window_index}.#{pane_index}\t#{@spex_owner}\t#{@spex_turn}",
+        )
+
+    def census_of(self, client: subprocess.Popen[str]) -> Census:
         try:
-            rc, out, err = self._run(
-                "list-panes",
-                "-a",
-                *(("-f", f"#{{==:#{{session_name}},{only}}}") if only else ()),
-                "-F",
-                "#{session_name}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}"
-                "\t#{window_index}.#{pane_index}\t#{@spex_owner}\t#{@spex_turn}",
-            )
+            rc, out, err = self._end(client)
         except TmuxTimeout as e:
             # A reader still answers from the store: liveness is unproven.
             return Census(Liveness.UNPROVEN, {}, e.message)
@@ -228,30 +250,19 @@ class TmuxHome:
         tmux 3.3 answers `display-message -t =MISSING:0.0` with exit 0 and
         empty fields, so the session's own name is read back as the proof.
         """
-        rc, out, _ = self._run(
-            "display-message",
-            "-p",
-            "-t",
-            f"={name}:0.0",
+        fields = (
             "#{session_name}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{@spex_owner}\t#{@spex_turn}"
-            "\t#{session_last_attached}\t#{@spex_shell_at}",
+            "\t#{session_last_attached}\t#{@spex_shell_at}"
         )
+        rc, out, _ = self._run("display-message", "-p", "-t", f"={name}:0.0", fields)
         if rc != 0 or not out:
             return None
         parts = out[0].split("\t")
         if len(parts) != 8 or parts[0] != name:
             return None
         _, pane_id, pid, dead, owner, turn, attached, shell_at = parts
-        return PaneInfo(
-            name,
-            pane_id,
-            int(pid or 0),
-            dead == "1",
-            owner,
-            turn,
-            int(attached) if attached.isdigit() else 0,
-            int(shell_at) if shell_at.isdigit() else 0,
-        )
+        numbers = [int(v) if v.isdigit() else 0 for v in (pid, attached, shell_at)]
+        return PaneInfo(name, pane_id, numbers[0], dead == "1", owner, turn, *numbers[1:])
 
     def kept_outcome(self, name: str) -> str:
         """The outcome marker a turn's wrapper kept in the pane (`TURN MARKER`)
@@ -351,14 +362,8 @@ class TmuxHome:
     def fence(self, name: str, owner: str, fence: int) -> None:
         """Bar every launch with a fence <= `fence` from the session's pane (idempotent)."""
         target = f"={name}:0.0"
-        self._run(
-            "if-shell",
-            "-F",
-            "-t",
-            target,
-            _owned_and_below(owner, fence),
-            _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
-        )
+        mark = _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)])
+        self._run("if-shell", "-F", "-t", target, _owned_and_below(owner, fence), mark)
 
     def respawn_shell(
         self, name: str, owner: str, turn: str, cwd: str, shell_env: Path | None = None
@@ -387,14 +392,8 @@ class TmuxHome:
 
     def kill(self, name: str, owner: str) -> None:
         """Kill the pane's tmux session, only if it is `owner`'s (never a newer incarnation's)."""
-        self._run(
-            "if-shell",
-            "-F",
-            "-t",
-            f"={name}:",
-            f"#{{==:#{{@spex_owner}},{owner}}}",
-            _quote_cmd(["kill-session", "-t", f"={name}:"]),
-        )
+        kill = _quote_cmd(["kill-session", "-t", f"={name}:"])
+        self._run("if-shell", "-F", "-t", f"={name}:", f"#{{==:#{{@spex_owner}},{owner}}}", kill)
 
 
 def outer_argv(argv: Sequence[str], window: str | None = None) -> list[str]:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from spexsup import ids
 from spexsup import prompt as prompts
+from spexsup.adapters.prefetch import EarlyCensus
 from spexsup.cli import complete, decl
 from spexsup.cli.decl import command, open_spex, settings
 from spexsup.cli.params import (
@@ -92,8 +93,6 @@ def ls(
       spex ls --all-hosts
       spex -H box1 ls
     """
-    from spexsup.turn.read import listing
-
     colored = use_color(color)
     if all_hosts or hosts is not None:
         if names or match or state or quiet:
@@ -102,7 +101,12 @@ def ls(
         fleet_ls(ctx, chosen, wide=wide, as_json=as_json, color=colored)
         return
     globs = [*(names or []), *([match] if match else [])]
-    rows = listing(open_spex(ctx), globs, state=state)
+    spex = open_spex(ctx)
+    # The panes are asked for before the reading (and its imports) begins.
+    early = EarlyCensus(spex.tmux)
+    from spexsup.turn.read import listing
+
+    rows = listing(spex, globs, state=state, early=early)
     if as_json:
         print_json(rows)
     elif quiet:  # for scripts: nothing at all when nothing matches
@@ -156,11 +160,13 @@ def show(
       spex show api
       spex show api --json | jq '.turns[0]'
     """
-    from spexsup.turn.read import describe
-
     colored = use_color(color)
     ids.validate_name(name)
-    (row,) = describe(open_spex(ctx), [name], turns=10, worktree_status=True)
+    spex = open_spex(ctx)
+    early = EarlyCensus(spex.tmux, name)  # as `ls` does
+    from spexsup.turn.read import describe
+
+    (row,) = describe(spex, [name], turns=10, worktree_status=True, early=early)
     if as_json:
         print_json(row)
         return

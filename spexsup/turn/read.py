@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup import ids, states
+from spexsup.adapters.prefetch import EarlyCensus, started
 from spexsup.adapters.watch import DirWatch
 from spexsup.core.sessions import Session, get, pane_status
 from spexsup.core.spex import Spex
@@ -28,7 +29,6 @@ from spexsup.states import COMPLETE, SESSION_STATES, legacy_of, read_state
 from spexsup.turn.reconcile import reconcile
 
 if TYPE_CHECKING:
-    from spexsup.adapters.home import Census
     from spexsup.usage import Spend
 
 
@@ -470,40 +470,19 @@ def log(
             watch.wait(1.0)
 
 
-def _started(call: Callable[[], Census]) -> Callable[[], Census]:
-    """`call` run in a thread from now; the function returned waits for its
-    answer, or raises what it raised."""
-    box: list[Census | BaseException] = []
-
-    def run() -> None:
-        try:
-            box.append(call())
-        except BaseException as e:  # raised again where it is collected
-            box.append(e)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-
-    def collect() -> Census:
-        thread.join()
-        if isinstance(box[0], BaseException):
-            raise box[0]
-        return box[0]
-
-    return collect
-
-
 def describe(
     spex: Spex,
     names: Sequence[str] | None = None,
     *,
     turns: int = 1,
     worktree_status: bool = False,
+    early: EarlyCensus | None = None,
 ) -> list[dict[str, Any]]:
     """The public view of sessions (DESIGN §3 `ls --json`), after reconciliation.
 
     One query for the sessions, one for their turns and one `list-panes -a`
-    for every pane, however many sessions there are. A worktree session's
+    for every pane, however many sessions there are: `early`'s, when the
+    caller started one and it is still current. A worktree session's
     `worktree` says whether it is `missing` (a stat, no git); its full git
     status only with `worktree_status` (git runs per session).
     """
@@ -533,7 +512,12 @@ def describe(
     # for one session (`show`) its panes alone (a name is never format syntax).
     one = names is not None and len(names) == 1 and ids.NAME_RE.fullmatch(names[0])
     only = names[0] if names is not None and one else None
-    pending = _started(lambda: spex.tmux.census(only)) if rows else None
+    pending = None
+    if rows:
+        if early is not None and early.current(only):
+            pending = early.collect
+        else:
+            pending = started(lambda: spex.tmux.census(only))
     recent = recent_turns(spex, [r["name"] for r in rows], turns)
     queued = dict(
         db.execute("SELECT session, count(*) FROM queue GROUP BY session").fetchall()
@@ -643,14 +627,18 @@ def name_matches(name: str, patterns: Sequence[str]) -> bool:
 
 
 def listing(
-    spex: Spex, patterns: Sequence[str] = (), *, state: str | None = None
+    spex: Spex,
+    patterns: Sequence[str] = (),
+    *,
+    state: str | None = None,
+    early: EarlyCensus | None = None,
 ) -> list[dict[str, Any]]:
     """`spex ls`: every session's public view (`describe`), or those whose name
     a glob of `patterns` matches and that are in `state`, in natural order."""
     state = read_state(state) if state is not None else None
     if state is not None and state not in SESSION_STATES:
         raise Invalid(f"invalid --state {state!r}", hint=f"one of: {', '.join(SESSION_STATES)}")
-    rows = describe(spex)
+    rows = describe(spex, early=early)
     if patterns:
         rows = [r for r in rows if name_matches(r["name"], patterns)]
     if state is not None:
