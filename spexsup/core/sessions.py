@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup import ids
-from spexsup.adapters import harness as harnesses
-from spexsup.adapters import registry
 from spexsup.adapters.home import Census, owner_tag, write_shell_env
 from spexsup.adapters.procs import Liveness, reap, turn_processes
 from spexsup.adapters.sandbox import Policy
@@ -33,6 +31,7 @@ from spexsup.state import events, ledger
 from spexsup.state.store import session_names
 
 if TYPE_CHECKING:
+    from spexsup.adapters import harness as harnesses
     from spexsup.core.worktree import Plan, Request, Setup, Worktree
 
 
@@ -108,6 +107,9 @@ class Session(Record):
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
+        # (Here: `spex ls` reads sessions without loading the harness registry.)
+        from spexsup.adapters import registry
+
         found = registry.resolve(self.harness, self.command, home, self.harness_args)
         return found.pinned(self.binary) if self.binary else found
 
@@ -222,6 +224,8 @@ def validate_window(window: float | None) -> float | None:
 def no_harness(home: Path, *, command: bool = True) -> Invalid:
     """The refusal of a session that names no harness: never a silent default,
     a session must say what it runs (`command`: `-- CMD…` is a way out)."""
+    from spexsup.adapters import registry
+
     names = ", ".join(registry.load_registry(home).names())
     return Invalid(
         "no harness given and no default_harness in config.toml",
@@ -247,6 +251,8 @@ def check_harness(
         harness = "command"
     if harness is None:
         raise no_harness(home)
+    from spexsup.adapters import registry
+
     if harness != "command":
         adapter = registry.load_registry(home).get(harness)
     if harness == "command" and not command:
@@ -337,6 +343,8 @@ def create(
     harness, pinned = check_harness(
         spex.home, spec.harness, command, harness_args, env, check=check
     )
+    from spexsup.adapters import registry
+
     if (spec.model or spec.fallback) and not registry.resolve(
         harness, command, spex.home, tuple(harness_args)
     ).takes_model():

@@ -21,11 +21,10 @@ from spexsup.adapters.procs import (
     boot_id,
     identity_liveness,
 )
-from spexsup.core import wavedoc
 from spexsup.core.sessions import get
 from spexsup.core.spex import Spex
 from spexsup.errors import warn
-from spexsup.pane import marker, report, turndir
+from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Marker, Stage
 from spexsup.paths import (
     disk_full,
@@ -102,6 +101,8 @@ def reconcile(spex: Spex, names: Sequence[str] | None = None) -> float | None:
         if row["boot_id"] and boot and row["boot_id"] != boot:
             # Nothing of an earlier boot runs now; pids and start tokens of
             # then mean nothing. The conversation is kept for `up --revive`.
+            from spexsup.pane import report  # (a reader of ended turns only pays for it here)
+
             directory = turndir.path(spex.home, name, turn)
             report.record_without_exit(
                 spex.store,
@@ -163,6 +164,8 @@ def _settle_waves(spex: Spex, settled: Sequence[str]) -> None:
     ).fetchone()
     if not ended and waiting is None:
         return
+    from spexsup.core import wavedoc
+
     for turn in ended:
         wavedoc.settle_turn_end(spex, turn)
     if waiting is not None:
@@ -175,6 +178,8 @@ DISK_FULL_RETRY = 2.0
 
 def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
     """Record what the markers and processes say of one unfinished turn (see reconcile)."""
+    from spexsup.pane import report  # (not for a home whose turns all ended)
+
     name, turn = row["session"], row["id"]
     m = marker.read(directory)
     if m.stage is Stage.EXIT:
@@ -303,6 +308,8 @@ def _kept_marker(spex: Spex, name: str, turn: str) -> Marker | None:
 def _deferred_until(directory: Path) -> float | None:
     """When a final marker (an end the reporter may have deferred to the
     launcher) becomes any reader's to record; None while there is none."""
+    from spexsup.pane import report
+
     if marker.read(directory).stage is not Stage.EXIT:
         return None
     try:
