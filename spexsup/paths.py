@@ -178,16 +178,18 @@ def no_space(path: Path) -> str:
 
 
 def remove_tree(path: Path) -> list[str]:
-    """Remove `path` without following symlinks; the paths that could not be removed."""
+    """Remove `path` without following symlinks; the paths that could not be
+    removed. What another process removed meanwhile (a wake undoing its
+    admission, another `rm`) is gone, as asked: never one of them."""
     problems: list[str] = []
 
     def failed(func: object, where: str, exc: object) -> None:
         problems.append(where)
 
     if path.is_symlink():
-        path.unlink()
+        path.unlink(missing_ok=True)
     elif path.exists():
         import shutil
 
         shutil.rmtree(path, onerror=failed)
-    return problems
+    return [where for where in problems if os.path.lexists(where)]
