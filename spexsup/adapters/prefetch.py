@@ -1,9 +1,10 @@
-"""A census of the panes started early, in a thread.
+"""A census of the panes, started before it is needed.
 
-`spex ls` and `spex show` start one as soon as the store is open: the tmux
-server answers (16 ms for 1 000 panes, most of it the server's own) while
-they import the rest of what they need and read the store, not after. The
-same thread runs a reader's census anywhere else (`started`).
+`spex ls` and `spex show` start its tmux client as soon as the store is
+open (`EarlyCensus`): the server answers (16 ms for 1 000 panes, most of it
+the server's own) while they import the rest of what they need and read the
+store, not after. Any other reader runs its census in a thread while it
+reads the store (`started`).
 """
 
 from __future__ import annotations
