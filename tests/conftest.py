@@ -120,6 +120,26 @@ def end_everything(e: Env) -> None:
             return
 
 
+def teardown(e: Env, after_passes: Callable[[], None] = lambda: None) -> None:
+    """The end of a test: every process of it (`end_everything`), then its
+    TMUX_TMPDIR moved away, so that no tmux client of the test can make its
+    socket again; a server one started before the move (a process no pass
+    could see, caught mid-exec, launching after the last pass) is killed
+    where the move took its socket. `after_passes`: what tests/test_teardown
+    does in between."""
+    end_everything(e)
+    after_passes()
+    gone = e.tmux_tmpdir.with_name(e.tmux_tmpdir.name + ".gone")
+    try:
+        e.tmux_tmpdir.rename(gone)
+    except OSError:
+        gone = e.tmux_tmpdir
+    socket = gone / f"tmux-{os.getuid()}" / e.socket
+    subprocess.run(["tmux", "-S", str(socket), "kill-server"], capture_output=True, check=False)
+    kill_everything(str(e.tmux_tmpdir))
+    shutil.rmtree(gone, ignore_errors=True)
+
+
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     # tmux sockets need a short path: keep TMUX_TMPDIR out of pytest's deep tmp.
@@ -152,8 +172,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     try:
         yield e
     finally:
-        end_everything(e)
-        shutil.rmtree(tmux_tmpdir, ignore_errors=True)
+        teardown(e)
 
 
 def harness(name: str) -> str:
@@ -176,12 +195,27 @@ def signal_a_helper_thread(pid: int, sig: int) -> None:
     Python runs the handler in the main thread only: this makes that happen."""
     import ctypes
 
-    tasks = Path(f"/proc/{pid}/task").iterdir()
-    helpers = [int(t.name) for t in tasks if int(t.name) != pid]
-    assert helpers, f"process {pid} has no helper thread"
+    # Only a thread that does not block it: the kernel hands a process-wide
+    # signal to none of those (spex's inotify reader blocks SIGINT and SIGTERM).
+    helpers = [
+        int(t.name)
+        for t in Path(f"/proc/{pid}/task").iterdir()
+        if int(t.name) != pid and not _blocks(t / "status", sig)
+    ]
+    assert helpers, f"process {pid} has no helper thread that takes signal {sig}"
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.tgkill(pid, max(helpers), sig) != 0:
         raise OSError(ctypes.get_errno(), "tgkill")
+
+
+def _blocks(status: Path, sig: int) -> bool:
+    """Whether the thread whose /proc status this is blocks `sig` (SigBlk)."""
+    try:
+        text = status.read_text()
+    except OSError:
+        return True  # gone: no thread to signal
+    mask = next(line.split()[1] for line in text.splitlines() if line.startswith("SigBlk:"))
+    return bool(int(mask, 16) >> (sig - 1) & 1)
 
 
 @pytest.hookimpl(hookwrapper=True)
