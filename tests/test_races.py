@@ -478,9 +478,22 @@ def _outlive_the_server(env: Env, name: str) -> tuple[str, int, list[int]]:
             return True
 
     assert retry_until(wrapper_gone)
-    agents = sorted(turn_processes_alive(v["turn"]))
-    assert agents, "the agent should have outlived its wrapper and the server"
-    return v["turn"], v["pid"], agents
+
+    def agents_only() -> bool:
+        # What else carried the turn (its output's tee and counter) dies of
+        # the hangup too, moments after the wrapper: wait for that.
+        alive = turn_processes_alive(v["turn"])
+        return bool(alive) and all(_cmdline(pid) == ["sleep", "309"] for pid in alive)
+
+    assert retry_until(agents_only), "the agent should have outlived its wrapper and the server"
+    return v["turn"], v["pid"], sorted(turn_processes_alive(v["turn"]))
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return None
 
 
 def _kill_turns(*turns: str) -> None:
