@@ -12,6 +12,11 @@ python3 -m venv "$work/venv"
 cd "$work"
 mkdir -p "$work/state"
 export SPEXSUP_HOME="$work/state" SPEXSUP_TMUX="$socket" PATH="$work/venv/bin:$PATH"
+# The panes' shells start bare: killed with the server at the end, a shell
+# running the machine's rc files (pyenv's init takes a lock to rehash) could
+# leave their locks behind for every later login shell of this user.
+mkdir -p "$work/home"
+export HOME="$work/home" SHELL=/bin/sh
 spex="$work/venv/bin/spex"
 "$spex" --version
 "$spex" new w --harness demo --cwd "$work"
