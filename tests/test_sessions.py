@@ -8,7 +8,9 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pexpect
 import pytest
@@ -685,6 +687,75 @@ def test_ls_and_show_ask_tmux_once_before_they_read(env: Env) -> None:
     assert json.loads(env.run("show", "two", "--json", extra=counting).stdout)["pane"] == "missing"
     assert json.loads(env.run("show", "one", "--json", extra=counting).stdout)["pane"] == "ok"
     assert subcommands(log) == ["list-panes"] * 2
+
+
+# Run a command in process and say, on stderr, which spexsup modules were
+# loaded when each tmux client started, and which at the end.
+PROBE = """
+import json, subprocess, sys
+from spexsup.cli import run
+clients = []
+popen = subprocess.Popen.__init__
+def spy(self, args, *rest, **kw):
+    if args and args[0] == "tmux":
+        clients.append(sorted(m for m in sys.modules if m.startswith("spexsup")))
+    popen(self, args, *rest, **kw)
+subprocess.Popen.__init__ = spy
+code = run(sys.argv[1:])
+sys.stdout.flush()
+loaded = sorted(m for m in sys.modules if m.startswith("spexsup") or m == "shlex")
+print(json.dumps({"code": code, "clients": clients, "loaded": loaded}), file=sys.stderr)
+"""
+
+
+def probed(env: Env, *words: str) -> dict[str, Any]:
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, *words],
+        env=env.vars,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    found: dict[str, Any] = json.loads(r.stderr.strip().splitlines()[-1])
+    assert found["code"] == 0, r.stderr
+    return found
+
+
+def test_ls_and_show_start_their_census_before_their_imports(env: Env) -> None:
+    """The census's tmux client is started from the command line alone,
+    before `ls` and `show` import their command module and what reads the
+    store (issue 40: `show` at 1 000 panes waited 12 ms on tmux after them),
+    and it is the one census they take."""
+    for name in ("one", "two"):
+        assert env.run("new", name, "--harness", "demo", "--cwd", str(env.root)).returncode == 0
+    for words in (["ls", "--json"], ["ls"], ["show", "one"], ["show", "one", "--json"]):
+        found = probed(env, *words)
+        (before,) = found["clients"]
+        assert "spexsup.cli.sessions" not in before and "spexsup.turn.read" not in before, words
+
+
+def test_reading_sessions_loads_no_launch_ledger_or_watcher(env: Env) -> None:
+    """`ls` and `show` of settled sessions read the store: the confirmer (and
+    the launcher, the exit reporter behind it), the ledger, the watcher, and
+    for `ls --json` the sandbox module and shlex, stay unloaded (issue 40)."""
+    for name in ("one", "two"):
+        assert env.run("new", name, "--harness", "demo", "--cwd", str(env.root)).returncode == 0
+    assert env.run("wake", "one", "hi").returncode == 0
+    assert env.run("wait", "one", "--timeout", "60").returncode == 0
+    never = {
+        "spexsup.turn.confirm",
+        "spexsup.turn.launch",
+        "spexsup.pane.report",
+        "spexsup.state.ledger",
+        "spexsup.adapters.watch",
+        "spexsup.cli.internal",
+    }
+    for words in (["ls", "--json"], ["ls"], ["show", "one"]):
+        loaded = set(probed(env, *words)["loaded"])
+        assert "spexsup.turn.read" in loaded, words  # (the probe saw the reading)
+        assert not loaded & never, (words, loaded & never)
+    loaded = set(probed(env, "ls", "--json")["loaded"])
+    assert not loaded & {"spexsup.adapters.sandbox", "shlex"}, loaded
 
 
 def test_an_early_census_stands_only_while_no_other_tmux_client_ran(env: Env) -> None:

@@ -165,11 +165,12 @@ def run(argv: list[str]) -> int:
     fast = status_line(argv)
     if fast is not None:
         return fast
-    from spexsup.cli import internal
+    if "internal" in argv[:3]:  # ([--home DIR] internal …): no other command imports it
+        from spexsup.cli import internal
 
-    fast = internal.fast_path(argv)
-    if fast is not None:
-        return fast
+        fast = internal.fast_path(argv)
+        if fast is not None:
+            return fast
     argv = hoist_home(argv)
     options = argv[: argv.index("--")] if "--" in argv else argv
     if "--version" in options and "--help" not in options and "-h" not in options:

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import NoneType, UnionType
 from typing import Any, Union, get_args, get_origin
 
+from spexsup import ids
 from spexsup.cli import decl
 from spexsup.cli.table import COMMAND_MODULES
 
@@ -235,6 +236,21 @@ def _one(param: Param, word: str | None) -> Any:
     return _converted(param, word)
 
 
+def _census_ahead(home: str | None, command: str, words: list[str]) -> None:
+    """`ls` (of this machine) and `show NAME`: their census's tmux client,
+    started before their imports (see prefetch.census_ahead). A guess from
+    the words alone: one the command does not take up costs a client."""
+    if command == "ls" and not any(w.startswith(("--all-hosts", "--hosts")) for w in words):
+        only = None
+    elif command == "show" and words and ids.NAME_RE.fullmatch(words[0]):
+        only = words[0]
+    else:
+        return
+    from spexsup.adapters.prefetch import census_ahead
+
+    census_ahead(home, only)
+
+
 def run(argv: list[str], home: str | None, create: bool, rest: list[str]) -> int | None:
     """Run `spex [--home DIR] [--create] COMMAND WORDS…` if it is a line this
     module reads with certainty (None: typer's). Exceptions are the caller's,
@@ -244,6 +260,7 @@ def run(argv: list[str], home: str | None, create: bool, rest: list[str]) -> int
     end = rest.index("--") if "--" in rest else len(rest)
     if "--help" in rest[:end] or "-h" in rest[:end]:
         return None
+    _census_ahead(home, rest[0], rest[1:end])
     importlib.import_module(f"spexsup.cli.{COMMAND_MODULES[rest[0]]}")
     declared = decl.DECLARED.get(rest[0])
     if declared is None or set(declared.settings) - {"context_settings"}:

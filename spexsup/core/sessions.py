@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from spexsup import ids
 from spexsup.adapters.home import Census, owner_tag, write_shell_env
 from spexsup.adapters.procs import Liveness, reap, turn_processes
-from spexsup.adapters.sandbox import Policy
 from spexsup.core.spex import Spex
 from spexsup.core.tickets import ticket
 from spexsup.errors import Failed, Invalid, Refused, UnknownSession
@@ -27,11 +26,15 @@ from spexsup.pane import marker, turndir
 from spexsup.pane.marker import Marker, Stage
 from spexsup.paths import ensure_private_dir, remove_tree, wrapper_path
 from spexsup.record import Record
-from spexsup.state import events, ledger
+from spexsup.state import events
 from spexsup.state.store import session_names
+
+# The ledger and the sandbox module are imported where a session is made or
+# has a sandbox: `spex ls` and `show` read sessions without either (issue 40).
 
 if TYPE_CHECKING:
     from spexsup.adapters import harness as harnesses
+    from spexsup.adapters.sandbox import Policy
     from spexsup.core.worktree import Plan, Request, Setup, Worktree
 
 
@@ -103,7 +106,7 @@ class Session(Record):
             fallback=tuple(json.loads(row["fallback"])) if row["fallback"] else None,
             verify=tuple(json.loads(row["verify"])) if row["verify"] is not None else None,
             verify_timeout=row["verify_timeout"],
-            sandbox=Policy.loads(row["sandbox"]),
+            sandbox=_policy(row["sandbox"]),
         )
 
     def adapter(self, home: Path) -> harnesses.Harness:
@@ -116,6 +119,16 @@ class Session(Record):
     def owner(self, home: Path) -> str:
         """The tag on this session's pane (see `home.owner_tag`)."""
         return owner_tag(home, self.incarnation)
+
+
+def _policy(text: str | None) -> Policy | None:
+    # Imported only for a session with a sandbox of its own: `spex ls` of
+    # the others never loads the sandbox module (issue 40).
+    if not text:
+        return None
+    from spexsup.adapters.sandbox import Policy
+
+    return Policy.loads(text)
 
 
 def _worktree(text: str | None) -> Worktree | None:
@@ -336,6 +349,8 @@ def create(
     made, unless `confirm` (the CLI's prompt on a terminal) says yes.
     `check`: the harness binary must be found (`check_harness`).
     """
+    from spexsup.state import ledger
+
     ids.validate_name(name)
     validate_window(spec.window)
     command, harness_args = spec.command, spec.harness_args
@@ -422,6 +437,7 @@ def _create_in_worktree(spex: Spex, session: Session, plan: Plan) -> None:
     it): the branch and worktree, the pane in it, post_create; then
     `idle`. On failure the pane, the worktree and the branch are undone."""
     from spexsup.core import worktree as worktrees
+    from spexsup.state import ledger
 
     name = session.name
     with ticket(spex, name, "new"):
@@ -585,6 +601,7 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
     from spexsup.adapters.watch import DirWatch  # watchdog: only a post_create pays for it
     from spexsup.core.setupfile import SETUP_FILE
     from spexsup.core.worktree import POST_CREATE  # see _worktree
+    from spexsup.state import ledger
 
     name = session.name
     tag = f"{POST_CREATE}-{os.urandom(3).hex()}"

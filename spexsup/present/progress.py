@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from spexsup import states
 from spexsup.pane import turndir
 from spexsup.present.spend import LegCost, running_cost, spend_text
+from spexsup.present.turnerror import beyond_exit
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -65,8 +66,6 @@ def stage(leg: dict[str, Any], home: Path, now: float) -> str:
         return "confirmed"
     rc = "" if leg["rc"] is None else f" rc={leg['rc']}"
     line = f"ended {state}{rc}" + (f", {checked}" if checked else "")
-    from spexsup.turn.confirm import beyond_exit
-
     error = leg.get("turn_error") or leg["error"]
     # A failed check says its own words (`verify failed (rc 1)`), not its error again.
     why = (
@@ -306,8 +305,6 @@ def leg_line(leg: dict[str, Any]) -> str:
         from spexsup.present.render import so_far_text
 
         parts.append("· " + so_far_text(leg["so_far"]))
-    from spexsup.turn.confirm import beyond_exit
-
     error = beyond_exit(leg.get("turn_error") or leg["error"], leg["rc"])
     if error:
         parts.append(f"({error})")

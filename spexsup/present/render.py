@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -27,6 +26,7 @@ from spexsup.errors import Invalid
 from spexsup.ids import SCHEMA_VERSION, iso
 from spexsup.pane.pretty import one_line as clean
 from spexsup.present import fit
+from spexsup.present.turnerror import beyond_exit
 
 if TYPE_CHECKING:
     from spexsup.conductors.top import Row
@@ -314,8 +314,6 @@ def turn_line(t: dict[str, Any]) -> str:
         line += f"  {spend_of(t).cost_text()}"
     elif t.get("so_far"):
         line += f"  {so_far_text(t['so_far'])}"
-    from spexsup.turn.confirm import beyond_exit
-
     error = beyond_exit(t["error"], t["rc"])
     if error:
         line += f"  ({error})"
@@ -339,7 +337,11 @@ _PLAIN_WORD = re.compile(r"[\w@%+=:,./{}-]+")
 
 def argv_word(word: str) -> str:
     """One argv element as a shell would need it; `{prompt}` and the like bare."""
-    return word if _PLAIN_WORD.fullmatch(word) else shlex.quote(word)
+    if _PLAIN_WORD.fullmatch(word):
+        return word
+    import shlex  # a word to quote is rare: `ls` and `show` seldom pay for it
+
+    return shlex.quote(word)
 
 
 def command_text(command: Any) -> str:
@@ -559,8 +561,6 @@ def verdict_line(name: str, v: dict[str, Any]) -> str:
     if v.get("attempts", 1) > 1:
         line += f" after {v['attempts']} attempts"
     line += f" ({repeat}it {now_words(v['state'])})" if repeat else f" ({v['elapsed_ms']} ms)"
-    from spexsup.turn.confirm import beyond_exit
-
     error = beyond_exit(v["error"], v["rc"])
     if error:
         line += f": {error}"
@@ -593,8 +593,6 @@ def ended_line(e: dict[str, Any]) -> str:
     """`api: turn T failed rc=1 (agent-error): <message>`, what `spex wait`
     prints per turn."""
     words = end_words(e["state"], e["rc"], e.get("cause"))
-    from spexsup.turn.confirm import beyond_exit
-
     said = beyond_exit(e["error"], e["rc"]) if e["state"] != states.TurnState.COMPLETE else None
     why = f": {said}" if said else ""
     if not why and e.get("flags"):

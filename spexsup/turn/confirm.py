@@ -40,24 +40,6 @@ def failure_message(harness: Harness, directory: Path, rc: int, cas: int | None)
     return f"{message}: {tail}" if tail else message
 
 
-def beyond_exit(error: str | None, rc: int | None) -> str | None:
-    """What a turn's error says beyond its state and rc, for a line that
-    says those already (`failed rc=1`), or None: `exited rc=1` alone says
-    nothing more; of `exited rc=7: boom` it is `boom`, of `overloaded:
-    exited rc=1` `overloaded` (the forms `failure_message` writes). JSON
-    keeps the whole error."""
-    if not error or rc is None:
-        return error or None
-    said = f"exited rc={rc}"
-    if error == said:
-        return None
-    if error.startswith(f"{said}: "):
-        return error[len(said) + 2 :]
-    if error.endswith(f": {said}"):
-        return error[: -len(said) - 2]
-    return error.replace(f": {said}: ", ": ", 1)
-
-
 def _pid_problem(pid: int, pane_pid: int) -> str | None:
     """Why `running:<pid>` can't be trusted, or None: alive, not a zombie, the pane's pid."""
     liveness = identity_liveness(pid, None)

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from spexsup import ids, states
 from spexsup.adapters.prefetch import EarlyCensus, started
-from spexsup.adapters.watch import DirWatch
 from spexsup.core.sessions import Session, get, pane_status
 from spexsup.core.spex import Spex
 from spexsup.errors import Invalid, Refused, SpexError, TimedOut, UnknownSession
@@ -301,6 +300,8 @@ def wait(
     ended: dict[str, Ended] = {}
     session_of: dict[str, str] = {}  # a watched turn dir -> its session
     ticks_dir = ensure_private_dir(spex.home / events.DIR, under=spex.home)
+    from spexsup.adapters.watch import DirWatch  # only a waiting reader pays (issue 40)
+
     with (
         DirWatch([]) as watch,
         DirWatch([ticks_dir], names=frozenset({events.TICK}), changed=watch.changed) as ticks,
@@ -459,6 +460,8 @@ def log(
     yield from drain()
     if not follow:
         return
+    from spexsup.adapters.watch import DirWatch
+
     with DirWatch([directory], names=frozenset({"outcome", "output.log"})) as watch:
         while True:
             reconcile(spex, [name])

@@ -30,8 +30,10 @@ from spexsup.paths import (
     disk_full,
     no_space,
 )
-from spexsup.state import ledger
 from spexsup.states import ORPHANED, RUNNING
+
+# The ledger is imported where a turn is settled: a reader with nothing to
+# settle (most `ls` and `show`) never loads it (issue 40).
 
 
 def _unlaunched(spex: Spex, row: Any, directory: Path) -> Liveness:
@@ -179,6 +181,7 @@ DISK_FULL_RETRY = 2.0
 def _settle_current(spex: Spex, row: Any, directory: Path) -> None:
     """Record what the markers and processes say of one unfinished turn (see reconcile)."""
     from spexsup.pane import report  # (not for a home whose turns all ended)
+    from spexsup.state import ledger
 
     name, turn = row["session"], row["id"]
     m = marker.read(directory)
@@ -255,6 +258,7 @@ def _orphaned(spex: Spex, row: Any, wrapper: int) -> bool:
     /proc each), and writes only when they changed. A survivor whose
     liveness cannot be proven counts as alive."""
     from spexsup.adapters.procs import tagged_liveness, turn_processes
+    from spexsup.state import ledger
 
     name, turn = row["session"], row["id"]
     recorded = orphan_pids(row)
