@@ -553,6 +553,31 @@ def test_a_closed_or_full_stdout_is_one_line_never_a_traceback(env: Env) -> None
         assert r.returncode == 1 and r.stderr == "", (args, r.stderr)
 
 
+def test_a_stdout_only_the_command_holds_is_never_reused_for_the_store(env: Env) -> None:
+    """`run` in a process whose sys.stdout is a file nothing else holds (a
+    caller that redirected it): replacing it must not close its descriptor,
+    which the store's database would then open as its own, and the listing
+    be written over state.db ("file is not a database" on the next read)."""
+    assert env.run("new", "a", "--", "true").returncode == 0
+    out = env.root / "out.json"
+    probe = (
+        "import sys\n"
+        "from spexsup.cli import run\n"
+        f"sys.stdout = open({str(out)!r}, 'w')\n"
+        "code = run(['ls', '--json'])\n"
+        "sys.stdout.flush()\n"
+        "sys.exit(code)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe], env=env.vars, capture_output=True, text=True, check=False
+    )
+    assert r.returncode == 0, r.stderr
+    assert [s["name"] for s in json.loads(out.read_text())] == ["a"]
+    with (env.home / "state.db").open("rb") as db:
+        assert db.read(16) == b"SQLite format 3\x00"
+    assert env.run("ls", "--json").returncode == 0
+
+
 # --- escapes from agents never reach the terminal ------------------------------
 
 

@@ -36,6 +36,9 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise Signalled(signum)
 
 
+_REPLACED: list[Any] = []
+
+
 def guard_stdout() -> None:
     """Make a failed write to stdout name stdout: `spex ls >/dev/full` says
     `cannot write to stdout: No space left on device` (one line, exit 1); a
@@ -65,6 +68,11 @@ def guard_stdout() -> None:
     except (OSError, ValueError):
         return  # no usable stdout to wrap (closed at start): leave it be
     old = sys.stdout
+    # Held for the life of the process: the wrapper shares `old`'s descriptor
+    # without owning it, and an `old` nothing else held (a caller's own file
+    # as sys.stdout) would close it when collected; the store would then open
+    # state.db on that number and the output be written over it.
+    _REPLACED.append(old)
     sys.stdout = io.TextIOWrapper(
         io.BufferedWriter(Stdout(fd, "w", closefd=False)),
         encoding=old.encoding,
