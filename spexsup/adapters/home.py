@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from spexsup.adapters.group import Group
 from spexsup.adapters.login import base_env
 from spexsup.adapters.procs import Liveness
 from spexsup.errors import Failed, Refused
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
     import subprocess
 
     import libtmux
-
-    from spexsup.adapters.group import Group
 
 CONFIG = PACKAGE_DIR / "tmux.conf"
 
@@ -609,8 +608,6 @@ def _launches(tmux: TmuxHome) -> Group[Sequence[str], Ran]:
     key = (tmux.socket_name, tmux.socket_path)
     group = _LAUNCHES.get(key)
     if group is None:
-        from spexsup.adapters.group import Group  # only a launching process pays
-
         group = _LAUNCHES.setdefault(key, Group(lambda calls: _run_together(tmux, calls)))
     return group
 
