@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -732,6 +733,33 @@ def test_ls_and_show_start_their_census_before_their_imports(env: Env) -> None:
         found = probed(env, *words)
         (before,) = found["clients"]
         assert "spexsup.cli.sessions" not in before and "spexsup.turn.read" not in before, words
+
+
+def test_a_census_taken_ahead_on_the_wrong_server_is_taken_again(env: Env) -> None:
+    """`census_ahead` guesses the server from the environment and the home
+    alone; a home an older spex made names a shared socket in its store
+    (`tmux_socket`), which the guess cannot see. The panes shown are then
+    the store's server's, asked again, and the guess started no server."""
+    for name in ("one", "two"):
+        assert env.run("new", name, "--harness", "demo", "--cwd", str(env.root)).returncode == 0
+    db = sqlite3.connect(env.home / "state.db")
+    with db:
+        db.execute("INSERT OR REPLACE INTO settings VALUES ('tmux_socket', ?)", (env.socket,))
+    db.close()
+    counting, log = counting_tmux(env)
+    older = {**counting, "SPEXSUP_TMUX": ""}  # the server named by the store alone
+    shown = json.loads(env.run("ls", "--json", extra=older).stdout)
+    assert [(s["name"], s["pane"]) for s in shown] == [("one", "ok"), ("two", "ok")]
+    calls = [line.split()[:5] for line in log.read_text().splitlines()]
+    guessed = calls[0][1]
+    assert [c[4] for c in calls] == ["list-panes", "list-panes"], calls
+    assert guessed != env.socket and calls[1][1] == env.socket, calls
+    alive = subprocess.run(
+        ["tmux", "-L", guessed, "has-session"], env=env.vars, capture_output=True, check=False
+    )
+    assert alive.returncode != 0  # the guess's list-panes started no server
+    shown = json.loads(env.run("show", "one", "--json", extra=older).stdout)
+    assert shown["pane"] == "ok"
 
 
 def test_reading_sessions_loads_no_launch_ledger_or_watcher(env: Env) -> None:
