@@ -245,7 +245,9 @@ def test_a_codex_resume_records_its_own_share_of_the_running_total(env: Env) -> 
         ledger.rebuild_usage_days(db)
     db.close()
     turn(env, "x", "third")
-    (last,) = rows(env)
+    found = rows(env)
+    assert len(found) == 1, found
+    (last,) = found
     assert last["input"] is None and last["exact"] == 0
     assert cost(env)["total"]["cost"]["exact"] is False
 
