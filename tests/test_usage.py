@@ -17,6 +17,7 @@ from test_turns import show, wake_json
 
 from spexsup import usage
 from spexsup.adapters import outcome
+from spexsup.pane import marker, turndir
 from spexsup.state import ledger
 
 REAL = Path(__file__).parent / "fixtures" / "real"
@@ -238,6 +239,12 @@ def test_a_codex_resume_records_its_own_share_of_the_running_total(env: Env) -> 
         (100, 10, 50),
     ]
     assert json.loads(found[1]["running"]) == [200, 20, 100, 0]
+    # The second turn's exit reporter may still be on its way when a reader
+    # (the wake, the wait) recorded the end and its usage: a late report
+    # finds the rows deleted below and writes its own again. Its wrapper's
+    # `exit:` marker comes only after the reporter returned.
+    again = turndir.path(env.home, "x", show(env, "x")["turn"]["id"])
+    assert retry_until(lambda: marker.read(again).stage is marker.Stage.EXIT, 30)
     # A conversation resumed whose earlier total was never recorded: unknown.
     db = sqlite3.connect(env.home / "state.db")
     with db:
