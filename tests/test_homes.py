@@ -664,11 +664,12 @@ def test_a_home_from_before_the_rename_reads_failed_and_keeps_the_old_word_reada
 def test_launches_made_together_each_get_their_own_answer(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A wave's legs launching at once share one tmux call (`home._run_together`):
+    """A wave's legs launching at once share one tmux call (`launchbatch.run_together`):
     each if-shell still tests and launches its own pane alone, and each leg
     reads its own answer, refusals included, in whatever order they came;
     calls too long for one client (tmux's 16 KiB) go in several."""
-    from spexsup.adapters.home import TmuxHome, _run_together, launch_call, launch_result
+    from spexsup.adapters.home import TmuxHome, launch_call, launch_result
+    from spexsup.adapters.launchbatch import run_together
 
     for name in ("a", "b", "c", "d"):
         assert env.run("new", name, "--", harness("sleeper.sh")).returncode == 0
@@ -690,7 +691,7 @@ def test_launches_made_together_each_get_their_own_answer(
         launch_call(n, owners.get(n, owners["a"]), 1000, f"turn-{n}", str(env.root), pad, argv)
         for n in names
     ]
-    results = _run_together(tmux, calls)
+    results = run_together(tmux._run, calls)
     got = {
         n: launch_result(n, owners.get(n, owners["a"]), r)
         for n, r in zip(names, results, strict=True)
@@ -708,16 +709,18 @@ def test_launches_made_together_each_get_their_own_answer(
         assert turn.strip() != f"turn-{name}"
 
 
+@pytest.mark.parametrize("scroll_on_clear", ["on", "off"])
 def test_the_screen_a_launch_clears_is_kept_whatever_the_users_scroll_on_clear(
-    env: Env,
+    env: Env, scroll_on_clear: str
 ) -> None:
     """respawn-pane clears the pane's visible screen: the launch scrolls it
     into the history first (a terminal reset, with scroll-on-clear on for
-    that moment only), so the earlier turn is still there above the new
-    one, though the user's tmux.conf turns scroll-on-clear off for their
-    own clears, which stays theirs."""
+    that moment only when it is off), so the earlier turn is still there
+    above the new one, though the user's tmux.conf turns scroll-on-clear
+    off for their own clears, which stays theirs; with tmux's default (on)
+    the launch sets no option for it."""
     env.home.mkdir(parents=True, exist_ok=True)
-    (env.home / "tmux.conf").write_text("set -g scroll-on-clear off\n")
+    (env.home / "tmux.conf").write_text(f"set -g scroll-on-clear {scroll_on_clear}\n")
     env.run("new", "a", "--", "bash", "-c", 'echo "output-of-turn-$SPEXSUP_TURN"')
     turns = [wake_json(env, "a", "x", "--window", "5")[1] for _ in range(2)]
     assert [v["verdict"] for v in turns] == ["completed", "completed"], turns
@@ -725,5 +728,5 @@ def test_the_screen_a_launch_clears_is_kept_whatever_the_users_scroll_on_clear(
     screen = capture(env, "a")
     first, second = (screen.index(f"output-of-turn-{v['turn']}") for v in turns)
     assert first < second, screen
-    assert env.tmux("show-options", "-gwv", "scroll-on-clear").stdout.strip() == "off"
+    assert env.tmux("show-options", "-gwv", "scroll-on-clear").stdout.strip() == scroll_on_clear
     assert env.tmux("show-options", "-p", "-t", "=a:0.0", "scroll-on-clear").stdout.strip() == ""

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spexsup.adapters.group import Group
+from spexsup.adapters.launchbatch import Ran, launches
 from spexsup.adapters.login import base_env
 from spexsup.adapters.procs import Liveness
 from spexsup.errors import Failed, Refused
@@ -54,10 +54,6 @@ def tmux_timeout() -> float:
         value = TMUX_TIMEOUT
     value = value if 0 < value <= 600 else TMUX_TIMEOUT
     return min(value, HURRIED) if _hurry else value
-
-
-# What one tmux client call gave: its rc, stdout lines, stderr.
-Ran = tuple[int, list[str], str]
 
 
 class TmuxTimeout(Failed):
@@ -357,7 +353,9 @@ class TmuxHome:
         client of its own.
         """
         call = launch_call(name, owner, fence, turn, cwd, env, argv, force=force)
-        return launch_result(name, owner, _launches(self).run(call))
+        return launch_result(
+            name, owner, launches((self.socket_name, self.socket_path), self._run).run(call)
+        )
 
     def fence(self, name: str, owner: str, fence: int) -> None:
         """Bar every launch with a fence <= `fence` from the session's pane (idempotent)."""
@@ -527,6 +525,19 @@ def _owned_and_below(owner: str, fence: int) -> str:
     return f"#{{&&:#{{==:#{{@spex_owner}},{owner}}},#{{<:#{{@spex_fence}},{_fence(fence)}}}}}"
 
 
+def _scroll_into_history(target: str) -> str:
+    """The screen into the history (see launch): a terminal reset with
+    scroll-on-clear on, set for that moment only when tmux.conf has it off
+    (each set-option costs tmux a pass over every session)."""
+    reset = _quote_cmd(["send-keys", "-R", "-t", target])
+    on = _quote_cmd(["set-option", "-p", "-t", target, "scroll-on-clear", "on"])
+    off = _quote_cmd(["set-option", "-p", "-u", "-t", target, "scroll-on-clear"])
+    # A flag option is 1 or 0 in a format.
+    return _quote_cmd(
+        ["if-shell", "-F", "-t", target, "#{scroll-on-clear}", reset, f"{on} ; {reset} ; {off}"]
+    )
+
+
 def launch_call(
     name: str,
     owner: str,
@@ -549,10 +560,7 @@ def launch_call(
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_turn", turn]),
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_shell_at", _now()]),
-            # The screen into the history (see launch), whatever tmux.conf says.
-            _quote_cmd(["set-option", "-p", "-t", target, "scroll-on-clear", "on"]),
-            _quote_cmd(["send-keys", "-R", "-t", target]),
-            _quote_cmd(["set-option", "-p", "-u", "-t", target, "scroll-on-clear"]),
+            _scroll_into_history(target),
             _quote_cmd(respawn),
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_state", f"turn {turn} running"]),
             _quote_cmd(["display-message", "-p", "-t", target, "launched #{pane_pid}"]),
@@ -594,71 +602,6 @@ def launch_result(name: str, owner: str, ran: Ran) -> Launch:
     if any(s in err for s in _NO_SERVER) or "can't find" in err:
         return Launch("missing")
     raise Failed(f"tmux could not start the turn in {name!r}: {err or out}")
-
-
-_LAUNCHES: dict[tuple[str | None, str | None], Group[Sequence[str], Ran]] = {}
-_BATCH_MARK = "spex-launch-batch "
-
-
-def _launches(tmux: TmuxHome) -> Group[Sequence[str], Ran]:
-    """The launches of this process on `tmux`'s server, made together: a
-    wave's legs launching at once share one tmux client call (under load a
-    client costs tens of ms to start; the server runs a respawn in a few).
-    Thread-safe (created under the GIL's dict set-default)."""
-    key = (tmux.socket_name, tmux.socket_path)
-    group = _LAUNCHES.get(key)
-    if group is None:
-        group = _LAUNCHES.setdefault(key, Group(lambda calls: _run_together(tmux, calls)))
-    return group
-
-
-def _run_together(tmux: TmuxHome, calls: Sequence[Sequence[str]]) -> list[Ran]:
-    """Each launch's `if-shell` in one client call, each after a line that
-    says whose output follows. tmux runs a client's commands in order
-    without another client's in between, so each launch is tested and made
-    as alone; one whose commands failed (no `launched`/`refused` line) gets
-    the call's rc and stderr, as alone it would have."""
-    if len(calls) == 1:
-        return [tmux._run(*calls[0])]
-    # tmux refuses a client's command over 16 KiB (`command too long`).
-    ran: list[Ran] = []
-    chunk: list[Sequence[str]] = []
-    size = 0
-    for call in calls:
-        length = sum(len(os.fsencode(a)) + 1 for a in call) + 64
-        if chunk and size + length > BATCH_BYTES:
-            ran += _run_chunk(tmux, chunk)
-            chunk, size = [], 0
-        chunk.append(call)
-        size += length
-    return ran + _run_chunk(tmux, chunk)
-
-
-BATCH_BYTES = 12_000  # What one tmux client call may carry, below tmux's 16 KiB.
-
-
-def _run_chunk(tmux: TmuxHome, calls: Sequence[Sequence[str]]) -> list[Ran]:
-    if len(calls) == 1:
-        return [tmux._run(*calls[0])]
-    argv: list[str] = []
-    for i, call in enumerate(calls):
-        argv += ["display-message", "-p", f"{_BATCH_MARK}{i}", ";", *call, ";"]
-    rc, out, err = tmux._run(*argv[:-1])
-    lines: list[list[str]] = [[] for _ in calls]
-    at = None
-    for line in out:
-        if line.startswith(_BATCH_MARK) and line[len(_BATCH_MARK) :].isdigit():
-            at = int(line[len(_BATCH_MARK) :])
-        elif at is not None and at < len(calls):
-            lines[at].append(line)
-    ran: list[Ran] = []
-    for mine in lines:
-        last = mine[-1] if mine else ""
-        if last.startswith(("launched ", "refused ")):
-            ran.append((0, mine, ""))
-        else:
-            ran.append((rc or 1, mine, err))
-    return ran
 
 
 def _quote_cmd(argv: Sequence[str]) -> str:
