@@ -784,7 +784,11 @@ else
 fi
 
 mark "exit:$rc:cas:$cas$run"
-status "turn $turn ended rc=$rc"
+# The pane goes back to a shell below: when (`@spex_shell_at`), so a launch
+# soon after waits for a shell still reading its rc files (turn.launch)
+# rather than call the pane busy. One tmux client with the status.
+[ -n "${TMUX_PANE:-}" ] && tmux set-option -p -t "$TMUX_PANE" @spex_state "turn $turn ended rc=$rc" \; \
+    set-option -p -t "$TMUX_PANE" @spex_shell_at "$EPOCHSECONDS" 2>/dev/null
 
 # Keys typed into the pane while a person watched the turn sit in the pty;
 # left there, the shell would run them as commands. The reporter dropped

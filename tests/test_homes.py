@@ -342,11 +342,13 @@ def test_a_command_sent_to_the_pane_without_a_client_is_not_replaced(env: Env) -
     )
 
 
+@pytest.mark.parametrize("after", ["new", "a turn"])
 @pytest.mark.parametrize("shell", ["bash", "zsh"])
-def test_a_shell_still_reading_its_rc_files_is_not_in_use(env: Env, shell: str) -> None:
-    """A wake right after spex new, while the pane's shell runs a slow rc
-    file: the shell is starting up, not a person at work (bash runs rc
-    commands in its own process group, zsh as jobs of their own)."""
+def test_a_shell_still_reading_its_rc_files_is_not_in_use(env: Env, shell: str, after: str) -> None:
+    """A wake right after spex new, or right after a turn whose wrapper
+    handed the pane back to a shell, while that shell runs a slow rc file:
+    the shell is starting up, not a person at work (bash runs rc commands
+    in its own process group, zsh as jobs of their own)."""
     path = shutil.which(shell)
     if path is None:
         pytest.fail(f"{shell} is not installed (make test installs it: contrib/system-packages.sh)")
@@ -360,6 +362,18 @@ def test_a_shell_still_reading_its_rc_files_is_not_in_use(env: Env, shell: str) 
     assert (
         env.tmux("display-message", "-p", "-t", "=a:0.0", "#{pane_current_command}").returncode == 0
     )
+    if after == "a turn":
+        # The shell the wrapper hands the pane to is interactive, not a
+        # login shell: zsh reads .zshrc, bash .bashrc.
+        bashrc = home / ".bashrc"
+        bashrc.write_text((bashrc.read_text() if bashrc.exists() else "") + slow)
+        assert retry_until(flag.exists, 30)  # the first shell's rc files are done
+        flag.unlink()
+        # A session made long ago: only the turn's end may date its shell.
+        env.tmux("set-option", "-p", "-t", "=a:0.0", "@spex_shell_at", "1")
+        _, v = wake_json(env, "a", "x", "--window", "10")
+        assert v["verdict"] == "completed", v
+        assert retry_until(lambda: " ended rc=0" in capture(env, "a"), 30), capture(env, "a")
     _, v = wake_json(env, "a", "x", "--window", "10")
     assert v["verdict"] == "completed", v
     if shell == "zsh":

@@ -559,7 +559,8 @@ def launch_call(
         [
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_fence", _fence(fence)]),
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_turn", turn]),
-            _quote_cmd(["set-option", "-p", "-t", target, "@spex_shell_at", _now()]),
+            # (No @spex_shell_at: the shell comes at the turn's end, and the
+            # wrapper says when; each set-option is a pass over every session.)
             _scroll_into_history(target),
             _quote_cmd(respawn),
             _quote_cmd(["set-option", "-p", "-t", target, "@spex_state", f"turn {turn} running"]),
