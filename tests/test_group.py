@@ -46,53 +46,6 @@ def test_items_queued_while_a_go_runs_go_together_in_order() -> None:
     assert results == {0: 0, 1: 10, 2: 20, 3: 30}
 
 
-def test_what_queues_while_a_leader_gathers_joins_its_go() -> None:
-    """With `gather`, the leader of a go lets more items queue before it takes
-    them: one go for both, where without it the first would go alone."""
-    gathering = threading.Event()
-    queued = threading.Event()
-    goes: list[list[int]] = []
-
-    def gather() -> None:
-        gathering.set()
-        assert queued.wait(30)
-
-    def run_all(items: Sequence[int]) -> list[int]:
-        goes.append(list(items))
-        return [i * 10 for i in items]
-
-    group: Group[int, int] = Group(run_all, gather)
-    results: dict[int, int] = {}
-
-    def call(i: int) -> None:
-        results[i] = group.run(i)
-
-    first = threading.Thread(target=call, args=(0,))
-    first.start()
-    assert gathering.wait(30)
-    second = threading.Thread(target=call, args=(1,))
-    second.start()
-    while len(group._queued) < 2:
-        assert second.is_alive()
-        threading.Event().wait(0.01)
-    queued.set()
-    for t in (first, second):
-        t.join(30)
-    assert goes == [[0, 1]]
-    assert results == {0: 0, 1: 10}
-
-
-def test_a_gather_that_fails_fails_its_go_and_frees_the_lead() -> None:
-    def gather() -> None:
-        raise RuntimeError("gather failed")
-
-    group: Group[str, str] = Group(list, gather)
-    with pytest.raises(RuntimeError, match="gather failed"):
-        group.run("a")
-    group.gather = None
-    assert group.run("b") == "b"
-
-
 def test_a_go_that_fails_fails_every_caller_of_it_and_no_other() -> None:
     def run_all(items: Sequence[str]) -> list[str]:
         if "bad" in items:

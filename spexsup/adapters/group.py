@@ -37,17 +37,8 @@ class Group(Generic[Item, Result]):
     item queued while the previous go ran, in arrival order, and returns one
     result per item in the same order."""
 
-    def __init__(
-        self,
-        run_all: Callable[[Sequence[Item]], Sequence[Result]],
-        gather: Callable[[], None] | None = None,
-    ) -> None:
-        """`gather`, when given, is called by each go's leader before it takes
-        the queue (outside the lock): what queues meanwhile joins its go.
-        For a step that costs as much as it is big, whatever the number of
-        items it carries (a wave's whole document), fewer, fuller goes."""
+    def __init__(self, run_all: Callable[[Sequence[Item]], Sequence[Result]]) -> None:
         self.run_all = run_all
-        self.gather = gather
         self._cond = threading.Condition()
         self._queued: list[_Entry[Item, Result]] = []
         self._leading = False
@@ -61,35 +52,25 @@ class Group(Generic[Item, Result]):
                 self._cond.wait()
             if not mine.done:
                 self._leading = True
-                batch = None
-                if self.gather is None:
-                    batch, self._queued = self._queued, []
+                batch, self._queued = self._queued, []
         if not mine.done:
             self._lead(batch)
         if mine.error is not None:
             raise mine.error
         return mine.result  # type: ignore[return-value]
 
-    def _lead(self, batch: list[_Entry[Item, Result]] | None) -> None:
-        """Run `batch`, or (None) gather first and then run what queued."""
+    def _lead(self, batch: list[_Entry[Item, Result]]) -> None:
         try:
-            if batch is None:
-                try:
-                    assert self.gather is not None
-                    self.gather()
-                finally:
-                    with self._cond:
-                        batch, self._queued = self._queued, []
             results = self.run_all([e.item for e in batch])
             assert len(results) == len(batch)
             for entry, result in zip(batch, results, strict=True):
                 entry.result = result
         except BaseException as e:
-            for entry in batch or ():
+            for entry in batch:
                 entry.error = e
         finally:
             with self._cond:
-                for entry in batch or ():
+                for entry in batch:
                     entry.done = True
                 self._leading = False
                 self._cond.notify_all()

@@ -176,8 +176,7 @@ class Wave:
         self.listeners: list[Listener] = []
         # config.toml sets a running limit for the home: legs may queue.
         self.home_limit = False
-        self._writes: Group[Change | None, Doc] = Group(self._write, self._gather)
-        self._last_write = 0.0  # the CPU the document's last write took (s)
+        self._writes: Group[Change | None, Doc] = Group(self._write)
         # Changes for the next write, whose callers do not wait for it (`note`).
         self._noted: list[Change] = []
         self._local = threading.local()
@@ -288,19 +287,7 @@ class Wave:
         with self.lock:
             self._noted.append(change)
 
-    def _gather(self) -> None:
-        """Before a write, wait as long as the last one took of CPU (at most
-        GATHER_MOST): a write costs as much as the wave has legs, whatever it
-        carries, so the changes that come meanwhile ride along. At 1 000 legs
-        the writes were half of the fan-out's own CPU (12 ms each), and held
-        the store's write lock, every admission's, while they ran; at 100
-        legs a write costs about a millisecond, and so does the wait."""
-        wait = min(self._last_write, GATHER_MOST)
-        if wait > 0:
-            time.sleep(wait)
-
     def _write(self, changes: Sequence[Change | None]) -> list[Doc]:
-        started = time.thread_time()
         with self.lock:
             noted, self._noted = self._noted, []
 
@@ -310,7 +297,6 @@ class Wave:
                     each(doc)
 
         doc = mutate(self._spex(), self.id, change)
-        self._last_write = time.thread_time() - started
         with self.lock:
             self.doc = doc
         for listen in self.listeners:
@@ -521,10 +507,6 @@ class Wave:
                 # A queued leg whose launcher died is launched by a reader's
                 # reconcile (in `refresh`): look again now and then.
                 watch.wait(1.0 if on_refresh is not None else 30.0 if queued else 3600)
-
-
-# The longest a write of a wave's document waits for more changes to carry.
-GATHER_MOST = 0.1
 
 
 def _leg(doc: Doc, session: str) -> Doc:
