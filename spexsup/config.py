@@ -19,14 +19,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from spexsup import durations
+from spexsup import durations, lazyre
 from spexsup.errors import Failed, Invalid, clip, unknown_key
 from spexsup.record import Record
 from spexsup.usage import AMOUNT_RULE, KINDS, Price, amount
 
-NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+NAME_RE = lazyre.compile(r"[A-Za-z0-9_-]{1,64}")
 # tmux key names: C-a, M-x, C-Space, F12, ` …
-PREFIX_RE = re.compile(r"(?:[CMS]-)*(?:[!-~]|[A-Za-z][A-Za-z0-9]{1,15})")
+PREFIX_RE = lazyre.compile(r"(?:[CMS]-)*(?:[!-~]|[A-Za-z][A-Za-z0-9]{1,15})")
 RAW_TABLES = ("hook", "host", "notify", "trigger")
 # Sanity bounds for retention counts, so a typo cannot mean "keep nothing".
 MAX_KEEP = 10**9

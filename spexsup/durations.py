@@ -12,8 +12,8 @@ option, so the bounds are the caller's, given as keyword arguments.
 from __future__ import annotations
 
 import math
-import re
 
+from spexsup import lazyre
 from spexsup.errors import Invalid, clip
 
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
@@ -21,9 +21,9 @@ GRAMMAR = "a duration: 90s, 15m, 2h, 1h30m"
 WEEK = UNITS["w"]
 
 _NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-BARE = re.compile(rf"\s*({_NUMBER})\s*")
-_PARTS = re.compile(rf"(?:\s*{_NUMBER}\s*[smhdw])+\s*")
-_PART = re.compile(rf"({_NUMBER})\s*([smhdw])")
+BARE = lazyre.compile(rf"\s*({_NUMBER})\s*")
+_PARTS = lazyre.compile(rf"(?:\s*{_NUMBER}\s*[smhdw])+\s*")
+_PART = lazyre.compile(rf"({_NUMBER})\s*([smhdw])")
 
 
 def parse(

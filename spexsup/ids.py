@@ -14,13 +14,13 @@ newest) or `last~N` (N before the newest).
 from __future__ import annotations
 
 import os
-import re
 import time
 
 # (sqlite3 imports datetime: every command that reads the store has it)
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from spexsup import lazyre
 from spexsup.errors import Invalid, Refused
 
 if TYPE_CHECKING:
@@ -54,9 +54,9 @@ def recorded_options(doc: dict[str, Any]) -> dict[str, Any]:
     return {**found, **out}
 
 
-NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
-REF_RE = re.compile(r"[0-9A-Za-z_~-]{1,64}")
-LAST_RE = re.compile(r"last(?:~([0-9]{1,6}))?")
+NAME_RE = lazyre.compile(r"[A-Za-z0-9_-]{1,64}")
+REF_RE = lazyre.compile(r"[0-9A-Za-z_~-]{1,64}")
+LAST_RE = lazyre.compile(r"last(?:~([0-9]{1,6}))?")
 
 
 def new_id(prefix: str = "") -> str:

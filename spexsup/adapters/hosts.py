@@ -35,16 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import durations
+from spexsup import durations, lazyre
 from spexsup.errors import Failed, Invalid, Refused
 from spexsup.paths import ensure_private_dir
 
 if TYPE_CHECKING:
     from spexsup.config import Config
 
-NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+NAME_RE = lazyre.compile(r"[A-Za-z0-9_-]{1,64}")
 # `HOST:NAME`: the host part is a config table name, the session part a session name.
-ADDRESS_RE = re.compile(r"([A-Za-z0-9_-]{1,64}):([A-Za-z0-9_-]{1,64})")
+ADDRESS_RE = lazyre.compile(r"([A-Za-z0-9_-]{1,64}):([A-Za-z0-9_-]{1,64})")
 DEFAULT_CONNECT_TIMEOUT = 5.0
 CONTROL_PERSIST = 600
 # A dropped connection is noticed within ALIVE_INTERVAL * ALIVE_COUNT seconds.

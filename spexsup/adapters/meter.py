@@ -31,10 +31,9 @@ Lean: it runs in the exit reporter.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-from spexsup import usage
+from spexsup import lazyre, usage
 
 
 class Meter:
@@ -187,11 +186,11 @@ def opencode(part: dict[str, Any], meter: Meter) -> None:
 STEP_START = (b'{"type":"step_start"', b'{"type": "step_start"')
 STEP_FINISH = (b'{"type":"step_finish"', b'{"type": "step_finish"')
 # As opencode 1.x prints it (JSON.stringify of its own object: this order).
-_STEP_PRINTED = re.compile(
+_STEP_PRINTED = lazyre.compile(
     rb'"tokens":\{(?:"total":[0-9]+,)?"input":([0-9]+),"output":([0-9]+),"reasoning":([0-9]+),'
     rb'"cache":\{"write":([0-9]+),"read":([0-9]+)\}\},"cost":([0-9][0-9.e+-]*)[,}]'
 )
-_STEP = re.compile(
+_STEP = lazyre.compile(
     rb'"tokens"\s*:\s*(\{[^{}]*(?:\{[^{}]*\}[^{}]*)?\})\s*,\s*"cost"\s*:\s*'
     rb"(-?[0-9][0-9.eE+-]*)\s*[,}]"
 )

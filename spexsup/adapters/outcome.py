@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from spexsup import lazyre
 from spexsup.adapters import meter as meters
 from spexsup.record import Record
 from spexsup.states import OUTPUT_LOST, Flag
@@ -128,7 +129,7 @@ def human(text: object, limit: int = TEXT_MAX) -> str:
 
 # `API Error: 500 …`, `(429)`, `last status: 429 …`, pi's `503 The engine…`;
 # never a port or a count elsewhere in the line.
-_STATUS = re.compile(r"(?:^|status:?|error:?|\()\s*([45][0-9]{2})\b", re.IGNORECASE)
+_STATUS = lazyre.compile(r"(?:^|status:?|error:?|\()\s*([45][0-9]{2})\b", re.IGNORECASE)
 
 
 def _status(status: object, line: str) -> int | None:
@@ -142,11 +143,11 @@ def _status(status: object, line: str) -> int | None:
 
 # What an agent error was, from its status and text: the causes a failed end
 # names (DESIGN §9). A usage limit is found first, by the harness's patterns.
-_RATE = re.compile(r"rate.?limit|too many requests|exceed your account's rate", re.IGNORECASE)
-_OVERLOADED = re.compile(
+_RATE = lazyre.compile(r"rate.?limit|too many requests|exceed your account's rate", re.IGNORECASE)
+_OVERLOADED = lazyre.compile(
     r"overloaded|service unavailable|temporarily unavailable|high demand", re.IGNORECASE
 )
-_NO_MODEL = re.compile(
+_NO_MODEL = lazyre.compile(
     r"model[_ ]not[_ ]found|ProviderModelNotFound|(?:unknown|invalid) model"
     r"|model\b[^\n]{0,80}\b(?:does not exist|not found|not exist)",
     re.IGNORECASE,

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from spexsup import lazyre
 from spexsup.errors import Invalid, Refused
 from spexsup.record import Record
 from spexsup.states import Flag
@@ -404,7 +404,7 @@ def shown(doc: dict[str, Any] | None) -> list[tuple[str, str]]:
     return cells
 
 
-HOST_RE = re.compile(
+HOST_RE = lazyre.compile(
     r"(?:\*\.)?[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252})(?::[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?"
 )
 

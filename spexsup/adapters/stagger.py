@@ -26,19 +26,19 @@ reservation made before a reboot is forgotten.
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 
+from spexsup import lazyre
 from spexsup.adapters.procs import boot_id
 from spexsup.errors import Invalid
 from spexsup.paths import ensure_private_dir
 from spexsup.record import Record
 
 DIR = "stagger"
-HARNESS_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+HARNESS_RE = lazyre.compile(r"[A-Za-z0-9_-]{1,64}")
 # A launch is named SESSION/TURN (a turn directory under turns/, never a path out).
-LAUNCH_RE = re.compile(r"[A-Za-z0-9_-]{1,64}/[A-Za-z0-9_-]{1,64}")
+LAUNCH_RE = lazyre.compile(r"[A-Za-z0-9_-]{1,64}/[A-Za-z0-9_-]{1,64}")
 
 
 class Slot(Record):

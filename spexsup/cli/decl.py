@@ -12,10 +12,11 @@ them to the same result.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from spexsup import lazyre
 
 if TYPE_CHECKING:
     from spexsup.config import Config
@@ -98,7 +99,7 @@ def command(
 
 
 # click.echo's own pattern for what it strips when not on a terminal.
-_ANSI = re.compile(r"\033\[[;?0-9]*[a-zA-Z]")
+_ANSI = lazyre.compile(r"\033\[[;?0-9]*[a-zA-Z]")
 
 
 def echo(

@@ -1,7 +1,6 @@
 """`spex worktree [ls] | diff | keep`, `spex trust [ls]`."""
 
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -9,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from spexsup import ids
+from spexsup import ids, lazyre
 from spexsup.cli import complete, decl
 from spexsup.cli.app import ListingGroup, app
 from spexsup.cli.decl import command, open_spex
@@ -271,7 +270,7 @@ def keep_best_leg(spex: "Spex", wave: dict[str, Any], pick: str) -> Kept:
 # --- trust in a repository's post_create ----------------------------------------
 
 # Controls (C0, DEL, C1) a config file may hide in an argv word: shown escaped.
-_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROLS = lazyre.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def shown_argv(argv: Sequence[str]) -> str:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import durations
+from spexsup import durations, lazyre
 from spexsup.adapters.procs import (
     Liveness,
     become_subreaper,
@@ -76,7 +76,7 @@ SLOT_DIR = "hooks"
 # A claim nobody took this long after its COMMIT is a reader's to start,
 # even under a live claimer (one stopped between COMMIT and start).
 STALE = 10.0
-PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+PLACEHOLDER = lazyre.compile(r"\{([a-z_]+)\}")
 # A hook started from the exit reporter must not look like the turn's process,
 # nor find spex's private tmux server in TMUX (its tmux commands reach the user's).
 TURN_ENV = (

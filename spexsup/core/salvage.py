@@ -17,13 +17,13 @@ names it, so it can be had back (`git branch NAME COMMIT`).
 from __future__ import annotations
 
 import calendar
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spexsup import lazyre
 from spexsup.adapters.git import GitError, git, sha
 from spexsup.core.worktree import Worktree
 from spexsup.ids import iso
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 PREFIX = "spex/salvage/"
 # What `worktree._salvage` names them: the session, a UTC time, a stash's number.
-_NAME = re.compile(r"spex/salvage/([A-Za-z0-9_-]{1,64})-([0-9]{8}T[0-9]{6}Z)(?:-stash-[0-9]+)?")
+_NAME = lazyre.compile(r"spex/salvage/([A-Za-z0-9_-]{1,64})-([0-9]{8}T[0-9]{6}Z)(?:-stash-[0-9]+)?")
 
 
 @dataclass(frozen=True)

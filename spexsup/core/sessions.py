@@ -9,14 +9,13 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import ids
+from spexsup import ids, lazyre
 from spexsup.adapters.home import Census, owner_tag, write_shell_env
 from spexsup.adapters.procs import Liveness, reap, turn_processes
 from spexsup.core.spex import Spex
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
     from spexsup.core.worktree import Plan, Request, Setup, Worktree
 
 
-ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_KEY_RE = lazyre.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Session(Record):

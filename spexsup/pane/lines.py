@@ -15,9 +15,10 @@ byte. Memory stays within a bound and a chunk whatever the output holds.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, BinaryIO
+
+from spexsup import lazyre
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -57,7 +58,7 @@ def shown(data: bytes, limit: int, cut: int = 0) -> bytes:
     return kept + note(left) if left else kept
 
 
-_NOTED = re.compile(r" … \[(\d+) bytes cut\]$")
+_NOTED = lazyre.compile(r" … \[(\d+) bytes cut\]$")
 
 
 def shorter(line: str, limit: int) -> str:

@@ -17,14 +17,14 @@ No file yet is `NONE`; anything else is `INVALID`.
 from __future__ import annotations
 
 import enum
-import re
 from pathlib import Path
 
+from spexsup import lazyre
 from spexsup.pane import turndir
 from spexsup.record import Record
 from spexsup.states import OUTPUT_LOST
 
-_GRAMMAR = re.compile(
+_GRAMMAR = lazyre.compile(
     rb"running:(?P<rpid>[0-9]{1,10})"
     rb"|limited:(?P<lpid>[0-9]{1,10}):(?P<reset>[0-9]{1,12})"
     rb"|verifying:(?P<vpid>[0-9]{1,10})"

@@ -30,11 +30,12 @@ atomically), which the sandbox waits for; it ends when its wrapper is gone
 from __future__ import annotations
 
 import os
-import re
 import socket
 import sys
 import threading
 import time
+
+from spexsup import lazyre
 
 TYPE_CHECKING = False  # not typing's: importing typing costs 8 ms
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def base_url_hosts(env: Mapping[str, str]) -> list[str]:
 
 
 # A DNS name or an IPv4 or IPv6 address: what a request may name as its host.
-HOST_NAME = re.compile(r"[A-Za-z0-9._-]{1,253}|[0-9A-Fa-f:.]{2,45}")
+HOST_NAME = lazyre.compile(r"[A-Za-z0-9._-]{1,253}|[0-9A-Fa-f:.]{2,45}")
 
 
 def split_host(entry: str) -> tuple[str, int | None]:

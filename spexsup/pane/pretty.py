@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from spexsup import lazyre
 from spexsup.pane.lines import EVENT_HEAD, SHOWN_LINE, Lines, last_lines, shown
 
 if TYPE_CHECKING:
@@ -247,7 +248,7 @@ def render(chunks: Iterable[bytes], parser: str | None, *, color: bool) -> Itera
 
 # What a terminal would act on: CSI sequences (colours, cursor moves), OSC
 # strings (titles, links, clipboard writes), other escapes, C0 and C1 controls.
-_CONTROL = re.compile(
+_CONTROL = lazyre.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
     r"|\x1b.?|[\x00-\x1f\x7f-\x9f]"
@@ -270,10 +271,10 @@ def _blank_or_nothing(m: re.Match[str]) -> str:
     return " " if m.group() in ("\n", "\t", "\r") else ""
 
 
-_SGR = re.compile(r"\x1b\[[0-9;:]*m")
+_SGR = lazyre.compile(r"\x1b\[[0-9;:]*m")
 # The start of an escape a chunk may have cut: ESC, a CSI without its final
 # byte, an OSC without its terminator.
-_CUT = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*)?$")
+_CUT = lazyre.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*)?$")
 
 
 def _kept_for_terminal(m: re.Match[str]) -> str:

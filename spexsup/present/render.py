@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import states
+from spexsup import lazyre, states
 from spexsup.errors import Invalid
 from spexsup.ids import SCHEMA_VERSION, iso
 from spexsup.pane.pretty import one_line as clean
@@ -332,7 +331,7 @@ def turn_line(t: dict[str, Any]) -> str:
     return clean(line)
 
 
-_PLAIN_WORD = re.compile(r"[\w@%+=:,./{}-]+")
+_PLAIN_WORD = lazyre.compile(r"[\w@%+=:,./{}-]+")
 
 
 def argv_word(word: str) -> str:

@@ -25,10 +25,11 @@ import secrets
 import stat
 from pathlib import Path
 
+from spexsup import lazyre
 from spexsup.errors import Failed
 
 TOKEN_FILE = "serve.token"
-_TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")
+_TOKEN = lazyre.compile(r"[A-Za-z0-9_-]{43}")
 # Host names a DNS-rebinding page can never stand behind: its own name is
 # what the browser sends, and an IP literal or localhost is not one.
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})

@@ -46,7 +46,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Scope
 
-from spexsup import config, ids
+from spexsup import config, ids, lazyre
 from spexsup.errors import Failed, Invalid, SpexError
 from spexsup.record import Record
 from spexsup.web import actions
@@ -57,9 +57,9 @@ MAX_BODY = 1024 * 1024
 # How far a generic delivery's timestamp may be from now, in seconds.
 WINDOW = 300
 KEYS = ("session", "match", "prompt", "secret_env", "queue")
-_FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
-_DELIVERY = re.compile(r"[A-Za-z0-9._:-]{1,100}")
-_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FIELD = lazyre.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+_DELIVERY = lazyre.compile(r"[A-Za-z0-9._:-]{1,100}")
+_VARIABLE = lazyre.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Refusal(Exception):

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spexsup import durations
+from spexsup import durations, lazyre
 from spexsup.errors import Failed, Invalid, clip, unknown_key
 from spexsup.state import events
 from spexsup.states import Cause, EventKind
@@ -69,9 +69,9 @@ SECRETS = "notify-secrets.toml"
 PREFIX = "notify:"
 # Lines of a summary that name one event each; the rest are counted.
 SUMMARY_LINES = 10
-NAME_RE = re.compile(r"[\w.-]{1,64}")
+NAME_RE = lazyre.compile(r"[\w.-]{1,64}")
 NTFY_PRIORITIES = ("min", "low", "default", "high", "urgent", "max", "1", "2", "3", "4", "5")
-ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+ENV_RE = lazyre.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # The secret each service needs, and the field naming its variable.
 SECRET_OF = {
     "ntfy": ("token", "token_env"),  # optional: an access token for a private server
