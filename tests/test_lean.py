@@ -253,6 +253,29 @@ def test_the_commands_people_run_all_day_never_import_typer(env: Env) -> None:
         assert last.startswith("False False "), (words, r.stderr)
 
 
+def test_a_plain_fan_out_imports_neither_typer_nor_the_worktree_code(env: Env) -> None:
+    """Each costs a wave's start before its first leg launches (typer ~20 ms,
+    best of N's worktree code and dataclasses ~15): only `--worktrees` and
+    `--keep-best` need them."""
+    for name in ("a", "b"):
+        assert env.run("new", name, "--", "bash", "-c", "exec sleep 300").returncode == 0
+    probe = (
+        "import sys\n"
+        "from spexsup.cli import run\n"
+        "code = run(sys.argv[1:])\n"
+        "heavy = ('typer', 'click', 'dataclasses', 'spexsup.core.worktree')\n"
+        "print(code, [m for m in heavy if m in sys.modules], file=sys.stderr)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe, "fanout", "a", "b", "-m", "hi", "--window", "0.2"],
+        env=env.vars,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.stderr.strip().splitlines()[-1] == "0 []", (r.stdout, r.stderr)
+
+
 def test_the_queue_launcher_never_imports_typer(env: Env) -> None:
     """`spex internal dequeue NAME` runs after every turn's end that has a
     prompt queued, on the way to the next launch: read without typer (a

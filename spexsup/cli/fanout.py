@@ -243,7 +243,6 @@ def fanout(
       spex fanout --hosts local,box1 --match 'api-*' -m "rebase on main"
       spex fanout --match 'api-*' -m "rebase on main" --key rebase-2026-12-01
     """
-    from spexsup.cli.worktree import best_pick
     from spexsup.conductors.fanout import Given
 
     confirm_window = window_seconds(window)
@@ -254,7 +253,7 @@ def fanout(
     seconds = timeout_seconds(timeout)
     models = model_rules(model, fallback)
     check = verify_rules(verify, no_verify, verify_timeout)
-    best = best_pick(keep_best, pick, worktrees, check[0])
+    best = _best_pick(keep_best, pick, worktrees, check[0])
     wait = wait or best is not None
     given = Given(
         confirm_window, seconds, strict, on_limit, *models, spacing, *check, fresh=fresh, key=key
@@ -270,12 +269,11 @@ def fanout(
         fleet_fanout(ctx, legs, hosts, options, rules, as_json)
         return
     from spexsup.conductors import fanout as plans
-    from spexsup.core import worktree as wt
 
     spex = open_spex(ctx)
     defaults = settings(ctx, spex)
-    request = wt.Request(None, base, repo, worktree_dir)
-    plans.check_best_of_options(worktrees, request, prefix=prefix, harness=harness)
+    where = (base, repo, worktree_dir)
+    plans.check_best_of_options(worktrees, where, prefix=prefix, harness=harness)
     policy = sandbox_policy(
         sandbox, sandbox_optional, False, network, allow_write, deny_read, allow_host
     )
@@ -285,7 +283,7 @@ def fanout(
         best_of = plans.BestOf(worktrees, prefix, harness or defaults.default_harness, policy)
     run_wave(
         spex,
-        _plan(spex, legs, given, best_of, request),
+        _plan(spex, legs, given, best_of, where),
         max_concurrent=defaults.max_concurrent if max_concurrent is None else max_concurrent,
         on_complete=on_complete,
         wait=wait,
@@ -293,6 +291,25 @@ def fanout(
         pacing=pacing,
         keep_best=best,
     )
+
+
+def _best_pick(
+    keep_best: bool, pick: str | None, worktrees: int | None, check: tuple[str, ...] | None
+) -> str | None:
+    """`--keep-best [--pick first|smallest]`, checked: the pick (None: no --keep-best)."""
+    if pick is not None and not keep_best:
+        raise Invalid("--pick needs --keep-best")
+    if not keep_best:
+        return None
+    if worktrees is None:
+        raise Invalid("--keep-best keeps one leg of a best of N", hint="--worktrees N --keep-best")
+    if check == ():
+        raise Invalid("--keep-best decides by each leg's check: not with --no-verify")
+    from spexsup.conductors.bestof import PICKS
+
+    if pick is not None and pick not in PICKS:
+        raise Invalid(f"invalid --pick {pick!r}", hint="first or smallest")
+    return pick or "first"
 
 
 class Legs(Record):
@@ -312,15 +329,24 @@ class Legs(Record):
 
 
 def _plan(
-    spex: "Spex", legs: Legs, given: "Given", best_of: "BestOf | None", request: "Request"
+    spex: "Spex",
+    legs: Legs,
+    given: "Given",
+    best_of: "BestOf | None",
+    where: tuple[str | None, str | None, str | None],
 ) -> "Plan":
-    """The wave's plan: best of N (`best_of`: its sessions made now), a retry,
-    or the sessions named or matched."""
+    """The wave's plan: best of N (`best_of`: its sessions made now, their
+    worktrees from --base, --repo and --worktree-dir, `where`), a retry, or
+    the sessions named or matched."""
     from spexsup.conductors import fanout as plans
 
     if best_of is not None:
         if legs.names or legs.all_ or legs.match or legs.retry_failed:
             raise Invalid("--worktrees makes its own sessions: name none, no --all/--match")
+        # The worktree code only for best of N (see spexsup.conductors.fanout).
+        from spexsup.core import worktree as wt
+
+        request = wt.Request(None, *where)
         return _best_of(spex, best_of, request, legs.read_prompt, given)
     if legs.retry_failed is not None:
         if legs.all_ or legs.match or legs.message is not None or legs.file is not None:

@@ -84,7 +84,7 @@ def run_wave(
     """Launch the plan's wave and show it: each leg as it settles (a live
     table on a terminal with --wait), then the wave's summary; with
     `keep_best` (the pick), keep the best leg by its check (`bestof.choose`)."""
-    from spexsup.conductors import bestof, waves
+    from spexsup.conductors import waves
     from spexsup.core import wavedoc
 
     if plan.nothing is not None:
@@ -117,6 +117,8 @@ def run_wave(
     def on_create(wave: "Wave") -> None:
         holder["wave"] = wave
         if plan.best_of and plan.request is not None:
+            from spexsup.conductors import bestof  # best of N only (see conductors.fanout)
+
             bestof.mark_best_of(wave, plan.request, plan.best_of)
         nonlocal progress
         if not as_json:

@@ -209,26 +209,6 @@ def keep(
 # --- fanout --keep-best ------------------------------------------------------------
 
 
-def best_pick(
-    keep_best: bool, pick: str | None, worktrees: int | None, check: tuple[str, ...] | None
-) -> str | None:
-    """`fanout --keep-best [--pick first|smallest]`, checked: the pick (None: no --keep-best)."""
-    from spexsup.conductors.bestof import PICKS
-    from spexsup.errors import Invalid
-
-    if pick is not None and not keep_best:
-        raise Invalid("--pick needs --keep-best")
-    if not keep_best:
-        return None
-    if worktrees is None:
-        raise Invalid("--keep-best keeps one leg of a best of N", hint="--worktrees N --keep-best")
-    if check == ():
-        raise Invalid("--keep-best decides by each leg's check: not with --no-verify")
-    if pick is not None and pick not in PICKS:
-        raise Invalid(f"invalid --pick {pick!r}", hint="first or smallest")
-    return pick or "first"
-
-
 class Kept(Record):
     """What `fanout --keep-best` did, as its JSON (`keep`) and its lines."""
 

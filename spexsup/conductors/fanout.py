@@ -11,19 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from spexsup import ids
 from spexsup.adapters.sandbox import Policy
-from spexsup.conductors import bestof, waves
+from spexsup.conductors import waves
 from spexsup.core.sessions import Session, no_harness
 from spexsup.core.spex import Spex
-from spexsup.core.worktree import Request, Setup
 from spexsup.errors import Invalid
 from spexsup.record import Record
 from spexsup.turn.admit import parse_on_limit
 from spexsup.turn.request import Limits, WakeRequest
 from spexsup.turn.revive import revivals
+
+if TYPE_CHECKING:
+    # Best of N only: a plain fan-out imports neither (dataclasses, git, the
+    # worktree code: about 15 ms of every wave's start, before its first leg).
+    from spexsup.core.worktree import Request, Setup
 
 # What `spex up --revive` says when no -m is given.
 REVIVE_PROMPT = (
@@ -164,6 +168,8 @@ def best_of(
     config.toml's default_harness when none is given; never the demo
     simulator by default, as `spex new`), each told the same prompt. `made`
     hears each leg once it exists."""
+    from spexsup.conductors import bestof
+
     _check(given)
     if best.harness is None:
         raise no_harness(spex.home, command=False)
@@ -185,10 +191,16 @@ def best_of(
 
 
 def check_best_of_options(
-    count: int | None, request: Request, *, prefix: str | None, harness: str | None
+    count: int | None,
+    where: tuple[str | None, str | None, str | None],
+    *,
+    prefix: str | None,
+    harness: str | None,
 ) -> None:
-    """--repo, --base, --prefix, --harness and --worktree-dir belong to --worktrees."""
-    if count is None and (request != Request() or prefix or harness):
+    """--repo, --base, --prefix, --harness and --worktree-dir belong to
+    --worktrees (`count`); `where` is --base, --repo and --worktree-dir, the
+    worktree request's own (None when not given)."""
+    if count is None and (where != (None, None, None) or prefix or harness):
         raise Invalid("--repo, --base, --prefix, --harness and --worktree-dir need --worktrees")
 
 
