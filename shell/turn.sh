@@ -783,7 +783,6 @@ else
     cas=127
 fi
 
-mark "exit:$rc:cas:$cas$run"
 # The pane goes back to a shell below: when (`@spex_shell_at`), so a launch
 # soon after waits for a shell still reading its rc files (turn.launch)
 # rather than call the pane busy. One tmux client with the status.
@@ -813,6 +812,10 @@ if [ -r "$dir/ended" ]; then
     [ -n "$ended" ] && ended=" · $ended"
 fi
 printf '\n[spex] turn %s ended rc=%s%s%s\n' "$turn" "$rc" "$ended" "$note"
+
+# `exit:` last: a launch that follows this turn waits for it (turn.launch
+# `_await_reporter`) before its respawn-pane -k, which would cut the end line.
+mark "exit:$rc:cas:$cas$run"
 
 unset SPEXSUP_TURN SPEXSUP_TURN_DIR SPEXSUP_PROMPT_FILE
 umask "$user_umask"

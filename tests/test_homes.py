@@ -744,3 +744,30 @@ def test_the_screen_a_launch_clears_is_kept_whatever_the_users_scroll_on_clear(
     assert first < second, screen
     assert env.tmux("show-options", "-gwv", "scroll-on-clear").stdout.strip() == scroll_on_clear
     assert env.tmux("show-options", "-p", "-t", "=a:0.0", "scroll-on-clear").stdout.strip() == ""
+
+
+def test_a_wake_right_behind_a_turn_leaves_its_end_line_in_the_pane(env: Env) -> None:
+    """A wake returns at `reporting:`; the next one waits for that turn's
+    `exit:` before its respawn-pane -k. The wrapper prints the turn's end
+    line before `exit:`, so however slow its last steps (here its tmux
+    client, held back a second by a shim), the line is not cut (CI once saw
+    it cut, when the line came after `exit:`)."""
+    shim = env.root / "slow-tmux"
+    shim.mkdir()
+    real = shutil.which("tmux", path=env.vars["PATH"])
+    assert real
+    (shim / "tmux").write_text(
+        "#!/bin/bash\n"
+        "# Only the wrapper's own status call, at its turn's end.\n"
+        'if [ -n "${SPEXSUP_TURN:-}" ] && [[ " $* " == *" @spex_shell_at "* ]]; then sleep 1; fi\n'
+        f'exec {shlex.quote(real)} "$@"\n'
+    )
+    (shim / "tmux").chmod(0o755)
+    env.login_path(f"{shim}:{env.vars['PATH']}")  # the wrapper's tmux is on the login PATH
+    env.run("new", "a", "--", "bash", "-c", 'echo "output-of-turn-$SPEXSUP_TURN"')
+    turns = [wake_json(env, "a", "x", "--window", "5")[1] for _ in range(2)]
+    assert [v["verdict"] for v in turns] == ["completed", "completed"], turns
+    assert retry_until(lambda: capture(env, "a").count(" ended rc=0") == 2, 60), capture(env, "a")
+    screen = capture(env, "a")
+    for v in turns:
+        assert f"[spex] turn {v['turn']} ended rc=0" in screen, screen

@@ -184,7 +184,8 @@ def _await_reporter(spex: Spex, name: str, previous: str | None) -> None:
 
     A wake records a clean exit at `reporting:` and returns while that turn's
     reporter still runs in the pane; killed, it would leave its marker short
-    of `exit:` and the hooks it claimed unstarted. A turn that ended long ago
+    of `exit:` and the hooks it claimed unstarted, and the pane without the
+    turn's end line (the wrapper prints it before `exit:`). A turn that ended long ago
     is past `reporting:` (one marker read); a stuck reporter gets the same
     bound as a stopped turn's wrapper.
     """
