@@ -40,6 +40,7 @@ from spexsup.core.spex import Spex
 from spexsup.errors import Invalid, Refused
 from spexsup.paths import ensure_private_dir, write_atomic
 from spexsup.state import events
+from spexsup.state.store import WAVE_HOOK_UNSTARTED
 from spexsup.states import LegResult, LegStatus, Verdict, WaveState
 
 SCHEMA_VERSION = 1
@@ -501,14 +502,14 @@ def settle_turn_end(spex: Spex, turn: str) -> None:
         mutate(spex, row["wave"])
 
 
+# The waves `resume` takes over, found by their partial index (store.py).
+UNSTARTED_HOOKS = f"SELECT id FROM waves WHERE {WAVE_HOOK_UNSTARTED}"
+
+
 def resume(spex: Spex) -> None:
     """A reconciling reader's part: ended waves whose on-complete command was
     claimed but never started (its claimer died in between) get it started
     now, exactly once (see `_claimable`). One query when none waits."""
-    rows = spex.store.db.execute(
-        "SELECT id FROM waves WHERE ended_at IS NOT NULL"
-        " AND json_extract(doc, '$.on_complete.claimed_at') IS NOT NULL"
-        " AND json_type(doc, '$.on_complete.started_at') = 'null'"
-    ).fetchall()
+    rows = spex.store.db.execute(UNSTARTED_HOOKS).fetchall()
     for row in rows:
         mutate(spex, row["id"])

@@ -30,6 +30,7 @@ from spexsup.paths import (
     disk_full,
     no_space,
 )
+from spexsup.state.store import WAVE_HOOK_UNSTARTED
 from spexsup.states import ORPHANED, RUNNING
 
 # The ledger is imported where a turn is settled: a reader with nothing to
@@ -159,11 +160,7 @@ def _settle_waves(spex: Spex, settled: Sequence[str]) -> None:
                 list(settled),
             )
         ]
-    waiting = db.execute(
-        "SELECT 1 FROM waves WHERE ended_at IS NOT NULL"
-        " AND json_extract(doc, '$.on_complete.claimed_at') IS NOT NULL"
-        " AND json_type(doc, '$.on_complete.started_at') = 'null' LIMIT 1"
-    ).fetchone()
+    waiting = db.execute(f"SELECT 1 FROM waves WHERE {WAVE_HOOK_UNSTARTED} LIMIT 1").fetchone()
     if not ended and waiting is None:
         return
     from spexsup.core import wavedoc
