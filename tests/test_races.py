@@ -677,6 +677,30 @@ def test_reading_a_running_turn_needs_no_write_lock(env: Env) -> None:
     env.run("stop", "a", "--grace", "1")
 
 
+def test_reading_an_ended_wave_needs_no_write_lock(env: Env) -> None:
+    """A wave that ended with each leg's end recorded and no on-complete
+    left to start has nothing to merge or settle: `wave ls` and `wave show`
+    read it as stored, without the write lock another process holds (they
+    read-merge-wrote every wave, and waited behind the lock)."""
+    for name in ("a", "b"):
+        env.run("new", name, "--", "bash", "-c", "exit 0")
+    r = env.run("fanout", "a", "b", "-m", "x", "--window", "5", "--wait", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    listed = json.loads(env.run("wave", "ls", "--json").stdout)
+    (wave,) = [w for w in listed if w["id"].startswith("w")]
+    assert wave["state"] == "complete", wave
+    db = sqlite3.connect(env.home / "state.db", isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for argv in (("wave", "ls", "--json"), ("wave", "show", wave["id"], "--json")):
+            r = env.run(*argv, timeout=120)
+            assert r.returncode == 0, r.stderr
+            assert wave["id"] in r.stdout and '"complete"' in r.stdout, r.stdout
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+
+
 def test_stop_kills_the_agent_while_another_process_holds_the_write_lock(env: Env) -> None:
     env.run("new", "a", "--", harness("sleeper.sh"))
     _, v = wake_json(env, "a", "x", "--window", "0.5")

@@ -37,6 +37,7 @@ from spexsup.core.wavedoc import (
     over_budget,
     overall,
     record_event,
+    settled_for_good,
     tally,
     validate_wave_id,
     waves_dir,
@@ -96,6 +97,8 @@ def refresh(spex: Spex, wave: str) -> Doc:
     if row is None:
         raise Refused(f"no wave {wave!r}", hint="see spex wave ls")
     doc: Doc = json.loads(row["doc"])
+    if settled_for_good(doc):
+        return doc
     active = [
         leg["session"]
         for leg in doc["legs"]
@@ -152,8 +155,11 @@ def story(spex: Spex, doc: Doc) -> Doc | None:
 
 
 def list_waves(spex: Spex) -> list[Doc]:
-    rows = spex.store.db.execute("SELECT id FROM waves ORDER BY created_at DESC").fetchall()
-    return [refresh(spex, r["id"]) for r in rows]
+    """Every wave, newest first: those no write can change as stored, one
+    query for all (see `settled_for_good`), the others refreshed."""
+    rows = spex.store.db.execute("SELECT id, doc FROM waves ORDER BY created_at DESC")
+    docs = [json.loads(row["doc"]) for row in rows]
+    return [doc if settled_for_good(doc) else refresh(spex, doc["id"]) for doc in docs]
 
 
 class _AbortedLeg(Exception):
