@@ -15,13 +15,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import subprocess
-
+    from spexsup.adapters.client import Client
     from spexsup.adapters.home import Census, TmuxHome
 
 # The census clients `census_ahead` started, by (socket name, socket path,
 # session asked for): the first EarlyCensus of the same takes its own up.
-_AHEAD: dict[tuple[str | None, str | None, str | None], subprocess.Popen[str]] = {}
+_AHEAD: dict[tuple[str | None, str | None, str | None], Client] = {}
 
 
 def census_ahead(home: str | None, only: str | None = None) -> None:
