@@ -235,8 +235,11 @@ def test_concurrent_up_revives_wake_each_session_once(env: Env) -> None:
     woken: list[str] = []
     for (out, err), code in results:
         doc = json.loads(out)
-        legs = [(leg["session"], leg["verdict"], leg["error"]) for leg in doc.get("legs", [])]
-        assert code == 0, (legs, err)
+        legs = [
+            (leg["session"], leg["verdict"], leg["error"], leg.get("turn_state"), leg.get("rc"))
+            for leg in doc.get("legs", [])
+        ]
+        assert code == 0, (legs, doc.get("state"), doc.get("counts"), err)
         woken += [leg["session"] for leg in doc.get("legs", [])]
         assert all(leg["verdict"] == "confirmed" for leg in doc.get("legs", [])), doc
     assert sorted(woken) == names  # each once, by one of them

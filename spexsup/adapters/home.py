@@ -9,6 +9,7 @@ libtmux is imported lazily: commands that never touch tmux stay fast.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -25,9 +26,9 @@ from spexsup.paths import PACKAGE_DIR, wrapper_path, write_atomic
 from spexsup.record import Record
 
 if TYPE_CHECKING:
-    import libtmux
+    import subprocess
 
-    from spexsup.adapters.client import Client
+    import libtmux
 
 CONFIG = PACKAGE_DIR / "tmux.conf"
 
@@ -151,7 +152,7 @@ class TmuxHome:
     def _run(self, *args: str) -> Ran:
         """One tmux command on our server: (rc, stdout lines, stderr).
 
-        A plain client process (`adapters.client`), as libtmux's `Server.cmd` runs one, without
+        A plain subprocess, as libtmux's `Server.cmd` runs it, without
         importing libtmux (~40 ms) into every command that reads the census.
         Bounded: a server that does not answer within `tmux_timeout()` (a
         frozen or wedged server) is TmuxTimeout, never a hang. The bound is
@@ -160,41 +161,54 @@ class TmuxHome:
         """
         return self._end(self._begin(*args))
 
-    def _begin(self, *args: str) -> Client:
+    def _begin(self, *args: str) -> subprocess.Popen[str]:
         """A tmux client running `args` from now (`_end` waits for it)."""
-        from spexsup.adapters.client import Client
+        import subprocess
 
         with self._counting:
             self.clients += 1
         try:
-            # Found on the PATH by posix_spawnp (base_env keeps it): shutil.which
-            # would cost every command that reads the census its import. The
-            # client that starts the server gives it its environment.
-            return Client(["tmux", *self._flags(), *args], base_env())
+            return subprocess.Popen(
+                # Found on the PATH by Popen (base_env keeps it): shutil.which
+                # would cost every command that reads the census its import.
+                ["tmux", *self._flags(), *args],
+                # The client that starts the server gives it its environment.
+                env=base_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         except FileNotFoundError:
             raise Failed("tmux is not installed", hint="install tmux >= 3.2") from None
 
-    def _end(self, client: Client) -> Ran:
+    def _end(self, proc: subprocess.Popen[str]) -> Ran:
+        import subprocess
+
         limit = tmux_timeout()
         try:
-            stdout, stderr = client.finish(limit)
+            stdout, stderr = proc.communicate(timeout=limit)
         except BaseException as e:  # the time limit, or a signal ending spex
-            client.kill()
-            if isinstance(e, TimeoutError):
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(1)
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            if isinstance(e, subprocess.TimeoutExpired):
                 raise TmuxTimeout(self.where(), limit) from None
             hurry()
             raise
         out = stdout.split("\n")
         while out and not out[-1]:
             out.pop()
-        assert client.returncode is not None  # finish returns once it is reaped
-        return client.returncode, out, stderr.strip()
+        return proc.returncode, out, stderr.strip()
 
     def census(self, only: str | None = None) -> Census:
         """Every pane; `only` (a session name): that session's panes alone."""
         return self.census_of(self.census_begin(only))
 
-    def census_begin(self, only: str | None = None) -> Client:
+    def census_begin(self, only: str | None = None) -> subprocess.Popen[str]:
         """The census's tmux client, running from now (`census_of` reads it)."""
         return self._begin(
             "list-panes",
@@ -205,7 +219,7 @@ class TmuxHome:
             "\t#{window_index}.#{pane_index}\t#{@spex_owner}\t#{@spex_turn}",
         )
 
-    def census_of(self, client: Client) -> Census:
+    def census_of(self, client: subprocess.Popen[str]) -> Census:
         try:
             rc, out, err = self._end(client)
         except TmuxTimeout as e:

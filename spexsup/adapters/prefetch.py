@@ -15,12 +15,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from spexsup.adapters.client import Client
+    import subprocess
+
     from spexsup.adapters.home import Census, TmuxHome
 
 # The census clients `census_ahead` started, by (socket name, socket path,
 # session asked for): the first EarlyCensus of the same takes its own up.
-_AHEAD: dict[tuple[str | None, str | None, str | None], Client] = {}
+_AHEAD: dict[tuple[str | None, str | None, str | None], subprocess.Popen[str]] = {}
 
 
 def census_ahead(home: str | None, only: str | None = None) -> None:
