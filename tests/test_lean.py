@@ -221,6 +221,17 @@ def test_both_readers_hand_the_command_the_same_values(name: str) -> None:
     assert read > 0, name
 
 
+def run_probe(env: Env, probe: str, *words: str) -> subprocess.CompletedProcess[str]:
+    """`probe` (Python source) run with `words` as its arguments, in the test's home."""
+    return subprocess.run(
+        [sys.executable, "-c", probe, *words],
+        env=env.vars,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def test_the_commands_people_run_all_day_never_import_typer(env: Env) -> None:
     """wake, ls, show, new, stop, resume, rm, wait, log: typer's import and
     command table cost more than the whole start-up budget (issue 40)."""
@@ -243,13 +254,7 @@ def test_the_commands_people_run_all_day_never_import_typer(env: Env) -> None:
         ["rm", "b", "--force"],
     ]
     for words in lines:
-        r = subprocess.run(
-            [sys.executable, "-c", probe, *words],
-            env=env.vars,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        r = run_probe(env, probe, *words)
         last = r.stderr.strip().splitlines()[-1]
         assert last.startswith("False False "), (words, r.stderr)
 
@@ -278,13 +283,7 @@ def test_a_start_runs_no_collection_and_keeps_the_collector_on(env: Env) -> None
         "main()\n"
     )
     for words in (["ls", "--json"], ["show", "a"], ["wake", "b", "hello", "--window", "0.2"]):
-        r = subprocess.run(
-            [sys.executable, "-c", probe, *words],
-            env=env.vars,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        r = run_probe(env, probe, *words)
         assert r.stderr.strip().splitlines()[-1] == "0 0 True", (words, r.stderr)
 
 
@@ -301,13 +300,7 @@ def test_a_plain_fan_out_imports_neither_typer_nor_the_worktree_code(env: Env) -
         "heavy = ('typer', 'click', 'dataclasses', 'spexsup.core.worktree')\n"
         "print(code, [m for m in heavy if m in sys.modules], file=sys.stderr)\n"
     )
-    r = subprocess.run(
-        [sys.executable, "-c", probe, "fanout", "a", "b", "-m", "hi", "--window", "0.2"],
-        env=env.vars,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    r = run_probe(env, probe, "fanout", "a", "b", "-m", "hi", "--window", "0.2")
     assert r.stderr.strip().splitlines()[-1] == "0 []", (r.stdout, r.stderr)
 
 
@@ -323,13 +316,7 @@ def test_the_queue_launcher_never_imports_typer(env: Env) -> None:
         "code = run(sys.argv[1:])\n"
         "print('typer' in sys.modules, 'click' in sys.modules, code, file=sys.stderr)\n"
     )
-    r = subprocess.run(
-        [sys.executable, "-c", probe, "internal", "dequeue", "a"],
-        env=env.vars,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    r = run_probe(env, probe, "internal", "dequeue", "a")
     assert r.stderr.strip().splitlines()[-1] == "False False 0", r.stderr
     shown = json.loads(env.run("show", "a", "--json").stdout)
     assert shown["state"] == "running", shown
