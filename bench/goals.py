@@ -41,6 +41,13 @@ class Goal:
 GOALS: tuple[Goal, ...] = (
     Goal("toy", "two-command typer toy app (information)", None, "ms", True),
     Goal("completion", "completion callback, session names (information)", None, "ms", True),
+    Goal(
+        "floor",
+        "the standard modules ls --json imports, alone (information)",
+        None,
+        "ms",
+        True,
+    ),
     Goal("help", "spex --help", 40, "ms", True),
     Goal("ls200", "spex ls --json, 200 sessions", 40, "ms", True, open_at=60),
     Goal("show", "spex show", 40, "ms", True, open_at=60),

@@ -93,6 +93,33 @@ def row(key: str, ours: Timing, bare: Timing, label: str | None = None) -> None:
     )
 
 
+def imported(argv: list[str], env: dict[str, str]) -> list[str]:
+    """The modules `argv` (a Python program) imports, in order (`-X importtime`)."""
+    r = subprocess.run(
+        [PY, "-X", "importtime", *argv], env=env, capture_output=True, text=True, check=True
+    )
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("import time:")]
+    return [ln.rpartition("|")[2].strip() for ln in lines[1:]]  # (the first is the header)
+
+
+def standard_imports(argv: list[str], env: dict[str, str]) -> list[str]:
+    """What `spex ARGS` imports beyond bare Python that is neither spex's own
+    nor a dependency's: the standard library's share of its start."""
+    import importlib.util
+
+    bare = set(imported(["-c", "pass"], env))
+    found = []
+    for module in dict.fromkeys(imported(argv, env)):
+        if module in bare or module.partition(".")[0] == "spexsup":
+            continue
+        top = importlib.util.find_spec(module.partition(".")[0])
+        # (importtime lists the tries that failed too: nt, msvcrt)
+        standard = top is not None and "site-packages" not in (top.origin or "")
+        if standard and importlib.util.find_spec(module) is not None:
+            found.append(module)
+    return found
+
+
 def compile_package() -> None:
     """Write spexsup's bytecode, as an installed wheel has it: an editable
     checkout under PYTHONDONTWRITEBYTECODE would recompile it on every run."""
@@ -118,6 +145,12 @@ def run_startup(n: int) -> None:
         home.populate(200, 5)
         ours, bare = against_bare(n, lambda: timed([SPEX, "ls", "--json"], env), env)
         row("ls200", ours, bare)
+        # The part of that row spex cannot cut by its own code: importing the
+        # standard modules the same command imports (re, pathlib, json,
+        # sqlite3, typing, subprocess…), with nothing of spex's.
+        floor = [PY, "-c", "import " + ", ".join(standard_imports([SPEX, "ls", "--json"], env))]
+        ours, bare = against_bare(n, lambda: timed(floor, env), env)
+        row("floor", ours, bare)
         ours, bare = against_bare(n, lambda: timed([SPEX, "show", "s00001"], env), env)
         row("show", ours, bare)
         completing = {
