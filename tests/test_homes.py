@@ -207,6 +207,31 @@ id_pattern = 'conversation: (demo-[0-9a-f]+)'
     assert turn_processes_alive(s["turn"]["id"]) == []
 
 
+def test_up_revive_json_says_which_pane_made_it_exit_1(env: Env) -> None:
+    # A revive whose wave went well still exits 1 when a pane could not be
+    # brought back; its JSON says which, as `up --json` does without --revive.
+    boot = env.root / "boot_id"
+    boot.write_text("boot-one\n")
+    extra = {"SPEXSUP_BOOT_ID_FILE": str(boot)}
+    gone = env.root / "gone"
+    gone.mkdir()
+    env.run("new", "a", "--", harness("sleeper.sh"), extra=extra)
+    env.run("new", "c", "--cwd", str(gone), "--", harness("sleeper.sh"), extra=extra)
+    assert wake_json(env, "a", "first", "--window", "0.3", extra=extra)[1]["verdict"] == (
+        "confirmed"
+    )
+    env.tmux("kill-server")
+    boot.write_text("boot-two\n")
+    gone.rmdir()
+    r = env.run("up", "--revive", "--all", "--json", extra=extra)
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert [(leg["session"], leg["verdict"]) for leg in doc["legs"]] == [("a", "confirmed")]
+    panes = {p["name"]: p["status"] for p in doc["panes"]}
+    assert panes == {"a": "recreated", "c": "cwd missing"}, doc["panes"]
+    env.run("stop", "a", "--grace", "1", extra=extra)
+
+
 def test_concurrent_up_revives_wake_each_session_once(env: Env) -> None:
     boot = env.root / "boot_id"
     boot.write_text("boot-one\n")
@@ -239,7 +264,7 @@ def test_concurrent_up_revives_wake_each_session_once(env: Env) -> None:
             (leg["session"], leg["verdict"], leg["error"], leg.get("turn_state"), leg.get("rc"))
             for leg in doc.get("legs", [])
         ]
-        assert code == 0, (legs, doc.get("state"), doc.get("counts"), err)
+        assert code == 0, (legs, doc.get("panes"), doc.get("state"), doc.get("counts"), err)
         woken += [leg["session"] for leg in doc.get("legs", [])]
         assert all(leg["verdict"] == "confirmed" for leg in doc.get("legs", [])), doc
     assert sorted(woken) == names  # each once, by one of them

@@ -80,10 +80,13 @@ def run_wave(
     as_json: bool = False,
     pacing: "Pacing | None" = None,
     keep_best: str | None = None,
+    also: dict[str, Any] | None = None,
 ) -> None:
     """Launch the plan's wave and show it: each leg as it settles (a live
     table on a terminal with --wait), then the wave's summary; with
-    `keep_best` (the pick), keep the best leg by its check (`bestof.choose`)."""
+    `keep_best` (the pick), keep the best leg by its check (`bestof.choose`).
+    `also`: fields the JSON document carries beside the wave's (`up --revive`:
+    its pane reports)."""
     from spexsup.conductors import waves
     from spexsup.core import wavedoc
 
@@ -174,7 +177,7 @@ def run_wave(
         kept = keep_best_leg(spex, doc, keep_best)
         doc = {**with_spend(spex, waves.refresh(spex, wave.id)), "keep": kept.public()}
     if as_json:
-        print_json(document(with_iso(doc)))
+        print_json(document(with_iso({**doc, **(also or {})})))
     else:
         rest = wait and not detached and not live
         shown = progress.shown if isinstance(progress, PlainLegs) else {}

@@ -325,15 +325,16 @@ def up(
         from spexsup.cli.runwave import run_wave
         from spexsup.conductors import fanout as plans
 
+        # The pane reports go with the JSON: one not ok is why this exits 1.
+        panes = [r.as_json() for r in reports]
         with plans.revive(spex, names, prompt, spacing) as plan:
             if plan.nothing is not None and as_json:
-                panes = [r.as_json() for r in reports]
                 # `homes`: the old name of `panes`, for one release (DESIGN §24).
                 print_json(document({"revived": [], "panes": panes, "homes": panes}))
             elif plan.nothing is not None:
                 decl.echo(plan.nothing)
             else:
-                run_wave(spex, plan, as_json=as_json)
+                run_wave(spex, plan, as_json=as_json, also={"panes": panes})
     if not all(r.ok for r in reports):
         raise decl.Exit(1)
 
