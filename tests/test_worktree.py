@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 from dataclasses import dataclass
@@ -397,6 +398,38 @@ def nothing_made(env: Env, repo: Repo, name: str, before: Any) -> None:
     assert not repo.worktree(name).exists()
     assert not (env.home / "turns" / name).exists()
     assert env.tmux("has-session", "-t", f"={name}").returncode != 0
+
+
+def test_post_create_waits_for_a_new_shell_still_reading_its_rc_files(env: Env, repo: Repo) -> None:
+    """The pane `spex new --worktree` makes is moments old when post_create
+    launches into it: a login shell still running an rc job (zsh runs rc
+    commands as jobs) is starting up, not busy, as it is for a turn's wake."""
+    zsh, tmux = shutil.which("zsh"), shutil.which("tmux")
+    if zsh is None or tmux is None:
+        pytest.fail("zsh is not installed (make test installs it: contrib/system-packages.sh)")
+    home = Path(env.vars["HOME"])
+    started, flag = env.root / "rc-started", env.root / "rc-ran"
+    rc = f"[ -n \"$TMUX\" ] && {{ : >'{started}'; sleep 2; : >'{flag}'; }}\n"
+    (home / ".zshrc").write_text(rc)
+    env.vars["SHELL"] = zsh
+    # spex's tmux client holds post_create's launch until the rc job runs.
+    shim = env.root / "shim"
+    shim.mkdir()
+    (shim / "tmux").write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *respawn-pane*post-create*)\n'
+        f"    for _ in $(seq 100); do [ -e '{started}' ] && break; sleep 0.1; done ;;\n"
+        "esac\n"
+        f'exec {tmux} "$@"\n'
+    )
+    (shim / "tmux").chmod(0o755)
+    env.vars["PATH"] = f"{shim}:{env.vars['PATH']}"
+    ran = env.root / "ran"
+    (repo.path / ".spexsup.toml").write_text(f'post_create = ["touch", "{ran}"]\n')
+    assert env.run("trust", str(repo.path)).returncode == 0
+    r = env.run("new", "a", "--worktree", "--repo", str(repo.path), input=b"")
+    assert r.returncode == 0, r.stderr
+    assert ran.exists() and flag.exists()  # the rc job was waited for, not killed
 
 
 def test_post_create_runs_only_when_its_exact_file_is_trusted(env: Env, repo: Repo) -> None:

@@ -14,7 +14,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -452,6 +452,35 @@ def foreground(pane_pid: int) -> int | None:
     except (OSError, IndexError, ValueError):
         return None
     return tpgid if tpgid > 0 and tpgid != pgrp else None
+
+
+# How long after spex put a shell in the pane a foreground job may still be
+# its rc files (zsh runs them as jobs; pyenv or nvm init can take seconds).
+STARTUP_GRACE = 15.0
+
+
+def after_startup(busy: Launch, attempt: Callable[[], Launch]) -> Launch:
+    """A shell spex started moments ago whose foreground is a job may still be
+    running its rc files: wait for each such job to end (bounded by
+    STARTUP_GRACE from the shell's start) and try again. A person's command
+    does not end, so past the grace the pane is busy. Every launch into a
+    pane goes through it: a turn's, and a new worktree's post_create."""
+    import psutil
+
+    result = busy
+    deadline = busy.shell_at + STARTUP_GRACE
+    while result.outcome == "busy" and result.pane_pid and time.time() < deadline:
+        job = foreground(result.pane_pid)
+        if job is not None:
+            try:
+                psutil.Process(job).wait(timeout=max(0.0, deadline - time.time()))
+            except psutil.TimeoutExpired:
+                break
+            except psutil.Error:
+                if foreground(result.pane_pid) == job:
+                    break  # a group whose leader is gone: nothing to wait on
+        result = attempt()
+    return result
 
 
 def pane_activity(pane: PaneInfo, turns_dir: Path) -> str | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spexsup import ids, lazyre
-from spexsup.adapters.home import Census, owner_tag, write_shell_env
+from spexsup.adapters.home import Census, Launch, after_startup, owner_tag, write_shell_env
 from spexsup.adapters.procs import Liveness, reap, turn_processes
 from spexsup.core.spex import Spex
 from spexsup.core.tickets import ticket
@@ -615,9 +615,13 @@ def post_create(spex: Spex, session: Session, argv: Sequence[str]) -> None:
     owner = session.owner(spex.home)
     since = time.time()
     with DirWatch([directory]) as watch:
-        result = spex.tmux.launch(
-            name, owner, fence, tag, session.cwd, env, ["bash", wrapper, str(directory)]
-        )
+
+        def attempt() -> Launch:
+            argv = ["bash", wrapper, str(directory)]
+            return spex.tmux.launch(name, owner, fence, tag, session.cwd, env, argv)
+
+        # The pane is moments old: its shell may still run its rc files.
+        result = after_startup(attempt(), attempt)
         if result.outcome != "launched":
             raise Failed(f"{name}: could not start post_create in the pane ({result.outcome})")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from spexsup import faults, states
 from spexsup.adapters import login
-from spexsup.adapters.home import Launch, foreground, pane_activity
+from spexsup.adapters.home import Launch, after_startup, pane_activity
 from spexsup.adapters.procs import (
     Liveness,
     reap,
@@ -104,7 +104,7 @@ def launch(spex: Spex, session: Session, turn: str, directory: Path, *, force: b
             events.emit(spex.store, events.PANE_RECREATED, session=name, turn=turn)
         result = attempt()
     if result.outcome == "busy" and not force:
-        result = _after_startup(result, attempt)
+        result = after_startup(result, attempt)
     if result.outcome == "busy":
         raise _busy(spex, session, turn, directory, result.holder)
     if result.outcome == "fenced" or (
@@ -149,34 +149,6 @@ def _note_login_stats(directory: Path) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             target.unlink()  # never a part of them: that would be a key of its own
-
-
-# How long after spex put a shell in the pane a foreground job may still be
-# its rc files (zsh runs them as jobs; pyenv or nvm init can take seconds).
-STARTUP_GRACE = 15.0
-
-
-def _after_startup(busy: Launch, attempt: Callable[[], Launch]) -> Launch:
-    """A shell spex started moments ago whose foreground is a job may still be
-    running its rc files: wait for each such job to end (bounded by
-    STARTUP_GRACE from the shell's start) and try again. A person's command
-    does not end, so past the grace the pane is busy."""
-    import psutil
-
-    result = busy
-    deadline = busy.shell_at + STARTUP_GRACE
-    while result.outcome == "busy" and result.pane_pid and time.time() < deadline:
-        job = foreground(result.pane_pid)
-        if job is not None:
-            try:
-                psutil.Process(job).wait(timeout=max(0.0, deadline - time.time()))
-            except psutil.TimeoutExpired:
-                break
-            except psutil.Error:
-                if foreground(result.pane_pid) == job:
-                    break  # a group whose leader is gone: nothing to wait on
-        result = attempt()
-    return result
 
 
 def _await_reporter(spex: Spex, name: str, previous: str | None) -> None:
