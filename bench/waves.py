@@ -33,6 +33,23 @@ def reset(env: dict[str, str], names: list[str]) -> None:
         subprocess.run([SPEX, "resume", name, "--force"], env=env, capture_output=True)
 
 
+def fanout(
+    env: dict[str, str], names: list[str], limit: int | None = None
+) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """One wave over `names`, --max-concurrent at its default or `limit`:
+    its wall time, and how it ended."""
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [SPEX, "fanout", *names, "-m", "bench", "--window", str(WINDOW)]
+        + ([] if limit is None else ["--max-concurrent", str(limit)]),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return time.monotonic() - t0, r
+
+
 def goal_waves(env: dict[str, str], waves: int = 3, legs: int = 100) -> None:
     """The goal's figure: the median wall of `waves` waves of `legs` legs at
     the default --max-concurrent, each over sessions of its own that never
@@ -43,19 +60,11 @@ def goal_waves(env: dict[str, str], waves: int = 3, legs: int = 100) -> None:
         names = [f"g{w}-{i}" for i in range(legs)]
         for name in names:
             sh(env, "new", name, "--", "bash", "-c", "exec sleep 600")
-        t0 = time.monotonic()
-        r = subprocess.run(
-            [SPEX, "fanout", *names, "-m", "bench", "--window", str(WINDOW)],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        walls.append(time.monotonic() - t0)
+        wall, r = fanout(env, names)
+        walls.append(wall)
         if r.returncode != 0:
-            print(
-                f"{legs} legs: exit {r.returncode}: {r.stdout.splitlines()[-1:]} {r.stderr.strip()}"
-            )
+            last = r.stdout.splitlines()[-1:]
+            print(f"{legs} legs: exit {r.returncode}: {last} {r.stderr.strip()}")
     said = record("wave100", statistics.median(walls))
     shown = ", ".join(f"{w:.2f}" for w in walls)
     print(
@@ -98,24 +107,8 @@ def run(n: int = 30, *, quick: bool = False) -> None:
                 if not fresh:
                     reset(env, names)
                 fresh = False
-                t0 = time.monotonic()
-                r = subprocess.run(
-                    [
-                        SPEX,
-                        "fanout",
-                        *names,
-                        "-m",
-                        "bench",
-                        "--window",
-                        str(WINDOW),
-                        *([] if limit == 16 else ["--max-concurrent", str(limit)]),
-                    ],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-                walls.append(time.monotonic() - t0)
+                wall, r = fanout(env, names, None if limit == 16 else limit)
+                walls.append(wall)
                 if r.returncode != 0:
                     failed = [line for line in r.stdout.splitlines() if ": failed" in line]
                     print(f"{legs} legs: {len(failed)} failed: {r.stderr.strip()}")
