@@ -32,14 +32,8 @@ def top(ctx: decl.Context, color: ColorOpt = "auto", as_json: JsonOpt = False) -
       spex top --json | jq -r '.[] | "\\(.name): \\(.last_output)"'
     """
     from spexsup.conductors.top import Board
-    from spexsup.present.render import (
-        TOP_HEADERS,
-        print_json,
-        state_cell,
-        table,
-        top_cells,
-        use_color,
-    )
+    from spexsup.present.board import TOP_HEADERS, top_cells
+    from spexsup.present.render import print_json, state_cell, table, use_color
 
     colored = use_color(color)
     spex = open_spex(ctx)

@@ -46,7 +46,8 @@ from spexsup.conductors.top import Board, Changes, Row, Watcher
 from spexsup.errors import SpexError
 from spexsup.pane import turndir
 from spexsup.paths import own_python
-from spexsup.present.render import STATE_COLORS, TOP_HEADERS, age_anchor, age_text, top_cells
+from spexsup.present.board import TOP_HEADERS, age_anchor, age_text, top_cells
+from spexsup.present.render import STATE_COLORS
 
 # Re-reads closer together than these are merged: a transition burst (a
 # turn's admission, launch and marker) costs one read of SQLite and tmux.

@@ -28,7 +28,6 @@ from spexsup.present import fit
 from spexsup.present.turnerror import beyond_exit
 
 if TYPE_CHECKING:
-    from spexsup.conductors.top import Row
     from spexsup.errors import SpexError
 
 
@@ -648,48 +647,3 @@ def would_remove_lines(doc: dict[str, Any]) -> list[str]:
 def removed_lines(d: dict[str, Any]) -> list[str]:
     n = d["session"]
     return [*(clean(f"{n}: {line}") for line in d.get("notes") or []), f"removed {n}"]
-
-
-# --- spex top: the table (piped) and the screen's rows (cli.top_screen) ---
-
-TOP_HEADERS = ("NAME", "STATE", "TURN", "AGE", "COST", "FLAGS", "LAST OUTPUT")
-
-
-def age_anchor(turn: dict[str, Any] | None) -> tuple[float, str] | None:
-    """What a board's age counts from, and what follows it: a turn still
-    going, its start and ""; one that ended, its end and " ago"."""
-    if turn is None:
-        return None
-    if turn["ended_at"] is None:
-        return float(turn["started_at"]), ""
-    return float(turn["ended_at"]), " ago"
-
-
-def top_age(row: Row, now: float) -> str:
-    """`12s` for a turn still going (since its start), `3m ago` since one ended."""
-    return age_text(age_anchor(row.turn), now)
-
-
-def age_text(anchor: tuple[float, str] | None, now: float) -> str:
-    """`top_age` from the turn's `age_anchor`."""
-    return "-" if anchor is None else span(max(0.0, now - anchor[0])) + anchor[1]
-
-
-def top_cells(row: Row, now: float) -> list[str]:
-    turn = "-"
-    if row.turn is not None:
-        rc = "" if row.turn["rc"] is None else f" rc={row.turn['rc']}"
-        turn = f"{row.turn['state']}{rc}"
-    # What agents said (the last output line, flags) reaches the screen printable.
-    return [
-        clean(c)
-        for c in (
-            row.name,
-            row.state,
-            turn,
-            top_age(row, now),
-            row.cost,
-            ",".join(row.flags) or "-",
-            row.last,
-        )
-    ]

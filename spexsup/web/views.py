@@ -53,7 +53,8 @@ def board(spex: Spex, wanted: str = "", pattern: str = "") -> dict[str, Any]:
     header's counts of the rows shown."""
     from spexsup.conductors.top import Board
     from spexsup.present import triage
-    from spexsup.present.render import age_anchor, short_id, top_cells
+    from spexsup.present.board import age_anchor, top_cells
+    from spexsup.present.render import short_id
 
     b = Board(spex, pattern=pattern)
     b.refresh()
