@@ -19,7 +19,8 @@ recorded only at 1000):
   default): until the last leg's harness started (each stamps
   $EPOCHREALTIME), and every leg's verdict against what its harness does
   (one in ten exits 0 at once: completed; one in ten exits 3: failed; the
-  rest keep running: confirmed), as printed and as recorded.
+  rest keep running: confirmed), as printed and as recorded;
+- for information, `spex stop --all` over them after that wave (grace 1 s).
 
 Each figure is recorded against its goal (bench/goals.py).
 
@@ -356,6 +357,16 @@ def main() -> int:
         print(
             f"{args.legs}-leg wave, 2 s window: every leg launched after {launched:.1f} s"
             f" ({said}), wall {wall:.1f} s; wrong verdicts {wrong} ({said_wrong})"
+        )
+        # Every leg's turn runs or ended: the panic button over all of them.
+        t0 = time.monotonic()
+        r = fleet.spex("stop", "--all", "--grace", "1", timeout=1200)
+        took = time.monotonic() - t0
+        said = record("stop_all", took, note=f"{args.legs} sessions")
+        stopped = r.stdout.count(": stopped (")
+        print(
+            f"spex stop --all over {args.legs} sessions: {took:.1f} s, exit {r.returncode},"
+            f" {stopped} stopped ({said})"
         )
     finally:
         fleet.close()

@@ -84,6 +84,7 @@ GOALS: tuple[Goal, ...] = (
     Goal("wait_exit", "spex wait on 100 sessions: a harness's exit → wait wakes (p50)", None, "ms"),
     Goal("wave1000", "a 1 000-leg wave, 2 s window: every leg launched", 15, "s"),
     Goal("wave1000_wrong", "a 1 000-leg wave: wrong verdicts", 0, ""),
+    Goal("stop_all", "spex stop --all after that wave (information)", None, "s"),
     # The other scripts' goals, kept from the issues that set them.
     Goal("events_follow", "events --follow: a commit → printed (p50)", 50, "ms"),
     Goal("status_line", "spex status-line (p50, wall)", 30, "ms", open_at=70),

@@ -160,6 +160,54 @@ def test_remote_session_commands_match_local(fleet: Fleet) -> None:
     assert f.spex("-H", "box2", "ls", "--json").stdout.strip() == "[]"
 
 
+def test_a_remote_stop_of_several_with_one_refused_matches_local(fleet: Fleet) -> None:
+    """A stop of several on a host, one of them held by a maintenance lease
+    there: the others stopped, the refused one's `spex: NAME: why` line on
+    stderr, exit 3, as the host's own spex says it; --json alike."""
+    f = fleet
+    for name in ("a", "leased", "c"):
+        r = f.spex(
+            "-H", "box1", "new", name, "--cwd", str(f.h1), "--", str(HARNESSES / "sleeper.sh")
+        )
+        assert r.returncode == 0, r.stderr
+    done = f.h1 / "lease-done"
+    hold = f"while [ ! -e {done} ]; do sleep 0.05; done"
+    remote = " ".join(
+        [
+            "exec",
+            SPEX,
+            "--home",
+            str(f.h1),
+            "maint",
+            "--stop",
+            "leased",
+            "--",
+            "bash",
+            "-c",
+            _q(hold),
+        ]
+    )
+    holder = subprocess.Popen(
+        ["ssh", "-F", str(f.sshd.ssh_config), "-T", "box", remote],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        active = lambda: '"active"' in f.there(f.h1, "maint", "--status", "--json").stdout  # noqa: E731
+        assert retry_until(active, seconds=30)
+        for extra in ((), ("--json",)):
+            here = f.spex("stop", "box1:a", "box1:leased", "box1:c", *extra)
+            same(here, f.there(f.h1, "stop", "a", "leased", "c", *extra))
+            assert here.returncode == 3, here.stderr
+        text = f.spex("stop", "box1:a", "box1:leased", "box1:c")
+        assert [line.split(":")[0] for line in text.stdout.splitlines()] == ["a", "c"]
+        assert text.stderr.startswith("spex: leased: "), text.stderr
+    finally:
+        done.touch()
+        holder.wait(60)
+
+
 def test_remote_edit_changes_the_hosts_session(fleet: Fleet) -> None:
     f = fleet
     r = f.spex("-H", "box1", "new", "e", "--cwd", str(f.h1), "--", str(HARNESSES / "exit0.sh"))

@@ -699,15 +699,110 @@ def test_a_turn_dir_removed_before_it_is_watched_is_no_error(tmp_path: Path) -> 
 
 def test_a_process_that_vanishes_during_the_turn_scan_is_no_error() -> None:
     """A stop's hunt for a turn's processes meets processes that exit as it
-    reads them (opencode forks short-lived helpers): one that is gone by the
-    time its environment is read is simply not the reporter to spare."""
-    from spexsup.adapters.procs import _wrapper_step
+    reads them (opencode forks short-lived helpers): one gone, or a zombie,
+    by the time the pass reads it is simply not the turn's, and no error."""
+    from spexsup.adapters.procs import turn_processes
 
-    child = subprocess.Popen(["sleep", "30"])
-    proc = psutil.Process(child.pid)
-    child.kill()
-    child.wait()
-    assert _wrapper_step(proc) is False
+    tag = f"t-vanish-{os.getpid()}-{time.monotonic_ns()}"
+    tagged = {**os.environ, "SPEXSUP_TURN": tag}
+    live, zombie, gone = (subprocess.Popen(["sleep", "30"], env=tagged) for _ in range(3))
+    try:
+        gone.kill()
+        gone.wait()
+        zombie.kill()
+        os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)  # a zombie now, not reaped
+        assert [p.pid for p in turn_processes(tag, None)] == [live.pid]
+    finally:
+        for child in (live, zombie):
+            child.kill()
+            child.wait()
+
+
+def test_threads_asking_at_once_get_each_their_own_turns_processes() -> None:
+    """Concurrent hunts share one pass over /proc (a stop of many sessions):
+    each still gets exactly its own turn's processes, and a turn whose
+    processes all ended gets none."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from spexsup.adapters.procs import turn_processes
+
+    base = f"t-share-{os.getpid()}-{time.monotonic_ns()}"
+    children = {
+        f"{base}-{i}": [
+            subprocess.Popen(["sleep", "30"], env={**os.environ, "SPEXSUP_TURN": f"{base}-{i}"})
+            for _ in range(i % 3)
+        ]
+        for i in range(12)
+    }
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            found = dict(
+                zip(children, pool.map(lambda t: turn_processes(t, None), children), strict=True)
+            )
+        for turn, mine in children.items():
+            assert sorted(p.pid for p in found[turn]) == sorted(c.pid for c in mine), turn
+    finally:
+        for mine in children.values():
+            for child in mine:
+                child.kill()
+                child.wait()
+
+
+def test_a_stop_of_several_signals_them_all_within_one_grace(env: Env) -> None:
+    """`spex stop a b` stops both at once: each harness, on its SIGTERM,
+    waits for the other's, and ends by itself only if that one came within
+    the grace (60 s). One after another, a would sit out its grace and be
+    killed before b ever heard of the stop."""
+    marks = env.root / "marks"
+    marks.mkdir()
+    for name, other in (("a", "b"), ("b", "a")):
+        body = (
+            f"trap 'touch {marks}/term-{name}; while [ ! -e {marks}/term-{other} ]; do"
+            f" sleep 0.01; done; touch {marks}/saw-{name}; exit 0' TERM;"
+            f" touch {marks}/up-{name}; sleep 300 & wait $!"
+        )
+        assert env.run("new", name, "--", "bash", "-c", body).returncode == 0
+        assert wake_json(env, name, "go", "--window", "1")[1]["verdict"] == "confirmed"
+    assert retry_until(lambda: len(list(marks.glob("up-*"))) == 2, seconds=20)
+    r = env.run("stop", "a", "b", "--grace", "60", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (marks / "saw-a").exists() and (marks / "saw-b").exists(), sorted(marks.iterdir())
+    assert [line.split(":")[0] for line in r.stdout.splitlines()] == ["a", "b"]
+
+
+def test_a_stop_of_several_stops_the_others_when_one_is_refused(env: Env) -> None:
+    """One session refused (held by a maintenance lease) stops none of the
+    others: each stopped one says so in its order, the refused one is a
+    `spex: NAME: why` line, and the command exits as that refusal (3);
+    `--json` lists each, the refused one `{ok: false, error, exit_code}`."""
+    for name in ("a", "leased", "c"):
+        assert env.run("new", name, "--", harness("sleeper.sh")).returncode == 0
+    turns = {n: wake_json(env, n, "go", "--window", "1")[1]["turn"] for n in ("a", "c")}
+    out = env.root / "stop"
+    op = env.root / "op.sh"
+    op.write_text(
+        "#!/bin/bash\n"
+        f"spex stop a leased c --grace 1 >{out}.txt 2>{out}.err; echo $? >{out}.rc\n"
+        f"spex stop a leased c --grace 1 --json >{out}.json; echo $? >{out}.jrc\n"
+    )
+    op.chmod(0o755)
+    r = env.run("maint", "--stop", "leased", "--", str(op))
+    assert r.returncode == 0, r.stderr
+    assert (env.root / "stop.rc").read_text().strip() == "3"
+    said = (env.root / "stop.txt").read_text().splitlines()
+    assert said == [
+        f"a: stopped (turn {turns['a']} aborted; no new turns until spex resume a)",
+        f"c: stopped (turn {turns['c']} aborted; no new turns until spex resume c)",
+    ]
+    err = (env.root / "stop.err").read_text()
+    assert err.startswith("spex: leased: ") and "maintenance lease" in err, err
+    for name in ("a", "c"):
+        assert show(env, name)["state"] == "stopped"
+        assert show(env, name)["turn"]["state"] == "aborted"
+    assert (env.root / "stop.jrc").read_text().strip() == "3"
+    docs = json.loads((env.root / "stop.json").read_text())
+    assert [(d["session"], d["ok"]) for d in docs] == [("a", True), ("leased", False), ("c", True)]
+    assert docs[1]["exit_code"] == 3 and docs[1]["error"].startswith("leased: ")
 
 
 def test_stop_and_resume_say_what_they_do(env: Env) -> None:

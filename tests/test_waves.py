@@ -415,6 +415,22 @@ def test_on_complete_runs_on_every_terminal_path(env: Env) -> None:
     assert sorted(out.read_text().splitlines()) == ["complete 1", "failed 1", "partial 2"]
 
 
+def test_a_stop_of_every_leg_at_once_ends_the_wave_and_runs_its_on_complete(env: Env) -> None:
+    """`spex stop --all` stops the legs together and moves their wave on
+    once they are all stopped, with no reader: its on-complete runs, once."""
+    for n in ("a", "b", "c"):
+        env.run("new", n, "--", harness("sleeper.sh"))
+    out = env.root / "ran"
+    hook = f'echo "$SPEXSUP_WAVE_STATE $SPEXSUP_WAVE_LEGS" >>{out}'
+    code, doc = fan(env, "a", "b", "c", "-m", "x", "--window", "0.5", "--on-complete", hook)
+    assert code == 0, doc
+    r = env.run("stop", "--all", "--grace", "1")
+    assert r.returncode == 0, r.stderr
+    assert retry_until(out.exists, 30)
+    assert env.run("waves").returncode == 0
+    assert out.read_text() == "failed 3\n"
+
+
 def test_an_on_complete_whose_claimer_died_runs_once_from_the_next_reader(env: Env) -> None:
     env.run("new", "a", "--", harness("sleeper.sh"))
     out = env.root / "ran"

@@ -262,7 +262,8 @@ def _render(command: str, words: list[str], doc: Any, *, color: bool) -> None:
     elif command == "wait":
         out = [render.ended_line(d) for d in render.as_list(doc)]
     elif command == "stop":
-        out = [render.stopped_line(d) for d in render.as_list(doc)]
+        out, failed = render.stopped_lines(doc)
+        sys.stderr.write("".join(f"{line}\n" for line in failed))
     elif command == "rm":
         out = [line for d in render.as_list(doc) for line in render.removed_lines(d)]
     elif command == "resume":

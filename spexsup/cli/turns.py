@@ -42,7 +42,9 @@ from spexsup.present.render import (
     document,
     print_json,
     resumed_line,
+    stop_failure,
     stopped_line,
+    stopped_lines,
     verdict_line,
     with_iso,
 )
@@ -372,7 +374,8 @@ def stop(
       spex stop --all --grace 1s
     """
     from spexsup.core import sessions
-    from spexsup.turn.stop import DEFAULT_GRACE
+    from spexsup.errors import SpexError
+    from spexsup.turn.stop import DEFAULT_GRACE, stop_each
     from spexsup.turn.stop import stop as stop_turn
 
     seconds = grace_seconds(grace)
@@ -380,16 +383,37 @@ def stop(
     chosen = sessions.select(spex, names or [], all_=all_, match=match)
     if seconds is None:
         seconds = settings(ctx, spex).grace
-    docs = []
     given = DEFAULT_GRACE if seconds is None else seconds
-    for name in chosen:
-        aborted = stop_turn(spex, name, grace=given)
-        stopped = {"ok": True, "session": name, "state": "stopped", "aborted": aborted}
-        docs.append(document({**stopped, "grace": given}))
+    if names and len(names) == 1:
+        aborted = stop_turn(spex, chosen[0], grace=given)
+        stopped = {"ok": True, "session": chosen[0], "state": "stopped", "aborted": aborted}
+        doc = document({**stopped, "grace": given})
+        if as_json:
+            print_json(doc)
+        else:
+            decl.echo(stopped_line(doc))
+        return
+    # Several: stopped at once, one's failure stopping none of the others
+    # (DESIGN §3); each said as it is done, in their order.
+    docs = []
+    failed: SpexError | None = None
+    for name, outcome in stop_each(spex, chosen, grace=given):
+        if isinstance(outcome, SpexError):
+            failed = failed or outcome
+            docs.append(stop_failure(name, outcome))
+        else:
+            stopped = {"ok": True, "session": name, "state": "stopped", "aborted": outcome}
+            docs.append(document({**stopped, "grace": given}))
         if not as_json:
-            decl.echo(stopped_line(docs[-1]))
+            out, err = stopped_lines(docs[-1])
+            for line in out:
+                decl.echo(line)
+            for line in err:
+                decl.echo(line, err=True)
     if as_json:
-        print_json(docs[0] if names and len(names) == 1 else docs)
+        print_json(docs)
+    if failed is not None:
+        raise decl.Exit(failed.exit_code)
 
 
 @command()

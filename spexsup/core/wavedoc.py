@@ -518,8 +518,17 @@ def run_on_complete(spex: Spex, doc: Doc) -> None:
 def settle_turn_end(spex: Spex, turn: str) -> None:
     """Whoever records a turn's end (its reporter, a reconciling reader, a
     stop) moves the wave it is a leg of on, and may so run its on-complete."""
-    row = spex.store.db.execute("SELECT wave FROM wave_turns WHERE turn = ?", (turn,)).fetchone()
-    if row is not None:
+    settle_turn_ends(spex, [turn])
+
+
+def settle_turn_ends(spex: Spex, turns: Sequence[str]) -> None:
+    """`settle_turn_end` of each turn, each wave written once."""
+    rows = spex.store.db.execute(
+        "SELECT DISTINCT wave FROM wave_turns WHERE turn IN (SELECT value FROM json_each(?))"
+        " ORDER BY wave",
+        (json.dumps(list(turns)),),
+    ).fetchall()
+    for row in rows:
         mutate(spex, row["wave"])
 
 

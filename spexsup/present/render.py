@@ -606,6 +606,26 @@ def stopped_line(d: dict[str, Any]) -> str:
     return clean(f"{d['session']}: stopped ({what}; no new turns until spex resume {d['session']})")
 
 
+def stop_failure(name: str, error: SpexError) -> dict[str, Any]:
+    """One session's failed stop among several: `{ok: false, session, error,
+    exit_code}`, its error a line that names the session."""
+    line = refusal_line(name, error.line())
+    return document({"ok": False, "session": name, "error": line, "exit_code": error.exit_code})
+
+
+def stopped_lines(doc: Any) -> tuple[list[str], list[str]]:
+    """A stop's document as text: each stopped session's line, and each
+    failed one's `spex: NAME: why` (for stderr)."""
+    out: list[str] = []
+    err: list[str] = []
+    for d in as_list(doc):
+        if failure(d):
+            err.append(f"spex: {d['error']}")
+        else:
+            out.append(stopped_line(d))
+    return out, err
+
+
 def resumed_line(d: dict[str, Any]) -> str:
     n = d["session"]
     if not d["resumed"]:

@@ -165,8 +165,8 @@ def _settle_waves(spex: Spex, settled: Sequence[str]) -> None:
         return
     from spexsup.core import wavedoc
 
-    for turn in ended:
-        wavedoc.settle_turn_end(spex, turn)
+    if ended:
+        wavedoc.settle_turn_ends(spex, ended)
     if waiting is not None:
         wavedoc.resume(spex)
 
