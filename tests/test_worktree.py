@@ -610,6 +610,39 @@ def test_rm_all_removes_nothing_while_one_worktree_holds_unsaved_work(env: Env, 
     assert not clean.exists() and not dirty.exists()
 
 
+def test_rm_of_several_removes_the_others_when_one_turns_unsaved_after_the_check(
+    env: Env, repo: Repo
+) -> None:
+    """`spex rm --force` of several checks them all, then removes them at
+    once. A worktree whose turn, stopped by its removal, leaves unsaved work
+    (its harness writes a file on SIGTERM) refuses its own removal after the
+    check, and no other's: the rest go, it is named, exit 3, and it is left
+    `removing` for `spex rm` again; `--json` lists each."""
+    trees = {}
+    for w in ("w1", "w2"):
+        up = env.root / f"up-{w}"
+        body = f"trap 'echo late >late.txt; exit 0' TERM; touch {up}; sleep 300 & wait $!"
+        trees[w] = made(env, repo, w, "--", "bash", "-c", body)
+        r = env.run("wake", w, "go", "--window", "1")
+        assert r.returncode == 0, r.stderr
+        assert retry_until(up.exists, 20)
+    for name in ("a", "b", "c", "d"):
+        assert env.run("new", name, "--harness", "demo").returncode == 0
+    r = env.run("rm", "a", "w1", "c", "--force")
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert r.stdout.splitlines() == ["removed a", "removed c"]
+    assert r.stderr.startswith(f"spex: w1: worktree {trees['w1']} holds unsaved work"), r.stderr
+    r = env.run("rm", "b", "w2", "d", "--force", "--json")
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    docs = json.loads(r.stdout)
+    assert [(d["session"], d["ok"]) for d in docs] == [("b", True), ("w2", False), ("d", True)]
+    assert (docs[1]["exit_code"], docs[1]["error"][:4]) == (3, "w2: ")
+    assert names(env) == ["w1", "w2"]
+    for w, tree in trees.items():
+        assert session(env, w)["state"] == "removing"
+        assert (tree / "late.txt").read_text() == "late\n"
+
+
 @pytest.mark.parametrize(
     "make",
     [make_modified, make_staged, make_deleted, make_untracked, make_commits, make_stash],

@@ -117,6 +117,18 @@ def echo(
     stream.flush()
 
 
+def say_each(doc: dict[str, Any], lines: Callable[[dict[str, Any]], list[str]]) -> None:
+    """One session's part of a command of several as text: its `lines`, or
+    when it failed, its `spex: NAME: why` on stderr."""
+    from spexsup.present.render import each_said
+
+    out, err = each_said(doc, lines)
+    for line in out:
+        echo(line)
+    for line in err:
+        echo(line, err=True)
+
+
 def confirm(question: str) -> bool:
     """Ask on stderr, yes or no (default no); EOF or Ctrl-C at the prompt is
     no. A person is waiting here, so click's own prompt is worth its import."""

@@ -261,11 +261,10 @@ def _render(command: str, words: list[str], doc: Any, *, color: bool) -> None:
         out = [render.verdict_line(doc["session"], doc)]  # the cause said once, there
     elif command == "wait":
         out = [render.ended_line(d) for d in render.as_list(doc)]
-    elif command == "stop":
-        out, failed = render.stopped_lines(doc)
+    elif command in ("stop", "rm"):
+        lines = render.stopped_lines if command == "stop" else render.removed_lines
+        out, failed = render.each_said(doc, lines)
         sys.stderr.write("".join(f"{line}\n" for line in failed))
-    elif command == "rm":
-        out = [line for d in render.as_list(doc) for line in render.removed_lines(d)]
     elif command == "resume":
         out = [render.resumed_line(d) for d in render.as_list(doc)]
     if out:

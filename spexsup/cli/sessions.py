@@ -3,7 +3,7 @@
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from spexsup import ids
 from spexsup import prompt as prompts
@@ -26,6 +26,7 @@ from spexsup.present import fit
 from spexsup.present.render import (
     document,
     ls_text,
+    one_failed,
     print_json,
     refusal_line,
     removed_lines,
@@ -38,6 +39,7 @@ from spexsup.present.render import (
 
 if TYPE_CHECKING:
     from spexsup.config import Config
+    from spexsup.core.spex import Spex
     from spexsup.errors import SpexError
 
 
@@ -206,8 +208,9 @@ def rm(
     Several sessions (names, --all, --match) are all checked before any is
     removed: if one would be refused (a running turn, unsaved worktree work,
     unknown), none is removed and each refused one is named (exit 3).
-    Checked first, refused cleanly: a turn another process starts after the
-    check still refuses that session's removal, once those before it went.
+    Checked first, refused cleanly; then removed at once: a turn another
+    process starts after the check still refuses that session's removal,
+    and the others are removed all the same.
     --all on a terminal asks first (--yes skips the question); off a
     terminal (a script) it does not ask.
 
@@ -231,20 +234,39 @@ def rm(
             return
         if all_ and not yes and sys.stdin.isatty() and sys.stdout.isatty():
             _confirm_rm(chosen)
+    from spexsup.errors import SpexError
     from spexsup.turn.scheduled import entries
 
-    done = []
-    for n in chosen:
-        clocks = entries(spex, (n,))
-        removal = remove(spex, n, **flags)
+    def removed(mine: "Spex", n: str) -> dict[str, Any]:
+        clocks = entries(mine, (n,))
+        removal = remove(mine, n, **flags)
         notes = removal.lines() if removal else []
         notes += [f"removed schedule {c.id} ({c.cadence.describe()})" for c in clocks]
-        done.append(document({"ok": True, "session": n, "removed": True, "notes": notes}))
-        if not as_json:
-            for line in removed_lines(done[-1]):
+        return document({"ok": True, "session": n, "removed": True, "notes": notes})
+
+    if names and len(names) == 1:
+        doc = removed(spex, chosen[0])
+        if as_json:
+            print_json(doc)
+        else:
+            for line in removed_lines(doc):
                 decl.echo(line)
+        return
+    # Several: checked above, then removed at once (DESIGN "spex rm of
+    # several"); each said as it is done, in their order.
+    done = []
+    failed: SpexError | None = None
+    for n, outcome in spex.at_once(chosen, removed):
+        if isinstance(outcome, SpexError):
+            failed = failed or outcome
+            outcome = one_failed(n, outcome)
+        done.append(outcome)
+        if not as_json:
+            decl.say_each(outcome, removed_lines)
     if as_json:
-        print_json(done[0] if names and len(names) == 1 else done)
+        print_json(done)
+    if failed is not None:
+        raise decl.Exit(failed.exit_code)
 
 
 def _rm_checked(found: "dict[str, SpexError | None]", *, dry_run: bool, as_json: bool) -> None:

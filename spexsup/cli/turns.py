@@ -40,9 +40,9 @@ from spexsup.cli.params import (
 from spexsup.errors import Invalid, UnknownSession
 from spexsup.present.render import (
     document,
+    one_failed,
     print_json,
     resumed_line,
-    stop_failure,
     stopped_line,
     stopped_lines,
     verdict_line,
@@ -400,16 +400,12 @@ def stop(
     for name, outcome in stop_each(spex, chosen, grace=given):
         if isinstance(outcome, SpexError):
             failed = failed or outcome
-            docs.append(stop_failure(name, outcome))
+            docs.append(one_failed(name, outcome))
         else:
             stopped = {"ok": True, "session": name, "state": "stopped", "aborted": outcome}
             docs.append(document({**stopped, "grace": given}))
         if not as_json:
-            out, err = stopped_lines(docs[-1])
-            for line in out:
-                decl.echo(line)
-            for line in err:
-                decl.echo(line, err=True)
+            decl.say_each(docs[-1], stopped_lines)
     if as_json:
         print_json(docs)
     if failed is not None:

@@ -16,17 +16,27 @@ and `spexsup.core.hooks` are imported where they are needed.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from spexsup import faults
+from spexsup.errors import SpexError
 from spexsup.state import events
 
 if TYPE_CHECKING:
     import sqlite3
+    from collections.abc import Callable, Iterator, Sequence
     from pathlib import Path
 
     from spexsup.adapters.home import TmuxHome
     from spexsup.state.store import Store
+
+
+T = TypeVar("T")
+
+# How many sessions a command of several works on at once (`Spex.at_once`):
+# each mostly waits (a grace, a wrapper's last steps), and their hunts for
+# processes share one pass over /proc (`procs.turn_processes`).
+AT_ONCE = 32
 
 
 class Spex:
@@ -53,6 +63,39 @@ class Spex:
     def sibling(self) -> Spex:
         """This home again on a connection of its own, for another thread."""
         return Spex(self.home, self.store.sibling(), self.tmux)
+
+    def at_once(
+        self, names: Sequence[str], work: Callable[[Spex, str], T]
+    ) -> Iterator[tuple[str, T | SpexError]]:
+        """`work(spex, name)` for each of `names`, up to AT_ONCE together, each
+        thread on a connection of its own: yields (name, its result or the
+        SpexError that ended it) in their order, each as soon as it and those
+        before it are done; one's error stops none of the others. When the
+        caller stops reading (a signal), the work under way finishes and no
+        more starts. (A command of many sessions, one after another, waited
+        out each one's grace and its scans: `stop --all` over 1 000, 4 minutes.)"""
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        from spexsup.adapters.mainwait import results
+
+        local = threading.local()
+
+        def one(name: str) -> T | SpexError:
+            if getattr(local, "spex", None) is None:
+                local.spex = self.sibling()  # a SQLite connection belongs to its thread
+            try:
+                return work(local.spex, name)
+            except SpexError as e:
+                return e
+
+        pool = ThreadPoolExecutor(max_workers=max(1, min(len(names), AT_ONCE)))
+        try:
+            futures = [pool.submit(one, name) for name in names]
+            for name, future in zip(names, futures, strict=True):
+                yield name, results([future])[0]  # in the main thread: a signal gets through
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def resume_hooks(self) -> None:
         """What a reconciling reader does for the hooks (once per process and

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -606,24 +606,30 @@ def stopped_line(d: dict[str, Any]) -> str:
     return clean(f"{d['session']}: stopped ({what}; no new turns until spex resume {d['session']})")
 
 
-def stop_failure(name: str, error: SpexError) -> dict[str, Any]:
-    """One session's failed stop among several: `{ok: false, session, error,
-    exit_code}`, its error a line that names the session."""
+def one_failed(name: str, error: SpexError) -> dict[str, Any]:
+    """One session's failure in a command of several (stop, rm): `{ok:
+    false, session, error, exit_code}`, its error a line naming the session."""
     line = refusal_line(name, error.line())
     return document({"ok": False, "session": name, "error": line, "exit_code": error.exit_code})
 
 
-def stopped_lines(doc: Any) -> tuple[list[str], list[str]]:
-    """A stop's document as text: each stopped session's line, and each
-    failed one's `spex: NAME: why` (for stderr)."""
+def each_said(
+    doc: Any, lines: Callable[[dict[str, Any]], list[str]]
+) -> tuple[list[str], list[str]]:
+    """A command's document (one session's, or a list) as text: each done
+    one's `lines`, and each failed one's `spex: NAME: why` (for stderr)."""
     out: list[str] = []
     err: list[str] = []
     for d in as_list(doc):
         if failure(d):
             err.append(f"spex: {d['error']}")
         else:
-            out.append(stopped_line(d))
+            out += lines(d)
     return out, err
+
+
+def stopped_lines(d: dict[str, Any]) -> list[str]:
+    return [stopped_line(d)]
 
 
 def resumed_line(d: dict[str, Any]) -> str:

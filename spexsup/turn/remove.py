@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from spexsup import states
 from spexsup.adapters import dequeuer
+from spexsup.adapters.group import named_lock
 from spexsup.adapters.procs import Liveness, identity_liveness
 from spexsup.core.sessions import Session, get
 from spexsup.core.spex import Spex
@@ -178,7 +179,12 @@ def remove(
         spex.tmux.kill(name, session.owner(spex.home))
         removal = None
         if session.worktree is not None:
-            removal = worktrees.dispose(name, session.worktree, salvage=salvage, keep=keep_worktree)
+            # Several removals at once (`Spex.at_once`) take a repository's
+            # worktrees and branches one at a time: git locks its own files.
+            with named_lock(f"worktrees of {session.worktree.repo}"):
+                removal = worktrees.dispose(
+                    name, session.worktree, salvage=salvage, keep=keep_worktree
+                )
             if removal.salvage:
                 from spexsup.core import salvage as salvages
 

@@ -9,7 +9,6 @@ directory, which whoever records the end honors.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 
@@ -82,49 +81,25 @@ def settle_stops(spex: Spex, aborted: Sequence[str]) -> None:
     dequeuer.start_waiting(spex.store.db, spex.home)
 
 
-# How many sessions a stop of several stops at once. Each mostly waits (its
-# grace, its wrapper's last steps) and their passes over /proc are shared
-# (`turn_processes`); one after another, `spex stop --all` over 1 000
-# sessions took 4 minutes here.
-STOP_THREADS = 32
-
-
 def stop_each(
     spex: Spex, names: Sequence[str], *, grace: float = DEFAULT_GRACE
 ) -> Iterator[tuple[str, str | SpexError | None]]:
-    """Stop every session of `names` at once, each as `stop` does: yields
-    (name, the aborted turn, or the error that stopped it) in their order,
-    each as soon as it and those before it are done. One session's failure
-    stops none of the others. When the caller stops reading (a signal), the
-    stops under way finish and no other starts."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from spexsup.adapters.mainwait import results
-
+    """Stop every session of `names` at once, each as `stop` does (see
+    `Spex.at_once`): yields (name, the aborted turn, or the error that
+    stopped it) in their order. Their waves are settled once, at the end."""
     if not 0 <= grace <= 3600:
         raise Invalid(f"invalid grace {grace}", hint="between 0 and 3600 seconds")
-    local = threading.local()
     aborted: list[str] = []
 
-    def one(name: str) -> str | SpexError | None:
-        # A SQLite connection belongs to its thread.
-        if getattr(local, "spex", None) is None:
-            local.spex = spex.sibling()
-        try:
-            turn = stop(local.spex, name, grace=grace, settle=False)
-        except SpexError as e:
-            return e
+    def one(mine: Spex, name: str) -> str | None:
+        turn = stop(mine, name, grace=grace, settle=False)
         if turn is not None:
             aborted.append(turn)
         return turn
 
-    pool = ThreadPoolExecutor(max_workers=max(1, min(len(names), STOP_THREADS)))
     try:
-        futures = [pool.submit(one, name) for name in names]
-        for name, future in zip(names, futures, strict=True):
-            yield name, results([future])[0]  # in the main thread: a signal gets through
+        yield from spex.at_once(names, one)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
         if aborted:
             settle_stops(spex, aborted)
 
