@@ -188,8 +188,8 @@ class _Seen(NamedTuple):
 
 
 def _read_all() -> dict[int, _Seen]:
-    """Every live process but this one, two reads of /proc each (psutil made
-    five of a pass's 3 500 processes, 165 ms against 60 here)."""
+    """Every live process but this one, read with two reads of /proc each:
+    through psutil, a pass over 3 500 processes took 165 ms, here 60."""
     import psutil
 
     booted = psutil.boot_time()
