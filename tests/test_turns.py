@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import psutil
-from conftest import SPEX, WRAPPERS, Env, harness, retry_until
+import pytest
+from conftest import SPEX, WRAPPERS, Env, harness, retry_until, signal_a_helper_thread
 
 from spexsup.pane import marker, report
 from spexsup.pane.marker import Stage
@@ -768,6 +769,50 @@ def test_a_stop_of_several_signals_them_all_within_one_grace(env: Env) -> None:
     assert r.returncode == 0, r.stderr
     assert (marks / "saw-a").exists() and (marks / "saw-b").exists(), sorted(marks.iterdir())
     assert [line.split(":")[0] for line in r.stdout.splitlines()] == ["a", "b"]
+
+
+@pytest.mark.parametrize("where", ["process", "helper thread"])
+def test_a_signal_during_a_stop_of_several_lets_the_stops_under_way_finish(
+    env: Env, where: str
+) -> None:
+    """A SIGTERM (to the process, or to a helper thread, where the kernel
+    may hand it) during `spex stop a b`, both harnesses ignoring theirs:
+    spex exits 143, no traceback, once the stops under way finished; each
+    session is stopped, its turn aborted, none of its processes left."""
+    marks = env.root / "marks"
+    marks.mkdir()
+    turns = {}
+    for name in ("a", "b"):
+        body = (
+            f"trap 'touch {marks}/term-{name}' TERM; touch {marks}/up-{name};"
+            " while :; do sleep 300 & wait $!; done"
+        )
+        assert env.run("new", name, "--", "bash", "-c", body).returncode == 0
+        turns[name] = wake_json(env, name, "go", "--window", "1")[1]["turn"]
+    assert retry_until(lambda: len(list(marks.glob("up-*"))) == 2, seconds=20)
+    stopping = subprocess.Popen(
+        [SPEX, "stop", "a", "b", "--grace", "3"],
+        env=env.vars,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert retry_until(lambda: len(list(marks.glob("term-*"))) == 2, seconds=30)
+        if where == "process":
+            stopping.send_signal(signal.SIGTERM)
+        else:
+            signal_a_helper_thread(stopping.pid, signal.SIGTERM)
+        _, err = stopping.communicate(timeout=120)
+    finally:
+        if stopping.poll() is None:
+            stopping.kill()
+    assert stopping.returncode == 143, err
+    assert "Traceback" not in err, err
+    for name, turn in turns.items():
+        shown = show(env, name)
+        assert (shown["state"], shown["turn"]["state"]) == ("stopped", "aborted"), name
+        assert turn_processes_alive(turn) == [], name
 
 
 def test_a_stop_of_several_stops_the_others_when_one_is_refused(env: Env) -> None:
