@@ -29,10 +29,12 @@ class Signalled(BaseException):
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     # What the signal's clean-up asks of tmux gets the short bound, whether or
-    # not a tmux call was in flight (a frozen server must not hold the exit).
-    from spexsup.adapters import home
+    # not a tmux call was in flight (a frozen server must not hold the exit),
+    # and a stop under way kills now rather than wait out its grace.
+    from spexsup.adapters import home, procs
 
     home.hurry()
+    procs.hurry()
     raise Signalled(signum)
 
 

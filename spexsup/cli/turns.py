@@ -376,7 +376,6 @@ def stop(
     from spexsup.core import sessions
     from spexsup.errors import SpexError
     from spexsup.turn.stop import DEFAULT_GRACE, stop_each
-    from spexsup.turn.stop import stop as stop_turn
 
     seconds = grace_seconds(grace)
     spex = open_spex(ctx)
@@ -385,7 +384,10 @@ def stop(
         seconds = settings(ctx, spex).grace
     given = DEFAULT_GRACE if seconds is None else seconds
     if names and len(names) == 1:
-        aborted = stop_turn(spex, chosen[0], grace=given)
+        # In a thread too: a signal ends the stop's wait, not its kill.
+        ((_, aborted),) = stop_each(spex, chosen, grace=given)
+        if isinstance(aborted, SpexError):
+            raise aborted
         stopped = {"ok": True, "session": chosen[0], "state": "stopped", "aborted": aborted}
         doc = document({**stopped, "grace": given})
         if as_json:
