@@ -771,19 +771,20 @@ def test_a_stop_of_several_signals_them_all_within_one_grace(env: Env) -> None:
     assert [line.split(":")[0] for line in r.stdout.splitlines()] == ["a", "b"]
 
 
+@pytest.mark.parametrize("command", ["stop", "rm"])
 @pytest.mark.parametrize("names", [("a",), ("a", "b")])
 @pytest.mark.parametrize("where", ["process", "helper thread"])
 def test_a_signal_during_a_stop_kills_what_it_was_stopping_and_ends_it(
-    env: Env, where: str, names: tuple[str, ...]
+    env: Env, where: str, names: tuple[str, ...], command: str
 ) -> None:
     """A SIGTERM (to the process, or to a helper thread, where the kernel
-    may hand it) during `spex stop`, the harnesses ignoring theirs and the
-    grace a minute: spex kills now rather than wait the grace out, and exits
-    143 with no traceback once the stops under way are done (DESIGN: a
-    signal ends any command in a second or two): each session stopped, its
-    turn aborted, none of its processes left. Before, the signal cut a stop
-    between its record and its kill, and that harness ran on under an
-    aborted turn."""
+    may hand it) during `spex stop` (or `spex rm --force`, whose grace is
+    5 s), the harnesses ignoring theirs and the grace a minute: spex kills now rather than wait
+    the grace out, and exits 143 with no traceback once the stops under way
+    are done (DESIGN: a signal ends any command in a second or two): each
+    session stopped (or removed), its turn aborted, none of its processes
+    left. Before, the signal cut a stop between its record and its kill,
+    and that harness ran on under an aborted turn."""
     marks = env.root / "marks"
     marks.mkdir()
     turns = {}
@@ -795,8 +796,9 @@ def test_a_signal_during_a_stop_kills_what_it_was_stopping_and_ends_it(
         assert env.run("new", name, "--", "bash", "-c", body).returncode == 0
         turns[name] = wake_json(env, name, "go", "--window", "1")[1]["turn"]
     assert retry_until(lambda: len(list(marks.glob("up-*"))) == len(names), seconds=20)
+    argv = ["stop", *names, "--grace", "60"] if command == "stop" else ["rm", *names, "--force"]
     stopping = subprocess.Popen(
-        [SPEX, "stop", *names, "--grace", "60"],
+        [SPEX, *argv],
         env=env.vars,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -816,8 +818,11 @@ def test_a_signal_during_a_stop_kills_what_it_was_stopping_and_ends_it(
     assert stopping.returncode == 143, err
     assert "Traceback" not in err, err
     for name, turn in turns.items():
-        shown = show(env, name)
-        assert (shown["state"], shown["turn"]["state"]) == ("stopped", "aborted"), name
+        if command == "stop":
+            shown = show(env, name)
+            assert (shown["state"], shown["turn"]["state"]) == ("stopped", "aborted"), name
+        else:
+            assert env.run("show", name).returncode == 3, name  # removed
         assert turn_processes_alive(turn) == [], name
 
 

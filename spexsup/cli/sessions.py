@@ -245,7 +245,10 @@ def rm(
         return document({"ok": True, "session": n, "removed": True, "notes": notes})
 
     if names and len(names) == 1:
-        doc = removed(spex, chosen[0])
+        # In a thread too: a signal ends the removal's wait, not its kill.
+        ((_, doc),) = spex.at_once(chosen, removed)
+        if isinstance(doc, SpexError):
+            raise doc
         if as_json:
             print_json(doc)
         else:
