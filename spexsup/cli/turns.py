@@ -1,7 +1,7 @@
 """`spex wake | wait | stop | resume | log`."""
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from spexsup import ids
 from spexsup import prompt as prompts
@@ -383,13 +383,17 @@ def stop(
     if seconds is None:
         seconds = settings(ctx, spex).grace
     given = DEFAULT_GRACE if seconds is None else seconds
+
+    def stopped(name: str, aborted: str | None) -> dict[str, Any]:
+        said = {"ok": True, "session": name, "state": "stopped", "aborted": aborted}
+        return document({**said, "grace": given})
+
     if names and len(names) == 1:
         # In a thread too: a signal ends the stop's wait, not its kill.
         ((_, aborted),) = stop_each(spex, chosen, grace=given)
         if isinstance(aborted, SpexError):
             raise aborted
-        stopped = {"ok": True, "session": chosen[0], "state": "stopped", "aborted": aborted}
-        doc = document({**stopped, "grace": given})
+        doc = stopped(chosen[0], aborted)
         if as_json:
             print_json(doc)
         else:
@@ -404,8 +408,7 @@ def stop(
             failed = failed or outcome
             docs.append(one_failed(name, outcome))
         else:
-            stopped = {"ok": True, "session": name, "state": "stopped", "aborted": outcome}
-            docs.append(document({**stopped, "grace": given}))
+            docs.append(stopped(name, outcome))
         if not as_json:
             decl.say_each(docs[-1], stopped_lines)
     if as_json:

@@ -40,7 +40,7 @@ def stop(
     *,
     grace: float = DEFAULT_GRACE,
     bearer: int | None = None,
-    settle: bool = True,
+    later: list[str] | None = None,
 ) -> str | None:
     """Abort the running turn (recorded first, so abort wins), then kill what it left.
 
@@ -50,8 +50,9 @@ def stop(
     Returns the aborted turn id; raises Failed naming the survivors if any
     process outlived SIGKILL. When another process holds the state's write
     lock, the turn is killed first and recorded after (`_stop_under_lock`).
-    `settle`: move the aborted turn's wave on, and start what waited for
-    it, now (else the caller does, for many stops at once: `settle_stops`).
+    The aborted turn's wave is moved on, and what waited for it started,
+    now; or, given `later`, the turn goes there for the caller to settle
+    with many others at once (`settle_stops`), whether or not the kill failed.
     """
     if not 0 <= grace <= 3600:
         raise Invalid(f"invalid grace {grace}", hint="between 0 and 3600 seconds")
@@ -67,8 +68,10 @@ def stop(
             if turn is not None:
                 _kill(spex, session, turn, grace)
         finally:
-            if aborted is not None and settle:
+            if aborted is not None and later is None:
                 settle_stops(spex, [aborted])
+            elif aborted is not None and later is not None:
+                later.append(aborted)
     return aborted
 
 
@@ -92,10 +95,7 @@ def stop_each(
     aborted: list[str] = []
 
     def one(mine: Spex, name: str) -> str | None:
-        turn = stop(mine, name, grace=grace, settle=False)
-        if turn is not None:
-            aborted.append(turn)
-        return turn
+        return stop(mine, name, grace=grace, later=aborted)
 
     try:
         yield from spex.at_once(names, one)
